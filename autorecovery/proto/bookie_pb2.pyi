@@ -1,0 +1,196 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StatusCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EOK: _ClassVar[StatusCode]
+    ENOLEDGER: _ClassVar[StatusCode]
+    ENOENTRY: _ClassVar[StatusCode]
+    EBADREQ: _ClassVar[StatusCode]
+    EIO: _ClassVar[StatusCode]
+    EUA: _ClassVar[StatusCode]
+    EBADVERSION: _ClassVar[StatusCode]
+    EFENCED: _ClassVar[StatusCode]
+    EREADONLY: _ClassVar[StatusCode]
+    ETOOMANYREQUESTS: _ClassVar[StatusCode]
+
+class AddFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ADD_NONE: _ClassVar[AddFlag]
+    RECOVERY_ADD: _ClassVar[AddFlag]
+
+class ReadFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    READ_NONE: _ClassVar[ReadFlag]
+    FENCE_LEDGER: _ClassVar[ReadFlag]
+
+class BookieInfoFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INFO_NONE: _ClassVar[BookieInfoFlag]
+    TOTAL_DISK_CAPACITY: _ClassVar[BookieInfoFlag]
+    FREE_DISK_SPACE: _ClassVar[BookieInfoFlag]
+EOK: StatusCode
+ENOLEDGER: StatusCode
+ENOENTRY: StatusCode
+EBADREQ: StatusCode
+EIO: StatusCode
+EUA: StatusCode
+EBADVERSION: StatusCode
+EFENCED: StatusCode
+EREADONLY: StatusCode
+ETOOMANYREQUESTS: StatusCode
+ADD_NONE: AddFlag
+RECOVERY_ADD: AddFlag
+READ_NONE: ReadFlag
+FENCE_LEDGER: ReadFlag
+INFO_NONE: BookieInfoFlag
+TOTAL_DISK_CAPACITY: BookieInfoFlag
+FREE_DISK_SPACE: BookieInfoFlag
+
+class AddRequest(_message.Message):
+    __slots__ = ("ledger_id", "entry_id", "master_key", "body", "flags")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entry_id: int
+    master_key: bytes
+    body: bytes
+    flags: int
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., body: _Optional[bytes] = ..., flags: _Optional[int] = ...) -> None: ...
+
+class AddResponse(_message.Message):
+    __slots__ = ("status", "ledger_id", "entry_id", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    ledger_id: int
+    entry_id: int
+    message: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AddEntriesResponse(_message.Message):
+    __slots__ = ("status", "entries_written", "bytes_written", "failed_entry_id", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    entries_written: int
+    bytes_written: int
+    failed_entry_id: int
+    message: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., entries_written: _Optional[int] = ..., bytes_written: _Optional[int] = ..., failed_entry_id: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("ledger_id", "entry_id", "flags", "master_key")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    entry_id: int
+    flags: int
+    master_key: bytes
+    def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., flags: _Optional[int] = ..., master_key: _Optional[bytes] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("status", "ledger_id", "entry_id", "body", "lac", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    LAC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    ledger_id: int
+    entry_id: int
+    body: bytes
+    lac: int
+    message: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., lac: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ReadRangeRequest(_message.Message):
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "ensemble_size", "write_quorum", "bookie_index")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ENSEMBLE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUORUM_FIELD_NUMBER: _ClassVar[int]
+    BOOKIE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    ensemble_size: int
+    write_quorum: int
+    bookie_index: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., ensemble_size: _Optional[int] = ..., write_quorum: _Optional[int] = ..., bookie_index: _Optional[int] = ...) -> None: ...
+
+class ReadLacRequest(_message.Message):
+    __slots__ = ("ledger_id",)
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    def __init__(self, ledger_id: _Optional[int] = ...) -> None: ...
+
+class ReadLacResponse(_message.Message):
+    __slots__ = ("status", "ledger_id", "lac", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    ledger_id: int
+    lac: int
+    message: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., lac: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class GetBookieInfoRequest(_message.Message):
+    __slots__ = ("requested",)
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    requested: int
+    def __init__(self, requested: _Optional[int] = ...) -> None: ...
+
+class GetBookieInfoResponse(_message.Message):
+    __slots__ = ("status", "total_disk_capacity", "free_disk_space")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_DISK_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    FREE_DISK_SPACE_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    total_disk_capacity: int
+    free_disk_space: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., total_disk_capacity: _Optional[int] = ..., free_disk_space: _Optional[int] = ...) -> None: ...
+
+class GetListOfEntriesOfLedgerRequest(_message.Message):
+    __slots__ = ("ledger_id",)
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    def __init__(self, ledger_id: _Optional[int] = ...) -> None: ...
+
+class EntryRange(_message.Message):
+    __slots__ = ("first", "last")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    last: int
+    def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ...) -> None: ...
+
+class GetListOfEntriesOfLedgerResponse(_message.Message):
+    __slots__ = ("status", "ledger_id", "ranges")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    ledger_id: int
+    ranges: _containers.RepeatedCompositeFieldContainer[EntryRange]
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[EntryRange, _Mapping]]] = ...) -> None: ...

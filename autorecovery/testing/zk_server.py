@@ -1,0 +1,181 @@
+"""A private ZooKeeper server from Debian's ``zookeeper`` package, for tests, benchmarks and the demo.
+
+It runs ``org.apache.zookeeper.server.ZooKeeperServerMain`` as a child process with its own data
+directory, on a free port of a loopback address, with an SLF4J logging backend writing to
+``<dir>/zookeeper.log`` so that a failed start is not silent. ``start()`` waits (with a deadline, no
+sleeps as synchronisation) until the server answers the ``conf`` four-letter word *and* reports our
+own data directory, so we never talk to somebody else's ZooKeeper that happens to hold the port.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+_LOG_BACKENDS = ("slf4j-simple.jar", "slf4j-jdk14.jar", "slf4j-nop.jar")
+
+
+class ZooKeeperNotInstalled(RuntimeError):
+    """Debian's ``zookeeper`` package is missing (``make zookeeper`` installs it)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter word (``ruok``, ``conf``, ``srvr``...) and return the answer text.
+
+    Raises:
+        OSError: when the server cannot be reached within ``timeout_s`` seconds.
+    """
+    with socket.create_connection((host, port), timeout=timeout_s) as s:
+        s.sendall(word.encode())
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _classpath() -> str:
+    if not ZOOKEEPER_JAR.exists():
+        raise ZooKeeperNotInstalled(
+            f"{ZOOKEEPER_JAR} not found: install Debian's zookeeper package (make zookeeper)"
+        )
+    parts = [str(ZOOKEEPER_JAR)]
+    for name in _LOG_BACKENDS:
+        jar = ZOOKEEPER_JAR.parent / name
+        if jar.exists():
+            parts.append(str(jar))
+            break
+    return ":".join(parts)
+
+
+@dataclass
+class ZooKeeperServer:
+    """One standalone ZooKeeper process.
+
+    Attributes:
+        data_dir: directory for snapshots, transaction logs, the config and the log file.
+        host: loopback address to bind (``127.0.0.1`` by default).
+        port: client port; 0 picks a free one at start.
+        tick_time_ms: ZooKeeper tickTime; the minimum session timeout is 2 ticks.
+    """
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    tick_time_ms: int = 250
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def connect_string(self) -> str:
+        """``host:port`` for clients."""
+        return f"{self.host}:{self.port}"
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_time_ms}",
+                    f"dataDir={self.data_dir / 'data'}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "maxClientCnxns=0",
+                    f"minSessionTimeout={2 * self.tick_time_ms}",
+                    "maxSessionTimeout=60000",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=*",
+                    "snapCount=100000",
+                    "preAllocSize=4096",
+                    "forceSync=no",
+                    "",
+                ]
+            )
+        )
+        return cfg
+
+    def start(self, timeout_s: float = 30.0) -> "ZooKeeperServer":
+        """Start the server and wait until it answers and reports our data directory.
+
+        Raises:
+            ZooKeeperNotInstalled: the Debian package is missing.
+            RuntimeError: the process died or did not answer within ``timeout_s`` s; the message
+                carries the tail of its log.
+        """
+        java = shutil.which("java")
+        if java is None:
+            raise ZooKeeperNotInstalled("java not found on PATH (ZooKeeper needs a JRE)")
+        if self.port == 0:
+            self.port = free_port(self.host)
+        cfg = self._write_config()
+        log = open(self.data_dir / "zookeeper.log", "ab")
+        self.proc = subprocess.Popen(
+            [
+                java,
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-Dzookeeper.4lw.commands.whitelist=*",
+                "-cp",
+                _classpath(),
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        (self.data_dir / "zookeeper.pid").write_text(str(self.proc.pid))
+        deadline = time.monotonic() + timeout_s
+        expected = str(self.data_dir / "data")
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}: {self._log_tail()}")
+            try:
+                conf = four_letter_word(self.host, self.port, "conf", timeout_s=0.5)
+            except OSError:
+                conf = ""
+            if expected in conf:
+                return self
+            time.sleep(0.05)  # polling a readiness condition with a deadline, not synchronising
+        self.stop()
+        raise RuntimeError(f"ZooKeeper on {self.connect_string} not ready in {timeout_s}s: {self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        try:
+            return (self.data_dir / "zookeeper.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after ``timeout_s`` s). Idempotent."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout_s)

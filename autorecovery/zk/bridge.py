@@ -1,0 +1,285 @@
+"""The only module that imports kazoo: ZooKeeper operations as asyncio coroutines (EDGE).
+
+kazoo runs its own threads. Every ``*_async`` result and every watch callback is handed to the event
+loop with ``loop.call_soon_threadsafe``; callbacks only enqueue, so no kazoo thread ever runs our code
+and the loop is never blocked. Concurrency of outstanding operations is bounded by a semaphore
+(upstream ``auditorMaxNumberOfConcurrentOpenLedgerOperations``, default 500, #2802) and every
+operation is counted (``ops``) so audits can report the ZooKeeper operations they cost.
+
+Session states are published as :class:`SessionEvent` values on ``session_events()`` subscribers:
+``CONNECTED``, ``SUSPENDED`` (connection lost, session may survive) and ``LOST`` (session expired:
+ephemeral znodes, watches and locks are gone; kazoo makes a new session by itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (  # noqa: F401  (re-exported: the rest of the code imports them from here)
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError as KazooSessionExpired,
+    ZookeeperError,
+)
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat  # noqa: F401
+from kazoo.retry import KazooRetry
+
+from autorecovery.errors import ZooKeeperError
+
+
+class SessionEvent(enum.Enum):
+    CONNECTED = "CONNECTED"
+    SUSPENDED = "SUSPENDED"
+    LOST = "LOST"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a :meth:`ZkClient.multi` transaction."""
+
+    kind: str  # "create" | "delete" | "set" | "check"
+    path: str
+    data: bytes = b""
+    version: int = -1
+    ephemeral: bool = False
+
+
+WatchCallback = Callable[[WatchedEvent], Any]
+
+
+class ZkClient:
+    """An asyncio ZooKeeper client on top of kazoo.
+
+    Args:
+        hosts: connect string ``h1:2181,h2:2181`` (an optional ``/chroot`` suffix is honoured by kazoo).
+        session_timeout_ms: requested session timeout in ms (upstream ``zkTimeout``, default 10000).
+        max_concurrent_ops: bound on outstanding operations (semaphore).
+
+    Raises (from operations): ``NoNodeError``, ``NodeExistsError``, ``BadVersionError``,
+    ``NotEmptyError`` (re-exported from kazoo), and :class:`ZooKeeperError` naming the path for others.
+    """
+
+    def __init__(self, hosts: str, session_timeout_ms: int = 10000, max_concurrent_ops: int = 500) -> None:
+        self.hosts = hosts
+        self.session_timeout_ms = session_timeout_ms
+        self._kz = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout_ms / 1000.0,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+        )
+        self._sem = asyncio.Semaphore(max_concurrent_ops)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._subscribers: list[asyncio.Queue[SessionEvent]] = []
+        self._lock = threading.Lock()
+        self.ops = 0
+        self.connected = asyncio.Event()
+        self.session_generation = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self, timeout_s: float = 30.0) -> "ZkClient":
+        """Connect and wait for a session.
+
+        Raises:
+            ZooKeeperError: naming the connect string when no session is made within ``timeout_s``.
+        """
+        self._loop = asyncio.get_running_loop()
+        self._kz.add_listener(self._on_state)
+        try:
+            await asyncio.to_thread(self._kz.start, timeout_s)
+        except Exception as exc:  # kazoo raises its own timeout error
+            raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: {exc}") from exc
+        self.connected.set()
+        return self
+
+    async def stop(self) -> None:
+        """Close the session (ephemeral znodes are deleted by the server). Idempotent."""
+        if self._kz.state == KazooState.LOST and not self._kz.connected:
+            pass
+        try:
+            await asyncio.to_thread(self._kz.stop)
+            await asyncio.to_thread(self._kz.close)
+        except Exception:
+            pass
+
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """(session id, password) of the current session; tests use it to expire the session."""
+        return self._kz.client_id
+
+    def _on_state(self, state: str) -> None:  # kazoo thread
+        event = {
+            KazooState.CONNECTED: SessionEvent.CONNECTED,
+            KazooState.SUSPENDED: SessionEvent.SUSPENDED,
+            KazooState.LOST: SessionEvent.LOST,
+        }[state]
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._publish, event)
+
+    def _publish(self, event: SessionEvent) -> None:
+        if event == SessionEvent.CONNECTED:
+            self.connected.set()
+        else:
+            self.connected.clear()
+        if event == SessionEvent.LOST:
+            self.session_generation += 1
+        for q in list(self._subscribers):
+            q.put_nowait(event)
+
+    def session_events(self) -> asyncio.Queue[SessionEvent]:
+        """A queue that receives every later session state change."""
+        q: asyncio.Queue[SessionEvent] = asyncio.Queue()
+        self._subscribers.append(q)
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue[SessionEvent]) -> None:
+        if q in self._subscribers:
+            self._subscribers.remove(q)
+
+    # -- bridging ---------------------------------------------------------------------------
+    def _watch(self, cb: WatchCallback | None):
+        if cb is None:
+            return None
+        loop = self._loop
+
+        def fire(event: WatchedEvent) -> None:  # kazoo thread: only enqueue
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(_run_callback, cb, event)
+
+        return fire
+
+    async def _call(self, path: str, start: Callable[[], Any]) -> Any:
+        assert self._loop is not None, "ZkClient.start() was not awaited"
+        loop = self._loop
+        async with self._sem:
+            self.ops += 1
+            fut: asyncio.Future = loop.create_future()
+
+            def done(async_result) -> None:  # kazoo thread
+                def settle() -> None:
+                    if fut.done():
+                        return
+                    try:
+                        fut.set_result(async_result.get_nowait())
+                    except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                        fut.set_exception(exc)
+
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(settle)
+
+            try:
+                start().rawlink(done)
+            except KazooException as exc:
+                raise _translate(exc, path) from exc
+            try:
+                return await fut
+            except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
+                raise
+            except KazooException as exc:
+                raise _translate(exc, path) from exc
+
+    # -- operations -------------------------------------------------------------------------
+    async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, ZnodeStat]:
+        return await self._call(path, lambda: self._kz.get_async(path, watch=self._watch(watch)))
+
+    async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
+        return await self._call(path, lambda: self._kz.get_children_async(path, watch=self._watch(watch)))
+
+    async def exists(self, path: str, watch: WatchCallback | None = None) -> ZnodeStat | None:
+        return await self._call(path, lambda: self._kz.exists_async(path, watch=self._watch(watch)))
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        """Create a znode; returns the created path (with the sequence suffix if ``sequence``)."""
+        return await self._call(
+            path,
+            lambda: self._kz.create_async(path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath),
+        )
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
+        """setData with a version check (-1 = any); ``BadVersionError`` on a lost race."""
+        return await self._call(path, lambda: self._kz.set_async(path, data, version))
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        await self._call(path, lambda: self._kz.delete_async(path, version))
+
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents as persistent empty znodes if missing."""
+        parts = [p for p in path.split("/") if p]
+        cur = ""
+        for p in parts:
+            cur += "/" + p
+            try:
+                await self.create(cur)
+            except NodeExistsError:
+                pass
+
+    async def multi(self, ops: list[Op]) -> list[Any]:
+        """Run ``ops`` atomically (a ZooKeeper transaction). Returns per-op results; a failed
+        transaction returns the exceptions in place (kazoo semantics: nothing was applied)."""
+        if not ops:
+            return []
+
+        def start():
+            t = self._kz.transaction()
+            for op in ops:
+                if op.kind == "create":
+                    t.create(op.path, op.data, ephemeral=op.ephemeral)
+                elif op.kind == "delete":
+                    t.delete(op.path, op.version)
+                elif op.kind == "set":
+                    t.set_data(op.path, op.data, op.version)
+                elif op.kind == "check":
+                    t.check(op.path, op.version)
+                else:
+                    raise ValueError(f"unknown multi op {op.kind!r} on {op.path}")
+            return t.commit_async()
+
+        return await self._call(ops[0].path, start)
+
+
+def _run_callback(cb: WatchCallback, event: WatchedEvent) -> None:
+    res = cb(event)
+    if asyncio.iscoroutine(res):
+        asyncio.ensure_future(res)
+
+
+def _translate(exc: Exception, path: str) -> Exception:
+    if isinstance(exc, (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)):
+        return exc
+    return ZooKeeperError(f"ZooKeeper operation on {path} failed: {type(exc).__name__} {exc}")
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout_s`` passes; returns its last value.
+
+    Used where a condition cannot be watched (test helpers, readiness); never to synchronise on time.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        res = predicate()
+        if asyncio.iscoroutine(res):
+            res = await res
+        if res:
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(interval_s)
