@@ -1,0 +1,5 @@
+"""``python -m autorecovery`` runs the ``autorecovery`` command."""
+
+from autorecovery.cli.main import main
+
+main()

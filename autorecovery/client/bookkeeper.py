@@ -1,0 +1,147 @@
+"""The ledger client entry point: create, open (with or without recovery), delete (EDGE).
+
+Source: upstream ``BookKeeper`` client (``createLedger``, ``openLedger``, ``openLedgerNoRecovery``,
+``deleteLedger``). It owns a ZooKeeper session (or shares one), the bookie watcher that feeds the
+placement policy, and the gRPC bookie client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from autorecovery.client.handle import LedgerHandle
+from autorecovery.client.random_policy import RandomPolicy
+from autorecovery.client.reader import ReadHandle
+from autorecovery.client.recovery import recover_ledger
+from autorecovery.errors import BookieError, NoSuchLedgerError, NotEnoughBookiesError
+from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
+from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.zk.bookies import BookieWatcher
+from autorecovery.zk.bridge import NodeExistsError, ZkClient
+from autorecovery.zk.ledgers import LedgerStore, now_ms
+from autorecovery.zk.paths import Paths
+
+
+class BookKeeper:
+    """A BookKeeper ledger client.
+
+    Args:
+        zk: a started ZkClient (not owned unless ``own_zk``).
+        paths: cluster znode paths.
+        policy: placement policy (``autorecovery.placement`` interface); defaults to random.
+        bookies: gRPC bookie client; created (and owned) when None.
+
+    Use :meth:`connect` to build one from a connect string.
+    """
+
+    def __init__(self, zk: ZkClient, paths: Paths, *, policy=None, bookies: BookieClient | None = None,
+                 own_zk: bool = False) -> None:
+        self.zk = zk
+        self.paths = paths
+        self.ledgers = LedgerStore(zk, paths)
+        self.policy = policy or RandomPolicy()
+        self._own_bookies = bookies is None
+        self.bookies = bookies or BookieClient()
+        self.watcher: BookieWatcher | None = None
+        self._own_zk = own_zk
+
+    @classmethod
+    async def connect(cls, zk_hosts: str, ledgers_root: str = "/ledgers", *, policy=None,
+                      session_timeout_ms: int = 10000) -> "BookKeeper":
+        """Open a ZooKeeper session and start watching bookies.
+
+        Raises:
+            ZooKeeperError: naming the connect string when ZooKeeper cannot be reached.
+        """
+        zk = await ZkClient(zk_hosts, session_timeout_ms=session_timeout_ms).start()
+        bk = cls(zk, Paths(ledgers_root), policy=policy, own_zk=True)
+        await bk.start()
+        return bk
+
+    async def start(self) -> "BookKeeper":
+        self.watcher = BookieWatcher(self.zk, self.paths)
+        self.watcher.add_listener(lambda w, r: self.policy.on_cluster_changed(set(w), set(r)))
+        await self.watcher.start()
+        return self
+
+    async def close(self) -> None:
+        if self.watcher:
+            await self.watcher.stop()
+        if self._own_bookies:
+            await self.bookies.close()
+        if self._own_zk:
+            await self.zk.stop()
+
+    async def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2, *,
+                            digest: str = "CRC32C", password: bytes = b"", custom_metadata: dict[str, bytes] | None = None
+                            ) -> LedgerHandle:
+        """Create a ledger whose ensemble comes from the placement policy.
+
+        Raises:
+            NotEnoughBookiesError: fewer writable bookies than ``ensemble_size``.
+            ValueError: bad quorum sizes or digest name.
+        """
+        if digest.upper() not in ("CRC32C",):
+            raise ValueError(f"unsupported digest {digest!r}: this client writes CRC32C entries")
+        result = self.policy.new_ensemble(ensemble_size, write_quorum, ack_quorum, frozenset(), custom_metadata)
+        md = LedgerMetadata(
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            segments=(Segment(0, tuple(result.ensemble)),),
+            state=LedgerState.OPEN,
+            digest_type=DigestType.CRC32C,
+            password=password or os.urandom(16),
+            ctime=now_ms(),
+            custom_metadata=dict(custom_metadata or {}),
+        )
+        for _ in range(10):
+            ledger_id = await self.ledgers.new_ledger_id()
+            try:
+                version = await self.ledgers.create(ledger_id, md)
+                return LedgerHandle(self, ledger_id, md, version)
+            except NodeExistsError:
+                continue
+        raise RuntimeError("could not allocate a free ledger id after 10 attempts")
+
+    async def open_ledger(self, ledger_id: int, *, recovery: bool = False) -> ReadHandle:
+        """Open a ledger for reading.
+
+        Without recovery an open ledger is readable up to the LAC reported by its last ensemble's
+        bookies. With ``recovery=True`` the ledger is fenced, its tail recovered, and it is closed
+        (upstream openLedger vs openLedgerNoRecovery).
+
+        Raises:
+            NoSuchLedgerError, LedgerRecoveryError.
+        """
+        if recovery:
+            md, version = await recover_ledger(self, ledger_id)
+            return ReadHandle(self, ledger_id, md, version, md.last_entry_id)
+        md, version = await self.ledgers.read(ledger_id)
+        if md.state == LedgerState.CLOSED:
+            return ReadHandle(self, ledger_id, md, version, md.last_entry_id)
+        return ReadHandle(self, ledger_id, md, version, await self.read_lac(ledger_id, md))
+
+    async def read_lac(self, ledger_id: int, md: LedgerMetadata) -> int:
+        """Highest LAC reported by the last ensemble's bookies (-1 when none answers)."""
+
+        async def one(b: str) -> int:
+            try:
+                return await self.bookies.read_lac(b, ledger_id)
+            except BookieError:
+                return -1
+
+        lacs = await asyncio.gather(*(one(b) for b in md.last_ensemble))
+        return max([-1, *lacs])
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Delete the ledger's metadata (bookies garbage-collect the data later).
+
+        Raises:
+            NoSuchLedgerError.
+        """
+        await self.ledgers.delete(ledger_id)
+
+
+__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle", "NoSuchLedgerError", "NotEnoughBookiesError"]

@@ -1,0 +1,225 @@
+"""Writing ledgers: striped adds with ack quorum, ensemble changes, close (EDGE).
+
+Source: upstream ``LedgerHandle``, ``PendingAddOp`` and ``LedgerHandle.handleBookieFailure``. Entry ``e``
+goes to the write set ``(e + k) mod E, k < WQ`` of the ensemble of the segment that holds ``e``; the add
+is acknowledged when AQ bookies answered *and* every earlier entry is acknowledged (adds complete in
+order, and the LAC only moves forward over acknowledged entries).
+
+When a bookie fails, the handle makes an ensemble change: the placement policy picks a replacement,
+a new segment starting at ``LAC + 1`` is CAS-written to the metadata, and every pending entry that the
+failed index had not acknowledged is re-sent to the new bookie. An EFENCED answer, or metadata that is
+no longer OPEN, means a recovery took the ledger over: every pending and later add fails with
+:class:`LedgerFencedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING
+
+import structlog
+
+from autorecovery.errors import (
+    BookieError,
+    LedgerClosedError,
+    LedgerFencedError,
+    NotEnoughBookiesError,
+    WriteError,
+)
+from autorecovery.ledger.digest import pack_entry
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
+
+if TYPE_CHECKING:
+    from autorecovery.client.bookkeeper import BookKeeper
+
+log = structlog.get_logger("autorecovery.client")
+
+
+@dataclasses.dataclass
+class _PendingAdd:
+    entry_id: int
+    body: bytes
+    length: int
+    acked: set[int] = dataclasses.field(default_factory=set)
+    done: asyncio.Future | None = None
+    failed: BaseException | None = None
+
+
+class LedgerHandle:
+    """A writable ledger handle (also used, in recovery mode, to re-write recovered entries).
+
+    Attributes:
+        ledger_id: the ledger id. metadata/version: the latest metadata and znode version seen.
+        lac: last add confirmed (-1 when nothing is confirmed). length: cumulative payload bytes.
+    """
+
+    def __init__(self, bk: "BookKeeper", ledger_id: int, metadata: LedgerMetadata, version: int,
+                 *, recovery: bool = False, last_entry_id: int = -1, length: int = 0) -> None:
+        self.bk = bk
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.version = version
+        self.recovery = recovery
+        self.lac = last_entry_id
+        self.last_pushed = last_entry_id
+        self.length = length
+        self.confirmed_length = length
+        self._pending: dict[int, _PendingAdd] = {}
+        self._change_lock = asyncio.Lock()
+        self._failed_bookies: set[str] = set()
+        self._error: BaseException | None = None
+        self._closed = False
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def master_key(self) -> bytes:
+        return self.metadata.password
+
+    def _check_writable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+
+    async def add_entry(self, payload: bytes) -> int:
+        """Append ``payload``; returns its entry id once AQ bookies acknowledged it (in order).
+
+        Raises:
+            LedgerFencedError: the ledger was fenced by a recovery.
+            LedgerClosedError: the handle is closed.
+            NotEnoughBookiesError / WriteError: no replacement bookie could be found.
+        """
+        self._check_writable()
+        entry_id = self.last_pushed + 1
+        self.last_pushed = entry_id
+        self.length += len(payload)
+        await self._add(entry_id, payload, self.length)
+        return entry_id
+
+    async def _add(self, entry_id: int, payload: bytes, length: int) -> None:
+        body = pack_entry(self.ledger_id, entry_id, self.lac, length, payload)
+        op = _PendingAdd(entry_id, body, length, done=asyncio.get_running_loop().create_future())
+        self._pending[entry_id] = op
+        md = self.metadata
+        for idx in write_set(entry_id, md.ensemble_size, md.write_quorum):
+            t = asyncio.ensure_future(self._send(op, idx))
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+        await op.done
+
+    async def _send(self, op: _PendingAdd, idx: int) -> None:
+        attempts = 0
+        while op.failed is None:
+            seg_index = self.metadata.segment_index_at(op.entry_id)
+            bookie = self.metadata.segments[seg_index].ensemble[idx]
+            if bookie in self._failed_bookies and seg_index < len(self.metadata.segments) - 1:
+                return  # the entry stays in an older segment with a failed bookie (under-replicated)
+            try:
+                await self.bk.bookies.add_entry(bookie, self.ledger_id, op.entry_id, self.master_key, op.body,
+                                                recovery=self.recovery)
+                op.acked.add(idx)
+                self._advance()
+                return
+            except LedgerFencedError as exc:
+                self._fail_all(LedgerFencedError(bookie, "EFENCED", f"ledger {self.ledger_id} is fenced"))
+                return
+            except BookieError as exc:
+                attempts += 1
+                log.warning("bookie write failed", ledger_id=self.ledger_id, entry_id=op.entry_id,
+                            bookie_id=bookie, status=exc.status)
+                try:
+                    await self._handle_bookie_failure(idx, bookie)
+                except Exception as change_exc:  # noqa: BLE001 - fails the handle
+                    self._fail_all(change_exc)
+                    return
+                if attempts > 20:
+                    self._fail_all(WriteError(f"ledger {self.ledger_id} entry {op.entry_id}: gave up after {attempts} bookie failures"))
+                    return
+
+    def _advance(self) -> None:
+        aq = self.metadata.ack_quorum
+        while True:
+            op = self._pending.get(self.lac + 1)
+            if op is None or len(op.acked) < aq:
+                return
+            self.lac = op.entry_id
+            self.confirmed_length = op.length
+            if not op.done.done():
+                op.done.set_result(op.entry_id)
+            # keep the op until every write-set member answered or gave up; drop it from the head
+            del self._pending[op.entry_id]
+
+    def _fail_all(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        for op in list(self._pending.values()):
+            op.failed = exc
+            if not op.done.done():
+                op.done.set_exception(exc)
+        self._pending.clear()
+
+    async def _handle_bookie_failure(self, idx: int, failed: str) -> None:
+        """Replace ``failed`` at ensemble index ``idx`` with a new segment starting at LAC+1."""
+        async with self._change_lock:
+            if self.metadata.last_ensemble[idx] != failed:
+                return  # someone already replaced it
+            self._failed_bookies.add(failed)
+            md = self.metadata
+            try:
+                result = self.bk.policy.replace_bookie(
+                    md.ensemble_size, md.write_quorum, md.ack_quorum, list(md.last_ensemble), failed,
+                    exclude=frozenset(self._failed_bookies), custom_metadata=md.custom_metadata,
+                )
+            except NotEnoughBookiesError as exc:
+                raise NotEnoughBookiesError(
+                    f"ledger {self.ledger_id}: no bookie to replace {failed}: {exc}"
+                ) from exc
+            new_bookie = result.bookie
+            first = self.lac + 1
+            new_ensemble = list(md.last_ensemble)
+            new_ensemble[idx] = new_bookie
+            allowed = (LedgerState.IN_RECOVERY,) if self.recovery else (LedgerState.OPEN,)
+
+            def transform(cur: LedgerMetadata) -> LedgerMetadata | None:
+                if cur.state not in allowed:
+                    raise LedgerFencedError(failed, "EFENCED", f"ledger {self.ledger_id} is now {cur.state.name}")
+                ens = list(cur.last_ensemble)
+                if ens[idx] != failed:
+                    return None
+                return cur.with_new_segment(max(first, cur.segments[-1].first_entry_id), tuple(new_ensemble))
+
+            self.metadata, self.version = await self.bk.ledgers.update(
+                self.ledger_id, transform, current=(self.metadata, self.version))
+            log.info("ensemble changed", ledger_id=self.ledger_id, bookie_id=failed, replacement=new_bookie,
+                     first_entry_id=first)
+
+    async def close(self) -> LedgerMetadata:
+        """Wait for pending adds, then CAS the metadata to CLOSED with lastEntryId = LAC and length.
+
+        Raises:
+            LedgerFencedError: the ledger was recovered by someone else to a different last entry.
+        """
+        if self._closed:
+            return self.metadata
+        pending = [op.done for op in self._pending.values()]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._closed = True
+        last, length = self.lac, self.confirmed_length
+        from_state = (LedgerState.IN_RECOVERY,) if self.recovery else (LedgerState.OPEN,)
+
+        def transform(cur: LedgerMetadata) -> LedgerMetadata | None:
+            if cur.state == LedgerState.CLOSED:
+                if cur.last_entry_id == last:
+                    return None
+                raise LedgerFencedError("?", "EFENCED", f"ledger {self.ledger_id} was closed by another client at entry {cur.last_entry_id}")
+            if cur.state not in from_state:
+                raise LedgerFencedError("?", "EFENCED", f"ledger {self.ledger_id} is {cur.state.name}")
+            return dataclasses.replace(cur, state=LedgerState.CLOSED, last_entry_id=last, length=length)
+
+        self.metadata, self.version = await self.bk.ledgers.update(
+            self.ledger_id, transform, current=(self.metadata, self.version))
+        for t in list(self._tasks):
+            t.cancel()
+        return self.metadata

@@ -1,0 +1,213 @@
+"""Ledger metadata in ZooKeeper: cluster format, id generation, read, create, CAS update, scan (EDGE).
+
+Source: upstream ``HierarchicalLedgerManager``, ``ZkLedgerIdGenerator``/``LongZkLedgerIdGenerator``,
+``MetadataUpdateLoop`` and the ``metaformat`` shell command. Every update is a read-modify-write on the
+znode version: never a blind overwrite. A malformed znode raises :class:`MalformedMetadataError` naming
+its path; :meth:`LedgerStore.scan` skips it and counts it in ``malformed``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from autorecovery.errors import BadVersionError as _OurBadVersion
+from autorecovery.errors import MalformedMetadataError, NoSuchLedgerError
+from autorecovery.ledger import formats
+from autorecovery.ledger.ids import (
+    LONG_ID_THRESHOLD,
+    is_ledger_leaf_name,
+    is_ledger_level_name,
+    ledger_id_from_path,
+)
+from autorecovery.ledger.metadata import LedgerMetadata
+from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, ZkClient
+from autorecovery.zk.paths import LAYOUT_DATA, UR_LAYOUT_TEXT, Paths
+
+#: Znodes directly under the ledgers root that are not part of the ledger tree.
+RESERVED = {"LAYOUT", "INSTANCEID", "available", "cookies", "idgen", "idgen-long", "underreplication", "ledgers"}
+
+Versioned = tuple[LedgerMetadata, int]
+
+
+async def init_cluster(zk: ZkClient, paths: Paths) -> bool:
+    """Format the cluster metadata if it is not yet (upstream ``shell metaformat`` without -force).
+
+    Creates the root, ``LAYOUT``, ``INSTANCEID`` (a random UUID), ``available``, ``available/readonly``,
+    ``cookies`` and the under-replication ``LAYOUT``. Returns True when it formatted, False when the
+    cluster was already formatted (nothing is overwritten).
+    """
+    await zk.ensure_path(paths.root)
+    formatted = False
+    try:
+        await zk.create(paths.layout, LAYOUT_DATA)
+        formatted = True
+    except NodeExistsError:
+        pass
+    try:
+        await zk.create(paths.instance_id, str(uuid.uuid4()).encode())
+    except NodeExistsError:
+        pass
+    for p in (paths.available, paths.readonly, paths.cookies, paths.underreplication, paths.ur_ledgers, paths.ur_locks):
+        await zk.ensure_path(p)
+    try:
+        await zk.create(paths.ur_layout, UR_LAYOUT_TEXT)
+    except NodeExistsError:
+        pass
+    return formatted
+
+
+class LedgerStore:
+    """Ledger metadata CRUD on ZooKeeper, hierarchical layout under ``paths.root``.
+
+    Args:
+        zk: a started :class:`ZkClient`.
+        paths: the cluster's znode paths.
+    """
+
+    def __init__(self, zk: ZkClient, paths: Paths) -> None:
+        self.zk = zk
+        self.paths = paths
+        self.malformed = 0
+
+    async def new_ledger_id(self) -> int:
+        """Allocate a new ledger id (upstream ZkLedgerIdGenerator: the sequence number of an
+        ephemeral-sequential ``idgen/ID-`` znode, deleted right after)."""
+        created = await self.zk.create(f"{self.paths.idgen}/ID-", b"", ephemeral=True, sequence=True, makepath=True)
+        try:
+            await self.zk.delete(created)
+        except NoNodeError:
+            pass
+        ledger_id = int(created.rsplit("ID-", 1)[1])
+        if ledger_id >= LONG_ID_THRESHOLD:  # pragma: no cover - needs 2^31 ids
+            raise RuntimeError("ledger id space of idgen exhausted; long id generator not configured")
+        return ledger_id
+
+    async def create(self, ledger_id: int, md: LedgerMetadata) -> int:
+        """Create the metadata znode; returns its version (0).
+
+        Raises:
+            NodeExistsError: the ledger id is taken.
+        """
+        await self.zk.create(self.paths.ledger(ledger_id), formats.serialize(md), makepath=True)
+        return 0
+
+    async def read(self, ledger_id: int) -> Versioned:
+        """Read ``(metadata, znode version)``.
+
+        Raises:
+            NoSuchLedgerError: naming the ledger id and path.
+            MalformedMetadataError: naming the path.
+        """
+        path = self.paths.ledger(ledger_id)
+        try:
+            data, stat = await self.zk.get(path)
+        except NoNodeError as exc:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist ({path})") from exc
+        return formats.deserialize(data, path), stat.version
+
+    async def write(self, ledger_id: int, md: LedgerMetadata, version: int) -> int:
+        """Write ``md`` if the znode is still at ``version``; returns the new version.
+
+        Raises:
+            autorecovery.errors.BadVersionError: the znode changed since ``version`` was read.
+            NoSuchLedgerError: the ledger was deleted.
+        """
+        path = self.paths.ledger(ledger_id)
+        try:
+            stat = await self.zk.set(path, formats.serialize(md), version)
+        except BadVersionError as exc:
+            raise _OurBadVersion(f"metadata of ledger {ledger_id} at {path} changed (expected version {version})") from exc
+        except NoNodeError as exc:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist ({path})") from exc
+        return stat.version
+
+    async def update(
+        self,
+        ledger_id: int,
+        transform: Callable[[LedgerMetadata], LedgerMetadata | None],
+        *,
+        current: Versioned | None = None,
+        max_attempts: int = 50,
+    ) -> Versioned:
+        """Read-modify-CAS loop (upstream MetadataUpdateLoop).
+
+        ``transform(md)`` returns the new metadata, or None when no update is needed any more (the
+        predicate of upstream's loop). On a version race the metadata is re-read and ``transform`` runs
+        again on the latest value. Returns the final ``(metadata, version)``.
+
+        Raises:
+            NoSuchLedgerError, MalformedMetadataError, and BadVersionError after ``max_attempts`` races.
+        """
+        md, version = current if current is not None else await self.read(ledger_id)
+        for _ in range(max_attempts):
+            new = transform(md)
+            if new is None:
+                return md, version
+            try:
+                version = await self.write(ledger_id, new, version)
+                return new, version
+            except _OurBadVersion:
+                md, version = await self.read(ledger_id)
+        raise _OurBadVersion(f"gave up updating ledger {ledger_id} after {max_attempts} version races")
+
+    async def delete(self, ledger_id: int, version: int = -1) -> None:
+        """Delete the ledger's metadata znode.
+
+        Raises:
+            NoSuchLedgerError: it does not exist.
+        """
+        path = self.paths.ledger(ledger_id)
+        try:
+            await self.zk.delete(path, version)
+        except NoNodeError as exc:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist ({path})") from exc
+
+    async def list_ledger_ids(self) -> list[int]:
+        """All ledger ids, ascending, from a walk of the hierarchy (short tree, then long tree).
+
+        Costs one ``getChildren`` per intermediate znode; no metadata reads.
+        """
+        out: list[int] = []
+
+        async def walk(path: str, depth: int) -> None:
+            try:
+                children = await self.zk.get_children(path)
+            except NoNodeError:
+                return
+            for name in sorted(children):
+                if depth == 0 and name in RESERVED:
+                    continue
+                child = f"{path}/{name}"
+                if is_ledger_leaf_name(name):
+                    try:
+                        out.append(ledger_id_from_path(self.paths.root, child))
+                    except ValueError:
+                        continue
+                elif is_ledger_level_name(name) and depth < 4:
+                    await walk(child, depth + 1)
+
+        await walk(self.paths.root, 0)
+        return sorted(out)
+
+    async def scan(self) -> AsyncIterator[tuple[int, LedgerMetadata, int]]:
+        """Yield ``(ledger_id, metadata, version)`` for every readable ledger, ascending.
+
+        Deleted-while-scanning ledgers are skipped; malformed znodes are skipped and counted in
+        ``self.malformed``.
+        """
+        for ledger_id in await self.list_ledger_ids():
+            try:
+                md, version = await self.read(ledger_id)
+            except NoSuchLedgerError:
+                continue
+            except MalformedMetadataError:
+                self.malformed += 1
+                continue
+            yield ledger_id, md, version
+
+
+def now_ms() -> int:
+    """Wall-clock time in ms since the epoch (metadata ctime)."""
+    return int(time.time() * 1000)
