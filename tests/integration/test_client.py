@@ -1,0 +1,196 @@
+"""The ledger client on a real cluster: ZooKeeper + bookie processes that get killed.
+
+Scenarios from the foundation issue: round trip with a bookie killed mid-write (ensemble change),
+fencing by a recovery open, fallback on a corrupted replica, bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.errors import BookieError, LedgerFencedError, MalformedMetadataError, NoSuchLedgerError
+from autorecovery.ledger.metadata import LedgerState
+from autorecovery.workload import entry_size, payload
+
+pytestmark = pytest.mark.integration
+
+
+async def _connect(cluster) -> BookKeeper:
+    bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
+    ok = await bk.watcher.wait_until(lambda w: len(w.writable) == len(cluster.bookies), 10)
+    assert ok, f"bookies not all registered: {bk.watcher.writable}"
+    return bk
+
+
+def test_round_trip_with_bookie_killed_mid_write(cluster_factory):
+    cluster = cluster_factory(bookies=4)
+
+    async def go():
+        bk = await _connect(cluster)
+        try:
+            lh = await bk.create_ledger(3, 2, 2)
+            ensemble = list(lh.metadata.last_ensemble)
+            victim = cluster.bookie_ids().index(ensemble[1])
+            sizes = {}
+            for e in range(1000):
+                size = entry_size(300, e, mixed=True)
+                sizes[e] = size
+                if e == 400:
+                    cluster.kill_bookie(victim, signal.SIGKILL)
+                assert await lh.add_entry(payload(9, lh.ledger_id, e, size)) == e
+            md = await lh.close()
+            assert md.state == LedgerState.CLOSED and md.last_entry_id == 999
+            assert md.length == sum(sizes.values())
+            assert len(md.segments) == 2, md.segments
+            assert ensemble[1] not in md.segments[1].ensemble
+            assert 0 < md.segments[1].first_entry_id <= 401
+            rh = await bk.open_ledger(lh.ledger_id)
+            entries = await rh.read_entries(0, 999)
+            assert [x.entry_id for x in entries] == list(range(1000))
+            for x in entries:
+                assert x.payload == payload(9, lh.ledger_id, x.entry_id, sizes[x.entry_id])
+            assert rh.digest_errors == []
+        finally:
+            await bk.close()
+
+    asyncio.run(go())
+
+
+def test_recovery_open_fences_active_writer(cluster_factory):
+    cluster = cluster_factory(bookies=3)
+
+    async def go():
+        writer = await _connect(cluster)
+        reader = await _connect(cluster)
+        try:
+            lh = await writer.create_ledger(3, 2, 2)
+            for e in range(20):
+                await lh.add_entry(b"x%d" % e)
+            rh = await reader.open_ledger(lh.ledger_id, recovery=True)
+            assert rh.metadata.state == LedgerState.CLOSED
+            assert rh.metadata.last_entry_id == 19
+            with pytest.raises(LedgerFencedError):
+                await lh.add_entry(b"late")
+            got = await rh.read_entries(0, 19)
+            assert [x.payload for x in got] == [b"x%d" % e for e in range(20)]
+            md, _ = await reader.ledgers.read(lh.ledger_id)
+            assert md.state == LedgerState.CLOSED and md.last_entry_id == 19
+        finally:
+            await writer.close()
+            await reader.close()
+
+    asyncio.run(go())
+
+
+def test_recovery_of_open_ledger_without_close_and_dead_bookie(cluster_factory):
+    cluster = cluster_factory(bookies=4)
+
+    async def go():
+        bk = await _connect(cluster)
+        try:
+            lh = await bk.create_ledger(3, 3, 2)
+            for e in range(10):
+                await lh.add_entry(b"e%d" % e)
+            dead = lh.metadata.last_ensemble[0]
+            cluster.kill_bookie(cluster.bookie_ids().index(dead))
+            rh = await bk.open_ledger(lh.ledger_id, recovery=True)
+            assert rh.metadata.state == LedgerState.CLOSED
+            assert rh.metadata.last_entry_id == 9
+            assert [x.payload for x in await rh.read_entries(0, 9)] == [b"e%d" % e for e in range(10)]
+        finally:
+            await bk.close()
+
+    asyncio.run(go())
+
+
+def _corrupt_entry(data_dir: Path, ledger_id: int, entry_id: int) -> None:
+    dbs = list(data_dir.rglob("*.db")) + list(data_dir.rglob("*.sqlite"))
+    assert dbs, f"no sqlite file under {data_dir}"
+    hit = 0
+    for db in dbs:
+        con = sqlite3.connect(db)
+        try:
+            tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
+            for t in tables:
+                cols = [r[1] for r in con.execute(f"pragma table_info({t})")]
+                if {"ledger_id", "entry_id"} <= set(cols):
+                    body_col = next(c for c in cols if c not in ("ledger_id", "entry_id"))
+                    row = con.execute(f"select {body_col} from {t} where ledger_id=? and entry_id=?",
+                                      (ledger_id, entry_id)).fetchone()
+                    if row:
+                        body = bytearray(row[0])
+                        body[-1] ^= 0xFF
+                        con.execute(f"update {t} set {body_col}=? where ledger_id=? and entry_id=?",
+                                    (bytes(body), ledger_id, entry_id))
+                        con.commit()
+                        hit += 1
+        finally:
+            con.close()
+    assert hit, f"entry {ledger_id}/{entry_id} not found in {dbs}"
+
+
+def test_corrupted_replica_falls_back_and_reports(cluster_factory):
+    cluster = cluster_factory(bookies=3)
+
+    async def go():
+        bk = await _connect(cluster)
+        try:
+            lh = await bk.create_ledger(3, 3, 3)
+            for e in range(5):
+                await lh.add_entry(b"payload-%d" % e)
+            await lh.close()
+            first = lh.metadata.ensemble_at(2)[2 % 3]  # first replica tried for entry 2
+            i = cluster.bookie_ids().index(first)
+            cluster.kill_bookie(i, signal.SIGTERM)
+            _corrupt_entry(Path(cluster.bookies[i].data_dir), lh.ledger_id, 2)
+            cluster.start_bookie(i)
+            await bk.watcher.wait_until(lambda w: first in w.writable, 10)
+            rh = await bk.open_ledger(lh.ledger_id)
+            got = await rh.read_entries(0, 4)
+            assert [x.payload for x in got] == [b"payload-%d" % e for e in range(5)]
+            assert [(e, b) for e, b, _ in rh.digest_errors] == [(2, first)]
+        finally:
+            await bk.close()
+
+    asyncio.run(go())
+
+
+def test_bad_input_errors(cluster_factory):
+    cluster = cluster_factory(bookies=3)
+
+    async def go():
+        bk = await _connect(cluster)
+        try:
+            b0 = cluster.bookie_id(0)
+            with pytest.raises(BookieError) as ei:
+                await bk.bookies.read_entry(b0, 987654, 0)
+            assert ei.value.status == "ENOLEDGER"
+            lh = await bk.create_ledger(3, 3, 3, password=b"right")
+            await lh.add_entry(b"a")
+            from autorecovery.ledger.digest import pack_entry
+
+            with pytest.raises(BookieError) as ei:
+                await bk.bookies.add_entry(b0, lh.ledger_id, 1, b"wrong", pack_entry(lh.ledger_id, 1, 0, 2, b"b"))
+            assert ei.value.status == "EUA"
+            big = pack_entry(lh.ledger_id, 1, 0, 6 << 20, b"z" * (6 << 20))
+            with pytest.raises(BookieError) as ei:
+                await bk.bookies.add_entry(b0, lh.ledger_id, 1, b"right", big)
+            assert ei.value.status == "EBADREQ"
+            with pytest.raises(NoSuchLedgerError, match="ledger 424242"):
+                await bk.open_ledger(424242)
+            path = bk.paths.ledger(555)
+            await bk.zk.create(path, b"BookieMetadataFormatVersion\t3\n\x05garbage", makepath=True)
+            with pytest.raises(MalformedMetadataError, match=path):
+                await bk.ledgers.read(555)
+            seen = [lid async for lid, _, _ in bk.ledgers.scan()]
+            assert 555 not in seen and lh.ledger_id in seen and bk.ledgers.malformed == 1
+        finally:
+            await bk.close()
+
+    asyncio.run(go())
