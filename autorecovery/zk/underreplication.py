@@ -1,0 +1,683 @@
+"""Under-replicated ledger markers, worker locks and the AutoRecovery switches on ZooKeeper (EDGE).
+
+Upstream ``ZkLedgerUnderreplicationManager``, byte for byte on the znodes (``R`` = ledgers root):
+
+* ``R/underreplication/LAYOUT``: text ``LedgerRereplicationLayoutFormat`` ``type: "BASIC" version: 1``;
+  any other content refuses to start (:class:`CompatibilityError`).
+* markers ``R/underreplication/ledgers/{4 levels of 4 lowercase hex digits}/urL{id:010d}`` holding the
+  *text* ``UnderreplicatedLedgerFormat`` (``replica: "<bookie id>"`` lines, ``ctime: <ms>``);
+* locks ``R/underreplication/locks/urL{id:010d}``: EPHEMERAL, text ``LockDataFormat`` with this host's
+  name (upstream uses the machine host name, not the bookie id);
+* ``R/underreplication/disable``: present = AutoRecovery disabled;
+* ``R/underreplication/lostBookieRecoveryDelay``: decimal ASCII seconds (the znode wins over config);
+* ``checkallledgersctime``, ``placementpolicycheckctime``, ``replicascheckctime``: *binary* protobuf,
+  field 1 = ms since the epoch.
+
+Better than upstream:
+
+* :meth:`UnderreplicationManager.mark_many` writes markers in ZooKeeper ``multi`` batches (the parent
+  level and the marker in one transaction; upstream issues one create per ledger, #3541);
+* the acquire walk reads the hierarchy through a watch-invalidated cache (upstream's SubTreeCache) and
+  lets the caller *order* candidates (priority) instead of a random walk only;
+* :meth:`get_ledger_to_rereplicate` waits on watches, never polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+
+import structlog
+from google.protobuf import text_format
+from google.protobuf.message import DecodeError
+
+from autorecovery.errors import CompatibilityError, UnavailableError
+from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
+from autorecovery.proto import bookkeeper_formats_pb2 as pb
+from autorecovery.zk.bridge import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    Op,
+    SessionEvent,
+    ZkClient,
+)
+from autorecovery.zk.paths import UR_LAYOUT_TEXT, Paths
+
+log = structlog.get_logger("autorecovery.underreplication")
+
+#: Values of ``which`` for the ctime znodes, mapped to (Paths attribute, protobuf message, field).
+CTIME_KINDS = {
+    "checkallledgers": ("check_all_ledgers_ctime", pb.CheckAllLedgersFormat, "checkAllLedgersCTime"),
+    "placementpolicycheck": ("placement_policy_check_ctime", pb.PlacementPolicyCheckFormat, "placementPolicyCheckCTime"),
+    "replicascheck": ("replicas_check_ctime", pb.ReplicasCheckFormat, "replicasCheckCTime"),
+}
+
+#: ctime of a marker written without one (upstream UnderreplicatedLedger.UNASSIGNED_CTIME).
+UNASSIGNED_CTIME = -1
+
+#: Operations per ZooKeeper multi in :meth:`UnderreplicationManager.mark_many` (each marker costs 2:
+#: its own hex leaf level and the marker; jute's 1 MB packet limit is far away at ~100 bytes per op).
+MULTI_BATCH_OPS = 1000
+
+
+@dataclass(frozen=True)
+class UnderreplicatedLedger:
+    """One marker: ledger id, missing replicas (bookie ids), ctime in ms (-1 when absent), znode version."""
+
+    ledger_id: int
+    replicas: list[str] = field(default_factory=list)
+    ctime: int = UNASSIGNED_CTIME
+    version: int = -1
+
+
+def encode_marker(replicas: Iterable[str], ctime_ms: int | None) -> bytes:
+    """Text ``UnderreplicatedLedgerFormat``: ``replica: "a"`` lines then ``ctime: <ms>`` when given."""
+    m = pb.UnderreplicatedLedgerFormat()
+    m.replica.extend(replicas)
+    if ctime_ms is not None:
+        m.ctime = ctime_ms
+    return text_format.MessageToString(m).encode()
+
+
+def decode_marker(data: bytes, path: str = "?") -> pb.UnderreplicatedLedgerFormat:
+    """Parse a marker's text format.
+
+    Raises:
+        CompatibilityError: naming the path when the data is not a text UnderreplicatedLedgerFormat.
+    """
+    m = pb.UnderreplicatedLedgerFormat()
+    try:
+        text_format.Parse(data.decode(), m)
+    except (text_format.ParseError, UnicodeDecodeError) as exc:
+        raise CompatibilityError(f"under-replication marker {path} is not a text UnderreplicatedLedgerFormat: {exc}") from exc
+    return m
+
+
+def encode_ctime(which: str, ms: int) -> bytes:
+    """Binary ctime znode body: ``0x08`` + varint(ms)."""
+    _, cls, fname = CTIME_KINDS[which]
+    m = cls()
+    setattr(m, fname, ms)
+    return m.SerializeToString()
+
+
+def decode_ctime(which: str, data: bytes) -> int:
+    _, cls, fname = CTIME_KINDS[which]
+    m = cls()
+    try:
+        m.ParseFromString(data)
+    except DecodeError:
+        return -1
+    return getattr(m, fname) if m.HasField(fname) else -1
+
+
+def _text(msg) -> bytes:
+    return text_format.MessageToString(msg).encode()
+
+
+class UnderreplicationManager:
+    """Upstream ``LedgerUnderreplicationManager`` on ZooKeeper, shared by the Auditor and the worker.
+
+    Args:
+        zk: a started :class:`ZkClient`.
+        paths: the cluster's znode paths.
+        store_ctime: write ``ctime`` into markers (``storeSystemTimeAsLedgerUnderreplicatedMarkTime``).
+        lock_owner: data of the lock znodes (upstream: the machine host name).
+        now_ms: wall clock in ms since the epoch (injectable for tests).
+
+    Attributes:
+        held: ledger id → marker version seen at acquire, for every lock this instance holds.
+
+    Errors: ``CompatibilityError`` (bad layout), ``UnavailableError`` (enable/disable/trigger refused),
+    :class:`autorecovery.errors.ZooKeeperError` for other ZooKeeper failures.
+    """
+
+    def __init__(self, zk: ZkClient, paths: Paths, *, store_ctime: bool = True,
+                 lock_owner: str | None = None, now_ms: Callable[[], int] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.zk = zk
+        self.paths = paths
+        self.store_ctime = store_ctime
+        self.lock_owner = lock_owner if lock_owner is not None else socket.gethostname()
+        self._now_ms = now_ms or (lambda: int(time.time() * 1000))
+        self._rng = rng or random.Random()
+        self.held: dict[int, int] = {}
+        # acquire-walk cache: znode path → children, dropped when a child watch fires
+        self._cache: dict[str, list[str]] = {}
+        self._changed = asyncio.Event()
+        self._session_q: asyncio.Queue | None = None
+        self._session_task: asyncio.Task | None = None
+        self._known_dirs: set[str] = set()  # upper hex levels known to exist (mark_many)
+        self.ops_multi = 0  # successful multi transactions (benchmarks report it)
+
+    # -- set-up ---------------------------------------------------------------------------------
+    async def init(self) -> None:
+        """Create (or validate) ``underreplication``, its ``LAYOUT``, ``ledgers/`` and ``locks/``.
+
+        Raises:
+            CompatibilityError: naming the LAYOUT znode when it holds another type/version or garbage.
+        """
+        await self.zk.ensure_path(self.paths.underreplication)
+        try:
+            await self.zk.create(self.paths.ur_layout, UR_LAYOUT_TEXT)
+        except NodeExistsError:
+            data, _ = await self.zk.get(self.paths.ur_layout)
+            m = pb.LedgerRereplicationLayoutFormat()
+            try:
+                text_format.Parse(data.decode(), m)
+            except (text_format.ParseError, UnicodeDecodeError) as exc:
+                raise CompatibilityError(f"{self.paths.ur_layout}: unreadable layout {data!r}: {exc}") from exc
+            if m.type != "BASIC" or m.version != 1:
+                raise CompatibilityError(
+                    f"{self.paths.ur_layout}: layout type {m.type!r} version {m.version} is not supported"
+                    ' (expected type: "BASIC" version: 1)'
+                )
+        await self.zk.ensure_path(self.paths.ur_ledgers)
+        await self.zk.ensure_path(self.paths.ur_locks)
+        if self._session_task is None:
+            self._session_q = self.zk.session_events()
+            self._session_task = asyncio.ensure_future(self._on_session())
+
+    async def _on_session(self) -> None:
+        assert self._session_q is not None
+        while True:
+            ev = await self._session_q.get()
+            # after a reconnect or a new session our watch-based cache may be stale
+            self._cache.clear()
+            self._changed.set()
+            if ev == SessionEvent.LOST:
+                self.held.clear()  # ephemeral locks died with the session
+
+    async def close(self) -> None:
+        """Release every held lock (upstream close()) and stop listening to session events."""
+        try:
+            await self.release_all()
+        finally:
+            if self._session_task is not None:
+                self._session_task.cancel()
+                self._session_task = None
+            if self._session_q is not None:
+                self.zk.unsubscribe(self._session_q)
+                self._session_q = None
+
+    def _ctime(self) -> int | None:
+        return self._now_ms() if self.store_ctime else None
+
+    # -- marking --------------------------------------------------------------------------------
+    async def mark_underreplicated(self, ledger_id: int, replicas: Iterable[str]) -> None:
+        """Mark ``ledger_id`` under-replicated, merging ``replicas`` into an existing marker.
+
+        Idempotent: nothing is written when every replica is already listed (ctime unchanged).
+        Retries on BadVersion (concurrent merge) and NoNode (concurrent delete).
+        """
+        await self._mark_one(ledger_id, list(dict.fromkeys(replicas)))
+
+    async def _mark_one(self, ledger_id: int, replicas: list[str]) -> int:
+        path = self.paths.ur_marker(ledger_id)
+        while True:
+            try:
+                await self.zk.create(path, encode_marker(replicas, self._ctime()), makepath=True)
+                return 1
+            except NodeExistsError:
+                pass
+            try:
+                data, stat = await self.zk.get(path)
+            except NoNodeError:
+                continue
+            cur = decode_marker(data, path)
+            have = list(cur.replica)
+            new = [r for r in replicas if r not in have]
+            if not new:
+                return 0
+            ctime = self._ctime()
+            body = encode_marker(have + new, ctime if ctime is not None else (cur.ctime if cur.HasField("ctime") else None))
+            try:
+                await self.zk.set(path, body, stat.version)
+                return 1
+            except (BadVersionError, NoNodeError):
+                continue
+
+    async def mark_many(self, marks: dict[int, list[str]], *, concurrency: int = 64) -> int:
+        """Mark many ledgers at once; returns the number of znode writes (creates and sets).
+
+        Markers that do not exist yet are created in ZooKeeper ``multi`` transactions of up to
+        :data:`MULTI_BATCH_OPS` operations (each creates the ledger's leaf hex level and the marker).
+        A transaction that fails on one op (an existing level or marker) is retried without it; a
+        batch with many existing markers falls back to per-ledger merges (:meth:`mark_underreplicated`
+        semantics), ``concurrency`` at a time. Better than upstream: one round trip per ~500 markers.
+        """
+        if not marks:
+            return 0
+        writes = 0
+        items = sorted(marks.items())
+        # upper three hex levels are shared by 65536 consecutive ids: create them once
+        uppers = {self.paths.ur_marker(lid).rsplit("/", 2)[0] for lid, _ in items}
+        for up in sorted(uppers):
+            if up not in self._known_dirs:
+                await self.zk.ensure_path(up)
+                self._known_dirs.add(up)
+        fallback: list[tuple[int, list[str]]] = []
+        per = MULTI_BATCH_OPS // 2
+        for start in range(0, len(items), per):
+            batch = items[start:start + per]
+            w, rest = await self._multi_create(batch)
+            writes += w
+            fallback.extend(rest)
+        if fallback:
+            sem = asyncio.Semaphore(concurrency)
+
+            async def one(lid: int, reps: list[str]) -> int:
+                async with sem:
+                    return await self._mark_one(lid, list(dict.fromkeys(reps)))
+
+            writes += sum(await asyncio.gather(*(one(lid, r) for lid, r in fallback)))
+        return writes
+
+    async def _multi_create(self, batch: list[tuple[int, list[str]]]) -> tuple[int, list[tuple[int, list[str]]]]:
+        """Create leaf levels + markers of ``batch`` in transactions; returns (writes, leftovers).
+
+        ZooKeeper reports only the first failing op of a transaction, so each failed round removes
+        one cause (an existing level is skipped, an existing marker is left for a merge) and retries;
+        after a few rounds the rest is handed back for per-ledger marking.
+        """
+        ctime = self._ctime()
+        skip_dir: set[int] = set()
+        pending = list(batch)
+        rest: list[tuple[int, list[str]]] = []
+        rounds = 0
+        while pending:
+            ops: list[Op] = []
+            owners: list[tuple[int, str]] = []  # (ledger id, "dir" | "marker") per op
+            for lid, reps in pending:
+                path = self.paths.ur_marker(lid)
+                if lid not in skip_dir:
+                    ops.append(Op("create", path.rsplit("/", 1)[0]))
+                    owners.append((lid, "dir"))
+                ops.append(Op("create", path, encode_marker(dict.fromkeys(reps), ctime)))
+                owners.append((lid, "marker"))
+            results = await self.zk.multi(ops)
+            bad = [i for i, r in enumerate(results)
+                   if isinstance(r, Exception) and type(r).__name__ not in ("RolledBackError", "RuntimeInconsistency")]
+            if not bad:
+                self.ops_multi += 1
+                return len(ops), rest
+            rounds += 1
+            lid, what = owners[bad[0]]
+            err = results[bad[0]]
+            if what == "dir" and isinstance(err, NodeExistsError):
+                skip_dir.add(lid)
+            elif what == "dir" and isinstance(err, NoNodeError):
+                await self.zk.ensure_path(self.paths.ur_marker(lid).rsplit("/", 2)[0])
+            elif what == "marker" and isinstance(err, NoNodeError) and lid in skip_dir:
+                skip_dir.discard(lid)
+            else:  # the marker exists (needs a merge) or something unexpected: mark it alone
+                rest.extend(p for p in pending if p[0] == lid)
+                pending = [p for p in pending if p[0] != lid]
+            if rounds > 8:
+                rest.extend(pending)
+                return 0, rest
+        return 0, rest
+
+    # -- reading --------------------------------------------------------------------------------
+    async def get_marker(self, ledger_id: int) -> UnderreplicatedLedger | None:
+        """The marker of ``ledger_id`` or None when the ledger is not marked."""
+        path = self.paths.ur_marker(ledger_id)
+        try:
+            data, stat = await self.zk.get(path)
+        except NoNodeError:
+            return None
+        m = decode_marker(data, path)
+        return UnderreplicatedLedger(ledger_id, list(m.replica), m.ctime if m.HasField("ctime") else UNASSIGNED_CTIME,
+                                     stat.version)
+
+    async def _walk_leaf_dirs(self) -> AsyncIterator[str]:
+        """Yield every 4th-level hex directory under ``ledgers/`` (no watches)."""
+        async def children(p: str) -> list[str]:
+            try:
+                return sorted(await self.zk.get_children(p))
+            except NoNodeError:
+                return []
+
+        level = [self.paths.ur_ledgers]
+        for _ in range(4):
+            nxt: list[str] = []
+            kids = await asyncio.gather(*(children(p) for p in level))
+            for p, ks in zip(level, kids):
+                nxt.extend(f"{p}/{k}" for k in ks)
+            level = nxt
+        for p in level:
+            yield p
+
+    async def list_underreplicated(
+        self, predicate: Callable[[list[str]], bool] | None = None
+    ) -> AsyncIterator[UnderreplicatedLedger]:
+        """Every marker (optionally those whose replica list satisfies ``predicate``), by ledger id
+        within each hex level. Markers deleted during the walk are skipped (upstream
+        listLedgersToRereplicate)."""
+        async def leaf(p: str) -> list[UnderreplicatedLedger]:
+            try:
+                names = await self.zk.get_children(p)
+            except NoNodeError:
+                return []
+            out = []
+            for n in sorted(names):
+                try:
+                    lid = ledger_id_from_ur_leaf(n)
+                except ValueError:
+                    continue
+                m = await self.get_marker(lid)
+                if m is not None:
+                    out.append(m)
+            return out
+
+        dirs = [d async for d in self._walk_leaf_dirs()]
+        for i in range(0, len(dirs), 256):
+            chunk = await asyncio.gather(*(leaf(d) for d in dirs[i:i + 256]))
+            for ms in chunk:
+                for m in ms:
+                    if predicate is None or predicate(m.replicas):
+                        yield m
+
+    async def list_marked_ids(self) -> set[int]:
+        """Ids of every marked ledger from the hierarchy alone (no data reads)."""
+        out: set[int] = set()
+
+        async def leaf(p: str) -> None:
+            try:
+                for n in await self.zk.get_children(p):
+                    try:
+                        out.add(ledger_id_from_ur_leaf(n))
+                    except ValueError:
+                        pass
+            except NoNodeError:
+                pass
+
+        dirs = [d async for d in self._walk_leaf_dirs()]
+        for i in range(0, len(dirs), 512):
+            await asyncio.gather(*(leaf(d) for d in dirs[i:i + 512]))
+        return out
+
+    async def lock_holder(self, ledger_id: int) -> str | None:
+        """Data (host name) of the ledger's lock, or None when nobody holds it."""
+        try:
+            data, _ = await self.zk.get(self.paths.ur_lock(ledger_id))
+        except NoNodeError:
+            return None
+        m = pb.LockDataFormat()
+        try:
+            text_format.Parse(data.decode(), m)
+        except (text_format.ParseError, UnicodeDecodeError):
+            return data.decode(errors="replace")
+        return m.bookieId
+
+    # -- locking --------------------------------------------------------------------------------
+    async def acquire(self, ledger_id: int) -> bool:
+        """Lock one marked ledger: remember the marker's version, create the ephemeral lock.
+
+        Returns False when the ledger is not marked or somebody else holds the lock.
+        """
+        if ledger_id in self.held:
+            return True
+        stat = await self.zk.exists(self.paths.ur_marker(ledger_id))
+        if stat is None:
+            return False
+        lock = pb.LockDataFormat()
+        lock.bookieId = self.lock_owner
+        try:
+            await self.zk.create(self.paths.ur_lock(ledger_id), _text(lock), ephemeral=True)
+        except NodeExistsError:
+            return False
+        except NoNodeError:
+            await self.zk.ensure_path(self.paths.ur_locks)
+            return False
+        self.held[ledger_id] = stat.version
+        return True
+
+    def _on_child_watch(self, path: str):
+        def cb(_event) -> None:
+            self._cache.pop(path, None)
+            self._changed.set()
+        return cb
+
+    async def _cached_children(self, path: str) -> list[str]:
+        kids = self._cache.get(path)
+        if kids is None:
+            try:
+                kids = await self.zk.get_children(path, watch=self._on_child_watch(path))
+            except NoNodeError:
+                kids = []
+                # watch for its (re)creation: exists() leaves a watch on a missing node
+                try:
+                    await self.zk.exists(path, watch=self._on_child_watch(path))
+                except Exception:  # noqa: BLE001
+                    pass
+            self._cache[path] = kids
+        return kids
+
+    async def _candidates(self) -> list[int]:
+        """Every marked ledger id, read through the watch cache."""
+        out: list[int] = []
+        level = [self.paths.ur_ledgers]
+        for _ in range(4):
+            nxt: list[str] = []
+            kids = await asyncio.gather(*(self._cached_children(p) for p in level))
+            for p, ks in zip(level, kids):
+                nxt.extend(f"{p}/{k}" for k in ks)
+            level = nxt
+        leaves = await asyncio.gather(*(self._cached_children(p) for p in level))
+        for names in leaves:
+            for n in names:
+                try:
+                    out.append(ledger_id_from_ur_leaf(n))
+                except ValueError:
+                    continue
+        return out
+
+    async def poll_ledger_to_rereplicate(self, order: Callable[[list[int]], list[int]] | None = None) -> int | None:
+        """One non-blocking attempt to lock a marked ledger (upstream pollLedgerToRereplicate).
+
+        Candidates are every marked ledger that has no lock; ``order`` sorts them (the worker's
+        priority), otherwise they are shuffled (upstream's random walk). Returns the ledger id or None.
+        """
+        cands = await self._candidates()
+        locked = set()
+        for n in await self._cached_children(self.paths.ur_locks):
+            try:
+                locked.add(ledger_id_from_ur_leaf(n))
+            except ValueError:
+                pass
+        cands = [c for c in cands if c not in locked and c not in self.held]
+        if order is not None:
+            cands = order(cands)
+        else:
+            self._rng.shuffle(cands)
+        for lid in cands:
+            if await self.acquire(lid):
+                return lid
+        return None
+
+    async def get_ledger_to_rereplicate(self, order: Callable[[list[int]], list[int]] | None = None) -> int:
+        """Block until a marked ledger is locked and return its id (upstream getLedgerToRereplicate).
+
+        Waits while AutoRecovery is disabled, and otherwise on child watches of the marker hierarchy
+        and the locks directory (a new marker or a released lock wakes it): no polling.
+        """
+        while True:
+            await self.wait_while_disabled()
+            self._changed.clear()
+            lid = await self.poll_ledger_to_rereplicate(order)
+            if lid is not None:
+                return lid
+            await self._changed.wait()
+
+    async def mark_replicated(self, ledger_id: int) -> bool:
+        """Delete the marker with the version seen at acquire, clean empty parent levels, release.
+
+        Returns False (marker kept) when it was re-marked meanwhile (BadVersion: a new replica was
+        added, so the ledger must be checked again) or when this instance does not hold the lock.
+        """
+        version = self.held.get(ledger_id)
+        if version is None:
+            return False
+        path = self.paths.ur_marker(ledger_id)
+        deleted = True
+        try:
+            await self.zk.delete(path, version)
+        except BadVersionError:
+            deleted = False
+        except NoNodeError:
+            pass
+        if deleted:
+            parent = path.rsplit("/", 1)[0]
+            for _ in range(4):
+                try:
+                    await self.zk.delete(parent)
+                except (NotEmptyError, NoNodeError):
+                    break
+                self._known_dirs.discard(parent)
+                parent = parent.rsplit("/", 1)[0]
+        await self.release(ledger_id)
+        return deleted
+
+    async def release(self, ledger_id: int) -> None:
+        """Delete this instance's lock on ``ledger_id`` (missing lock ignored)."""
+        self.held.pop(ledger_id, None)
+        try:
+            await self.zk.delete(self.paths.ur_lock(ledger_id))
+        except NoNodeError:
+            pass
+
+    async def release_all(self) -> None:
+        for lid in list(self.held):
+            await self.release(lid)
+
+    # -- enable / disable -----------------------------------------------------------------------
+    async def is_enabled(self) -> bool:
+        return await self.zk.exists(self.paths.ur_disable) is None
+
+    async def disable(self) -> None:
+        """Create ``disable``.
+
+        Raises:
+            UnavailableError: "AutoRecovery is already disabled" when it exists (upstream NodeExists).
+        """
+        try:
+            await self.zk.create(self.paths.ur_disable, b"", makepath=True)
+        except NodeExistsError as exc:
+            raise UnavailableError(f"AutoRecovery is already disabled ({self.paths.ur_disable} exists)") from exc
+
+    async def enable(self) -> None:
+        """Delete ``disable``.
+
+        Raises:
+            UnavailableError: "AutoRecovery is already enabled" when it is absent (upstream NoNode).
+        """
+        try:
+            await self.zk.delete(self.paths.ur_disable)
+        except NoNodeError as exc:
+            raise UnavailableError(f"AutoRecovery is already enabled ({self.paths.ur_disable} is absent)") from exc
+
+    async def wait_while_disabled(self) -> None:
+        """Return once ``disable`` is absent; waits on an exists-watch (no polling)."""
+        while True:
+            ev = asyncio.Event()
+            stat = await self.zk.exists(self.paths.ur_disable, watch=lambda _e: ev.set())
+            if stat is None:
+                return
+            await ev.wait()
+
+    # -- lostBookieRecoveryDelay ----------------------------------------------------------------
+    async def get_lost_bookie_recovery_delay(self) -> int:
+        """Seconds from the znode.
+
+        Raises:
+            UnavailableError: when the znode is missing or not a decimal integer.
+        """
+        try:
+            data, _ = await self.zk.get(self.paths.lost_bookie_recovery_delay)
+        except NoNodeError as exc:
+            raise UnavailableError(f"{self.paths.lost_bookie_recovery_delay} does not exist") from exc
+        try:
+            return int(data.decode().strip())
+        except ValueError as exc:
+            raise UnavailableError(f"{self.paths.lost_bookie_recovery_delay} holds {data!r}, not seconds") from exc
+
+    async def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
+        """setData (any version) or create: the auditor's watch sees every write, even the same value."""
+        data = str(int(seconds)).encode()
+        try:
+            await self.zk.set(self.paths.lost_bookie_recovery_delay, data)
+        except NoNodeError:
+            try:
+                await self.zk.create(self.paths.lost_bookie_recovery_delay, data, makepath=True)
+            except NodeExistsError:
+                await self.zk.set(self.paths.lost_bookie_recovery_delay, data)
+
+    async def init_lost_bookie_recovery_delay(self, seconds: int) -> None:
+        """Create the znode with ``seconds`` only if absent (config seeds it; the znode wins)."""
+        try:
+            await self.zk.create(self.paths.lost_bookie_recovery_delay, str(int(seconds)).encode(), makepath=True)
+        except NodeExistsError:
+            pass
+
+    async def trigger_audit(self) -> None:
+        """Force an audit now by re-writing the current delay (upstream BookKeeperAdmin.triggerAudit).
+
+        Raises:
+            UnavailableError: AutoRecovery is disabled, or no auditor is elected.
+        """
+        if not await self.is_enabled():
+            raise UnavailableError("cannot trigger an audit: AutoRecovery is disabled")
+        try:
+            votes = [c for c in await self.zk.get_children(self.paths.auditor_election) if c.startswith("V_")]
+        except NoNodeError:
+            votes = []
+        if not votes:
+            raise UnavailableError(f"cannot trigger an audit: no auditor elected ({self.paths.auditor_election})")
+        delay = await self.get_lost_bookie_recovery_delay()
+        log.info("Resetting LostBookieRecoveryDelay value to kickstart audit task", value=delay)
+        await self.set_lost_bookie_recovery_delay(delay)
+
+    # -- check ctimes ---------------------------------------------------------------------------
+    def _ctime_path(self, which: str) -> str:
+        if which not in CTIME_KINDS:
+            raise ValueError(f"unknown check {which!r}: expected one of {sorted(CTIME_KINDS)}")
+        return getattr(self.paths, CTIME_KINDS[which][0])
+
+    async def get_check_ctime(self, which: str) -> int:
+        """Last completed run of ``which`` in ms since the epoch; -1 when never run or unreadable."""
+        try:
+            data, _ = await self.zk.get(self._ctime_path(which))
+        except NoNodeError:
+            return -1
+        return decode_ctime(which, data)
+
+    async def set_check_ctime(self, which: str, ms: int) -> None:
+        path = self._ctime_path(which)
+        data = encode_ctime(which, ms)
+        try:
+            await self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                await self.zk.create(path, data, makepath=True)
+            except NodeExistsError:
+                await self.zk.set(path, data)
+
+
+__all__ = [
+    "UnderreplicationManager",
+    "UnderreplicatedLedger",
+    "encode_marker",
+    "decode_marker",
+    "encode_ctime",
+    "decode_ctime",
+    "UNASSIGNED_CTIME",
+    "CTIME_KINDS",
+    "ur_leaf_name",
+]

@@ -1,0 +1,209 @@
+"""UnderreplicationManager on a real ZooKeeper (upstream TestLedgerUnderreplicationManager scenarios)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from google.protobuf import text_format
+
+from autorecovery.errors import CompatibilityError, UnavailableError
+from autorecovery.proto import bookkeeper_formats_pb2 as pb
+from autorecovery.testing.zk_server import ZooKeeperServer
+from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager, decode_ctime, encode_ctime
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def zk_server(tmp_path_factory):
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def chroot(zk_server):
+    name = "/t" + uuid.uuid4().hex[:10]
+    c = await ZkClient(zk_server.connect_string).start()
+    await c.ensure_path(name)
+    await c.stop()
+    return zk_server.connect_string + name
+
+
+@pytest.fixture
+async def zk(chroot):
+    c = await ZkClient(chroot, session_timeout_ms=4000).start()
+    yield c
+    await c.stop()
+
+
+@pytest.fixture
+async def urm(zk):
+    m = UnderreplicationManager(zk, Paths("/ledgers"), lock_owner="host-a")
+    await m.init()
+    yield m
+    await m.close()
+
+
+async def test_layout_created_and_bad_layout_refused(zk, urm):
+    data, _ = await zk.get("/ledgers/underreplication/LAYOUT")
+    assert data == b'type: "BASIC"\nversion: 1\n'
+    await zk.set("/ledgers/underreplication/LAYOUT", b'type: "FANCY"\nversion: 2\n')
+    with pytest.raises(CompatibilityError, match="FANCY"):
+        await UnderreplicationManager(zk, Paths("/ledgers")).init()
+
+
+async def test_marker_path_and_text_format(zk):
+    now = 1718000000000
+    m = UnderreplicationManager(zk, Paths("/ledgers"), now_ms=lambda: now)
+    await m.init()
+    lid = 0x4AFEBEEF0000FEED
+    await m.mark_underreplicated(lid, ["10.0.0.1:3181"])
+    await m.mark_underreplicated(lid, ["10.0.0.1:3181", "10.0.0.2:3181"])
+    path = f"/ledgers/underreplication/ledgers/4afe/beef/0000/feed/urL{lid:010d}"
+    data, stat = await zk.get(path)
+    assert data == b'replica: "10.0.0.1:3181"\nreplica: "10.0.0.2:3181"\nctime: 1718000000000\n'
+    # same replicas again: no write at all
+    await m.mark_underreplicated(lid, ["10.0.0.2:3181"])
+    _, stat2 = await zk.get(path)
+    assert stat2.version == stat.version
+    # similar names are kept distinct (1.cluster.com vs 11.cluster.com)
+    await m.mark_underreplicated(7, ["1.cluster.com:1"])
+    await m.mark_underreplicated(7, ["11.cluster.com:1"])
+    assert (await m.get_marker(7)).replicas == ["1.cluster.com:1", "11.cluster.com:1"]
+    await m.close()
+
+
+async def test_no_ctime_when_disabled_by_config(zk):
+    m = UnderreplicationManager(zk, Paths("/ledgers"), store_ctime=False)
+    await m.init()
+    await m.mark_underreplicated(1, ["b:1"])
+    assert (await m.get_marker(1)).ctime == -1
+    await m.close()
+
+
+async def test_mark_many_batches_and_merges(zk, urm):
+    await urm.mark_underreplicated(5, ["old:1"])
+    marks = {i: ["b:1"] for i in range(0, 300)} | {70000: ["b:1", "c:1"]}
+    ops_before = zk.ops
+    writes = await urm.mark_many(marks)
+    # 300 new markers (level + marker each, except ledger 5 that is merged) + ledger 70000
+    assert writes == 2 * 300 - 2 + 1 + 2
+    assert zk.ops - ops_before < 40, "markers must be written in multi batches"
+    assert (await urm.get_marker(5)).replicas == ["old:1", "b:1"]
+    assert (await urm.get_marker(70000)).replicas == ["b:1", "c:1"]
+    ids = await urm.list_marked_ids()
+    assert ids == set(range(300)) | {70000}
+    # a second identical call changes nothing
+    assert await urm.mark_many(marks) == 0
+
+
+async def test_acquire_release_and_session_death(chroot, urm, zk):
+    await urm.mark_underreplicated(1, ["b:1"])
+    other_zk = await ZkClient(chroot, session_timeout_ms=2000).start()
+    other = UnderreplicationManager(other_zk, Paths("/ledgers"), lock_owner="host-b")
+    await other.init()
+    assert await other.poll_ledger_to_rereplicate() == 1
+    assert await urm.lock_holder(1) == "host-b"
+    assert await urm.poll_ledger_to_rereplicate() is None
+    # the lock dies with the other session
+    await other_zk.stop()
+    assert await asyncio.wait_for(urm.get_ledger_to_rereplicate(), 10) == 1
+    assert await urm.lock_holder(1) == "host-a"
+    await urm.release(1)
+    assert await urm.lock_holder(1) is None
+
+
+async def test_blocking_take_wakes_on_new_marker(urm, chroot):
+    waiter = asyncio.ensure_future(urm.get_ledger_to_rereplicate())
+    await asyncio.sleep(0)  # let it arm its watches; correctness does not depend on it
+    assert not waiter.done()
+    zk2 = await ZkClient(chroot).start()
+    m2 = UnderreplicationManager(zk2, Paths("/ledgers"))
+    await m2.mark_underreplicated(42, ["b:1"])
+    assert await asyncio.wait_for(waiter, 10) == 42
+    await zk2.stop()
+
+
+async def test_order_prioritises(urm):
+    await urm.mark_many({i: ["b:1"] for i in (3, 9, 4)})
+    assert await urm.poll_ledger_to_rereplicate(order=lambda c: sorted(c, reverse=True)) == 9
+    assert await urm.poll_ledger_to_rereplicate(order=sorted) == 3
+
+
+async def test_remark_while_held_survives_mark_replicated(urm, zk):
+    await urm.mark_underreplicated(11, ["a:1"])
+    assert await urm.acquire(11)
+    # the auditor adds a replica while the worker holds the ledger
+    await UnderreplicationManager(zk, Paths("/ledgers")).mark_underreplicated(11, ["b:1"])
+    assert await urm.mark_replicated(11) is False
+    assert (await urm.get_marker(11)).replicas == ["a:1", "b:1"]
+    assert 11 not in urm.held and await urm.lock_holder(11) is None
+    assert await urm.acquire(11)
+    assert await urm.mark_replicated(11) is True
+    assert await urm.get_marker(11) is None
+
+
+async def test_hierarchy_cleanup(urm, zk):
+    ids = [1, 2, 3, 0x10000]
+    await urm.mark_many({i: ["b:1"] for i in ids})
+    assert len(await zk.get_children("/ledgers/underreplication/ledgers/0000/0000/0000")) == 3
+    for i in ids:
+        assert await urm.acquire(i)
+        assert await urm.mark_replicated(i)
+    assert await zk.get_children("/ledgers/underreplication/ledgers") == []
+
+
+async def test_disable_blocks_take_until_enable(urm, zk):
+    await urm.disable()
+    with pytest.raises(UnavailableError, match="already disabled"):
+        await urm.disable()
+    assert not await urm.is_enabled()
+    await urm.mark_underreplicated(8, ["b:1"])
+    waiter = asyncio.ensure_future(urm.get_ledger_to_rereplicate())
+    done, _ = await asyncio.wait({waiter}, timeout=0.5)
+    assert not done, "a disabled manager must not hand out ledgers"
+    await urm.enable()
+    with pytest.raises(UnavailableError, match="already enabled"):
+        await urm.enable()
+    assert await asyncio.wait_for(waiter, 10) == 8
+
+
+async def test_delay_and_ctimes_and_trigger(urm, zk):
+    await urm.init_lost_bookie_recovery_delay(1800)
+    await urm.init_lost_bookie_recovery_delay(5)  # config only seeds: znode wins
+    assert await urm.get_lost_bookie_recovery_delay() == 1800
+    await urm.set_lost_bookie_recovery_delay(2400)
+    assert (await zk.get("/ledgers/underreplication/lostBookieRecoveryDelay"))[0] == b"2400"
+    for which in ("checkallledgers", "placementpolicycheck", "replicascheck"):
+        assert await urm.get_check_ctime(which) == -1
+        await urm.set_check_ctime(which, 1234567)
+        assert await urm.get_check_ctime(which) == 1234567
+    raw, _ = await zk.get("/ledgers/underreplication/checkallledgersctime")
+    assert raw == b"\x08" + bytes([0x87, 0xAD, 0x4B]) and decode_ctime("checkallledgers", raw) == 1234567
+    assert encode_ctime("replicascheck", 1) == b"\x08\x01"
+    # no auditor elected yet
+    with pytest.raises(UnavailableError, match="no auditor"):
+        await urm.trigger_audit()
+    vote = pb.AuditorVoteFormat(bookieId="x:1")
+    await zk.create("/ledgers/underreplication/auditorelection/V_", text_format.MessageToString(vote).encode(),
+                    ephemeral=True, sequence=True, makepath=True)
+    seen = []
+    await zk.exists("/ledgers/underreplication/lostBookieRecoveryDelay", watch=lambda e: seen.append(e.type))
+    await urm.trigger_audit()
+    assert await wait_for(lambda: bool(seen), 5)
+    await urm.disable()
+    with pytest.raises(UnavailableError, match="disabled"):
+        await urm.trigger_audit()
+
+
+async def test_list_with_predicate(urm):
+    await urm.mark_many({1: ["a:1"], 2: ["b:1"], 3: ["a:1", "b:1"]})
+    got = [m.ledger_id async for m in urm.list_underreplicated(lambda r: "a:1" in r)]
+    assert got == [1, 3]
+    got = [m.ledger_id async for m in urm.list_underreplicated(lambda r: "a:1" not in r)]
+    assert got == [2]
