@@ -1,0 +1,1 @@
+"""Pure planning of the ReplicationWorker: priority, targets, throttles, backoff, progress (PURE)."""

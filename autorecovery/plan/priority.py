@@ -1,0 +1,181 @@
+"""Which under-replicated ledger (and which fragment) a worker takes first (PURE).
+
+Upstream picks a random marker: ``ZkLedgerUnderreplicationManager`` shuffles each level of the marker
+hierarchy and locks the first free leaf it finds. Every ledger is equally likely, so a ledger that is
+one failure away from losing data waits behind thousands of placement moves (upstream weakness 7: "no
+priority between data-loss and placement tasks").
+
+Ours ranks candidates by what is at stake, from data the worker already has: the marker's list of
+missing replicas, the ledger metadata and the current bookie membership (writable ∪ read-only).
+
+1. **Data loss with copies left**, fewest readable copies against the ack quorum first
+   (``copies_left - AQ``, then ``copies_left``), oldest marker first, then ledger id.
+2. **Not yet known** ledgers (marker or metadata not read yet): a random walk, as upstream.
+3. **Data loss with no copy left**: nothing can be copied until a bookie returns; tried after the rest
+   so they never hold up recoverable work (HDFS-17569).
+4. **Placement only** (BP-54 marks carry no missing replica and nothing is lost).
+
+Ledgers in ``skip`` (surfaced as unrecoverable, see ``roles/worker.py``) are left out entirely; ledgers in
+``later`` (recently blocked, e.g. no eligible target) go behind everything else of their class.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from autorecovery.ledger.metadata import LedgerMetadata
+
+
+class WorkKind(enum.IntEnum):
+    """Rank classes, lowest first."""
+
+    DATA_LOSS = 0
+    UNKNOWN = 1
+    NO_COPY_LEFT = 2
+    PLACEMENT = 3
+
+
+@dataclass(frozen=True)
+class LedgerPriority:
+    """What is at stake for one under-replicated ledger.
+
+    Attributes:
+        ledger_id: the ledger.
+        kind: rank class.
+        copies_left: fewest copies of any stored entry on bookies that are neither lost nor listed as
+            missing (``WQ`` when nothing is lost).
+        ack_quorum: AQ of the ledger.
+        ctime: marker creation time in ms since the epoch (-1 unknown).
+        lost: bookies counted as lost.
+    """
+
+    ledger_id: int
+    kind: WorkKind
+    copies_left: int
+    ack_quorum: int
+    ctime: int = -1
+    lost: frozenset[str] = frozenset()
+
+    @property
+    def margin(self) -> int:
+        """Readable copies above the ack quorum (negative: fewer copies than AQ)."""
+        return self.copies_left - self.ack_quorum
+
+    def sort_key(self) -> tuple:
+        ctime = self.ctime if self.ctime >= 0 else 2**62
+        return (int(self.kind), self.margin, self.copies_left, ctime, self.ledger_id)
+
+
+def min_copies_left(md: LedgerMetadata, lost: Collection[str]) -> int:
+    """Fewest copies of any stored entry of ``md`` on bookies outside ``lost``.
+
+    Every segment that stores at least one entry is looked at (for an open ledger the last segment
+    counts as storing entries); within a segment every residue class that has entries.
+    Returns ``WQ`` for an empty closed ledger.
+    """
+    e_size, wq = md.ensemble_size, md.write_quorum
+    lost = set(lost)
+    best = wq
+    for idx, seg in enumerate(md.segments):
+        first = seg.first_entry_id
+        if idx + 1 < len(md.segments):
+            last = md.segments[idx + 1].first_entry_id - 1
+        elif md.is_closed:
+            last = md.last_entry_id
+        else:
+            last = first + e_size - 1  # open: assume the writer may have stored any residue
+        if last < first:
+            continue
+        residues = range(e_size) if last - first + 1 >= e_size else [e % e_size for e in range(first, last + 1)]
+        for r in residues:
+            alive = sum(1 for k in range(wq) if seg.ensemble[(r + k) % e_size] not in lost)
+            best = min(best, alive)
+    return best
+
+
+def ledger_priority(
+    ledger_id: int,
+    md: LedgerMetadata,
+    missing_replicas: Iterable[str],
+    available: Collection[str],
+    ctime: int = -1,
+) -> LedgerPriority:
+    """Rank one marked ledger.
+
+    Args:
+        md: its metadata. missing_replicas: the marker's replica list (empty for a BP-54 placement mark).
+        available: writable ∪ read-only bookies now.
+        ctime: the marker's ctime (ms), -1 if unknown.
+
+    A bookie listed as missing counts as lost even if it is registered again (the auditor may have
+    marked it for a corrupt copy); a bookie of the ledger that is not registered counts as lost too.
+    """
+    missing = frozenset(missing_replicas)
+    lost = missing | frozenset(b for b in md.all_bookies() if b not in available)
+    copies = min_copies_left(md, lost)
+    if not missing and copies >= md.write_quorum:
+        kind = WorkKind.PLACEMENT
+    elif copies <= 0:
+        kind = WorkKind.NO_COPY_LEFT
+    else:
+        kind = WorkKind.DATA_LOSS
+    return LedgerPriority(ledger_id, kind, copies, md.ack_quorum, ctime, lost)
+
+
+def order_candidates(
+    ledger_ids: Iterable[int],
+    known: Mapping[int, LedgerPriority],
+    *,
+    skip: Collection[int] = (),
+    later: Collection[int] = (),
+    rng: random.Random | None = None,
+) -> list[int]:
+    """Order lockable ledger ids for acquisition (see module doc). Returns a new list without ``skip``."""
+    rng = rng or random.Random()
+    skip_set, later_set = set(skip), set(later)
+    keyed: list[tuple[int, int, tuple, int]] = []
+    unknown: list[int] = []
+    for lid in ledger_ids:
+        if lid in skip_set:
+            continue
+        p = known.get(lid)
+        if p is None:
+            unknown.append(lid)
+        else:
+            keyed.append((int(p.kind), 1 if lid in later_set else 0, p.sort_key(), lid))
+    rng.shuffle(unknown)  # upstream's random walk for ledgers we know nothing about yet
+    for rank, lid in enumerate(unknown):
+        keyed.append((int(WorkKind.UNKNOWN), 1 if lid in later_set else 0, (rank,), lid))
+    keyed.sort(key=lambda t: (t[0], t[1], t[2]))
+    return [t[3] for t in keyed]
+
+
+def fragment_copies_left(
+    ensemble: tuple[str, ...] | list[str],
+    write_quorum: int,
+    first: int,
+    last: int,
+    bad_indexes: Collection[int],
+    readable: Collection[str],
+) -> int:
+    """Fewest readable copies of any entry in ``[first, last]`` whose write set has a bad index.
+
+    Used to copy the most endangered fragment of a ledger first. Returns ``write_quorum`` when no
+    entry of the range involves a bad index (or the range is empty).
+    """
+    e_size = len(ensemble)
+    readable = set(readable)
+    bad = set(bad_indexes)
+    best = write_quorum
+    if last < first:
+        return best
+    residues = range(e_size) if last - first + 1 >= e_size else [e % e_size for e in range(first, last + 1)]
+    for r in residues:
+        ws = [(r + k) % e_size for k in range(write_quorum)]
+        if not bad.intersection(ws):
+            continue
+        best = min(best, sum(1 for j in ws if j not in bad and ensemble[j] in readable))
+    return best

@@ -1,0 +1,264 @@
+"""Where a fragment's entries come from and go to: replacement choice and copy-stream planning (PURE).
+
+Upstream source: ``BookKeeperAdmin.replicateLedgerFragment`` / ``getReplacementBookiesByIndexes`` (one
+``replaceBookie`` call per bad index, excludes accumulate) and ``LedgerFragmentReplicator`` (split the
+fragment into batches of ``rereplicationEntryBatchSize`` entries, read each entry through the client's
+read path, write it to every target with RECOVERY_ADD, then CAS the segment's ensemble).
+
+Our copy does not read entry by entry. Under round-robin striping, entry ``e`` of a segment lives on
+the ensemble indexes ``(e + k) mod E, k < WQ``, so every entry with the same *residue* ``r = e mod E``
+has the same write set, the same surviving sources and the same targets. The plan assigns each residue
+that some replaced index needs to one surviving source (balancing residues over sources), then merges
+cyclically adjacent residues with the same source and targets into one server-side filtered range read::
+
+    ReadEntries(source, ledger, first, last, ensemble_size=E, write_quorum=L, bookie_index=b)
+
+which returns exactly the entries whose residue is in the arc ``b-L+1 .. b (mod E)``. With E3/WQ2 and
+one lost bookie that is two streams, each reading only what the target lacks (upstream would read
+every entry id of the range, including ids the lost index never stored, and write them all).
+
+Where we beat upstream on target choice: each ``replace_bookie`` call sees the ensemble with the earlier
+replacements applied (rack diversity counts them), read-only bookies are never accepted, and when no
+other bookie exists but the lost index's bookie is alive and writable again (lost its disk, came back
+with the same id, #3905) the entries are written back to it in place instead of getting stuck.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from autorecovery.errors import NotEnoughBookiesError
+
+ReplaceFn = Callable[..., object]
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One filtered range read from one source, fanned out to the targets that need those entries.
+
+    Attributes:
+        source: bookie id to read from; source_index: its ensemble index.
+        first, last: entry range of the fragment (inclusive).
+        arc_end, arc_len: the residue arc ``arc_end-arc_len+1 .. arc_end (mod E)`` this stream covers;
+            sent as ``bookie_index=arc_end, write_quorum=arc_len``.
+        targets: bookie ids every entry of this stream is written to.
+        alternates: other readable replicas of these entries (tried when the source fails or serves a
+            bad copy), best first.
+        entries: how many entry ids fall in the stream.
+    """
+
+    source: str
+    source_index: int
+    first: int
+    last: int
+    arc_end: int
+    arc_len: int
+    ensemble_size: int
+    targets: tuple[str, ...]
+    alternates: tuple[str, ...]
+    entries: int
+
+    def residues(self) -> list[int]:
+        return [(self.arc_end - k) % self.ensemble_size for k in range(self.arc_len - 1, -1, -1)]
+
+    def covers(self, entry_id: int) -> bool:
+        return (self.arc_end - entry_id) % self.ensemble_size < self.arc_len
+
+    def entry_ids(self) -> list[int]:
+        """The entry ids this stream should deliver, ascending."""
+        return [e for e in range(self.first, self.last + 1) if self.covers(e)]
+
+
+@dataclass(frozen=True)
+class FragmentPlan:
+    """How to copy one fragment.
+
+    Attributes:
+        streams: the range reads to run (possibly concurrently).
+        unsourced: entry ids some target needs but no readable replica holds (copy impossible now).
+        replacements: ensemble index → new bookie (the metadata update to CAS after the copy).
+        entries_to_write: total (entry, target) writes planned.
+    """
+
+    streams: tuple[StreamSpec, ...]
+    unsourced: tuple[int, ...]
+    replacements: Mapping[int, str]
+    entries_to_write: int = 0
+    entries_to_read: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def residue_count(first: int, last: int, residue: int, ensemble_size: int) -> int:
+    """How many entry ids in ``[first, last]`` are ``≡ residue (mod ensemble_size)``."""
+    if last < first:
+        return 0
+    start = first + ((residue - first) % ensemble_size)
+    if start > last:
+        return 0
+    return (last - start) // ensemble_size + 1
+
+
+def plan_fragment_copy(
+    *,
+    ensemble: tuple[str, ...] | list[str],
+    write_quorum: int,
+    first: int,
+    last: int,
+    replacements: Mapping[int, str],
+    readable: Collection[str],
+    source_load: Mapping[str, int] | None = None,
+) -> FragmentPlan:
+    """Plan the streams that copy the entries of ``[first, last]`` the replaced indexes must hold.
+
+    Args:
+        ensemble: the segment's ensemble (size E) *before* the replacement.
+        write_quorum: WQ.
+        first, last: the fragment's entry range (inclusive); ``last < first`` means empty (nothing to
+            copy, only the ensemble update).
+        replacements: ensemble index → the bookie that will hold that index (may equal the current
+            bookie for an in-place rewrite).
+        readable: bookies we may read from (callers drop lost bookies and, for data loss, the bad ones;
+            for a placement move the bookie being moved out is still a good source).
+        source_load: open streams per bookie; less loaded sources are preferred.
+
+    Raises:
+        ValueError: when an index in ``replacements`` is outside the ensemble.
+    """
+    e_size = len(ensemble)
+    for i in replacements:
+        if not 0 <= i < e_size:
+            raise ValueError(f"replacement index {i} outside ensemble of size {e_size}")
+    load = dict(source_load or {})
+    readable = set(readable)
+    if last < first or not replacements:
+        return FragmentPlan((), (), dict(replacements))
+
+    # residue -> (targets, candidate source indexes)
+    needs: dict[int, tuple[tuple[str, ...], list[int]]] = {}
+    for r in range(e_size):
+        ws = [(r + k) % e_size for k in range(write_quorum)]
+        targets = tuple(sorted({replacements[i] for i in ws if i in replacements}))
+        if not targets or residue_count(first, last, r, e_size) == 0:
+            continue
+        # a bookie being written to must not be its own source unless it is an in-place rewrite target
+        cands = [j for j in ws if ensemble[j] in readable and not (j in replacements and replacements[j] == ensemble[j])]
+        needs[r] = (targets, cands)
+
+    assigned_count: dict[int, int] = {}
+    choice: dict[int, int | None] = {}
+    prev: int | None = None
+    for r in sorted(needs):
+        _targets, cands = needs[r]
+        if not cands:
+            choice[r] = None
+            prev = None
+            continue
+        def key(j: int) -> tuple[int, int, int]:
+            return (assigned_count.get(j, 0) + load.get(ensemble[j], 0), 0 if j == prev else 1, j)
+        best = min(cands, key=key)
+        choice[r] = best
+        assigned_count[best] = assigned_count.get(best, 0) + 1
+        prev = best
+
+    # merge cyclic runs of residues with the same (source, targets)
+    groups: list[list[int]] = []
+    for r in sorted(needs):
+        if choice[r] is None:
+            continue
+        if groups and groups[-1][-1] == r - 1 and _same(groups[-1][-1], r, choice, needs):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    if len(groups) > 1 and groups[0][0] == 0 and groups[-1][-1] == e_size - 1 and _same(groups[-1][-1], 0, choice, needs):
+        groups[0] = groups.pop() + groups[0]
+
+    streams: list[StreamSpec] = []
+    to_write = to_read = 0
+    for g in groups:
+        src = choice[g[0]]
+        assert src is not None
+        targets = needs[g[0]][0]
+        n = sum(residue_count(first, last, r, e_size) for r in g)
+        alts: list[str] = []
+        for r in g:
+            for j in needs[r][1]:
+                b = ensemble[j]
+                if j != src and b not in alts:
+                    alts.append(b)
+        streams.append(StreamSpec(
+            source=ensemble[src], source_index=src, first=first, last=last, arc_end=g[-1], arc_len=len(g),
+            ensemble_size=e_size, targets=targets, alternates=tuple(alts), entries=n,
+        ))
+        to_read += n
+        to_write += n * len(targets)
+    unsourced = sorted(
+        e for r, c in choice.items() if c is None
+        for e in range(first + ((r - first) % e_size), last + 1, e_size)
+    )
+    return FragmentPlan(tuple(streams), tuple(unsourced), dict(replacements), to_write, to_read)
+
+
+def _same(a: int, b: int, choice: Mapping[int, int | None], needs: Mapping[int, tuple]) -> bool:
+    return choice[a] == choice[b] and needs[a][0] == needs[b][0]
+
+
+def choose_replacements(
+    *,
+    ensemble: tuple[str, ...] | list[str],
+    bad_indexes: Iterable[int],
+    replace_bookie: ReplaceFn,
+    ensemble_size: int,
+    write_quorum: int,
+    ack_quorum: int,
+    exclude: Collection[str] = (),
+    readonly: Collection[str] = (),
+    writable: Collection[str] = (),
+    max_attempts: int = 3,
+) -> dict[int, str]:
+    """Pick a new bookie for every bad index through the placement policy.
+
+    ``replace_bookie(E, WQ, AQ, current_ensemble, bookie_to_replace, exclude)`` is the policy's method
+    (returns an object with ``.bookie``). Excludes start as ``exclude`` ∪ every bad bookie ∪ read-only
+    bookies and grow with each chosen target; each call sees the ensemble with the earlier choices in it.
+
+    Returns:
+        ensemble index → new bookie (in place when the bad bookie itself is writable again and no
+        other bookie can be found, see module doc).
+
+    Raises:
+        NotEnoughBookiesError: naming the index and bookie for which no target exists.
+    """
+    current = list(ensemble)
+    bad = sorted(set(bad_indexes))
+    excl = set(exclude) | {ensemble[i] for i in bad} | set(readonly)
+    out: dict[int, str] = {}
+    for i in bad:
+        old = ensemble[i]
+        chosen: str | None = None
+        last_exc: Exception | None = None
+        for _ in range(max_attempts):
+            try:
+                res = replace_bookie(ensemble_size, write_quorum, ack_quorum, list(current), old, frozenset(excl))
+            except NotEnoughBookiesError as exc:
+                last_exc = exc
+                break
+            cand = getattr(res, "bookie", None)
+            if cand is None or cand in readonly or cand in excl or cand in current:
+                if cand is not None:
+                    excl.add(cand)
+                last_exc = NotEnoughBookiesError(f"policy offered unusable target {cand!r} for {old}")
+                continue
+            chosen = cand
+            break
+        if chosen is None:
+            if old in writable and old not in readonly:
+                chosen = old  # in-place rewrite (#3905)
+            else:
+                raise NotEnoughBookiesError(
+                    f"no target bookie for ensemble index {i} ({old}): {last_exc}"
+                ) from last_exc
+        out[i] = chosen
+        current[i] = chosen
+        excl.add(chosen)
+    return out

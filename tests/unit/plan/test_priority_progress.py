@@ -1,0 +1,166 @@
+"""Ranking of under-replicated ledgers and progress/ETA accounting (pure)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
+from autorecovery.plan.priority import (
+    WorkKind,
+    fragment_copies_left,
+    ledger_priority,
+    min_copies_left,
+    order_candidates,
+)
+from autorecovery.plan.progress import ProgressTracker, RateMeter, estimate_copy_bytes
+
+
+def md(ens, wq=2, aq=2, last=99, length=None, segments=None, state=LedgerState.CLOSED):
+    segs = segments or (Segment(0, tuple(ens)),)
+    return LedgerMetadata(
+        ensemble_size=len(segs[0].ensemble), write_quorum=wq, ack_quorum=aq, segments=tuple(segs),
+        state=state, last_entry_id=last if state == LedgerState.CLOSED else -1,
+        length=(last + 1) * 100 if length is None else length,
+    )
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+ALL = {"a:1", "b:1", "c:1", "d:1", "e:1", "f:1"}
+
+
+def test_min_copies_left_counts_write_sets():
+    m = md(["a:1", "b:1", "c:1"], wq=2)
+    assert min_copies_left(m, set()) == 2
+    assert min_copies_left(m, {"a:1"}) == 1
+    assert min_copies_left(m, {"a:1", "b:1"}) == 0  # entries 0,3,.. live on a and b only
+    m3 = md(["a:1", "b:1", "c:1"], wq=3)
+    assert min_copies_left(m3, {"a:1", "b:1"}) == 1
+    # empty closed ledger: nothing stored, nothing at stake
+    assert min_copies_left(md(["a:1", "b:1", "c:1"], last=-1, length=0), {"a:1", "b:1", "c:1"}) == 2
+    # a lost bookie in a segment that stores a single entry on other indexes does not count
+    one = md(["a:1", "b:1", "c:1"], wq=2, last=0)
+    assert min_copies_left(one, {"c:1"}) == 2
+
+
+def test_open_ledger_last_segment_counts():
+    m = md(["a:1", "b:1", "c:1"], wq=2, state=LedgerState.OPEN)
+    assert min_copies_left(m, {"c:1"}) == 1
+
+
+def test_ledger_priority_kinds():
+    m = md(["a:1", "b:1", "c:1"], wq=3, aq=2)
+    avail = ALL - {"a:1"}
+    p = ledger_priority(1, m, ["a:1"], avail, ctime=5)
+    assert p.kind == WorkKind.DATA_LOSS and p.copies_left == 2 and p.margin == 0
+    # a missing replica that is registered again still counts (may be a corrupt copy)
+    assert ledger_priority(1, m, ["a:1"], ALL).copies_left == 2
+    # a lost bookie not yet listed by the auditor counts too
+    assert ledger_priority(1, m, [], avail).kind == WorkKind.DATA_LOSS
+    # placement mark: nothing listed, nothing lost
+    assert ledger_priority(1, m, [], ALL).kind == WorkKind.PLACEMENT
+    gone = ledger_priority(1, md(["a:1"], wq=1, aq=1), ["a:1"], avail)
+    assert gone.kind == WorkKind.NO_COPY_LEFT and gone.copies_left == 0
+
+
+def test_order_one_copy_before_two_copies_before_placement():
+    avail = ALL - {"a:1", "b:1"}
+    one_copy = ledger_priority(1, md(["a:1", "b:1", "c:1"], wq=3), ["a:1", "b:1"], avail)
+    two_copy = [ledger_priority(i, md(["a:1", "d:1", "e:1"], wq=3), ["a:1"], avail) for i in (2, 3, 4)]
+    placement = ledger_priority(5, md(["c:1", "d:1", "e:1"], wq=3), [], avail)
+    dead = ledger_priority(6, md(["a:1"], wq=1, aq=1), ["a:1"], avail)
+    known = {p.ledger_id: p for p in [one_copy, *two_copy, placement, dead]}
+    for seed in range(20):
+        ids = [1, 2, 3, 4, 5, 6, 7, 8]
+        random.Random(seed).shuffle(ids)
+        order = order_candidates(ids, known, rng=random.Random(seed))
+        assert order[0] == 1
+        assert set(order[1:4]) == {2, 3, 4}
+        assert set(order[4:6]) == {7, 8}  # unknown: random walk after known data loss
+        assert order[6:] == [6, 5]
+
+
+def test_order_margin_against_ack_quorum_then_age():
+    avail = ALL - {"a:1"}
+    below_aq = ledger_priority(1, md(["a:1", "b:1"], wq=2, aq=2), ["a:1"], avail, ctime=900)  # 1 copy, AQ 2
+    at_aq = ledger_priority(2, md(["a:1", "b:1"], wq=2, aq=1), ["a:1"], avail, ctime=100)  # 1 copy, AQ 1
+    older = ledger_priority(3, md(["a:1", "b:1"], wq=2, aq=2), ["a:1"], avail, ctime=10)
+    order = order_candidates([2, 1, 3], {1: below_aq, 2: at_aq, 3: older})
+    assert order == [3, 1, 2]
+
+
+def test_order_skip_and_later():
+    avail = ALL - {"a:1"}
+    known = {i: ledger_priority(i, md(["a:1", "b:1", "c:1"], wq=2), ["a:1"], avail, ctime=i) for i in (1, 2, 3)}
+    assert order_candidates([1, 2, 3], known, skip={2}) == [1, 3]
+    assert order_candidates([1, 2, 3], known, later={1}) == [2, 3, 1]
+    # "later" only reorders within a class: known data loss still precedes unknown ledgers
+    assert order_candidates([9, 1], {1: known[1]}, later={1}) == [1, 9]
+
+
+def test_fragment_copies_left():
+    ens = ("a:1", "b:1", "c:1")
+    assert fragment_copies_left(ens, 2, 0, 9, {0}, {"b:1", "c:1"}) == 1
+    assert fragment_copies_left(ens, 2, 0, 9, {0, 1}, {"c:1"}) == 0
+    assert fragment_copies_left(ens, 3, 0, 9, {0}, {"b:1", "c:1"}) == 2
+    assert fragment_copies_left(ens, 2, 0, -1, {0}, set()) == 2
+    # a single entry 1 lives on indexes 1, 2: index 0 is not involved
+    assert fragment_copies_left(ens, 2, 1, 1, {0}, {"b:1", "c:1"}) == 2
+
+
+def test_estimate_copy_bytes():
+    m = md(["a:1", "b:1", "c:1"], wq=2, last=29, length=3000)  # 30 entries, 100 B each
+    assert estimate_copy_bytes(m, {"a:1"}) == 2000  # index 0 stores 20 of 30 entries
+    assert estimate_copy_bytes(m, {"a:1", "b:1"}) == 4000
+    assert estimate_copy_bytes(m, set()) == 0
+    m3 = md(["a:1", "b:1", "c:1"], wq=3, last=9, length=1000)
+    assert estimate_copy_bytes(m3, {"c:1"}) == 1000
+    assert estimate_copy_bytes(md(["a:1", "b:1", "c:1"], state=LedgerState.OPEN), {"a:1"}) == 0
+    two = md(None, wq=2, last=9, length=1000, segments=(Segment(0, ("a:1", "b:1", "c:1")), Segment(5, ("d:1", "b:1", "c:1"))))
+    # segment 0 holds entries 0..4, index 0 stores 0,2,3 -> 3 entries; segment 1 has no lost bookie
+    assert estimate_copy_bytes(two, {"a:1"}) == 300
+
+
+def test_rate_meter_window():
+    c = Clock()
+    r = RateMeter(c, window_s=10)
+    assert r.rate() == 0.0
+    for _ in range(10):
+        c.t += 1
+        r.add(1000)
+    assert r.rate() == pytest.approx(1000.0)
+    c.t += 20
+    assert r.rate() == 0.0
+
+
+def test_progress_tracker_eta_and_blocked():
+    c = Clock()
+    t = ProgressTracker(c, window_s=10)
+    t.set_backlog({1: 10_000, 2: 5_000, 3: 1_000})
+    snap = t.snapshot()
+    assert snap.ledgers_remaining == 3 and snap.bytes_remaining == 16_000 and snap.eta_s is None
+    t.start(1, 10_000)
+    for _ in range(5):
+        c.t += 1
+        t.copied(1, 1_000)
+    snap = t.snapshot()
+    assert snap.bytes_remaining == 11_000 and snap.ledgers_in_progress == 1
+    assert snap.rate_bytes_per_s == pytest.approx(1000.0)
+    assert snap.eta_s == pytest.approx(11.0)
+    t.block(3, "no eligible target: not enough bookies")
+    t.finish(1, replicated=True)
+    snap = t.snapshot()
+    assert snap.ledgers_done == 1 and snap.ledgers_remaining == 2 and snap.bytes_remaining == 6_000
+    assert snap.blocked == {3: "no eligible target: not enough bookies"}
+    assert snap.as_dict()["blocked"] == {"3": "no eligible target: not enough bookies"}
+    t.set_backlog({})  # the markers are gone: blocked reasons go with them
+    snap = t.snapshot()
+    assert snap.blocked == {} and snap.ledgers_remaining == 0 and snap.eta_s == 0.0
