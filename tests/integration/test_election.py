@@ -1,0 +1,135 @@
+"""Auditor election on a real ZooKeeper: order, failover, session-expiry rejoin (upstream
+AuditorBookieTest / AutoRecoveryMainTest.testAutoRecoverySessionLoss, better: the expired node rejoins)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from kazoo.client import KazooClient
+
+from autorecovery.testing.zk_server import ZooKeeperServer
+from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.election import AuditorElector, current_auditor, decode_vote, elector_loop, sorted_votes
+from autorecovery.zk.paths import Paths
+
+pytestmark = pytest.mark.integration
+P = Paths("/ledgers")
+SESSION_MS = 2000
+
+
+@pytest.fixture(scope="module")
+def zk_server(tmp_path_factory):
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def chroot(zk_server):
+    name = "/t" + uuid.uuid4().hex[:10]
+    c = await ZkClient(zk_server.connect_string).start()
+    await c.ensure_path(name)
+    await c.stop()
+    return zk_server.connect_string + name
+
+
+def expire_session(hosts: str, zk: ZkClient) -> None:
+    """Expire ``zk``'s session from outside: connect with its session id and password, then close."""
+    sid, passwd = zk.client_id
+    other = KazooClient(hosts=hosts, client_id=(sid, passwd), timeout=SESSION_MS / 1000)
+    other.start(10)
+    other.stop()
+    other.close()
+
+
+async def test_first_vote_wins_and_successor_takes_over(chroot):
+    clients = [await ZkClient(chroot, session_timeout_ms=SESSION_MS).start() for _ in range(3)]
+    electors = [AuditorElector(c, P, f"10.0.0.{i}:3181") for i, c in enumerate(clients)]
+    await electors[0].run_for_leadership()
+    others = []
+    for e in electors[1:]:  # vote one after the other so that the order is known
+        others.append(asyncio.ensure_future(e.run_for_leadership()))
+        assert await wait_for(lambda: e.vote_path is not None, 5)
+    assert await current_auditor(clients[1], P) == "10.0.0.0:3181"
+    data, _ = await clients[1].get(P.auditor_election)
+    assert decode_vote(data) == "10.0.0.0:3181"
+    assert not any(t.done() for t in others)
+    # the auditor's process dies: its session closes, the next candidate wins
+    await clients[0].stop()
+    await asyncio.wait_for(others[0], 10)
+    assert not others[1].done()
+    assert await current_auditor(clients[2], P) == "10.0.0.1:3181"
+    votes = sorted_votes(await clients[2].get_children(P.auditor_election))
+    assert electors[0].vote_path.rsplit("/", 1)[1] not in votes
+    # clean resignation hands over too
+    await electors[1].resign()
+    await asyncio.wait_for(others[1], 10)
+    assert await current_auditor(clients[2], P) == "10.0.0.2:3181"
+    for c in clients[1:]:
+        await c.stop()
+
+
+async def test_no_auditor_without_candidates(chroot):
+    c = await ZkClient(chroot).start()
+    assert await current_auditor(c, P) is None
+    await c.stop()
+
+
+async def test_session_expiry_stops_roles_and_rejoins(chroot):
+    clients = [await ZkClient(chroot, session_timeout_ms=SESSION_MS).start() for _ in range(2)]
+    events: list[tuple[int, str, float]] = []
+
+    def cbs(i):
+        async def elected():
+            events.append((i, "elected", time.monotonic()))
+
+        async def lost():
+            events.append((i, "lost", time.monotonic()))
+
+        async def session_lost():
+            events.append((i, "session_lost", time.monotonic()))
+
+        return elected, lost, session_lost
+
+    tasks = []
+    for i, c in enumerate(clients):
+        el, lo, sl = cbs(i)
+        tasks.append(asyncio.ensure_future(elector_loop(c, P, f"node{i}:3181", el, lo, on_session_lost=sl)))
+        if i == 0:
+            assert await wait_for(lambda: (0, "elected") in [(e[0], e[1]) for e in events], 10)
+    assert await current_auditor(clients[1], P) == "node0:3181"
+
+    t0 = time.monotonic()
+    await asyncio.to_thread(expire_session, chroot, clients[0])
+    # node1 takes over within one session timeout (+ slack for the server's session tick)
+    assert await wait_for(lambda: (1, "elected") in [(e[0], e[1]) for e in events], SESSION_MS / 1000 + 3)
+    took = [e[2] for e in events if e[:2] == (1, "elected")][0] - t0
+    assert took < SESSION_MS / 1000 + 3
+    # node0 stopped its role cleanly and came back as a candidate with a new session
+    assert await wait_for(lambda: (0, "lost") in [(e[0], e[1]) for e in events], SESSION_MS / 1000 + 3)
+    assert await wait_for(lambda: (0, "session_lost") in [(e[0], e[1]) for e in events], 5)
+
+    async def node0_is_candidate() -> bool:
+        for v in sorted_votes(await clients[1].get_children(P.auditor_election)):
+            try:
+                data, _ = await clients[1].get(f"{P.auditor_election}/{v}")
+            except Exception:
+                continue
+            if decode_vote(data) == "node0:3181":
+                return True
+        return False
+
+    assert await wait_for(node0_is_candidate, 15)
+    assert await current_auditor(clients[0], P) == "node1:3181"
+    # when node1 goes, node0 is auditor again
+    tasks[1].cancel()
+    await asyncio.gather(tasks[1], return_exceptions=True)
+    assert (1, "lost") in [(e[0], e[1]) for e in events]
+    assert await wait_for(lambda: [(e[0], e[1]) for e in events].count((0, "elected")) == 2, 10)
+    tasks[0].cancel()
+    await asyncio.gather(tasks[0], return_exceptions=True)
+    for c in clients:
+        await c.stop()
