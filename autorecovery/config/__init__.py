@@ -1,0 +1,1 @@
+"""Configuration: the key table (:mod:`.keys`, PURE) and the loader (:mod:`.load`)."""

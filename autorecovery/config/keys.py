@@ -1,0 +1,353 @@
+"""The configuration keys autorecovery reads: one table, upstream names first (PURE).
+
+Every key a ``bk_server.conf`` may carry for AutoRecovery is listed once in :data:`KEYS` with its type,
+unit, default, a one-line doc and where it comes from:
+
+* ``upstream`` — Apache BookKeeper's ``ServerConfiguration`` / ``ClientConfiguration`` /
+  ``AbstractConfiguration`` key, same name, same unit, same default unless ``upstream_default`` says
+  otherwise (the docs explain each such difference);
+* ``ours`` — a key autorecovery adds, named in the same style.
+
+:data:`PULSAR_ALIASES` maps Pulsar ``broker.conf`` names (``bookkeeperClient...``) onto the upstream
+keys, and :data:`IGNORED_UPSTREAM_KEYS` lists bookie-side keys that a shared ``bk_server.conf``
+usually contains but that mean nothing to AutoRecovery (they are accepted silently instead of being
+reported as unknown).
+
+Parsing one raw string value is :meth:`Key.parse`; it raises :class:`~autorecovery.errors.ConfigError`
+naming the key and the value. No I/O here: :mod:`autorecovery.config.load` reads files and the
+environment.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from autorecovery.errors import ConfigError
+
+UPSTREAM = "upstream"
+OURS = "ours"
+
+_TRUE = {"true", "yes", "on", "1", "y", "t"}
+_FALSE = {"false", "no", "off", "0", "n", "f"}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key.
+
+    Attributes:
+        name: the exact key (case-sensitive, as upstream: ``auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec``).
+        type: ``int``, ``float``, ``bool`` or ``str``.
+        default: the value used when the key is not set (already typed; None = unset).
+        unit: ``ms``, ``s``, ``bytes``, ``bytes/s``, ``%``, ``count``, ``tasks/s`` or ``""``.
+        doc: one line for ``config check`` and docs/operators.md.
+        origin: :data:`UPSTREAM` or :data:`OURS`.
+        group: ``metadata``, ``daemon``, ``http``, ``logging``, ``auditor``, ``worker``, ``placement``,
+            ``bookieinfo``.
+        min_value / max_value: inclusive bounds for numbers (None = unbounded).
+        choices: allowed values for strings (lower-cased comparison), None = any.
+        upstream_default: upstream's default when ours differs (documented), else None.
+    """
+
+    name: str
+    type: str
+    default: Any
+    unit: str
+    doc: str
+    origin: str = UPSTREAM
+    group: str = ""
+    min_value: float | None = None
+    max_value: float | None = None
+    choices: tuple[str, ...] | None = None
+    upstream_default: Any = None
+
+    def parse(self, raw: str) -> Any:
+        """Turn the raw property string into a typed value.
+
+        Booleans accept true/false, yes/no, on/off, 1/0 (any case), as Commons Configuration does.
+        Integers are decimal (an optional sign; ``_`` separators are not allowed, as in Java).
+
+        Raises:
+            ConfigError: ``bad value for <key>: <value!r> (expected ...)``.
+        """
+        text = raw.strip()
+        try:
+            if self.type == "bool":
+                low = text.lower()
+                if low in _TRUE:
+                    return True
+                if low in _FALSE:
+                    return False
+                raise ValueError("expected true or false")
+            if self.type == "int":
+                if not text or "_" in text:
+                    raise ValueError("expected an integer")
+                value: Any = int(text, 10)
+            elif self.type == "float":
+                if not text or "_" in text:
+                    raise ValueError("expected a number")
+                value = float(text)
+                if value != value:  # NaN
+                    raise ValueError("expected a number")
+            else:
+                value = text
+                if self.choices is not None and text.lower() not in self.choices:
+                    raise ValueError("expected one of " + ", ".join(self.choices))
+                return value
+        except ValueError as exc:
+            raise ConfigError(f"bad value for {self.name}: {raw!r} ({_describe(self, exc)})") from None
+        if self.min_value is not None and value < self.min_value:
+            raise ConfigError(f"bad value for {self.name}: {raw!r} (must be >= {_num(self.min_value)}{_unit(self)})")
+        if self.max_value is not None and value > self.max_value:
+            raise ConfigError(f"bad value for {self.name}: {raw!r} (must be <= {_num(self.max_value)}{_unit(self)})")
+        return value
+
+    def render(self, value: Any) -> str:
+        """The property-file form of a typed value (``true``/``false`` for booleans)."""
+        if value is None:
+            return ""
+        if self.type == "bool":
+            return "true" if value else "false"
+        if self.type == "float" and float(value).is_integer():
+            return str(value)
+        return str(value)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _unit(key: Key) -> str:
+    return f" {key.unit}" if key.unit and key.unit not in ("count", "") else ""
+
+
+def _describe(key: Key, exc: ValueError) -> str:
+    msg = str(exc)
+    if msg.startswith("expected"):
+        return msg + (f", in {key.unit}" if key.unit and key.unit != "count" and key.type != "bool" else "")
+    return {"int": "expected an integer", "float": "expected a number"}.get(key.type, msg)
+
+
+def _k(name: str, type_: str, default: Any, unit: str, group: str, doc: str, **kw: Any) -> Key:
+    return Key(name=name, type=type_, default=default, unit=unit, doc=doc, group=group, **kw)
+
+
+#: Every key autorecovery understands, upstream names first. Order = documentation order.
+KEYS: tuple[Key, ...] = (
+    # -- metadata store / identity -----------------------------------------------------------------
+    _k("metadataServiceUri", "str", None, "", "metadata",
+       "metadata store, e.g. zk+hierarchical://h1:2181;h2:2181/ledgers; wins over zkServers/zkLedgersRootPath"),
+    _k("zkServers", "str", None, "", "metadata", "ZooKeeper connect string h1:2181,h2:2181 (when no metadataServiceUri)"),
+    _k("zkLedgersRootPath", "str", "/ledgers", "", "metadata", "ledgers root znode (when no metadataServiceUri)"),
+    _k("zkTimeout", "int", 10000, "ms", "metadata", "ZooKeeper session timeout", min_value=1),
+    _k("ledgerManagerFactoryClass", "str", None, "", "metadata",
+       "ledger layout; only the hierarchical layout is supported (hierarchical, longhierarchical)"),
+    _k("bookieId", "str", None, "", "metadata",
+       "this node's id in the auditor election; default <advertisedAddress or host IP>:<bookiePort>"),
+    _k("bookiePort", "int", 3181, "", "metadata", "port part of the default bookie id", min_value=0, max_value=65535),
+    _k("advertisedAddress", "str", None, "", "metadata", "host part of the default bookie id"),
+    _k("useHostNameAsBookieID", "bool", False, "", "metadata", "default bookie id uses the host name, not the IP"),
+    # -- daemon ---------------------------------------------------------------------------------
+    _k("bookieDeathWatchInterval", "int", 1000, "ms", "daemon",
+       "how often the daemon checks that its roles are still running", min_value=1),
+    _k("shutdownTimeoutSeconds", "float", 20.0, "s", "daemon",
+       "SIGTERM/SIGINT: bound on the graceful stop (drain copies, release locks, delete the vote)",
+       origin=OURS, min_value=0.1),
+    _k("sessionRejoinEnabled", "bool", True, "", "daemon",
+       "on ZooKeeper session expiry stop every role, make a new session and rejoin (upstream exits)", origin=OURS),
+    # -- HTTP ---------------------------------------------------------------------------------------
+    _k("httpServerEnabled", "bool", True, "", "http",
+       "serve /metrics, /healthz, /readyz and /api/v1/... on httpServerPort", upstream_default=False),
+    _k("httpServerPort", "int", 8080, "", "http", "HTTP port (0 = pick a free port)", min_value=0, max_value=65535),
+    _k("httpServerAddress", "str", "127.0.0.1", "", "http",
+       "address the HTTP server binds; 0.0.0.0 for every interface", origin=OURS),
+    _k("httpAdminMutationsEnabled", "bool", False, "", "http",
+       "allow the mutating admin endpoints (PUT status/bookie/trigger_audit/lost_bookie_recovery_delay/decommission)",
+       origin=OURS),
+    # -- logging --------------------------------------------------------------------------------------
+    _k("logLevel", "str", "INFO", "", "logging", "DEBUG, INFO, WARNING or ERROR", origin=OURS,
+       choices=("debug", "info", "warning", "warn", "error")),
+    _k("logFormat", "str", "auto", "", "logging",
+       "auto (JSON lines unless stderr is a TTY), json or console", origin=OURS, choices=("auto", "json", "console")),
+    # -- auditor ------------------------------------------------------------------------------------
+    _k("auditorPeriodicCheckInterval", "int", 604800, "s", "auditor", "checkAllLedgers period; 0 disables", min_value=0),
+    _k("auditorPeriodicBookieCheckInterval", "int", 86400, "s", "auditor",
+       "metadata-only bookie audit period; 0 = once at start", min_value=0),
+    _k("auditorPeriodicPlacementPolicyCheckInterval", "int", 0, "s", "auditor",
+       "placement policy check period; 0 disables", min_value=0),
+    _k("auditorReplicasCheckInterval", "int", 0, "s", "auditor", "replicas check period; 0 disables", min_value=0),
+    _k("auditorLedgerVerificationPercentage", "int", 0, "%", "auditor",
+       "share of each fragment's entries read by the ledger checker; 0 = first and last only",
+       min_value=0, max_value=100),
+    _k("lostBookieRecoveryDelay", "int", 0, "s", "auditor",
+       "delay before auditing one lost bookie; seeds the znode only when it does not exist", min_value=0),
+    _k("underreplicatedLedgerRecoveryGracePeriod", "int", 0, "s", "auditor",
+       "placement check reports markers older than this; 0 disables", min_value=0),
+    _k("repairedPlacementPolicyNotAdheringBookieEnabled", "bool", False, "", "auditor",
+       "BP-54: mark non-adhering ledgers and move data to fix placement"),
+    _k("auditorMaxNumberOfConcurrentOpenLedgerOperations", "int", 500, "count", "auditor",
+       "bound on concurrent ledger opens in checkAllLedgers", min_value=1),
+    _k("auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec", "int", 120000, "ms", "auditor",
+       "wait for that bound", min_value=0),
+    _k("inFlightReadEntryNumInLedgerChecker", "int", -1, "count", "auditor",
+       "concurrent entry reads of the ledger checker; -1 unlimited", min_value=-1),
+    _k("storeSystemTimeAsLedgerUnderreplicatedMarkTime", "bool", True, "", "auditor",
+       "write ctime (ms) into under-replication markers"),
+    # -- worker ----------------------------------------------------------------------------------
+    _k("openLedgerRereplicationGracePeriod", "int", 30000, "ms", "worker",
+       "wait before fencing an open ledger whose last fragment is under-replicated", min_value=0),
+    _k("lockReleaseOfFailedLedgerGracePeriod", "int", 300000, "ms", "worker",
+       "cap of the exponential lock-release backoff after a failed ledger", min_value=0),
+    _k("rwRereplicateBackoffMs", "int", 5000, "ms", "worker", "pause after an unsuccessful replication attempt",
+       min_value=0),
+    _k("rereplicationEntryBatchSize", "int", 10, "count", "worker", "entries copied per batch", min_value=1),
+    _k("replicationRateByBytes", "int", -1, "bytes/s", "worker", "copy throttle; -1 off", min_value=-1),
+    _k("zkReplicationTaskRateLimit", "float", 0.0, "tasks/s", "worker",
+       "rate limit of ledger acquisitions from ZooKeeper; 0 off", min_value=0),
+    _k("recoveryBatchReadEnabled", "bool", False, "", "worker", "batch reads while copying (accepted; reads stream)"),
+    # -- placement ---------------------------------------------------------------------------------
+    _k("ensemblePlacementPolicy", "str", "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", "",
+       "placement", "placement policy class (upstream class names map to ours)"),
+    _k("reppDnsResolverClass", "str", None, "", "placement",
+       "rack resolver class; default: Pulsar /bookies rack info if present, else static/default rack"),
+    _k("networkTopologyScriptFileName", "str", None, "", "placement", "script for ScriptBasedMapping"),
+    _k("networkTopologyScriptNumberArgs", "int", 100, "count", "placement", "max host names per script call",
+       min_value=1),
+    _k("minNumRacksPerWriteQuorum", "int", 2, "count", "placement", "racks wanted per write set", min_value=1),
+    _k("enforceMinNumRacksPerWriteQuorum", "bool", False, "", "placement", "make minNumRacksPerWriteQuorum a hard rule"),
+    _k("enforceMinNumFaultDomainsForWrite", "bool", False, "", "placement", "acked bookies must span fault domains"),
+    _k("ignoreLocalNodeInPlacementPolicy", "bool", False, "", "placement", "do not resolve the local node"),
+    _k("useHostnameResolveLocalNodePlacementPolicy", "bool", False, "", "placement",
+       "resolve the local node by host name"),
+    _k("reorderReadSequenceEnabled", "bool", True, "", "placement", "reorder reads by bookie health"),
+    _k("ensembleRandomReadReordering", "bool", False, "", "placement", "shuffle within read-order classes"),
+    _k("readReorderThresholdPendingRequests", "int", 0, "count", "placement", "move least-loaded replica first",
+       min_value=0),
+    _k("enableBookieFailureTracking", "bool", True, "", "placement", "track failed bookies for read ordering"),
+    _k("bookieFailureHistoryExpirationMSec", "int", 60000, "ms", "placement", "expiry of failure history",
+       min_value=0),
+    _k("networkTopologyStabilizePeriodSeconds", "int", 0, "s", "placement", "delay removal of departed bookies",
+       min_value=0),
+    _k("diskWeightBasedPlacementEnabled", "bool", False, "", "placement", "weight bookie choice by free disk space"),
+    _k("bookieMaxMultipleForWeightBasedPlacement", "int", 3, "count", "placement",
+       "cap of a bookie's weight as a multiple of the median; <= 0 no cap"),
+    _k("minNumZonesPerWriteQuorum", "int", 2, "count", "placement", "zone-aware: minimum zones per write set",
+       min_value=1),
+    _k("desiredNumZonesPerWriteQuorum", "int", 3, "count", "placement", "zone-aware: desired zones per write set",
+       min_value=1),
+    _k("enforceStrictZoneawarePlacement", "bool", True, "", "placement", "zone-aware strict mode"),
+    _k("reppRegionsToWrite", "str", None, "", "placement", "region-aware: ;-separated regions"),
+    _k("reppMinimumRegionsForDurability", "int", 2, "count", "placement", "region-aware durability", min_value=0),
+    _k("reppEnableDurabilityEnforcementInReplace", "bool", True, "", "placement", "durability also when replacing"),
+    _k("reppEnableValidation", "bool", True, "", "placement", "region-aware final ensemble validation"),
+    _k("delayEnsembleChange", "bool", False, "", "placement", "ensemble change only when AQ can't be met"),
+    _k("stickyReadSEnabled", "bool", False, "", "placement", "sticky reads"),
+    # -- BookieInfoReader ------------------------------------------------------------------------
+    _k("getBookieInfoIntervalSeconds", "int", 60, "s", "bookieinfo",
+       "full GET_BOOKIE_INFO poll of every writable bookie; 0 = only when the bookie set changes",
+       upstream_default=86400, min_value=0),
+    _k("getBookieInfoRetryIntervalSeconds", "int", 60, "s", "bookieinfo", "retry after a failed poll", min_value=0),
+    _k("getBookieInfoTimeoutSecs", "int", 5, "s", "bookieinfo", "timeout of one GET_BOOKIE_INFO request",
+       min_value=1),
+)
+
+#: Name → Key.
+KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+
+#: Pulsar ``broker.conf`` names → upstream key (same meaning, same unit). The two policy switches are
+#: handled by :func:`pulsar_policy` instead.
+PULSAR_ALIASES: dict[str, str] = {
+    "bookkeeperMetadataServiceUri": "metadataServiceUri",
+    "bookkeeperClientMinNumRacksPerWriteQuorum": "minNumRacksPerWriteQuorum",
+    "bookkeeperClientEnforceMinNumRacksPerWriteQuorum": "enforceMinNumRacksPerWriteQuorum",
+    "bookkeeperClientReorderReadSequenceEnabled": "reorderReadSequenceEnabled",
+    "bookkeeperDiskWeightBasedPlacementEnabled": "diskWeightBasedPlacementEnabled",
+    "bookkeeperClientGetBookieInfoIntervalSeconds": "getBookieInfoIntervalSeconds",
+    "bookkeeperClientGetBookieInfoRetryIntervalSeconds": "getBookieInfoRetryIntervalSeconds",
+    "bookkeeperEnableStickyReads": "stickyReadSEnabled",
+}
+
+#: Pulsar's boolean policy switches (``bookkeeperClientRegionawarePolicyEnabled`` wins, as in Pulsar's
+#: BookKeeperClientFactoryImpl; both false → the default policy).
+PULSAR_POLICY_SWITCHES = ("bookkeeperClientRackawarePolicyEnabled", "bookkeeperClientRegionawarePolicyEnabled")
+
+#: Pulsar passes ``bookkeeper_<key>=v`` through to the BookKeeper client as ``<key>=v``; so do we.
+PULSAR_PASSTHROUGH_PREFIX = "bookkeeper_"
+
+RACKAWARE_CLASS = "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy"
+REGIONAWARE_CLASS = "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy"
+DEFAULT_POLICY_CLASS = "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy"
+
+#: Bookie-side keys of a shared bk_server.conf: accepted and ignored (not reported as unknown).
+IGNORED_UPSTREAM_KEYS: frozenset[str] = frozenset({
+    "autoRecoveryDaemonEnabled", "journalDirectory", "journalDirectories", "ledgerDirectories",
+    "indexDirectories", "listeningInterface", "allowLoopback", "allowEphemeralPorts", "extraServerComponents",
+    "ledgerStorageClass", "entryLogSizeLimit", "minorCompactionThreshold", "minorCompactionInterval",
+    "majorCompactionThreshold", "majorCompactionInterval", "compactionRateByEntries", "compactionRateByBytes",
+    "gcWaitTime", "gcOverreplicatedLedgerWaitTime", "verifyMetadataOnGC", "isForceGCAllowWhenNoSpace",
+    "journalAdaptiveGroupWrites", "journalMaxGroupWaitMSec", "journalBufferedWritesThreshold",
+    "journalSyncData", "journalWriteData", "journalFormatVersionToWrite", "journalMaxSizeMB",
+    "journalMaxBackups", "journalPreAllocSizeMB", "journalWriteBufferSizeKB", "journalRemoveFromPageCache",
+    "numAddWorkerThreads", "numReadWorkerThreads", "numHighPriorityWorkerThreads", "numJournalCallbackThreads",
+    "maxPendingReadRequestsPerThread", "maxPendingAddRequestsPerThread", "serverTcpNoDelay",
+    "serverNumIOThreads", "flushInterval", "flushEntrylogBytes", "readOnlyModeEnabled", "forceReadOnlyBookie",
+    "diskUsageThreshold", "diskUsageWarnThreshold", "diskUsageLwmThreshold", "diskCheckInterval",
+    "fileInfoCacheInitialCapacity", "openFileLimit", "pageSize",
+    "pageLimit", "skipListSizeLimit", "skipListArenaChunkSize", "skipListArenaMaxAllocSize",
+    "sortedLedgerStorageEnabled", "dbStorage_writeCacheMaxSizeMb", "dbStorage_readAheadCacheMaxSizeMb",
+    "dbStorage_readAheadCacheBatchSize", "dbStorage_rocksDB_blockCacheSize", "dbStorage_rocksDB_writeBufferSizeMB",
+    "dbStorage_rocksDB_sstSizeInMB", "dbStorage_rocksDB_blockSize", "dbStorage_rocksDB_bloomFilterBitsPerKey",
+    "dbStorage_rocksDB_numLevels", "dbStorage_rocksDB_numFilesInLevel0", "dbStorage_rocksDB_maxSizeInLevel1MB",
+    "statsProviderClass", "prometheusStatsHttpPort", "prometheusStatsHttpAddress", "prometheusStatsLatencyRolloverSeconds",
+    "enableStatistics", "httpServerClass", "httpServerTlsEnable", "zkEnableSecurity", "zkRetryBackoffStartMs",
+    "zkRetryBackoffMaxMs", "zkRequestRateLimit", "metadataServiceDriverClass", "clientRole",
+    "useShortHostName", "enableLocalTransport", "disableServerSocketBind", "storageserver.grpc.port",
+    "dlog.bkcEnsembleSize", "dlog.bkcWriteQuorumSize", "dlog.bkcAckQuorumSize", "tlsProvider",
+    "tlsProviderFactoryClass", "tlsClientAuthentication", "bookieAuthProviderFactoryClass",
+    "clientAuthProviderFactoryClass", "nettyMaxFrameSizeBytes", "byteBufAllocatorSizeMax",
+    "maxAddsInProgressLimit", "maxReadsInProgressLimit", "closeChannelOnResponseTimeout",
+    "entryLogFilePreallocationEnabled", "logSizeLimit",
+    "ledgerDirsMonitorIntervalMs", "bookieAddressResolverEnabled",
+})
+
+
+def known(name: str) -> bool:
+    """True for a key of the table (not an alias, not an ignored bookie key)."""
+    return name in KEY_BY_NAME
+
+
+def suggest(name: str, extra: tuple[str, ...] = ()) -> str | None:
+    """The closest known key to a misspelled ``name`` ("did you mean"), or None.
+
+    A case-insensitive exact match wins (``zktimeout`` → ``zkTimeout``); otherwise difflib's closest
+    name with a similarity of at least 0.8.
+    """
+    names = list(KEY_BY_NAME) + list(PULSAR_ALIASES) + list(PULSAR_POLICY_SWITCHES) + list(extra)
+    low = name.lower()
+    for n in names:
+        if n.lower() == low:
+            return n
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+    if close:
+        return close[0]
+    close = difflib.get_close_matches(low, [n.lower() for n in names], n=1, cutoff=0.8)
+    if close:
+        return next(n for n in names if n.lower() == close[0])
+    return None
+
+
+def pulsar_policy(rackaware: bool | None, regionaware: bool | None) -> str | None:
+    """The ``ensemblePlacementPolicy`` class Pulsar's two switches select (None when neither is set)."""
+    if rackaware is None and regionaware is None:
+        return None
+    if regionaware:
+        return REGIONAWARE_CLASS
+    if rackaware:
+        return RACKAWARE_CLASS
+    return DEFAULT_POLICY_CLASS
+
+
+def keys_in_group(group: str) -> tuple[Key, ...]:
+    return tuple(k for k in KEYS if k.group == group)

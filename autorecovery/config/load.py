@@ -1,0 +1,434 @@
+"""Load the effective configuration once: bk_server.conf, then ``BK_<key>`` env, then CLI flags (EDGE).
+
+Precedence (later wins): the Java-properties file (``-c bk_server.conf``, parsed with javaproperties,
+so ``\\`` continuations, ``:`` separators and unicode escapes behave as in Java) → environment variables
+``BK_<key>`` (upstream's Docker image convention: ``BK_zkServers=zk1:2181``) → command-line flags
+(``--zk``, ``--ledgers-root``, ``-D key=value``...).
+
+Within each layer, Pulsar ``broker.conf`` names are mapped to upstream keys
+(:data:`~autorecovery.config.keys.PULSAR_ALIASES`, ``bookkeeper_<key>`` pass-through, and the
+rack-/region-aware switches that select ``ensemblePlacementPolicy``). An upstream name set in the same
+layer wins over its alias.
+
+Unknown keys produce a warning naming them, with "did you mean <key>?" when a known key is close.
+Bad values raise :class:`~autorecovery.errors.ConfigError` naming every bad key and its value.
+
+The result is a frozen :class:`Settings`: typed values for the daemon's own keys plus the raw property
+map that the auditor, worker and placement modules parse with their ``from_properties``. Nothing else
+in the code reads the environment.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlsplit
+
+import javaproperties
+
+from autorecovery.config import keys as K
+from autorecovery.errors import ConfigError
+from autorecovery.ledger.ids import validate_bookie_id
+
+ENV_PREFIX = "BK_"
+
+#: Modules that may declare extra keys of their own in a module-level ``CONFIG_KEYS`` (names or
+#: :class:`~autorecovery.config.keys.Key` objects); those names are then not reported as unknown.
+KEY_PROVIDERS = (
+    "autorecovery.roles.auditor",
+    "autorecovery.roles.worker",
+    "autorecovery.placement",
+    "autorecovery.placement.config",
+)
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """The daemon's HTTP server: ``enabled``, bind ``address``, ``port`` (0 = any free port), and whether
+    the mutating admin endpoints are served (``mutations_enabled``)."""
+
+    enabled: bool
+    address: str
+    port: int
+    mutations_enabled: bool
+
+
+@dataclass(frozen=True)
+class BookieInfoSettings:
+    """BookieInfoReader timings in seconds (``interval_s`` 0 = poll only on bookie-set changes)."""
+
+    interval_s: float
+    retry_interval_s: float
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration, parsed once.
+
+    Attributes:
+        zk_servers: ZooKeeper connect string ``h1:2181,h2:2181``.
+        ledgers_root: ledgers root znode (``/ledgers``).
+        zk_timeout_ms: session timeout in ms.
+        bookie_id: this node's id (election vote, ``decommissionbookie`` default).
+        http, bookie_info: sub-settings.
+        log_level, log_format: logging (``auto``/``json``/``console``).
+        shutdown_timeout_s: bound on the graceful stop.
+        session_rejoin: rejoin after a session expiry instead of exiting.
+        values: typed value of every key of the table (defaults filled in).
+        properties: raw string of every key that was set (canonical names, unknown ones included) —
+            what ``AuditorSettings.from_properties`` and friends read.
+        sources: key → ``file``/``env``/``flag``/``default``/``derived`` (``(alias X)`` appended when
+            the value came through a Pulsar alias).
+        warnings: human-readable warnings (unknown keys, conflicts), already formatted.
+        conf_path: the properties file, when one was read.
+    """
+
+    zk_servers: str
+    ledgers_root: str
+    zk_timeout_ms: int
+    bookie_id: str
+    http: HttpSettings
+    bookie_info: BookieInfoSettings
+    log_level: str
+    log_format: str
+    shutdown_timeout_s: float
+    session_rejoin: bool
+    values: Mapping[str, Any]
+    properties: Mapping[str, str]
+    sources: Mapping[str, str]
+    warnings: tuple[str, ...] = ()
+    conf_path: str | None = None
+    metadata_service_uri: str = field(default="")
+
+    def get(self, name: str) -> Any:
+        """Typed value of a key of the table.
+
+        Raises:
+            KeyError: naming the key when it is not in the table.
+        """
+        if name not in self.values:
+            raise KeyError(f"{name} is not a configuration key of autorecovery")
+        return self.values[name]
+
+    def effective_lines(self) -> list[str]:
+        """``key=value  # source, origin`` for every key of the table, then any unknown keys that were
+        set; what ``autorecovery config check`` prints."""
+        out = []
+        for key in K.KEYS:
+            value = self.values.get(key.name)
+            src = self.sources.get(key.name, "default")
+            origin = key.origin
+            if key.upstream_default is not None and key.origin == K.UPSTREAM:
+                origin += f", upstream default {key.render(key.upstream_default)}"
+            out.append(f"{key.name}={key.render(value)}  # {src}, {origin}")
+        extra = sorted(k for k in self.properties if k not in K.KEY_BY_NAME)
+        for name in extra:
+            out.append(f"{name}={self.properties[name]}  # {self.sources.get(name, '?')}, not in the key table")
+        return out
+
+
+# -- parsing --------------------------------------------------------------------------------------
+def read_properties_file(path: str | Path) -> dict[str, str]:
+    """Parse a Java-properties file.
+
+    Raises:
+        ConfigError: naming the file when it cannot be read.
+    """
+    p = Path(path)
+    try:
+        with open(p, encoding="latin-1") as f:  # Java's Properties.load reads ISO-8859-1
+            return dict(javaproperties.load(f))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - javaproperties raises plain ValueErrors on bad escapes
+        raise ConfigError(f"cannot parse config file {p}: {exc}") from None
+
+
+def env_properties(env: Mapping[str, str]) -> dict[str, str]:
+    """``BK_<key>`` environment variables as properties (``BK_zkServers`` → ``zkServers``).
+
+    All-upper-case names (``BK_DATA_DIR``) are the Docker image's own variables, not config keys, and
+    are skipped.
+    """
+    out = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or len(name) <= len(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX):]
+        if key.upper() == key:
+            continue
+        out[key] = value
+    return out
+
+
+def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
+    """Split ``zk+hierarchical://h1:2181;h2:2181/ledgers`` into (``h1:2181,h2:2181``, ``/ledgers``).
+
+    Accepted schemes: ``zk``, ``zk+hierarchical``, ``zk+longhierarchical``, ``zk+null`` (upstream
+    ZKMetadataDriverBase; ``null`` = use the layout the cluster was formatted with). Hosts are separated
+    by ``;`` (upstream) or ``,``. An empty path means ``/ledgers``.
+
+    Raises:
+        ConfigError: naming ``metadataServiceUri`` and the value.
+    """
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"bad value for metadataServiceUri: {uri!r} ({why})")
+
+    try:
+        parts = urlsplit(uri.strip())
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    scheme = parts.scheme.lower()
+    base, _, manager = scheme.partition("+")
+    if base != "zk":
+        raise bad("expected a zk:// or zk+hierarchical:// URI; only ZooKeeper metadata stores are supported")
+    if manager not in ("", "hierarchical", "longhierarchical", "null"):
+        raise bad(f"ledger manager {manager!r} is not supported; use hierarchical")
+    hosts = [h.strip() for h in parts.netloc.replace(";", ",").split(",") if h.strip()]
+    if not hosts:
+        raise bad("no ZooKeeper servers in the URI")
+    for h in hosts:
+        host, _, port = h.rpartition(":")
+        if not host or not port.isdigit():
+            raise bad(f"server {h!r} is not host:port")
+    root = parts.path.rstrip("/") or "/ledgers"
+    return ",".join(hosts), root
+
+
+def _validate_root(root: str, key: str) -> str:
+    if not root.startswith("/") or root.endswith("/") or "//" in root or len(root) < 2:
+        raise ConfigError(f"bad value for {key}: {root!r} (expected an absolute znode path like /ledgers)")
+    return root
+
+
+def _default_bookie_id(values: Mapping[str, Any]) -> str:
+    host = values.get("advertisedAddress")
+    if not host:
+        try:
+            if values.get("useHostNameAsBookieID"):
+                host = socket.getfqdn()
+            else:
+                host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            host = "127.0.0.1"
+    return f"{host}:{values.get('bookiePort', 3181)}"
+
+
+def provider_keys(modules: Iterable[str] = KEY_PROVIDERS) -> tuple[str, ...]:
+    """Key names declared by other modules in ``CONFIG_KEYS`` (missing modules are skipped)."""
+    names: list[str] = []
+    for mod in modules:
+        try:
+            m = importlib.import_module(mod)
+        except Exception:  # noqa: BLE001 - a module that is missing or broken declares nothing
+            continue
+        for item in getattr(m, "CONFIG_KEYS", ()) or ():
+            names.append(item if isinstance(item, str) else getattr(item, "name", str(item)))
+    return tuple(names)
+
+
+@dataclass
+class _Layer:
+    source: str
+    props: dict[str, str]
+
+
+def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
+               out: dict[str, tuple[str, str]], switches: dict[str, tuple[bool, str]],
+               errors: list[str]) -> None:
+    """Map one layer's names to canonical keys and merge them into ``out`` (name → (raw, source))."""
+    aliased: dict[str, tuple[str, str]] = {}
+    direct: dict[str, tuple[str, str]] = {}
+    where = {"file": "in the config file", "env": "in the environment (BK_...)", "flag": "on the command line"}
+    for name, raw in layer.props.items():
+        name = name.strip()
+        if name in K.KEY_BY_NAME or name in extra:
+            direct[name] = (raw, layer.source)
+        elif name in K.PULSAR_ALIASES:
+            aliased[K.PULSAR_ALIASES[name]] = (raw, f"{layer.source} (alias {name})")
+        elif name in K.PULSAR_POLICY_SWITCHES:
+            try:
+                flag = K.Key(name, "bool", None, "", "").parse(raw)
+            except ConfigError as exc:
+                errors.append(str(exc))
+                continue
+            switches[name] = (flag, layer.source)
+        elif name.startswith(K.PULSAR_PASSTHROUGH_PREFIX) and len(name) > len(K.PULSAR_PASSTHROUGH_PREFIX):
+            target = name[len(K.PULSAR_PASSTHROUGH_PREFIX):]
+            if target in K.KEY_BY_NAME or target in extra:
+                aliased[target] = (raw, f"{layer.source} (alias {name})")
+            else:
+                warnings.append(_unknown(name, where[layer.source], extra))
+                direct[name] = (raw, layer.source)
+        elif name in K.IGNORED_UPSTREAM_KEYS:
+            continue
+        else:
+            warnings.append(_unknown(name, where[layer.source], extra))
+            direct[name] = (raw, layer.source)
+    out.update(aliased)
+    out.update(direct)  # the upstream name wins over its alias within a layer
+
+
+def _unknown(name: str, where: str, extra: frozenset[str]) -> str:
+    hint = K.suggest(name, tuple(extra))
+    msg = f"unknown configuration key {name} {where}"
+    return msg + (f"; did you mean {hint}?" if hint and hint != name else "")
+
+
+def load_settings(
+    conf_path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+    extra_keys: Iterable[str] | None = None,
+    require_metadata: bool = True,
+) -> Settings:
+    """Build the effective :class:`Settings`.
+
+    Args:
+        conf_path: a bk_server.conf (Java properties) or None.
+        env: the process environment (the CLI passes ``os.environ``); only ``BK_<key>`` is read.
+        overrides: key → raw value from command-line flags (highest precedence).
+        extra_keys: further known key names (default: :func:`provider_keys`).
+        require_metadata: raise when neither metadataServiceUri nor zkServers is set.
+
+    Raises:
+        ConfigError: listing every bad value (each line names the key and the value), a missing
+            metadata store, or an unreadable file.
+    """
+    extra = frozenset(provider_keys() if extra_keys is None else extra_keys)
+    layers = []
+    if conf_path is not None:
+        layers.append(_Layer("file", read_properties_file(conf_path)))
+    if env:
+        layers.append(_Layer("env", env_properties(env)))
+    if overrides:
+        layers.append(_Layer("flag", {k: str(v) for k, v in overrides.items() if v is not None}))
+
+    warnings: list[str] = []
+    errors: list[str] = []
+    merged: dict[str, tuple[str, str]] = {}
+    switches: dict[str, tuple[bool, str]] = {}
+    for layer in layers:
+        _normalise(layer, extra, warnings, merged, switches, errors)
+
+    # Pulsar's rack-/region-aware switches choose the policy unless ensemblePlacementPolicy is set.
+    if switches:
+        rack = switches.get("bookkeeperClientRackawarePolicyEnabled", (None, ""))[0]
+        region = switches.get("bookkeeperClientRegionawarePolicyEnabled", (None, ""))[0]
+        derived = K.pulsar_policy(rack, region)
+        srcs = ", ".join(sorted({s for _v, s in switches.values()}))
+        if "ensemblePlacementPolicy" in merged:
+            if derived and merged["ensemblePlacementPolicy"][0].strip() != derived:
+                warnings.append(
+                    f"ensemblePlacementPolicy={merged['ensemblePlacementPolicy'][0].strip()} overrides the Pulsar "
+                    f"switches bookkeeperClientRackawarePolicyEnabled/RegionawarePolicyEnabled (which select {derived})"
+                )
+        elif derived:
+            merged["ensemblePlacementPolicy"] = (derived, f"{srcs} (Pulsar policy switches)")
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key in K.KEYS:
+        if key.name in merged:
+            raw, src = merged[key.name]
+            try:
+                values[key.name] = key.parse(raw)
+            except ConfigError as exc:
+                errors.append(f"{exc} [{src}]")
+                continue
+            sources[key.name] = src
+        else:
+            values[key.name] = key.default
+            sources[key.name] = "default"
+
+    # metadata store
+    zk_servers = ""
+    root = values.get("zkLedgersRootPath") or "/ledgers"
+    uri = values.get("metadataServiceUri")
+    if uri:
+        try:
+            zk_servers, root = parse_metadata_service_uri(uri)
+        except ConfigError as exc:
+            errors.append(str(exc))
+        else:
+            for name, mine in (("zkServers", zk_servers), ("zkLedgersRootPath", root)):
+                if name in merged and sources.get(name) != "default":
+                    other = str(values.get(name))
+                    if name == "zkServers" and ",".join(sorted(other.split(","))) == ",".join(sorted(mine.split(","))):
+                        continue
+                    if other != mine:
+                        warnings.append(f"{name}={other} is ignored: metadataServiceUri={uri} takes precedence")
+            values["zkServers"], values["zkLedgersRootPath"] = zk_servers, root
+            sources["zkServers"] = sources["zkLedgersRootPath"] = "derived (metadataServiceUri)"
+    else:
+        zk_servers = (values.get("zkServers") or "").strip()
+        try:
+            _validate_root(root, "zkLedgersRootPath")
+        except ConfigError as exc:
+            errors.append(str(exc))
+        if zk_servers:
+            values["metadataServiceUri"] = "zk+hierarchical://" + zk_servers.replace(",", ";") + root
+            sources["metadataServiceUri"] = "derived (zkServers, zkLedgersRootPath)"
+    if require_metadata and not zk_servers and not any("metadataServiceUri" in e for e in errors):
+        errors.append("no metadata store configured: set metadataServiceUri (zk+hierarchical://host:2181/ledgers) "
+                      "or zkServers (and zkLedgersRootPath), or pass --zk")
+
+    lmf = values.get("ledgerManagerFactoryClass")
+    if lmf and not any(x in lmf.lower() for x in ("hierarchical", "longhierarchical")):
+        errors.append(f"bad value for ledgerManagerFactoryClass: {lmf!r} (only the hierarchical layout is supported)")
+
+    bookie_id = values.get("bookieId") or _default_bookie_id(values)
+    try:
+        validate_bookie_id(bookie_id)
+    except ValueError:
+        errors.append(f"bad value for bookieId: {bookie_id!r} (expected host:port)")
+    if not values.get("bookieId"):
+        values["bookieId"] = bookie_id
+        sources["bookieId"] = "derived (advertisedAddress/host, bookiePort)"
+
+    if errors:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
+
+    properties = {name: raw for name, (raw, _src) in merged.items()}
+    for name in ("zkServers", "zkLedgersRootPath", "metadataServiceUri", "bookieId"):
+        if values.get(name):
+            properties[name] = str(values[name])
+    for name, (_raw, src) in merged.items():
+        sources.setdefault(name, src)
+
+    return Settings(
+        zk_servers=zk_servers,
+        ledgers_root=root,
+        zk_timeout_ms=int(values["zkTimeout"]),
+        bookie_id=bookie_id,
+        http=HttpSettings(
+            enabled=bool(values["httpServerEnabled"]),
+            address=str(values["httpServerAddress"]),
+            port=int(values["httpServerPort"]),
+            mutations_enabled=bool(values["httpAdminMutationsEnabled"]),
+        ),
+        bookie_info=BookieInfoSettings(
+            interval_s=float(values["getBookieInfoIntervalSeconds"]),
+            retry_interval_s=float(values["getBookieInfoRetryIntervalSeconds"]),
+            timeout_s=float(values["getBookieInfoTimeoutSecs"]),
+        ),
+        log_level={"WARN": "WARNING"}.get(str(values["logLevel"]).upper(), str(values["logLevel"]).upper()),
+        log_format=str(values["logFormat"]).lower(),
+        shutdown_timeout_s=float(values["shutdownTimeoutSeconds"]),
+        session_rejoin=bool(values["sessionRejoinEnabled"]),
+        values=MappingProxyType(values),
+        properties=MappingProxyType(properties),
+        sources=MappingProxyType(sources),
+        warnings=tuple(warnings),
+        conf_path=str(conf_path) if conf_path is not None else None,
+        metadata_service_uri=str(values.get("metadataServiceUri") or ""),
+    )

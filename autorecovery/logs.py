@@ -1,0 +1,115 @@
+"""structlog set-up for every autorecovery process (EDGE: touches the logging module and a stream).
+
+* Not a TTY (systemd, Kubernetes, a file): one JSON object per line, e.g.
+  ``{"event": "ledger replicated", "ledger_id": 17, "level": "info", "logger": "autorecovery.worker",
+  "timestamp": "2026-05-01T10:00:00.123Z"}``.
+* A TTY: structlog's console renderer.
+
+Standard-library loggers (kazoo, aiohttp, grpc) are routed through the same renderer, so a line from
+kazoo is JSON too. Conventions enforced here: a line about a ledger carries ``ledger_id`` and a line
+about a bookie carries ``bookie_id`` — the processor :func:`normalise_ids` renames the common
+shorthands (``ledger``, ``lid``, ``bookie``, ``bookie_src``) so the convention holds even when a
+caller forgets.
+
+Call :func:`configure` once, at the start of a CLI command.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+_ID_ALIASES = {"ledger": "ledger_id", "lid": "ledger_id", "ledgerId": "ledger_id",
+               "bookie": "bookie_id", "bookieId": "bookie_id", "bookie_src": "bookie_id"}
+
+#: Third-party loggers that are chatty at INFO; raised to WARNING unless the level is DEBUG.
+_NOISY = ("kazoo", "kazoo.client", "kazoo.protocol.connection", "aiohttp.access", "asyncio", "grpc")
+
+
+def normalise_ids(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: rename ``ledger``/``lid``/``bookie``... to ``ledger_id``/``bookie_id``
+    (an explicit ``ledger_id``/``bookie_id`` is never overwritten)."""
+    for alias, canonical in _ID_ALIASES.items():
+        if alias in event_dict and canonical not in event_dict:
+            value = event_dict[alias]
+            if isinstance(value, (int, str)):
+                event_dict[canonical] = event_dict.pop(alias)
+    return event_dict
+
+
+def _renderer(fmt: str, stream: TextIO) -> Any:
+    use_console = fmt == "console" or (fmt == "auto" and _isatty(stream))
+    if use_console:
+        return structlog.dev.ConsoleRenderer(colors=_isatty(stream))
+    return structlog.processors.JSONRenderer(sort_keys=False)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def configure(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Configure structlog and the standard-library root logger.
+
+    Args:
+        level: ``DEBUG``, ``INFO``, ``WARNING`` or ``ERROR`` (case-insensitive; ``WARN`` accepted).
+        fmt: ``auto`` (JSON unless ``stream`` is a TTY), ``json`` or ``console``.
+        stream: where log lines go (default ``sys.stderr``; command output goes to stdout).
+
+    Raises:
+        ValueError: naming the level when it is not a logging level name.
+    """
+    stream = stream if stream is not None else sys.stderr
+    lvl_name = {"WARN": "WARNING"}.get(level.upper(), level.upper())
+    lvl = logging.getLevelName(lvl_name)
+    if not isinstance(lvl, int):
+        raise ValueError(f"bad log level {level!r}: expected DEBUG, INFO, WARNING or ERROR")
+
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        normalise_ids,
+        structlog.processors.StackInfoRenderer(),
+    ]
+    renderer = _renderer(fmt, stream)
+    json_mode = isinstance(renderer, structlog.processors.JSONRenderer)
+
+    structlog.configure(
+        processors=[structlog.stdlib.filter_by_level, *shared,
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *( [structlog.processors.format_exc_info] if json_mode else [] ),
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_autorecovery", False):
+            root.removeHandler(h)
+    handler._autorecovery = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(lvl)
+    for name in _NOISY:
+        logging.getLogger(name).setLevel(lvl if lvl <= logging.DEBUG else max(lvl, logging.WARNING))
+
+
+def get_logger(name: str, **context: Any) -> Any:
+    """A structlog logger named ``name`` with ``context`` bound (e.g. ``bookie_id=...``)."""
+    return structlog.get_logger(name).bind(**context) if context else structlog.get_logger(name)

@@ -1,0 +1,43 @@
+"""``autorecovery config check`` through click's runner (no cluster needed)."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from autorecovery.cli.main import main
+
+
+def run(args, env=None):
+    return CliRunner().invoke(main, args, env=env or {})
+
+
+def test_check_valid_prints_effective_config(tmp_path):
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text("zkServers=127.0.0.1:2181\nzkTimeout=8000\nlostBookieRecovryDelay=5\n")
+    res = run(["config", "check", "-c", str(conf)], env={"BK_rwRereplicateBackoffMs": "100"})
+    assert res.exit_code == 0, res.output
+    assert "zkTimeout=8000  # file, upstream" in res.stdout
+    assert "rwRereplicateBackoffMs=100  # env, upstream" in res.stdout
+    assert "did you mean lostBookieRecoveryDelay?" in res.stderr
+    # --strict turns warnings into a failure
+    assert run(["config", "check", "-c", str(conf), "--strict"]).exit_code == 1
+
+
+def test_check_bad_value_exits_2_naming_key_and_value(tmp_path):
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text("zkServers=127.0.0.1:2181\nrereplicationEntryBatchSize=lots\n")
+    res = run(["config", "check", "-c", str(conf)])
+    assert res.exit_code == 2
+    assert "bad value for rereplicationEntryBatchSize: 'lots'" in res.stderr
+
+
+def test_check_flags_override(tmp_path):
+    res = run(["config", "check", "--zk", "h:1", "--ledgers-root", "/x", "-D", "zkTimeout=1234"])
+    assert res.exit_code == 0, res.output
+    assert "zkServers=h:1" in res.stdout and "zkLedgersRootPath=/x" in res.stdout and "zkTimeout=1234  # flag" in res.stdout
+
+
+def test_keys_markdown():
+    res = run(["config", "keys", "--markdown"])
+    assert res.exit_code == 0
+    assert "| `getBookieInfoIntervalSeconds` | int | s | 60 | upstream (upstream default 86400) |" in res.stdout
