@@ -1,0 +1,640 @@
+"""The reference bookie's entry store: SQLite in WAL mode, one writer thread with group commit (EDGE).
+
+Layout: ``<data_dir>/current/ledgers.sqlite3`` (next to the cookie ``current/VERSION``, as upstream
+keeps its ledger files under ``current/``)::
+
+    ledgers(ledger_id PK, master_key BLOB, fenced INT, lac INT)
+    entries(ledger_id, entry_id, body BLOB, PRIMARY KEY (ledger_id, entry_id))
+
+Durability. ``journal_mode=WAL`` with ``synchronous=FULL``: every commit fsyncs the WAL, so an
+acknowledged add survives ``kill -9`` *and* power loss. The cost of the fsync is shared: the writer
+thread takes every operation queued at that moment (up to ``max_batch_ops`` operations or
+``max_batch_bytes`` bytes of bodies) into one transaction, commits once, and only then resolves the
+callers' futures (group commit, like upstream's journal: an add is acknowledged only after its journal
+write is synced).
+
+Threads. Writes (adds, fencing) go through the single writer thread, which owns the authoritative
+ledger state (master key, fenced flag, LAC) and keeps an LRU cache of it. Reads run on a small pool of
+reader threads, each with its own connection; WAL readers see only committed transactions and never
+wait for the writer. The asyncio loop only awaits futures: it never runs SQLite.
+
+Per-ledger semantics (upstream ``BookieImpl``/``LedgerDescriptorImpl``/``HandleFactoryImpl``):
+
+* the first add (or fence) of a ledger records its master key; a different key later → ``EUA``;
+* a fenced ledger refuses normal adds (``EFENCED``) but accepts recovery adds;
+* re-adding an existing entry id overwrites it (recovery re-adds are idempotent);
+* the LAC is the largest piggy-backed LAC of any stored entry's header (``digest.peek_ids``);
+* fencing is durable before it is acknowledged; fencing an unknown ledger creates it, fenced, with the
+  fencing request's master key, so a late writer cannot start writing to this bookie.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autorecovery.errors import AutoRecoveryError
+from autorecovery.ledger.digest import peek_ids
+from autorecovery.rpc.convert import stored_on
+
+DB_FILENAME = "ledgers.sqlite3"
+CURRENT_DIR = "current"
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ledgers (
+    ledger_id INTEGER PRIMARY KEY,
+    master_key BLOB NOT NULL,
+    fenced INTEGER NOT NULL DEFAULT 0,
+    lac INTEGER NOT NULL DEFAULT -1
+);
+CREATE TABLE IF NOT EXISTS entries (
+    ledger_id INTEGER NOT NULL,
+    entry_id INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (ledger_id, entry_id)
+);
+"""
+
+
+class BookieStatusError(AutoRecoveryError):
+    """A request the bookie answers with a non-OK protocol status.
+
+    Attributes:
+        status: protocol status name (``ENOLEDGER``, ``ENOENTRY``, ``EUA``, ``EFENCED``, ``EBADREQ``,
+            ``EREADONLY``, ``EIO``).
+        detail: human-readable reason naming the ledger/entry; sent to the client as ``message``.
+        lac: the ledger's LAC on this bookie when known (``ENOENTRY`` answers carry it), else -1.
+    """
+
+    def __init__(self, status: str, detail: str, lac: int = -1) -> None:
+        self.status = status
+        self.detail = detail
+        self.lac = lac
+        super().__init__(f"{status}: {detail}")
+
+
+class _StreamState:
+    """Shared by the operations of one AddEntries stream: after the first failure the writer skips
+    the stream's remaining operations, so nothing after a failed entry is written."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self) -> None:
+        self.failed = False
+
+
+#: Result of an operation skipped because an earlier entry of its stream failed.
+SKIPPED = BookieStatusError("EIO", "skipped: an earlier entry of this stream failed")
+
+
+@dataclass(slots=True)
+class _Ledger:
+    master_key: bytes
+    fenced: bool
+    lac: int
+
+
+@dataclass(slots=True)
+class _Op:
+    kind: str  # "add" | "fence" | "sync"
+    ledger_id: int = 0
+    entry_id: int = 0
+    master_key: bytes = b""
+    body: bytes = b""
+    lac: int = -1
+    recovery: bool = False
+    stream: _StreamState | None = None
+    future: asyncio.Future | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    size: int = field(default=0)
+
+
+_STOP = object()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """An entry as read from the store: ``body`` is the packed entry (None when the entry is missing)."""
+
+    entry_id: int
+    body: bytes | None
+
+
+class BookieStorage:
+    """SQLite-backed entry store of one bookie. See the module docstring for layout and semantics.
+
+    Args:
+        data_dir: the bookie's data directory; the database lives in ``data_dir/current/``.
+        name: label (the bookie id) used in error messages and thread names.
+        max_batch_ops: most operations per group-commit transaction.
+        max_batch_bytes: most body bytes per group-commit transaction (a single larger entry still
+            goes in a transaction of its own).
+        reader_threads: size of the read connection pool.
+        synchronous: SQLite ``synchronous`` pragma, ``FULL`` by default (see module docstring).
+
+    Every async method raises :class:`BookieStatusError` for protocol-level refusals and ``EIO`` for
+    SQLite failures, and ``RuntimeError`` when called on a closed store.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        name: str = "bookie",
+        max_batch_ops: int = 512,
+        max_batch_bytes: int = 16 * 1024 * 1024,
+        reader_threads: int = 4,
+        synchronous: str = "FULL",
+        ledger_cache_size: int = 65536,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.db_path = self.data_dir / CURRENT_DIR / DB_FILENAME
+        self.name = name
+        self.max_batch_ops = max_batch_ops
+        self.max_batch_bytes = max_batch_bytes
+        self.reader_threads = reader_threads
+        self.synchronous = synchronous
+        self._cache: OrderedDict[int, _Ledger | None] = OrderedDict()
+        self._cache_size = ledger_cache_size
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._wconn: sqlite3.Connection | None = None
+        self._readers: ThreadPoolExecutor | None = None
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._reader_local = threading.local()
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        self._opened = False
+        #: number of group-commit transactions so far (for tests and benchmarks)
+        self.commits = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def open(self) -> "BookieStorage":
+        """Create or open the database and start the writer thread and the reader pool (blocking:
+        call with ``asyncio.to_thread``).
+
+        Raises:
+            BookieStatusError: ``EIO`` naming the database path when SQLite cannot open it.
+        """
+        if self._opened:
+            return self
+        (self.data_dir / CURRENT_DIR).mkdir(parents=True, exist_ok=True)
+        try:
+            conn = self._connect()
+            conn.execute("PRAGMA page_size=16384")  # only takes effect on a new database
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise sqlite3.OperationalError(f"cannot switch {self.db_path} to WAL mode (got {mode})")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA journal_size_limit=67108864")
+            conn.executescript(_SCHEMA)
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            elif row[0] != SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(f"schema version {row[0]} in {self.db_path}, expected {SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            raise BookieStatusError("EIO", f"bookie {self.name}: cannot open {self.db_path}: {exc}") from exc
+        self._wconn = conn
+        self._writer = threading.Thread(target=self._writer_main, name=f"bookie-writer-{self.name}", daemon=True)
+        self._writer.start()
+        self._readers = ThreadPoolExecutor(
+            max_workers=self.reader_threads,
+            thread_name_prefix=f"bookie-reader-{self.name}",
+        )
+        self._opened = True
+        return self
+
+    async def close(self) -> None:
+        """Finish queued writes, stop the threads and close every connection. Idempotent."""
+        if self._closed or not self._opened:
+            self._closed = True
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        if self._writer is not None:
+            await asyncio.to_thread(self._writer.join)
+        if self._readers is not None:
+            await asyncio.to_thread(self._readers.shutdown, True)
+        with self._conns_lock:
+            for c in self._reader_conns:
+                c.close()
+            self._reader_conns.clear()
+
+    # -- writes --------------------------------------------------------------------------------
+    def _submit(self, op: _Op) -> asyncio.Future:
+        if self._closed or not self._opened:
+            raise RuntimeError(f"bookie {self.name}: storage is closed")
+        loop = asyncio.get_running_loop()
+        op.loop = loop
+        op.future = loop.create_future()
+        self._queue.put(op)
+        return op.future
+
+    def new_stream(self) -> _StreamState:
+        """State shared by the adds of one AddEntries stream (see :meth:`submit_add`)."""
+        return _StreamState()
+
+    def submit_add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        recovery: bool = False,
+        stream: _StreamState | None = None,
+    ) -> asyncio.Future:
+        """Queue an add and return a future resolved after the add's transaction committed durably.
+
+        The future's result is ``None`` on success, or a :class:`BookieStatusError` *value* (not
+        raised) for ``EUA`` / ``EFENCED`` / ``EIO``; with ``stream``, operations queued after a failed
+        one of the same stream resolve to :data:`SKIPPED` without being written. Adds are applied in
+        submission order. The caller has already validated the body (``peek_ids`` must succeed).
+        """
+        _lid, _eid, lac = peek_ids(body)
+        return self._submit(
+            _Op(
+                "add",
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                master_key=bytes(master_key),
+                body=bytes(body),
+                lac=lac,
+                recovery=recovery,
+                stream=stream,
+                size=len(body),
+            )
+        )
+
+    async def add_entry(
+        self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *, recovery: bool = False
+    ) -> None:
+        """Store one entry durably (see :meth:`submit_add`).
+
+        Raises:
+            BookieStatusError: ``EUA`` (other master key), ``EFENCED`` (fenced, not a recovery add),
+                ``EIO`` (SQLite failure).
+        """
+        res = await self.submit_add(ledger_id, entry_id, master_key, body, recovery=recovery)
+        if isinstance(res, BookieStatusError):
+            raise res
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> None:
+        """Durably mark the ledger fenced (creating it, fenced, if unknown) before returning.
+
+        Raises:
+            BookieStatusError: ``EUA`` when ``master_key`` differs from the ledger's; ``EIO``.
+        """
+        res = await self._submit(_Op("fence", ledger_id=ledger_id, master_key=bytes(master_key)))
+        if isinstance(res, BookieStatusError):
+            raise res
+
+    async def sync(self) -> None:
+        """Wait until every write queued before this call has been committed (a barrier)."""
+        await self._submit(_Op("sync"))
+
+    # -- writer thread -------------------------------------------------------------------------
+    def _writer_main(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            batch: list[_Op] = [first]
+            size = first.size
+            while len(batch) < self.max_batch_ops and size < self.max_batch_bytes:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stopping = True
+                    break
+                batch.append(nxt)
+                size += nxt.size
+            results = self._apply_batch(batch)
+            self._resolve(batch, results)
+        # fail anything queued after the stop marker
+        leftovers: list[_Op] = []
+        while True:
+            try:
+                op = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if op is not _STOP:
+                leftovers.append(op)
+        if leftovers:
+            err = BookieStatusError("EIO", f"bookie {self.name}: storage is closing")
+            self._resolve(leftovers, [err] * len(leftovers))
+        assert self._wconn is not None
+        try:
+            self._wconn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass
+        self._wconn.close()
+
+    @staticmethod
+    def _resolve(batch: list[_Op], results: list[Any]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
+        for op, res in zip(batch, results):
+            if op.loop is not None and op.future is not None:
+                by_loop.setdefault(op.loop, []).append((op.future, res))
+        for loop, pairs in by_loop.items():
+            if not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(_settle_all, pairs)
+                except RuntimeError:  # loop closed in between
+                    pass
+
+    def _apply_batch(self, batch: list[_Op]) -> list[Any]:
+        conn = self._wconn
+        assert conn is not None
+        results: list[Any] = [None] * len(batch)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for i, op in enumerate(batch):
+                if op.kind == "add":
+                    results[i] = self._apply_add(conn, op)
+                elif op.kind == "fence":
+                    results[i] = self._apply_fence(conn, op)
+            conn.execute("COMMIT")
+            self.commits += 1
+        except sqlite3.Error as exc:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            self._cache.clear()  # the cache may hold changes that were rolled back
+            err = BookieStatusError("EIO", f"bookie {self.name}: storage write failed: {exc}")
+            for op in batch:
+                if op.stream is not None:
+                    op.stream.failed = True
+            return [err] * len(batch)
+        return results
+
+    def _ledger(self, conn: sqlite3.Connection, ledger_id: int) -> _Ledger | None:
+        if ledger_id in self._cache:
+            self._cache.move_to_end(ledger_id)
+            return self._cache[ledger_id]
+        row = conn.execute("SELECT master_key, fenced, lac FROM ledgers WHERE ledger_id=?", (ledger_id,)).fetchone()
+        st = _Ledger(bytes(row[0]), bool(row[1]), int(row[2])) if row else None
+        self._cache[ledger_id] = st
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return st
+
+    def _apply_add(self, conn: sqlite3.Connection, op: _Op) -> BookieStatusError | None:
+        if op.stream is not None and op.stream.failed:
+            return SKIPPED
+        st = self._ledger(conn, op.ledger_id)
+        if st is None:
+            conn.execute(
+                "INSERT INTO ledgers(ledger_id, master_key, fenced, lac) VALUES (?, ?, 0, ?)",
+                (op.ledger_id, op.master_key, op.lac),
+            )
+            self._cache[op.ledger_id] = _Ledger(op.master_key, False, op.lac)
+        else:
+            if st.master_key != op.master_key:
+                return self._fail(op, "EUA", f"ledger {op.ledger_id}: master key does not match (entry {op.entry_id})")
+            if st.fenced and not op.recovery:
+                return self._fail(op, "EFENCED", f"ledger {op.ledger_id} is fenced (entry {op.entry_id})")
+            if op.lac > st.lac:
+                conn.execute("UPDATE ledgers SET lac=? WHERE ledger_id=?", (op.lac, op.ledger_id))
+                st.lac = op.lac
+        conn.execute(
+            "INSERT OR REPLACE INTO entries(ledger_id, entry_id, body) VALUES (?, ?, ?)",
+            (op.ledger_id, op.entry_id, op.body),
+        )
+        return None
+
+    @staticmethod
+    def _fail(op: _Op, status: str, detail: str) -> BookieStatusError:
+        if op.stream is not None:
+            op.stream.failed = True
+        return BookieStatusError(status, detail)
+
+    def _apply_fence(self, conn: sqlite3.Connection, op: _Op) -> BookieStatusError | None:
+        st = self._ledger(conn, op.ledger_id)
+        if st is None:
+            conn.execute(
+                "INSERT INTO ledgers(ledger_id, master_key, fenced, lac) VALUES (?, ?, 1, -1)",
+                (op.ledger_id, op.master_key),
+            )
+            self._cache[op.ledger_id] = _Ledger(op.master_key, True, -1)
+            return None
+        if st.master_key != op.master_key:
+            return BookieStatusError("EUA", f"ledger {op.ledger_id}: master key does not match (fence)")
+        if not st.fenced:
+            conn.execute("UPDATE ledgers SET fenced=1 WHERE ledger_id=?", (op.ledger_id,))
+            st.fenced = True
+        return None
+
+    # -- reads ---------------------------------------------------------------------------------
+    def _reader_conn(self) -> sqlite3.Connection:
+        conn = getattr(self._reader_local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only=1")
+            self._reader_local.conn = conn
+            with self._conns_lock:
+                self._reader_conns.append(conn)
+        return conn
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        if self._closed or not self._opened or self._readers is None:
+            raise RuntimeError(f"bookie {self.name}: storage is closed")
+
+        def run() -> Any:
+            conn = self._reader_conn()
+            conn.execute("BEGIN")  # one snapshot for the whole read
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._readers, run)
+        except sqlite3.Error as exc:
+            raise BookieStatusError("EIO", f"bookie {self.name}: storage read failed: {exc}") from exc
+
+    @staticmethod
+    def _ledger_row(conn: sqlite3.Connection, ledger_id: int) -> tuple[bool, int] | None:
+        row = conn.execute("SELECT fenced, lac FROM ledgers WHERE ledger_id=?", (ledger_id,)).fetchone()
+        return (bool(row[0]), int(row[1])) if row else None
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> tuple[int, bytes, int]:
+        """``(entry_id, body, lac)`` of one entry; ``entry_id == -1`` reads the highest stored entry.
+
+        Raises:
+            BookieStatusError: ``ENOLEDGER`` (unknown ledger), ``ENOENTRY`` (entry not stored; the
+                detail carries the LAC), ``EIO``.
+        """
+
+        def fn(conn: sqlite3.Connection) -> tuple[int, bytes, int]:
+            led = self._ledger_row(conn, ledger_id)
+            if led is None:
+                raise BookieStatusError("ENOLEDGER", f"ledger {ledger_id} not found")
+            if entry_id == -1:
+                row = conn.execute(
+                    "SELECT entry_id, body FROM entries WHERE ledger_id=? ORDER BY entry_id DESC LIMIT 1",
+                    (ledger_id,),
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT entry_id, body FROM entries WHERE ledger_id=? AND entry_id=?", (ledger_id, entry_id)
+                ).fetchone()
+            if row is None:
+                what = "has no entries" if entry_id == -1 else f"entry {entry_id} not found"
+                raise BookieStatusError("ENOENTRY", f"ledger {ledger_id} {what}", lac=led[1])
+            return int(row[0]), bytes(row[1]), led[1]
+
+        return await self._read(fn)
+
+    async def read_lac(self, ledger_id: int) -> int:
+        """The ledger's LAC on this bookie (-1 when no entry carried one).
+
+        Raises:
+            BookieStatusError: ``ENOLEDGER``; ``EIO``.
+        """
+
+        def fn(conn: sqlite3.Connection) -> int:
+            led = self._ledger_row(conn, ledger_id)
+            if led is None:
+                raise BookieStatusError("ENOLEDGER", f"ledger {ledger_id} not found")
+            return led[1]
+
+        return await self._read(fn)
+
+    async def ledger_state(self, ledger_id: int) -> tuple[bool, int] | None:
+        """``(fenced, lac)`` of the ledger as committed, or None when unknown."""
+        return await self._read(lambda conn: self._ledger_row(conn, ledger_id))
+
+    async def read_range_chunk(
+        self,
+        ledger_id: int,
+        start: int,
+        last: int,
+        *,
+        ensemble_size: int = 0,
+        write_quorum: int = 0,
+        bookie_index: int = 0,
+        max_count: int = 256,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> tuple[list[StoredEntry], int, int]:
+        """One bounded chunk of a range read.
+
+        Returns ``(items, next_start, lac)``: ``items`` are the entry ids from ``start`` up to at most
+        ``last`` that index ``bookie_index`` stores under round-robin striping (all ids when
+        ``ensemble_size`` is 0), in order, with ``body=None`` for ids the bookie lacks; at most
+        ``max_count`` items and about ``max_bytes`` bytes of bodies. ``next_start`` is where the next
+        chunk begins (``> last`` when done).
+
+        Raises:
+            BookieStatusError: ``ENOLEDGER``; ``EIO``.
+        """
+        striped = ensemble_size > 0
+
+        def wanted(e: int) -> bool:
+            return stored_on(e, ensemble_size, write_quorum, bookie_index)
+
+        def fn(conn: sqlite3.Connection) -> tuple[list[StoredEntry], int, int]:
+            led = self._ledger_row(conn, ledger_id)
+            if led is None:
+                raise BookieStatusError("ENOLEDGER", f"ledger {ledger_id} not found")
+            if striped:
+                cur = conn.execute(
+                    "SELECT entry_id, body FROM entries WHERE ledger_id=? AND entry_id BETWEEN ? AND ? "
+                    "AND ((? - entry_id) % ? + ?) % ? < ? ORDER BY entry_id LIMIT ?",
+                    (ledger_id, start, last, bookie_index, ensemble_size, ensemble_size, ensemble_size,
+                     write_quorum, max_count),
+                )
+            else:
+                cur = conn.execute(
+                    "SELECT entry_id, body FROM entries WHERE ledger_id=? AND entry_id BETWEEN ? AND ? "
+                    "ORDER BY entry_id LIMIT ?",
+                    (ledger_id, start, last, max_count),
+                )
+            items: list[StoredEntry] = []
+            nbytes = 0
+            nxt = start
+            try:
+                for eid, body in cur:
+                    # ids between nxt and eid are missing here
+                    while nxt < eid and len(items) < max_count:
+                        if wanted(nxt):
+                            items.append(StoredEntry(nxt, None))
+                        nxt += 1
+                    if len(items) >= max_count or nbytes >= max_bytes:
+                        break
+                    items.append(StoredEntry(int(eid), bytes(body)))
+                    nbytes += len(body)
+                    nxt = eid + 1
+                    if len(items) >= max_count or nbytes >= max_bytes:
+                        break
+                else:
+                    # no more stored entries in range: the rest (up to the chunk limit) are gaps
+                    while nxt <= last and len(items) < max_count:
+                        if wanted(nxt):
+                            items.append(StoredEntry(nxt, None))
+                        nxt += 1
+            finally:
+                cur.close()
+            return items, nxt, led[1]
+
+        return await self._read(fn)
+
+    async def list_entries(self, ledger_id: int) -> list[tuple[int, int]]:
+        """Sorted, disjoint, inclusive ``(first, last)`` ranges of the entry ids stored for the ledger.
+
+        Raises:
+            BookieStatusError: ``ENOLEDGER``; ``EIO``.
+        """
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[int, int]]:
+            if self._ledger_row(conn, ledger_id) is None:
+                raise BookieStatusError("ENOLEDGER", f"ledger {ledger_id} not found")
+            rows = conn.execute(
+                "SELECT MIN(entry_id), MAX(entry_id) FROM ("
+                "  SELECT entry_id, entry_id - ROW_NUMBER() OVER (ORDER BY entry_id) AS grp"
+                "  FROM entries WHERE ledger_id=?"
+                ") GROUP BY grp ORDER BY 1",
+                (ledger_id,),
+            ).fetchall()
+            return [(int(a), int(b)) for a, b in rows]
+
+        return await self._read(fn)
+
+    async def ledger_ids(self) -> list[int]:
+        """Every ledger id this bookie knows (including ledgers created by fencing)."""
+        return await self._read(
+            lambda conn: [int(r[0]) for r in conn.execute("SELECT ledger_id FROM ledgers ORDER BY ledger_id")]
+        )
+
+
+def _settle_all(pairs: list[tuple[asyncio.Future, Any]]) -> None:
+    for fut, res in pairs:
+        if not fut.done():
+            fut.set_result(res)
+
+
+def database_exists(data_dir: Path) -> bool:
+    """Whether ``data_dir`` already holds an entry database (used by the cookie check)."""
+    return os.path.exists(Path(data_dir) / CURRENT_DIR / DB_FILENAME)

@@ -1,0 +1,109 @@
+"""Conversions between the bookie protocol's protobuf messages and plain Python values (PURE).
+
+No gRPC, asyncio or sockets here: only protobuf messages, so the bookie server, the bookie client and
+unit tests share one definition of status names, entry ranges, the round-robin placement rule and the
+``BookieServiceInfoFormat`` registration data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from autorecovery.proto import bookie_pb2 as pb
+from autorecovery.proto import bookkeeper_formats_pb2 as fmt
+
+#: Status name of a successful answer.
+EOK = "EOK"
+
+#: Endpoint id and protocol under which a bookie advertises its gRPC service in its registration znode
+#: (upstream advertises ``id: "bookie"``, ``protocol: "bookie-rpc"`` for its Netty protocol; ours speaks gRPC).
+ENDPOINT_ID = "bookie"
+ENDPOINT_PROTOCOL = "grpc"
+
+
+def status_name(code: int) -> str:
+    """Name of a ``StatusCode`` value (``504`` → ``"EFENCED"``); unknown numbers become ``"E<number>"``."""
+    try:
+        return pb.StatusCode.Name(code)
+    except ValueError:
+        return f"E{code}"
+
+
+def status_code(name: str) -> int:
+    """``StatusCode`` number for a status name (``"ENOENTRY"`` → 403).
+
+    Raises:
+        ValueError: for a name that is not in the protocol's ``StatusCode`` enum.
+    """
+    return pb.StatusCode.Value(name)
+
+
+def stored_on(entry_id: int, ensemble_size: int, write_quorum: int, bookie_index: int) -> bool:
+    """Whether ensemble index ``bookie_index`` stores ``entry_id`` under round-robin striping.
+
+    Upstream ``RoundRobinDistributionSchedule``: the write set of entry ``e`` is the ``write_quorum``
+    indexes ``e mod E, e+1 mod E, ...``, so index ``i`` stores ``e`` iff ``(i - e) mod E < WQ``.
+    ``ensemble_size <= 0`` means "no striping": every index stores every entry.
+    """
+    if ensemble_size <= 0:
+        return True
+    return (bookie_index - entry_id) % ensemble_size < write_quorum
+
+
+def compact_ranges(entry_ids: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted, disjoint, inclusive ``(first, last)`` ranges covering exactly ``entry_ids``.
+
+    ``[0, 1, 2, 5, 7, 8]`` → ``[(0, 2), (5, 5), (7, 8)]``. Duplicates are ignored.
+    """
+    out: list[tuple[int, int]] = []
+    for e in sorted(set(entry_ids)):
+        if out and out[-1][1] + 1 == e:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((e, e))
+    return out
+
+
+def ranges_to_proto(ranges: Iterable[tuple[int, int]]) -> list[pb.EntryRange]:
+    """``[(first, last), ...]`` → repeated ``EntryRange`` messages."""
+    return [pb.EntryRange(first=a, last=b) for a, b in ranges]
+
+
+def ranges_from_proto(ranges: Iterable[pb.EntryRange]) -> list[tuple[int, int]]:
+    """Repeated ``EntryRange`` messages → ``[(first, last), ...]``."""
+    return [(r.first, r.last) for r in ranges]
+
+
+def encode_service_info(host: str, port: int, properties: dict[str, str] | None = None) -> bytes:
+    """Binary ``BookieServiceInfoFormat`` for a bookie's ``available/<id>`` registration znode.
+
+    One endpoint (id ``"bookie"``, protocol ``"grpc"``) at ``host:port``; upstream field numbers, so
+    upstream tools can decode it (BookieServiceInfoUtils / ZKRegistrationManager).
+    """
+    info = fmt.BookieServiceInfoFormat()
+    ep = info.endpoints.add()
+    ep.id = ENDPOINT_ID
+    ep.host = host
+    ep.port = port
+    ep.protocol = ENDPOINT_PROTOCOL
+    for k, v in (properties or {}).items():
+        info.properties[k] = v
+    return info.SerializeToString()
+
+
+def decode_service_info(data: bytes) -> tuple[str, int] | None:
+    """``(host, port)`` of the gRPC endpoint in a registration znode's data, or ``None`` if absent.
+
+    Empty data (upstream bookies before 4.12 wrote none) gives ``None``.
+
+    Raises:
+        google.protobuf.message.DecodeError: when ``data`` is not a ``BookieServiceInfoFormat``.
+    """
+    if not data:
+        return None
+    info = fmt.BookieServiceInfoFormat()
+    info.ParseFromString(data)
+    for ep in info.endpoints:
+        if ep.protocol == ENDPOINT_PROTOCOL:
+            return ep.host, ep.port
+    return None

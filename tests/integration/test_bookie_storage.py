@@ -1,0 +1,123 @@
+"""The bookie's SQLite store on its own: semantics, group commit, chunked reads, durability on reopen."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
+from autorecovery.ledger.digest import pack_entry
+
+
+def body(lid: int, eid: int, lac: int = -1, payload: bytes = b"p") -> bytes:
+    return pack_entry(lid, eid, lac, 0, payload)
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    s = BookieStorage(tmp_path, name="test-bookie")
+    await asyncio.to_thread(s.open)
+    yield s
+    await s.close()
+
+
+async def test_concurrent_adds_are_group_committed(store: BookieStorage) -> None:
+    n = 500
+    results = await asyncio.gather(*(store.submit_add(1, e, b"k", body(1, e, e - 1)) for e in range(n)))
+    assert results == [None] * n
+    assert store.commits < n  # fewer fsyncs than adds
+    assert await store.list_entries(1) == [(0, n - 1)]
+    assert await store.read_lac(1) == n - 2
+
+
+async def test_master_key_fence_and_recovery_add(store: BookieStorage) -> None:
+    await store.add_entry(1, 0, b"k", body(1, 0))
+    with pytest.raises(BookieStatusError) as ei:
+        await store.add_entry(1, 1, b"other", body(1, 1))
+    assert ei.value.status == "EUA"
+    with pytest.raises(BookieStatusError) as ei:
+        await store.fence(1, b"other")
+    assert ei.value.status == "EUA"
+    await store.fence(1, b"k")
+    with pytest.raises(BookieStatusError) as ei:
+        await store.add_entry(1, 1, b"k", body(1, 1))
+    assert ei.value.status == "EFENCED"
+    await store.add_entry(1, 1, b"k", body(1, 1, 0), recovery=True)
+    assert (await store.read_entry(1, 1))[0] == 1
+    # fencing an unknown ledger creates it, fenced, with the fencing key
+    await store.fence(2, b"k2")
+    assert await store.ledger_state(2) == (True, -1)
+    with pytest.raises(BookieStatusError) as ei:
+        await store.read_entry(2, -1)
+    assert ei.value.status == "ENOENTRY"
+
+
+async def test_lac_is_max_piggybacked_and_overwrite_is_allowed(store: BookieStorage) -> None:
+    await store.add_entry(3, 5, b"k", body(3, 5, 4))
+    await store.add_entry(3, 2, b"k", body(3, 2, 1))
+    assert await store.read_lac(3) == 4
+    await store.add_entry(3, 2, b"k", body(3, 2, 1, b"new"))
+    eid, b, lac = await store.read_entry(3, 2)
+    assert (eid, b, lac) == (2, body(3, 2, 1, b"new"), 4)
+    assert (await store.read_entry(3, -1))[0] == 5
+    with pytest.raises(BookieStatusError) as ei:
+        await store.read_entry(3, 3)
+    assert ei.value.status == "ENOENTRY" and ei.value.lac == 4
+    with pytest.raises(BookieStatusError) as ei:
+        await store.read_lac(99)
+    assert ei.value.status == "ENOLEDGER"
+
+
+async def test_stream_stops_after_first_failure(store: BookieStorage) -> None:
+    await store.fence(4, b"k")
+    stream = store.new_stream()
+    # recovery adds succeed, the normal add fails, and nothing after it is written
+    futs = [
+        store.submit_add(4, 0, b"k", body(4, 0), recovery=True, stream=stream),
+        store.submit_add(4, 1, b"k", body(4, 1), recovery=False, stream=stream),
+        store.submit_add(4, 2, b"k", body(4, 2), recovery=True, stream=stream),
+    ]
+    res = await asyncio.gather(*futs)
+    assert res[0] is None and res[1].status == "EFENCED" and res[2] is SKIPPED
+    assert await store.list_entries(4) == [(0, 0)]
+
+
+async def test_range_chunks_are_bounded_and_report_gaps(store: BookieStorage) -> None:
+    for e in [0, 1, 2, 5, 9]:
+        await store.add_entry(6, e, b"k", body(6, e, payload=b"x" * 1000))
+    items, nxt, _ = await store.read_range_chunk(6, 0, 9, max_count=4)
+    assert [(i.entry_id, i.body is not None) for i in items] == [(0, True), (1, True), (2, True), (3, False)]
+    assert nxt == 4
+    items, nxt, _ = await store.read_range_chunk(6, nxt, 9, max_count=100)
+    assert [(i.entry_id, i.body is not None) for i in items] == [
+        (4, False), (5, True), (6, False), (7, False), (8, False), (9, True)]
+    assert nxt == 10
+    items, nxt, _ = await store.read_range_chunk(6, 0, 9, max_count=100, max_bytes=1500)
+    assert [i.entry_id for i in items] == [0, 1] and nxt == 2  # byte bound
+    items, _, _ = await store.read_range_chunk(6, 0, 9, ensemble_size=3, write_quorum=2, bookie_index=0)
+    assert [(i.entry_id, i.body is not None) for i in items] == [
+        (0, True), (2, True), (3, False), (5, True), (6, False), (8, False), (9, True)]
+
+
+async def test_acknowledged_adds_and_fence_survive_reopen(tmp_path: Path) -> None:
+    s = BookieStorage(tmp_path, name="a")
+    await asyncio.to_thread(s.open)
+    await asyncio.gather(*(s.add_entry(7, e, b"k", body(7, e)) for e in range(50)))
+    await s.fence(7, b"k")
+    await s.close()
+    # the WAL is fsynced per commit (synchronous=FULL): check the settings, then reopen
+    conn = sqlite3.connect(s.db_path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    s2 = BookieStorage(tmp_path, name="b")
+    await asyncio.to_thread(s2.open)
+    try:
+        assert await s2.list_entries(7) == [(0, 49)]
+        assert await s2.ledger_state(7) == (True, -1)
+        with pytest.raises(BookieStatusError):
+            await s2.add_entry(7, 50, b"k", body(7, 50))
+    finally:
+        await s2.close()
