@@ -1,0 +1,183 @@
+"""One reference bookie: storage + gRPC service + cookie + ZooKeeper registration + disk monitor (EDGE).
+
+Start order (upstream ``BookieImpl``/``BookieServer``): bind the port (the bookie id is ``host:port``),
+connect to ZooKeeper, require a formatted cluster (``<root>/INSTANCEID``), validate or stamp the cookie,
+open the store, start serving, register as writable or read-only, then re-check the disk every
+``disk_check_interval_s`` and move between ``available/`` and ``available/readonly/``.
+Stop order: deregister (so nobody picks this bookie any more), stop the gRPC server with a grace period
+for in-flight requests, close the store, close the ZooKeeper session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import structlog
+
+from autorecovery.bookie.cookie import check_and_stamp_cookie
+from autorecovery.bookie.disk import DiskProbe, DiskThresholds
+from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, BookieService, add_service, build_grpc_server
+from autorecovery.bookie.storage import BookieStorage
+from autorecovery.rpc.convert import encode_service_info
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.registration import BookieRegistration
+
+log = structlog.get_logger("autorecovery.bookie")
+
+
+@dataclass(frozen=True)
+class BookieConfig:
+    """Settings of one bookie (see ``autorecovery bookie --help`` for the matching flags).
+
+    Attributes:
+        zk: ZooKeeper connect string, optionally with a chroot (``127.0.0.1:2181/chroot``).
+        data_dir: data directory (cookie in ``current/VERSION``, database in ``current/``).
+        ledgers_root: ``zkLedgersRootPath`` (default ``/ledgers``).
+        host: address to bind and to advertise; the bookie id is ``host:port``.
+        port: gRPC port; 0 picks a free one (the id then changes on every start, so the cookie check
+            only makes sense with a fixed port).
+        max_entry_size: largest entry body accepted, in bytes.
+        thresholds: when to turn read-only.
+        disk_check_interval_s: period of the disk check, in seconds (upstream ``diskCheckInterval``).
+        fake_disk_total_bytes / fake_disk_free_bytes: test hook, see ``bookie.disk``.
+        zk_session_timeout_ms: ZooKeeper session timeout in ms (upstream ``zkTimeout``).
+        shutdown_grace_s: how long in-flight requests may finish on stop, in seconds.
+    """
+
+    zk: str
+    data_dir: Path
+    ledgers_root: str = "/ledgers"
+    host: str = "127.0.0.1"
+    port: int = 3181
+    max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
+    thresholds: DiskThresholds = field(default_factory=DiskThresholds)
+    disk_check_interval_s: float = 2.0
+    fake_disk_total_bytes: int | None = None
+    fake_disk_free_bytes: int | None = None
+    zk_session_timeout_ms: int = 10000
+    shutdown_grace_s: float = 5.0
+
+
+class BookieServer:
+    """A running bookie. ``await start()``, then ``await stop()`` (idempotent).
+
+    Attributes (after start): ``bookie_id`` (``host:port``), ``port``, ``storage``, ``service``,
+    ``registration``, ``readonly``.
+
+    Raises (from :meth:`start`, after undoing whatever had been started):
+        ClusterNotFormattedError: ``<root>/INSTANCEID`` is missing.
+        CookieError: cookie missing or mismatched (e.g. wiped data directory).
+        ZooKeeperError: ZooKeeper unreachable or registration held by another live session.
+        RuntimeError: the port cannot be bound.
+        BookieStatusError: the database cannot be opened (``EIO``).
+    """
+
+    def __init__(self, config: BookieConfig) -> None:
+        self.config = config
+        self.data_dir = Path(config.data_dir).resolve()
+        self.paths = Paths(config.ledgers_root)
+        self.disk = DiskProbe(self.data_dir, config.fake_disk_total_bytes, config.fake_disk_free_bytes)
+        self.port = config.port
+        self.bookie_id = f"{config.host}:{config.port}"
+        self.readonly = False
+        self.storage: BookieStorage | None = None
+        self.service: BookieService | None = None
+        self.registration: BookieRegistration | None = None
+        self.zk: ZkClient | None = None
+        self._server: grpc.aio.Server | None = None
+        self._server_started = False
+        self._monitor: asyncio.Task | None = None
+        self._stopped = False
+        #: completed disk checks (tests wait on it)
+        self.disk_checks = 0
+
+    async def start(self) -> "BookieServer":
+        cfg = self.config
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._server, self.port = build_grpc_server(cfg.host, cfg.port, cfg.max_entry_size)
+            self.bookie_id = f"{cfg.host}:{self.port}"
+            log.info("starting bookie", bookie_id=self.bookie_id, data_dir=str(self.data_dir), zk=cfg.zk)
+            self.zk = ZkClient(cfg.zk, session_timeout_ms=cfg.zk_session_timeout_ms)
+            await self.zk.start()
+            await check_and_stamp_cookie(self.zk, self.paths, self.bookie_id, self.data_dir)
+            self.storage = BookieStorage(self.data_dir, name=self.bookie_id)
+            await asyncio.to_thread(self.storage.open)
+            usage = await asyncio.to_thread(self.disk.probe)
+            self.readonly = cfg.thresholds.readonly(usage, currently_readonly=False)
+            self.service = BookieService(
+                self.storage,
+                self.bookie_id,
+                disk=self.disk,
+                is_readonly=lambda: self.readonly,
+                max_entry_size=cfg.max_entry_size,
+            )
+            add_service(self._server, self.service)
+            await self._server.start()
+            self._server_started = True
+            self.registration = BookieRegistration(
+                self.zk, self.paths, self.bookie_id, encode_service_info(cfg.host, self.port)
+            )
+            await self.registration.start(readonly=self.readonly)
+            self._monitor = asyncio.create_task(self._disk_monitor(), name=f"disk-monitor-{self.bookie_id}")
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("bookie started", bookie_id=self.bookie_id, readonly=self.readonly)
+        return self
+
+    async def _disk_monitor(self) -> None:
+        """Re-check the disk periodically; move between writable and read-only (upstream
+        ``LedgerDirsMonitor`` + ``BookieStateManager``)."""
+        cfg = self.config
+        while True:
+            await asyncio.sleep(cfg.disk_check_interval_s)  # the check period itself
+            try:
+                usage = await asyncio.to_thread(self.disk.probe)
+                want = cfg.thresholds.readonly(usage, currently_readonly=self.readonly)
+                if want != self.readonly:
+                    log.warning(
+                        "bookie changes state",
+                        bookie_id=self.bookie_id,
+                        readonly=want,
+                        free_bytes=usage.free_bytes,
+                        total_bytes=usage.total_bytes,
+                    )
+                    # refuse/accept adds at once; the registration follows
+                    self.readonly = want
+                reg = self.registration
+                if reg is not None and (reg.readonly != self.readonly or not reg.in_sync):
+                    await reg.set_readonly(self.readonly)
+                self.disk_checks += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried on the next tick
+                log.error("disk check or registration update failed", bookie_id=self.bookie_id, error=str(exc))
+
+    async def stop(self) -> None:
+        """Deregister, stop serving (grace ``shutdown_grace_s``), close the store and the session.
+        Idempotent; safe after a failed start."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+        if self.registration is not None:
+            await self.registration.stop()
+        if self._server is not None:
+            try:
+                await self._server.stop(self.config.shutdown_grace_s if self._server_started else None)
+            except Exception as exc:  # noqa: BLE001 - stopping a never-started server
+                log.debug("gRPC server stop", error=str(exc))
+        if self.storage is not None:
+            await self.storage.close()
+        if self.zk is not None:
+            await self.zk.stop()
+        log.info("bookie stopped", bookie_id=self.bookie_id)

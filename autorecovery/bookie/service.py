@@ -1,0 +1,332 @@
+"""The reference bookie's gRPC service (grpc.aio) over :class:`BookieStorage` (EDGE).
+
+Request semantics follow upstream's v3 request processors (``WriteEntryProcessorV3``,
+``ReadEntryProcessorV3``, ``ReadLacProcessorV3``, ``GetBookieInfoProcessorV3``,
+``GetListOfEntriesOfLedgerProcessorV3``); status codes keep upstream's numbers (see bookie.proto).
+
+Limits (all in bytes unless said otherwise):
+
+* ``max_entry_size`` (default 5 MiB, ``--max-entry-size``, upstream ``nettyMaxFrameSizeBytes`` is the
+  closest knob): an add whose body is larger is answered ``EBADREQ`` with a message naming both sizes.
+* gRPC's receive limit is ``max_entry_size + 1 MiB`` (:func:`grpc_server_options`), so bodies up to
+  1 MiB over the limit still reach the check above and get a readable answer; larger messages are
+  refused by gRPC itself with ``RESOURCE_EXHAUSTED`` (the client maps that to ``EBADREQ`` too).
+* gRPC's send limit is ``max(max_entry_size + 1 MiB, 64 MiB)`` so GetListOfEntriesOfLedger answers for
+  very fragmented ledgers still fit.
+* ReadEntries ranges are capped at ``max_range_entries`` ids (default 1,000,000) → ``EBADREQ``.
+* AddEntries keeps at most ``stream_window_bytes`` of bodies (and 256 entries) in flight per stream;
+  ReadEntries reads SQLite in chunks of at most 256 entries / 4 MiB. Memory per stream is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+import structlog
+
+from autorecovery.bookie.disk import DiskProbe
+from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
+from autorecovery.ledger.digest import HEADER_SIZE, peek_ids
+from autorecovery.proto import bookie_pb2 as pb
+from autorecovery.proto import bookie_pb2_grpc as pb_grpc
+from autorecovery.rpc.convert import ranges_to_proto, status_code
+
+log = structlog.get_logger("autorecovery.bookie.service")
+
+DEFAULT_MAX_ENTRY_SIZE = 5 * 1024 * 1024
+GRPC_HEADROOM = 1024 * 1024
+MAX_RANGE_ENTRIES = 1_000_000
+_OK = pb.StatusCode.EOK
+
+
+def grpc_server_options(max_entry_size: int) -> list[tuple[str, int]]:
+    """gRPC server channel options for a bookie whose entries may be ``max_entry_size`` bytes."""
+    return [
+        ("grpc.max_receive_message_length", max_entry_size + GRPC_HEADROOM),
+        ("grpc.max_send_message_length", max(max_entry_size + GRPC_HEADROOM, 64 * 1024 * 1024)),
+        # Fail loudly when the port is taken instead of sharing it with another process.
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+class BookieService(pb_grpc.BookieServicer):
+    """gRPC servicer of one bookie.
+
+    Args:
+        storage: the opened entry store.
+        bookie_id: ``host:port``, used in messages.
+        disk: disk probe for GetBookieInfo.
+        is_readonly: returns True while the bookie is read-only (adds are refused with ``EREADONLY``).
+        max_entry_size: largest accepted entry body in bytes.
+        max_range_entries: largest ReadEntries range in entry ids.
+        stream_window_bytes: AddEntries bytes in flight per stream before the handler waits for commits.
+    """
+
+    def __init__(
+        self,
+        storage: BookieStorage,
+        bookie_id: str,
+        *,
+        disk: DiskProbe,
+        is_readonly: Callable[[], bool] = lambda: False,
+        max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE,
+        max_range_entries: int = MAX_RANGE_ENTRIES,
+        stream_window_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        self.storage = storage
+        self.bookie_id = bookie_id
+        self.disk = disk
+        self.is_readonly = is_readonly
+        self.max_entry_size = max_entry_size
+        self.max_range_entries = max_range_entries
+        self.stream_window_bytes = max(stream_window_bytes, max_entry_size)
+
+    # -- adds ----------------------------------------------------------------------------------
+    def _check_add(self, req: pb.AddRequest) -> None:
+        """Validation before the store sees an add (upstream: read-only first, then the frame)."""
+        if self.is_readonly():
+            raise BookieStatusError("EREADONLY", f"bookie {self.bookie_id} is read-only")
+        n = len(req.body)
+        if n > self.max_entry_size:
+            raise BookieStatusError(
+                "EBADREQ",
+                f"ledger {req.ledger_id} entry {req.entry_id}: entry of {n} bytes exceeds the bookie's "
+                f"max entry size of {self.max_entry_size} bytes",
+            )
+        if req.ledger_id < 0 or req.entry_id < 0:
+            raise BookieStatusError("EBADREQ", f"invalid ledger id {req.ledger_id} / entry id {req.entry_id}")
+        if n < HEADER_SIZE:
+            raise BookieStatusError(
+                "EBADREQ",
+                f"ledger {req.ledger_id} entry {req.entry_id}: body of {n} bytes is shorter than the "
+                f"{HEADER_SIZE}-byte entry header",
+            )
+        lid, eid, _lac = peek_ids(req.body)
+        if lid != req.ledger_id or eid != req.entry_id:
+            raise BookieStatusError(
+                "EBADREQ",
+                f"request for ledger {req.ledger_id} entry {req.entry_id} carries a body for ledger {lid} entry {eid}",
+            )
+
+    async def AddEntry(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddResponse:
+        try:
+            self._check_add(request)
+            await self.storage.add_entry(
+                request.ledger_id,
+                request.entry_id,
+                request.master_key,
+                request.body,
+                recovery=bool(request.flags & pb.RECOVERY_ADD),
+            )
+        except BookieStatusError as exc:
+            return pb.AddResponse(
+                status=status_code(exc.status),
+                ledger_id=request.ledger_id,
+                entry_id=request.entry_id,
+                message=exc.detail,
+            )
+        except Exception as exc:  # noqa: BLE001 - answered as EIO, logged
+            log.exception("add failed", ledger_id=request.ledger_id, entry_id=request.entry_id)
+            return pb.AddResponse(
+                status=pb.EIO, ledger_id=request.ledger_id, entry_id=request.entry_id, message=str(exc)
+            )
+        return pb.AddResponse(status=_OK, ledger_id=request.ledger_id, entry_id=request.entry_id)
+
+    async def AddEntries(
+        self, request_iterator: AsyncIterator[pb.AddRequest], context: grpc.aio.ServicerContext
+    ) -> pb.AddEntriesResponse:
+        """Apply a stream of adds in order; stop at the first failure (see bookie.proto).
+
+        Adds are pipelined into the group-commit writer with a bounded window; the answer is sent
+        only after every written entry is durable.
+        """
+        stream = self.storage.new_stream()
+        inflight: deque[tuple[pb.AddRequest, asyncio.Future, int]] = deque()
+        inflight_bytes = 0
+        written = 0
+        written_bytes = 0
+        failure: tuple[int, BookieStatusError] | None = None
+
+        def settle(entry_id: int, n: int, res: object) -> None:
+            nonlocal written, written_bytes, failure
+            if res is None:
+                written += 1
+                written_bytes += n
+            elif failure is None and isinstance(res, BookieStatusError) and res is not SKIPPED:
+                failure = (entry_id, res)
+
+        try:
+            async for req in request_iterator:
+                if failure is not None or stream.failed:
+                    break
+                try:
+                    self._check_add(req)
+                except BookieStatusError as exc:
+                    failure = (req.entry_id, exc)
+                    break
+                fut = self.storage.submit_add(
+                    req.ledger_id,
+                    req.entry_id,
+                    req.master_key,
+                    req.body,
+                    recovery=bool(req.flags & pb.RECOVERY_ADD),
+                    stream=stream,
+                )
+                n = len(req.body)
+                inflight.append((req, fut, n))
+                inflight_bytes += n
+                while inflight and (inflight_bytes > self.stream_window_bytes or len(inflight) > 256):
+                    old, ofut, on = inflight.popleft()
+                    inflight_bytes -= on
+                    settle(old.entry_id, on, await ofut)
+            # drain: everything submitted must be durable (or failed) before answering
+            while inflight:
+                old, ofut, on = inflight.popleft()
+                settle(old.entry_id, on, await ofut)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("AddEntries failed")
+            while inflight:  # never answer before submitted writes settle
+                old, ofut, on = inflight.popleft()
+                settle(old.entry_id, on, await ofut)
+            return pb.AddEntriesResponse(
+                status=pb.EIO,
+                entries_written=written,
+                bytes_written=written_bytes,
+                failed_entry_id=failure[0] if failure else -1,
+                message=f"bookie {self.bookie_id}: {exc}",
+            )
+        if failure is None:
+            return pb.AddEntriesResponse(
+                status=_OK, entries_written=written, bytes_written=written_bytes, failed_entry_id=-1
+            )
+        eid, err = failure
+        return pb.AddEntriesResponse(
+            status=status_code(err.status),
+            entries_written=written,
+            bytes_written=written_bytes,
+            failed_entry_id=eid,
+            message=err.detail,
+        )
+
+    # -- reads ---------------------------------------------------------------------------------
+    async def ReadEntry(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadResponse:
+        lid, eid = request.ledger_id, request.entry_id
+        try:
+            if eid < -1:
+                raise BookieStatusError("EBADREQ", f"invalid entry id {eid}")
+            if request.flags & pb.FENCE_LEDGER:
+                # durable before we answer (upstream: the fence is journaled before the read proceeds)
+                await self.storage.fence(lid, request.master_key)
+                log.info("ledger fenced", ledger_id=lid)
+            entry_id, body, lac = await self.storage.read_entry(lid, eid)
+        except BookieStatusError as exc:
+            return pb.ReadResponse(
+                status=status_code(exc.status), ledger_id=lid, entry_id=eid, lac=exc.lac, message=exc.detail
+            )
+        except Exception as exc:  # noqa: BLE001
+            log.exception("read failed", ledger_id=lid, entry_id=eid)
+            return pb.ReadResponse(status=pb.EIO, ledger_id=lid, entry_id=eid, lac=-1, message=str(exc))
+        return pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=entry_id, body=body, lac=lac)
+
+    async def ReadEntries(
+        self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadResponse]:
+        """Stream the range in order; missing ids as ``ENOENTRY``. A request-level failure
+        (``ENOLEDGER``, ``EBADREQ``, ``EIO``) is sent as one response with that status, then the
+        stream ends."""
+        lid, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
+        E, WQ, idx = request.ensemble_size, request.write_quorum, request.bookie_index
+        bad = None
+        if first < 0:
+            bad = f"invalid first entry id {first}"
+        elif last - first + 1 > self.max_range_entries:
+            bad = f"range [{first}, {last}] has {last - first + 1} ids, more than the limit of {self.max_range_entries}"
+        elif E < 0 or (E > 0 and not (0 < WQ <= E and 0 <= idx < E)):
+            bad = f"invalid striping ensemble_size={E} write_quorum={WQ} bookie_index={idx}"
+        if bad is not None:
+            yield pb.ReadResponse(status=pb.EBADREQ, ledger_id=lid, entry_id=first, lac=-1, message=bad)
+            return
+        start = first
+        while start <= last:
+            try:
+                items, start, lac = await self.storage.read_range_chunk(
+                    lid, start, last, ensemble_size=E, write_quorum=WQ, bookie_index=idx
+                )
+            except BookieStatusError as exc:
+                yield pb.ReadResponse(
+                    status=status_code(exc.status), ledger_id=lid, entry_id=start, lac=-1, message=exc.detail
+                )
+                return
+            for it in items:
+                if it.body is None:
+                    yield pb.ReadResponse(
+                        status=pb.ENOENTRY,
+                        ledger_id=lid,
+                        entry_id=it.entry_id,
+                        lac=lac,
+                        message=f"ledger {lid} entry {it.entry_id} not found",
+                    )
+                else:
+                    yield pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=it.entry_id, body=it.body, lac=lac)
+
+    async def ReadLac(self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext) -> pb.ReadLacResponse:
+        try:
+            lac = await self.storage.read_lac(request.ledger_id)
+        except BookieStatusError as exc:
+            return pb.ReadLacResponse(
+                status=status_code(exc.status), ledger_id=request.ledger_id, lac=-1, message=exc.detail
+            )
+        return pb.ReadLacResponse(status=_OK, ledger_id=request.ledger_id, lac=lac)
+
+    async def GetBookieInfo(
+        self, request: pb.GetBookieInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetBookieInfoResponse:
+        try:
+            usage = await asyncio.to_thread(self.disk.probe)
+        except OSError as exc:
+            log.error("disk probe failed", error=str(exc))
+            return pb.GetBookieInfoResponse(status=pb.EIO)
+        resp = pb.GetBookieInfoResponse(status=_OK)
+        if request.requested & pb.TOTAL_DISK_CAPACITY:
+            resp.total_disk_capacity = usage.total_bytes
+        if request.requested & pb.FREE_DISK_SPACE:
+            resp.free_disk_space = usage.free_bytes
+        return resp
+
+    async def GetListOfEntriesOfLedger(
+        self, request: pb.GetListOfEntriesOfLedgerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetListOfEntriesOfLedgerResponse:
+        try:
+            ranges = await self.storage.list_entries(request.ledger_id)
+        except BookieStatusError as exc:
+            return pb.GetListOfEntriesOfLedgerResponse(status=status_code(exc.status), ledger_id=request.ledger_id)
+        return pb.GetListOfEntriesOfLedgerResponse(
+            status=_OK, ledger_id=request.ledger_id, ranges=ranges_to_proto(ranges)
+        )
+
+
+def build_grpc_server(host: str, port: int, max_entry_size: int) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server bound (not yet started, no servicer yet) to ``host:port``; returns it and the
+    bound port (``port=0`` picks a free one). Add the servicer with :func:`add_service` before
+    ``start()``. Binding first lets the bookie learn its id (``host:port``) before the cookie check.
+
+    Raises:
+        RuntimeError: naming the address when it cannot be bound (e.g. the port is in use).
+    """
+    server = grpc.aio.server(options=grpc_server_options(max_entry_size))
+    addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(addr)
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot bind the bookie gRPC server to {addr}: {exc}") from exc
+    if bound == 0:
+        raise RuntimeError(f"cannot bind the bookie gRPC server to {addr} (port in use?)")
+    return server, bound
+
+
+def add_service(server: grpc.aio.Server, service: BookieService) -> None:
+    """Register ``service`` as the ``autorecovery.bookie.Bookie`` servicer of ``server``."""
+    pb_grpc.add_BookieServicer_to_server(service, server)

@@ -1,0 +1,409 @@
+"""The gRPC bookie client: the only place the rest of the code talks gRPC to bookies (EDGE).
+
+One ``grpc.aio`` channel per bookie id (``host:port``, dialled directly), created on first use and
+reused; explicit max send/receive message sizes; a deadline on every unary call; streaming calls are
+guarded by an idle timeout instead (a long copy is fine as long as it keeps moving).
+
+Error mapping (every error names the bookie):
+
+* a non-``EOK`` status → :class:`BookieError` with ``status`` = the status name (``"ENOENTRY"``,
+  ``"ENOLEDGER"``, ``"EUA"``, ``"EBADREQ"``, ``"EREADONLY"``, ``"EIO"``...), ``EFENCED`` →
+  :class:`LedgerFencedError`;
+* gRPC ``UNAVAILABLE`` (cannot connect, connection lost), ``DEADLINE_EXCEEDED`` or our idle timeout →
+  :class:`BookieUnavailableError` with status ``"UNAVAILABLE"``;
+* gRPC ``RESOURCE_EXHAUSTED`` (a message over a size limit on either side) → :class:`BookieError`
+  ``"EBADREQ"``;
+* any other gRPC failure (``UNKNOWN``, ``INTERNAL``, ``UNIMPLEMENTED``...) → :class:`BookieError` ``"EIO"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import NoReturn
+
+import grpc
+
+from autorecovery.errors import BookieError, BookieUnavailableError, LedgerFencedError
+from autorecovery.proto import bookie_pb2 as pb
+from autorecovery.proto import bookie_pb2_grpc as pb_grpc
+from autorecovery.rpc.convert import ranges_from_proto, status_name
+
+TOTAL_DISK_CAPACITY = pb.TOTAL_DISK_CAPACITY
+FREE_DISK_SPACE = pb.FREE_DISK_SPACE
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """One entry read from a bookie.
+
+    Attributes:
+        entry_id: the entry's id (for a read of entry -1, the id of the highest entry the bookie has).
+        body: the packed entry (``ledger.digest`` format); not verified here.
+        lac: the bookie's last-add-confirmed for the ledger (-1 if unknown).
+    """
+
+    entry_id: int
+    body: bytes
+    lac: int
+
+
+@dataclass(frozen=True)
+class BookieInfo:
+    """Disk figures of a bookie's data directory, in bytes (0 when not requested)."""
+
+    total_disk_space: int
+    free_disk_space: int
+
+
+def _status_error(bookie_id: str, code: int, message: str) -> BookieError:
+    name = status_name(code)
+    if name == "EFENCED":
+        return LedgerFencedError(bookie_id, name, message)
+    return BookieError(bookie_id, name, message)
+
+
+def _rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError, what: str) -> BookieError:
+    code = exc.code()
+    detail = f"{what}: gRPC {code.name}: {exc.details()}"
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return BookieUnavailableError(bookie_id, "UNAVAILABLE", detail)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return BookieError(bookie_id, "EBADREQ", detail)
+    return BookieError(bookie_id, "EIO", detail)
+
+
+class BookieClient:
+    """Talks to bookies over gRPC. Use from one event loop; ``await close()`` when done.
+
+    Args:
+        timeout_s: deadline of each unary call, and the idle timeout of streaming calls, in seconds.
+        max_message_bytes: max gRPC message size sent and received, in bytes (an entry plus ~100 bytes
+            must fit; the bookie's default max entry size is 5 MiB).
+    """
+
+    def __init__(self, *, timeout_s: float = 10.0, max_message_bytes: int = 8 * 1024 * 1024) -> None:
+        self.timeout_s = timeout_s
+        self.max_message_bytes = max_message_bytes
+        self._channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.BookieStub]] = {}
+        self._closed = False
+
+    def _options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            # a restarted bookie must be found again quickly (gRPC's default backoff grows to 120 s)
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.enable_retries", 0),
+        ]
+
+    def _stub(self, bookie_id: str) -> pb_grpc.BookieStub:
+        if self._closed:
+            raise RuntimeError("BookieClient is closed")
+        ch = self._channels.get(bookie_id)
+        if ch is None:
+            channel = grpc.aio.insecure_channel(bookie_id, options=self._options())
+            ch = (channel, pb_grpc.BookieStub(channel))
+            self._channels[bookie_id] = ch
+        return ch[1]
+
+    async def close(self) -> None:
+        """Close every channel. Idempotent."""
+        self._closed = True
+        channels, self._channels = self._channels, {}
+        for channel, _stub in channels.values():
+            with contextlib.suppress(Exception):
+                await channel.close()
+
+    async def forget(self, bookie_id: str) -> None:
+        """Close the channel to one bookie (e.g. after it was decommissioned)."""
+        ch = self._channels.pop(bookie_id, None)
+        if ch is not None:
+            with contextlib.suppress(Exception):
+                await ch[0].close()
+
+    async def _unary(self, bookie_id: str, method: str, request, what: str):
+        stub = self._stub(bookie_id)
+        try:
+            return await getattr(stub, method)(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise _rpc_error(bookie_id, exc, what) from None
+
+    # -- writes --------------------------------------------------------------------------------
+    async def add_entry(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: bytes,
+        *,
+        recovery: bool = False,
+    ) -> None:
+        """Store one packed entry durably on ``bookie_id`` (returns after the bookie committed it).
+
+        ``recovery=True`` sets ``RECOVERY_ADD``: accepted even if the ledger is fenced there.
+
+        Raises:
+            BookieError: ``EUA`` (other master key), ``EBADREQ`` (malformed/oversized), ``EREADONLY``,
+                ``EIO``; LedgerFencedError (``EFENCED``); BookieUnavailableError.
+        """
+        req = pb.AddRequest(
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            master_key=master_key,
+            body=body,
+            flags=pb.RECOVERY_ADD if recovery else pb.ADD_NONE,
+        )
+        resp = await self._unary(bookie_id, "AddEntry", req, f"add ledger {ledger_id} entry {entry_id}")
+        if resp.status != pb.EOK:
+            raise _status_error(bookie_id, resp.status, resp.message)
+
+    async def add_entries(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        master_key: bytes,
+        entries: AsyncIterable[tuple[int, bytes]] | Iterable[tuple[int, bytes]],
+        *,
+        recovery: bool = True,
+    ) -> tuple[int, int]:
+        """Stream ``(entry_id, body)`` pairs to one bookie in a single AddEntries call.
+
+        The bookie applies them in order and stops at the first failure; everything it reports as
+        written is durable. ``entries`` is consumed lazily (gRPC flow control), so memory stays bounded.
+        The stream is cancelled if the bookie does not take the next message, or does not answer after
+        the last one, within ``timeout_s`` (time spent producing ``entries`` does not count).
+
+        Returns:
+            ``(entries_written, bytes_written)``.
+
+        Raises:
+            BookieError / LedgerFencedError: the bookie refused an entry; the exception carries
+                ``failed_entry_id``, ``entries_written`` and ``bytes_written`` attributes.
+            BookieUnavailableError: transport failure or timeout (``failed_entry_id`` is -1: which
+                entries were stored is unknown).
+            Exception: whatever iterating ``entries`` raised, unchanged (the call is cancelled; entries
+                sent before may or may not be stored).
+        """
+        stub = self._stub(bookie_id)
+        flags = pb.RECOVERY_ADD if recovery else pb.ADD_NONE
+        loop = asyncio.get_running_loop()
+        # monotonic time since which we have been waiting on gRPC, or None while producing entries
+        waiting_since: list[float | None] = [loop.time()]
+
+        producer_error: list[BaseException] = []
+
+        async def requests() -> AsyncIterator[pb.AddRequest]:
+            waiting_since[0] = None
+            try:
+                if isinstance(entries, AsyncIterable):
+                    async for eid, body in entries:
+                        waiting_since[0] = loop.time()
+                        yield pb.AddRequest(
+                            ledger_id=ledger_id, entry_id=eid, master_key=master_key, body=body, flags=flags
+                        )
+                        waiting_since[0] = None
+                else:
+                    for eid, body in entries:
+                        waiting_since[0] = loop.time()
+                        yield pb.AddRequest(
+                            ledger_id=ledger_id, entry_id=eid, master_key=master_key, body=body, flags=flags
+                        )
+                        waiting_since[0] = None
+            except Exception as exc:
+                # gRPC would swallow it and just cancel the call: keep it for the caller
+                producer_error.append(exc)
+                raise
+            waiting_since[0] = loop.time()
+
+        call = stub.AddEntries(requests())
+        timed_out = False
+
+        async def watchdog() -> None:
+            nonlocal timed_out
+            while True:
+                await asyncio.sleep(max(self.timeout_s / 4, 0.01))  # the idle check's period
+                since = waiting_since[0]
+                if since is not None and loop.time() - since > self.timeout_s:
+                    timed_out = True
+                    call.cancel()
+                    return
+
+        dog = asyncio.create_task(watchdog())
+        what = f"add entries to ledger {ledger_id}"
+        try:
+            resp = await call
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                call.cancel()
+                raise  # we are being cancelled
+            if producer_error:
+                raise producer_error[0]
+            if timed_out:
+                raise self._stream_timeout(bookie_id, what) from None
+            raise BookieUnavailableError(bookie_id, "UNAVAILABLE", f"{what}: call cancelled") from None
+        except grpc.aio.AioRpcError as exc:
+            if producer_error:
+                raise producer_error[0] from None
+            if timed_out:
+                raise self._stream_timeout(bookie_id, what) from None
+            err = _rpc_error(bookie_id, exc, what)
+            err.failed_entry_id = -1  # type: ignore[attr-defined]
+            err.entries_written = -1  # type: ignore[attr-defined]
+            err.bytes_written = -1  # type: ignore[attr-defined]
+            raise err from None
+        finally:
+            dog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await dog
+        if resp.status != pb.EOK:
+            err = _status_error(
+                bookie_id,
+                resp.status,
+                f"ledger {ledger_id} entry {resp.failed_entry_id} after {resp.entries_written} entries written: "
+                f"{resp.message}",
+            )
+            err.failed_entry_id = resp.failed_entry_id  # type: ignore[attr-defined]
+            err.entries_written = resp.entries_written  # type: ignore[attr-defined]
+            err.bytes_written = resp.bytes_written  # type: ignore[attr-defined]
+            raise err
+        return resp.entries_written, resp.bytes_written
+
+    def _stream_timeout(self, bookie_id: str, what: str) -> BookieUnavailableError:
+        err = BookieUnavailableError(bookie_id, "UNAVAILABLE", f"{what}: no progress for {self.timeout_s}s")
+        err.failed_entry_id = -1  # type: ignore[attr-defined]
+        return err
+
+    # -- reads ---------------------------------------------------------------------------------
+    async def read_entry(
+        self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False, master_key: bytes = b""
+    ) -> ReadResult:
+        """Read one entry; ``entry_id=-1`` reads the highest entry the bookie has.
+
+        ``fence=True`` (needs ``master_key``) durably fences the ledger on the bookie first (creating
+        it fenced if the bookie did not know it), as upstream recovery's fencing read does.
+
+        Raises:
+            BookieError: ``ENOLEDGER`` (bookie does not know the ledger), ``ENOENTRY`` (entry absent;
+                with entry -1: the bookie has no entry of the ledger), ``EUA`` (fence with another
+                master key), ``EIO``; BookieUnavailableError.
+        """
+        req = pb.ReadRequest(
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            flags=pb.FENCE_LEDGER if fence else pb.READ_NONE,
+            master_key=master_key,
+        )
+        resp = await self._unary(bookie_id, "ReadEntry", req, f"read ledger {ledger_id} entry {entry_id}")
+        if resp.status != pb.EOK:
+            raise _status_error(bookie_id, resp.status, resp.message)
+        return ReadResult(resp.entry_id, resp.body, resp.lac)
+
+    async def read_entries(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        first: int,
+        last: int,
+        *,
+        ensemble_size: int = 0,
+        write_quorum: int = 0,
+        bookie_index: int = 0,
+    ) -> AsyncIterator[ReadResult | BookieError]:
+        """Stream entries ``first..last`` (inclusive) in order from one bookie.
+
+        With ``ensemble_size > 0`` only the ids that ensemble index ``bookie_index`` stores under
+        round-robin striping (``(bookie_index - e) mod E < WQ``) are returned. Ids the bookie should
+        have but lacks come as ``BookieError(status="ENOENTRY")`` items. Break out of the loop (or
+        ``aclose()``) to cancel the stream.
+
+        Raises:
+            BookieError: ``ENOLEDGER`` when the bookie does not know the ledger, ``EBADREQ`` for a bad
+                range (more than 1,000,000 ids, negative first id, bad striping), ``EIO``.
+            BookieUnavailableError: transport failure, or no message for ``timeout_s`` seconds.
+        """
+        req = pb.ReadRangeRequest(
+            ledger_id=ledger_id,
+            first_entry_id=first,
+            last_entry_id=last,
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            bookie_index=bookie_index,
+        )
+        stub = self._stub(bookie_id)
+        call = stub.ReadEntries(req)
+        what = f"read ledger {ledger_id} entries {first}..{last}"
+        try:
+            while True:
+                try:
+                    resp = await asyncio.wait_for(call.read(), self.timeout_s)
+                except TimeoutError:
+                    raise BookieUnavailableError(
+                        bookie_id, "UNAVAILABLE", f"{what}: no response for {self.timeout_s}s"
+                    ) from None
+                except grpc.aio.AioRpcError as exc:
+                    raise _rpc_error(bookie_id, exc, what) from None
+                if resp is grpc.aio.EOF:
+                    return
+                if resp.status == pb.EOK:
+                    yield ReadResult(resp.entry_id, resp.body, resp.lac)
+                elif resp.status == pb.ENOENTRY:
+                    yield BookieError(bookie_id, "ENOENTRY", resp.message)
+                else:
+                    _raise(_status_error(bookie_id, resp.status, resp.message))
+        finally:
+            call.cancel()
+
+    async def read_lac(self, bookie_id: str, ledger_id: int) -> int:
+        """The bookie's last-add-confirmed of the ledger (-1 when no stored entry carried one).
+
+        Raises:
+            BookieError: ``ENOLEDGER``, ``EIO``; BookieUnavailableError.
+        """
+        resp = await self._unary(
+            bookie_id, "ReadLac", pb.ReadLacRequest(ledger_id=ledger_id), f"read LAC of ledger {ledger_id}"
+        )
+        if resp.status != pb.EOK:
+            raise _status_error(bookie_id, resp.status, resp.message)
+        return resp.lac
+
+    async def get_bookie_info(self, bookie_id: str, requested: int = 3) -> BookieInfo:
+        """Disk figures in bytes (upstream GET_BOOKIE_INFO). ``requested`` is a bitmask of
+        ``TOTAL_DISK_CAPACITY`` (1) and ``FREE_DISK_SPACE`` (2); unrequested figures are 0.
+
+        Raises:
+            BookieError: ``EIO``; BookieUnavailableError.
+        """
+        resp = await self._unary(
+            bookie_id, "GetBookieInfo", pb.GetBookieInfoRequest(requested=requested), "get bookie info"
+        )
+        if resp.status != pb.EOK:
+            raise _status_error(bookie_id, resp.status, "")
+        return BookieInfo(resp.total_disk_capacity, resp.free_disk_space)
+
+    async def get_list_of_entries(self, bookie_id: str, ledger_id: int) -> list[tuple[int, int]]:
+        """Entry ids of the ledger stored on the bookie as sorted, disjoint, inclusive
+        ``(first, last)`` ranges (upstream GET_LIST_OF_ENTRIES_OF_LEDGER).
+
+        Raises:
+            BookieError: ``ENOLEDGER``, ``EIO``; BookieUnavailableError.
+        """
+        resp = await self._unary(
+            bookie_id,
+            "GetListOfEntriesOfLedger",
+            pb.GetListOfEntriesOfLedgerRequest(ledger_id=ledger_id),
+            f"list entries of ledger {ledger_id}",
+        )
+        if resp.status != pb.EOK:
+            raise _status_error(bookie_id, resp.status, f"ledger {ledger_id}")
+        return ranges_from_proto(resp.ranges)
+
+
+def _raise(err: BookieError) -> NoReturn:
+    raise err
