@@ -1,0 +1,139 @@
+"""``autorecovery bookie``: run one reference bookie until SIGTERM/SIGINT.
+
+Also runnable as ``python -m autorecovery.bookie`` (same options). Once the bookie is registered in
+ZooKeeper it prints exactly one line ``BOOKIE_READY <host:port>`` to stdout; logs go to stderr as JSON
+lines (structlog via ``autorecovery.logs``; ``--log-format console`` for humans). Exit status: 0 after a clean shutdown on SIGTERM/SIGINT, 1 when the bookie
+cannot start (unformatted cluster, cookie mismatch such as a wiped data directory, port in use,
+ZooKeeper unreachable...), with the reason in an ``"event": "bookie failed to start"`` log line
+(fields ``error_type``, ``error``, ``bookie_id``, ``data_dir``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+import click
+import structlog
+
+from autorecovery import logs
+from autorecovery.bookie.disk import DiskThresholds
+from autorecovery.bookie.server import BookieConfig, BookieServer
+from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE
+
+log = structlog.get_logger("autorecovery.cli.bookie")
+
+READY_PREFIX = "BOOKIE_READY"
+
+
+async def run_bookie(config: BookieConfig) -> int:
+    """Start a bookie, print the ready line, and run until SIGTERM/SIGINT. Returns the exit status."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = BookieServer(config)
+    starting = asyncio.create_task(server.start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # signalled while starting: abandon the start (it cleans up after itself)
+        starting.cancel()
+        with contextlib.suppress(BaseException):
+            await starting
+        await server.stop()
+        log.info("stopped while starting", bookie_id=server.bookie_id)
+        return 0
+    exc = starting.exception()
+    if exc is not None:
+        stopping.cancel()
+        log.error(
+            "bookie failed to start",
+            bookie_id=server.bookie_id,
+            data_dir=str(server.data_dir),
+            error_type=type(exc).__name__,
+            error=str(exc),
+        )
+        return 1
+    print(f"{READY_PREFIX} {server.bookie_id}", flush=True)
+    await stopping
+    log.info("stop signal received", bookie_id=server.bookie_id)
+    await server.stop()
+    return 0
+
+
+@click.command("bookie", context_settings={"show_default": True, "help_option_names": ["-h", "--help"]})
+@click.option("--zk", "zk", required=True, help="ZooKeeper connect string, optionally with a chroot: 127.0.0.1:2181/chroot")
+@click.option("--ledgers-root", default="/ledgers", help="zkLedgersRootPath")
+@click.option("--host", default="127.0.0.1", help="address to bind and advertise; the bookie id is host:port")
+@click.option("--port", type=click.IntRange(0, 65535), default=3181, help="gRPC port (0 = any free port)")
+@click.option(
+    "--data-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+    help="data directory (cookie in current/VERSION, SQLite database in current/)",
+)
+@click.option("--max-entry-size", type=click.IntRange(1024), default=DEFAULT_MAX_ENTRY_SIZE, help="largest entry body accepted, bytes")
+@click.option("--disk-usage-threshold", type=click.FloatRange(0, 1, min_open=True), default=0.95,
+              help="diskUsageThreshold: turn read-only when this fraction of the disk is used")
+@click.option("--disk-usage-lwm-threshold", type=click.FloatRange(0, 1, min_open=True), default=0.90,
+              help="diskUsageLwmThreshold: turn writable again below this used fraction")
+@click.option("--readonly-free-bytes", type=click.IntRange(0), default=0,
+              help="(ours) also read-only while fewer than this many bytes are free; 0 = off")
+@click.option("--force-readonly", is_flag=True, help="forceReadOnlyBookie: always register read-only")
+@click.option("--disk-check-interval-ms", type=click.IntRange(10), default=2000, help="diskCheckInterval, ms")
+@click.option("--fake-disk-total", type=click.IntRange(0), default=None,
+              help="(test hook) report this total disk size in bytes instead of statvfs")
+@click.option("--fake-disk-free", type=click.IntRange(0), default=None,
+              help="(test hook) report this many free bytes instead of statvfs; <data-dir>/fake-disk.json overrides both at run time")
+@click.option("--zk-session-timeout-ms", type=click.IntRange(100), default=10000, help="zkTimeout, ms")
+@click.option("--shutdown-grace-ms", type=click.IntRange(0), default=5000, help="time in-flight requests get on shutdown, ms")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False), default="INFO")
+@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto",
+              help="stderr log format; auto = JSON unless stderr is a terminal")
+def bookie_command(
+    zk: str,
+    ledgers_root: str,
+    host: str,
+    port: int,
+    data_dir: Path,
+    max_entry_size: int,
+    disk_usage_threshold: float,
+    disk_usage_lwm_threshold: float,
+    readonly_free_bytes: int,
+    force_readonly: bool,
+    disk_check_interval_ms: int,
+    fake_disk_total: int | None,
+    fake_disk_free: int | None,
+    zk_session_timeout_ms: int,
+    shutdown_grace_ms: int,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Run a reference bookie (SQLite storage, gRPC protocol) registered in ZooKeeper."""
+    logs.configure(log_level, fmt=log_format)
+    try:
+        thresholds = DiskThresholds(
+            usage_threshold=disk_usage_threshold,
+            usage_lwm_threshold=disk_usage_lwm_threshold,
+            readonly_free_bytes=readonly_free_bytes,
+            force_readonly=force_readonly,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    config = BookieConfig(
+        zk=zk,
+        data_dir=data_dir,
+        ledgers_root=ledgers_root,
+        host=host,
+        port=port,
+        max_entry_size=max_entry_size,
+        thresholds=thresholds,
+        disk_check_interval_s=disk_check_interval_ms / 1000.0,
+        fake_disk_total_bytes=fake_disk_total,
+        fake_disk_free_bytes=fake_disk_free,
+        zk_session_timeout_ms=zk_session_timeout_ms,
+        shutdown_grace_s=shutdown_grace_ms / 1000.0,
+    )
+    rc = asyncio.run(run_bookie(config))
+    sys.exit(rc)
