@@ -1,6 +1,6 @@
 """The reference bookie's entry store: SQLite in WAL mode, one writer thread with group commit (EDGE).
 
-Layout: ``<data_dir>/current/ledgers.sqlite3`` (next to the cookie ``current/VERSION``, as upstream
+Layout: ``<data_dir>/current/ledgers.db`` (next to the cookie ``current/VERSION``, as upstream
 keeps its ledger files under ``current/``)::
 
     ledgers(ledger_id PK, master_key BLOB, fenced INT, lac INT)
@@ -46,7 +46,7 @@ from autorecovery.errors import AutoRecoveryError
 from autorecovery.ledger.digest import peek_ids
 from autorecovery.rpc.convert import stored_on
 
-DB_FILENAME = "ledgers.sqlite3"
+DB_FILENAME = "ledgers.db"
 CURRENT_DIR = "current"
 SCHEMA_VERSION = "1"
 

@@ -19,19 +19,14 @@ from autorecovery.ledger.digest import pack_entry
 from autorecovery.rpc.bookie_client import BookieClient, BookieInfo
 from autorecovery.rpc.convert import decode_service_info
 from autorecovery.testing.bookie_proc import format_test_cluster
-from autorecovery.testing.zk_server import ZooKeeperServer, free_port
+from autorecovery.testing.zk_server import free_port
 from autorecovery.zk.bridge import ZkClient, wait_for
 
 pytestmark = pytest.mark.integration
 
+# ``zk_server`` is the session-wide ZooKeeper of tests/conftest.py; each test formats its own chroot.
+
 MK = b"master-key"
-
-
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
