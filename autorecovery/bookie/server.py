@@ -12,22 +12,76 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import psutil
 import structlog
 
 from autorecovery.bookie.cookie import check_and_stamp_cookie
 from autorecovery.bookie.disk import DiskProbe, DiskThresholds
 from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, BookieService, add_service, build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
-from autorecovery.rpc.convert import encode_service_info
+from autorecovery.rpc.convert import decode_service_properties, encode_service_info
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.registration import BookieRegistration
 
 log = structlog.get_logger("autorecovery.bookie")
+
+#: Registration-data properties (ours) that let a restarted bookie recognise its dead predecessor.
+PROP_PID = "autorecovery.pid"
+PROP_BOOT_ID = "autorecovery.bootId"
+PROP_PID_NS = "autorecovery.pidNamespace"
+_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> str:
+    """This machine's boot id (Linux), or "" when unknown."""
+    try:
+        with open(_BOOT_ID_FILE) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def pid_namespace() -> str:
+    """This process' pid namespace (``pid:[4026531836]``), or "" when unknown."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def registration_properties() -> dict[str, str]:
+    """Properties this process puts into its registration znode's ``BookieServiceInfoFormat``."""
+    return {PROP_PID: str(os.getpid()), PROP_BOOT_ID: boot_id(), PROP_PID_NS: pid_namespace()}
+
+
+def written_by_dead_process(data: bytes) -> bool:
+    """True only when a registration znode's data was written on this machine, during this boot, in
+    this pid namespace, by a process that no longer runs (or is a zombie). Anything else (another
+    machine or container, no properties, a live pid, a reused pid) is False, and the caller waits for
+    the session to expire instead.
+    """
+    props = decode_service_properties(data)
+    boot, ns = boot_id(), pid_namespace()
+    if not boot or not ns or props.get(PROP_BOOT_ID) != boot or props.get(PROP_PID_NS) != ns:
+        return False
+    try:
+        pid = int(props.get(PROP_PID, ""))
+    except ValueError:
+        return False
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
 
 
 @dataclass(frozen=True)
@@ -121,7 +175,11 @@ class BookieServer:
             await self._server.start()
             self._server_started = True
             self.registration = BookieRegistration(
-                self.zk, self.paths, self.bookie_id, encode_service_info(cfg.host, self.port)
+                self.zk,
+                self.paths,
+                self.bookie_id,
+                encode_service_info(cfg.host, self.port, registration_properties()),
+                is_dead_owner=written_by_dead_process,
             )
             await self.registration.start(readonly=self.readonly)
             self._monitor = asyncio.create_task(self._disk_monitor(), name=f"disk-monitor-{self.bookie_id}")

@@ -91,6 +91,19 @@ def encode_service_info(host: str, port: int, properties: dict[str, str] | None 
     return info.SerializeToString()
 
 
+def decode_service_properties(data: bytes) -> dict[str, str]:
+    """The ``properties`` map of a registration znode's ``BookieServiceInfoFormat`` ({} when empty or
+    undecodable)."""
+    if not data:
+        return {}
+    info = fmt.BookieServiceInfoFormat()
+    try:
+        info.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - DecodeError; foreign data is simply "no properties"
+        return {}
+    return dict(info.properties)
+
+
 def decode_service_info(data: bytes) -> tuple[str, int] | None:
     """``(host, port)`` of the gRPC endpoint in a registration znode's data, or ``None`` if absent.
 

@@ -11,6 +11,11 @@ Upstream ``ZKRegistrationManager`` + ``BookieStateManager``:
   failing at once (upstream ``checkRegNodeAndWaitExpired``); if it does not go away, fail: another
   live bookie is using the same id.
 
+Ours: the caller may pass ``is_dead_owner(data)``, which looks at the stale znode's data and says
+whether the process that wrote it is certainly dead (the bookie server records its pid and the
+machine's boot id; see ``bookie.server``). Such a znode is deleted at once (a versioned delete), so a
+bookie restarted after ``kill -9`` registers immediately instead of waiting out the dead session.
+
 Where we differ: upstream bookies shut down when their ZooKeeper session expires and rely on a
 supervisor; this registration re-creates its znode as soon as kazoo has a new session (``LOST`` then
 ``CONNECTED``), so a bookie survives a ZooKeeper outage longer than its session timeout.
@@ -20,11 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import structlog
 
 from autorecovery.errors import ZooKeeperError
-from autorecovery.zk.bridge import KazooException, NodeExistsError, NoNodeError, SessionEvent, ZkClient
+from autorecovery.zk.bridge import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    SessionEvent,
+    ZkClient,
+)
 from autorecovery.zk.paths import Paths
 
 log = structlog.get_logger("autorecovery.zk.registration")
@@ -45,6 +58,8 @@ class BookieRegistration:
         service_info: znode data (binary ``BookieServiceInfoFormat``, see ``rpc.convert.encode_service_info``).
         stale_wait_s: how long (s) to wait for a znode left by a previous session of this bookie to
             expire; default twice the session timeout plus 5 s.
+        is_dead_owner: given a stale znode's data, True when its writer is certainly dead (then the
+            znode is deleted instead of waited for). Default: always False (upstream behaviour).
 
     Raises (from :meth:`start` / :meth:`set_readonly`):
         ZooKeeperError: the znode is held by another live session after ``stale_wait_s``, or a
@@ -59,8 +74,10 @@ class BookieRegistration:
         service_info: bytes,
         *,
         stale_wait_s: float | None = None,
+        is_dead_owner: Callable[[bytes], bool] | None = None,
     ) -> None:
         self._zk = zk
+        self._is_dead_owner = is_dead_owner
         self._paths = paths
         self.bookie_id = bookie_id
         self._data = service_info
@@ -74,6 +91,8 @@ class BookieRegistration:
         )
         #: number of times the znode was (re)created; tests watch it
         self.registrations = 0
+        #: the znode path while waiting for another session's znode to go away, else None
+        self.waiting_on: str | None = None
 
     @property
     def readonly(self) -> bool:
@@ -170,6 +189,20 @@ class BookieRegistration:
                 continue
             if stat.ephemeralOwner == self._session_id():
                 return  # already ours (e.g. reconnected within the same session)
+            if self._is_dead_owner is not None:
+                try:
+                    data, stat2 = await self._zk.get(path)
+                except NoNodeError:
+                    continue
+                if stat2.ephemeralOwner != self._session_id() and self._is_dead_owner(data):
+                    log.info(
+                        "deleting the registration left by a dead previous incarnation",
+                        path=path,
+                        owner_session=hex(stat2.ephemeralOwner),
+                    )
+                    with contextlib.suppress(NoNodeError, BadVersionError):
+                        await self._zk.delete(path, stat2.version)
+                    continue
             remaining = deadline - loop.time()
             log.info(
                 "waiting for the registration of a previous session to expire",
@@ -182,10 +215,13 @@ class BookieRegistration:
                     f"{path} is held by session {stat.ephemeralOwner:#x} that did not expire within "
                     f"{self._stale_wait_s:.1f}s: is another bookie running with id {self.bookie_id}?"
                 )
+            self.waiting_on = path
             try:
                 await asyncio.wait_for(gone.wait(), remaining)
             except TimeoutError:
                 continue  # loop once more: re-check, then fail with the message above
+            finally:
+                self.waiting_on = None
 
     async def _follow_session(self, events: asyncio.Queue[SessionEvent]) -> None:
         try:

@@ -33,8 +33,8 @@ def spawn(cluster, tmp_path):
     procs: list[BookieProcess] = []
 
     def start(data_dir: Path, port: int, *extra: str) -> BookieProcess:
-        args = ["--zk", cluster, "--port", str(port), "--data-dir", str(data_dir),
-                "--zk-session-timeout-ms", "1000", "--shutdown-grace-ms", "1000", *extra]
+        args = ["--zk", cluster, "--port", str(port), "--data-dir", str(data_dir), "--shutdown-grace-ms", "1000",
+                *extra]
         p = BookieProcess(args, tmp_path / f"bookie-{len(procs)}.log")
         procs.append(p)
         return p
@@ -118,9 +118,12 @@ async def test_kill9_loses_no_acknowledged_add(spawn, tmp_path) -> None:
         flooded = sum(1 for k in acked if k[0] == 3)
         assert 100 <= flooded < 2000, flooded  # killed with adds in flight
 
-        # restart on the same data dir and port (it waits for the dead session's znode to expire)
+        # restart on the same data dir and port. The dead process' session (10 s timeout) still holds
+        # available/<id>; the bookie sees its writer is a dead pid of this boot and takes over at once
+        # (upstream would wait for the session to expire: the 8 s deadline below would then fail).
         p2 = spawn(data, port)
-        assert await p2.await_ready() == bookie_id
+        assert await p2.await_ready(8.0) == bookie_id
+        assert "deleting the registration left by a dead previous incarnation" in p2.log_text()
         for (lid, e), b in acked.items():
             r = await client.read_entry(bookie_id, lid, e)
             assert r.body == b, f"acknowledged entry {lid}/{e} lost or changed"
@@ -128,3 +131,23 @@ async def test_kill9_loses_no_acknowledged_add(spawn, tmp_path) -> None:
         assert await client.get_list_of_entries(bookie_id, 2) == [(0, 299)]
     finally:
         await client.close()
+
+
+def test_dead_predecessor_detection() -> None:
+    import subprocess
+
+    from autorecovery.bookie.server import PROP_PID, registration_properties, written_by_dead_process
+    from autorecovery.rpc.convert import encode_service_info
+
+    child = subprocess.Popen(["sleep", "30"])
+    data = encode_service_info("h", 1, {**registration_properties(), PROP_PID: str(child.pid)})
+    try:
+        assert not written_by_dead_process(data)  # alive: wait for its session instead
+    finally:
+        child.kill()
+        child.wait()
+    assert written_by_dead_process(data)  # dead pid of this boot and pid namespace
+    assert not written_by_dead_process(encode_service_info("h", 1, registration_properties()))  # ourselves
+    other_boot = {**registration_properties(), PROP_PID: str(child.pid), "autorecovery.bootId": "x"}
+    assert not written_by_dead_process(encode_service_info("h", 1, other_boot))
+    assert not written_by_dead_process(encode_service_info("h", 1))  # upstream data: no properties

@@ -265,6 +265,40 @@ async def test_registration_moves_to_readonly_and_back(start_bookie, client, zk)
     await client.add_entry(b, 12, 1, MK, entry(12, 1))
 
 
+async def test_registration_waits_for_a_live_holder_of_its_znode(cluster, zk) -> None:
+    """Upstream checkRegNodeAndWaitExpired: a znode held by another live session is waited for, never
+    stolen; if it never goes away the start fails naming the znode."""
+    from autorecovery.errors import ZooKeeperError
+    from autorecovery.zk.paths import Paths
+    from autorecovery.zk.registration import BookieRegistration
+
+    path = "/ledgers/available/10.9.9.9:3181"
+    other = await ZkClient(cluster).start()
+    await other.create(path, b"", ephemeral=True, makepath=True)
+    holder = (await zk.exists(path)).ephemeralOwner
+    me = await ZkClient(cluster).start()
+    try:
+        reg = BookieRegistration(me, Paths(), "10.9.9.9:3181", b"", stale_wait_s=30.0,
+                                 is_dead_owner=lambda data: False)
+        task = asyncio.create_task(reg.start())
+        assert await wait_for(lambda: reg.waiting_on == path, 5.0)
+        assert (await zk.exists(path)).ephemeralOwner == holder  # not stolen
+        await other.stop()  # the holder goes away
+        await asyncio.wait_for(task, 10.0)
+        assert (await zk.exists(path)).ephemeralOwner == me.client_id[0]
+        await reg.stop()
+        assert await zk.exists(path) is None
+
+        other = await ZkClient(cluster).start()
+        await other.create(path, b"", ephemeral=True)
+        reg2 = BookieRegistration(me, Paths(), "10.9.9.9:3181", b"", stale_wait_s=0.3)
+        with pytest.raises(ZooKeeperError, match="another bookie running with id 10.9.9.9:3181"):
+            await reg2.start()
+    finally:
+        await other.stop()
+        await me.stop()
+
+
 async def test_reregisters_after_session_expiry(start_bookie, zk, zk_server, cluster) -> None:
     from kazoo.client import KazooClient  # test-only: the classic session-expiry trick
 
