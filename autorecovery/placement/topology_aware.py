@@ -1,0 +1,445 @@
+"""Shared machinery of the topology-aware policies (upstream ``TopologyAwareEnsemblePlacementPolicy``). PURE.
+
+Holds the topology of writable bookies, resolves and caches network locations, keeps departed bookies for
+the stabilize period, judges adherence write set by write set, runs the exact minimum-swap repair
+(:mod:`.repair`) and orders reads (upstream ``reorderReadSequenceWithRegion``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable, ClassVar, Hashable, Iterable, Mapping, Sequence
+
+from autorecovery.errors import ConfigError
+
+from .config import PlacementConfig
+from .policy import Adherence, BookieInfo, BookiesHealthInfo, PlacementPolicy, PlacementResult
+from .repair import DEFAULT_MAX_NODES, RepairOutcome, SearchBudgetExceeded, solve_min_swaps
+from .resolvers import Resolver, ScriptResolver
+from .schedule import ensemble_write_sets
+from .topology import DEFAULT_REGION_AND_RACK, NetworkTopology, normalize_location
+
+__all__ = ["TopologyAwarePolicy", "UNKNOWN_REGION"]
+
+Label = Hashable
+
+#: Region of a bookie whose location carries no region (upstream ``UNKNOWN_REGION``).
+UNKNOWN_REGION = "UnknownRegion"
+
+# read-order classes (upstream masks, in sort order)
+_LOCAL, _LOCAL_FAIL, _REMOTE, _REMOTE_FAIL, _READ_ONLY, _SLOW, _UNAVAIL = range(7)
+
+
+class _RepairIndex:
+    __slots__ = ("version", "by_label", "label")
+
+    def __init__(self, version: int, by_label: dict, label: dict) -> None:
+        self.version = version
+        self.by_label = by_label
+        self.label = label
+
+
+class TopologyAwarePolicy(PlacementPolicy):
+    """Base of the rack-, region- and zone-aware policies.
+
+    Extra keyword args (ours, not upstream keys):
+        default_rack: location given to bookies the resolver does not know (default: the policy's
+            ``DEFAULT_LOCATION``; upstream ``withDefaultRack`` / ``withDefaultFaultDomain``).
+        repair_max_nodes: search budget of :meth:`replace_to_adhere` (see :mod:`.repair`).
+    """
+
+    DEFAULT_LOCATION: ClassVar[str] = DEFAULT_REGION_AND_RACK
+    _two_level: ClassVar[bool] = False
+    _soft_possible: ClassVar[bool] = False
+    _tracks_slow: ClassVar[bool] = True
+
+    def __init__(self, config: PlacementConfig | None = None, resolver: Resolver | None = None,
+                 local_location: str | None = None, rng: random.Random | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, default_rack: str | None = None,
+                 repair_max_nodes: int = DEFAULT_MAX_NODES) -> None:
+        super().__init__(config, resolver, local_location, rng, clock=clock)
+        self.default_rack = normalize_location(default_rack) if default_rack else self.DEFAULT_LOCATION
+        self.topology = NetworkTopology()
+        self.rejected: set[str] = set()
+        self._locations: dict[str, str] = {}
+        self._departed: dict[str, float] = {}
+        self._judges: dict[tuple[int, int], Callable[[tuple], Adherence]] = {}
+        self._repair_idx: _RepairIndex | None = None
+        self.repair_max_nodes = repair_max_nodes
+        self._local_rack: str | None = None
+        if local_location and not self.config.ignore_local_node_in_placement_policy:
+            try:
+                loc = normalize_location(local_location)
+            except ValueError:
+                loc = ""
+            if loc and loc != self.default_rack:
+                self._local_rack = loc
+
+    def _check_resolver(self) -> None:
+        """Rack/region-aware: an unconfigured script resolver is fatal under enforcement (upstream)."""
+        if isinstance(self.resolver, ScriptResolver) and not self.resolver.configured:
+            if self.config.enforce_min_num_racks_per_write_quorum:
+                raise ConfigError("config key networkTopologyScriptFileName: ScriptBasedMapping has no script "
+                                  "and enforceMinNumRacksPerWriteQuorum is on")
+
+    # -- locations ------------------------------------------------------------------------------------
+    @property
+    def default_location(self) -> str:
+        return self.default_rack
+
+    def _resolve(self, bookies: Iterable[str]) -> dict[str, str]:
+        bookies = list(bookies)
+        need = [b for b in bookies if b not in self._locations]
+        if need:
+            try:
+                locs = list(self.resolver.resolve(need))
+            except Exception:  # a failing resolver means "unknown", as upstream's decorator
+                locs = []
+            if len(locs) != len(need):
+                locs = [None] * len(need)
+            for b, loc in zip(need, locs):
+                try:
+                    norm = normalize_location(loc) if loc else ""
+                except ValueError:
+                    norm = ""
+                self._locations[b] = norm or self.default_rack
+        return {b: self._locations[b] for b in bookies}
+
+    def location_of(self, bookie_id: str) -> str:
+        """The bookie's rack in the topology, else its last known or resolved location, else the default rack."""
+        rack = self.topology.rack_of(bookie_id)
+        if rack is not None:
+            return rack
+        return self._resolve([bookie_id])[bookie_id]
+
+    def on_bookie_rack_change(self, bookies: Iterable[str] | None = None) -> None:
+        """Re-resolve bookies whose location may have changed and move them (upstream ``onBookieRackChange``).
+
+        Args:
+            bookies: the bookies to re-resolve; None re-resolves every bookie seen so far.
+        """
+        targets = list(self._locations) if bookies is None else list(bookies)
+        for b in targets:
+            self._locations.pop(b, None)
+        locs = self._resolve(targets)
+        for b in targets:
+            if b in self.topology or b in self.rejected:
+                self.topology.remove(b)
+                if self.topology.add(b, locs[b]):
+                    self.rejected.discard(b)
+                else:
+                    self.rejected.add(b)
+        self._changed()
+
+    # -- membership -----------------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self._version += 1
+        self._selector = None
+
+    def _handle_left(self, left: set[str]) -> None:
+        now = self.clock()
+        for b in left:
+            self.topology.remove(b)
+            self.rejected.discard(b)
+            if self.config.network_topology_stabilize_period_s > 0:
+                self._departed[b] = now
+
+    def _handle_joined(self, joined: set[str]) -> None:
+        locs = self._resolve(sorted(joined))
+        for b in sorted(joined):
+            self._departed.pop(b, None)
+            if self.topology.add(b, locs[b]):
+                self.rejected.discard(b)
+            else:
+                self.rejected.add(b)
+
+    def on_cluster_changed(self, writable: set[str], readonly: set[str]) -> set[str]:
+        dead = super().on_cluster_changed(writable, readonly)
+        self._changed()
+        return dead
+
+    @property
+    def known_bookies(self) -> frozenset[str]:
+        """Writable bookies in the topology (writable minus ``rejected``)."""
+        return frozenset(self.topology)
+
+    def _in_stabilize_window(self) -> list[str]:
+        period = self.config.network_topology_stabilize_period_s
+        if period <= 0 or not self._departed:
+            return []
+        now = self.clock()
+        out = []
+        for b, t in list(self._departed.items()):
+            if now - t < period:
+                out.append(b)
+            else:
+                del self._departed[b]
+        return sorted(out)
+
+    def _secondary_topology(self) -> NetworkTopology | None:
+        """Topology plus departed bookies still inside the stabilize period (upstream secondary instance)."""
+        extra = self._in_stabilize_window()
+        if not extra:
+            return None
+        topo = self.topology.copy()
+        for b in extra:
+            topo.add(b, self._locations.get(b, self.default_rack))
+        return topo
+
+    # -- weights --------------------------------------------------------------------------------------
+    def update_bookie_info(self, info: Mapping[str, BookieInfo]) -> None:
+        """Replace the disk info map (upstream rebuilds it: bookies missing from ``info`` get weight 0)."""
+        self._bookie_info = dict(info)
+        self._changed()
+
+    # -- adherence ------------------------------------------------------------------------------------
+    def _label_of(self, bookie: str) -> Label | None:
+        """Label a member contributes to adherence checks (None: contributes nothing / unresolved)."""
+        raise NotImplementedError
+
+    def _judge_raw(self, labels: tuple, write_quorum_size: int, ack_quorum_size: int) -> Adherence:
+        raise NotImplementedError
+
+    def _shape_ok(self, ensemble_size: int, write_quorum_size: int) -> bool:
+        return True
+
+    def _judge_fn(self, write_quorum_size: int, ack_quorum_size: int) -> Callable[[tuple], Adherence]:
+        key = (write_quorum_size, ack_quorum_size)
+        fn = self._judges.get(key)
+        if fn is None:
+            memo: dict[tuple, Adherence] = {}
+            raw = self._judge_raw
+
+            def fn(labels: tuple, memo=memo, raw=raw, wq=write_quorum_size, aq=ack_quorum_size) -> Adherence:
+                v = memo.get(labels)
+                if v is None:
+                    if len(memo) > 200_000:
+                        memo.clear()
+                    v = raw(labels, wq, aq)
+                    memo[labels] = v
+                return v
+
+            self._judges[key] = fn
+        return fn
+
+    def _adherence_of_labels(self, labels: Sequence, write_quorum_size: int, ack_quorum_size: int) -> Adherence:
+        e = len(labels)
+        if e == 0 or write_quorum_size < 1 or not self._shape_ok(e, write_quorum_size):
+            return Adherence.FAIL
+        judge = self._judge_fn(write_quorum_size, ack_quorum_size)
+        worst = Adherence.MEETS_STRICT
+        for ws in ensemble_write_sets(e, write_quorum_size):
+            v = judge(tuple([labels[p] for p in ws]))
+            if v < worst:
+                worst = v
+                if v == Adherence.FAIL:
+                    break
+        return worst
+
+    def is_ensemble_adhering(self, ensemble: Sequence[str], write_quorum_size: int, ack_quorum_size: int) -> Adherence:
+        return self._adherence_of_labels([self._label_of(b) for b in ensemble], write_quorum_size, ack_quorum_size)
+
+    # -- exact repair (BP-54) -------------------------------------------------------------------------
+    def _eligible(self, bookie: str) -> bool:
+        """May ``bookie`` be kept in, or added to, an ensemble by a repair? (writable and known by default)"""
+        return bookie in self.topology
+
+    def _target_label(self, bookie: str) -> Label:
+        return self._label_of(bookie)
+
+    def _repair_index(self) -> _RepairIndex:
+        idx = self._repair_idx
+        if idx is not None and idx.version == self._version:
+            return idx
+        by_label: dict[Label, list[str]] = {}
+        label: dict[str, Label] = {}
+        bookies = sorted(b for b in self.topology if self._eligible(b))
+        if self.weighted:
+            bookies.sort(key=lambda b: -self.weight_of(b))
+        for b in bookies:
+            lab = self._target_label(b)
+            if lab is None:
+                continue
+            label[b] = lab
+            by_label.setdefault(lab, []).append(b)
+        idx = _RepairIndex(self._version, by_label, label)
+        self._repair_idx = idx
+        return idx
+
+    def _solve(self, current: Sequence[str | None], write_quorum_size: int, ack_quorum_size: int,
+               exclude: Iterable[str]) -> RepairOutcome | None:
+        """Minimum-swap adhering ensemble from ``current`` (None slots must be filled). Raises SearchBudgetExceeded."""
+        idx = self._repair_index()
+        excl = set(exclude)
+        labels = [idx.label.get(b) if (b is not None and b not in excl) else None for b in current]
+        pool: Mapping[Label, Sequence[str]] = idx.by_label
+        hit = {idx.label[b] for b in excl if b in idx.label}
+        if hit:
+            pool = dict(pool)
+            for lab in hit:
+                pool[lab] = [b for b in pool[lab] if b not in excl]
+        return solve_min_swaps(current, write_quorum_size, labels, pool,
+                               self._judge_fn(write_quorum_size, ack_quorum_size),
+                               two_level=self._two_level, soft_possible=self._soft_possible, rng=self.rng,
+                               prefer_order=self.weighted, max_nodes=self.repair_max_nodes)
+
+    def replace_to_adhere(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
+                          exclude: Iterable[str], current_ensemble: Sequence[str]) -> PlacementResult:
+        """BP-54 repair with a provably minimal number of swaps (ours; upstream is a greedy heuristic).
+
+        Steps: if ``current_ensemble`` already adheres (not FAIL) it is returned unchanged with its
+        adherence, as upstream. Otherwise every member that is not a writable known bookie, or is in
+        ``exclude`` (or in the default rack when ``enforceMinNumRacksPerWriteQuorum`` is on) must be
+        replaced, as upstream; surviving members stay at their index; new members are writable, not
+        excluded, not read-only; with disk weights on, targets with more free disk are preferred. The
+        repair changes as few indexes as possible (see :mod:`.repair` for the method and its cost bound).
+
+        Returns:
+            ``PlacementResult(ensemble, adherence, replaced=indexes)``; when no adhering ensemble exists
+            (for example only one rack left) the unchanged ensemble with FAIL (upstream returns an empty list).
+
+        Raises:
+            ValueError: ``len(current_ensemble) != ensemble_size``.
+        """
+        current = list(current_ensemble)
+        if len(current) != ensemble_size:
+            raise ValueError(f"ensemble has {len(current)} bookies, expected E={ensemble_size}")
+        adherence = self.is_ensemble_adhering(current, write_quorum_size, ack_quorum_size)
+        if adherence != Adherence.FAIL or ensemble_size == 0:
+            return PlacementResult(current, adherence)
+        if not self._shape_ok(ensemble_size, write_quorum_size):
+            return PlacementResult(current, Adherence.FAIL)
+        try:
+            out = self._solve(current, write_quorum_size, ack_quorum_size, exclude)
+        except SearchBudgetExceeded:
+            return PlacementResult(current, Adherence.FAIL, exact=False)
+        if out is None:
+            return PlacementResult(current, Adherence.FAIL)
+        return PlacementResult(out.ensemble, out.adherence, replaced=out.changed)
+
+    def _make_adhere(self, ensemble: Sequence[str | None], write_quorum_size: int, ack_quorum_size: int,
+                     exclude: Iterable[str]) -> RepairOutcome | None:
+        """new_ensemble fallback: the closest adhering ensemble to ``ensemble``, or None if none exists."""
+        if not self._shape_ok(len(ensemble), write_quorum_size):
+            return None
+        try:
+            return self._solve(ensemble, write_quorum_size, ack_quorum_size, exclude)
+        except SearchBudgetExceeded:
+            return None
+
+    # -- selection helpers ----------------------------------------------------------------------------
+    def _pick_from_racks(self, topo: NetworkTopology, racks: Sequence[str], excluded: set[str] | frozenset[str],
+                         accept: Callable[[str], bool] | None = None, *, weights_over_leaves: bool = True) -> str | None:
+        """A random bookie of ``racks`` not in ``excluded`` and accepted by ``accept``.
+
+        Unweighted: uniform. Weighted: by capped free-disk weight; ``weights_over_leaves`` computes the
+        weights over every leaf of the racks, excluded ones included (upstream ``selectRandomFromRack``
+        rejection sampling), otherwise over the non-excluded candidates only (upstream
+        ``selectRandomInternal`` with an explicit list).
+        """
+        if not racks:
+            return None
+        if self.weighted:
+            leaves = [b for r in racks for b in topo.bookies_in_rack(r)]
+            base = [b for b in leaves if b not in excluded]
+            cands = [b for b in base if accept is None or accept(b)]
+            if not cands:
+                return None
+            return self._selection(leaves if weights_over_leaves else base).select(cands)
+        sizes = [len(topo.bookies_in_rack(r)) for r in racks]
+        total = sum(sizes)
+        if total == 0:
+            return None
+        rng = self.rng
+        for _ in range(8):
+            i = rng.randrange(total)
+            for r, n in zip(racks, sizes):
+                if i < n:
+                    b = topo.bookies_in_rack(r)[i]
+                    break
+                i -= n
+            if b not in excluded and (accept is None or accept(b)):
+                return b
+        cands = [b for r in racks for b in topo.bookies_in_rack(r)
+                 if b not in excluded and (accept is None or accept(b))]
+        return rng.choice(cands) if cands else None
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def register_slow_bookie(self, bookie: str, entry_id: int) -> None:
+        """Remember a slow bookie for ``bookieFailureHistoryExpirationMSec`` ms (only while the pending-request
+        reordering threshold is off, as upstream)."""
+        if not self._tracks_slow:
+            return
+        if self.config.read_reorder_threshold_pending_requests <= 0:
+            expiry = self.clock() + self.config.bookie_failure_history_expiration_ms / 1000.0
+            self._slow[bookie] = (entry_id, expiry)
+
+    def _reorder(self, ensemble: Sequence[str], health: BookiesHealthInfo, write_set: Sequence[int],
+                 region_of: Callable[[str], str] | None, my_region: str, remote_node_in_reorder: int) -> list[int]:
+        """Upstream ``reorderReadSequenceWithRegion`` (see the reference §11), with its quirks:
+
+        * nothing is reordered (except by pending requests) unless random reordering is on, the policy is
+          region-aware with a known client region, or a write-set member is unavailable or slow;
+        * inside the LOCAL_FAIL / REMOTE_FAIL / SLOW classes the original order is kept;
+        * only the first remote member is promoted, to position <= ``remote_node_in_reorder``.
+        """
+        ws = list(write_set)
+        use_region = region_of is not None and my_region != UNKNOWN_REGION
+        known = self.topology
+        readonly = self._readonly
+        randomize = self.config.ensemble_random_read_reordering
+        any_unavailable = use_region or randomize
+        if not any_unavailable:
+            for idx in ws:
+                b = ensemble[idx]
+                if (b not in known and b not in readonly) or self._is_slow(b):
+                    any_unavailable = True
+                    break
+        threshold = self.config.read_reorder_threshold_pending_requests
+        if threshold > 0 and ws:
+            pending = [health.pending_requests(ensemble[i]) for i in ws]
+            best = 0
+            for i in range(1, len(ws)):
+                if pending[i] < pending[best]:
+                    best = i
+            if best > 0 and pending[0] >= pending[best] + threshold:
+                ws.insert(0, ws.pop(best))
+        if not any_unavailable:
+            return ws
+        classes: list[tuple[int, int, int]] = []
+        for pos, idx in enumerate(ws):
+            b = ensemble[idx]
+            if b not in known:
+                if b in readonly:
+                    cls = _SLOW if self._is_slow(b) else _READ_ONLY
+                else:
+                    cls = _UNAVAIL
+            elif health.failure_history(b) < 0:
+                if self._is_slow(b):
+                    cls = _SLOW
+                elif use_region and region_of(b) != my_region:  # type: ignore[misc]
+                    cls = _REMOTE
+                else:
+                    cls = _LOCAL
+            else:
+                remote = use_region and region_of(b) != my_region  # type: ignore[misc]
+                cls = _REMOTE_FAIL if remote else _LOCAL_FAIL
+            classes.append((cls, pos, idx))
+        classes.sort()
+        if randomize:
+            for group in (_LOCAL, _REMOTE, _READ_ONLY, _UNAVAIL):
+                at = [i for i, c in enumerate(classes) if c[0] == group]
+                if len(at) > 1:
+                    vals = [classes[i] for i in at]
+                    self.rng.shuffle(vals)
+                    for i, v in zip(at, vals):
+                        classes[i] = v
+        flat = [(_LOCAL if c == _LOCAL_FAIL else _REMOTE if c == _REMOTE_FAIL else c, idx) for c, _p, idx in classes]
+        first_remote = next((i for i, (c, _) in enumerate(flat) if c == _REMOTE), -1)
+        if first_remote != -1:
+            i = 0
+            while i < remote_node_in_reorder and i < len(flat) and flat[i][0] == _LOCAL:
+                i += 1
+            flat.insert(i, flat.pop(first_remote))
+        return [idx for _c, idx in flat]
