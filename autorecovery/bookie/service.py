@@ -112,6 +112,9 @@ class BookieService(pb_grpc.BookieServicer):
             )
 
     async def AddEntry(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddResponse:
+        """Store one entry; answered after its transaction is durable (upstream WriteEntryProcessorV3).
+        Statuses: EOK, EREADONLY, EBADREQ (size, short body, ids differ), EUA, EFENCED (unless
+        RECOVERY_ADD), EIO."""
         try:
             self._check_add(request)
             await self.storage.add_entry(
@@ -213,6 +216,9 @@ class BookieService(pb_grpc.BookieServicer):
 
     # -- reads ---------------------------------------------------------------------------------
     async def ReadEntry(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadResponse:
+        """Read one entry, -1 = the highest stored (upstream ReadEntryProcessorV3). With FENCE_LEDGER
+        the ledger is durably fenced first (EUA on a wrong master key; an unknown ledger is created
+        fenced). Statuses: EOK, ENOLEDGER, ENOENTRY, EUA, EBADREQ, EIO; ``lac`` = the bookie's LAC."""
         lid, eid = request.ledger_id, request.entry_id
         try:
             if eid < -1:
@@ -273,6 +279,8 @@ class BookieService(pb_grpc.BookieServicer):
                     yield pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=it.entry_id, body=it.body, lac=lac)
 
     async def ReadLac(self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext) -> pb.ReadLacResponse:
+        """The ledger's LAC on this bookie: the largest piggy-backed LAC of its stored entries
+        (upstream ReadLacProcessorV3). Statuses: EOK, ENOLEDGER, EIO."""
         try:
             lac = await self.storage.read_lac(request.ledger_id)
         except BookieStatusError as exc:
@@ -284,6 +292,8 @@ class BookieService(pb_grpc.BookieServicer):
     async def GetBookieInfo(
         self, request: pb.GetBookieInfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetBookieInfoResponse:
+        """Total and/or free bytes of the data directory's file system, per the ``requested`` bitmask
+        (upstream GetBookieInfoProcessorV3; fakeable, see ``bookie.disk``). Statuses: EOK, EIO."""
         try:
             usage = await asyncio.to_thread(self.disk.probe)
         except OSError as exc:
@@ -299,6 +309,9 @@ class BookieService(pb_grpc.BookieServicer):
     async def GetListOfEntriesOfLedger(
         self, request: pb.GetListOfEntriesOfLedgerRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetListOfEntriesOfLedgerResponse:
+        """Stored entry ids as sorted, disjoint, inclusive ranges (upstream
+        GetListOfEntriesOfLedgerProcessorV3 sends a bitmap-like "availability" instead).
+        Statuses: EOK, ENOLEDGER, EIO."""
         try:
             ranges = await self.storage.list_entries(request.ledger_id)
         except BookieStatusError as exc:

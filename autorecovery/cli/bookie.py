@@ -2,9 +2,9 @@
 
 Also runnable as ``python -m autorecovery.bookie`` (same options). Once the bookie is registered in
 ZooKeeper it prints exactly one line ``BOOKIE_READY <host:port>`` to stdout; logs go to stderr as JSON
-lines (structlog via ``autorecovery.logs``; ``--log-format console`` for humans). Exit status: 0 after a clean shutdown on SIGTERM/SIGINT, 1 when the bookie
-cannot start (unformatted cluster, cookie mismatch such as a wiped data directory, port in use,
-ZooKeeper unreachable...), with the reason in an ``"event": "bookie failed to start"`` log line
+lines (structlog via ``autorecovery.logs``; ``--log-format console`` for humans). Exit status: 0
+after a clean shutdown on SIGTERM/SIGINT, 1 when the bookie cannot start (unformatted cluster,
+cookie mismatch such as a wiped data directory, port in use, ZooKeeper unreachable...), with the reason in an ``"event": "bookie failed to start"`` log line
 (fields ``error_type``, ``error``, ``bookie_id``, ``data_dir``).
 """
 
@@ -65,7 +65,8 @@ async def run_bookie(config: BookieConfig) -> int:
 
 
 @click.command("bookie", context_settings={"show_default": True, "help_option_names": ["-h", "--help"]})
-@click.option("--zk", "zk", required=True, help="ZooKeeper connect string, optionally with a chroot: 127.0.0.1:2181/chroot")
+@click.option("--zk", "zk", required=True,
+              help="ZooKeeper connect string, optionally with a chroot: 127.0.0.1:2181/chroot")
 @click.option("--ledgers-root", default="/ledgers", help="zkLedgersRootPath")
 @click.option("--host", default="127.0.0.1", help="address to bind and advertise; the bookie id is host:port")
 @click.option("--port", type=click.IntRange(0, 65535), default=3181, help="gRPC port (0 = any free port)")
@@ -73,7 +74,8 @@ async def run_bookie(config: BookieConfig) -> int:
     "--data-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
     help="data directory (cookie in current/VERSION, SQLite database in current/)",
 )
-@click.option("--max-entry-size", type=click.IntRange(1024), default=DEFAULT_MAX_ENTRY_SIZE, help="largest entry body accepted, bytes")
+@click.option("--max-entry-size", type=click.IntRange(1024), default=DEFAULT_MAX_ENTRY_SIZE,
+              help="largest entry body accepted, bytes (gRPC accepts messages up to 1 MiB more)")
 @click.option("--disk-usage-threshold", type=click.FloatRange(0, 1, min_open=True), default=0.95,
               help="diskUsageThreshold: turn read-only when this fraction of the disk is used")
 @click.option("--disk-usage-lwm-threshold", type=click.FloatRange(0, 1, min_open=True), default=0.90,
@@ -85,10 +87,13 @@ async def run_bookie(config: BookieConfig) -> int:
 @click.option("--fake-disk-total", type=click.IntRange(0), default=None,
               help="(test hook) report this total disk size in bytes instead of statvfs")
 @click.option("--fake-disk-free", type=click.IntRange(0), default=None,
-              help="(test hook) report this many free bytes instead of statvfs; <data-dir>/fake-disk.json overrides both at run time")
+              help="(test hook) report this many free bytes instead of statvfs; "
+                   "<data-dir>/fake-disk.json overrides both at run time")
 @click.option("--zk-session-timeout-ms", type=click.IntRange(100), default=10000, help="zkTimeout, ms")
-@click.option("--shutdown-grace-ms", type=click.IntRange(0), default=5000, help="time in-flight requests get on shutdown, ms")
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False), default="INFO")
+@click.option("--shutdown-grace-ms", type=click.IntRange(0), default=5000,
+              help="time in-flight requests get on shutdown, ms")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              default="INFO")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto",
               help="stderr log format; auto = JSON unless stderr is a terminal")
 def bookie_command(

@@ -319,7 +319,7 @@ async def test_reregisters_after_session_expiry(start_bookie, zk, zk_server, clu
 
 
 @pytest.mark.filterwarnings("ignore:No chroot path exists")
-async def test_unformatted_cluster_and_cookie_mismatch_refuse_to_start(start_bookie, zk_server, cluster, tmp_path) -> None:
+async def test_unformatted_cluster_and_cookie_mismatch_refuse_to_start(start_bookie, zk_server, tmp_path) -> None:
     with pytest.raises(ClusterNotFormattedError, match="INSTANCEID"):
         await start_bookie("u", zk=zk_server.connect_string + "/not-formatted")
     srv = await start_bookie("c1")
