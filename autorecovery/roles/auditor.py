@@ -1,0 +1,903 @@
+"""The Auditor: lost-bookie detection from an incremental index, and the periodic checks (EDGE).
+
+Upstream ``replication/Auditor`` + ``AuditorBookieCheckTask``, ``AuditorCheckAllLedgersTask``,
+``AuditorPlacementPolicyCheckTask``, ``AuditorReplicasCheckTask``, ``BookieLedgerIndexer``. The decisions
+live in ``autorecovery.audit`` (pure); this module feeds them from ZooKeeper and the bookies and carries
+out what they say.
+
+Better than upstream:
+
+* **Incremental index.** :class:`LedgerTreeWatcher` builds the bookie → ledgers index once (on
+  election) and keeps it current from watches on the ledger tree (child watches on every hierarchy
+  level, a data watch on every ledger znode). A bookie loss is turned into markers with **no metadata
+  reads**; a full reconcile runs on a slow schedule (``auditorLedgerIndexReconcileInterval``, ours).
+* **Precise marking**: only ledgers whose lost bookie stores entries of some segment are marked.
+* **Batched markers** in ZooKeeper ``multi`` transactions.
+* **Independent tasks.** Bookie-change handling and each periodic check run in their own asyncio task
+  with bounded concurrency; a week-long check never delays the handling of a bookie loss (upstream runs
+  everything on one thread). Periodic checks still skip while a delayed lost-bookie audit is pending
+  (#3818) and pause while AutoRecovery is disabled (the flag is cached from a watch, #3358).
+* **Replicas check can mark** ledgers with entries below WQ (``auditorReplicasCheckMarkUnderReplicated``,
+  ours, default off; upstream only reports).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import structlog
+
+from autorecovery import metrics
+from autorecovery.audit.decisions import Decision, LostBookieTracker
+from autorecovery.audit.index import BookieLedgerIndex, ReconcileReport
+from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
+from autorecovery.audit.schedule import first_run_s, next_run_s
+from autorecovery.errors import BookieError, ConfigError, MalformedMetadataError
+from autorecovery.ledger import formats
+from autorecovery.ledger.ids import is_ledger_leaf_name, is_ledger_level_name, ledger_id_from_path
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.roles.checker import LedgerChecker
+from autorecovery.zk.bookies import BookieWatcher
+from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
+from autorecovery.zk.ledgers import RESERVED
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+log = structlog.get_logger("autorecovery.auditor")
+
+SCOPE = "auditor"
+
+
+# ------------------------------------------------------------------------------------------------
+# settings
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AuditorSettings:
+    """Auditor configuration; field names are upstream keys in snake_case, with upstream defaults.
+
+    Units: ``*_interval``, ``lost_bookie_recovery_delay``, ``*_grace_period`` in seconds;
+    ``*_msec`` in ms. Keys marked (ours) are not upstream's.
+    """
+
+    auditor_periodic_check_interval: int = 604800
+    auditor_periodic_bookie_check_interval: int = 86400
+    auditor_periodic_placement_policy_check_interval: int = 0
+    auditor_replicas_check_interval: int = 0
+    auditor_ledger_verification_percentage: int = 0
+    lost_bookie_recovery_delay: int = 0
+    underreplicated_ledger_recovery_grace_period: int = 0
+    repaired_placement_policy_not_adhering_bookie_enabled: bool = False
+    auditor_max_number_of_concurrent_open_ledger_operations: int = 500
+    auditor_acquire_concurrent_open_ledger_operations_time_out_msec: int = 120000
+    in_flight_read_entry_num_in_ledger_checker: int = -1
+    store_system_time_as_ledger_underreplicated_mark_time: bool = True
+    #: (ours) the replicas check also marks ledgers with an entry below WQ copies.
+    auditor_replicas_check_mark_under_replicated: bool = False
+    #: (ours) seconds between full reconciles of the incremental index with ZooKeeper; 0 disables.
+    auditor_ledger_index_reconcile_interval: int = 21600
+
+    #: upstream (or our) key → field name
+    KEYS = {
+        "auditorPeriodicCheckInterval": "auditor_periodic_check_interval",
+        "auditorPeriodicBookieCheckInterval": "auditor_periodic_bookie_check_interval",
+        "auditorPeriodicPlacementPolicyCheckInterval": "auditor_periodic_placement_policy_check_interval",
+        "auditorReplicasCheckInterval": "auditor_replicas_check_interval",
+        "auditorLedgerVerificationPercentage": "auditor_ledger_verification_percentage",
+        "lostBookieRecoveryDelay": "lost_bookie_recovery_delay",
+        "underreplicatedLedgerRecoveryGracePeriod": "underreplicated_ledger_recovery_grace_period",
+        "repairedPlacementPolicyNotAdheringBookieEnabled": "repaired_placement_policy_not_adhering_bookie_enabled",
+        "auditorMaxNumberOfConcurrentOpenLedgerOperations": "auditor_max_number_of_concurrent_open_ledger_operations",
+        "auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec":
+            "auditor_acquire_concurrent_open_ledger_operations_time_out_msec",
+        "inFlightReadEntryNumInLedgerChecker": "in_flight_read_entry_num_in_ledger_checker",
+        "storeSystemTimeAsLedgerUnderreplicatedMarkTime": "store_system_time_as_ledger_underreplicated_mark_time",
+        "auditorReplicasCheckMarkUnderReplicated": "auditor_replicas_check_mark_under_replicated",
+        "auditorLedgerIndexReconcileInterval": "auditor_ledger_index_reconcile_interval",
+    }
+
+    def __post_init__(self) -> None:
+        if self.auditor_max_number_of_concurrent_open_ledger_operations <= 0:
+            raise ConfigError("auditorMaxNumberOfConcurrentOpenLedgerOperations must be > 0 "
+                              f"(got {self.auditor_max_number_of_concurrent_open_ledger_operations})")
+        if self.auditor_acquire_concurrent_open_ledger_operations_time_out_msec < 0:
+            raise ConfigError("auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec must be >= 0")
+        if not 0 <= self.auditor_ledger_verification_percentage <= 100:
+            raise ConfigError("auditorLedgerVerificationPercentage must be within 0..100 "
+                              f"(got {self.auditor_ledger_verification_percentage})")
+
+    @classmethod
+    def from_properties(cls, props: dict[str, Any]) -> "AuditorSettings":
+        """Build from upstream key names (``bk_server.conf`` style); other keys are ignored.
+
+        Raises:
+            ConfigError: naming the key and value when a value does not parse.
+        """
+        types = {f.name: f.type for f in fields(cls)}
+        kw: dict[str, Any] = {}
+        for key, name in cls.KEYS.items():
+            if key not in props:
+                continue
+            raw = props[key]
+            try:
+                if types[name] in ("bool", bool):
+                    if isinstance(raw, bool):
+                        kw[name] = raw
+                    elif str(raw).strip().lower() in ("true", "false"):
+                        kw[name] = str(raw).strip().lower() == "true"
+                    else:
+                        raise ValueError(raw)
+                else:
+                    kw[name] = int(str(raw).strip())
+            except ValueError as exc:
+                raise ConfigError(f"bad value {raw!r} for {key}") from exc
+        return cls(**kw)
+
+
+# ------------------------------------------------------------------------------------------------
+# the incremental index, fed from ZooKeeper watches
+# ------------------------------------------------------------------------------------------------
+class LedgerTreeWatcher:
+    """Keeps a :class:`BookieLedgerIndex` equal to the ledger metadata in ZooKeeper.
+
+    Child watches on the root and every hierarchy level notice created and deleted ledgers; a data
+    watch on every ledger znode notices closes and ensemble changes. Each watch is one-shot and
+    re-armed by the read that follows it. ZooKeeper work is bounded by ``concurrency``
+    (``auditorMaxNumberOfConcurrentOpenLedgerOperations``).
+
+    Attributes:
+        malformed: ledgers whose metadata did not decode (skipped, logged).
+        reads: metadata reads done (build + updates + reconciles).
+    """
+
+    def __init__(self, zk: ZkClient, paths: Paths, index: BookieLedgerIndex, *, concurrency: int = 500) -> None:
+        self.zk = zk
+        self.paths = paths
+        self.index = index
+        self._sem = asyncio.Semaphore(concurrency)
+        self._dirs: dict[str, set[str]] = {}
+        self._dir_armed: set[str] = set()
+        self._armed: set[int] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._stopped = False
+        self.malformed = 0
+        self.reads = 0
+        self.changed = asyncio.Event()  # set after each applied update (tests wait on it)
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _spawn(self, coro) -> None:
+        if self._stopped:
+            coro.close()
+            return
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    def stop(self) -> None:
+        self._stopped = True
+        for t in list(self._tasks):
+            t.cancel()
+
+    @property
+    def busy(self) -> bool:
+        """True while watch-triggered updates are in flight."""
+        return any(not t.done() for t in self._tasks)
+
+    async def settle(self) -> None:
+        """Wait until no watch-triggered update is in flight."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _leaf_id(self, path: str) -> int | None:
+        try:
+            return ledger_id_from_path(self.paths.root, path)
+        except ValueError:
+            return None
+
+    # -- build ------------------------------------------------------------------------------
+    async def build(self) -> int:
+        """Walk the whole tree, arming every watch; returns the number of ledgers indexed."""
+        await self._walk(self.paths.root, 0)
+        await self.settle()
+        return len(self.index)
+
+    async def _list(self, path: str) -> list[str] | None:
+        watch = None
+        if path not in self._dir_armed:
+            self._dir_armed.add(path)
+            watch = self._dir_watch(path)
+        try:
+            async with self._sem:
+                return await self.zk.get_children(path, watch=watch)
+        except NoNodeError:
+            self._dir_armed.discard(path)
+            return None
+        except BaseException:
+            self._dir_armed.discard(path)
+            raise
+
+    async def _walk(self, path: str, depth: int) -> None:
+        kids = await self._list(path)
+        if kids is None:
+            self._forget_dir(path)
+            return
+        self._dirs[path] = set(kids)
+        subdirs, leaves = self._split(kids, depth)
+        await asyncio.gather(*(self._load(f"{path}/{n}") for n in leaves),
+                             *(self._walk(f"{path}/{n}", depth + 1) for n in subdirs))
+
+    def _split(self, kids, depth: int) -> tuple[list[str], list[str]]:
+        subdirs, leaves = [], []
+        for n in kids:
+            if depth == 0 and n in RESERVED:
+                continue
+            if depth > 0 and is_ledger_leaf_name(n):
+                leaves.append(n)
+            elif is_ledger_level_name(n) and depth < 4:
+                subdirs.append(n)
+        return subdirs, leaves
+
+    def _depth(self, path: str) -> int:
+        return 0 if path == self.paths.root else path[len(self.paths.root) + 1:].count("/") + 1
+
+    async def _load(self, path: str, arm: bool = True) -> None:
+        lid = self._leaf_id(path)
+        if lid is None:
+            return
+        watch = None
+        if arm and lid not in self._armed:
+            self._armed.add(lid)
+            watch = self._data_watch(path, lid)
+        try:
+            async with self._sem:
+                self.reads += 1
+                data, _ = await self.zk.get(path, watch=watch)
+        except NoNodeError:
+            self._armed.discard(lid)
+            self.index.remove(lid)
+            self.changed.set()
+            return
+        except BaseException:
+            if watch is not None:
+                self._armed.discard(lid)
+            raise
+        try:
+            md = formats.deserialize(data, path)
+        except MalformedMetadataError as exc:
+            self.malformed += 1
+            log.warning("skipping malformed ledger metadata", path=path, error=str(exc))
+            return
+        self.index.put(lid, md)
+        self.changed.set()
+
+    # -- watches ----------------------------------------------------------------------------
+    def _dir_watch(self, path: str):
+        def cb(event) -> None:
+            self._dir_armed.discard(path)
+            if event.type in (EventType.CHILD, EventType.DELETED, EventType.CREATED):
+                self._spawn(self._refresh_dir(path))
+        return cb
+
+    def _data_watch(self, path: str, lid: int):
+        def cb(event) -> None:
+            self._armed.discard(lid)
+            if event.type == EventType.DELETED:
+                self.index.remove(lid)
+                self.changed.set()
+            elif event.type == EventType.CHANGED:
+                self._spawn(self._load(path))
+        return cb
+
+    async def _refresh_dir(self, path: str) -> None:
+        kids = await self._list(path)
+        if kids is None:
+            self._forget_dir(path)
+            self.changed.set()
+            return
+        old = self._dirs.get(path, set())
+        new = set(kids)
+        self._dirs[path] = new
+        depth = self._depth(path)
+        subdirs, leaves = self._split(new - old, depth)
+        for n in old - new:
+            child = f"{path}/{n}"
+            if is_ledger_leaf_name(n):
+                lid = self._leaf_id(child)
+                if lid is not None:
+                    self.index.remove(lid)
+                    self._armed.discard(lid)
+            else:
+                self._forget_dir(child)
+        await asyncio.gather(*(self._load(f"{path}/{n}") for n in leaves),
+                             *(self._walk(f"{path}/{n}", depth + 1) for n in subdirs))
+        self.changed.set()
+
+    def _forget_dir(self, path: str) -> None:
+        prefix = path + "/"
+        for d in [d for d in self._dirs if d == path or d.startswith(prefix)]:
+            del self._dirs[d]
+        for lid in [lid for lid in self.index.ledger_ids() if self.paths.ledger(lid).startswith(prefix)]:
+            self.index.remove(lid)
+            self._armed.discard(lid)
+
+    # -- reconcile --------------------------------------------------------------------------
+    async def scan(self) -> dict[int, LedgerMetadata]:
+        """Read every ledger's metadata (no watches): the upstream-style full rescan."""
+        out: dict[int, LedgerMetadata] = {}
+
+        async def walk(path: str, depth: int) -> None:
+            try:
+                async with self._sem:
+                    kids = await self.zk.get_children(path)
+            except NoNodeError:
+                return
+            subdirs, leaves = self._split(kids, depth)
+            await asyncio.gather(*(read(f"{path}/{n}") for n in leaves),
+                                 *(walk(f"{path}/{n}", depth + 1) for n in subdirs))
+
+        async def read(path: str) -> None:
+            lid = self._leaf_id(path)
+            if lid is None:
+                return
+            try:
+                async with self._sem:
+                    self.reads += 1
+                    data, _ = await self.zk.get(path)
+                out[lid] = formats.deserialize(data, path)
+            except (NoNodeError, MalformedMetadataError):
+                return
+
+        await walk(self.paths.root, 0)
+        return out
+
+    async def reconcile(self) -> ReconcileReport:
+        """Full rescan; fix the index where it differs and re-arm watches on the differing ledgers."""
+        await self.settle()
+        scan = await self.scan()
+        rep = self.index.reconcile(scan)
+        for lid in rep.added + rep.changed:
+            self._spawn(self._load(self.paths.ledger(lid)))
+        # re-arm directory watches that may have been lost (e.g. on a reconnect)
+        self._spawn(self._walk(self.paths.root, 0))
+        await self.settle()
+        if rep.mismatches:
+            log.warning("ledger index differed from ZooKeeper", added=len(rep.added), removed=len(rep.removed),
+                        changed=len(rep.changed))
+        return rep
+
+
+# ------------------------------------------------------------------------------------------------
+# the auditor
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class CheckResult:
+    """Outcome of the last run of one check (for progress/admin output)."""
+
+    name: str
+    started_ms: int
+    duration_ms: float
+    ok: bool
+    skipped: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AuditReport:
+    """One lost-bookie audit: which bookies, how many ledgers, and its cost.
+
+    ``find_ms`` is the index lookup (no ZooKeeper reads), ``write_ms`` the marker writes,
+    ``zk_ops`` the ZooKeeper operations the client issued during the audit.
+    """
+
+    trigger: str
+    lost: list[str]
+    ledgers: int
+    find_ms: float
+    write_ms: float
+    writes: int
+    zk_ops: int
+
+
+class Auditor:
+    """The single auditor of the cluster (run it only while elected).
+
+    Args:
+        zk: started client (shared with the elector; its session is the auditor's).
+        paths: cluster znode paths.
+        settings: :class:`AuditorSettings`.
+        policy: placement policy (``is_ensemble_adhering``, ``on_cluster_changed``); None disables the
+            placement check.
+        bookies: ``BookieClient`` (``read_entry``, ``read_lac``, ``get_list_of_entries``).
+        bookie_id: this node's id (for logs).
+        clock: monotonic seconds (injectable).
+        wall_ms: wall clock in ms since the epoch (ctime znodes).
+        registry: metrics registry (default: the process registry).
+
+    Properties for admin/progress: :attr:`index`, :attr:`pending_audit_at`, :attr:`last_audit`,
+    :attr:`last_results`, :attr:`running`.
+    """
+
+    def __init__(self, zk: ZkClient, paths: Paths, settings: AuditorSettings, policy, bookies, *, bookie_id: str,
+                 clock: Callable[[], float] | None = None, wall_ms: Callable[[], int] | None = None,
+                 registry: metrics.MetricsRegistry | None = None) -> None:
+        self.zk = zk
+        self.paths = paths
+        self.settings = settings
+        self.policy = policy
+        self.bookies = bookies
+        self.bookie_id = bookie_id
+        self.clock = clock or time.monotonic
+        self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
+        self.urm = UnderreplicationManager(zk, paths, store_ctime=settings.store_system_time_as_ledger_underreplicated_mark_time,
+                                           now_ms=self.wall_ms)
+        self.index = BookieLedgerIndex()
+        self.tree = LedgerTreeWatcher(zk, paths, self.index,
+                                      concurrency=settings.auditor_max_number_of_concurrent_open_ledger_operations)
+        self.bookie_watcher: BookieWatcher | None = None
+        self.tracker: LostBookieTracker | None = None
+        self.checker = LedgerChecker(bookies, self._available, verification_percentage=settings.auditor_ledger_verification_percentage,
+                                     in_flight=settings.in_flight_read_entry_num_in_ledger_checker)
+        self.last_audit: AuditReport | None = None
+        self.last_results: dict[str, CheckResult] = {}
+        self.audits = 0
+        self._events: asyncio.Queue = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_token = 0
+        self._enabled = True
+        self._enabled_changed = asyncio.Event()
+        self._started = False
+        self._stopped = False
+        self._check_lock = asyncio.Lock()  # marking by different tasks does not interleave per ledger set
+        self._m = self._metrics(registry or metrics.REGISTRY)
+
+    def _metrics(self, reg: metrics.MetricsRegistry) -> dict[str, Any]:
+        op = ("NUM_UNDER_REPLICATED_LEDGERS", "UNDER_REPLICATED_LEDGERS_TOTAL_SIZE", "URL_PUBLISH_TIME_FOR_LOST_BOOKIE",
+              "BOOKIE_TO_LEDGERS_MAP_CREATION_TIME", "AUDIT_BOOKIES_TIME", "CHECK_ALL_LEDGERS_TIME",
+              "PLACEMENT_POLICY_CHECK_TIME", "REPLICAS_CHECK_TIME", "NUM_FRAGMENTS_PER_LEDGER", "NUM_BOOKIES_PER_LEDGER")
+        cnt = ("NUM_LEDGERS_CHECKED", "NUM_BOOKIE_AUDITS_DELAYED", "NUM_DELAYED_BOOKIE_AUDITS_CANCELLED",
+               "NUM_SKIPPING_CHECK_TASK_TIMES")
+        gauges = ("NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY", "NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY",
+                  "NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD", "NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY",
+                  "NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY",
+                  "NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY")
+        m: dict[str, Any] = {}
+        for n in op:
+            m[n] = reg.op_stats(SCOPE, n)
+        for n in cnt:
+            m[n] = reg.counter(SCOPE, n)
+        for n in gauges:
+            m[n] = reg.gauge(SCOPE, n)
+        m["election_attempts"] = reg.counter(SCOPE, "election_attempts")
+        m["index_ledgers"] = reg.gauge("autorecovery", "auditor_index_ledgers")
+        m["index_ledgers"].set_function(lambda: len(self.index))
+        m["index_mismatches"] = reg.counter("autorecovery", "auditor_index_reconcile_mismatches_total")
+        self._zk_ops = {k: reg.counter("autorecovery", "audit_zk_ops_total", labels={"audit": k})
+                        for k in ("lost_bookie", "bookie_check", "check_all_ledgers", "placement_check",
+                                  "replicas_check", "index_reconcile")}
+        return m
+
+    # -- properties -------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._started and not self._stopped
+
+    @property
+    def pending_audit_at(self) -> float | None:
+        """Clock time (s) of the pending delayed lost-bookie audit, or None."""
+        return self.tracker.pending_at if self.tracker else None
+
+    def _available(self) -> frozenset[str]:
+        return self.bookie_watcher.available if self.bookie_watcher else frozenset()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Validate/create the UR layout, seed the delay znode, build the index, watch bookies and the
+        delay znode, and start the periodic checks.
+
+        Raises:
+            CompatibilityError: bad under-replication LAYOUT. ZooKeeperError: ZooKeeper failures.
+        """
+        if self._started:
+            return
+        self._started = True
+        s = self.settings
+        await self.urm.init()
+        await self.urm.init_lost_bookie_recovery_delay(s.lost_bookie_recovery_delay)
+        delay = await self.urm.get_lost_bookie_recovery_delay()
+        try:
+            cookies = await self.zk.get_children(self.paths.cookies)
+        except NoNodeError:
+            cookies = []
+        self.tracker = LostBookieTracker(cookies, delay)
+        t0 = self.clock()
+        n = await self.tree.build()
+        self._m["BOOKIE_TO_LEDGERS_MAP_CREATION_TIME"].record((self.clock() - t0) * 1000)
+        log.info("auditor index built", ledgers=n, bookies=len(self.index.bookies()), ms=round((self.clock() - t0) * 1000))
+        await self._watch_disable()
+        self.bookie_watcher = BookieWatcher(self.zk, self.paths)
+        self.bookie_watcher.add_listener(self._on_bookies)
+        await self.bookie_watcher.start()
+        await self._watch_delay()
+        self._spawn(self._event_loop(), "events")
+        now_s, now_ms = self.clock(), self.wall_ms()
+        self._spawn(self._periodic("bookie_check", s.auditor_periodic_bookie_check_interval,
+                                   first_run_s(s.auditor_periodic_bookie_check_interval, None, now_s, now_ms),
+                                   self._bookie_check, ctime=None), "bookie_check")
+        for name, interval, which, run in (
+            ("check_all_ledgers", s.auditor_periodic_check_interval, "checkallledgers", self._check_all_ledgers),
+            ("placement_check", s.auditor_periodic_placement_policy_check_interval, "placementpolicycheck",
+             self._placement_check),
+            ("replicas_check", s.auditor_replicas_check_interval, "replicascheck", self._replicas_check),
+        ):
+            if interval <= 0 or (name == "placement_check" and self.policy is None):
+                continue
+            ctime = await self.urm.get_check_ctime(which)
+            at = first_run_s(interval, ctime, now_s, now_ms)
+            log.info("scheduled periodic check", check=name, interval_s=interval, initial_delay_s=round(at - now_s, 3))
+            self._spawn(self._periodic(name, interval, at, run, ctime=which), name)
+        if s.auditor_ledger_index_reconcile_interval > 0:
+            iv = s.auditor_ledger_index_reconcile_interval
+            self._spawn(self._periodic("index_reconcile", iv, now_s + iv, self._reconcile, ctime=None, skip_rules=False),
+                        "index_reconcile")
+        log.info("auditor started", bookie_id=self.bookie_id)
+
+    async def stop(self) -> None:
+        """Cancel every task and watch consumer; idempotent. Markers already written stay."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self.tree.stop()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.tree.settle()
+        if self.bookie_watcher is not None:
+            await self.bookie_watcher.stop()
+        try:
+            await self.urm.close()
+        except Exception:  # noqa: BLE001 - the session may be gone
+            pass
+        log.info("auditor stopped", bookie_id=self.bookie_id)
+
+    def _spawn(self, coro, name: str) -> None:
+        t = asyncio.ensure_future(self._guard(coro, name))
+        self._tasks.append(t)
+
+    async def _guard(self, coro, name: str) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            log.error("auditor task failed", task=name, error=repr(exc))
+            raise
+
+    # -- watches ----------------------------------------------------------------------------
+    def _on_bookies(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
+        if self.policy is not None:
+            try:
+                self.policy.on_cluster_changed(set(writable), set(readonly))
+            except Exception as exc:  # noqa: BLE001
+                log.warning("placement policy rejected the cluster change", error=str(exc))
+        self._events.put_nowait(("bookies", None))
+
+    async def _watch_delay(self) -> None:
+        def cb(event) -> None:
+            if self._stopped:
+                return
+            if event.type in (EventType.CHANGED, EventType.CREATED):
+                self._events.put_nowait(("delay", None))
+            asyncio.ensure_future(self._rearm(self._watch_delay))
+
+        await self.zk.exists(self.paths.lost_bookie_recovery_delay, watch=cb)
+
+    async def _watch_disable(self) -> None:
+        def cb(_event) -> None:
+            if not self._stopped:
+                asyncio.ensure_future(self._rearm(self._watch_disable))
+
+        stat = await self.zk.exists(self.paths.ur_disable, watch=cb)
+        self._enabled = stat is None
+        self._enabled_changed.set()
+
+    async def _rearm(self, fn) -> None:
+        try:
+            await fn()
+        except Exception as exc:  # noqa: BLE001 - retried on the next reconnect by the elector
+            log.warning("could not re-arm a watch", error=str(exc))
+
+    async def _wait_enabled(self) -> None:
+        while not self._enabled:
+            self._enabled_changed.clear()
+            await self._enabled_changed.wait()
+
+    # -- lost bookies -----------------------------------------------------------------------
+    async def _event_loop(self) -> None:
+        assert self.tracker is not None
+        while True:
+            kind, token = await self._events.get()
+            await self._wait_enabled()
+            now = self.clock()
+            if kind == "bookies":
+                # coalesce a burst of membership changes into one decision on the latest view
+                while not self._events.empty() and self._events._queue[0][0] == "bookies":  # type: ignore[attr-defined]
+                    self._events.get_nowait()
+                delay = await self.urm.get_lost_bookie_recovery_delay()
+                d = self.tracker.on_bookies_changed(self._available(), delay, now)
+            elif kind == "delay":
+                try:
+                    delay = await self.urm.get_lost_bookie_recovery_delay()
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("cannot read lostBookieRecoveryDelay", error=str(exc))
+                    continue
+                d = self.tracker.on_delay_changed(delay, now)
+            elif kind == "fire":
+                if token != self._timer_token:
+                    continue
+                d = self.tracker.on_pending_fired(now)
+            else:
+                continue
+            await self._apply(d, kind)
+
+    async def _apply(self, d: Decision, trigger: str) -> None:
+        if d.cancelled:
+            self._m["NUM_DELAYED_BOOKIE_AUDITS_CANCELLED"].inc(d.cancelled)
+        if d.delayed:
+            self._m["NUM_BOOKIE_AUDITS_DELAYED"].inc(d.delayed)
+        if d.cancel_pending and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._timer_token += 1
+        if d.schedule_at is not None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_token += 1
+            token = self._timer_token
+            delay = max(0.0, d.schedule_at - self.clock())
+            log.info("delaying audit of lost bookies", lost=sorted(d.lost), delay_s=round(delay, 3))
+            self._timer = asyncio.get_running_loop().call_later(delay, self._events.put_nowait, ("fire", token))
+        if d.audit_now:
+            if self._timer is not None and self.tracker is not None and not self.tracker.pending:
+                self._timer.cancel()
+                self._timer = None
+            await self.audit_lost_bookies(trigger)
+
+    async def audit_lost_bookies(self, trigger: str = "manual") -> AuditReport:
+        """Mark the ledgers of every bookie in the index that is neither writable nor read-only.
+
+        Find phase: index lookup only (no ZooKeeper reads). Write phase: batched markers.
+        Upstream AuditorBookieCheckTask.auditBookies (which re-reads every ledger's metadata).
+        """
+        with self._m["AUDIT_BOOKIES_TIME"].time():
+            ops0 = self.zk.ops
+            t0 = self.clock()
+            available = self._available()
+            lost = sorted(self.index.bookies() - available)
+            marks = self.index.ledgers_to_mark(lost)
+            t1 = self.clock()
+            writes = 0
+            if marks:
+                await self._wait_enabled()
+                async with self._check_lock:
+                    writes = await self.urm.mark_many(marks)
+            t2 = self.clock()
+            per_bookie: dict[str, list[int]] = {}
+            for lid, bs in marks.items():
+                for b in bs:
+                    per_bookie.setdefault(b, []).append(lid)
+            for b, lids in per_bookie.items():
+                self._m["NUM_UNDER_REPLICATED_LEDGERS"].record(len(lids))
+                self._m["UNDER_REPLICATED_LEDGERS_TOTAL_SIZE"].record(self.index.total_length(lids))
+            if lost:
+                self._m["URL_PUBLISH_TIME_FOR_LOST_BOOKIE"].record((t2 - t0) * 1000)
+            ops = self.zk.ops - ops0
+            self._zk_ops["bookie_check" if trigger == "bookie_check" else "lost_bookie"].inc(ops)
+            self.audits += 1
+            rep = AuditReport(trigger, lost, len(marks), (t1 - t0) * 1000, (t2 - t1) * 1000, writes, ops)
+            self.last_audit = rep
+            if lost:
+                log.info("audited lost bookies", trigger=trigger, lost=lost, ledgers=len(marks),
+                         find_ms=round(rep.find_ms, 2), write_ms=round(rep.write_ms, 2), zk_ops=ops)
+            return rep
+
+    # -- periodic checks --------------------------------------------------------------------
+    async def _sleep_until(self, at: float) -> None:
+        delay = at - self.clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _periodic(self, name: str, interval_s: int, first_at: float | None, run, *, ctime: str | None,
+                        skip_rules: bool = True) -> None:
+        """Fixed-rate runner: runs never overlap; an over-long run makes the next start right after."""
+        if first_at is None:
+            return
+        at = first_at
+        while True:
+            await self._sleep_until(at)
+            scheduled = at
+            started_ms, t0 = self.wall_ms(), self.clock()
+            if skip_rules and self.tracker is not None and self.tracker.pending:
+                self._m["NUM_SKIPPING_CHECK_TASK_TIMES"].inc()
+                self.last_results[name] = CheckResult(name, started_ms, 0, True, skipped="delayed audit pending")
+                log.info("skipping periodic check: a delayed lost-bookie audit is pending", check=name)
+            elif skip_rules and not self._enabled:
+                self.last_results[name] = CheckResult(name, started_ms, 0, True, skipped="autorecovery disabled")
+                log.info("skipping periodic check: AutoRecovery is disabled", check=name)
+            else:
+                ops0 = self.zk.ops
+                ok, summary = True, {}
+                try:
+                    summary = await run() or {}
+                    ok = summary.get("ok", True)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - one failed run does not stop the schedule
+                    ok = False
+                    summary = {"error": repr(exc)}
+                    log.error("periodic check failed", check=name, error=repr(exc))
+                self._zk_ops[name].inc(self.zk.ops - ops0)
+                self.last_results[name] = CheckResult(name, started_ms, (self.clock() - t0) * 1000, ok, summary=summary)
+                if ok and ctime is not None and not summary.get("aborted"):
+                    await self.urm.set_check_ctime(ctime, self.wall_ms())
+            if interval_s <= 0:
+                return
+            at = next_run_s(scheduled, interval_s, self.clock())
+
+    async def _bookie_check(self) -> dict:
+        rep = await self.audit_lost_bookies("bookie_check")
+        return {"lost": rep.lost, "ledgers": rep.ledgers}
+
+    async def _reconcile(self) -> dict:
+        rep = await self.tree.reconcile()
+        self._m["index_mismatches"].inc(rep.mismatches)
+        return {"added": len(rep.added), "removed": len(rep.removed), "changed": len(rep.changed)}
+
+    async def _check_all_ledgers(self) -> dict:
+        """Upstream AuditorCheckAllLedgersTask: read first/last (or a share) of every fragment."""
+        op = self._m["CHECK_ALL_LEDGERS_TIME"]
+        t0 = self.clock()
+        sem = asyncio.Semaphore(self.settings.auditor_max_number_of_concurrent_open_ledger_operations)
+        marked = 0
+        failed = 0
+        aborted = False
+
+        async def one(lid: int, md: LedgerMetadata) -> None:
+            nonlocal marked, failed
+            async with sem:
+                if not self._enabled:
+                    return
+                try:
+                    bad = await self.checker.check(lid, md)
+                except Exception as exc:  # noqa: BLE001
+                    failed += 1
+                    log.warning("ledger check failed", ledger_id=lid, error=repr(exc))
+                    return
+                self._m["NUM_LEDGERS_CHECKED"].inc()
+                self._m["NUM_FRAGMENTS_PER_LEDGER"].record(len(md.segments))
+                self._m["NUM_BOOKIES_PER_LEDGER"].record(len(md.all_bookies()))
+                if bad and self._enabled and lid in self.index:
+                    replicas = sorted({b for f in bad for b in f.bad_bookies})
+                    await self.urm.mark_underreplicated(lid, replicas)
+                    marked += 1
+                    log.info("periodic check marked ledger", ledger_id=lid, replicas=replicas)
+
+        items = self.index.items()
+        for i in range(0, len(items), 1000):
+            if not self._enabled:
+                aborted = True
+                log.info("aborting periodic check: AutoRecovery was disabled")
+                break
+            await asyncio.gather(*(one(lid, md) for lid, md in items[i:i + 1000]))
+        ok = failed == 0
+        op.record((self.clock() - t0) * 1000, success=ok)
+        return {"ok": ok, "checked": len(items), "marked": marked, "failed": failed, "aborted": aborted}
+
+    async def _placement_check(self) -> dict:
+        """Upstream AuditorPlacementPolicyCheckTask over CLOSED ledgers (BP-34), marking with BP-54."""
+        t0 = self.clock()
+        grace = self.settings.underreplicated_ledger_recovery_grace_period
+        elapsed_grace = 0
+        if grace > 0:
+            now = self.wall_ms()
+            old = [m.ledger_id async for m in self.urm.list_underreplicated()
+                   if m.ctime >= 0 and (now - m.ctime) / 1000 > grace]
+            elapsed_grace = len(old)
+            if old:
+                log.error("under-replicated ledgers not recovered within the grace period", ledgers=old[:100],
+                          count=len(old), grace_s=grace)
+        not_adhering: list[int] = []
+        soft = 0
+        closed = 0
+        for lid, md in self.index.items():
+            if md.state != LedgerState.CLOSED:
+                continue
+            closed += 1
+            worst = "MEETS_STRICT"
+            for seg in md.segments:
+                res = self.policy.is_ensemble_adhering(list(seg.ensemble), md.write_quorum, md.ack_quorum)
+                name = getattr(res, "name", str(res))
+                if name == "FAIL":
+                    worst = "FAIL"
+                    break
+                if name == "MEETS_SOFT":
+                    worst = "MEETS_SOFT"
+            if worst == "FAIL":
+                not_adhering.append(lid)
+            elif worst == "MEETS_SOFT":
+                soft += 1
+        marked = 0
+        if not_adhering and self.settings.repaired_placement_policy_not_adhering_bookie_enabled and self._enabled:
+            async with self._check_lock:
+                await self.urm.mark_many({lid: [] for lid in not_adhering})
+            marked = len(not_adhering)
+        self._m["NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY"].set(len(not_adhering))
+        self._m["NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY"].set(soft)
+        self._m["NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD"].set(elapsed_grace)
+        self._m["PLACEMENT_POLICY_CHECK_TIME"].record((self.clock() - t0) * 1000)
+        return {"closed": closed, "not_adhering": len(not_adhering), "softly_adhering": soft,
+                "elapsed_grace": elapsed_grace, "marked": marked}
+
+    async def _replicas_check(self) -> dict:
+        """Upstream AuditorReplicasCheckTask (GET_LIST_OF_ENTRIES_OF_LEDGER per bookie), over all ledgers
+        (upstream's gauges cover only the last range), optionally marking (ours)."""
+        t0 = self.clock()
+        marked_ids = await self.urm.list_marked_ids()
+        sem = asyncio.Semaphore(100)
+        buckets = {b: [] for b in Bucket}
+        to_mark: dict[int, list[str]] = {}
+
+        async def ask(bookie: str, lid: int):
+            try:
+                return await self.bookies.get_list_of_entries(bookie, lid)
+            except BookieError as exc:
+                return None if exc.status == "ENOLEDGER" else exc
+            except Exception as exc:  # noqa: BLE001
+                return exc
+
+        async def one(lid: int, md: LedgerMetadata) -> None:
+            async with sem:
+                bookies = sorted({b for _, _, ens in segment_bounds(md) for b in ens})
+                answers = dict(zip(bookies, await asyncio.gather(*(ask(b, lid) for b in bookies))))
+                v = classify(md, answers)
+                buckets[v.bucket].append(lid)
+                if v.bucket != Bucket.OK:
+                    log.error("ledger has entries with fewer replicas than WQ", ledger_id=lid, bucket=v.bucket.value,
+                              least_replicas=v.least_replicas, entries=sorted(v.missing_counts)[:20])
+                    if v.bookies_missing:
+                        to_mark[lid] = v.bookies_missing
+                if v.unavailable:
+                    log.warning("bookies did not answer the replicas check", ledger_id=lid, bookies=v.unavailable)
+
+        items = [(lid, md) for lid, md in self.index.items() if should_check(md) and lid not in marked_ids]
+        for i in range(0, len(items), 1000):
+            await asyncio.gather(*(one(lid, md) for lid, md in items[i:i + 1000]))
+        self._m["NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY"].set(len(buckets[Bucket.NO_REPLICA]))
+        self._m["NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"].set(len(buckets[Bucket.LESS_THAN_AQ]))
+        self._m["NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"].set(len(buckets[Bucket.LESS_THAN_WQ]))
+        marked = 0
+        if to_mark and self.settings.auditor_replicas_check_mark_under_replicated and self._enabled:
+            async with self._check_lock:
+                await self.urm.mark_many(to_mark)
+            marked = len(to_mark)
+        self._m["REPLICAS_CHECK_TIME"].record((self.clock() - t0) * 1000)
+        return {"checked": len(items), "no_replica": sorted(buckets[Bucket.NO_REPLICA]),
+                "less_than_aq": sorted(buckets[Bucket.LESS_THAN_AQ]),
+                "less_than_wq": sorted(buckets[Bucket.LESS_THAN_WQ]), "marked": marked}
+
+    # -- manual triggers (admin/tests) ------------------------------------------------------
+    async def run_check(self, name: str) -> dict:
+        """Run one check now, outside its schedule (``bookie_check``, ``check_all_ledgers``,
+        ``placement_check``, ``replicas_check``, ``index_reconcile``)."""
+        fn = {"bookie_check": self._bookie_check, "check_all_ledgers": self._check_all_ledgers,
+              "placement_check": self._placement_check, "replicas_check": self._replicas_check,
+              "index_reconcile": self._reconcile}[name]
+        return await fn()
+
+
+__all__ = ["Auditor", "AuditorSettings", "AuditReport", "CheckResult", "LedgerTreeWatcher"]

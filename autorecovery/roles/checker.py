@@ -1,0 +1,130 @@
+"""LedgerChecker, the edge half: reads entries from bookies and lets ``audit.checker`` judge (EDGE).
+
+Upstream ``client/LedgerChecker``: for every fragment and ensemble index, read the first and last
+entry that index stores (or ``auditorLedgerVerificationPercentage`` of them); an unavailable bookie, a
+failed read or a corrupt entry (CRC32C mismatch, verified here with ``ledger.digest.unpack_entry``)
+makes the index bad. ``inFlightReadEntryNumInLedgerChecker`` bounds the reads in flight (#2973); reads
+are plain reads (never fencing).
+
+Better than upstream: reads of one index stop at its first failure, a probe answer of "unavailable"
+is cheap, and the bound is an asyncio semaphore, so no thread can deadlock on permits (#3070, #3655).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+
+from autorecovery.audit.checker import (
+    BadFragment,
+    Fragment,
+    bad_fragment,
+    entries_to_read,
+    fragments_of,
+    index_is_bad,
+    probe_entry,
+    probe_says_exists,
+)
+from autorecovery.errors import AutoRecoveryError, BookieError
+from autorecovery.ledger.digest import unpack_entry
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+
+
+class LedgerChecker:
+    """Find the bad fragments of a ledger by reading from its bookies.
+
+    Args:
+        bookies: a ``BookieClient`` (``read_entry``, ``read_lac``).
+        available: returns the bookies currently writable ∪ read-only.
+        verification_percentage: ``auditorLedgerVerificationPercentage`` (0 = first and last entry).
+        in_flight: ``inFlightReadEntryNumInLedgerChecker`` (-1 or 0 = unbounded).
+        rng: random source for sampling.
+
+    Attributes:
+        reads: entry reads sent so far (for tests and metrics).
+    """
+
+    def __init__(self, bookies, available: Callable[[], frozenset[str]], *, verification_percentage: int = 0,
+                 in_flight: int = -1, rng: random.Random | None = None) -> None:
+        self.bookies = bookies
+        self.available = available
+        self.verification_percentage = verification_percentage
+        self._sem = asyncio.Semaphore(in_flight) if in_flight and in_flight > 0 else None
+        self._rng = rng or random.Random()
+        self.reads = 0
+
+    async def _read_status(self, bookie: str, ledger_id: int, entry_id: int) -> str:
+        """``"EOK"`` for a verified entry, else the failure's status name (``ENOENTRY``, ``DIGEST``...)."""
+        async def go() -> str:
+            self.reads += 1
+            try:
+                res = await self.bookies.read_entry(bookie, ledger_id, entry_id)
+                unpack_entry(res.body, ledger_id, entry_id, source=bookie)
+                return "EOK"
+            except BookieError as exc:
+                return exc.status
+            except AutoRecoveryError:
+                return "DIGEST_MISMATCH"
+            except Exception as exc:  # noqa: BLE001 - any failure of a read makes the copy suspect
+                return type(exc).__name__
+
+        if self._sem is None:
+            return await go()
+        async with self._sem:
+            return await go()
+
+    async def read_lac(self, ledger_id: int, md: LedgerMetadata) -> int:
+        """Highest LAC any bookie of the last ensemble reports (-1 when none answers)."""
+        async def one(b: str) -> int:
+            try:
+                return await self.bookies.read_lac(b, ledger_id)
+            except Exception:  # noqa: BLE001 - an unreachable bookie just does not vote
+                return -1
+
+        lacs = await asyncio.gather(*(one(b) for b in md.last_ensemble))
+        return max([-1, *lacs])
+
+    async def check(self, ledger_id: int, md: LedgerMetadata, lac: int | None = None) -> list[BadFragment]:
+        """Bad fragments of the ledger (empty list: every copy checked is fine).
+
+        Args:
+            md: the ledger's metadata.
+            lac: last add confirmed of an open ledger; read from the bookies when None.
+        """
+        if md.state != LedgerState.CLOSED and lac is None:
+            lac = await self.read_lac(ledger_id, md)
+        frags, probe = fragments_of(md, lac)
+        if probe is not None and await self._probe(ledger_id, probe):
+            frags.append(probe)
+        results = await asyncio.gather(*(self._check_fragment(ledger_id, f) for f in frags))
+        return [r for r in results if r is not None]
+
+    async def _probe(self, ledger_id: int, frag: Fragment) -> bool:
+        entry, indexes = probe_entry(frag)
+        statuses = await asyncio.gather(*(self._read_status(frag.ensemble[i], ledger_id, entry) for i in indexes))
+        return probe_says_exists(statuses)
+
+    async def _check_fragment(self, ledger_id: int, frag: Fragment) -> BadFragment | None:
+        avail = self.available()
+        bad: dict[int, str] = {}
+
+        async def one(idx: int) -> None:
+            bookie = frag.ensemble[idx]
+            first_b, last_b = frag.stored_range(idx)
+            up = bookie in avail
+            failures = 0
+            if up and first_b >= 0:
+                for e in entries_to_read(first_b, last_b, idx, frag.ensemble_size, frag.write_quorum,
+                                         self.verification_percentage, self._rng):
+                    if await self._read_status(bookie, ledger_id, e) != "EOK":
+                        failures += 1
+                        break
+            if index_is_bad(first_b, up, failures):
+                bad[idx] = bookie
+
+        await asyncio.gather(*(one(i) for i in range(len(frag.ensemble))))
+        return bad_fragment(frag, bad)
+
+
+__all__ = ["LedgerChecker", "BadFragment"]

@@ -1,0 +1,465 @@
+"""Auditor on a real ZooKeeper with metadata-only ledgers on fake bookies (as upstream's
+AuditorLedgerCheckerTest / AuditorPlacementPolicyCheckTest / AuditorPeriodicCheckTest do).
+
+Fake bookies are ephemeral ``available/<id>`` znodes (plus cookies); "killing" one deletes its znode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+
+import pytest
+
+from autorecovery import metrics
+from autorecovery.errors import NoSuchLedgerError
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
+from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.testing.zk_server import ZooKeeperServer
+from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.election import AuditorElector, elector_loop
+from autorecovery.zk.ledgers import LedgerStore, init_cluster
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+pytestmark = pytest.mark.integration
+P = Paths("/ledgers")
+B = [f"98.98.98.{i}:3181" for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def zk_server(tmp_path_factory):
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def chroot(zk_server):
+    name = "/t" + uuid.uuid4().hex[:10]
+    c = await ZkClient(zk_server.connect_string).start()
+    await c.ensure_path(name)
+    await c.stop()
+    return zk_server.connect_string + name
+
+
+@pytest.fixture
+async def zk(chroot):
+    c = await ZkClient(chroot, session_timeout_ms=4000).start()
+    await init_cluster(c, P)
+    yield c
+    await c.stop()
+
+
+class FakeBookies:
+    """Registers fake bookie ids in ZooKeeper; answers reads as if every bookie held everything."""
+
+    def __init__(self, zk: ZkClient) -> None:
+        self.zk = zk
+
+    async def add(self, bookie: str, readonly: bool = False) -> None:
+        try:
+            await self.zk.create(P.cookie(bookie), b"cookie", makepath=True)
+        except Exception:
+            pass
+        await self.zk.create(P.readonly_bookie(bookie) if readonly else P.available_bookie(bookie), b"", ephemeral=True)
+
+    async def kill(self, bookie: str) -> None:
+        for p in (P.available_bookie(bookie), P.readonly_bookie(bookie)):
+            try:
+                await self.zk.delete(p)
+            except Exception:
+                pass
+
+    async def to_readonly(self, bookie: str) -> None:
+        await self.zk.create(P.readonly_bookie(bookie), b"", ephemeral=True)
+        await self.zk.delete(P.available_bookie(bookie))
+
+    # BookieClient surface used by the auditor (never called when checks are off)
+    async def read_lac(self, bookie, ledger_id):
+        return -1
+
+
+def closed(ensemble, last=99, E=None, WQ=2, AQ=2, segs=None):
+    E = E or len(ensemble)
+    segments = segs or [(0, ensemble)]
+    return LedgerMetadata(E, WQ, AQ, tuple(Segment(f, tuple(e)) for f, e in segments), state=LedgerState.CLOSED,
+                          last_entry_id=last, length=4 * (last + 1), password=b"pw")
+
+
+def settings(**kw) -> AuditorSettings:
+    base = dict(auditor_periodic_check_interval=0, auditor_periodic_bookie_check_interval=0)
+    base.update(kw)
+    return AuditorSettings(**base)
+
+
+async def start_auditor(zk, st: AuditorSettings, policy=None, bookies=None, registry=None) -> Auditor:
+    a = Auditor(zk, P, st, policy, bookies or FakeBookies(zk), bookie_id="auditor:1",
+                registry=registry or metrics.MetricsRegistry())
+    await a.start()
+    return a
+
+
+async def marker(urm, lid):
+    return await urm.get_marker(lid)
+
+
+async def test_lost_bookie_gives_one_marker_at_the_exact_path(zk):
+    fb = FakeBookies(zk)
+    for b in B[:3]:
+        await fb.add(b)
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(B[:3]))
+    await store.create(2, closed(B[:2], E=2))
+    a = await start_auditor(zk, settings())
+    try:
+        await fb.kill(B[2])
+        path = "/ledgers/underreplication/ledgers/0000/0000/0000/0001/urL0000000001"
+        assert await wait_for(lambda: zk.exists(path), 5)
+        data, _ = await zk.get(path)
+        assert data.decode().startswith(f'replica: "{B[2]}"\nctime: ')
+        children = await zk.get_children("/ledgers/underreplication/ledgers/0000/0000/0000")
+        assert children == ["0001"], "only the ledger on the lost bookie is marked"
+        assert a.last_audit.ledgers == 1 and a.last_audit.lost == [B[2]]
+        # marking needed no metadata read: the index answered
+        assert a.tree.reads == 2
+    finally:
+        await a.stop()
+
+
+async def test_readonly_bookie_is_not_lost_until_it_dies(zk):
+    fb = FakeBookies(zk)
+    for b in B[:3]:
+        await fb.add(b)
+    await LedgerStore(zk, P).create(5, closed(B[:3]))
+    a = await start_auditor(zk, settings())
+    urm = UnderreplicationManager(zk, P)
+    try:
+        audits = a.audits
+        await fb.to_readonly(B[1])
+        assert await wait_for(lambda: a.bookie_watcher.readonly == {B[1]}, 5)
+        assert await wait_for(lambda: a._events.empty(), 5)
+        assert await urm.get_marker(5) is None
+        await fb.kill(B[1])
+        assert await wait_for(lambda: marker(urm, 5), 5)
+        assert (await urm.get_marker(5)).replicas == [B[1]]
+        assert a.audits > audits
+    finally:
+        await a.stop()
+
+
+async def test_delay_and_second_failure_during_the_delay(zk):
+    fb = FakeBookies(zk)
+    for b in B[:4]:
+        await fb.add(b)
+    await LedgerStore(zk, P).create(1, closed(B[:3], E=3, WQ=3))
+    await LedgerStore(zk, P).create(2, closed([B[0], B[1], B[3]], E=3, WQ=3))
+    reg = metrics.MetricsRegistry()
+    a = await start_auditor(zk, settings(lost_bookie_recovery_delay=30), registry=reg)
+    urm = UnderreplicationManager(zk, P)
+    try:
+        await fb.kill(B[2])
+        assert await wait_for(lambda: a.pending_audit_at is not None, 5)
+        assert await urm.get_marker(1) is None
+        assert reg.get("auditor_NUM_BOOKIE_AUDITS_DELAYED").value == 1
+        t0 = time.monotonic()
+        await fb.kill(B[3])
+        assert await wait_for(lambda: marker(urm, 2), 2)
+        assert time.monotonic() - t0 < 2
+        assert (await urm.get_marker(1)).replicas == [B[2]]
+        assert (await urm.get_marker(2)).replicas == [B[3]]
+        assert a.pending_audit_at is None
+        assert reg.get("auditor_NUM_DELAYED_BOOKIE_AUDITS_CANCELLED").value == 1
+    finally:
+        await a.stop()
+
+
+async def test_rolling_restart_inside_the_delay_marks_nothing_for_the_restarted_bookie(zk):
+    fb = FakeBookies(zk)
+    for b in B[:4]:
+        await fb.add(b)
+    await LedgerStore(zk, P).create(1, closed(B[:3], E=3, WQ=3))   # holds A = B[2]
+    await LedgerStore(zk, P).create(2, closed([B[0], B[1], B[3]], E=3, WQ=3))  # holds B = B[3]
+    a = await start_auditor(zk, settings(lost_bookie_recovery_delay=2))
+    urm = UnderreplicationManager(zk, P)
+    try:
+        await fb.kill(B[2])
+        assert await wait_for(lambda: a.pending_audit_at is not None, 5)
+        await fb.add(B[2])  # A is back inside the delay
+        assert await wait_for(lambda: a.pending_audit_at is None, 5)
+        await fb.kill(B[3])
+        assert await wait_for(lambda: a.pending_audit_at is not None, 5)
+        assert await wait_for(lambda: marker(urm, 2), 6)
+        assert (await urm.get_marker(2)).replicas == [B[3]]
+        assert await urm.get_marker(1) is None, "the restarted bookie must not be marked"
+    finally:
+        await a.stop()
+
+
+@pytest.mark.parametrize("new_value", [600, 0])
+async def test_triggeraudit_same_value_or_zero(zk, new_value):
+    fb = FakeBookies(zk)
+    for b in B[:3]:
+        await fb.add(b)
+    await LedgerStore(zk, P).create(1, closed(B[:3]))
+    a = await start_auditor(zk, settings(lost_bookie_recovery_delay=600))
+    urm = UnderreplicationManager(zk, P)
+    try:
+        await fb.kill(B[2])
+        assert await wait_for(lambda: a.pending_audit_at is not None, 5)
+        await urm.set_lost_bookie_recovery_delay(new_value)
+        assert await wait_for(lambda: marker(urm, 1), 2)
+        assert a.pending_audit_at is None
+        assert a.tracker.previous_delay == new_value
+    finally:
+        await a.stop()
+
+
+async def test_trigger_without_pending_audit_marks_dead_bookies_from_metadata(zk):
+    # ledgers on bookies that never registered (testTriggerAuditorWithNoPendingAuditTask)
+    fb = FakeBookies(zk)
+    await fb.add(B[0])
+    await LedgerStore(zk, P).create(3, closed(["192.0.2.1:1000", B[0]], E=2))
+    elector = AuditorElector(zk, P, "auditor:1")
+    await elector.run_for_leadership()
+    a = await start_auditor(zk, settings(auditor_periodic_bookie_check_interval=86400, lost_bookie_recovery_delay=0))
+    urm = UnderreplicationManager(zk, P)
+    try:
+        # the bookie check at start already marks it (upstream AuditorPeriodicBookieCheckTest)
+        assert await wait_for(lambda: marker(urm, 3), 5)
+        assert (await urm.get_marker(3)).replicas == ["192.0.2.1:1000"]
+        await zk.delete(P.ur_marker(3))
+        await urm.trigger_audit()
+        assert await wait_for(lambda: marker(urm, 3), 2)
+    finally:
+        await a.stop()
+
+
+async def test_disable_then_enable(zk):
+    fb = FakeBookies(zk)
+    for b in B[:3]:
+        await fb.add(b)
+    await LedgerStore(zk, P).create(1, closed(B[:3], E=3, WQ=3))
+    a = await start_auditor(zk, settings())
+    urm = UnderreplicationManager(zk, P)
+    try:
+        await urm.disable()
+        assert await wait_for(lambda: not a._enabled, 5)
+        await fb.kill(B[1])
+        await fb.kill(B[2])
+        # nothing may be marked while disabled (deadline check, not synchronisation)
+        assert not await wait_for(lambda: marker(urm, 1), 1.0)
+        await urm.enable()
+        assert await wait_for(lambda: marker(urm, 1), 5)
+        assert sorted((await urm.get_marker(1)).replicas) == [B[1], B[2]]
+    finally:
+        await a.stop()
+
+
+async def test_precise_marking_and_multi_batches(zk):
+    fb = FakeBookies(zk)
+    for b in B[:4]:
+        await fb.add(b)
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(B[:3], last=0))            # one entry: on indexes 0,1 only
+    await store.create(2, closed(B[:3], last=-1))           # closed empty: nothing stored
+    opn = LedgerMetadata(3, 2, 2, (Segment(0, tuple(B[:3])),), state=LedgerState.OPEN)
+    await store.create(3, opn)                              # open: last segment always counts
+    changed = closed(B[:3], last=9, segs=[(0, B[:3]), (1, B[:3]), (1, [B[0], B[1], B[3]])])
+    await store.create(4, changed)                          # B[2] held no entry: only entry 0 (indexes 0,1), then an empty segment
+    for lid in range(100, 400):
+        await store.create(lid, closed([B[0], B[1], B[2]]))
+    a = await start_auditor(zk, settings())
+    urm = UnderreplicationManager(zk, P)
+    try:
+        await fb.kill(B[2])
+        assert await wait_for(lambda: a.last_audit is not None and a.last_audit.lost == [B[2]], 5)
+        marked = await urm.list_marked_ids()
+        assert marked == {3} | set(range(100, 400))
+        assert a.last_audit.zk_ops < 10, f"batched marking expected, used {a.last_audit.zk_ops} ZooKeeper ops"
+    finally:
+        await a.stop()
+
+
+async def settle(ops) -> None:
+    """Run a batch of concurrent metadata changes; a change racing a delete of its ledger is dropped."""
+    for res in await asyncio.gather(*ops, return_exceptions=True):
+        if isinstance(res, Exception) and not isinstance(res, NoSuchLedgerError):
+            raise res
+
+
+async def test_index_agrees_with_full_rescan_after_random_changes(zk):
+    fb = FakeBookies(zk)
+    for b in B:
+        await fb.add(b)
+    store = LedgerStore(zk, P)
+    rng = random.Random(7)
+    for lid in range(50):
+        await store.create(lid, LedgerMetadata(3, 2, 2, (Segment(0, tuple(rng.sample(B, 3))),)))
+    a = await start_auditor(zk, settings())
+    try:
+        live = set(range(50))
+        next_id = 50
+        ops = []
+        for _ in range(1000):
+            r = rng.random()
+            if r < 0.35 or not live:
+                lid = next_id if rng.random() < 0.9 else rng.randrange(2**31 - 1, 2**31 + 5)
+                next_id += 1
+                if lid in live:
+                    continue
+                ops.append(store.create(lid, LedgerMetadata(3, 2, 2, (Segment(0, tuple(rng.sample(B, 3))),))))
+                live.add(lid)
+            elif r < 0.55:
+                lid = rng.choice(sorted(live))
+                ops.append(store.update(lid, lambda m: None if m.is_closed else
+                                        LedgerMetadata(m.ensemble_size, m.write_quorum, m.ack_quorum, m.segments,
+                                                       state=LedgerState.CLOSED, last_entry_id=rng.randrange(0, 50),
+                                                       length=10)))
+            elif r < 0.9:
+                lid = rng.choice(sorted(live))
+                first = rng.randrange(1, 100)
+                ens = tuple(rng.sample(B, 3))
+                ops.append(store.update(lid, lambda m, f=first, e=ens: None if m.is_closed or f < m.segments[-1].first_entry_id
+                                        else m.with_new_segment(f, e)))
+            else:
+                lid = rng.choice(sorted(live))
+                live.discard(lid)
+                ops.append(store.delete(lid))
+            if len(ops) >= 50:
+                await settle(ops)
+                ops = []
+        await settle(ops)
+
+        async def agrees() -> bool:
+            await a.tree.settle()
+            scan = await a.tree.scan()
+            return a.index.diff(scan).mismatches == 0 and set(scan) == live
+
+        assert await wait_for(agrees, 15)
+        rep = await a.run_check("index_reconcile")
+        assert rep == {"added": 0, "removed": 0, "changed": 0}
+    finally:
+        await a.stop()
+
+
+async def test_initial_delay_of_check_all_ledgers_from_ctime(zk):
+    urm = UnderreplicationManager(zk, P)
+    await urm.init()
+    now = int(time.time() * 1000)
+    await urm.set_check_ctime("checkallledgers", now - 999_000)   # interval 1000 s → runs in ~1 s
+    st = settings(auditor_periodic_check_interval=1000)
+    t0 = time.monotonic()
+    a = await start_auditor(zk, st)
+    try:
+        assert await wait_for(lambda: "check_all_ledgers" in a.last_results, 5)
+        took = time.monotonic() - t0
+        assert 0.5 <= took <= 3.0, took
+        ctime = await urm.get_check_ctime("checkallledgers")
+        assert now <= ctime <= int(time.time() * 1000)
+    finally:
+        await a.stop()
+    await urm.set_check_ctime("checkallledgers", int(time.time() * 1000) - 1_001_000)  # overdue → at once
+    t0 = time.monotonic()
+    a = await start_auditor(zk, st)
+    try:
+        assert await wait_for(lambda: "check_all_ledgers" in a.last_results, 2)
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        await a.stop()
+
+
+async def test_periodic_checks_skipped_while_delayed_audit_pending(zk):
+    fb = FakeBookies(zk)
+    for b in B[:3]:
+        await fb.add(b)
+    await LedgerStore(zk, P).create(1, closed(B[:3]))
+    reg = metrics.MetricsRegistry()
+    a = await start_auditor(zk, settings(lost_bookie_recovery_delay=10_000, auditor_replicas_check_interval=1),
+                            registry=reg)
+    try:
+        await fb.kill(B[2])
+        assert await wait_for(lambda: reg.get("auditor_NUM_SKIPPING_CHECK_TASK_TIMES").value > 0, 5)
+        assert a.last_results["replicas_check"].skipped == "delayed audit pending"
+    finally:
+        await a.stop()
+
+
+async def test_placement_check_counting_and_bp54_marking(zk):
+    from autorecovery.placement import PlacementConfig, RackawarePolicy, StaticResolver
+
+    bookies = [f"98.98.98.{i}:2181" for i in range(5)]
+    racks = ["/rack1", "/rack2", "/rack3", "/rack1", "/rack2"]
+    fb = FakeBookies(zk)
+    for b in bookies:
+        await fb.add(b)
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(bookies, E=5, WQ=3, AQ=2))
+    await store.create(2, LedgerMetadata(5, 3, 2, (Segment(0, tuple(bookies)),), state=LedgerState.OPEN))
+
+    for repair in (False, True):
+        policy = RackawarePolicy(PlacementConfig(min_num_racks_per_write_quorum=3),
+                                 StaticResolver(dict(zip(bookies, racks))))
+        reg = metrics.MetricsRegistry()
+        st = settings(auditor_periodic_placement_policy_check_interval=1000,
+                      repaired_placement_policy_not_adhering_bookie_enabled=repair)
+        try:
+            await zk.delete(P.placement_policy_check_ctime)  # ctime -1: run at once
+        except Exception:
+            pass
+        a = await start_auditor(zk, st, policy=policy, registry=reg)
+        try:
+            assert await wait_for(lambda: "placement_check" in a.last_results, 5)
+            assert reg.get("auditor_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY").value == 1
+            assert reg.get("auditor_NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY").value == 0
+            urm = UnderreplicationManager(zk, P)
+            await urm.init()
+            got = await urm.poll_ledger_to_rereplicate()
+            if repair:
+                assert got == 1 and (await urm.get_marker(1)).replicas == []
+            else:
+                assert got is None
+            await urm.close()
+        finally:
+            await a.stop()
+
+
+async def test_failover_after_the_auditor_dies(chroot, zk):
+    fb = FakeBookies(zk)
+    for b in B[:3]:
+        await fb.add(b)
+    await LedgerStore(zk, P).create(1, closed(B[:3], E=3, WQ=3))
+    nodes = []
+    for i in range(2):
+        c = await ZkClient(chroot, session_timeout_ms=2000).start()
+        state: dict = {"auditor": None}
+
+        async def elected(c=c, state=state, i=i):
+            state["auditor"] = await start_auditor(c, settings())
+
+        async def lost(state=state):
+            if state["auditor"] is not None:
+                await state["auditor"].stop()
+                state["auditor"] = None
+
+        task = asyncio.ensure_future(elector_loop(c, P, f"node{i}:1", elected, lost))
+        nodes.append((c, state, task))
+        if i == 0:
+            assert await wait_for(lambda: state["auditor"] is not None, 10)
+    try:
+        assert nodes[1][1]["auditor"] is None
+        # the auditor's process dies (session closed)
+        nodes[0][2].cancel()
+        await asyncio.gather(nodes[0][2], return_exceptions=True)
+        await nodes[0][0].stop()
+        assert await wait_for(lambda: nodes[1][1]["auditor"] is not None, 5)
+        await fb.kill(B[2])
+        urm = UnderreplicationManager(zk, P)
+        assert await wait_for(lambda: marker(urm, 1), 5)
+    finally:
+        for c, state, task in nodes:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await c.stop()
