@@ -1,0 +1,116 @@
+"""Auditor against real bookie processes (LocalCluster): a lost bookie is marked, and the periodic
+check finds entries deleted or corrupted in a bookie's SQLite store while no bookie is down
+(upstream AuditorLedgerCheckerTest.testSimpleLedger, AuditorPeriodicCheckTest.testIndexCorruption)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autorecovery import metrics
+from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME
+from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+pytestmark = pytest.mark.integration
+P = Paths("/ledgers")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("cluster"), bookies=3).up()
+    yield c
+    c.down()
+
+
+async def write_ledger(cluster, E, WQ, AQ, n=100) -> tuple[int, tuple[str, ...]]:
+    bk = await BookKeeper.connect(cluster.zk_connect, P.root)
+    try:
+        lh = await bk.create_ledger(E, WQ, AQ)
+        for i in range(n):
+            await lh.add_entry(b"e%03d" % i)
+        await lh.close()
+        return lh.ledger_id, lh.metadata.segments[0].ensemble
+    finally:
+        await bk.close()
+
+
+def db_of(cluster, bookie_id: str) -> Path:
+    i = next(i for i in cluster.bookies if cluster.bookie_id(i) == bookie_id)
+    db = Path(cluster.bookies[i].data_dir) / CURRENT_DIR / DB_FILENAME
+    assert db.exists(), db
+    return db
+
+
+def tamper(db: Path, sql: str, *args) -> int:
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        cur = con.execute(sql, args)
+        con.commit()
+        return cur.rowcount
+    finally:
+        con.close()
+
+
+async def start_auditor(cluster, **kw):
+    zk = await ZkClient(cluster.zk_connect, session_timeout_ms=6000).start()
+    bookies = BookieClient(timeout_s=5)
+    st = AuditorSettings(**{"auditor_periodic_check_interval": 0, "auditor_periodic_bookie_check_interval": 0, **kw})
+    a = Auditor(zk, P, st, None, bookies, bookie_id="auditor:1", registry=metrics.MetricsRegistry())
+    await a.start()
+    return zk, bookies, a
+
+
+async def test_periodic_check_finds_deleted_and_corrupted_entries(cluster):
+    l1, ens1 = await write_ledger(cluster, 3, 3, 2)
+    l2, ens2 = await write_ledger(cluster, 3, 3, 2)
+    l3, _ = await write_ledger(cluster, 3, 3, 2)
+    # corrupt the first entry of l1 on its first bookie, delete the last entry of l2 on its second
+    assert tamper(db_of(cluster, ens1[0]),
+                  "UPDATE entries SET body = substr(body, 1, 40) || x'deadbeef' WHERE ledger_id=? AND entry_id=0", l1) == 1
+    assert tamper(db_of(cluster, ens2[1]), "DELETE FROM entries WHERE ledger_id=? AND entry_id=99", l2) == 1
+    zk, bookies, a = await start_auditor(cluster, auditor_periodic_check_interval=1)
+    urm = UnderreplicationManager(zk, P)
+    try:
+        assert await wait_for(lambda: urm.get_marker(l2), 20)
+        assert await wait_for(lambda: urm.get_marker(l1), 5)
+        assert (await urm.get_marker(l1)).replicas == [ens1[0]]
+        assert (await urm.get_marker(l2)).replicas == [ens2[1]]
+        assert await urm.get_marker(l3) is None
+        assert a._m["NUM_LEDGERS_CHECKED"].value >= 3
+        assert await urm.get_check_ctime("checkallledgers") > 0
+        for lid in (l1, l2):
+            await zk.delete(P.ur_marker(lid))
+    finally:
+        await a.stop()
+        await bookies.close()
+        await zk.stop()
+
+
+async def test_lost_bookie_gives_exactly_one_marker(cluster):
+    lid, ens = await write_ledger(cluster, 3, 2, 2)
+    zk, bookies, a = await start_auditor(cluster)
+    urm = UnderreplicationManager(zk, P)
+    try:
+        victim = cluster.bookie_id(2)
+        assert victim in ens
+        cluster.kill_bookie(2)
+        assert await wait_for(lambda: urm.get_marker(lid), 15)
+        m = await urm.get_marker(lid)
+        assert m.replicas == [victim]
+        hexes = f"{(lid >> 48) & 0xffff:04x}/{(lid >> 32) & 0xffff:04x}/{(lid >> 16) & 0xffff:04x}/{lid & 0xffff:04x}"
+        data, _ = await zk.get(f"/ledgers/underreplication/ledgers/{hexes}/urL{lid:010d}")
+        assert data.decode().startswith(f'replica: "{victim}"\n')
+        assert len([x async for x in urm.list_underreplicated(lambda r: victim in r) if x.ledger_id == lid]) == 1
+    finally:
+        await a.stop()
+        await bookies.close()
+        await zk.stop()
+        cluster.start_bookie(2)
