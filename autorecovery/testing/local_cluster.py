@@ -98,6 +98,7 @@ class LocalCluster:
         self.bookies: dict[int, ProcInfo] = {}
         self.daemons: dict[int, ProcInfo] = {}
         self.extra_daemon_args: list[str] = []
+        self.bookie_session_timeout_ms = 4000
 
     # -- state file --------------------------------------------------------------------------
     @property
@@ -212,6 +213,10 @@ class LocalCluster:
             "--host", b.host,
             "--port", str(b.port),
             "--data-dir", b.data_dir,
+            # a killed bookie leaves available/ after one session timeout: keep it short locally
+            "--zk-session-timeout-ms", str(self.bookie_session_timeout_ms),
+            # the local cluster shares one real disk; only a nearly full disk makes bookies read-only
+            "--disk-usage-threshold", "0.99", "--disk-usage-lwm-threshold", "0.98",
         ]
 
     def start_bookie(self, i: int, timeout_s: float = 30.0, extra_args: list[str] | None = None) -> str:
