@@ -102,7 +102,8 @@ def validate_roles(settings: Settings) -> list[str]:
 
     attempt("autorecovery.roles.auditor", "AuditorSettings", lambda c: c.from_properties(props))
     attempt("autorecovery.roles.worker", "WorkerSettings", lambda c: c.from_properties(props))
-    pconf = attempt("autorecovery.placement", "PlacementConfig", lambda c: c.from_properties(props))
+    pconf = attempt("autorecovery.placement.config", "PlacementConfig",
+                    lambda c: c.from_properties(c.select(props)))
     if pconf is not None:
         def build(policy_from_name):
             from autorecovery.placement import StaticResolver  # type: ignore[attr-defined]

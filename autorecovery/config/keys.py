@@ -242,7 +242,13 @@ KEYS: tuple[Key, ...] = (
     _k("reppMinimumRegionsForDurability", "int", 2, "count", "placement", "region-aware durability", min_value=0),
     _k("reppEnableDurabilityEnforcementInReplace", "bool", True, "", "placement", "durability also when replacing"),
     _k("reppEnableValidation", "bool", True, "", "placement", "region-aware final ensemble validation"),
+    _k("reppDisableDurabilityFeatureName", "str", "repp_disable_durability_enforcement", "", "placement",
+       "region-aware: feature that turns durability off"),
+    _k("reppDisallowBookiePlacementInRegionFeatureName", "str", None, "", "placement",
+       "region-aware: per-region feature that keeps a region out of placement"),
     _k("delayEnsembleChange", "bool", False, "", "placement", "ensemble change only when AQ can't be met"),
+    _k("disableEnsembleChangeFeatureName", "str", "disable_ensemble_change", "", "placement",
+       "feature that stops replacing failed bookies"),
     _k("stickyReadSEnabled", "bool", False, "", "placement", "sticky reads"),
     # -- BookieInfoReader ------------------------------------------------------------------------
     _k("getBookieInfoIntervalSeconds", "int", 60, "s", "bookieinfo",

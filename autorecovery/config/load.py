@@ -38,7 +38,8 @@ from autorecovery.ledger.ids import validate_bookie_id
 ENV_PREFIX = "BK_"
 
 #: Modules that may declare extra keys of their own in a module-level ``CONFIG_KEYS`` (names or
-#: :class:`~autorecovery.config.keys.Key` objects); those names are then not reported as unknown.
+#: :class:`~autorecovery.config.keys.Key` objects; placement's ``PLACEMENT_KEYS`` too); those names are
+#: then not reported as unknown.
 KEY_PROVIDERS = (
     "autorecovery.roles.auditor",
     "autorecovery.roles.worker",
@@ -230,7 +231,7 @@ def provider_keys(modules: Iterable[str] = KEY_PROVIDERS) -> tuple[str, ...]:
             m = importlib.import_module(mod)
         except Exception:  # noqa: BLE001 - a module that is missing or broken declares nothing
             continue
-        for item in getattr(m, "CONFIG_KEYS", ()) or ():
+        for item in list(getattr(m, "CONFIG_KEYS", ()) or ()) + list(getattr(m, "PLACEMENT_KEYS", ()) or ()):
             names.append(item if isinstance(item, str) else getattr(item, "name", str(item)))
     return tuple(names)
 

@@ -1,0 +1,417 @@
+"""The daemon's HTTP server (aiohttp): metrics, health, and upstream's admin API (EDGE).
+
+Paths (upstream ``HttpRouter`` names and bodies, see docs/operators.md):
+
+==========================================================  ======  =========================================
+path                                                        method  body / answer
+==========================================================  ======  =========================================
+``/metrics``                                                GET     Prometheus text, upstream metric names
+``/healthz``                                                GET     ``{"status": "alive"}`` while the loop runs
+``/readyz``                                                 GET     200 when the ZooKeeper session is up and
+                                                                    every role runs, else 503; JSON details
+``/api/v1/autorecovery/status``                             GET     ``{"enabled": true}``
+                                                            PUT     ``?enabled=true|false`` → ``{"enabled": ..}``
+``/api/v1/autorecovery/bookie``                             PUT     ``{"bookie_src": [..], "delete_cookie": b}``
+                                                                    → recover in the background
+``/api/v1/autorecovery/list_under_replicated_ledger``       GET     ``?missingreplica=&excludingmissingreplica=
+                                                                    &printmissingreplica`` → ``[ids]`` or
+                                                                    ``{id: [replicas]}``; 404 when none
+``/api/v1/autorecovery/who_is_auditor``                     GET     ``Auditor: host/ip:port``; 404 when none
+``/api/v1/autorecovery/trigger_audit``                      PUT     ``Success trigger audit.``
+``/api/v1/autorecovery/lost_bookie_recovery_delay``         GET     ``lostBookieRecoveryDelay value: N``
+                                                            PUT     ``{"delay_seconds": N}``
+``/api/v1/autorecovery/decommission``                       PUT     ``{"bookie_src": "host:port"}`` → background
+``/api/v1/bookie/list_bookie_info``                         GET     ``{"<bookie>": ": {Free: .., Total: ..},",
+                                                                    "ClusterInfo: ": "{Free: .., Total: ..}"}``
+``/api/v1/bookie/cluster_info``                             GET     upstream ClusterInfo JSON
+``/api/v1/autorecovery/progress``  (ours)                   GET     worker progress + background admin jobs
+==========================================================  ======  =========================================
+
+Mutating requests (every PUT) answer 403 unless ``httpAdminMutationsEnabled=true`` (ours; upstream has
+no switch and binds every interface). Upstream answers most errors with 404 and a text body; we keep
+its success bodies and use precise codes for errors (400 bad input, 403 mutations off, 404 missing,
+409 illegal state, 503 unavailable), with the error text as body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from decimal import ROUND_DOWN, Decimal
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from autorecovery import metrics
+from autorecovery.admin import ops
+from autorecovery.errors import AutoRecoveryError
+
+log = structlog.get_logger("autorecovery.http")
+
+API = "/api/v1"
+
+
+def readable_bytes(value: int) -> str:
+    """Upstream ``getReadable``: powers of 1000, three decimals rounded down, e.g. ``(35.576GB)``; ``""``
+    below 1000 bytes."""
+    units = ["", "KB", "MB", "GB", "TB"]
+    d = Decimal(int(value))
+    i = 0
+    while d >= 1000 and i < len(units) - 1:
+        d /= 1000
+        i += 1
+    if i == 0:
+        return ""
+    q = d.quantize(Decimal("0.001"), rounding=ROUND_DOWN).normalize()
+    text = format(q, "f")
+    return f"({text}{units[i]})"
+
+
+# -- background admin jobs (recover / decommission started over HTTP) -----------------------------------
+@dataclass
+class Job:
+    """One background admin operation; ``progress`` is the latest progress snapshot (a dict)."""
+
+    id: int
+    kind: str
+    target: str
+    started_at: float
+    state: str = "running"  # running | done | failed | cancelled
+    error: str = ""
+    result: Any = None
+    progress: dict[str, Any] = field(default_factory=dict)
+    task: asyncio.Task | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"id": self.id, "kind": self.kind, "target": self.target, "state": self.state,
+               "started_at": round(self.started_at, 3), "progress": self.progress}
+        if self.error:
+            out["error"] = self.error
+        if self.result is not None:
+            out["result"] = self.result
+        return out
+
+
+class Jobs:
+    """Owner of background admin tasks: started by PUT requests, cancelled and awaited by :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+        self._stopped = False
+
+    def start(self, kind: str, target: str, run: Callable[[Job], Awaitable[Any]]) -> Job:
+        if self._stopped:
+            raise ops.AdminError("the daemon is stopping; no new admin jobs")
+        job = Job(next(self._ids), kind, target, time.time())
+
+        async def body() -> None:
+            try:
+                res = await run(job)
+                job.result = res
+                job.state = "done"
+                log.info("admin job finished", job=job.id, kind=kind, target=target)
+            except asyncio.CancelledError:
+                job.state = "cancelled"
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported in /progress
+                job.state, job.error = "failed", str(exc)
+                log.error("admin job failed", job=job.id, kind=kind, target=target, error=str(exc))
+
+        job.task = asyncio.ensure_future(body())
+        self._jobs[job.id] = job
+        return job
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [j.as_dict() for j in sorted(self._jobs.values(), key=lambda j: j.id)]
+
+    async def stop(self) -> None:
+        """Cancel every running job and await it. Idempotent."""
+        self._stopped = True
+        tasks = [j.task for j in self._jobs.values() if j.task is not None and not j.task.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- the application ------------------------------------------------------------------------------------
+def _text(body: str, status: int = 200) -> web.Response:
+    return web.Response(text=body, status=status, content_type="text/plain")
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(obj), status=status, content_type="application/json")
+
+
+def _error(exc: BaseException) -> web.Response:
+    return _text(str(exc), ops.http_status(exc))
+
+
+async def _body_json(request: web.Request) -> Any:
+    raw = await request.text()
+    if not raw.strip():
+        raise ops.BadRequestError("no request body provided")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ops.BadRequestError(f"request body is not JSON: {exc}") from None
+
+
+@dataclass
+class HttpDeps:
+    """What the handlers need.
+
+    Attributes:
+        ctx: the daemon's admin context.
+        mutations_enabled: serve PUTs (``httpAdminMutationsEnabled``).
+        liveness: ``() -> dict`` for /healthz.
+        readiness: ``() -> (ready, details)`` for /readyz.
+        registry: metrics registry served on /metrics.
+        jobs: owner of background recover/decommission jobs.
+    """
+
+    ctx: ops.AdminContext
+    mutations_enabled: bool = False
+    liveness: Callable[[], dict[str, Any]] = lambda: {"status": "alive"}
+    readiness: Callable[[], tuple[bool, dict[str, Any]]] = lambda: (True, {})
+    registry: metrics.MetricsRegistry = field(default_factory=lambda: metrics.REGISTRY)
+    jobs: Jobs = field(default_factory=Jobs)
+
+
+def build_app(deps: HttpDeps) -> web.Application:
+    """The aiohttp application with every route of the module docstring."""
+    ctx = deps.ctx
+
+    def mutating(handler):
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            if not deps.mutations_enabled:
+                return _text("mutating admin endpoints are disabled on this daemon; "
+                             "set httpAdminMutationsEnabled=true to allow them", 403)
+            return await handler(request)
+        return wrapped
+
+    def guarded(handler):
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            except web.HTTPException:
+                raise
+            except AutoRecoveryError as exc:
+                return _error(exc)
+            except ValueError as exc:
+                return _text(str(exc), 400)
+            except Exception as exc:  # noqa: BLE001 - never a bare 500 without a body
+                log.error("admin request failed", path=request.path, error=str(exc))
+                return _text(f"{type(exc).__name__}: {exc}", 500)
+        return wrapped
+
+    async def metrics_h(_r: web.Request) -> web.Response:
+        return web.Response(body=metrics.generate_text(deps.registry),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def healthz(_r: web.Request) -> web.Response:
+        return _json(deps.liveness())
+
+    async def readyz(_r: web.Request) -> web.Response:
+        ready, details = deps.readiness()
+        return _json({"ready": ready, **details}, 200 if ready else 503)
+
+    async def status_get(_r: web.Request) -> web.Response:
+        return _json({"enabled": await ops.autorecovery_enabled(ctx)})
+
+    async def status_put(request: web.Request) -> web.Response:
+        enabled = request.query.get("enabled")
+        if enabled is None:
+            return _text(f"Param 'enabled' not found in {dict(request.query)}", 400)
+        res = await ops.set_autorecovery(ctx, enabled.strip().lower() == "true")
+        return _json({"enabled": res.enabled})
+
+    async def lur(request: web.Request) -> web.Response:
+        q = request.query
+        items = await ops.list_underreplicated(ctx, q.get("missingreplica") or None,
+                                               q.get("excludingmissingreplica") or None)
+        if not items:
+            return _text("No under replicated ledgers found", 404)
+        if "printmissingreplica" in q:
+            return _json({str(i.ledger_id): list(i.replicas) for i in items})
+        return _json([i.ledger_id for i in items])
+
+    async def who(_r: web.Request) -> web.Response:
+        auditor = await ops.who_is_auditor(ctx)
+        if auditor is None:
+            return _text("No auditor elected", 404)
+        return _text("Auditor: " + await _upstream_address(auditor))
+
+    async def trigger(_r: web.Request) -> web.Response:
+        await ops.trigger_audit(ctx)
+        return _text("Success trigger audit.")
+
+    async def delay_get(_r: web.Request) -> web.Response:
+        return _text(f"lostBookieRecoveryDelay value: {await ops.get_lost_bookie_recovery_delay(ctx)}")
+
+    async def delay_put(request: web.Request) -> web.Response:
+        body = await _body_json(request)
+        if not isinstance(body, dict) or "delay_seconds" not in body:
+            return _text("Request body not contains lostBookieRecoveryDelay.", 400)
+        value = await ops.set_lost_bookie_recovery_delay(ctx, body["delay_seconds"])
+        return _text(f"Success set lostBookieRecoveryDelay to {value}")
+
+    async def recover_put(request: web.Request) -> web.Response:
+        body = await _body_json(request)
+        if not isinstance(body, dict) or not body.get("bookie_src"):
+            return _text("Request body not contains bookie_src.", 400)
+        src = body["bookie_src"]
+        sources = [src] if isinstance(src, str) else list(src)
+        sources = [ops.check_bookie_id(s, "bookie_src") for s in sources]
+        delete_cookie = bool(body.get("delete_cookie", False))
+
+        async def run(job: Job) -> Any:
+            report = await ops.recover(ctx, sources, delete_cookie=delete_cookie, force=True,
+                                       on_progress=lambda p: job.progress.update(_as_dict(p)))
+            return _as_dict(report)
+
+        job = deps.jobs.start("recover", ",".join(sources), run)
+        return _text(f"Success send recovery request command. (job {job.id}; see {API}/autorecovery/progress)")
+
+    async def decommission_put(request: web.Request) -> web.Response:
+        body = await _body_json(request)
+        if not isinstance(body, dict) or not body.get("bookie_src"):
+            return _text("Request body not contains bookie_src.", 400)
+        bookie = ops.check_bookie_id(str(body["bookie_src"]), "bookie_src")
+        timeout = body.get("timeout_s")
+
+        async def run(job: Job) -> Any:
+            report = await ops.decommission(ctx, bookie, timeout_s=float(timeout) if timeout else None,
+                                            on_progress=lambda p: job.progress.update(_as_dict(p)))
+            return _as_dict(report)
+
+        # fail fast on the checks that need no waiting (bookie still up, no auditor...)
+        from autorecovery.admin.decommission import precheck
+
+        await precheck(ctx, bookie)
+        job = deps.jobs.start("decommission", bookie, run)
+        return _text(f"Success send decommission Bookie command {bookie} (job {job.id}; "
+                     f"see {API}/autorecovery/progress)")
+
+    async def list_bookie_info(_r: web.Request) -> web.Response:
+        report = await ops.bookie_info(ctx)
+        if not report.infos:
+            return _text("Not found any Bookie info.", 404)
+        out: dict[str, str] = {}
+        for b, (free, total) in sorted(report.infos.items()):
+            out[b] = f": {{Free: {free}{readable_bytes(free)}, Total: {total}{readable_bytes(total)}}},"
+        tf, tt = report.total_free, report.total_capacity
+        out["ClusterInfo: "] = f"{{Free: {tf}{readable_bytes(tf)}, Total: {tt}{readable_bytes(tt)}}}"
+        return _json(out)
+
+    async def cluster_info(_r: web.Request) -> web.Response:
+        return _json(await ops.cluster_info(ctx))
+
+    async def progress(_r: web.Request) -> web.Response:
+        worker = ops.worker_progress(ctx)
+        return _json({"worker": worker, "jobs": deps.jobs.snapshot()})
+
+    async def ledger_meta(request: web.Request) -> web.Response:
+        lid, md, version = await ops.ledger_metadata(ctx, request.query.get("ledger_id", ""))
+        return _json(ops.metadata_json(lid, md, version))
+
+    app = web.Application()
+    r = app.router
+    r.add_get("/metrics", metrics_h)
+    r.add_get("/healthz", healthz)
+    r.add_get("/readyz", readyz)
+    r.add_get(f"{API}/autorecovery/status", guarded(status_get))
+    r.add_put(f"{API}/autorecovery/status", mutating(guarded(status_put)))
+    r.add_put(f"{API}/autorecovery/bookie", mutating(guarded(recover_put)))
+    r.add_get(f"{API}/autorecovery/list_under_replicated_ledger", guarded(lur))
+    r.add_get(f"{API}/autorecovery/who_is_auditor", guarded(who))
+    r.add_put(f"{API}/autorecovery/trigger_audit", mutating(guarded(trigger)))
+    r.add_get(f"{API}/autorecovery/lost_bookie_recovery_delay", guarded(delay_get))
+    r.add_put(f"{API}/autorecovery/lost_bookie_recovery_delay", mutating(guarded(delay_put)))
+    r.add_put(f"{API}/autorecovery/decommission", mutating(guarded(decommission_put)))
+    r.add_get(f"{API}/autorecovery/progress", guarded(progress))
+    r.add_get(f"{API}/bookie/list_bookie_info", guarded(list_bookie_info))
+    r.add_get(f"{API}/bookie/cluster_info", guarded(cluster_info))
+    r.add_get(f"{API}/ledger/metadata", guarded(ledger_meta))
+    return app
+
+
+def _as_dict(obj: Any) -> Any:
+    if obj is None:
+        return None
+    if hasattr(obj, "as_dict"):
+        return obj.as_dict()
+    if isinstance(obj, dict):
+        return obj
+    return {"value": str(obj)}
+
+
+async def _upstream_address(bookie_id: str) -> str:
+    """Upstream formats the auditor as ``<canonical host name>/<ip>:<port>``; name lookups are bounded
+    to 2 s and fall back to the bookie id's own host."""
+    host, _, port = bookie_id.rpartition(":")
+
+    def lookup() -> tuple[str, str]:
+        try:
+            ip = socket.gethostbyname(host)
+        except OSError:
+            ip = host
+        try:
+            name = socket.getfqdn(ip)
+        except OSError:
+            name = host
+        return name or host, ip
+
+    try:
+        name, ip = await asyncio.wait_for(asyncio.to_thread(lookup), 2.0)
+    except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+        name, ip = host, host
+    return f"{name}/{ip}:{port}"
+
+
+class AdminHttpServer:
+    """Runs :func:`build_app` on ``address:port``; :attr:`port` is the bound port (useful with port 0)."""
+
+    def __init__(self, deps: HttpDeps, address: str = "127.0.0.1", port: int = 8080) -> None:
+        self.deps = deps
+        self.address = address
+        self.requested_port = port
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> "AdminHttpServer":
+        """Bind and serve.
+
+        Raises:
+            OSError: naming the address when it cannot be bound (port in use...).
+        """
+        app = build_app(self.deps)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(exc.errno, f"cannot serve HTTP on {self.address}:{self.requested_port}: {exc.strerror}") from exc
+        self._runner = runner
+        server = getattr(site, "_server", None)
+        socks = getattr(server, "sockets", None) or []
+        self.port = socks[0].getsockname()[1] if socks else self.requested_port
+        return self
+
+    async def stop(self) -> None:
+        """Stop background jobs, then the server. Idempotent."""
+        await self.deps.jobs.stop()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()

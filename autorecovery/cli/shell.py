@@ -1,0 +1,486 @@
+"""``autorecovery shell <command>``: upstream ``bin/bookkeeper shell`` admin commands (same names, same
+single-dash options, same output wording) plus ours (``placementcheck``).
+
+Every command takes the cluster location before or after its name: ``-c/--conf bk_server.conf``,
+``--zk host:port[,host:port][/chroot]``, ``--ledgers-root /ledgers``, ``-D key=value`` (and
+``BK_<key>`` environment variables). Output goes to stdout; logs and progress to stderr.
+
+Exit codes: 0 success; 1 the operation failed (no auditor, missing ledger, ZooKeeper unreachable,
+recovery failed, decommission timed out...); 2 bad usage (bad bookie or ledger id, bad option values,
+bad configuration). Every failure prints ``ERROR: <what and why>`` on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import functools
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+
+from autorecovery import logs
+from autorecovery.admin import ops
+from autorecovery.admin.http import readable_bytes
+from autorecovery.cli.config import parse_sets, settings_from_cli
+from autorecovery.errors import AutoRecoveryError, ConfigError, NoSuchLedgerError
+
+EXIT_FAIL, EXIT_USAGE = 1, 2
+
+
+class CommandFailed(Exception):
+    """A command ended unsuccessfully after printing its own output; carries the exit code."""
+
+    def __init__(self, message: str = "", code: int = EXIT_FAIL) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- plumbing -------------------------------------------------------------------------------------------
+def _location(f: Callable, conf_short: bool = True) -> Callable:
+    f = click.option("-D", "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a configuration key.")(f)
+    f = click.option("--ledgers-root", default=None, help="zkLedgersRootPath (default /ledgers).")(f)
+    f = click.option("--zk", default=None, help="ZooKeeper connect string (zkServers).")(f)
+    names = ("-c", "--conf") if conf_short else ("--conf",)
+    f = click.option(*names, "conf", type=click.Path(dir_okay=False), default=None, help="bk_server.conf.")(f)
+    return f
+
+
+def _settings(conf, zk, ledgers_root, sets):
+    parent = click.get_current_context().find_object(dict) or {}
+    return settings_from_cli(conf or parent.get("conf"), zk or parent.get("zk"),
+                             ledgers_root or parent.get("ledgers_root"),
+                             tuple(parent.get("sets", ())) + tuple(sets or ()))
+
+
+def _execute(conf, zk, ledgers_root, sets, body: Callable[[ops.AdminContext], Awaitable[int | None]]) -> None:
+    """Load settings, open the cluster, run ``body``, map errors to messages and exit codes."""
+    try:
+        settings = _settings(conf, zk, ledgers_root, sets)
+    except ConfigError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    parent = click.get_current_context().find_object(dict) or {}
+    level = "INFO" if parent.get("verbose") else "WARNING"
+    logs.configure(level, settings.log_format, stream=sys.stderr)
+    for w in settings.warnings:
+        click.echo(f"WARNING: {w}", err=True)
+
+    async def go() -> int | None:
+        async with ops.open_admin(settings) as ctx:
+            return await body(ctx)
+
+    try:
+        code = asyncio.run(go())
+    except CommandFailed as exc:
+        if str(exc):
+            click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(exc.code)
+    except (ops.BadRequestError, ConfigError) as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except AutoRecoveryError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_FAIL)
+    except KeyboardInterrupt:
+        click.echo("ERROR: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code or 0)
+
+
+def command(name: str, conf_short: bool = True, **kw: Any):
+    """A shell sub-command with the location options; the function receives them first.
+    ``conf_short=False`` leaves ``-c`` to the command (``listunderreplicated -c`` = count, upstream)."""
+    def deco(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def wrapper(conf, zk, ledgers_root, sets, **opts):
+            return f(conf, zk, ledgers_root, sets, **opts)
+        return shell.command(name, **kw)(_location(wrapper, conf_short))
+    return deco
+
+
+@click.group("shell", context_settings={"help_option_names": ["-h", "--help"]})
+@_location
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO on stderr (default WARNING).")
+@click.pass_context
+def shell(ctx: click.Context, conf, zk, ledgers_root, sets, verbose) -> None:
+    """Admin commands on a BookKeeper cluster (upstream bookkeeper shell names and options)."""
+    parse_sets(sets)  # fail fast on a malformed -D
+    ctx.obj = {"conf": conf, "zk": zk, "ledgers_root": ledgers_root, "sets": sets, "verbose": verbose}
+
+
+# -- listunderreplicated ------------------------------------------------------------------------------
+@command("listunderreplicated", conf_short=False, help="List ledgers marked as under-replicated, optionally filtered by missing replica.")
+@click.option("-mr", "--missingreplica", default=None, help="Only ledgers whose missing replicas include this bookie.")
+@click.option("-emr", "--excludingmissingreplica", default=None, help="Skip ledgers missing this bookie.")
+@click.option("-pmr", "--printmissingreplica", is_flag=True, help="Print the missing replicas.")
+@click.option("-prw", "--printreplicationworkerid", is_flag=True, help="Print the worker holding the lock.")
+@click.option("-c", "--onlydisplayledgercount", is_flag=True, help="Only print the count.")
+def listunderreplicated(conf, zk, ledgers_root, sets, missingreplica, excludingmissingreplica,
+                        printmissingreplica, printreplicationworkerid, onlydisplayledgercount):
+    async def body(ctx):
+        items = await ops.list_underreplicated(ctx, missingreplica, excludingmissingreplica,
+                                               with_workers=printreplicationworkerid and not onlydisplayledgercount)
+        if not onlydisplayledgercount:
+            for it in items:
+                click.echo(str(it.ledger_id))
+                if it.ctime != ops.UNASSIGNED_CTIME:
+                    click.echo(f"\tCtime : {it.ctime}")
+                if printmissingreplica:
+                    for r in it.replicas:
+                        click.echo(f"\tMissingReplica : {r}")
+                if printreplicationworkerid and it.worker is not None:
+                    click.echo(f"\tReplicationWorkerId : {it.worker}")
+        click.echo(f"Under replicated ledger count: {len(items)}")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+# -- auditor / switches -------------------------------------------------------------------------------------
+@command("whoisauditor", help="Print the bookie id of the current auditor.")
+def whoisauditor(conf, zk, ledgers_root, sets):
+    async def body(ctx):
+        auditor = await ops.who_is_auditor(ctx)
+        if auditor is None:
+            click.echo("No auditor elected")
+            raise CommandFailed("no auditor elected: no autorecovery daemon is running")
+        click.echo(f"Auditor: {auditor}")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("triggeraudit", help="Force an audit by resetting the lostBookieRecoveryDelay.")
+def triggeraudit(conf, zk, ledgers_root, sets):
+    async def body(ctx):
+        delay = await ops.trigger_audit(ctx)
+        click.echo(f"Resetting LostBookieRecoveryDelay value: {delay}, to kickstart audit task")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("autorecovery", help="Enable or disable AutoRecovery; without options print its status.")
+@click.option("-enable", "--enable", is_flag=True, help="Enable AutoRecovery.")
+@click.option("-disable", "--disable", is_flag=True, help="Disable AutoRecovery.")
+def autorecovery_cmd(conf, zk, ledgers_root, sets, enable, disable):
+    if enable and disable:
+        click.echo("ERROR: only one of -enable and -disable can be specified", err=True)
+        sys.exit(EXIT_USAGE)
+
+    async def body(ctx):
+        if not enable and not disable:
+            on = await ops.autorecovery_enabled(ctx)
+            click.echo(f"Autorecovery is {'enabled' if on else 'disabled'}")
+            return
+        res = await ops.set_autorecovery(ctx, enable)
+        word = "enabled" if enable else "disabled"
+        if not res.changed:
+            click.echo(f"Autorecovery already {word}. Doing nothing")
+        else:
+            click.echo("Enabling autorecovery" if enable else "Disabling autorecovery")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("lostbookierecoverydelay", help="Get or set the lostBookieRecoveryDelay (seconds) in ZooKeeper.")
+@click.option("-get", "--get", "get_", is_flag=True, help="Print the value.")
+@click.option("-set", "--set-value", "set_", default=None, metavar="SECONDS", help="Set the value.")
+def lostbookierecoverydelay(conf, zk, ledgers_root, sets, get_, set_):
+    if get_ == (set_ is not None):
+        click.echo("ERROR: exactly one of -get and -set must be specified", err=True)
+        sys.exit(EXIT_USAGE)
+
+    async def body(ctx):
+        if get_:
+            click.echo(f"LostBookieRecoveryDelay value in ZK: {await ops.get_lost_bookie_recovery_delay(ctx)}")
+        else:
+            value = await ops.set_lost_bookie_recovery_delay(ctx, set_)
+            click.echo(f"Successfully set LostBookieRecoveryDelay value in ZK: {value}")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("queryautorecoverystatus", help="List the ledgers being re-replicated right now.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print the ledger size.")
+def queryautorecoverystatus(conf, zk, ledgers_root, sets, verbose):
+    async def body(ctx):
+        items = await ops.query_autorecovery_status(ctx, verbose)
+        click.echo("CurrentRecoverLedgerInfo:")
+        for it in items:
+            line = f"\tLedgerId:{it.ledger_id}\tBookieId:{it.worker}"
+            if verbose:
+                line += f"\tLedgerSize:{it.length if it.length is not None else '?'}"
+            click.echo(line)
+        if not items:
+            click.echo("\t No Ledger is being recovered.")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("forceauditchecks", help="Reset the last run time of auditor checks; they run after the next auditor start.")
+@click.option("-calc", "--checkallledgerscheck", is_flag=True, help="Force checkAllLedgers.")
+@click.option("-ppc", "--placementpolicycheck", is_flag=True, help="Force placementPolicyCheck.")
+@click.option("-rc", "--replicascheck", is_flag=True, help="Force replicasCheck.")
+def forceauditchecks(conf, zk, ledgers_root, sets, checkallledgerscheck, placementpolicycheck, replicascheck):
+    async def body(ctx):
+        done = await ops.force_audit_checks(ctx, checkallledgerscheck, placementpolicycheck, replicascheck)
+        names = {"checkallledgers": "CheckAllLedgersCTime", "placementpolicycheck": "PlacementPolicyCheckCTime",
+                 "replicascheck": "ReplicasCheckCTime"}
+        for which, ms in done.items():
+            ts = _dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+            click.echo(f"Resetting {names[which]} to : {ts}")
+        click.echo("The current auditor must be REBOOTED for the checks to run now.")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+# -- bookies ----------------------------------------------------------------------------------------------
+@command("bookieinfo", help="Free and total disk space of every bookie (GET_BOOKIE_INFO).")
+def bookieinfo(conf, zk, ledgers_root, sets):
+    async def body(ctx):
+        report = await ops.bookie_info(ctx)
+        for b, err in sorted(report.failed.items()):
+            click.echo(f"Failed to retrieve bookie information from {b}: {err}", err=True)
+        if not report.infos:
+            click.echo("Failed to retrieve bookie information from any of the bookies")
+            raise CommandFailed("no bookie answered GET_BOOKIE_INFO")
+        click.echo("Free disk space info:")
+        for b, (free, total) in sorted(report.infos.items()):
+            click.echo(f"{b}:\tFree: {free}{readable_bytes(free)}\tTotal: {total}{readable_bytes(total)}")
+        tf, tt = report.total_free, report.total_capacity
+        click.echo(f"Total free disk space in the cluster:\t{tf}{readable_bytes(tf)}")
+        click.echo(f"Total disk capacity in the cluster:\t{tt}{readable_bytes(tt)}")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("clusterinfo", help="Cluster summary as JSON (auditor, under-replication, bookie counts).")
+def clusterinfo(conf, zk, ledgers_root, sets):
+    async def body(ctx):
+        click.echo(json.dumps(await ops.cluster_info(ctx), indent=2))
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("listbookies", help="List bookies with their racks and read-only/unavailable state.")
+@click.option("-rw", "--readwrite", is_flag=True, help="Print writable bookies.")
+@click.option("-ro", "--readonly", is_flag=True, help="Print read-only bookies.")
+@click.option("-a", "--all", "all_", is_flag=True, help="Print all bookies (those with a cookie).")
+def listbookies(conf, zk, ledgers_root, sets, readwrite, readonly, all_):
+    if not (readwrite or readonly or all_):
+        readwrite = readonly = all_ = True
+
+    async def body(ctx):
+        rows = await ops.list_bookies(ctx)
+
+        def rack(r):
+            return f"\track={r.rack or '(default)'}"
+
+        printed = False
+        for title, state, flag in (("ReadWrite Bookies :", "writable", readwrite),
+                                   ("Readonly Bookies :", "readonly", readonly)):
+            sel = [r for r in rows if r.state == state]
+            if flag and sel:
+                click.echo(title)
+                for r in sel:
+                    click.echo(f"{r.bookie_id}{rack(r)}")
+                printed = True
+        if all_ and rows:
+            click.echo("All Bookies :")
+            for r in sorted(rows, key=lambda r: r.bookie_id):
+                click.echo(f"{r.bookie_id}\tstate={r.state}{rack(r)}")
+            printed = True
+        if not printed:
+            click.echo("No bookie exists!")
+            raise CommandFailed("no bookie exists")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+# -- ledgers ----------------------------------------------------------------------------------------------
+@command("ledgermetadata", help="Print the metadata of a ledger.")
+@click.option("-l", "--ledgerid", required=True, help="Ledger id.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of upstream's toString form.")
+def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, as_json):
+    async def body(ctx):
+        lid, md, version = await ops.ledger_metadata(ctx, ledgerid)
+        if as_json:
+            click.echo(json.dumps(ops.metadata_json(lid, md, version), indent=2))
+        else:
+            click.echo(f"ledgerID: {lid}")
+            click.echo(ops.format_metadata(md))
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("placementcheck", help="One-off placement report: ledgers by adherence, non-adhering ones with racks.")
+@click.option("--policy", "policies", multiple=True,
+              help="Judge against this policy (class name or rackaware/regionaware/zoneaware/default); "
+                   "repeatable; default: the configured ensemblePlacementPolicy.")
+@click.option("--max-list", default=50, show_default=True, help="Non-adhering ledgers to print per policy.")
+def placementcheck(conf, zk, ledgers_root, sets, policies, max_list):
+    async def body(ctx):
+        judged = []
+        if policies:
+            from autorecovery.placement import policy_from_name
+
+            base = await ctx.get_policy()
+            w = await ctx.get_watcher()
+            for name in policies:
+                try:
+                    p = policy_from_name(name, base.config, base.resolver)
+                except ConfigError as exc:
+                    raise ops.BadRequestError(str(exc)) from None
+                p.on_cluster_changed(set(w.writable), set(w.readonly))
+                judged.append((p, name))
+        else:
+            judged.append((await ctx.get_policy(), None))
+        ids = await ctx.ledgers.list_ledger_ids()
+        for p, name in judged:
+            rep = await ops.placement_check(ctx, p, name, ids)
+            click.echo(f"Placement policy: {rep.policy}")
+            closed = sum(rep.counts.values())
+            click.echo(f"Closed ledgers checked: {closed} (open ledgers skipped: {rep.open_skipped}"
+                       + (f", unreadable: {rep.unreadable}" if rep.unreadable else "") + ")")
+            for k in ("MEETS_STRICT", "MEETS_SOFT", "FAIL"):
+                click.echo(f"  {k}: {rep.counts[k]}")
+            if rep.not_adhering:
+                click.echo("Ledgers not adhering strictly:")
+                for nl in rep.not_adhering[:max_list]:
+                    for first, last, members in nl.segments:
+                        racks = ", ".join(f"{b}({r or 'default-rack'})" for b, r in members)
+                        click.echo(f"  ledger {nl.ledger_id} [{nl.adherence}] entries {first}..{last}: {racks}")
+                if len(rep.not_adhering) > max_list:
+                    click.echo(f"  ... and {len(rep.not_adhering) - max_list} more")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+# -- progress rendering -------------------------------------------------------------------------------------
+class _ProgressPrinter:
+    """Progress on stderr: a rewriting line on a TTY, else at most one line every ``every_s`` seconds."""
+
+    def __init__(self, every_s: float = 2.0) -> None:
+        self.tty = sys.stderr.isatty()
+        self.every_s = every_s
+        self._last = 0.0
+        self._width = 0
+
+    def __call__(self, p: ops.OpProgress) -> None:
+        now = time.monotonic()
+        final = p.phase == "done"
+        if not self.tty and not final and now - self._last < self.every_s:
+            return
+        self._last = now
+        line = ops.progress_line(p)
+        if self.tty:
+            pad = " " * max(0, self._width - len(line))
+            sys.stderr.write("\r" + line + pad + ("\n" if final else ""))
+            self._width = len(line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+# -- recover ------------------------------------------------------------------------------------------------
+@command("recover", help="Re-replicate the data of bookies (BOOKIES: host:port[,host:port]).")
+@click.argument("bookies")
+@click.option("-dr", "--dryrun", "--dry-run", "dry_run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
+@click.option("-l", "--ledger", default=None, help="Recover only this ledger.")
+@click.option("-sk", "--skipOpenLedgers", "--skip-open-ledgers", "skip_open", is_flag=True,
+              help="Leave open ledgers alone.")
+@click.option("-d", "--deleteCookie", "--delete-cookie", "delete_cookie", is_flag=True,
+              help="Delete the bookies' cookies after a successful recovery.")
+@click.option("-sku", "--skipUnrecoverableLedgers", "--skip-unrecoverable-ledgers", "skip_unrecoverable",
+              is_flag=True, help="Report unrecoverable ledgers as skipped instead of failing.")
+@click.option("-rate", "--rate", type=int, default=None, metavar="BYTES_PER_S",
+              help="Copy throttle in bytes/s (default replicationRateByBytes).")
+@click.option("--target", "targets", default=None, metavar="BOOKIE[,BOOKIE]",
+              help="Copy to these bookies instead of the placement policy's choice.")
+@click.option("--lock-wait", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for ledgers a ReplicationWorker holds.")
+def recover(conf, zk, ledgers_root, sets, bookies, dry_run, force, ledger, skip_open, delete_cookie,
+            skip_unrecoverable, rate, targets, lock_wait):
+    sources = [b.strip() for b in bookies.split(",") if b.strip()]
+    target_list = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
+    if not dry_run and not force:
+        click.echo(f"Bookies : {sources}", err=True)
+        answer = click.prompt("Are you sure to recover them : (Y/N)", default="N", show_default=False,
+                              prompt_suffix=" ", err=True)
+        if answer.strip().lower() not in ("y", "yes"):
+            click.echo("Give up!", err=True)
+            sys.exit(EXIT_FAIL)
+
+    async def body(ctx):
+        def on_ledger(o):
+            if dry_run:
+                return
+            extra = f": {o.detail}" if o.detail else ""
+            click.echo(f"ledger {o.ledger_id}: {o.status}{' (fenced and closed)' if o.fenced else ''}{extra}")
+
+        report = await ops.recover(
+            ctx, sources, dry_run=dry_run, targets=target_list, ledger=ledger, skip_open_ledgers=skip_open,
+            rate_bytes_per_s=rate, delete_cookie=delete_cookie, skip_unrecoverable=skip_unrecoverable,
+            lock_wait_s=lock_wait, on_progress=None if dry_run else _ProgressPrinter(), on_ledger=on_ledger)
+        for w in report.warnings:
+            click.echo(f"WARNING: {w}", err=True)
+        if dry_run:
+            _print_plan(report)
+        else:
+            ok = sum(1 for o in report.ledgers if o.status == "recovered")
+            click.echo(f"Recovered {ok} ledger(s), {len(report.failed)} failed, "
+                       f"{sum(1 for o in report.ledgers if o.status == 'skipped')} skipped; "
+                       f"{report.bytes_copied} bytes written")
+            for b in report.cookies_deleted:
+                click.echo(f"Cookie of {b} deleted")
+        if report.failed:
+            raise CommandFailed("recovery failed for ledger(s) " + ", ".join(str(o.ledger_id) for o in report.failed))
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+def _print_plan(report) -> None:
+    click.echo(f"Recovery plan for {', '.join(report.sources)} (dry run: nothing is changed)")
+    total_bytes = frags = 0
+    for o in report.ledgers:
+        size = sum(f.bytes for f in o.fragments)
+        total_bytes += size
+        frags += len(o.fragments)
+        status = "" if o.status == "planned" else f" [{o.status}]"
+        detail = f" ({o.detail})" if o.detail else ""
+        click.echo(f"ledger {o.ledger_id}: {len(o.fragments)} fragment(s), {size} bytes{status}{detail}")
+        srcs = set(report.sources)
+        for f in o.fragments:
+            old = ", ".join(("*" + b) if b in srcs else b for b in f.ensemble)
+            new = ", ".join(f.new_ensemble())
+            moves = ", ".join(f"{a} -> {b}" for a, b in f.replacements)
+            click.echo(f"  entries {f.first}..{f.last}: {f.bytes} bytes; {moves}; "
+                       f"read from {', '.join(f.sources) or '(nothing to copy)'}")
+            click.echo(f"    ensemble [{old}] -> [{new}]")
+            if f.unsourced:
+                click.echo(f"    WARNING: {f.unsourced} entries have no readable replica")
+    click.echo(f"Total: {len(report.ledgers)} ledger(s), {frags} fragment(s), {total_bytes} bytes to copy")
+
+
+# -- decommissionbookie ---------------------------------------------------------------------------------------
+@command("decommissionbookie", help="Re-replicate everything a shut-down bookie stored, then delete its cookie.")
+@click.option("-bookieid", "--bookieid", default=None, help="Bookie to decommission (default: this node's bookieId).")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="Give up after this long, listing the ledgers that block completion (default: wait forever).")
+@click.option("--poll", type=float, default=1.0, show_default=True, help="Seconds between checks.")
+def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
+    async def body(ctx):
+        from autorecovery.admin.decommission import DecommissionTimeoutError
+
+        target = bookieid or ctx.settings.bookie_id
+        try:
+            report = await ops.decommission(ctx, target, timeout_s=timeout, poll_s=poll,
+                                            on_progress=_ProgressPrinter())
+        except DecommissionTimeoutError as exc:
+            click.echo(f"Decommission of {exc.bookie_id} did not complete within {timeout:g}s. "
+                       f"Ledgers blocking completion:")
+            for lid, why in sorted(exc.blocked.items()):
+                click.echo(f"  ledger {lid}: {why}")
+            raise CommandFailed(f"decommission of {exc.bookie_id} timed out; "
+                                f"{len(exc.blocked)} ledger(s) still store data on it") from None
+        for w in report.warnings:
+            click.echo(f"WARNING: {w}", err=True)
+        click.echo(f"The ledgers stored in the given decommissioning bookie: {report.bookie_id} are properly replicated")
+        if report.cookie_deleted:
+            click.echo(f"Cookie of the decommissioned bookie: {report.bookie_id} is deleted successfully")
+    _execute(conf, zk, ledgers_root, sets, body)
+
+
+__all__ = ["shell"]
+_ = NoSuchLedgerError  # re-exported for callers matching on it

@@ -1,0 +1,414 @@
+"""The autorecovery daemon (upstream ``AutoRecoveryMain``): election + Auditor + ReplicationWorker +
+BookieInfoReader + HTTP in one asyncio process.
+
+Composition, in start order (stop runs it backwards)::
+
+    ZkClient ─► UnderreplicationManager.init ─► BookieWatcher ─► placement policy (config + racks:
+    Pulsar /bookies if present, else configured/default resolver) ─► BookieClient ─► BookieInfoReader
+    (feeds the policy) ─► ReplicationWorker ─► elector_loop (elected → Auditor.start, lost → stop)
+    ─► HTTP (/metrics, /healthz, /readyz, /api/v1/...) ─► prints ``AUTORECOVERY_READY``
+
+Stopping (SIGTERM or SIGINT; :meth:`Daemon.stop`, idempotent) is bounded by ``shutdownTimeoutSeconds``
+(20 s): readiness goes false; the HTTP server stops taking requests and cancels background admin jobs;
+the election task is cancelled, which stops the Auditor and deletes this node's vote; the worker stops
+taking ledgers and finishes or aborts its in-flight copies (every metadata write is a CAS on the znode
+version, so an aborted copy never leaves metadata half-written) and releases its locks; then the
+reader, the watcher, the bookie channels and finally the ZooKeeper session close (closing the session
+removes any ephemeral vote or lock a step could not delete in time). The process exits 0.
+
+Better than upstream: upstream's death watcher kills the process when the ZooKeeper session expires
+(#3799, #3351). Here the election loop stops the Auditor, the worker is restarted on the new session
+and the node rejoins the election (``sessionRejoinEnabled``, default true). A role that dies for
+another reason still ends the process with exit code 1 so that a supervisor restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import structlog
+
+from autorecovery import metrics
+from autorecovery.admin import ops
+from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs
+from autorecovery.config.load import Settings
+from autorecovery.roles.bookie_info import BookieInfoReader
+from autorecovery.zk.bookies import BookieWatcher
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.election import elector_loop
+from autorecovery.zk.ledgers import LedgerStore
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+log = structlog.get_logger("autorecovery.daemon")
+
+READY_MARKER = "AUTORECOVERY_READY"
+
+#: Exit codes: 0 clean stop, 1 a role died / start failed, 2 bad configuration, 3 ZooKeeper session
+#: expired and rejoin is off (upstream ``ExitCode.ZK_EXPIRED`` is 4; ours keeps small numbers).
+EXIT_OK, EXIT_ROLE_DIED, EXIT_CONFIG, EXIT_ZK_EXPIRED = 0, 1, 2, 3
+
+RoleFactory = Callable[..., Any]
+
+
+def default_auditor_factory(zk: ZkClient, paths: Paths, settings: Settings, policy: Any, bookies: Any,
+                            bookie_id: str) -> Any:
+    """Build the Auditor (``autorecovery.roles.auditor``) from the settings' raw properties."""
+    from autorecovery.roles.auditor import Auditor, AuditorSettings
+
+    return Auditor(zk, paths, AuditorSettings.from_properties(dict(settings.properties)), policy, bookies,
+                   bookie_id=bookie_id)
+
+
+def default_worker_factory(zk: ZkClient, paths: Paths, settings: Settings, policy: Any, bookies: Any,
+                           watcher: BookieWatcher) -> Any:
+    """Build the ReplicationWorker (``autorecovery.roles.worker``) from the settings' raw properties."""
+    from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
+
+    return ReplicationWorker(zk, paths, WorkerSettings.from_properties(dict(settings.properties)), policy, bookies,
+                             watcher)
+
+
+def _role_running(role: Any) -> bool:
+    """A role is running unless it says otherwise (``is_running()`` or ``running``)."""
+    if role is None:
+        return False
+    probe = getattr(role, "is_running", None)
+    if callable(probe):
+        return bool(probe())
+    if probe is not None:
+        return bool(probe)
+    run = getattr(role, "running", None)
+    return True if run is None else bool(run() if callable(run) else run)
+
+
+async def _maybe_await(x: Any) -> Any:
+    if asyncio.iscoroutine(x) or isinstance(x, asyncio.Future):
+        return await x
+    return x
+
+
+class Daemon:
+    """One autorecovery node.
+
+    Args:
+        settings: the effective configuration.
+        auditor_factory / worker_factory: build the roles (tests inject fakes; defaults import
+            ``autorecovery.roles.auditor`` / ``autorecovery.roles.worker``).
+        registry: metrics registry served on /metrics.
+        out: where the ``AUTORECOVERY_READY`` line is printed (stdout).
+
+    Attributes:
+        exit_code: what :meth:`run` returns. http_port: the bound HTTP port (None when HTTP is off).
+    """
+
+    def __init__(self, settings: Settings, *, auditor_factory: RoleFactory = default_auditor_factory,
+                 worker_factory: RoleFactory = default_worker_factory,
+                 registry: metrics.MetricsRegistry | None = None, out: TextIO | None = None) -> None:
+        self.settings = settings
+        self.auditor_factory = auditor_factory
+        self.worker_factory = worker_factory
+        self.registry = registry or metrics.REGISTRY
+        self.out = out if out is not None else sys.stdout
+        self.bookie_id = settings.bookie_id
+        self.paths = Paths(settings.ledgers_root)
+        self.zk: ZkClient | None = None
+        self.urm: UnderreplicationManager | None = None
+        self.watcher: BookieWatcher | None = None
+        self.placement: ops.PlacementSetup | None = None
+        self.policy: Any = None
+        self.bookies: Any = None
+        self.reader: BookieInfoReader | None = None
+        self.worker: Any = None
+        self.auditor: Any = None
+        self.http: AdminHttpServer | None = None
+        self.http_port: int | None = None
+        self.ctx: ops.AdminContext | None = None
+        self.exit_code = EXIT_OK
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._stop_requested = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._stopping = False
+        self._started = False
+        self._stop_lock = asyncio.Lock()
+        self._role_lock = asyncio.Lock()
+        self._racks_changed = asyncio.Event()
+        self._started_at = time.time()
+        self.stop_reason = ""
+
+    # -- start ----------------------------------------------------------------------------------------
+    async def start(self) -> "Daemon":
+        """Bring every part up; prints ``AUTORECOVERY_READY ...`` on success.
+
+        Raises:
+            ConfigError: bad role settings (names the key). ZooKeeperError: ZooKeeper unreachable.
+            OSError: the HTTP port cannot be bound. Anything partially started is stopped first.
+        """
+        s = self.settings
+        try:
+            self.zk = ZkClient(s.zk_servers, session_timeout_ms=s.zk_timeout_ms)
+            await self.zk.start(timeout_s=max(10.0, s.zk_timeout_ms / 1000.0))
+            self.urm = UnderreplicationManager(
+                self.zk, self.paths, store_ctime=bool(s.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
+            await self.urm.init()
+            self.watcher = BookieWatcher(self.zk, self.paths)
+            await self.watcher.start()
+            self.placement = await ops.build_placement(s, self.zk, watch=self._on_racks_watch)
+            self.policy = self.placement.policy
+            self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
+            self.watcher.add_listener(lambda w, r: self.policy.on_cluster_changed(set(w), set(r)))
+            self._tasks["racks"] = asyncio.ensure_future(self._racks_loop())
+
+            from autorecovery.rpc.bookie_client import BookieClient
+
+            self.bookies = BookieClient()
+            bi = s.bookie_info
+            self.reader = BookieInfoReader(
+                self.bookies, self.watcher, consumers=[self.policy], interval_s=bi.interval_s,
+                retry_interval_s=bi.retry_interval_s, timeout_s=bi.timeout_s,
+                weighted=bool(s.get("diskWeightBasedPlacementEnabled")),
+                max_multiple=float(s.get("bookieMaxMultipleForWeightBasedPlacement")), registry=self.registry)
+            await self.reader.start()
+
+            self.worker = self.worker_factory(self.zk, self.paths, s, self.policy, self.bookies, self.watcher)
+            await _maybe_await(self.worker.start())
+
+            self._tasks["election"] = asyncio.ensure_future(elector_loop(
+                self.zk, self.paths, self.bookie_id, self._on_elected, self._on_lost,
+                on_session_lost=self._on_session_lost))
+
+            self.ctx = ops.AdminContext(zk=self.zk, paths=self.paths, urm=self.urm,
+                                        ledgers=LedgerStore(self.zk, self.paths), settings=s,
+                                        bookies=self.bookies, watcher=self.watcher, policy=self.policy,
+                                        reader=self.reader, progress_source=self._progress)
+            if s.http.enabled:
+                deps = HttpDeps(ctx=self.ctx, mutations_enabled=s.http.mutations_enabled,
+                                liveness=self.liveness, readiness=self.readiness, registry=self.registry,
+                                jobs=Jobs())
+                self.http = AdminHttpServer(deps, s.http.address, s.http.port)
+                await self.http.start()
+                self.http_port = self.http.port
+            self._tasks["watchdog"] = asyncio.ensure_future(self._watchdog())
+        except BaseException:
+            await self._teardown(budget_s=s.shutdown_timeout_s)
+            self._stopped.set()
+            raise
+        self._started = True
+        http = f"{s.http.address}:{self.http_port}" if self.http_port is not None else "off"
+        log.info("autorecovery started", bookie_id=self.bookie_id, zk=s.zk_servers, ledgers_root=s.ledgers_root,
+                 http=http, policy=type(self.policy).__name__, racks=self.placement.source)
+        print(f"{READY_MARKER} bookie_id={self.bookie_id} http={http}", file=self.out, flush=True)
+        return self
+
+    # -- roles ----------------------------------------------------------------------------------------
+    async def _on_elected(self) -> None:
+        async with self._role_lock:
+            if self._stopping:
+                return
+            log.info("this node is the auditor", bookie_id=self.bookie_id)
+            auditor = self.auditor_factory(self.zk, self.paths, self.settings, self.policy, self.bookies,
+                                           self.bookie_id)
+            await _maybe_await(auditor.start())
+            self.auditor = auditor
+
+    async def _on_lost(self) -> None:
+        async with self._role_lock:
+            auditor, self.auditor = self.auditor, None
+            if auditor is not None:
+                log.info("stopping the auditor", bookie_id=self.bookie_id)
+                await _maybe_await(auditor.stop())
+
+    async def _on_session_lost(self) -> None:
+        """The ZooKeeper session expired: locks and the vote are gone. Restart the worker on the new
+        session (or stop the daemon when ``sessionRejoinEnabled`` is false, as upstream does)."""
+        if self._stopping:
+            return
+        if not self.settings.session_rejoin:
+            log.error("Client connection to the Metadata server has expired; exiting (sessionRejoinEnabled=false)",
+                      bookie_id=self.bookie_id)
+            self.exit_code = EXIT_ZK_EXPIRED
+            self.request_stop("zookeeper session expired")
+            return
+        log.warning("ZooKeeper session expired; restarting the worker and rejoining the election",
+                    bookie_id=self.bookie_id)
+        async with self._role_lock:
+            old, self.worker = self.worker, None
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    await _maybe_await(old.stop())
+            if self._stopping:
+                return
+            await self.zk.connected.wait()
+            self.worker = self.worker_factory(self.zk, self.paths, self.settings, self.policy, self.bookies,
+                                              self.watcher)
+            await _maybe_await(self.worker.start())
+
+    def _progress(self) -> Any:
+        w = self.worker
+        fn = getattr(w, "progress", None) if w is not None else None
+        return fn() if callable(fn) else None
+
+    # -- racks ------------------------------------------------------------------------------------------
+    def _on_racks_watch(self, _event: Any) -> None:
+        self._racks_changed.set()
+
+    async def _racks_loop(self) -> None:
+        """Keep the Pulsar rack resolver current when ``/bookies`` changes (watch-driven)."""
+        while True:
+            await self._racks_changed.wait()
+            self._racks_changed.clear()
+            try:
+                data = await ops.read_pulsar_racks(self.zk, watch=self._on_racks_watch)
+            except Exception as exc:  # noqa: BLE001 - next session event re-arms
+                log.warning("cannot read /bookies rack info", error=str(exc))
+                continue
+            resolver = self.placement.resolver if self.placement else None
+            if resolver is not None and hasattr(resolver, "update") and self.placement.source != "config":
+                try:
+                    resolver.update(data)
+                except Exception as exc:  # noqa: BLE001 - keep the previous mapping
+                    log.error("bad /bookies rack info; keeping the previous mapping", error=str(exc))
+                    continue
+                refresh = getattr(self.policy, "on_racks_changed", None)
+                if callable(refresh):
+                    refresh()
+                log.info("rack info updated from /bookies")
+
+    # -- health ---------------------------------------------------------------------------------------
+    def liveness(self) -> dict[str, Any]:
+        return {"status": "alive", "bookie_id": self.bookie_id, "uptime_s": round(time.time() - self._started_at, 1)}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready = started, not stopping, ZooKeeper session connected, every role running."""
+        zk_up = bool(self.zk is not None and self.zk.connected.is_set())
+        election = self._tasks.get("election")
+        roles = {
+            "worker": _role_running(self.worker),
+            "election": bool(election is not None and not election.done()),
+            "bookie_info_reader": bool(self.reader is not None and self.reader.running),
+            "auditor": self.auditor is not None,
+        }
+        ready = self._started and not self._stopping and zk_up and all(
+            v for k, v in roles.items() if k != "auditor")
+        return ready, {"zookeeper": "CONNECTED" if zk_up else "DISCONNECTED", "roles": roles,
+                       "stopping": self._stopping, "bookie_id": self.bookie_id}
+
+    async def _watchdog(self) -> None:
+        """Upstream's death watcher, every ``bookieDeathWatchInterval`` ms: a role that died (not a
+        session expiry, which is handled by rejoining) stops the daemon with exit code 1."""
+        interval = max(0.05, float(self.settings.get("bookieDeathWatchInterval")) / 1000.0)
+        while not self._stopping:
+            await asyncio.sleep(interval)
+            if self._stopping:
+                return
+            election = self._tasks.get("election")
+            if election is not None and election.done():
+                exc = None if election.cancelled() else election.exception()
+                log.error("the election loop ended", error=str(exc))
+                self.exit_code = EXIT_ROLE_DIED
+                self.request_stop("election loop died")
+                return
+            if self.zk is not None and self.zk.connected.is_set() and not self._role_lock.locked() \
+                    and self.worker is not None and not _role_running(self.worker):
+                log.error("the replication worker stopped unexpectedly", bookie_id=self.bookie_id)
+                self.exit_code = EXIT_ROLE_DIED
+                self.request_stop("replication worker died")
+                return
+
+    # -- stop -----------------------------------------------------------------------------------------
+    def request_stop(self, reason: str = "requested") -> None:
+        """Ask :meth:`run` to stop (signal handlers call this). Safe to call many times."""
+        if not self._stop_requested.is_set():
+            self.stop_reason = reason
+            log.info("stopping", reason=reason, bookie_id=self.bookie_id)
+        self._stop_requested.set()
+
+    async def stop(self) -> None:
+        """Graceful, bounded stop (see the module docstring). Idempotent; concurrent callers wait."""
+        async with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            self._stopping = True
+            await self._teardown(budget_s=self.settings.shutdown_timeout_s)
+            self._stopped.set()
+
+    async def _teardown(self, budget_s: float) -> None:
+        self._stopping = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget_s
+
+        async def step(name: str, fn: Callable[[], Any], share: float = 1.0) -> None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                log.error("shutdown budget exhausted; skipping", step=name)
+                return
+            try:
+                await asyncio.wait_for(_maybe_await(fn()), max(0.05, remaining * share))
+            except asyncio.TimeoutError:
+                log.error("shutdown step timed out", step=name, budget_s=round(remaining * share, 2))
+            except Exception as exc:  # noqa: BLE001 - keep stopping the rest
+                log.error("shutdown step failed", step=name, error=str(exc))
+
+        wd = self._tasks.pop("watchdog", None)
+        if wd is not None:
+            wd.cancel()
+            await asyncio.gather(wd, return_exceptions=True)
+        if self.http is not None:
+            await step("http", self.http.stop, 0.3)
+        election = self._tasks.pop("election", None)
+        if election is not None:
+            async def stop_election() -> None:
+                election.cancel()
+                await asyncio.gather(election, return_exceptions=True)
+            await step("election+auditor", stop_election, 0.5)
+        if self.auditor is not None:  # election task timed out before on_lost ran
+            await step("auditor", self._on_lost, 0.5)
+        if self.worker is not None:
+            worker = self.worker
+            await step("worker", worker.stop, 0.8)
+        if self.reader is not None:
+            await step("bookie-info-reader", self.reader.stop)
+        for name in list(self._tasks):
+            t = self._tasks.pop(name)
+            t.cancel()
+            await asyncio.gather(t, return_exceptions=True)
+        if self.urm is not None:
+            await step("underreplication-manager", self.urm.close)
+        if self.watcher is not None:
+            await step("bookie-watcher", self.watcher.stop)
+        if self.bookies is not None:
+            await step("bookie-client", self.bookies.close)
+        if self.zk is not None:
+            # always close the session: it removes any ephemeral vote/lock a late step left behind
+            try:
+                await asyncio.wait_for(self.zk.stop(), max(1.0, deadline - loop.time()))
+            except Exception as exc:  # noqa: BLE001
+                log.error("closing the ZooKeeper session failed", error=str(exc))
+        log.info("autorecovery stopped", bookie_id=self.bookie_id, reason=self.stop_reason or "stop")
+
+    # -- run --------------------------------------------------------------------------------------------
+    async def run(self, install_signals: bool = True) -> int:
+        """Start, wait for SIGTERM/SIGINT (or a fatal role error), stop; returns the exit code."""
+        loop = asyncio.get_running_loop()
+        installed = []
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
+                    pass
+        try:
+            await self.start()
+            await self._stop_requested.wait()
+        finally:
+            await self.stop()
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        return self.exit_code
