@@ -105,7 +105,9 @@ class PulsarRackResolver:
     """Reads Pulsar's rack-info document kept at ``/bookies`` (Pulsar ``BookieRackAffinityMapping``).
 
     The document is ``{"group": {"host:port": {"rack": "/r1", "hostname": "...", ...}}}``. A bookie is looked
-    up by its id, then by its host, then by the ``hostname`` fields. A rack without a leading ``/`` gets one;
+    up by its id, then by its host (the address host or a ``hostname`` field), but only when every entry of
+    that host names the same rack: several bookies on one host in different racks (a local cluster) must
+    not lend their rack to an unknown bookie of that host (ours; Pulsar takes whichever entry came last). A rack without a leading ``/`` gets one;
     an empty rack or ``"/"`` means unknown (default rack), as in Pulsar.
 
     Args:
@@ -139,7 +141,7 @@ class PulsarRackResolver:
         if not isinstance(doc, Mapping):
             raise MalformedMetadataError(f"{PULSAR_BOOKIES_PATH}: expected an object of groups, got {type(doc).__name__}")
         by_key: dict[str, str | None] = {}
-        by_host: dict[str, str | None] = {}
+        by_host: dict[str, set[str | None]] = {}
         for group, bookies in doc.items():
             if not isinstance(bookies, Mapping):
                 raise MalformedMetadataError(f"{PULSAR_BOOKIES_PATH}: group {group!r} is not an object")
@@ -150,10 +152,11 @@ class PulsarRackResolver:
                 by_key[str(addr)] = rack
                 hostname = info.get("hostname")
                 if isinstance(hostname, str) and hostname:
-                    by_host.setdefault(hostname, rack)
-                by_host.setdefault(host_of(str(addr)), rack)
-        for h, r in by_host.items():
-            by_key.setdefault(h, r)
+                    by_host.setdefault(hostname, set()).add(rack)
+                by_host.setdefault(host_of(str(addr)), set()).add(rack)
+        for h, racks in by_host.items():
+            if len(racks) == 1:  # a host shared by bookies in different racks tells nothing
+                by_key.setdefault(h, next(iter(racks)))
         self._by_key = by_key
 
     @staticmethod
