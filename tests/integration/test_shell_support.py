@@ -182,3 +182,16 @@ def bookie_index(cluster: LocalCluster, bookie_id: str) -> int:
 
 def data_dir(cluster: LocalCluster, bookie_id: str) -> Path:
     return Path(cluster.bookies[bookie_index(cluster, bookie_id)].data_dir)
+
+
+def wait_unregistered(cluster: LocalCluster, bookie_id: str, timeout_s: float = 30.0) -> None:
+    """Wait until a killed bookie's registration znodes are gone (its session expired)."""
+    async def registered() -> bool:
+        zk = await ZkClient(cluster.zk_connect).start()
+        try:
+            return (await zk.exists(P.available_bookie(bookie_id)) is not None
+                    or await zk.exists(P.readonly_bookie(bookie_id)) is not None)
+        finally:
+            await zk.stop()
+
+    wait_until(lambda: not arun(registered()), timeout_s, 0.2, f"{bookie_id} to leave available/")

@@ -1,0 +1,219 @@
+"""Every HTTP endpoint of the daemon against a real cluster (upstream paths and bodies; ours for
+/healthz, /readyz, /progress), and the mutations switch."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from autorecovery.testing.local_cluster import LocalCluster
+from test_shell_support import (
+    arun,
+    metadata,
+    read_all,
+    start_daemon,
+    wait_unregistered,
+    wait_until,
+    write_ledgers,
+    zk_session,
+)
+
+pytestmark = pytest.mark.integration
+
+
+class Http:
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+
+    def call(self, method: str, path: str, body=None, raw: bytes | None = None) -> tuple[int, str]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def get(self, path):
+        return self.call("GET", path)
+
+    def put(self, path, body=None, raw=None):
+        return self.call("PUT", path, body, raw)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("http"), bookies=4, racks=2).up()
+    try:
+        port_rw, _ = start_daemon(c, 0, httpAdminMutationsEnabled="true")
+        port_ro, _ = start_daemon(c, 1)
+        yield c, Http(port_rw), Http(port_ro)
+    finally:
+        c.down()
+
+
+def test_healthz_readyz_metrics(env):
+    c, rw, _ro = env
+    code, body = rw.get("/healthz")
+    assert code == 200 and json.loads(body)["status"] == "alive"
+    code, body = rw.get("/readyz")
+    doc = json.loads(body)
+    assert code == 200 and doc["ready"] is True and doc["zookeeper"] == "CONNECTED"
+    assert doc["roles"]["worker"] and doc["roles"]["election"] and doc["roles"]["bookie_info_reader"]
+    code, text = rw.get("/metrics")
+    assert code == 200
+    assert "# TYPE autorecovery_bookie_free_disk_bytes gauge" in text
+    assert f'autorecovery_placement_weight{{bookie_id="{c.bookie_id(2)}"}}' in text
+    # upstream names, no _total suffix on upstream counters
+    assert "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED" in text or "auditor_" in text
+    assert "NUM_LEDGERS_CHECKED_total" not in text
+
+
+def test_status_get_put_and_mutation_switch(env):
+    _c, rw, ro = env
+    assert rw.get("/api/v1/autorecovery/status") == (200, '{"enabled": true}')
+    code, body = ro.put("/api/v1/autorecovery/status?enabled=false")
+    assert code == 403 and "httpAdminMutationsEnabled" in body
+    assert rw.get("/api/v1/autorecovery/status") == (200, '{"enabled": true}')
+    try:
+        assert rw.put("/api/v1/autorecovery/status?enabled=false") == (200, '{"enabled": false}')
+        assert ro.get("/api/v1/autorecovery/status") == (200, '{"enabled": false}')
+        assert rw.put("/api/v1/autorecovery/status?enabled=false") == (200, '{"enabled": false}')  # idempotent
+    finally:
+        assert rw.put("/api/v1/autorecovery/status?enabled=true") == (200, '{"enabled": true}')
+    code, body = rw.put("/api/v1/autorecovery/status")
+    assert code == 400 and "Param 'enabled' not found" in body
+
+
+def test_who_is_auditor(env):
+    c, rw, ro = env
+    code, body = rw.get("/api/v1/autorecovery/who_is_auditor")
+    host, port = c.bookie_id(0).rsplit(":", 1)
+    assert code == 200 and body.startswith("Auditor: ") and body.endswith(f"/{host}:{port}")
+    assert ro.get("/api/v1/autorecovery/who_is_auditor") == (code, body)
+
+
+def test_lost_bookie_recovery_delay_and_trigger_audit(env):
+    _c, rw, ro = env
+    assert rw.get("/api/v1/autorecovery/lost_bookie_recovery_delay") == (200, "lostBookieRecoveryDelay value: 0")
+    try:
+        assert rw.put("/api/v1/autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 3}) == \
+            (200, "Success set lostBookieRecoveryDelay to 3")
+        assert ro.get("/api/v1/autorecovery/lost_bookie_recovery_delay") == (200, "lostBookieRecoveryDelay value: 3")
+    finally:
+        rw.put("/api/v1/autorecovery/lost_bookie_recovery_delay", {"delay_seconds": 0})
+    code, body = rw.put("/api/v1/autorecovery/lost_bookie_recovery_delay", {"wrong": 1})
+    assert code == 400 and "not contains lostBookieRecoveryDelay" in body
+    code, body = rw.put("/api/v1/autorecovery/lost_bookie_recovery_delay", raw=b"{not json")
+    assert code == 400 and "not JSON" in body
+    assert rw.put("/api/v1/autorecovery/trigger_audit") == (200, "Success trigger audit.")
+    assert ro.put("/api/v1/autorecovery/trigger_audit")[0] == 403
+
+
+def test_list_under_replicated_ledger(env):
+    c, rw, _ro = env
+    assert rw.get("/api/v1/autorecovery/list_under_replicated_ledger") == (404, "No under replicated ledgers found")
+    a, b = c.bookie_id(2), c.bookie_id(3)
+    rw.put("/api/v1/autorecovery/status?enabled=false")
+
+    async def mark(on: bool):
+        async with zk_session(c) as (_zk, _paths, urm):
+            if on:
+                await urm.mark_underreplicated(700001, [a])
+                await urm.mark_underreplicated(700002, [a, b])
+            else:
+                for lid in (700001, 700002):
+                    urm.held[lid] = -1
+                    await urm.mark_replicated(lid)
+
+    arun(mark(True))
+    try:
+        assert rw.get("/api/v1/autorecovery/list_under_replicated_ledger") == (200, "[700001, 700002]")
+        code, body = rw.get("/api/v1/autorecovery/list_under_replicated_ledger?printmissingreplica")
+        assert code == 200 and json.loads(body) == {"700001": [a], "700002": [a, b]}
+        assert rw.get(f"/api/v1/autorecovery/list_under_replicated_ledger?missingreplica={b}") == (200, "[700002]")
+        assert rw.get(f"/api/v1/autorecovery/list_under_replicated_ledger?excludingmissingreplica={b}") == \
+            (200, "[700001]")
+        code, body = rw.get("/api/v1/autorecovery/list_under_replicated_ledger?missingreplica=bad")
+        assert code == 400 and "bad missing replica" in body
+    finally:
+        arun(mark(False))
+        rw.put("/api/v1/autorecovery/status?enabled=true")
+
+
+def test_list_bookie_info_and_cluster_info(env):
+    c, rw, _ro = env
+    code, body = rw.get("/api/v1/bookie/list_bookie_info")
+    doc = json.loads(body)
+    assert code == 200 and set(doc) == set(c.bookie_ids()) | {"ClusterInfo: "}
+    for b in c.bookie_ids():
+        assert doc[b].startswith(": {Free: ") and ", Total: " in doc[b] and doc[b].endswith("},")
+    assert doc["ClusterInfo: "].startswith("{Free: ")
+    code, body = rw.get("/api/v1/bookie/cluster_info")
+    info = json.loads(body)
+    assert code == 200 and info["auditorElected"] is True and info["writableBookiesCount"] == 4
+
+
+def test_ledger_metadata(env):
+    c, rw, _ro = env
+    lid, ens = next(iter(arun(write_ledgers(c, 1, 3, 2, 2, 2)).items()))
+    code, body = rw.get(f"/api/v1/ledger/metadata?ledger_id={lid}")
+    assert code == 200 and json.loads(body)["ensembles"] == {"0": list(ens)}
+    assert rw.get("/api/v1/ledger/metadata?ledger_id=987654")[0] == 404
+    assert rw.get("/api/v1/ledger/metadata?ledger_id=abc")[0] == 400
+
+
+def test_progress_and_recover_job(env):
+    c, rw, ro = env
+    code, body = rw.get("/api/v1/autorecovery/progress")
+    doc = json.loads(body)
+    assert code == 200 and set(doc) == {"worker", "jobs"}
+    if doc["worker"] is not None:
+        assert {"ledgers_remaining", "bytes_remaining", "rate_bytes_per_s", "eta_s", "blocked"} <= set(doc["worker"])
+    src = c.bookie_id(3)
+    written = arun(write_ledgers(c, 2, 10, 3, 3, 2))
+    before = {lid: arun(read_all(c, lid)) for lid in written}
+    assert ro.put("/api/v1/autorecovery/bookie", {"bookie_src": [src]})[0] == 403
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": ["nonsense"]})
+    assert code == 400 and "bad bookie_src 'nonsense'" in body
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "delete_cookie": False})
+    assert code == 200 and body.startswith("Success send recovery request command.")
+
+    def job_state():
+        jobs = json.loads(rw.get("/api/v1/autorecovery/progress")[1])["jobs"]
+        return jobs[-1] if jobs else None
+
+    wait_until(lambda: job_state() and job_state()["state"] != "running", 60, 0.2, "recover job")
+    job = job_state()
+    assert job["kind"] == "recover" and job["state"] == "done", job
+    assert job["result"]["ok"] is True
+    for lid in written:
+        assert src not in arun(metadata(c, lid)).all_bookies()
+        assert arun(read_all(c, lid)) == before[lid]
+
+
+def test_decommission(env):
+    c, rw, ro = env
+    victim = c.bookie_id(3)
+    code, body = rw.put("/api/v1/autorecovery/decommission", {"bookie_src": victim})
+    assert code == 409 and "is not shutdown yet" in body
+    assert ro.put("/api/v1/autorecovery/decommission", {"bookie_src": victim})[0] == 403
+    assert rw.put("/api/v1/autorecovery/decommission", {})[0] == 400
+    written = arun(write_ledgers(c, 2, 10, 3, 3, 2))
+    c.kill_bookie(3)
+    wait_unregistered(c, victim)
+    code, body = rw.put("/api/v1/autorecovery/decommission", {"bookie_src": victim, "timeout_s": 60})
+    assert code == 200 and body.startswith(f"Success send decommission Bookie command {victim}")
+
+    def job():
+        jobs = [j for j in json.loads(rw.get("/api/v1/autorecovery/progress")[1])["jobs"] if j["kind"] == "decommission"]
+        return jobs[-1] if jobs else None
+
+    wait_until(lambda: job() and job()["state"] != "running", 90, 0.2, "decommission job")
+    assert job()["state"] == "done", job()
+    assert job()["result"]["cookie_deleted"] is True
+    for lid in written:
+        assert victim not in arun(metadata(c, lid)).all_bookies()
