@@ -98,7 +98,8 @@ async def upstream_find(zk: ZkClient, victim: str, concurrency: int = 500) -> tu
         for b in md.all_bookies():
             index.setdefault(b, set()).add(lid)
 
-    await asyncio.gather(*(read(lid) for lid in ids))
+    for i in range(0, len(ids), 2000):
+        await asyncio.gather(*(read(lid) for lid in ids[i:i + 2000]))
     return {lid: [victim] for lid in index.get(victim, ())}, zk.ops - ops0
 
 

@@ -226,8 +226,8 @@ class LedgerTreeWatcher:
             return
         self._dirs[path] = set(kids)
         subdirs, leaves = self._split(kids, depth)
-        await asyncio.gather(*(self._load(f"{path}/{n}") for n in leaves),
-                             *(self._walk(f"{path}/{n}", depth + 1) for n in subdirs))
+        await asyncio.gather(_chunked(lambda n: self._load(f"{path}/{n}"), leaves),
+                             _chunked(lambda n: self._walk(f"{path}/{n}", depth + 1), subdirs))
 
     def _split(self, kids, depth: int) -> tuple[list[str], list[str]]:
         subdirs, leaves = [], []
@@ -335,8 +335,8 @@ class LedgerTreeWatcher:
             except NoNodeError:
                 return
             subdirs, leaves = self._split(kids, depth)
-            await asyncio.gather(*(read(f"{path}/{n}") for n in leaves),
-                                 *(walk(f"{path}/{n}", depth + 1) for n in subdirs))
+            await asyncio.gather(_chunked(lambda n: read(f"{path}/{n}"), leaves),
+                                 _chunked(lambda n: walk(f"{path}/{n}", depth + 1), subdirs))
 
         async def read(path: str) -> None:
             lid = self._leaf_id(path)
@@ -367,6 +367,14 @@ class LedgerTreeWatcher:
             log.warning("ledger index differed from ZooKeeper", added=len(rep.added), removed=len(rep.removed),
                         changed=len(rep.changed))
         return rep
+
+
+async def _chunked(fn, items: list, size: int = 2000) -> None:
+    """Await ``fn(item)`` for every item, ``size`` at a time: a level of 10k ledgers does not become
+    10k live coroutines at once (peak memory), while the ZooKeeper semaphore still keeps ~500 reads
+    in flight."""
+    for i in range(0, len(items), size):
+        await asyncio.gather(*(fn(x) for x in items[i:i + size]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -767,9 +775,19 @@ class Auditor:
         failed = 0
         aborted = False
 
+        acquire_timeout_s = self.settings.auditor_acquire_concurrent_open_ledger_operations_time_out_msec / 1000
+        timed_out = 0
+
         async def one(lid: int, md: LedgerMetadata) -> None:
-            nonlocal marked, failed
-            async with sem:
+            nonlocal marked, failed, timed_out
+            try:
+                await asyncio.wait_for(sem.acquire(), acquire_timeout_s)
+            except TimeoutError:
+                # upstream ends the run early "as if successful" (and writes the ctime); we count it
+                # as a failed run so the ctime is not written for ledgers that were never checked
+                timed_out += 1
+                return
+            try:
                 if not self._enabled:
                     return
                 try:
@@ -786,6 +804,8 @@ class Auditor:
                     await self.urm.mark_underreplicated(lid, replicas)
                     marked += 1
                     log.info("periodic check marked ledger", ledger_id=lid, replicas=replicas)
+            finally:
+                sem.release()
 
         items = self.index.items()
         for i in range(0, len(items), 1000):
@@ -794,9 +814,10 @@ class Auditor:
                 log.info("aborting periodic check: AutoRecovery was disabled")
                 break
             await asyncio.gather(*(one(lid, md) for lid, md in items[i:i + 1000]))
-        ok = failed == 0
+        ok = failed == 0 and timed_out == 0
         op.record((self.clock() - t0) * 1000, success=ok)
-        return {"ok": ok, "checked": len(items), "marked": marked, "failed": failed, "aborted": aborted}
+        return {"ok": ok, "checked": len(items), "marked": marked, "failed": failed, "timed_out": timed_out,
+                "aborted": aborted}
 
     async def _placement_check(self) -> dict:
         """Upstream AuditorPlacementPolicyCheckTask over CLOSED ledgers (BP-34), marking with BP-54."""

@@ -463,3 +463,69 @@ async def test_failover_after_the_auditor_dies(chroot, zk):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await c.stop()
+
+
+async def test_session_expiry_stops_the_auditor_and_the_node_rejoins(chroot, zk):
+    from kazoo.client import KazooClient
+
+    from autorecovery.zk.election import current_auditor
+
+    fb = FakeBookies(zk)
+    for b in B[:3]:
+        await fb.add(b)
+    await LedgerStore(zk, P).create(1, closed(B[:3], E=3, WQ=3))
+    nodes = []
+    stopped: list = []
+    for i in range(2):
+        c = await ZkClient(chroot, session_timeout_ms=2000).start()
+        state: dict = {"auditor": None, "elections": 0}
+
+        async def elected(c=c, state=state):
+            state["elections"] += 1
+            state["auditor"] = await start_auditor(c, settings())
+
+        async def lost(state=state):
+            a, state["auditor"] = state["auditor"], None
+            if a is not None:
+                await a.stop()
+                stopped.append(a)
+
+        task = asyncio.ensure_future(elector_loop(c, P, f"node{i}:1", elected, lost))
+        nodes.append((c, state, task))
+        if i == 0:
+            assert await wait_for(lambda: state["auditor"] is not None, 10)
+    try:
+        old = nodes[0][1]["auditor"]
+        sid, passwd = nodes[0][0].client_id
+        hosts = chroot
+
+        def expire() -> None:
+            k = KazooClient(hosts=hosts, client_id=(sid, passwd), timeout=2)
+            k.start(10)
+            k.stop()
+            k.close()
+
+        t0 = time.monotonic()
+        await asyncio.to_thread(expire)
+        assert await wait_for(lambda: nodes[1][1]["auditor"] is not None, 2 + 3)
+        assert time.monotonic() - t0 < 5
+        # the expired node stopped its auditor cleanly: every task is finished
+        assert await wait_for(lambda: old in stopped, 5)
+        assert not old.running and all(t.done() for t in old._tasks)
+        # ... and is a candidate again, with a new session
+        assert await wait_for(lambda: nodes[0][0].connected.is_set(), 10)
+
+        async def two_votes() -> bool:
+            return len([v for v in await zk.get_children(P.auditor_election) if v.startswith("V_")]) == 2
+
+        assert await wait_for(two_votes, 10)
+        assert await current_auditor(zk, P) == "node1:1"
+        # the new auditor works
+        await fb.kill(B[2])
+        urm = UnderreplicationManager(zk, P)
+        assert await wait_for(lambda: marker(urm, 1), 5)
+    finally:
+        for c, state, task in nodes:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await c.stop()
