@@ -529,3 +529,81 @@ async def test_session_expiry_stops_the_auditor_and_the_node_rejoins(chroot, zk)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await c.stop()
+
+
+class AvailabilityBookies(FakeBookies):
+    """Answers GET_LIST_OF_ENTRIES_OF_LEDGER from a table (upstream AuditorReplicasCheckTest's fake admin)."""
+
+    def __init__(self, zk, table):
+        super().__init__(zk)
+        self.table = table
+
+    async def get_list_of_entries(self, bookie, ledger_id):
+        from autorecovery.errors import BookieError, BookieUnavailableError
+
+        ans = self.table.get((bookie, ledger_id), "ENOLEDGER")
+        if ans == "ENOLEDGER":
+            raise BookieError(bookie, "ENOLEDGER")
+        if ans == "DOWN":
+            raise BookieUnavailableError(bookie, "UNAVAILABLE")
+        return ans
+
+
+@pytest.mark.parametrize("mark", [False, True])
+async def test_replicas_check_buckets_and_optional_marking(zk, mark):
+    fb = FakeBookies(zk)
+    b = B[:4]
+    for x in b:
+        await fb.add(x)
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(b, last=3, E=4, WQ=3, AQ=2))   # entry 2 on one bookie only → < AQ
+    await store.create(2, closed(b[:3], last=1, E=3, WQ=3))     # entry 1 nowhere → no replica
+    await store.create(3, closed(b[:3], last=1, E=3, WQ=3))     # one copy of entry 1 missing → < WQ
+    await store.create(4, closed(b[:3], last=1, E=3, WQ=3))     # a bookie down: not counted
+    await store.create(5, LedgerMetadata(3, 3, 2, (Segment(0, tuple(b[:3])),)))  # open: ignored
+    table = {
+        (b[0], 1): [(0, 0)], (b[1], 1): [(0, 1), (3, 3)], (b[2], 1): [(0, 1)], (b[3], 1): [(1, 3)],
+        (b[0], 2): [(0, 0)], (b[1], 2): [(0, 0)], (b[2], 2): "ENOLEDGER",
+        (b[0], 3): [(0, 1)], (b[1], 3): [(0, 1)], (b[2], 3): [(0, 0)],
+        (b[0], 4): [(0, 1)], (b[1], 4): [(0, 1)], (b[2], 4): "DOWN",
+    }
+    reg = metrics.MetricsRegistry()
+    st = settings(auditor_replicas_check_interval=1000, auditor_replicas_check_mark_under_replicated=mark)
+    a = await start_auditor(zk, st, bookies=AvailabilityBookies(zk, table), registry=reg)
+    urm = UnderreplicationManager(zk, P)
+    try:
+        assert await wait_for(lambda: "replicas_check" in a.last_results, 5)
+        res = a.last_results["replicas_check"].summary
+        assert (res["no_replica"], res["less_than_aq"], res["less_than_wq"]) == ([2], [1], [3])
+        assert reg.get("auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY").value == 1
+        assert reg.get("auditor_NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY").value == 1
+        assert reg.get("auditor_NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY").value == 1
+        assert await urm.get_check_ctime("replicascheck") > 0
+        marked = await urm.list_marked_ids()
+        if mark:
+            assert marked == {1, 2, 3}
+            assert (await urm.get_marker(3)).replicas == [b[2]]
+        else:
+            assert marked == set(), "upstream's replicas check only reports"
+    finally:
+        await a.stop()
+
+
+async def test_placement_check_reports_markers_older_than_the_grace_period(zk):
+    from autorecovery.placement import DefaultPolicy
+
+    old = UnderreplicationManager(zk, P, now_ms=lambda: int(time.time() * 1000) - 10_000)
+    await old.init()
+    await old.mark_many({7: ["x:1"], 8: ["y:1"]})
+    fresh = UnderreplicationManager(zk, P)
+    await fresh.mark_underreplicated(9, ["z:1"])
+    reg = metrics.MetricsRegistry()
+    st = settings(auditor_periodic_placement_policy_check_interval=1000,
+                  underreplicated_ledger_recovery_grace_period=5)
+    a = await start_auditor(zk, st, policy=DefaultPolicy(), registry=reg)
+    try:
+        assert await wait_for(lambda: "placement_check" in a.last_results, 5)
+        assert reg.get("auditor_NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD").value == 2
+    finally:
+        await a.stop()
+        await old.close()
