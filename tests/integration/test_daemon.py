@@ -1,0 +1,222 @@
+"""``autorecovery run`` as a process: a bk_server.conf with upstream keys (plus BK_ env and Pulsar
+aliases) drives it; unknown keys warn with "did you mean"; a bad value exits 2 naming key and value;
+SIGINT stops it cleanly; SIGTERM while copying releases locks and the vote, exits 0 within the bound
+and leaves no half-written metadata."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from autorecovery.ledger.metadata import entries_on_index
+from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.election import sorted_votes
+from test_shell_support import (
+    FAST,
+    READY_RE,
+    arun,
+    cli,
+    metadata,
+    read_all,
+    wait_unregistered,
+    wait_until,
+    write_ledgers,
+    zk_session,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("daemon"), bookies=4, racks=2).up()
+    yield c
+    c.down()
+
+
+class Proc:
+    """One ``python -m autorecovery run`` child with its output in a file."""
+
+    def __init__(self, base: Path, name: str, args: list[str], env: dict | None = None) -> None:
+        self.out = base / f"{name}.out"
+        self.f = open(self.out, "wb")
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("BK_")}
+        full_env.update(env or {})
+        self.p = subprocess.Popen([sys.executable, "-m", "autorecovery", "run", *args], stdout=self.f,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                                  start_new_session=True)
+
+    def text(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def wait_ready(self, timeout_s: float = 30.0) -> int:
+        wait_until(lambda: READY_RE.search(self.text()) or self.p.poll() is not None, timeout_s, 0.05,
+                   "AUTORECOVERY_READY")
+        m = READY_RE.search(self.text())
+        assert m, self.text()[-3000:]
+        return int(m.group(3))
+
+    def stop(self, sig=signal.SIGTERM, timeout_s: float = 30.0) -> tuple[int, float]:
+        t0 = time.monotonic()
+        self.p.send_signal(sig)
+        code = self.p.wait(timeout_s)
+        return code, time.monotonic() - t0
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait(10)
+        self.f.close()
+
+
+@pytest.fixture
+def procs():
+    made: list[Proc] = []
+    yield made
+    for p in made:
+        p.kill()
+
+
+def write_conf(path: Path, props: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def get_json(port: int, path: str):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:  # /readyz answers 503 with a JSON body while not ready
+        return json.loads(e.read())
+
+
+async def votes_and_locks(cluster):
+    async with zk_session(cluster) as (zk, paths, _urm):
+        try:
+            votes = sorted_votes(await zk.get_children(paths.auditor_election))
+        except Exception:  # noqa: BLE001
+            votes = []
+        locks = await zk.get_children(paths.ur_locks)
+        return votes, locks
+
+
+def test_upstream_conf_env_and_sigint(cluster, procs, tmp_path):
+    zk_hosts = cluster.zk_connect
+    conf = write_conf(tmp_path / "bk_server.conf", {
+        "metadataServiceUri": f"zk+hierarchical://{zk_hosts.replace(',', ';')}/ledgers",
+        "zkTimeout": "6000",
+        "bookieId": cluster.bookie_id(1),
+        "auditorPeriodicCheckInterval": "0",
+        "auditorPeriodicBookieCheckInterval": "0",
+        "auditorPeriodicPlacementPolicyCheckInterval": "3600",
+        "lostBookieRecoveryDelay": "0",
+        "openLedgerRereplicationGracePeriod": "5000",
+        "rereplicationEntryBatchSize": "20",
+        "ensemblePlacementPolicy": "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
+        "bookkeeperClientMinNumRacksPerWriteQuorum": "2",
+        "journalDirectories": "/data/bk/journal",
+        "auditorPeriodicCheckIntrval": "5",
+        "httpServerEnabled": "true",
+    })
+    checked = cli("config", "check", "-c", str(conf), env={"BK_httpServerPort": "0"})
+    assert checked.exit_code == 0, checked.stderr
+    assert "zkTimeout=6000  # file, upstream" in checked.stdout
+    assert "httpServerPort=0  # env, upstream" in checked.stdout
+    assert "minNumRacksPerWriteQuorum=2  # file (alias bookkeeperClientMinNumRacksPerWriteQuorum)" in checked.stdout
+    assert "did you mean auditorPeriodicCheckInterval?" in checked.stderr
+
+    p = Proc(tmp_path, "d1", ["-c", str(conf)], env={"BK_httpServerPort": "0", "BK_logFormat": "json"})
+    procs.append(p)
+    port = p.wait_ready()
+    text = p.text()
+    assert f"AUTORECOVERY_READY bookie_id={cluster.bookie_id(1)} http=127.0.0.1:{port}" in text
+    warning = [json.loads(l) for l in text.splitlines() if "did you mean" in l]
+    assert warning and warning[0]["level"] == "warning" and "auditorPeriodicCheckIntrval" in warning[0]["event"]
+    wait_until(lambda: get_json(port, "/readyz")["ready"], 20, 0.1, "readyz")
+    assert get_json(port, "/healthz")["status"] == "alive"
+    wait_until(lambda: arun(votes_and_locks(cluster))[0], 10, 0.1, "a vote")
+    code, took = p.stop(signal.SIGINT)
+    assert code == 0 and took < 20, p.text()[-2000:]
+    votes, locks = arun(votes_and_locks(cluster))
+    assert votes == [] and locks == []
+    assert '"event": "autorecovery stopped"' in p.text()
+
+
+def test_bad_value_exits_2(cluster, tmp_path):
+    conf = write_conf(tmp_path / "bad.conf", {"zkServers": cluster.zk_connect, "rwRereplicateBackoffMs": "soon"})
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "autorecovery", "run", "-c", str(conf)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "bad value for rwRereplicateBackoffMs: 'soon'" in proc.stderr
+    assert "AUTORECOVERY_READY" not in proc.stdout
+    assert time.monotonic() - t0 < 30
+
+
+def test_sigterm_while_copying(cluster, procs, tmp_path):
+    victim_i = 3
+    victim = cluster.bookie_id(victim_i)
+    written = arun(write_ledgers(cluster, 4, 100, 3, 3, 3, size=2000))
+    affected = [lid for lid, ens in written.items() if victim in ens]
+    assert affected
+    props = {**FAST, "zkServers": cluster.zk_connect, "bookieId": cluster.bookie_id(0),
+             "replicationRateByBytes": "60000", "shutdownTimeoutSeconds": "10", "logFormat": "json"}
+    p = Proc(tmp_path, "copying", ["-c", str(write_conf(tmp_path / "slow.conf", props))])
+    procs.append(p)
+    p.wait_ready()
+    cluster.kill_bookie(victim_i)
+    wait_unregistered(cluster, victim)
+    wait_until(lambda: arun(votes_and_locks(cluster))[1], 30, 0.05, "a worker lock (copy in progress)")
+    before = {lid: arun(metadata(cluster, lid)) for lid in affected}
+    code, took = p.stop(signal.SIGTERM)
+    assert code == 0, p.text()[-3000:]
+    assert took < 10 + 5, f"SIGTERM stop took {took:.1f}s"
+    votes, locks = arun(votes_and_locks(cluster))
+    assert locks == [] and votes == [], (votes, locks)
+
+    # no half-written metadata: every segment still lists the victim, or its replacement holds every
+    # entry of that index (the ensemble is swapped only after a complete copy)
+    async def check_consistent() -> int:
+        bookies = BookieClient()
+        swapped = 0
+        try:
+            for lid in affected:
+                md = await metadata(cluster, lid)
+                old = before[lid]
+                assert md.ensemble_size == old.ensemble_size and len(md.segments) == len(old.segments)
+                for i, (seg, oseg) in enumerate(zip(md.segments, old.segments)):
+                    assert len(set(seg.ensemble)) == len(seg.ensemble), seg
+                    for idx, (b_new, b_old) in enumerate(zip(seg.ensemble, oseg.ensemble)):
+                        if b_new == b_old:
+                            continue
+                        swapped += 1
+                        for e in entries_on_index(seg.first_entry_id, md.segment_end(i), idx,
+                                                  md.ensemble_size, md.write_quorum):
+                            await bookies.read_entry(b_new, lid, e)  # raises if the copy is incomplete
+        finally:
+            await bookies.close()
+        return swapped
+
+    arun(check_consistent())
+    payloads_ok = {lid: len(arun(read_all(cluster, lid))) == 100 for lid in written}
+    assert all(payloads_ok.values())
+
+    # a restarted daemon (unthrottled) finishes the job
+    props2 = {**props, "replicationRateByBytes": "-1"}
+    p2 = Proc(tmp_path, "resume", ["-c", str(write_conf(tmp_path / "fast.conf", props2))])
+    procs.append(p2)
+    p2.wait_ready()
+    wait_until(lambda: all(victim not in arun(metadata(cluster, lid)).all_bookies() for lid in affected),
+               60, 0.2, "re-replication after restart")
+    assert p2.stop()[0] == 0
