@@ -627,31 +627,51 @@ class Auditor:
 
     # -- lost bookies -----------------------------------------------------------------------
     async def _event_loop(self) -> None:
-        assert self.tracker is not None
+        """Handle bookie changes, delay changes and the delayed audit one at a time.
+
+        A failure before the decision (reading the delay) re-queues the event; a failed audit is
+        retried as an audit (the tracker already moved on), after a 1 s back-off.
+        """
         while True:
             kind, token = await self._events.get()
-            await self._wait_enabled()
-            now = self.clock()
-            if kind == "bookies":
-                # coalesce a burst of membership changes into one decision on the latest view
-                while not self._events.empty() and self._events._queue[0][0] == "bookies":  # type: ignore[attr-defined]
-                    self._events.get_nowait()
-                delay = await self.urm.get_lost_bookie_recovery_delay()
-                d = self.tracker.on_bookies_changed(self._available(), delay, now)
-            elif kind == "delay":
-                try:
-                    delay = await self.urm.get_lost_bookie_recovery_delay()
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("cannot read lostBookieRecoveryDelay", error=str(exc))
-                    continue
-                d = self.tracker.on_delay_changed(delay, now)
-            elif kind == "fire":
-                if token != self._timer_token:
-                    continue
-                d = self.tracker.on_pending_fired(now)
-            else:
+            try:
+                d = await self._decide(kind, token)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a ZooKeeper hiccup must not end loss detection
+                log.error("handling an auditor event failed; retrying", event=kind, error=repr(exc))
+                await asyncio.sleep(1.0)
+                self._events.put_nowait((kind, token))
                 continue
-            await self._apply(d, kind)
+            if d is None:
+                continue
+            try:
+                await self._apply(d, kind)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.error("lost-bookie audit failed; retrying", event=kind, error=repr(exc))
+                await asyncio.sleep(1.0)
+                self._events.put_nowait(("retry_audit", None))
+
+    async def _decide(self, kind: str, token) -> Decision | None:
+        assert self.tracker is not None
+        await self._wait_enabled()
+        now = self.clock()
+        if kind == "bookies":
+            # coalesce a burst of membership changes into one decision on the latest view
+            while not self._events.empty() and self._events._queue[0][0] == "bookies":  # type: ignore[attr-defined]
+                self._events.get_nowait()
+            delay = await self.urm.get_lost_bookie_recovery_delay()
+            return self.tracker.on_bookies_changed(self._available(), delay, now)
+        if kind == "delay":
+            delay = await self.urm.get_lost_bookie_recovery_delay()
+            return self.tracker.on_delay_changed(delay, now)
+        if kind == "fire":
+            return self.tracker.on_pending_fired(now) if token == self._timer_token else None
+        if kind == "retry_audit":
+            return Decision(audit_now=True)
+        return None
 
     async def _apply(self, d: Decision, trigger: str) -> None:
         if d.cancelled:
@@ -752,7 +772,10 @@ class Auditor:
                 self._zk_ops[name].inc(self.zk.ops - ops0)
                 self.last_results[name] = CheckResult(name, started_ms, (self.clock() - t0) * 1000, ok, summary=summary)
                 if ok and ctime is not None and not summary.get("aborted"):
-                    await self.urm.set_check_ctime(ctime, self.wall_ms())
+                    try:
+                        await self.urm.set_check_ctime(ctime, self.wall_ms())
+                    except Exception as exc:  # noqa: BLE001 - the next run writes it again
+                        log.error("could not write the check's ctime", check=name, error=repr(exc))
             if interval_s <= 0:
                 return
             at = next_run_s(scheduled, interval_s, self.clock())
