@@ -139,7 +139,10 @@ class ProgressTracker:
             if lid not in self._backlog and lid not in self._active:
                 del self._blocked[lid]
 
-    def start(self, ledger_id: int, planned_bytes: int = 0) -> None:
+    def start(self, ledger_id: int, planned_bytes: int | None = None) -> None:
+        """A ledger is being worked on; ``planned_bytes`` defaults to its backlog estimate."""
+        if planned_bytes is None:
+            planned_bytes = self._backlog.get(ledger_id, 0)
         self._active[ledger_id] = [max(0, planned_bytes), 0]
         self._blocked.pop(ledger_id, None)
 

@@ -107,6 +107,7 @@ def plan_fragment_copy(
     last: int,
     replacements: Mapping[int, str],
     readable: Collection[str],
+    last_resort: Collection[str] = (),
     source_load: Mapping[str, int] | None = None,
 ) -> FragmentPlan:
     """Plan the streams that copy the entries of ``[first, last]`` the replaced indexes must hold.
@@ -120,6 +121,8 @@ def plan_fragment_copy(
             bookie for an in-place rewrite).
         readable: bookies we may read from (callers drop lost bookies and, for data loss, the bad ones;
             for a placement move the bookie being moved out is still a good source).
+        last_resort: bookies to read from only for residues no ``readable`` bookie holds (e.g. bookies
+            the checker flagged but that are still registered: they may hold most entries).
         source_load: open streams per bookie; less loaded sources are preferred.
 
     Raises:
@@ -131,6 +134,7 @@ def plan_fragment_copy(
             raise ValueError(f"replacement index {i} outside ensemble of size {e_size}")
     load = dict(source_load or {})
     readable = set(readable)
+    last_resort = set(last_resort)
     if last < first or not replacements:
         return FragmentPlan((), (), dict(replacements))
 
@@ -142,7 +146,10 @@ def plan_fragment_copy(
         if not targets or residue_count(first, last, r, e_size) == 0:
             continue
         # a bookie being written to must not be its own source unless it is an in-place rewrite target
-        cands = [j for j in ws if ensemble[j] in readable and not (j in replacements and replacements[j] == ensemble[j])]
+        in_place = {j for j in ws if j in replacements and replacements[j] == ensemble[j]}
+        cands = [j for j in ws if ensemble[j] in readable and j not in in_place]
+        if not cands:
+            cands = [j for j in ws if ensemble[j] in last_resort and j not in in_place]
         needs[r] = (targets, cands)
 
     assigned_count: dict[int, int] = {}

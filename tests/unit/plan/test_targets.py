@@ -88,6 +88,16 @@ def test_placement_move_may_read_from_the_bookie_moved_out():
     assert _delivered(plan, 0, 5) == _needed(ENS3, 3, 0, 5, {1: "r2:1"})
 
 
+def test_last_resort_sources_only_where_nothing_else_holds_the_residue():
+    # a is lost; b was flagged by the checker but is still registered: residue 0 ({a, b}) can only
+    # come from b, residue 2 ({c, a}) must come from c
+    plan = plan_fragment_copy(ensemble=ENS3, write_quorum=2, first=0, last=11,
+                              replacements={0: "n:1", 1: "m:1"}, readable={"c:1"}, last_resort={"b:1"})
+    assert plan.unsourced == ()
+    src = {r: s.source for s in plan.streams for r in s.residues()}
+    assert src == {0: "b:1", 1: "c:1", 2: "c:1"}
+
+
 def test_in_place_rewrite_never_reads_from_itself():
     plan = plan_fragment_copy(ensemble=ENS3, write_quorum=3, first=0, last=2,
                               replacements={0: "a:1"}, readable=set(ENS3))

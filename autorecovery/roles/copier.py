@@ -1,0 +1,412 @@
+"""Streams a fragment's entries from surviving replicas to target bookies (EDGE).
+
+Upstream source: ``LedgerFragmentReplicator`` (``replicate`` → batches of ``rereplicationEntryBatchSize``
+entries; per entry a client read, a digest re-pack, and an ADD with ``RECOVERY_ADD`` to every target;
+``replicationRateByBytes`` throttle; metrics NUM_ENTRIES_READ / NUM_BYTES_READ / READ_DATA_LATENCY /
+NUM_ENTRIES_WRITTEN / NUM_BYTES_WRITTEN / WRITE_DATA_LATENCY).
+
+Ours executes a :class:`~autorecovery.plan.targets.FragmentPlan`: for each
+:class:`~autorecovery.plan.targets.StreamSpec`, one server-side filtered ``ReadEntries`` stream from the
+source feeds one client-streamed ``AddEntries`` call per target through a bounded queue (reads and
+writes overlap; memory per stream is bounded by ``window_entries`` entries per target).
+
+* Every entry's CRC32C is verified with :func:`~autorecovery.ledger.digest.unpack_entry` *before* it
+  is handed to a target, and the **same body bytes** are written (the body carries ledger id, entry
+  id, LAC, cumulative length and CRC; upstream re-packs with the handle's current LAC, we do not need
+  to). A corrupt or missing copy is never written: the entry is retried on the other replicas of its
+  write set — first as a new range stream from an alternate source that stores the whole arc, then
+  entry by entry.
+* Entries no replica can serve are returned with, per replica, why not (``ENOENTRY``, ``ENOLEDGER``,
+  ``DIGEST``, ``NOT_REGISTERED``, or a transient status); the worker decides whether that is data
+  loss or a retry.
+* Throttles: the worker's byte :class:`~autorecovery.plan.throttle.TokenBucket` is charged each
+  entry's actual size before it is written; a stream starts only when its source and every target are
+  below the per-bookie stream caps (:class:`~autorecovery.plan.throttle.StreamCaps`).
+* ``should_abort()`` is polled between entries (the worker aborts when a lost bookie comes back,
+  #2766, or on stop). Aborting or failing leaves the metadata untouched: the worker updates the
+  ensemble only after :meth:`FragmentCopier.copy` returns a complete result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass, field
+
+import structlog
+
+from autorecovery.errors import BookieError, DigestMismatchError
+from autorecovery.ledger.digest import unpack_entry
+from autorecovery.ledger.metadata import write_set
+from autorecovery.plan.targets import FragmentPlan, StreamSpec
+from autorecovery.plan.throttle import StreamCaps, TokenBucket
+
+log = structlog.get_logger("autorecovery.copier")
+
+#: Reasons that prove a replica has no valid copy (as opposed to a transient failure).
+DEFINITIVE = frozenset({"ENOENTRY", "ENOLEDGER", "DIGEST", "NOT_REGISTERED"})
+#: The bookie refuses ranges longer than this (service.MAX_RANGE_ENTRIES is 1,000,000).
+MAX_STREAM_IDS = 500_000
+
+
+class TargetWriteError(Exception):
+    """A target bookie refused or failed a write; the fragment copy is abandoned.
+
+    Attributes: bookie_id, cause (the BookieError).
+    """
+
+    def __init__(self, bookie_id: str, cause: BaseException) -> None:
+        self.bookie_id = bookie_id
+        self.cause = cause
+        super().__init__(f"write to target {bookie_id} failed: {cause}")
+
+
+@dataclass
+class CopyResult:
+    """Outcome of one fragment copy.
+
+    Attributes:
+        entries_read / bytes_read: verified entries read from sources.
+        entries_written / bytes_written: (entry, target) writes the targets confirmed.
+        unreadable: entry id → {bookie: reason} for entries no replica could serve.
+        corrupt: (entry id, bookie) pairs whose copy failed the digest check (never written).
+        aborted: why the copy stopped early, or None.
+    """
+
+    entries_read: int = 0
+    bytes_read: int = 0
+    entries_written: int = 0
+    bytes_written: int = 0
+    unreadable: dict[int, dict[str, str]] = field(default_factory=dict)
+    corrupt: list[tuple[int, str]] = field(default_factory=list)
+    aborted: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return not self.unreadable and self.aborted is None
+
+    def unrecoverable_entries(self) -> list[int]:
+        """Entries for which every replica definitively has no valid copy (see :data:`DEFINITIVE`)."""
+        return sorted(e for e, why in self.unreadable.items() if why and all(r in DEFINITIVE for r in why.values()))
+
+
+class _Aborted(Exception):
+    pass
+
+
+class FragmentCopier:
+    """Runs fragment plans against bookies.
+
+    Args:
+        bookies: the gRPC :class:`~autorecovery.rpc.bookie_client.BookieClient`.
+        byte_bucket: ``replicationRateByBytes`` bucket shared by the whole worker.
+        caps: per-bookie stream caps shared by the whole worker; ``caps_changed`` is notified when a
+            stream ends.
+        window_entries: entries queued per target between reading and writing.
+        metrics: object with the worker's metric handles (see ``roles/worker.py``), or None.
+        sleep: awaitable sleep (injected for tests).
+    """
+
+    def __init__(self, bookies, *, byte_bucket: TokenBucket, caps: StreamCaps, caps_changed: asyncio.Condition,
+                 window_entries: int = 64, metrics=None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.bookies = bookies
+        self.bucket = byte_bucket
+        self.caps = caps
+        self.caps_changed = caps_changed
+        self.window_entries = max(1, window_entries)
+        self.m = metrics
+        self.sleep = sleep
+
+    # -- stream slots ------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _slot(self, source: str, targets: Collection[str]):
+        async with self.caps_changed:
+            await self.caps_changed.wait_for(lambda: self.caps.try_start(source, targets))
+        try:
+            yield
+        finally:
+            self.caps.finish(source, targets)
+            async with self.caps_changed:
+                self.caps_changed.notify_all()
+
+    # -- public ------------------------------------------------------------------------------------
+    async def copy(
+        self,
+        *,
+        ledger_id: int,
+        master_key: bytes,
+        ensemble: tuple[str, ...],
+        write_quorum: int,
+        plan: FragmentPlan,
+        registered: Callable[[], Collection[str]],
+        skip_sources: Collection[str] = (),
+        should_abort: Callable[[], str | None] = lambda: None,
+        on_bytes: Callable[[int], None] = lambda n: None,
+    ) -> CopyResult:
+        """Copy everything ``plan`` describes; returns a :class:`CopyResult` (never partial silently).
+
+        Args:
+            ensemble / write_quorum: the segment's ensemble before replacement and WQ (used to find
+                every replica of an entry for fallback reads and to explain unreadable entries).
+            registered: current writable ∪ read-only bookies (unregistered bookies are not asked).
+            skip_sources: bookies never to read from (e.g. an in-place target that lost its data).
+
+        Raises:
+            TargetWriteError: a target refused a write (the caller may exclude it and retry later).
+        """
+        res = CopyResult()
+        for e in plan.unsourced:
+            res.unreadable[e] = {}
+        if not plan.streams:
+            await self.explain(ledger_id, ensemble, write_quorum, res, registered)
+            return res
+        tasks = [asyncio.create_task(self._stream(ledger_id, master_key, ensemble, write_quorum, spec, res,
+                                                  registered, skip_sources, should_abort, on_bytes))
+                 for spec in plan.streams]
+        try:
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        errors = [d for d in done if isinstance(d, BaseException)]
+        for err in errors:
+            if isinstance(err, _Aborted):
+                res.aborted = res.aborted or str(err)
+            elif isinstance(err, TargetWriteError):
+                raise err
+            else:
+                raise err
+        await self.explain(ledger_id, ensemble, write_quorum, res, registered)
+        return res
+
+    async def explain(self, ledger_id: int, ensemble, wq: int, res: CopyResult,
+                      registered: Callable[[], Collection[str]]) -> None:
+        """Fill in, for unreadable entries without reasons yet, why each replica of the write set cannot
+        serve them (unregistered bookies are not asked; one read per registered replica)."""
+        todo = [e for e, why in res.unreadable.items() if not why]
+        if not todo:
+            return
+        reg = set(registered())
+        for e in todo:
+            why: dict[str, str] = {}
+            for j in write_set(e, len(ensemble), wq):
+                b = ensemble[j]
+                if b in why:
+                    continue
+                if b not in reg:
+                    why[b] = "NOT_REGISTERED"
+                    continue
+                try:
+                    r = await self.bookies.read_entry(b, ledger_id, e)
+                    unpack_entry(r.body, ledger_id, e, source=b)
+                    why[b] = "READABLE_BUT_EXCLUDED"
+                except DigestMismatchError:
+                    why[b] = "DIGEST"
+                except BookieError as exc:
+                    why[b] = exc.status
+            res.unreadable[e] = why
+
+    # -- one stream ----------------------------------------------------------------------------------
+    async def _stream(self, ledger_id, master_key, ensemble, wq, spec: StreamSpec, res: CopyResult,
+                      registered, skip_sources, should_abort, on_bytes) -> None:
+        e_size = len(ensemble)
+        missing: set[int] = set(spec.entry_ids())
+        tried: dict[int, dict[str, str]] = {}
+        queues: dict[str, asyncio.Queue] = {t: asyncio.Queue(maxsize=self.window_entries) for t in spec.targets}
+        failed: dict[str, BaseException] = {}
+        sizes: dict[str, list[int]] = {t: [] for t in spec.targets}
+
+        async def drain(q: asyncio.Queue):
+            while True:
+                item = await q.get()
+                if item is None:
+                    return
+                yield item
+
+        async def write(target: str) -> tuple[int, int]:
+            t0 = time.monotonic()
+            n, nbytes = await self.bookies.add_entries(target, ledger_id, master_key, drain(queues[target]), recovery=True)
+            if self.m is not None:
+                self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
+            return n, nbytes
+
+        def on_writer_done(target: str, task: asyncio.Task) -> None:
+            if task.cancelled():
+                failed.setdefault(target, asyncio.CancelledError())
+            elif task.exception() is not None:
+                failed.setdefault(target, task.exception())
+            if target in failed:  # unblock a reader waiting on this full queue
+                q = queues[target]
+                while not q.empty():
+                    q.get_nowait()
+
+        async def emit(eid: int, body: bytes) -> None:
+            wait = self.bucket.reserve(len(body) * len(spec.targets))
+            if wait > 0:
+                await self.sleep(wait)
+            for t in spec.targets:
+                if failed:
+                    raise TargetWriteError(next(iter(failed)), next(iter(failed.values())))
+                await queues[t].put((eid, body))
+                sizes[t].append(len(body))
+            on_bytes(len(body) * len(spec.targets))
+
+        def accept(eid: int, body: bytes, source: str, t_read: float) -> bool:
+            try:
+                unpack_entry(body, ledger_id, eid, source=source)
+            except DigestMismatchError as exc:
+                res.corrupt.append((eid, source))
+                tried.setdefault(eid, {})[source] = "DIGEST"
+                log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid, bookie_id=source, error=str(exc))
+                return False
+            res.entries_read += 1
+            res.bytes_read += len(body)
+            if self.m is not None:
+                self.m.entries_read.inc()
+                self.m.bytes_read.record(len(body))
+                self.m.read_latency.record(t_read * 1000.0)
+            return True
+
+        writers = {t: asyncio.create_task(write(t)) for t in spec.targets}
+        for t, task in writers.items():
+            task.add_done_callback(lambda tk, t=t: on_writer_done(t, tk))
+        try:
+            reg = set(registered())
+            sources = [spec.source] + [a for a in spec.alternates
+                                       if all((ensemble.index(a) - r) % e_size < wq for r in spec.residues())]
+            for source in sources:
+                if not missing:
+                    break
+                if source in skip_sources:
+                    continue
+                if source not in reg:
+                    for eid in missing:
+                        tried.setdefault(eid, {})[source] = "NOT_REGISTERED"
+                    continue
+                lo, hi = min(missing), max(missing)
+                async with self._slot(source, spec.targets):
+                    for a in range(lo, hi + 1, MAX_STREAM_IDS):
+                        b = min(hi, a + MAX_STREAM_IDS - 1)
+                        try:
+                            t_prev = time.monotonic()
+                            async for item in self.bookies.read_entries(
+                                source, ledger_id, a, b, ensemble_size=e_size,
+                                write_quorum=spec.arc_len, bookie_index=spec.arc_end,
+                            ):
+                                now = time.monotonic()
+                                why = should_abort()
+                                if why:
+                                    raise _Aborted(why)
+                                if isinstance(item, BookieError):
+                                    eid = _entry_of(item)
+                                    if eid is not None:
+                                        tried.setdefault(eid, {})[source] = item.status
+                                    t_prev = now
+                                    continue
+                                eid = item.entry_id
+                                if eid in missing and accept(eid, item.body, source, now - t_prev):
+                                    missing.discard(eid)
+                                    await emit(eid, item.body)
+                                t_prev = now
+                        except BookieError as exc:
+                            log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source,
+                                        status=exc.status, error=str(exc))
+                            for eid in missing:
+                                if a <= eid <= b:
+                                    tried.setdefault(eid, {}).setdefault(source, exc.status)
+                            break
+                # anything the stream skipped silently (filtered out by a stale striping) stays missing
+            # entry-by-entry fallback over every replica of the write set
+            for eid in sorted(missing):
+                why = should_abort()
+                if why:
+                    raise _Aborted(why)
+                reasons = tried.setdefault(eid, {})
+                got = None
+                order = [spec.source, *spec.alternates] + [ensemble[j] for j in write_set(eid, e_size, wq)]
+                for b in dict.fromkeys(order):
+                    # bookies the checker flagged (skip_sources) are tried too: they may hold this entry
+                    if reasons.get(b) in DEFINITIVE:
+                        continue
+                    if not (ensemble.index(b) - eid) % e_size < wq:
+                        continue
+                    if b not in reg:
+                        reasons[b] = "NOT_REGISTERED"
+                        continue
+                    t0 = time.monotonic()
+                    try:
+                        r = await self.bookies.read_entry(b, ledger_id, eid)
+                    except BookieError as exc:
+                        reasons[b] = exc.status
+                        continue
+                    if accept(eid, r.body, b, time.monotonic() - t0):
+                        got = r.body
+                        break
+                if got is not None:
+                    missing.discard(eid)
+                    await emit(eid, got)
+                else:
+                    for j in write_set(eid, e_size, wq):
+                        b = ensemble[j]
+                        if b not in reasons:
+                            reasons[b] = "NOT_REGISTERED" if b not in reg else "UNTRIED"
+                    res.unreadable[eid] = dict(reasons)
+                    if self.m is not None:
+                        self.m.unable_to_read.inc()
+            for t in spec.targets:
+                if t not in failed:
+                    await queues[t].put(None)
+            results = await asyncio.gather(*writers.values(), return_exceptions=True)
+        except BaseException:
+            for task in writers.values():
+                task.cancel()
+            await asyncio.gather(*writers.values(), return_exceptions=True)
+            raise
+        for t, r in zip(writers, results):
+            if isinstance(r, BaseException):
+                raise TargetWriteError(t, r)
+            n, nbytes = r
+            expected = len(sizes[t])
+            if n != expected:
+                raise TargetWriteError(t, BookieError(t, "EIO", f"wrote {n} of {expected} entries"))
+            res.entries_written += n
+            res.bytes_written += nbytes
+            if self.m is not None:
+                self.m.entries_written.inc(n)
+                for s in sizes[t]:
+                    self.m.bytes_written.record(s)
+
+
+def _entry_of(err: BookieError) -> int | None:
+    """Entry id of an ENOENTRY stream item (the client puts it in the message: '... entry N not found')."""
+    eid = getattr(err, "entry_id", None)
+    if eid is not None:
+        return eid
+    msg = str(err)
+    marker = " entry "
+    i = msg.rfind(marker)
+    if i < 0:
+        return None
+    digits = ""
+    for ch in msg[i + len(marker):]:
+        if ch.isdigit():
+            digits += ch
+        else:
+            break
+    return int(digits) if digits else None
+
+
+def ranges(entry_ids: Iterable[int]) -> list[list[int]]:
+    """Sorted inclusive ``[first, last]`` runs of ``entry_ids`` (for logs and the side znode)."""
+    out: list[list[int]] = []
+    for e in sorted(set(entry_ids)):
+        if out and out[-1][1] + 1 == e:
+            out[-1][1] = e
+        else:
+            out.append([e, e])
+    return out

@@ -1,0 +1,1007 @@
+"""The ReplicationWorker: takes under-replicated ledgers and makes them whole again (EDGE).
+
+Upstream source: ``replication/ReplicationWorker`` (loop, open-ledger grace and fencing, failed-ledger
+lock-release backoff, unreadable-entry memory, metrics), ``client/BookKeeperAdmin.replicateLedgerFragment``
+and ``LedgerFragmentReplicator`` (targets, copy, ensemble CAS), BP-54 (placement repair).
+
+One pass over a ledger (:meth:`ReplicationWorker._rereplicate`):
+
+1. Lock it with the upstream protocol (ephemeral ``locks/urL…``, marker version remembered) through
+   :class:`~autorecovery.zk.underreplication.UnderreplicationManager`, candidates ordered by
+   :func:`~autorecovery.plan.priority.order_candidates` (not a random walk).
+2. Re-check it with the :class:`~autorecovery.roles.checker.LedgerChecker`; the marker's replica list is
+   never trusted. Nothing wrong → versioned delete of the marker (a re-mark meanwhile survives).
+3. Each bad **closed** fragment, most endangered first: if a lost bookie is registered again, re-check
+   first and skip the copy when it is fine (#2766); retry remembered unreadable entries first and copy
+   nothing if they still fail (#2166); pick targets with the policy's ``replace_bookie`` (never a
+   read-only bookie); stream the entries (:mod:`autorecovery.roles.copier`); CAS the segment's
+   ensemble.
+4. BP-54 (``repairedPlacementPolicyNotAdheringBookieEnabled``): only when the ledger has no data loss
+   (data loss first, placement on a later pass, as the BP says), each non-adhering segment of a closed
+   ledger gets a minimum-swap ``replace_to_adhere``; no fix possible → "no more bookie" (log + metric)
+   and the marker is deleted so the worker does not loop (the auditor re-marks on its next run).
+5. An open last fragment (or a last segment with a missing bookie) → keep the lock for
+   ``openLedgerRereplicationGracePeriod``, then fence/recover/close the ledger if the writer has not
+   moved on, release the lock; a later pass copies it.
+6. Re-check. Still bad → keep the lock and release it after ``grace/32 · 2^n`` ms (n < 5), then
+   ``grace`` (:mod:`autorecovery.plan.backoff`), and the slot sleeps ``rwRereplicateBackoffMs``.
+
+Where we beat upstream (each is described where it is implemented):
+
+* priority by copies left against AQ (data loss before placement), several ledgers at once
+  (``replicationWorkerConcurrentLedgers``), per-bookie stream caps, exact-size byte throttle;
+* streamed range copies that read only what each target lacks and verify every digest;
+* unrecoverable entries (every replica gone, e.g. WQ=1 on a dead bookie, #3316/#4872) are surfaced —
+  counter, error log, and a side znode ``<root>/underreplication/unrecoverable/urL<id>`` with JSON
+  ``{"ledger", "entries", "bookies", "waiting_for", "time", ...}`` — and not retried until an operator
+  deletes the side znode or re-marks the ledger, or one of the bookies in ``waiting_for`` registers;
+* a returning bookie cancels needless copies, also mid-copy;
+* ``progress()``: bytes and ledgers left, rate, ETA and why ledgers are blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from autorecovery import metrics as metrics_mod
+from autorecovery.audit.checker import BadFragment
+from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.client.recovery import recover_ledger
+from autorecovery.config.keys import KEY_BY_NAME, OURS, Key
+from autorecovery.errors import (
+    AutoRecoveryError,
+    BookieError,
+    ConfigError,
+    DigestMismatchError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+)
+from autorecovery.ledger.digest import unpack_entry
+from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
+from autorecovery.ledger.metadata import LedgerMetadata, write_set
+from autorecovery.placement.policy import Adherence
+from autorecovery.plan.backoff import FailureMemory
+from autorecovery.plan.priority import LedgerPriority, fragment_copies_left, ledger_priority, order_candidates
+from autorecovery.plan.progress import Progress, ProgressTracker, estimate_copy_bytes
+from autorecovery.plan.targets import FragmentPlan, choose_replacements, plan_fragment_copy
+from autorecovery.plan.throttle import StreamCaps, TokenBucket
+from autorecovery.roles.checker import LedgerChecker
+from autorecovery.roles.copier import DEFINITIVE, CopyResult, FragmentCopier, TargetWriteError, ranges
+from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
+from autorecovery.zk.ledgers import LedgerStore, now_ms
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+log = structlog.get_logger("autorecovery.worker")
+
+SCOPE = "replication_worker"
+OUR_SCOPE = "autorecovery"
+
+#: Keys that are ours (declared here so the config loader does not call them unknown).
+CONFIG_KEYS: tuple[Key, ...] = (
+    Key("replicationWorkerConcurrentLedgers", "int", 4, "count",
+        "ledgers one worker re-replicates at the same time (upstream: 1)", origin=OURS, group="worker",
+        min_value=1),
+    Key("replicationMaxStreamsPerSourceBookie", "int", 4, "count",
+        "concurrent copy streams one worker reads from a single bookie; <= 0 unlimited", origin=OURS,
+        group="worker"),
+    Key("replicationMaxStreamsPerTargetBookie", "int", 4, "count",
+        "concurrent copy streams one worker writes to a single bookie; <= 0 unlimited", origin=OURS,
+        group="worker"),
+    Key("replicationStreamWindowEntries", "int", 64, "count",
+        "entries queued per target between a copy stream's read and its write (memory bound)",
+        origin=OURS, group="worker", min_value=1),
+)
+_OUR_KEYS = {k.name: k for k in CONFIG_KEYS}
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Settings of one ReplicationWorker (upstream key → field; units in the field names).
+
+    | key | field | default |
+    |---|---|---|
+    | openLedgerRereplicationGracePeriod | open_ledger_grace_ms | 30000 |
+    | lockReleaseOfFailedLedgerGracePeriod | lock_release_grace_ms | 300000 |
+    | rwRereplicateBackoffMs | backoff_ms | 5000 |
+    | rereplicationEntryBatchSize | batch_size | 10 |
+    | replicationRateByBytes | rate_bytes_per_s | -1 (off) |
+    | zkReplicationTaskRateLimit | task_rate_per_s | 0 (off) |
+    | repairedPlacementPolicyNotAdheringBookieEnabled | repair_placement | false |
+    | auditorLedgerVerificationPercentage | verification_percentage | 0 |
+    | inFlightReadEntryNumInLedgerChecker | checker_in_flight | -1 |
+    | replicationWorkerConcurrentLedgers (ours) | concurrent_ledgers | 4 |
+    | replicationMaxStreamsPerSourceBookie (ours) | max_streams_per_source | 4 |
+    | replicationMaxStreamsPerTargetBookie (ours) | max_streams_per_target | 4 |
+    | replicationStreamWindowEntries (ours) | stream_window_entries | 64 |
+
+    ``rereplicationEntryBatchSize`` keeps its meaning as the unit of work: a copy stream keeps at least
+    that many entries in flight per target (``max(batch_size, stream_window_entries)``).
+    """
+
+    open_ledger_grace_ms: int = 30000
+    lock_release_grace_ms: int = 300000
+    backoff_ms: int = 5000
+    batch_size: int = 10
+    rate_bytes_per_s: int = -1
+    task_rate_per_s: float = 0.0
+    repair_placement: bool = False
+    verification_percentage: int = 0
+    checker_in_flight: int = -1
+    concurrent_ledgers: int = 4
+    max_streams_per_source: int = 4
+    max_streams_per_target: int = 4
+    stream_window_entries: int = 64
+
+    KEYS: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @staticmethod
+    def key_map() -> dict[str, str]:
+        """config key → field name."""
+        return {
+            "openLedgerRereplicationGracePeriod": "open_ledger_grace_ms",
+            "lockReleaseOfFailedLedgerGracePeriod": "lock_release_grace_ms",
+            "rwRereplicateBackoffMs": "backoff_ms",
+            "rereplicationEntryBatchSize": "batch_size",
+            "replicationRateByBytes": "rate_bytes_per_s",
+            "zkReplicationTaskRateLimit": "task_rate_per_s",
+            "repairedPlacementPolicyNotAdheringBookieEnabled": "repair_placement",
+            "auditorLedgerVerificationPercentage": "verification_percentage",
+            "inFlightReadEntryNumInLedgerChecker": "checker_in_flight",
+            "replicationWorkerConcurrentLedgers": "concurrent_ledgers",
+            "replicationMaxStreamsPerSourceBookie": "max_streams_per_source",
+            "replicationMaxStreamsPerTargetBookie": "max_streams_per_target",
+            "replicationStreamWindowEntries": "stream_window_entries",
+        }
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> "WorkerSettings":
+        """Parse the worker's keys from raw ``bk_server.conf`` properties (other keys are ignored).
+
+        Raises:
+            ConfigError: naming every key with a bad value.
+        """
+        values: dict[str, Any] = {}
+        errors: list[str] = []
+        for key_name, fname in cls.key_map().items():
+            if key_name not in props:
+                continue
+            key = KEY_BY_NAME.get(key_name) or _OUR_KEYS[key_name]
+            raw = props[key_name]
+            try:
+                values[fname] = key.parse(raw) if isinstance(raw, str) else raw
+            except ConfigError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ConfigError("; ".join(errors))
+        return cls(**values)
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for key_name, fname in self.key_map().items():
+            v = getattr(self, fname)
+            out[key_name] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        return out
+
+
+class _Metrics:
+    """The worker's metric handles (upstream names under ``replication_worker_``; ours Prometheus style)."""
+
+    def __init__(self, registry: metrics_mod.MetricsRegistry, scope: str = SCOPE) -> None:
+        self.registry, self.scope = registry, scope
+        c, o = registry.counter, registry.op_stats
+        self.rereplicate = o(scope, "rereplicate")
+        self.replicated = c(scope, "NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED")
+        self.replicated_placement = c(scope, "NUM_NOT_ADHERING_PLACEMENT_LEDGERS_REPLICATED")
+        self.defer = c(scope, "NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER")
+        self.unable_to_read = c(scope, "NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION")
+        self.entries_read = c(scope, "NUM_ENTRIES_READ")
+        self.entries_written = c(scope, "NUM_ENTRIES_WRITTEN")
+        self.bytes_read = o(scope, "NUM_BYTES_READ")
+        self.bytes_written = o(scope, "NUM_BYTES_WRITTEN")
+        self.read_latency = o(scope, "READ_DATA_LATENCY")
+        self.write_latency = o(scope, "WRITE_DATA_LATENCY")
+        self.bytes_remaining = registry.gauge(OUR_SCOPE, "bytes_remaining",
+                                              doc="estimated bytes this worker still has to copy")
+        self.unrecoverable_ledgers = registry.gauge(OUR_SCOPE, "unrecoverable_ledgers",
+                                                    doc="ledgers surfaced with entries no replica holds")
+        self.unrecoverable_total = c(OUR_SCOPE, "unrecoverable_ledgers_total",
+                                     doc="times a ledger was surfaced as unrecoverable")
+        self.no_more_bookie = c(OUR_SCOPE, "placement_no_more_bookie_total",
+                                doc="BP-54 repairs impossible: no bookie can make the segment adhere")
+        self.copies_cancelled = c(OUR_SCOPE, "replication_copies_cancelled_total",
+                                  doc="fragment copies skipped or aborted because the lost bookie came back")
+
+    def exception(self, exc: BaseException) -> None:
+        name = getattr(exc, "upstream_name", None) or type(exc).__name__
+        self.registry.counter(self.scope, f"exceptions_{name}").inc()
+
+
+@dataclass
+class _Pass:
+    """What one pass over a ledger did."""
+
+    copied: int = 0
+    copied_placement: int = 0
+    retriable: list[str] = field(default_factory=list)
+    unrecoverable: dict[int, dict[str, str]] = field(default_factory=dict)
+    placement_impossible: list[int] = field(default_factory=list)
+    cancelled: int = 0
+
+
+class _SegmentChanged(Exception):
+    pass
+
+
+class ReplicationWorker:
+    """Re-replicates under-replicated ledgers; see the module docstring for the algorithm.
+
+    Args:
+        zk: a started ZkClient. paths: the cluster's znode paths.
+        settings: :class:`WorkerSettings`.
+        policy: a placement policy (``autorecovery.placement``); the worker keeps it told about
+            membership (``on_cluster_changed``); disk weights come from whoever calls
+            ``update_bookie_info`` (the daemon's BookieInfoReader).
+        bookies: a :class:`~autorecovery.rpc.bookie_client.BookieClient`.
+        watcher: a started :class:`~autorecovery.zk.bookies.BookieWatcher`.
+        clock: monotonic seconds (backoff, throttles, progress); default ``time.monotonic``.
+        registry: metrics registry (default: the process registry).
+        lock_owner: data written into lock znodes (default: host name, as upstream).
+
+    Attributes (read by tests and the admin API):
+        memory: :class:`~autorecovery.plan.backoff.FailureMemory` (failure counts, delays handed out,
+            unreadable entries per ledger).
+        history: ``(ledger_id, outcome)`` of the last passes, oldest first.
+        unrecoverable: ledger id → the side-znode document of ledgers surfaced as unrecoverable.
+    """
+
+    def __init__(self, zk: ZkClient, paths: Paths, settings: WorkerSettings, policy, bookies, watcher, *,
+                 clock: Callable[[], float] | None = None, registry: metrics_mod.MetricsRegistry | None = None,
+                 lock_owner: str | None = None, checker: LedgerChecker | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, rng: random.Random | None = None) -> None:
+        self.zk, self.paths, self.settings = zk, paths, settings
+        self.policy, self.bookies, self.watcher = policy, bookies, watcher
+        self.clock = clock or time.monotonic
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+        self.m = _Metrics(registry or metrics_mod.REGISTRY)
+        self.um = UnderreplicationManager(zk, paths, lock_owner=lock_owner)
+        self.store = LedgerStore(zk, paths)
+        self.checker = checker or LedgerChecker(
+            bookies, lambda: self.watcher.available, verification_percentage=settings.verification_percentage,
+            in_flight=settings.checker_in_flight)
+        self.bk = BookKeeper(zk, paths, policy=policy, bookies=bookies)
+        self.bk.watcher = watcher
+        self.memory = FailureMemory(settings.lock_release_grace_ms)
+        self.byte_bucket = TokenBucket(settings.rate_bytes_per_s, self.clock)
+        self.task_bucket = TokenBucket(settings.task_rate_per_s, self.clock)
+        self.caps = StreamCaps(settings.max_streams_per_source, settings.max_streams_per_target)
+        self._caps_changed = asyncio.Condition()
+        self.copier = FragmentCopier(bookies, byte_bucket=self.byte_bucket, caps=self.caps,
+                                     caps_changed=self._caps_changed,
+                                     window_entries=max(settings.batch_size, settings.stream_window_entries),
+                                     metrics=self.m, sleep=sleep)
+        self.tracker = ProgressTracker(self.clock)
+        self.history: list[tuple[int, str]] = []
+        self.unrecoverable: dict[int, dict] = {}
+        self._markers: dict[int, tuple[int, int, list[str]]] = {}  # lid -> (version, ctime, replicas)
+        self._mds: dict[int, LedgerMetadata] = {}
+        self._known: dict[int, LedgerPriority] = {}
+        self._later: dict[int, float] = {}  # lid -> until (clock) : blocked, try others first
+        self._bad_targets: dict[str, float] = {}
+        self._active: set[int] = set()
+        self._deferred: dict[int, asyncio.Task] = {}
+        self._slots: list[asyncio.Task] = []
+        self._busy: set[asyncio.Task] = set()
+        self._refresh_task: asyncio.Task | None = None
+        self._refresh_wanted = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._acquire_lock = asyncio.Lock()
+        self._last_full_refresh = -1e18
+        self._warned_config = False
+        self._started = False
+        self._stopping = False
+        self._abort_copies: str | None = None
+        self._stopped: asyncio.Future | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> "ReplicationWorker":
+        """Create the under-replication layout if needed, take a first look at the backlog, start the
+        slots. Idempotent."""
+        if self._started:
+            return self
+        self._started = True
+        await self.um.init()
+        await self.zk.ensure_path(self.paths.unrecoverable)
+        self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
+        self.watcher.add_listener(self._on_membership)
+        self.m.bytes_remaining.set_function(lambda: self.tracker.snapshot().bytes_remaining)
+        self.m.unrecoverable_ledgers.set_function(lambda: len(self.unrecoverable))
+        self._check_policy_config()
+        try:
+            await self._refresh()
+        except Exception as exc:  # noqa: BLE001 - the refresh loop retries
+            log.warning("first backlog refresh failed", error=str(exc))
+        self._refresh_task = asyncio.create_task(self._refresh_loop(), name="worker-refresh")
+        for i in range(max(1, self.settings.concurrent_ledgers)):
+            self._slots.append(asyncio.create_task(self._slot_loop(i), name=f"worker-slot-{i}"))
+        log.info("replication worker started", slots=len(self._slots), settings=dataclasses.asdict(self.settings))
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._stopping and all(not t.done() for t in self._slots)
+
+    async def stop(self, drain_timeout_s: float = 10.0) -> None:
+        """Stop taking work; let in-flight copies finish for up to ``drain_timeout_s`` s, then abort
+        them (a copy that did not CAS the metadata changes nothing; a CAS is all-or-nothing); cancel
+        deferred releases and release every lock. Idempotent; concurrent calls wait for the first."""
+        if self._stopped is not None:
+            await asyncio.shield(self._stopped)
+            return
+        self._stopped = asyncio.get_running_loop().create_future()
+        try:
+            self._stopping = True
+            self._wake.set()
+            self._refresh_wanted.set()
+            if self._refresh_task is not None:
+                self._refresh_task.cancel()
+            idle = [t for t in self._slots if t not in self._busy]
+            for t in idle:
+                t.cancel()
+            busy = [t for t in self._slots if t in self._busy]
+            if busy:
+                _, pending = await asyncio.wait(busy, timeout=drain_timeout_s)
+                if pending:
+                    self._abort_copies = "worker stopping"
+                    _, pending = await asyncio.wait(pending, timeout=5.0)
+                for t in pending:
+                    t.cancel()
+            for t in [*self._slots, *self._deferred.values()]:
+                t.cancel()
+            await asyncio.gather(*self._slots, *self._deferred.values(),
+                                 *( [self._refresh_task] if self._refresh_task else []), return_exceptions=True)
+            self._deferred.clear()
+            with contextlib.suppress(Exception):
+                await self.um.close()
+            log.info("replication worker stopped")
+        finally:
+            self._stopped.set_result(None)
+
+    def progress(self) -> Progress:
+        """A pure snapshot: ledgers and bytes left, rate, ETA, and blocked reasons by ledger id."""
+        snap = self.tracker.snapshot()
+        blocked = dict(snap.blocked)
+        for lid, info in self.unrecoverable.items():
+            if lid in self._markers:
+                blocked[lid] = (f"unrecoverable: entries {info.get('entries')} have no readable replica"
+                                f" (waiting for {info.get('waiting_for') or 'an operator'})")
+        return dataclasses.replace(snap, blocked=blocked)
+
+    # -- membership / policy ---------------------------------------------------------------------
+    def _on_membership(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
+        if self._stopping:
+            return
+        self.policy.on_cluster_changed(set(writable), set(readonly))
+        self._refresh_wanted.set()
+        self._wake.set()
+
+    def _check_policy_config(self) -> None:
+        if self.settings.repair_placement and not hasattr(self.policy, "replace_to_adhere"):
+            log.warning("repairedPlacementPolicyNotAdheringBookieEnabled=true but the placement policy has no "
+                        "replace_to_adhere; placement marks will not be repaired", policy=type(self.policy).__name__)
+
+    def check_auditor_config(self, auditor_properties: Mapping[str, str]) -> list[str]:
+        """Compare the BP-54 switch with the auditor's configuration (hook for the daemon); returns and
+        logs a warning per mismatch (the BP asks both sides to agree)."""
+        out = []
+        key = "repairedPlacementPolicyNotAdheringBookieEnabled"
+        raw = auditor_properties.get(key)
+        if raw is not None:
+            theirs = KEY_BY_NAME[key].parse(str(raw))
+            if theirs != self.settings.repair_placement:
+                out.append(f"{key} is {theirs} on the auditor but {self.settings.repair_placement} on this worker")
+        for msg in out:
+            log.warning("config mismatch between auditor and worker", detail=msg)
+        return out
+
+    # -- backlog refresh (priority data) ---------------------------------------------------------
+    async def _refresh_loop(self) -> None:
+        while not self._stopping:
+            self._refresh_wanted.clear()
+            try:
+                await self._refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried on the next round
+                log.debug("backlog refresh failed", error=str(exc))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._refresh_wanted.wait(), timeout=10.0)
+
+    async def _refresh(self) -> None:
+        """Read markers (new ones, or all every 60 s) and their metadata; recompute priorities and the
+        backlog estimate; sync the unrecoverable side znodes."""
+        ids = await self.um.list_marked_ids()
+        now = self.clock()
+        full = now - self._last_full_refresh > 60.0
+        if full:
+            self._last_full_refresh = now
+        for lid in list(self._markers):
+            if lid not in ids:
+                self._markers.pop(lid, None)
+                self._mds.pop(lid, None)
+                self._known.pop(lid, None)
+        todo = [lid for lid in sorted(ids) if full or lid not in self._markers][:5000]
+        sem = asyncio.Semaphore(32)
+
+        async def load(lid: int) -> None:
+            async with sem:
+                marker = await self.um.get_marker(lid)
+                if marker is None:
+                    return
+                self._markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+                if full or lid not in self._mds:
+                    try:
+                        self._mds[lid], _ = await self.store.read(lid)
+                    except (NoSuchLedgerError, AutoRecoveryError):
+                        self._mds.pop(lid, None)
+
+        await asyncio.gather(*(load(lid) for lid in todo))
+        avail = self.watcher.available
+        backlog: dict[int, int] = {}
+        placement_marks = 0
+        for lid, (_v, ctime, replicas) in self._markers.items():
+            md = self._mds.get(lid)
+            if md is None:
+                continue
+            p = ledger_priority(lid, md, replicas, avail, ctime)
+            self._known[lid] = p
+            backlog[lid] = estimate_copy_bytes(md, p.lost)
+            if not replicas:
+                placement_marks += 1
+        self.tracker.set_backlog(backlog)
+        if placement_marks and not self.settings.repair_placement and not self._warned_config:
+            self._warned_config = True
+            log.warning("the auditor marks ledgers for placement repair (markers without missing replicas) but "
+                        "repairedPlacementPolicyNotAdheringBookieEnabled=false on this worker: such markers are "
+                        "only re-checked and cleared; set the key on both sides (BP-54)", markers=placement_marks)
+        await self._sync_unrecoverable()
+
+    async def _sync_unrecoverable(self) -> None:
+        def on_change(_e) -> None:
+            self._refresh_wanted.set()
+            self._wake.set()
+
+        try:
+            names = await self.zk.get_children(self.paths.unrecoverable, watch=on_change)
+        except NoNodeError:
+            names = []
+        present = set()
+        for n in names:
+            try:
+                lid = ledger_id_from_ur_leaf(n)
+            except ValueError:
+                continue
+            present.add(lid)
+            if lid not in self.unrecoverable:
+                try:
+                    data, _ = await self.zk.get(f"{self.paths.unrecoverable}/{n}")
+                    self.unrecoverable[lid] = json.loads(data.decode() or "{}")
+                except (NoNodeError, ValueError):
+                    continue
+        for lid in list(self.unrecoverable):
+            if lid not in present:
+                log.info("unrecoverable side znode removed; the ledger will be retried", ledger_id=lid)
+                self.unrecoverable.pop(lid, None)
+                self._wake.set()
+
+    def _still_unrecoverable(self, lid: int) -> bool:
+        info = self.unrecoverable.get(lid)
+        if info is None:
+            return False
+        marker = self._markers.get(lid)
+        if marker is not None and (marker[0], marker[1]) != (info.get("marker_version"), info.get("marker_ctime")):
+            return False  # re-marked since it was surfaced
+        avail = self.watcher.available
+        return not any(b in avail for b in info.get("waiting_for", []))
+
+    def _order(self, ids: list[int]) -> list[int]:
+        now = self.clock()
+        for lid, until in list(self._later.items()):
+            if until <= now:
+                del self._later[lid]
+        skip = {lid for lid in ids if self._still_unrecoverable(lid)} | self._active
+        return order_candidates(ids, self._known, skip=skip, later=set(self._later), rng=self.rng)
+
+    # -- slots -----------------------------------------------------------------------------------
+    async def _slot_loop(self, slot: int) -> None:
+        me = asyncio.current_task()
+        while not self._stopping:
+            try:
+                wait = self.task_bucket.reserve(1)
+                if wait > 0:
+                    await self.sleep(wait)
+                async with self._acquire_lock:
+                    lid = await self._next_ledger()
+                if lid is None:
+                    continue
+                self._busy.add(me)
+                try:
+                    ok = await self._rereplicate(lid)
+                finally:
+                    self._busy.discard(me)
+                    self._refresh_wanted.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: back off and go on
+                self.m.exception(exc)
+                log.warning("replication slot error", slot=slot, error=str(exc), error_type=type(exc).__name__)
+                ok = False
+            if not ok and not self._stopping:
+                await self.sleep(self.settings.backoff_ms / 1000.0)
+
+    async def _next_ledger(self) -> int | None:
+        """Lock the best candidate, waiting (watch-driven) while there is none or replication is disabled.
+
+        Wakes on marker/lock changes (the manager's watches) and on our own events (membership change,
+        side znode removed, a deferred lock released)."""
+        while not self._stopping:
+            await self.um.wait_while_disabled()
+            changed = self.um._changed  # the manager's watch-fired event (see report: make it public)
+            changed.clear()
+            self._wake.clear()
+            lid = await self.um.poll_ledger_to_rereplicate(self._order)
+            if lid is not None:
+                if lid in self._active:  # cannot happen: acquisitions are serialised; be safe
+                    continue
+                return lid
+            waiters = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(self._wake.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=30.0, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+        return None
+
+    # -- one ledger ------------------------------------------------------------------------------
+    def _record(self, lid: int, outcome: str) -> None:
+        self.history.append((lid, outcome))
+        del self.history[:-2000]
+
+    async def _rereplicate(self, lid: int) -> bool:
+        """One pass over a locked ledger. Returns True when the ledger is done (or made progress that a
+        later pass continues without backoff), False for an unsuccessful pass (the slot backs off)."""
+        t0 = self.clock()
+        outcome = "failed"
+        keep_lock = False
+        self._active.add(lid)
+        self.tracker.start(lid)
+        try:
+            try:
+                md, _version = await self.store.read(lid)
+            except NoSuchLedgerError as exc:
+                self.m.exception(exc)
+                log.info("ledger deleted; removing its marker", ledger_id=lid)
+                await self.um.mark_replicated(lid)
+                await self._clear_unrecoverable(lid)
+                self.memory.replicated(lid)
+                outcome = "deleted"
+                return False
+            marker = await self.um.get_marker(lid)
+            if marker is None:
+                outcome = "not-marked"
+                return True
+            self._markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+            data_loss = await self.checker.check(lid, md)
+            placement = self._placement_segments(md) if not data_loss else []
+            if not data_loss and not placement:
+                outcome = await self._done(lid, "nothing-to-do")
+                return True
+            avail = self.watcher.available
+            lost = {b for f in data_loss for b in f.bad_bookies}
+            self.tracker.plan(lid, estimate_copy_bytes(md, lost) if lost else
+                              estimate_copy_bytes(md, {md.segments[i].ensemble[0] for i in placement}))
+            p = _Pass()
+            open_found = any(not f.closed for f in data_loss)
+            closed = [f for f in data_loss if f.closed]
+            closed.sort(key=lambda f: fragment_copies_left(
+                md.segments[md.segment_index_at(f.segment_first_entry_id)].ensemble, md.write_quorum,
+                f.first_entry_id, f.last_entry_id, f.bad_indexes, avail - f.bad_bookies))
+            for frag in closed:
+                md = await self._fix_data_loss(lid, md, frag, p)
+            if not data_loss:
+                for seg_first in placement:
+                    md = await self._fix_placement(lid, md, seg_first, p)
+            if p.copied:
+                self.m.replicated.inc()
+                if p.copied_placement:
+                    self.m.replicated_placement.inc()
+            if open_found or await self._last_segment_open_and_missing(lid, md):
+                self._defer_open_ledger(lid)
+                keep_lock = True
+                outcome = "deferred-open"
+                self.tracker.block(lid, f"open ledger: waiting {self.settings.open_ledger_grace_ms} ms before fencing")
+                return False
+            # re-check from fresh metadata
+            md, _version = await self.store.read(lid)
+            remaining = await self.checker.check(lid, md)
+            rem_placement = self._placement_segments(md) if not remaining else []
+            if not remaining and set(rem_placement) <= set(p.placement_impossible):
+                if rem_placement:
+                    log.warning("placement cannot be repaired: no more bookie; marker removed until the auditor "
+                                "marks the ledger again", ledger_id=lid, segments=rem_placement)
+                outcome = await self._done(lid, "replicated" if p.copied else "no-more-bookie" if rem_placement
+                                           else "nothing-to-do")
+                return True
+            if not remaining and data_loss:
+                # data loss fixed; the placement problem is left for a later pass (BP-54)
+                outcome = "data-loss-fixed-placement-pending"
+                return True
+            if p.unrecoverable and not p.retriable:
+                await self._surface_unrecoverable(lid, md, p)
+                outcome = "unrecoverable"
+                return False
+            delay_ms = self.memory.next_release_delay_ms(lid)
+            self.m.defer.inc()
+            self._schedule_release(lid, delay_ms)
+            keep_lock = True
+            reason = "; ".join(dict.fromkeys(p.retriable)) or "fragments still under-replicated after the pass"
+            self.tracker.block(lid, reason)
+            self._later[lid] = self.clock() + delay_ms / 1000.0
+            log.warning("ledger still under-replicated; deferring lock release", ledger_id=lid, delay_ms=delay_ms,
+                        failures=self.memory.failures(lid), reason=reason)
+            outcome = "deferred-failed"
+            return False
+        except NoSuchLedgerError as exc:
+            self.m.exception(exc)
+            with contextlib.suppress(Exception):
+                await self.um.mark_replicated(lid)
+            outcome = "deleted"
+            return False
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except Exception as exc:  # noqa: BLE001 - upstream: release the lock, count, back off
+            self.m.exception(exc)
+            log.error("replication pass failed", ledger_id=lid, error=str(exc), error_type=type(exc).__name__)
+            self.tracker.block(lid, f"{type(exc).__name__}: {exc}")
+            return False
+        finally:
+            self._active.discard(lid)
+            done = outcome in ("replicated", "nothing-to-do", "no-more-bookie")
+            self.tracker.finish(lid, done)
+            if not keep_lock and lid in self.um.held:
+                with contextlib.suppress(Exception):
+                    await self.um.release(lid)
+            self.m.rereplicate.record((self.clock() - t0) * 1000.0, success=done or outcome.startswith("data-loss-fixed"))
+            self._record(lid, outcome)
+            log.info("replication pass", ledger_id=lid, outcome=outcome, ms=round((self.clock() - t0) * 1000.0, 1))
+
+    async def _done(self, lid: int, outcome: str) -> str:
+        """Versioned delete of the marker (+ lock release); forget failures; returns ``outcome``."""
+        deleted = await self.um.mark_replicated(lid)
+        self.memory.replicated(lid)
+        self._later.pop(lid, None)
+        await self._clear_unrecoverable(lid)
+        self.tracker.unblock(lid)
+        if not deleted:
+            log.info("marker changed while replicating (re-marked); it stays for another pass", ledger_id=lid)
+        return outcome
+
+    # -- data loss -------------------------------------------------------------------------------
+    async def _fix_data_loss(self, lid: int, md: LedgerMetadata, frag: BadFragment, p: _Pass) -> LedgerMetadata:
+        seg_i = _segment_index(md, frag.segment_first_entry_id)
+        if seg_i is None:
+            p.retriable.append("segment changed during the pass")
+            return md
+        seg = md.segments[seg_i]
+        ensemble = seg.ensemble
+        first, last = seg.first_entry_id, md.segment_end(seg_i)
+        bad = set(frag.bad_indexes)
+        avail = self.watcher.available
+        # a bookie that was lost is registered again: check before copying anything (#2766)
+        if any(ensemble[i] in avail for i in bad):
+            fresh = await self.checker.check(lid, md)
+            again = [f for f in fresh if f.segment_first_entry_id == seg.first_entry_id]
+            if not again:
+                self.m.copies_cancelled.inc()
+                p.cancelled += 1
+                log.info("lost bookie is back and holds its entries; copy skipped", ledger_id=lid,
+                         bookies=sorted(ensemble[i] for i in bad))
+                return md
+            bad = set(again[0].bad_indexes)
+        bad_bookies = {ensemble[i] for i in bad}
+        # entries that could not be read last time are tried first; nothing is written if they still fail
+        remembered = self.memory.unreadable(lid, first, last)
+        if remembered:
+            failed = await self._probe_entries(lid, ensemble, md.write_quorum, remembered)
+            self.memory.readable_again(lid, [e for e in remembered if e not in failed])
+            if failed:
+                self._classify_unreadable(failed, p)
+                return md
+        # entries no registered replica holds: copy nothing of the fragment (no partial copies), and
+        # find that out before asking for targets (a missing target must not hide data loss)
+        probe = plan_fragment_copy(
+            ensemble=ensemble, write_quorum=md.write_quorum, first=first, last=last,
+            replacements={i: f"?target-{i}" for i in bad}, readable=avail - bad_bookies,
+            last_resort=avail & bad_bookies)
+        if probe.unsourced:
+            res = CopyResult(unreadable={e: {} for e in probe.unsourced})
+            await self.copier.explain(lid, ensemble, md.write_quorum, res, lambda: self.watcher.available)
+            self.m.unable_to_read.inc(self.memory.add_unreadable(lid, res.unreadable))
+            self._classify_unreadable(res.unreadable, p)
+            return md
+        try:
+            repl = choose_replacements(
+                ensemble=ensemble, bad_indexes=bad, replace_bookie=self.policy.replace_bookie,
+                ensemble_size=md.ensemble_size, write_quorum=md.write_quorum, ack_quorum=md.ack_quorum,
+                exclude=self._excluded_targets(), readonly=self.watcher.readonly, writable=self.watcher.writable)
+        except NotEnoughBookiesError as exc:
+            self.m.exception(exc)
+            p.retriable.append(f"no eligible target bookie: {exc}")
+            log.warning("no target bookie for fragment", ledger_id=lid, first_entry_id=first, error=str(exc))
+            return md
+        plan = plan_fragment_copy(
+            ensemble=ensemble, write_quorum=md.write_quorum, first=first, last=last, replacements=repl,
+            readable=avail - bad_bookies, last_resort=avail & bad_bookies, source_load=dict(self.caps.sources))
+        if plan.unsourced:  # an in-place target was the only holder: nothing to copy from
+            p.retriable.append(f"entries {ranges(plan.unsourced)} have no source besides their in-place target")
+            return md
+        watch_back = {b for b in bad_bookies if b not in avail}
+        return await self._copy_and_swap(lid, md, seg.first_entry_id, ensemble, plan, p, watch_back,
+                                         skip_sources=bad_bookies, placement=False)
+
+    def _excluded_targets(self) -> set[str]:
+        now = self.clock()
+        for b, until in list(self._bad_targets.items()):
+            if until <= now:
+                del self._bad_targets[b]
+        return set(self._bad_targets)
+
+    async def _probe_entries(self, lid: int, ensemble, wq: int, entry_ids: list[int]) -> dict[int, dict[str, str]]:
+        """Read each entry from any replica (digest-checked); returns the ones no replica served with
+        the reason per replica."""
+        reg = self.watcher.available
+        failed: dict[int, dict[str, str]] = {}
+        for e in entry_ids:
+            why: dict[str, str] = {}
+            ok = False
+            for j in write_set(e, len(ensemble), wq):
+                b = ensemble[j]
+                if b not in reg:
+                    why[b] = "NOT_REGISTERED"
+                    continue
+                try:
+                    r = await self.bookies.read_entry(b, lid, e)
+                    unpack_entry(r.body, lid, e, source=b)
+                    ok = True
+                    break
+                except DigestMismatchError:
+                    why[b] = "DIGEST"
+                except BookieError as exc:
+                    why[b] = exc.status
+            if not ok:
+                failed[e] = why
+        return failed
+
+    def _classify_unreadable(self, unreadable: Mapping[int, Mapping[str, str]], p: _Pass) -> None:
+        """Split unreadable entries into unrecoverable (every replica definitively without a valid copy)
+        and retriable ones."""
+        gone = {e: dict(w) for e, w in unreadable.items() if w and all(r in DEFINITIVE for r in w.values())}
+        p.unrecoverable.update(gone)
+        rest = [e for e in unreadable if e not in gone]
+        if rest:
+            p.retriable.append(f"entries {ranges(rest)} could not be read now (replicas unreachable or failing)")
+
+    async def _copy_and_swap(self, lid: int, md: LedgerMetadata, seg_first: int, ensemble: tuple[str, ...],
+                             plan: FragmentPlan, p: _Pass, watch_back: set[str], *, skip_sources,
+                             placement: bool) -> LedgerMetadata:
+        def should_abort() -> str | None:
+            if self._abort_copies:
+                return self._abort_copies
+            if watch_back and watch_back <= self.watcher.available:
+                return "lost bookies are back: " + ",".join(sorted(watch_back))
+            return None
+
+        try:
+            res = await self.copier.copy(
+                ledger_id=lid, master_key=md.password, ensemble=ensemble, write_quorum=md.write_quorum, plan=plan,
+                registered=lambda: self.watcher.available, skip_sources=skip_sources, should_abort=should_abort,
+                on_bytes=lambda n: self.tracker.copied(lid, n))
+        except TargetWriteError as exc:
+            self.m.exception(exc.cause)
+            self._bad_targets[exc.bookie_id] = self.clock() + 60.0
+            p.retriable.append(f"target {exc.bookie_id} failed: {exc.cause}")
+            log.warning("target write failed; excluding it for 60 s", ledger_id=lid, bookie_id=exc.bookie_id,
+                        error=str(exc.cause))
+            return md
+        if res.aborted:
+            self.m.copies_cancelled.inc()
+            p.retriable.append(f"copy aborted: {res.aborted}")
+            return md
+        if not res.complete:
+            self.memory.add_unreadable(lid, res.unreadable)  # the copier counted them per entry
+            self._classify_unreadable(res.unreadable, p)
+            return md
+        repl = dict(plan.replacements)
+
+        def transform(cur: LedgerMetadata) -> LedgerMetadata | None:
+            i = _segment_index(cur, seg_first)
+            if i is None:
+                raise _SegmentChanged(f"segment at {seg_first} is gone")
+            if not cur.is_closed and i == len(cur.segments) - 1:
+                raise _SegmentChanged(f"segment at {seg_first} is the open last segment")
+            cur_ens = cur.segments[i].ensemble
+            swap = {ensemble[j]: new for j, new in repl.items() if cur_ens[j] == ensemble[j] and new != ensemble[j]}
+            if not swap:
+                return None
+            out = cur.with_segment_replaced(seg_first, swap)
+            if len(set(out.segments[i].ensemble)) != len(out.segments[i].ensemble):
+                raise _SegmentChanged(f"replacement would duplicate a bookie in segment {seg_first}")
+            return out
+
+        try:
+            new_md, _ = await self.store.update(lid, transform)
+        except _SegmentChanged as exc:
+            p.retriable.append(str(exc))
+            return md
+        p.copied += 1
+        if placement:
+            p.copied_placement += 1
+        log.info("fragment replicated", ledger_id=lid, segment_first_entry_id=seg_first,
+                 replaced={ensemble[j]: new for j, new in repl.items()}, entries=res.entries_read,
+                 bytes=res.bytes_written, placement=placement)
+        return new_md
+
+    # -- BP-54 -----------------------------------------------------------------------------------
+    def _placement_segments(self, md: LedgerMetadata) -> list[int]:
+        """First entry ids of the closed ledger's segments that FAIL the placement policy (BP-54 on)."""
+        if not self.settings.repair_placement or not md.is_closed or not hasattr(self.policy, "replace_to_adhere"):
+            return []
+        out = []
+        for seg in md.segments:
+            if self.policy.is_ensemble_adhering(list(seg.ensemble), md.write_quorum, md.ack_quorum) == Adherence.FAIL:
+                out.append(seg.first_entry_id)
+        return out
+
+    async def _fix_placement(self, lid: int, md: LedgerMetadata, seg_first: int, p: _Pass) -> LedgerMetadata:
+        seg_i = _segment_index(md, seg_first)
+        if seg_i is None:
+            return md
+        seg = md.segments[seg_i]
+        res = self.policy.replace_to_adhere(md.ensemble_size, md.write_quorum, md.ack_quorum,
+                                            frozenset(self._excluded_targets()), list(seg.ensemble))
+        new_ens = list(res.ensemble)
+        changed = [i for i in range(len(seg.ensemble)) if i < len(new_ens) and new_ens[i] != seg.ensemble[i]]
+        if res.adherence == Adherence.FAIL or not changed or any(new_ens[i] in self.watcher.readonly for i in changed):
+            self.m.no_more_bookie.inc()
+            p.placement_impossible.append(seg_first)
+            log.warning("no more bookie: placement of segment cannot be repaired", ledger_id=lid,
+                        segment_first_entry_id=seg_first, ensemble=list(seg.ensemble))
+            return md
+        repl = {i: new_ens[i] for i in changed}
+        plan = plan_fragment_copy(ensemble=seg.ensemble, write_quorum=md.write_quorum, first=seg.first_entry_id,
+                                  last=md.segment_end(seg_i), replacements=repl, readable=self.watcher.available,
+                                  source_load=dict(self.caps.sources))
+        if plan.unsourced:
+            p.retriable.append(f"placement move of segment {seg_first}: entries {ranges(plan.unsourced)} unreadable")
+            return md
+        return await self._copy_and_swap(lid, md, seg_first, seg.ensemble, plan, p, set(), skip_sources=(),
+                                         placement=True)
+
+    # -- open ledgers ----------------------------------------------------------------------------
+    async def _last_segment_open_and_missing(self, lid: int, md: LedgerMetadata) -> bool:
+        """Upstream isLastSegmentOpenAndMissingBookies: open ledger whose last ensemble has a bookie
+        that is not writable; also the previous segment when the LAC lags its end (#3917)."""
+        if md.is_closed:
+            return False
+        writable = self.watcher.writable
+        if any(b not in writable for b in md.last_ensemble):
+            return True
+        if len(md.segments) > 1:
+            lac = await self.checker.read_lac(lid, md)
+            if lac < md.segments[-1].first_entry_id - 1:
+                return any(b not in writable for b in md.segments[-2].ensemble)
+        return False
+
+    def _defer_open_ledger(self, lid: int) -> None:
+        async def later() -> None:
+            try:
+                await self.sleep(self.settings.open_ledger_grace_ms / 1000.0)
+                md, _ = await self.store.read(lid)
+                need = await self._last_segment_open_and_missing(lid, md)
+                if not need and not md.is_closed:
+                    need = any(not f.closed for f in await self.checker.check(lid, md))
+                if need:
+                    log.info("opening ledger for recovery (fence and close) after the grace period", ledger_id=lid)
+                    await recover_ledger(self.bk, lid)
+                else:
+                    log.info("writer moved on within the grace period; ledger left open", ledger_id=lid)
+            except asyncio.CancelledError:
+                raise
+            except NoSuchLedgerError:
+                with contextlib.suppress(Exception):
+                    await self.um.mark_replicated(lid)
+            except Exception as exc:  # noqa: BLE001 - logged and counted; the lock is released below
+                self.m.exception(exc)
+                log.warning("open-ledger recovery failed", ledger_id=lid, error=str(exc))
+            finally:
+                self._deferred.pop(lid, None)
+                if lid in self.um.held and not self._stopping:
+                    with contextlib.suppress(Exception):
+                        await self.um.release(lid)
+                self.tracker.unblock(lid)
+                self._wake.set()
+
+        self._deferred[lid] = asyncio.create_task(later(), name=f"open-ledger-{lid}")
+
+    # -- failures --------------------------------------------------------------------------------
+    def _schedule_release(self, lid: int, delay_ms: int) -> None:
+        async def later() -> None:
+            try:
+                await self.sleep(delay_ms / 1000.0)
+            finally:
+                self._deferred.pop(lid, None)
+            if lid in self.um.held and not self._stopping:
+                await self.um.release(lid)
+            self._wake.set()
+
+        old = self._deferred.pop(lid, None)
+        if old is not None:
+            old.cancel()
+        self._deferred[lid] = asyncio.create_task(later(), name=f"release-{lid}")
+
+    async def _surface_unrecoverable(self, lid: int, md: LedgerMetadata, p: _Pass) -> None:
+        entries = sorted(p.unrecoverable)
+        bookies = sorted({b for why in p.unrecoverable.values() for b in why})
+        waiting = sorted({b for why in p.unrecoverable.values() for b, r in why.items() if r == "NOT_REGISTERED"})
+        marker = self._markers.get(lid, (-1, -1, []))
+        doc = {
+            "ledger": lid,
+            "entries": ranges(entries),
+            "entry_count": len(entries),
+            "bookies": bookies,
+            "waiting_for": waiting,
+            "reasons": {str(e): why for e, why in list(p.unrecoverable.items())[:100]},
+            "time": now_ms(),
+            "marker_version": marker[0],
+            "marker_ctime": marker[1],
+            "worker": self.um.lock_owner,
+        }
+        path = f"{self.paths.unrecoverable}/{ur_leaf_name(lid)}"
+        data = json.dumps(doc, sort_keys=True).encode()
+        try:
+            await self.zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            await self.zk.set(path, data)
+        self.unrecoverable[lid] = json.loads(data)
+        self.m.unrecoverable_total.inc()
+        self.tracker.block(lid, f"unrecoverable: entries {doc['entries']} (waiting for {waiting or 'an operator'})")
+        log.error("unrecoverable entries: no replica holds them; not retrying until a bookie returns, the side "
+                  "znode is deleted or the ledger is re-marked", ledger_id=lid, entries=doc["entries"],
+                  bookies=bookies, waiting_for=waiting, side_znode=path)
+
+    async def _clear_unrecoverable(self, lid: int) -> None:
+        if self.unrecoverable.pop(lid, None) is not None:
+            with contextlib.suppress(NoNodeError):
+                await self.zk.delete(f"{self.paths.unrecoverable}/{ur_leaf_name(lid)}")
+
+
+def _segment_index(md: LedgerMetadata, first_entry_id: int) -> int | None:
+    for i, seg in enumerate(md.segments):
+        if seg.first_entry_id == first_entry_id:
+            return i
+    return None
+
+
+__all__ = ["ReplicationWorker", "WorkerSettings", "CONFIG_KEYS"]
