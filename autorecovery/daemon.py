@@ -371,7 +371,16 @@ class Daemon:
             await step("auditor", self._on_lost, 0.5)
         if self.worker is not None:
             worker = self.worker
-            await step("worker", worker.stop, 0.8)
+            # let in-flight copies finish for half of what is left, then the worker aborts them
+            drain = max(0.5, (deadline - loop.time()) * 0.5)
+
+            def stop_worker() -> Any:
+                try:
+                    return worker.stop(drain_timeout_s=drain)
+                except TypeError:  # a worker without a drain bound
+                    return worker.stop()
+
+            await step("worker", stop_worker, 0.9)
         if self.reader is not None:
             await step("bookie-info-reader", self.reader.stop)
         for name in list(self._tasks):
