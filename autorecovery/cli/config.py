@@ -150,10 +150,13 @@ def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tupl
 @click.option("--markdown", is_flag=True, help="Print a Markdown table (what docs/operators.md contains).")
 def keys_cmd(markdown: bool) -> None:
     """List every configuration key: name, type, unit, default, origin, meaning."""
+    from autorecovery.config.load import provider_key_objects, provider_keys
+
     if markdown:
         click.echo("| key | type | unit | default | origin | meaning |")
         click.echo("|---|---|---|---|---|---|")
-    for key in K.KEYS:
+    declared = provider_key_objects()
+    for key in (*K.KEYS, *declared):
         default = key.render(key.default) or "(unset)"
         origin = key.origin
         if key.upstream_default is not None:
@@ -162,3 +165,9 @@ def keys_cmd(markdown: bool) -> None:
             click.echo(f"| `{key.name}` | {key.type} | {key.unit or ''} | {default} | {origin} | {key.doc} |")
         else:
             click.echo(f"{key.name}\t{key.type}\t{key.unit or '-'}\t{default}\t{origin}\t{key.doc}")
+    listed = {k.name for k in (*K.KEYS, *declared)}
+    for name in sorted(set(provider_keys()) - listed):
+        if markdown:
+            click.echo(f"| `{name}` | | | | declared by a role module | see that module |")
+        else:
+            click.echo(f"{name}\t-\t-\t-\tdeclared by a role module\t-")

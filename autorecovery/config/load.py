@@ -231,9 +231,35 @@ def provider_keys(modules: Iterable[str] = KEY_PROVIDERS) -> tuple[str, ...]:
             m = importlib.import_module(mod)
         except Exception:  # noqa: BLE001 - a module that is missing or broken declares nothing
             continue
-        for item in list(getattr(m, "CONFIG_KEYS", ()) or ()) + list(getattr(m, "PLACEMENT_KEYS", ()) or ()):
+        items: list = list(getattr(m, "CONFIG_KEYS", ()) or ()) + list(getattr(m, "PLACEMENT_KEYS", ()) or ())
+        for cls_name in ("AuditorSettings", "WorkerSettings"):
+            cls = getattr(m, cls_name, None)
+            keys = getattr(cls, "KEYS", None)
+            if isinstance(keys, dict):
+                items.extend(keys)
+            key_map = getattr(cls, "key_map", None)
+            if callable(key_map):
+                try:
+                    items.extend(key_map())
+                except Exception:  # noqa: BLE001 - a provider that cannot list keys declares nothing
+                    pass
+        for item in items:
             names.append(item if isinstance(item, str) else getattr(item, "name", str(item)))
-    return tuple(names)
+    return tuple(dict.fromkeys(names))
+
+
+def provider_key_objects(modules: Iterable[str] = KEY_PROVIDERS) -> tuple[K.Key, ...]:
+    """The :class:`~autorecovery.config.keys.Key` objects other modules declare (for docs)."""
+    out: dict[str, K.Key] = {}
+    for mod in modules:
+        try:
+            m = importlib.import_module(mod)
+        except Exception:  # noqa: BLE001
+            continue
+        for item in getattr(m, "CONFIG_KEYS", ()) or ():
+            if isinstance(item, K.Key) and item.name not in K.KEY_BY_NAME:
+                out.setdefault(item.name, item)
+    return tuple(out.values())
 
 
 @dataclass
