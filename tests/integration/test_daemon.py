@@ -20,7 +20,6 @@ import pytest
 from autorecovery.ledger.metadata import entries_on_index
 from autorecovery.rpc.bookie_client import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
-from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.election import sorted_votes
 from test_shell_support import (
     FAST,
@@ -220,3 +219,62 @@ def test_sigterm_while_copying(cluster, procs, tmp_path):
     wait_until(lambda: all(victim not in arun(metadata(cluster, lid)).all_bookies() for lid in affected),
                60, 0.2, "re-replication after restart")
     assert p2.stop()[0] == 0
+
+
+async def test_session_expiry_restarts_worker_and_rejoins(cluster):
+    """Upstream exits on session expiry (#3799); the daemon stops the auditor, restarts the worker on
+    the new session, votes again and is ready again."""
+    import asyncio
+    import io
+
+    from kazoo.client import KazooClient
+
+    from autorecovery.config.load import load_settings
+    from autorecovery.daemon import Daemon
+
+    settings = load_settings(None, env={}, overrides={
+        **FAST, "zkServers": cluster.zk_connect, "bookieId": cluster.bookie_id(2), "zkTimeout": "4000",
+        "httpServerEnabled": "false"})
+    out = io.StringIO()
+    d = Daemon(settings, out=out)
+    await d.start()
+    try:
+        assert out.getvalue().startswith(f"AUTORECOVERY_READY bookie_id={cluster.bookie_id(2)} http=off")
+        loop = asyncio.get_running_loop()
+
+        async def until(pred, timeout_s, what):
+            deadline = loop.time() + timeout_s
+            while not pred():
+                assert loop.time() < deadline, f"timed out waiting for {what}"
+                await asyncio.sleep(0.05)
+
+        await until(lambda: d.readiness()[0], 10, "ready")
+        old_worker, old_session = d.worker, d.zk.client_id[0]
+        await until(lambda: d.auditor is not None, 10, "auditor elected")
+
+        def expire():  # the classic trick: a second client with the same session id, then close it
+            kz = KazooClient(hosts=cluster.zk_connect, client_id=d.zk.client_id)
+            kz.start(10)
+            kz.stop()
+            kz.close()
+
+        await asyncio.to_thread(expire)
+        await until(lambda: d.zk.client_id and d.zk.client_id[0] != old_session, 30, "a new session")
+        await until(lambda: d.worker is not None and d.worker is not old_worker and d.readiness()[0], 30,
+                    "worker restarted and ready")
+        await until(lambda: d.auditor is not None, 30, "re-elected on the new session")
+        votes, _locks = await votes_and_locks_async(cluster)
+        assert len(votes) == 1
+    finally:
+        await d.stop()
+    votes, locks = await votes_and_locks_async(cluster)
+    assert votes == [] and locks == []
+
+
+async def votes_and_locks_async(cluster):
+    async with zk_session(cluster) as (zk, paths, _urm):
+        try:
+            votes = sorted_votes(await zk.get_children(paths.auditor_election))
+        except Exception:  # noqa: BLE001
+            votes = []
+        return votes, await zk.get_children(paths.ur_locks)
