@@ -16,6 +16,8 @@ import asyncio
 import random
 from collections.abc import Callable
 
+import structlog
+
 from autorecovery.audit.checker import (
     BadFragment,
     Fragment,
@@ -29,6 +31,8 @@ from autorecovery.audit.checker import (
 from autorecovery.errors import AutoRecoveryError, BookieError
 from autorecovery.ledger.digest import unpack_entry
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+
+log = structlog.get_logger("autorecovery.checker")
 
 
 class LedgerChecker:
@@ -117,7 +121,10 @@ class LedgerChecker:
             if up and first_b >= 0:
                 for e in entries_to_read(first_b, last_b, idx, frag.ensemble_size, frag.write_quorum,
                                          self.verification_percentage, self._rng):
-                    if await self._read_status(bookie, ledger_id, e) != "EOK":
+                    status = await self._read_status(bookie, ledger_id, e)
+                    if status != "EOK":
+                        log.info("ledger checker read failed", ledger_id=ledger_id, entry_id=e, bookie_id=bookie,
+                                 status=status)
                         failures += 1
                         break
             if index_is_bad(first_b, up, failures):
