@@ -132,7 +132,8 @@ def cluster(tmp_path_factory):
 async def test_free_space_change_reaches_policy_within_one_interval(cluster):
     free = {b: 1_000_000_000 * (i + 1) for i, b in enumerate(cluster.bookie_ids())}
     for i, b in enumerate(cluster.bookie_ids()):
-        write_fake_disk(cluster.bookies[i].data_dir, total_bytes=10_000_000_000, free_bytes=free[b])
+        # total = 2 x free keeps every bookie below diskUsageThreshold (a full disk turns it read-only)
+        write_fake_disk(cluster.bookies[i].data_dir, total_bytes=2 * free[b], free_bytes=free[b])
     zk = await ZkClient(cluster.zk_connect).start()
     watcher = await BookieWatcher(zk, Paths("/ledgers")).start()
     bookies = BookieClient()
@@ -148,7 +149,7 @@ async def test_free_space_change_reaches_policy_within_one_interval(cluster):
         for b in cluster.bookie_ids():
             assert policy.weight_of(b) == free[b]
         b0 = cluster.bookie_ids()[0]
-        write_fake_disk(cluster.bookies[0].data_dir, total_bytes=10_000_000_000, free_bytes=123_456)
+        write_fake_disk(cluster.bookies[0].data_dir, total_bytes=2 * 123_456, free_bytes=123_456)
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         assert await reader.wait_for(lambda r: policy.weight_of(b0) == 123_456, interval * 2 + 1.0)
