@@ -312,3 +312,25 @@ def test_real_entry_point(cluster):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"Auditor: {cluster.bookie_id(0)}\n"
+
+
+def test_recover_open_ledger_is_fenced_or_skipped(cluster):
+    src = cluster.bookie_id(2)
+    opened = {}
+    while not opened:  # an open ledger (never closed) whose ensemble holds the source
+        lid, ens = next(iter(arun(write_ledgers(cluster, 1, 8, 3, 3, 2, close=False)).items()))
+        if src in ens:
+            opened[lid] = ens
+    lid = next(iter(opened))
+    assert arun(metadata(cluster, lid)).state.name == "OPEN"
+    out = ok(shell(cluster, "recover", src, "-f", "-l", str(lid), "--skip-open-ledgers"))
+    assert f"ledger {lid}: skipped: open ledger (--skip-open-ledgers)" in out
+    assert src in arun(metadata(cluster, lid)).all_bookies()
+    plan = ok(shell(cluster, "recover", src, "--dry-run", "-l", str(lid)))
+    assert "open ledger: would be fenced and closed first" in plan
+    assert arun(metadata(cluster, lid)).state.name == "OPEN"
+    out = ok(shell(cluster, "recover", src, "-f", "-l", str(lid)))
+    assert f"ledger {lid}: recovered (fenced and closed)" in out
+    md = arun(metadata(cluster, lid))
+    assert md.state.name == "CLOSED" and md.last_entry_id == 7 and src not in md.all_bookies()
+    assert len(arun(read_all(cluster, lid))) == 8
