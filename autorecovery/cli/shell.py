@@ -27,7 +27,7 @@ from autorecovery import logs
 from autorecovery.admin import ops
 from autorecovery.admin.http import readable_bytes
 from autorecovery.cli.config import parse_sets, settings_from_cli
-from autorecovery.errors import AutoRecoveryError, ConfigError, NoSuchLedgerError
+from autorecovery.errors import AutoRecoveryError, ConfigError
 
 EXIT_FAIL, EXIT_USAGE = 1, 2
 
@@ -483,4 +483,3 @@ def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
 
 
 __all__ = ["shell"]
-_ = NoSuchLedgerError  # re-exported for callers matching on it

@@ -15,7 +15,6 @@ from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.underreplication import UnderreplicationManager
 from test_shell_support import (
-    P,
     arun,
     cli,
     create_metadata_ledger,
@@ -24,7 +23,6 @@ from test_shell_support import (
     shell,
     snapshot,
     start_daemon,
-    wait_until,
     write_ledgers,
     zk_session,
 )
