@@ -242,12 +242,27 @@ class Daemon:
             if old is not None:
                 with contextlib.suppress(Exception):
                     await _maybe_await(old.stop())
+                self._drop_listener(getattr(old, "_on_membership", None))
             if self._stopping:
                 return
             await self.zk.connected.wait()
             self.worker = self.worker_factory(self.zk, self.paths, self.settings, self.policy, self.bookies,
                                               self.watcher)
             await _maybe_await(self.worker.start())
+
+    def _drop_listener(self, listener: Any) -> None:
+        """Detach a stopped role's membership listener from the shared BookieWatcher."""
+        if listener is None or self.watcher is None:
+            return
+        remove = getattr(self.watcher, "remove_listener", None)
+        if callable(remove):
+            with contextlib.suppress(Exception):
+                remove(listener)
+            return
+        listeners = getattr(self.watcher, "_listeners", None)
+        if isinstance(listeners, list):
+            with contextlib.suppress(ValueError):
+                listeners.remove(listener)
 
     def _progress(self) -> Any:
         w = self.worker
