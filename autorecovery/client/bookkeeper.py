@@ -43,6 +43,7 @@ class BookKeeper:
         self.policy = policy or RandomPolicy()
         self._own_bookies = bookies is None
         self.bookies = bookies or BookieClient()
+        self.bookies_timeout_s = getattr(self.bookies, "timeout_s", 10.0)
         self.watcher: BookieWatcher | None = None
         self._own_zk = own_zk
 

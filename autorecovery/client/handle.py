@@ -42,6 +42,7 @@ class _PendingAdd:
     body: bytes
     length: int
     acked: set[int] = dataclasses.field(default_factory=set)
+    gave_up: set[int] = dataclasses.field(default_factory=set)
     done: asyncio.Future | None = None
     failed: BaseException | None = None
 
@@ -114,18 +115,23 @@ class LedgerHandle:
             seg_index = self.metadata.segment_index_at(op.entry_id)
             bookie = self.metadata.segments[seg_index].ensemble[idx]
             if bookie in self._failed_bookies and seg_index < len(self.metadata.segments) - 1:
-                return  # the entry stays in an older segment with a failed bookie (under-replicated)
+                # The entry belongs to an older segment whose member at idx failed and that segment can
+                # no longer change: this replica is given up (the entry is under-replicated until
+                # autorecovery copies it), and the entry fails only if AQ is now out of reach.
+                self._give_up(op, idx, bookie)
+                return
             try:
                 await self.bk.bookies.add_entry(bookie, self.ledger_id, op.entry_id, self.master_key, op.body,
                                                 recovery=self.recovery)
                 op.acked.add(idx)
                 self._advance()
                 return
-            except LedgerFencedError as exc:
+            except LedgerFencedError:
                 self._fail_all(LedgerFencedError(bookie, "EFENCED", f"ledger {self.ledger_id} is fenced"))
                 return
             except BookieError as exc:
                 attempts += 1
+                self._failed_bookies.add(bookie)
                 log.warning("bookie write failed", ledger_id=self.ledger_id, entry_id=op.entry_id,
                             bookie_id=bookie, status=exc.status)
                 try:
@@ -136,6 +142,14 @@ class LedgerHandle:
                 if attempts > 20:
                     self._fail_all(WriteError(f"ledger {self.ledger_id} entry {op.entry_id}: gave up after {attempts} bookie failures"))
                     return
+
+    def _give_up(self, op: _PendingAdd, idx: int, bookie: str) -> None:
+        op.gave_up.add(idx)
+        md = self.metadata
+        if md.write_quorum - len(op.gave_up) < md.ack_quorum and len(op.acked) < md.ack_quorum:
+            self._fail_all(WriteError(
+                f"ledger {self.ledger_id} entry {op.entry_id}: ack quorum {md.ack_quorum} out of reach, "
+                f"bookies of its segment failed ({bookie} at index {idx})"))
 
     def _advance(self) -> None:
         aq = self.metadata.ack_quorum
@@ -162,9 +176,9 @@ class LedgerHandle:
     async def _handle_bookie_failure(self, idx: int, failed: str) -> None:
         """Replace ``failed`` at ensemble index ``idx`` with a new segment starting at LAC+1."""
         async with self._change_lock:
-            if self.metadata.last_ensemble[idx] != failed:
-                return  # someone already replaced it
             self._failed_bookies.add(failed)
+            if self.metadata.last_ensemble[idx] != failed:
+                return  # already replaced (by us or by a concurrent ensemble change seen in the metadata)
             md = self.metadata
             try:
                 result = self.bk.policy.replace_bookie(
@@ -206,6 +220,11 @@ class LedgerHandle:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         self._closed = True
+        # Let the writes to the slower replicas of acknowledged entries finish (upstream does not
+        # cancel them either): cancelling would leave entries with fewer than WQ copies. Each write
+        # is bounded by the bookie client's deadline.
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self.bk.bookies_timeout_s * 3)
         last, length = self.lac, self.confirmed_length
         from_state = (LedgerState.IN_RECOVERY,) if self.recovery else (LedgerState.OPEN,)
 
@@ -221,5 +240,5 @@ class LedgerHandle:
         self.metadata, self.version = await self.bk.ledgers.update(
             self.ledger_id, transform, current=(self.metadata, self.version))
         for t in list(self._tasks):
-            t.cancel()
+            t.cancel()  # only writes stuck past the deadline above
         return self.metadata

@@ -49,7 +49,7 @@ class BookieWatcher:
     async def start(self) -> "BookieWatcher":
         await self.zk.ensure_path(self.paths.readonly)
         await self.refresh()
-        q = self.zk.session_events()
+        q = self._session_queue = self.zk.session_events()
 
         async def on_session() -> None:
             while not self._stopped:
@@ -67,6 +67,7 @@ class BookieWatcher:
         self._stopped = True
         if self._session_task:
             self._session_task.cancel()
+            self.zk.unsubscribe(self._session_queue)
 
     def _on_watch(self, _event) -> None:
         if not self._stopped:
