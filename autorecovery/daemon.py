@@ -40,6 +40,7 @@ from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs
 from autorecovery.config.load import Settings
 from autorecovery.roles.bookie_info import BookieInfoReader
 from autorecovery.zk.bookies import BookieWatcher
+from autorecovery.zk.topology_source import RackInfoWatcher
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.election import elector_loop
 from autorecovery.zk.ledgers import LedgerStore
@@ -138,7 +139,7 @@ class Daemon:
         self._started = False
         self._stop_lock = asyncio.Lock()
         self._role_lock = asyncio.Lock()
-        self._racks_changed = asyncio.Event()
+        self.racks: RackInfoWatcher | None = None
         self._started_at = time.time()
         self.stop_reason = ""
 
@@ -159,11 +160,11 @@ class Daemon:
             await self.urm.init()
             self.watcher = BookieWatcher(self.zk, self.paths)
             await self.watcher.start()
-            self.placement = await ops.build_placement(s, self.zk, watch=self._on_racks_watch)
+            self.placement = await ops.build_placement(s, self.zk)
             self.policy = self.placement.policy
             self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
             self.watcher.add_listener(lambda w, r: self.policy.on_cluster_changed(set(w), set(r)))
-            self._tasks["racks"] = asyncio.ensure_future(self._racks_loop())
+            self.racks = await RackInfoWatcher(self.zk, self.placement).start()
 
             from autorecovery.rpc.bookie_client import BookieClient
 
@@ -268,32 +269,6 @@ class Daemon:
         w = self.worker
         fn = getattr(w, "progress", None) if w is not None else None
         return fn() if callable(fn) else None
-
-    # -- racks ------------------------------------------------------------------------------------------
-    def _on_racks_watch(self, _event: Any) -> None:
-        self._racks_changed.set()
-
-    async def _racks_loop(self) -> None:
-        """Keep the Pulsar rack resolver current when ``/bookies`` changes (watch-driven)."""
-        while True:
-            await self._racks_changed.wait()
-            self._racks_changed.clear()
-            try:
-                data = await ops.read_pulsar_racks(self.zk, watch=self._on_racks_watch)
-            except Exception as exc:  # noqa: BLE001 - next session event re-arms
-                log.warning("cannot read /bookies rack info", error=str(exc))
-                continue
-            resolver = self.placement.resolver if self.placement else None
-            if resolver is not None and hasattr(resolver, "update") and self.placement.source != "config":
-                try:
-                    resolver.update(data)
-                except Exception as exc:  # noqa: BLE001 - keep the previous mapping
-                    log.error("bad /bookies rack info; keeping the previous mapping", error=str(exc))
-                    continue
-                refresh = getattr(self.policy, "on_racks_changed", None)
-                if callable(refresh):
-                    refresh()
-                log.info("rack info updated from /bookies")
 
     # -- health ---------------------------------------------------------------------------------------
     def liveness(self) -> dict[str, Any]:
@@ -404,6 +379,8 @@ class Daemon:
             await asyncio.gather(t, return_exceptions=True)
         if self.urm is not None:
             await step("underreplication-manager", self.urm.close)
+        if self.racks is not None:
+            await step("rack-info-watcher", self.racks.stop)
         if self.watcher is not None:
             await step("bookie-watcher", self.watcher.stop)
         if self.bookies is not None:

@@ -34,6 +34,8 @@ from autorecovery.errors import (
 from autorecovery.ledger.ids import validate_bookie_id, validate_ledger_id
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.zk.bookies import BookieWatcher
+from autorecovery.zk.topology_source import PlacementSetup, read_pulsar_racks  # noqa: F401
+from autorecovery.zk.topology_source import build_placement as _build_placement
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.election import current_auditor
 from autorecovery.zk.ledgers import LedgerStore
@@ -212,64 +214,18 @@ async def open_admin(settings: Settings, *, connect_timeout_s: float | None = No
         await zk.stop()
 
 
-# -- placement set-up (shared with the daemon) ----------------------------------------------------------
-@dataclass
-class PlacementSetup:
-    """A policy, its resolver, and where the racks come from (``pulsar`` /bookies, ``config``, ``default``)."""
-
-    policy: Any
-    resolver: Any
-    source: str
-    config: Any = None
-
-
-async def read_pulsar_racks(zk: ZkClient, watch: Callable[[Any], Any] | None = None) -> bytes | None:
-    """The Pulsar rack document at ``/bookies`` (None when absent or empty)."""
-    try:
-        data, _ = await zk.get("/bookies", watch=watch)
-    except NoNodeError:
-        if watch is not None:
-            with contextlib.suppress(Exception):
-                await zk.exists("/bookies", watch=watch)
-        return None
-    return data or None
-
-
+# -- placement set-up (shared with the daemon, in zk/topology_source.py) ---------------------------------
 async def build_placement(settings: Settings | None, zk: ZkClient, *, watch: Callable[[Any], Any] | None = None
                           ) -> PlacementSetup:
-    """Build the configured placement policy with its rack resolver.
-
-    Resolver: ``reppDnsResolverClass`` when set explicitly; otherwise Pulsar's ``/bookies`` rack
-    document when it exists; otherwise every bookie in the default rack.
+    """The configured placement policy with its rack resolver (see :func:`topology_source.build_placement`).
 
     Raises:
         ConfigError: a bad placement key, or an ``ensemblePlacementPolicy`` class we do not know.
     """
-    from autorecovery.placement import resolvers as R
-    from autorecovery.placement.config import PlacementConfig
-
     props = dict(settings.properties) if settings is not None else {}
-    pconf = PlacementConfig.from_properties(PlacementConfig.select(props))
-    pulsar = await read_pulsar_racks(zk, watch)
     explicit = settings is not None and settings.sources.get("reppDnsResolverClass", "default") != "default"
-    if explicit:
-        resolver = R.resolver_from_config(pconf, pulsar_data=pulsar)
-        source = "config"
-    elif pulsar is not None:
-        resolver = R.PulsarRackResolver(pulsar)
-        source = "pulsar"
-    else:
-        resolver = R.PulsarRackResolver(None)  # empty: default rack; becomes live if /bookies appears
-        source = "default"
-    name = str(settings.get("ensemblePlacementPolicy")) if settings is not None else pconf.ensemble_placement_policy
-    try:
-        from autorecovery.placement import policy_from_name  # type: ignore[attr-defined]
-    except ImportError:
-        policy_from_name = None
-    if policy_from_name is None:
-        raise ConfigError(f"ensemblePlacementPolicy={name}: the placement policies are not available")
-    policy = policy_from_name(name, pconf, resolver)
-    return PlacementSetup(policy=policy, resolver=resolver, source=source, config=pconf)
+    name = str(settings.get("ensemblePlacementPolicy")) if settings is not None else None
+    return await _build_placement(props, zk, explicit_resolver=explicit, policy_name=name, watch=watch)
 
 
 # -- listunderreplicated ----------------------------------------------------------------------------------

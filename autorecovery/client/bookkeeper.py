@@ -11,7 +11,6 @@ import asyncio
 import os
 
 from autorecovery.client.handle import LedgerHandle
-from autorecovery.client.random_policy import RandomPolicy
 from autorecovery.client.reader import ReadHandle
 from autorecovery.client.recovery import recover_ledger
 from autorecovery.errors import BookieError, NoSuchLedgerError, NotEnoughBookiesError
@@ -21,6 +20,7 @@ from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import NodeExistsError, ZkClient
 from autorecovery.zk.ledgers import LedgerStore, now_ms
 from autorecovery.zk.paths import Paths
+from autorecovery.zk.topology_source import RackInfoWatcher, build_placement
 
 
 class BookKeeper:
@@ -29,7 +29,8 @@ class BookKeeper:
     Args:
         zk: a started ZkClient (not owned unless ``own_zk``).
         paths: cluster znode paths.
-        policy: placement policy (``autorecovery.placement`` interface); defaults to random.
+        policy: placement policy (``autorecovery.placement`` interface). :meth:`connect` builds the
+            configured one (upstream default: rack-aware, racks from Pulsar's ``/bookies``).
         bookies: gRPC bookie client; created (and owned) when None.
 
     Use :meth:`connect` to build one from a connect string.
@@ -40,7 +41,12 @@ class BookKeeper:
         self.zk = zk
         self.paths = paths
         self.ledgers = LedgerStore(zk, paths)
-        self.policy = policy or RandomPolicy()
+        if policy is None:
+            from autorecovery.placement import DefaultPolicy
+
+            policy = DefaultPolicy()
+        self.policy = policy
+        self.racks: RackInfoWatcher | None = None
         self._own_bookies = bookies is None
         self.bookies = bookies or BookieClient()
         self.bookies_timeout_s = getattr(self.bookies, "timeout_s", 10.0)
@@ -49,14 +55,27 @@ class BookKeeper:
 
     @classmethod
     async def connect(cls, zk_hosts: str, ledgers_root: str = "/ledgers", *, policy=None,
+                      placement_properties: dict[str, str] | None = None,
                       session_timeout_ms: int = 10000) -> "BookKeeper":
         """Open a ZooKeeper session and start watching bookies.
 
+        Args:
+            policy: a ready placement policy; when None one is built from ``placement_properties``
+                (upstream keys, e.g. ``ensemblePlacementPolicy``, ``minNumRacksPerWriteQuorum``) with
+                racks from ``/bookies``, kept current by a watch.
+
         Raises:
             ZooKeeperError: naming the connect string when ZooKeeper cannot be reached.
+            ConfigError: a bad placement key.
         """
         zk = await ZkClient(zk_hosts, session_timeout_ms=session_timeout_ms).start()
+        racks = None
+        if policy is None:
+            setup = await build_placement(placement_properties or {}, zk)
+            policy = setup.policy
+            racks = RackInfoWatcher(zk, setup)
         bk = cls(zk, Paths(ledgers_root), policy=policy, own_zk=True)
+        bk.racks = racks
         await bk.start()
         return bk
 
@@ -64,9 +83,13 @@ class BookKeeper:
         self.watcher = BookieWatcher(self.zk, self.paths)
         self.watcher.add_listener(lambda w, r: self.policy.on_cluster_changed(set(w), set(r)))
         await self.watcher.start()
+        if self.racks is not None:
+            await self.racks.start()
         return self
 
     async def close(self) -> None:
+        if self.racks:
+            await self.racks.stop()
         if self.watcher:
             await self.watcher.stop()
         if self._own_bookies:
