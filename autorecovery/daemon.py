@@ -255,15 +255,7 @@ class Daemon:
         """Detach a stopped role's membership listener from the shared BookieWatcher."""
         if listener is None or self.watcher is None:
             return
-        remove = getattr(self.watcher, "remove_listener", None)
-        if callable(remove):
-            with contextlib.suppress(Exception):
-                remove(listener)
-            return
-        listeners = getattr(self.watcher, "_listeners", None)
-        if isinstance(listeners, list):
-            with contextlib.suppress(ValueError):
-                listeners.remove(listener)
+        self.watcher.remove_listener(listener)
 
     def _progress(self) -> Any:
         w = self.worker

@@ -215,6 +215,11 @@ class MetricsRegistry:
         """The metric exported as ``full_name`` (e.g. ``auditor_NUM_LEDGERS_CHECKED``), or None."""
         return self._metrics.get((full_name, _labels(labels)))
 
+    def remove(self, full_name: str, labels: dict[str, str] | None = None) -> bool:
+        """Drop one series (e.g. the gauges of a bookie that left); returns whether it existed."""
+        with self._lock:
+            return self._metrics.pop((full_name, _labels(labels)), None) is not None
+
     def families(self) -> dict[str, list[Metric]]:
         out: dict[str, list[Metric]] = {}
         with self._lock:

@@ -310,7 +310,7 @@ class BookieInfoReader:
     def _drop_gauges(self, bookie_id: str) -> None:
         self._gauged.discard(bookie_id)
         for name in GAUGES:
-            _remove_metric(self.registry, f"{GAUGE_SCOPE}_{name}", {"bookie_id": bookie_id})
+            self.registry.remove(f"{GAUGE_SCOPE}_{name}", {"bookie_id": bookie_id})
 
     async def wait_for(self, predicate: Callable[["BookieInfoReader"], bool], timeout_s: float) -> bool:
         """Wait until ``predicate(self)`` holds (checked after every publish) or ``timeout_s`` passes."""
@@ -323,22 +323,3 @@ class BookieInfoReader:
             return True
         except asyncio.TimeoutError:
             return predicate(self)
-
-
-def _remove_metric(registry: Any, full_name: str, labels: dict[str, str]) -> None:
-    """Remove one labelled series (the registry's ``remove`` when it has one)."""
-    remove = getattr(registry, "remove", None)
-    if remove is not None:
-        with contextlib.suppress(Exception):
-            remove(full_name, labels)
-        return
-    store = getattr(registry, "_metrics", None)
-    lock = getattr(registry, "_lock", None)
-    if store is None:
-        return
-    key = (full_name, tuple(sorted(labels.items())))
-    if lock is not None:
-        with lock:
-            store.pop(key, None)
-    else:
-        store.pop(key, None)

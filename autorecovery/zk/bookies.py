@@ -41,6 +41,11 @@ class BookieWatcher:
         """Call ``listener(writable, readonly)`` after every change; a coroutine result is awaited."""
         self._listeners.append(listener)
 
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener`` (no error when it was not registered)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     @property
     def available(self) -> frozenset[str]:
         """Writable ∪ read-only: the bookies that are not lost (upstream Auditor)."""
