@@ -60,17 +60,18 @@ class DefaultPolicy(PlacementPolicy):
 
         Raises:
             NotEnoughBookiesError: no candidate.
+            ValueError: ``bookie_to_replace`` is not in a non-empty ``current_ensemble``.
         """
         current = list(current_ensemble)
+        if current and bookie_to_replace not in current:
+            raise ValueError(f"bookie {bookie_to_replace} is not in the ensemble {current}")
         b = self._draw(1, set(exclude) | set(current) | {bookie_to_replace})[0]
-        if bookie_to_replace in current:
-            idx = current.index(bookie_to_replace)
+        idx = current.index(bookie_to_replace) if current else 0
+        if current:
             current[idx] = b
-            replaced: tuple[int, ...] = (idx,)
         else:
-            current.append(b)
-            replaced = (len(current) - 1,)
-        return PlacementResult(current, Adherence.MEETS_STRICT, bookie=b, replaced=replaced)
+            current = [b]
+        return PlacementResult(current, Adherence.MEETS_STRICT, bookie=b, replaced=(idx,))
 
     def is_ensemble_adhering(self, ensemble: Sequence[str], write_quorum_size: int, ack_quorum_size: int) -> Adherence:
         """Always MEETS_STRICT (upstream)."""
@@ -80,6 +81,3 @@ class DefaultPolicy(PlacementPolicy):
                           exclude: Iterable[str], current_ensemble: Sequence[str]) -> PlacementResult:
         """The ensemble unchanged with MEETS_STRICT: every ensemble adheres, so the minimum is zero swaps."""
         return PlacementResult(list(current_ensemble), Adherence.MEETS_STRICT)
-
-    def _handle_joined(self, joined: set[str]) -> None:
-        self._selector = None

@@ -53,7 +53,7 @@ from typing import Callable, Hashable, Iterator, Mapping, Sequence
 from .policy import Adherence
 from .schedule import ensemble_write_sets
 
-__all__ = ["RepairOutcome", "SearchBudgetExceeded", "solve_min_swaps", "DEFAULT_MAX_NODES"]
+__all__ = ["RepairOutcome", "SearchBudgetExceeded", "solve_min_swaps", "LabelGroups", "DEFAULT_MAX_NODES"]
 
 Label = Hashable
 Judge = Callable[[tuple], Adherence]
@@ -73,10 +73,56 @@ class SearchBudgetExceeded(Exception):
     """The exact search used more than ``max_nodes`` nodes (see the module docstring)."""
 
 
+class LabelGroups:
+    """Labels of a pool grouped by capacity capped at E (the label-symmetry classes), in pool order.
+
+    Depends only on the pool and E, so a policy caches it per topology version and E. Labels whose capacity
+    differs for one call (an excluded bookie) or that the current ensemble uses are skipped by the search
+    and tried individually instead.
+    """
+
+    def __init__(self, pool: Mapping[Label, Sequence[str]], ensemble_size: int, two_level: bool) -> None:
+        e = ensemble_size
+        self.e = e
+        self.two_level = two_level
+        self._pool = pool
+        self.groups: list[list[Label]] = []
+        self.by_top: dict[Hashable, list[Label]] = {}
+        self.top_groups: list[list[Hashable]] = []
+        self._sub: dict[Hashable, list[list[Label]]] = {}
+        if not two_level:
+            groups: dict[int, list[Label]] = {}
+            for lab, bs in pool.items():
+                if bs:
+                    groups.setdefault(min(len(bs), e), []).append(lab)
+            self.groups = list(groups.values())
+            return
+        for lab, bs in pool.items():
+            if bs:
+                self.by_top.setdefault(lab[0], []).append(lab)
+        tgroups: dict[tuple, list[Hashable]] = {}
+        for t, labs in self.by_top.items():
+            prof = tuple(sorted((min(len(pool[lab]), e) for lab in labs), reverse=True)[:e])
+            tgroups.setdefault(prof, []).append(t)
+        self.top_groups = list(tgroups.values())
+
+    def sub_groups(self, top: Hashable) -> list[list[Label]]:
+        """The labels of one top (zone, region) grouped by capped capacity."""
+        got = self._sub.get(top)
+        if got is None:
+            groups: dict[int, list[Label]] = {}
+            for lab in self.by_top.get(top, ()):
+                groups.setdefault(min(len(self._pool[lab]), self.e), []).append(lab)
+            got = list(groups.values())
+            self._sub[top] = got
+        return got
+
+
 class _Search:
     def __init__(self, current: Sequence[str | None], write_quorum: int, labels: Sequence[Label | None],
                  pool: Mapping[Label, Sequence[str]], judge: Judge, two_level: bool, soft_possible: bool,
-                 rng: random.Random, prefer_order: bool, max_nodes: int) -> None:
+                 rng: random.Random, prefer_order: bool, max_nodes: int, groups: LabelGroups | None = None,
+                 special: frozenset | set = frozenset()) -> None:
         self.E = E = len(current)
         self.current = list(current)
         self.labels = list(labels)
@@ -111,12 +157,13 @@ class _Search:
                     m |= 1 << p
                 self.dup_masks.append((m, len(ps)))
         self.R_all = {lab for lab in self.labels if lab is not None}
-        self.R_tops = {lab[0] for lab in self.R_all} if two_level else set()
+        self.explicit = self.R_all | set(special)
+        self.R_tops = {lab[0] for lab in self.explicit} if two_level else set()
         self.used: dict[Label, int] = {}
         self.used_tops: dict[Hashable, int] = {}
         self.kept_count: dict[Label, int] = {}
-        self._sub_cache: dict[Hashable, list[list[Label]]] = {}
-        self._build_fresh()
+        self.groups = groups if groups is not None and groups.e == E else LabelGroups(pool, E, two_level)
+        self._offsets: dict[int, int] = {}
         # verdict of each write set with its current members (None when it has a forced position)
         self.orig = []
         for ws, m in zip(self.sets, self.set_masks):
@@ -126,46 +173,20 @@ class _Search:
                 self.orig.append(judge(tuple(self.labels[q] for q in ws)))
 
     # -- label symmetry groups ------------------------------------------------------------------------
-    def _ordered(self, group: list) -> list:
-        if self.prefer_order or len(group) < 2:
-            return group
-        k = self.rng.randrange(len(group))
-        return group[k:] + group[:k]
-
-    def _build_fresh(self) -> None:
-        E = self.E
-        if not self.two_level:
-            groups: dict[int, list[Label]] = {}
-            for lab, bs in self.pool.items():
-                if not bs or lab in self.R_all:
-                    continue
-                groups.setdefault(min(len(bs), E), []).append(lab)
-            self.fresh_groups = [self._ordered(g) for g in groups.values()]
-            return
-        by_top: dict[Hashable, list[Label]] = {}
-        for lab, bs in self.pool.items():
-            if bs:
-                by_top.setdefault(lab[0], []).append(lab)
-        self.by_top = by_top
-        tgroups: dict[tuple, list[Hashable]] = {}
-        for t, labs in by_top.items():
-            if t in self.R_tops:
-                continue
-            prof = tuple(sorted((min(len(self.pool[lab]), E) for lab in labs), reverse=True)[:E])
-            tgroups.setdefault(prof, []).append(t)
-        self.fresh_top_groups = [self._ordered(g) for g in tgroups.values()]
-
-    def _sub_groups(self, top: Hashable) -> list[list[Label]]:
-        got = self._sub_cache.get(top)
-        if got is None:
-            groups: dict[int, list[Label]] = {}
-            for lab in self.by_top.get(top, ()):
-                if lab in self.R_all:
-                    continue
-                groups.setdefault(min(len(self.pool[lab]), self.E), []).append(lab)
-            got = [self._ordered(g) for g in groups.values()]
-            self._sub_cache[top] = got
-        return got
+    def _rep(self, group: list, skip: Callable[[Hashable], bool]) -> Hashable | None:
+        """First member of ``group`` (from a random rotation unless ``prefer_order``) that ``skip`` accepts not."""
+        n = len(group)
+        if self.prefer_order or n < 2:
+            start = 0
+        else:
+            start = self._offsets.get(id(group))
+            if start is None:
+                start = self._offsets[id(group)] = self.rng.randrange(n)
+        for i in range(n):
+            x = group[(start + i) % n]
+            if not skip(x):
+                return x
+        return None
 
     def _avail(self, lab: Label) -> int:
         bs = self.pool.get(lab)
@@ -175,31 +196,33 @@ class _Search:
 
     def _domain(self, own: Label | None) -> list[Label]:
         used = self.used
+        explicit = self.explicit
+
+        def skip_label(lab: Hashable) -> bool:
+            return lab in explicit or lab in used
+
         out: list[Label] = []
         if not self.two_level:
-            for g in self.fresh_groups:
-                for lab in g:
-                    if lab not in used:
-                        out.append(lab)
-                        break
+            for g in self.groups.groups:
+                rep = self._rep(g, skip_label)
+                if rep is not None:
+                    out.append(rep)
         else:
-            for t in self.R_tops.union(self.used_tops):
-                for g in self._sub_groups(t):
-                    for lab in g:
-                        if lab not in used:
-                            out.append(lab)
-                            break
-            for g in self.fresh_top_groups:
-                for t in g:
-                    if t in self.used_tops:
-                        continue
-                    for sg in self._sub_groups(t):
-                        for lab in sg:
-                            if lab not in used:
-                                out.append(lab)
-                                break
-                    break
-        for lab in self.R_all.union(used):
+            touched = self.R_tops.union(self.used_tops)
+            for t in touched:
+                for g in self.groups.sub_groups(t):
+                    rep = self._rep(g, skip_label)
+                    if rep is not None:
+                        out.append(rep)
+            for g in self.groups.top_groups:
+                t = self._rep(g, touched.__contains__)
+                if t is None:
+                    continue
+                for sg in self.groups.sub_groups(t):
+                    rep = self._rep(sg, skip_label)
+                    if rep is not None:
+                        out.append(rep)
+        for lab in explicit.union(used):
             if lab != own and self._avail(lab) > 0:
                 out.append(lab)
         return out
@@ -332,7 +355,8 @@ class _Search:
 def solve_min_swaps(current: Sequence[str | None], write_quorum: int, labels: Sequence[Label | None],
                     pool: Mapping[Label, Sequence[str]], judge: Judge, *, two_level: bool = False,
                     soft_possible: bool = False, rng: random.Random | None = None, prefer_order: bool = False,
-                    max_nodes: int = DEFAULT_MAX_NODES) -> RepairOutcome | None:
+                    max_nodes: int = DEFAULT_MAX_NODES, groups: LabelGroups | None = None,
+                    special: frozenset | set = frozenset()) -> RepairOutcome | None:
     """Minimum number of position changes that make ``current`` adhere; None if no adhering ensemble exists.
 
     Args:
@@ -348,10 +372,13 @@ def solve_min_swaps(current: Sequence[str | None], write_quorum: int, labels: Se
         rng: random source for tie-breaking between equivalent labels and bookies.
         prefer_order: pick labels and bookies in pool order instead of at random.
         max_nodes: search budget (see the module docstring).
+        groups: precomputed :class:`LabelGroups` of the *unadjusted* pool for this E (a cache); labels whose
+            pool list differs from it must be listed in ``special``.
+        special: labels to try individually (their capacity differs from ``groups``, e.g. an excluded bookie).
 
     Raises:
         SearchBudgetExceeded: the budget ran out before the minimum was proven.
     """
     search = _Search(current, write_quorum, labels, pool, judge, two_level, soft_possible,
-                     rng or random.Random(), prefer_order, max_nodes)
+                     rng or random.Random(), prefer_order, max_nodes, groups, special)
     return search.solve()

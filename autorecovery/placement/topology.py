@@ -76,12 +76,14 @@ class NetworkTopology:
     (``"~"`` with an empty list excludes everything, as upstream).
     """
 
-    __slots__ = ("_racks", "_rack_of", "_depth")
+    __slots__ = ("_racks", "_rack_of", "_depth", "_all", "_pos")
 
     def __init__(self) -> None:
         self._racks: dict[str, list[str]] = {}
         self._rack_of: dict[str, str] = {}
         self._depth: int | None = None
+        self._all: list[str] = []
+        self._pos: dict[str, int] = {}
 
     # -- membership -------------------------------------------------------------------------------
     def add(self, bookie: str, rack: str) -> bool:
@@ -96,6 +98,8 @@ class NetworkTopology:
         self._depth = depth
         self._racks.setdefault(rack, []).append(bookie)
         self._rack_of[bookie] = rack
+        self._pos[bookie] = len(self._all)
+        self._all.append(bookie)
         return True
 
     def remove(self, bookie: str) -> bool:
@@ -107,6 +111,11 @@ class NetworkTopology:
         leaves.remove(bookie)
         if not leaves:
             del self._racks[rack]
+        i = self._pos.pop(bookie)
+        last = self._all.pop()
+        if last != bookie:
+            self._all[i] = last
+            self._pos[last] = i
         if not self._rack_of:
             self._depth = None
         return True
@@ -116,6 +125,8 @@ class NetworkTopology:
         t._racks = {r: list(b) for r, b in self._racks.items()}
         t._rack_of = dict(self._rack_of)
         t._depth = self._depth
+        t._all = list(self._all)
+        t._pos = dict(self._pos)
         return t
 
     # -- queries ----------------------------------------------------------------------------------
@@ -165,6 +176,12 @@ class NetworkTopology:
         for r in self.racks_in_scope(scope):
             out.extend(self._racks[r])
         return out
+
+    def random_bookie(self, rng: random.Random) -> str | None:
+        """A uniformly random bookie of the whole topology, in O(1) (None when empty)."""
+        if not self._all:
+            return None
+        return self._all[rng.randrange(len(self._all))]
 
     def random_leaf(self, racks: Iterable[str], rng: random.Random) -> str | None:
         """A uniformly random bookie among the given racks (None if they hold none)."""

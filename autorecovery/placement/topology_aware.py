@@ -15,7 +15,7 @@ from autorecovery.errors import ConfigError
 
 from .config import PlacementConfig
 from .policy import Adherence, BookieInfo, BookiesHealthInfo, PlacementPolicy, PlacementResult
-from .repair import DEFAULT_MAX_NODES, RepairOutcome, SearchBudgetExceeded, solve_min_swaps
+from .repair import DEFAULT_MAX_NODES, LabelGroups, RepairOutcome, SearchBudgetExceeded, solve_min_swaps
 from .resolvers import Resolver, ScriptResolver
 from .schedule import ensemble_write_sets
 from .topology import DEFAULT_REGION_AND_RACK, NetworkTopology, normalize_location
@@ -32,12 +32,13 @@ _LOCAL, _LOCAL_FAIL, _REMOTE, _REMOTE_FAIL, _READ_ONLY, _SLOW, _UNAVAIL = range(
 
 
 class _RepairIndex:
-    __slots__ = ("version", "by_label", "label")
+    __slots__ = ("version", "by_label", "label", "groups")
 
     def __init__(self, version: int, by_label: dict, label: dict) -> None:
         self.version = version
         self.by_label = by_label
         self.label = label
+        self.groups: dict[int, LabelGroups] = {}
 
 
 class TopologyAwarePolicy(PlacementPolicy):
@@ -279,10 +280,15 @@ class TopologyAwarePolicy(PlacementPolicy):
             pool = dict(pool)
             for lab in hit:
                 pool[lab] = [b for b in pool[lab] if b not in excl]
+        e = len(current)
+        groups = idx.groups.get(e)
+        if groups is None:
+            groups = idx.groups[e] = LabelGroups(idx.by_label, e, self._two_level)
         return solve_min_swaps(current, write_quorum_size, labels, pool,
                                self._judge_fn(write_quorum_size, ack_quorum_size),
                                two_level=self._two_level, soft_possible=self._soft_possible, rng=self.rng,
-                               prefer_order=self.weighted, max_nodes=self.repair_max_nodes)
+                               prefer_order=self.weighted, max_nodes=self.repair_max_nodes, groups=groups,
+                               special=hit)
 
     def replace_to_adhere(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
                           exclude: Iterable[str], current_ensemble: Sequence[str]) -> PlacementResult:
@@ -294,6 +300,8 @@ class TopologyAwarePolicy(PlacementPolicy):
         replaced, as upstream; surviving members stay at their index; new members are writable, not
         excluded, not read-only; with disk weights on, targets with more free disk are preferred. The
         repair changes as few indexes as possible (see :mod:`.repair` for the method and its cost bound).
+        Only writable bookies are used: unlike upstream's stabilized wrapper there is no second attempt with
+        departed bookies of the stabilize period (a repair should not target a bookie that just left).
 
         Returns:
             ``PlacementResult(ensemble, adherence, replaced=indexes)``; when no adhering ensemble exists
@@ -347,20 +355,16 @@ class TopologyAwarePolicy(PlacementPolicy):
             if not cands:
                 return None
             return self._selection(leaves if weights_over_leaves else base).select(cands)
-        sizes = [len(topo.bookies_in_rack(r)) for r in racks]
-        total = sum(sizes)
-        if total == 0:
-            return None
         rng = self.rng
-        for _ in range(8):
-            i = rng.randrange(total)
-            for r, n in zip(racks, sizes):
-                if i < n:
-                    b = topo.bookies_in_rack(r)[i]
-                    break
-                i -= n
-            if b not in excluded and (accept is None or accept(b)):
-                return b
+        if 2 * len(racks) >= topo.num_racks:
+            # a wide scope: rejection-sample uniform bookies of the whole topology (O(1) per try)
+            allowed = racks if isinstance(racks, (set, frozenset)) else set(racks)
+            for _ in range(12):
+                b = topo.random_bookie(rng)
+                if b is None:
+                    return None
+                if topo.rack_of(b) in allowed and b not in excluded and (accept is None or accept(b)):
+                    return b
         cands = [b for r in racks for b in topo.bookies_in_rack(r)
                  if b not in excluded and (accept is None or accept(b))]
         return rng.choice(cands) if cands else None
