@@ -120,18 +120,26 @@ class TopologyAwarePolicy(PlacementPolicy):
         Args:
             bookies: the bookies to re-resolve; None re-resolves every bookie seen so far.
         """
-        targets = list(self._locations) if bookies is None else list(bookies)
+        targets = sorted(self._locations) if bookies is None else sorted(set(bookies))
         for b in targets:
             self._locations.pop(b, None)
         locs = self._resolve(targets)
-        for b in targets:
-            if b in self.topology or b in self.rejected:
-                self.topology.remove(b)
-                if self.topology.add(b, locs[b]):
-                    self.rejected.discard(b)
-                else:
-                    self.rejected.add(b)
+        moving = [b for b in targets if b in self.topology or b in self.rejected]
+        for b in moving:  # remove first: a depth change of every bookie must not reject all but the last
+            self.topology.remove(b)
+        for b in moving:
+            if self.topology.add(b, locs[b]):
+                self.rejected.discard(b)
+            else:
+                self.rejected.add(b)
+        self._retry_rejected()
         self._changed()
+
+    def _retry_rejected(self) -> None:
+        """Re-add bookies refused for a depth mismatch once the topology's depth allows them."""
+        for b in sorted(self.rejected):
+            if self.topology.add(b, self._locations.get(b, self.default_rack)):
+                self.rejected.discard(b)
 
     # -- membership -----------------------------------------------------------------------------------
     def _changed(self) -> None:
@@ -145,6 +153,8 @@ class TopologyAwarePolicy(PlacementPolicy):
             self.rejected.discard(b)
             if self.config.network_topology_stabilize_period_s > 0:
                 self._departed[b] = now
+        if self.rejected and left:
+            self._retry_rejected()
 
     def _handle_joined(self, joined: set[str]) -> None:
         locs = self._resolve(sorted(joined))

@@ -489,3 +489,45 @@ def test_acked_bookies_adhering_uses_min_of_wq_and_min_racks():
     assert not p.are_acked_bookies_adhering({bid(1), bid(2)}, 3, 2)
     assert p.are_acked_bookies_adhering({bid(1), bid(3)}, 2, 2)
     assert not p.are_acked_bookies_adhering({bid(1), bid(3)}, 3, 2)
+
+
+def test_notify_rack_change_upstream_TestRackawarePolicyNotificationUpdates_testNotifyRackChange():
+    a1, a2, a3, a4 = "127.0.1.1:3181", "127.0.1.2:3181", "127.0.1.3:3181", "127.0.1.4:3181"
+    m = {a1: "/default-region/rack-1", a2: "/default-region/rack-2", a3: "/default-region/rack-2",
+         a4: "/default-region/rack-2"}
+    resolver = StaticResolver(m)
+    p = RackawarePolicy(PlacementConfig(), resolver)
+    p.on_cluster_changed(set(m), set())
+    r = p.new_ensemble(3, 2, 2)
+    assert 1 <= covered_write_quorums(r.ensemble, 2, 2, m) < 3
+    assert a1 in r.ensemble
+    resolver.set_location(a2, "/default-region/rack-3")
+    p.on_bookie_rack_change([a2])
+    m[a2] = "/default-region/rack-3"
+    r = p.new_ensemble(3, 2, 1)
+    assert covered_write_quorums(r.ensemble, 2, 2, m) == 3
+    assert a1 in r.ensemble and a2 in r.ensemble
+
+
+def test_rack_change_of_every_bookie_to_another_depth_keeps_them_all():
+    """A /bookies document appearing after start moves every bookie from the default rack (depth 2) to
+    one-level racks: all of them must be re-added, not only the last one."""
+    ids = [f"127.0.0.1:{3181 + i}" for i in range(4)]
+    resolver = StaticResolver({})
+    p = RackawarePolicy(PlacementConfig(), resolver)
+    p.on_cluster_changed(set(ids), set())
+    assert len(p.known_bookies) == 4
+    for i, b in enumerate(ids):
+        resolver.set_location(b, f"/rack{i % 2}")
+    p.on_bookie_rack_change()
+    assert p.known_bookies == frozenset(ids) and not p.rejected
+    assert p.new_ensemble(4, 2, 2).adherence == Adherence.MEETS_STRICT
+
+
+def test_rejected_bookie_is_retried_when_the_depth_allows_it():
+    m = {bid(1): "/r1", bid(2): "/x/r2"}
+    p = make(RackawarePolicy, m, writable={bid(1)})
+    p.on_cluster_changed({bid(1), bid(2)}, set())
+    assert bid(2) in p.rejected
+    p.on_cluster_changed({bid(2)}, set())  # bid(1) leaves: the topology is empty, bid(2) now fits
+    assert bid(2) in p.known_bookies and not p.rejected
