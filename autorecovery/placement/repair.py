@@ -30,7 +30,8 @@ Pruning that keeps the search exact:
   members of C are always tried individually.
 * Own-label rule. A keepable position never receives a bookie with the label of its current member:
   such a repair can always be turned into one with one swap fewer (keep the member; if it moved elsewhere,
-  give that position the new bookie instead), so it is never needed for a minimum.
+  give that position the new bookie instead), so it is never needed for a minimum. (Not applied to a
+  member that appears twice in C: one of its copies must go even if the label is right.)
 * Feasibility first. Before k reaches |forced|+2 a single search with every position free (which includes
   every possible final ensemble) proves whether any adhering ensemble exists; if not, the search stops.
 
@@ -150,8 +151,10 @@ class _Search:
         for i in self.free:
             by_bookie.setdefault(self.current[i], []).append(i)  # type: ignore[arg-type]
         self.dup_masks = []
+        self.dup_positions: set[int] = set()
         for ps in by_bookie.values():
             if len(ps) > 1:
+                self.dup_positions.update(ps)
                 m = 0
                 for p in ps:
                     m |= 1 << p
@@ -260,7 +263,8 @@ class _Search:
         if j == len(order):
             return True
         p = order[j]
-        own = self.labels[p] if prune_own else None
+        # own-label rule (module docstring); not for a duplicated member, which cannot simply be kept
+        own = self.labels[p] if prune_own and p not in self.dup_positions else None
         judge = self.judge
         two = self.two_level
         for cand in self._domain(own):

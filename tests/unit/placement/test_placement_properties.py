@@ -82,6 +82,8 @@ def scenarios(draw, max_n: int = 8, max_e: int = 5, brute_budget: bool = False,
         start = draw(st.integers(0, len(by_loc) - e))
         current = by_loc[start:start + e]
         draw(st.randoms(use_true_random=False)).shuffle(current)
+    if e >= 3 and draw(st.integers(0, 7)) == 0:  # a corrupt ensemble naming one bookie twice
+        current[draw(st.integers(1, e - 1))] = current[0]
     return policy, e, wq, aq, exclude, readonly, dead, current
 
 

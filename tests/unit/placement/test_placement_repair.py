@@ -209,3 +209,17 @@ def test_policy_config_unchanged_by_repair():
     p.on_cluster_changed({bk(1), bk(2), bk(3)}, set())
     p.replace_to_adhere(2, 2, 2, set(), [bk(1), bk(2)])
     assert p.config is cfg
+
+
+def test_duplicated_member_is_replaced_by_same_rack_bookie_when_that_is_minimal():
+    """A corrupt ensemble listing a bookie twice: the repair also makes members distinct, and the copy's best
+    replacement is in the same rack (the own-label shortcut must not apply to duplicates)."""
+    x, a2, a3 = bk(1), bk(2), bk(3)
+    y, z, q, r_ = bk(4), bk(5), bk(6), bk(7)
+    m = {x: "/A", a2: "/A", a3: "/A", y: "/B", z: "/B", q: "/B", r_: "/B"}
+    p = make(RackawarePolicy, m, {"minNumRacksPerWriteQuorum": 2})
+    cur = [x, y, x, z, q, r_]  # (z,q) and (q,r) are single-rack
+    assert p.is_ensemble_adhering(cur, 2, 2) == Adherence.FAIL
+    res = p.replace_to_adhere(6, 2, 2, set(), cur)
+    assert res.adherence == Adherence.MEETS_STRICT and len(set(res.ensemble)) == 6
+    assert res.swaps == brute_min_swaps(p, cur, 2, 2, set()) == 2
