@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from autorecovery.errors import ConfigError
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 
 log = structlog.get_logger("autorecovery.placement")
@@ -61,7 +61,13 @@ async def build_placement(props: Mapping[str, Any], zk: ZkClient, *, explicit_re
     Raises:
         ConfigError: a bad placement key, or an ``ensemblePlacementPolicy`` class we do not know.
     """
-    from autorecovery.placement import PlacementConfig, PulsarRackResolver, policy_from_name, resolver_from_config
+    from autorecovery.placement import (
+        PlacementConfig,
+        PulsarRackResolver,
+        RackawarePolicy,
+        policy_from_name,
+        resolver_from_config,
+    )
 
     pconf = PlacementConfig.from_properties(PlacementConfig.select(dict(props)))
     pulsar = await read_pulsar_racks(zk, watch)
@@ -72,11 +78,25 @@ async def build_placement(props: Mapping[str, Any], zk: ZkClient, *, explicit_re
     else:
         resolver, source = PulsarRackResolver(None), "default"  # becomes live if /bookies appears
     name = policy_name or props.get("ensemblePlacementPolicy") or pconf.ensemble_placement_policy
-    try:
-        policy = policy_from_name(str(name), pconf, resolver)
-    except KeyError as exc:
-        raise ConfigError(f"ensemblePlacementPolicy={name}: unknown placement policy") from exc
+    policy = policy_from_name(str(name), pconf, resolver)
+    if _one_level_racks(pulsar) and type(policy) is RackawarePolicy:
+        # Racks like "/rack1" are one level deep: unknown bookies must land in a one-level default
+        # rack too, or the topology rejects them for the depth mismatch (upstream NetworkTopologyImpl).
+        policy = policy_from_name(str(name), pconf, resolver, default_rack="/default-rack")
     return PlacementSetup(policy=policy, resolver=resolver, source=source, config=pconf)
+
+
+def _one_level_racks(data: bytes | None) -> bool:
+    """True when every rack in a Pulsar ``/bookies`` document is one level deep (``/rack1``)."""
+    if not data:
+        return False
+    try:
+        doc = json.loads(data)
+        racks = [str(info.get("rack", "")) for group in doc.values() for info in group.values()]
+    except (ValueError, AttributeError, TypeError):
+        return False
+    racks = [r.strip("/") for r in racks if r.strip("/")]
+    return bool(racks) and all("/" not in r for r in racks)
 
 
 class RackInfoWatcher:
