@@ -150,6 +150,7 @@ class UnderreplicationManager:
         self.held: dict[int, int] = {}
         # acquire-walk cache: znode path → children, dropped when a child watch fires
         self._cache: dict[str, list[str]] = {}
+        self._watch_gen: dict[str, int] = {}  # path -> watch events seen (see _cached_children)
         self._changed = asyncio.Event()
         self._session_q: asyncio.Queue | None = None
         self._session_task: asyncio.Task | None = None
@@ -441,23 +442,33 @@ class UnderreplicationManager:
 
     def _on_child_watch(self, path: str):
         def cb(_event) -> None:
+            self._watch_gen[path] = self._watch_gen.get(path, 0) + 1
             self._cache.pop(path, None)
             self._changed.set()
         return cb
 
     async def _cached_children(self, path: str) -> list[str]:
+        """Children of ``path`` through the watch cache.
+
+        A watch event can reach the loop before the coroutine that issued the read resumes (both are
+        handed over with call_soon_threadsafe), so a listing is cached only if no watch on ``path``
+        fired while it was read; otherwise the stale listing would stay cached with its watch spent.
+        """
         kids = self._cache.get(path)
         if kids is None:
+            gen = self._watch_gen.get(path, 0)
             try:
                 kids = await self.zk.get_children(path, watch=self._on_child_watch(path))
             except NoNodeError:
                 kids = []
                 # watch for its (re)creation: exists() leaves a watch on a missing node
                 try:
-                    await self.zk.exists(path, watch=self._on_child_watch(path))
+                    if await self.zk.exists(path, watch=self._on_child_watch(path)) is not None:
+                        return kids  # created meanwhile (a data watch only): read it again next time
                 except Exception:  # noqa: BLE001
                     pass
-            self._cache[path] = kids
+            if self._watch_gen.get(path, 0) == gen:
+                self._cache[path] = kids
         return kids
 
     async def _candidates(self) -> list[int]:
