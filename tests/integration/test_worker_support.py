@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from autorecovery import metrics
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.client.random_policy import RandomPolicy
+from autorecovery.ledger.metadata import write_set
 from autorecovery.placement import PlacementConfig, RackawarePolicy
 from autorecovery.placement.resolvers import StaticResolver
 from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
@@ -58,12 +59,22 @@ class Env:
     closers: list = field(default_factory=list)
 
     async def write(self, ensemble: list[str] | None, E: int, WQ: int, AQ: int, n: int, size: int = 100,
-                    close: bool = True, seed: int = 1):
-        """Write ``n`` entries of ``size`` bytes (workload payloads); returns the handle."""
+                    close: bool = True, seed: int = 1, full: bool = False):
+        """Write ``n`` entries of ``size`` bytes (workload payloads); returns the handle.
+
+        ``full``: before closing, wait until every bookie of the write sets stored its entries (an add
+        completes at AQ acks; the client's close drops writes still in flight beyond AQ).
+        """
         self.fixed.ensemble = ensemble
         lh = await self.bk.create_ledger(E, WQ, AQ)
         for e in range(n):
             await lh.add_entry(payload(seed, lh.ledger_id, e, size))
+        if full:
+            ens = lh.metadata.segments[-1].ensemble
+            for i, bookie in enumerate(ens):
+                want = [e for e in range(n) if i in write_set(e, E, WQ)]
+                ok = await wait_for(lambda: _has(self, bookie, lh.ledger_id, want), 20, interval_s=0.02)
+                assert ok, f"{bookie} never stored entries of ledger {lh.ledger_id}"
         if close:
             await lh.close()
         return lh
@@ -137,6 +148,10 @@ async def wait_marker_gone(env: Env, ledger_id: int, timeout_s: float = 60.0) ->
     ok = await wait_for(lambda: _gone(env, ledger_id), timeout_s, interval_s=0.1)
     assert ok, f"marker of ledger {ledger_id} still present after {timeout_s}s; workers: " + "; ".join(
         f"history={w.history[-10:]} blocked={w.progress().blocked}" for w in env.workers)
+
+
+async def _has(env: Env, bookie: str, ledger_id: int, want: list[int]) -> bool:
+    return set(want) <= set(await entries_on(env, bookie, ledger_id))
 
 
 async def _gone(env: Env, ledger_id: int) -> bool:
