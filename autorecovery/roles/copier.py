@@ -8,7 +8,8 @@ NUM_ENTRIES_WRITTEN / NUM_BYTES_WRITTEN / WRITE_DATA_LATENCY).
 Ours executes a :class:`~autorecovery.plan.targets.FragmentPlan`: for each
 :class:`~autorecovery.plan.targets.StreamSpec`, one server-side filtered ``ReadEntries`` stream from the
 source feeds one client-streamed ``AddEntries`` call per target through a bounded queue (reads and
-writes overlap; memory per stream is bounded by ``window_entries`` entries per target).
+writes overlap; memory per stream is bounded by ``window_entries`` entries and ``window_bytes`` bytes
+per target, whichever comes first: enough in flight to hide the target's group-commit fsync).
 
 * Every entry's CRC32C is verified with :func:`~autorecovery.ledger.digest.unpack_entry` *before* it
   is handed to a target, and the **same body bytes** are written (the body carries ledger id, entry
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
@@ -104,19 +106,21 @@ class FragmentCopier:
         byte_bucket: ``replicationRateByBytes`` bucket shared by the whole worker.
         caps: per-bookie stream caps shared by the whole worker; ``caps_changed`` is notified when a
             stream ends.
-        window_entries: entries queued per target between reading and writing.
+        window_entries / window_bytes: entries / body bytes queued per target between reading and
+            writing (one entry is always allowed, whatever its size).
         metrics: object with the worker's metric handles (see ``roles/worker.py``), or None.
         sleep: awaitable sleep (injected for tests).
     """
 
     def __init__(self, bookies, *, byte_bucket: TokenBucket, caps: StreamCaps, caps_changed: asyncio.Condition,
-                 window_entries: int = 64, metrics=None,
+                 window_entries: int = 256, window_bytes: int = 16 * 1024 * 1024, metrics=None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.bookies = bookies
         self.bucket = byte_bucket
         self.caps = caps
         self.caps_changed = caps_changed
         self.window_entries = max(1, window_entries)
+        self.window_bytes = max(1, window_bytes)
         self.m = metrics
         self.sleep = sleep
 
@@ -217,7 +221,7 @@ class FragmentCopier:
         e_size = len(ensemble)
         missing: set[int] = set(spec.entry_ids())
         tried: dict[int, dict[str, str]] = {}
-        queues: dict[str, asyncio.Queue] = {t: asyncio.Queue(maxsize=self.window_entries) for t in spec.targets}
+        queues: dict[str, _Window] = {t: _Window(self.window_entries, self.window_bytes) for t in spec.targets}
         failed: dict[str, BaseException] = {}
         sizes: dict[str, list[int]] = {t: [] for t in spec.targets}
 
@@ -240,10 +244,8 @@ class FragmentCopier:
                 failed.setdefault(target, asyncio.CancelledError())
             elif task.exception() is not None:
                 failed.setdefault(target, task.exception())
-            if target in failed:  # unblock a reader waiting on this full queue
-                q = queues[target]
-                while not q.empty():
-                    q.get_nowait()
+            if target in failed:  # unblock a reader waiting on this full window
+                queues[target].discard()
 
         async def emit(eid: int, body: bytes) -> None:
             wait = self.bucket.reserve(len(body) * len(spec.targets))
@@ -262,6 +264,8 @@ class FragmentCopier:
             except DigestMismatchError as exc:
                 res.corrupt.append((eid, source))
                 tried.setdefault(eid, {})[source] = "DIGEST"
+                if self.m is not None:
+                    self.m.corrupt_source_entries.inc()
                 log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid, bookie_id=source, error=str(exc))
                 return False
             res.entries_read += 1
@@ -380,6 +384,52 @@ class FragmentCopier:
                 self.m.entries_written.inc(n)
                 for s in sizes[t]:
                     self.m.bytes_written.record(s)
+
+
+class _Window:
+    """A FIFO between a copy stream's reader and one target's writer, bounded by entries and bytes.
+
+    ``put`` waits while the window is full (it always admits an entry into an empty window);
+    ``discard`` drops everything and admits every later put (the writer is gone).
+    """
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._items: deque = deque()
+        self._bytes = 0
+        self._cond = asyncio.Condition()
+        self._dead = False
+
+    async def put(self, item) -> None:
+        size = len(item[1]) if item is not None else 0
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._dead or not self._items or (
+                len(self._items) < self.max_entries and self._bytes + size <= self.max_bytes))
+            if self._dead:
+                return
+            self._items.append(item)
+            self._bytes += size
+            self._cond.notify_all()
+
+    async def get(self):
+        async with self._cond:
+            await self._cond.wait_for(lambda: bool(self._items))
+            item = self._items.popleft()
+            if item is not None:
+                self._bytes -= len(item[1])
+            self._cond.notify_all()
+            return item
+
+    def discard(self) -> None:
+        self._dead = True
+        self._items.clear()
+        self._bytes = 0
+
+        async def wake() -> None:
+            async with self._cond:
+                self._cond.notify_all()
+
+        asyncio.ensure_future(wake())
 
 
 def _entry_of(err: BookieError) -> int | None:

@@ -98,9 +98,10 @@ CONFIG_KEYS: tuple[Key, ...] = (
     Key("replicationMaxStreamsPerTargetBookie", "int", 4, "count",
         "concurrent copy streams one worker writes to a single bookie; <= 0 unlimited", origin=OURS,
         group="worker"),
-    Key("replicationStreamWindowEntries", "int", 64, "count",
-        "entries queued per target between a copy stream's read and its write (memory bound)",
-        origin=OURS, group="worker", min_value=1),
+    Key("replicationStreamWindowBytes", "int", 16 * 1024 * 1024, "bytes",
+        "body bytes queued per target between a copy stream's read and its write (memory bound; at least "
+        "one entry, at most max(rereplicationEntryBatchSize, 256) entries)", origin=OURS, group="worker",
+        min_value=1),
 )
 _OUR_KEYS = {k.name: k for k in CONFIG_KEYS}
 
@@ -123,10 +124,11 @@ class WorkerSettings:
     | replicationWorkerConcurrentLedgers (ours) | concurrent_ledgers | 4 |
     | replicationMaxStreamsPerSourceBookie (ours) | max_streams_per_source | 4 |
     | replicationMaxStreamsPerTargetBookie (ours) | max_streams_per_target | 4 |
-    | replicationStreamWindowEntries (ours) | stream_window_entries | 64 |
+    | replicationStreamWindowBytes (ours) | stream_window_bytes | 16 MiB |
 
-    ``rereplicationEntryBatchSize`` keeps its meaning as the unit of work: a copy stream keeps at least
-    that many entries in flight per target (``max(batch_size, stream_window_entries)``).
+    ``rereplicationEntryBatchSize`` keeps its meaning as the unit of work in flight: a copy stream
+    queues up to ``max(batch_size, 256)`` entries and ``stream_window_bytes`` bytes per target (upstream
+    copies one batch at a time and waits for it; we stream, so the window hides the target's fsync).
     """
 
     open_ledger_grace_ms: int = 30000
@@ -141,7 +143,7 @@ class WorkerSettings:
     concurrent_ledgers: int = 4
     max_streams_per_source: int = 4
     max_streams_per_target: int = 4
-    stream_window_entries: int = 64
+    stream_window_bytes: int = 16 * 1024 * 1024
 
     KEYS: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -161,7 +163,7 @@ class WorkerSettings:
             "replicationWorkerConcurrentLedgers": "concurrent_ledgers",
             "replicationMaxStreamsPerSourceBookie": "max_streams_per_source",
             "replicationMaxStreamsPerTargetBookie": "max_streams_per_target",
-            "replicationStreamWindowEntries": "stream_window_entries",
+            "replicationStreamWindowBytes": "stream_window_bytes",
         }
 
     @classmethod
@@ -219,6 +221,8 @@ class _Metrics:
                                      doc="times a ledger was surfaced as unrecoverable")
         self.no_more_bookie = c(OUR_SCOPE, "placement_no_more_bookie_total",
                                 doc="BP-54 repairs impossible: no bookie can make the segment adhere")
+        self.corrupt_source_entries = c(OUR_SCOPE, "replication_corrupt_source_entries_total",
+                                        doc="source copies that failed the digest check and were not copied")
         self.copies_cancelled = c(OUR_SCOPE, "replication_copies_cancelled_total",
                                   doc="fragment copies skipped or aborted because the lost bookie came back")
 
@@ -289,7 +293,8 @@ class ReplicationWorker:
         self._caps_changed = asyncio.Condition()
         self.copier = FragmentCopier(bookies, byte_bucket=self.byte_bucket, caps=self.caps,
                                      caps_changed=self._caps_changed,
-                                     window_entries=max(settings.batch_size, settings.stream_window_entries),
+                                     window_entries=max(settings.batch_size, 256),
+                                     window_bytes=settings.stream_window_bytes,
                                      metrics=self.m, sleep=sleep)
         self.tracker = ProgressTracker(self.clock)
         self.history: list[tuple[int, str]] = []

@@ -1,0 +1,332 @@
+"""Benchmark: ReplicationWorker copy throughput against raw gRPC streaming and storage writes, one run.
+
+Set-up (not timed): a local cluster of 3 bookie processes. ``--mib`` MiB (default 512) of 64 KiB
+entries are written to ledgers E2/WQ2/AQ2 on bookies 0 and 1 (entries streamed straight to both
+bookies, metadata CLOSED), bookie 0 is stopped and every ledger is marked under-replicated: the lost
+bookie's fragments must be copied from bookie 1 (the surviving replica) to bookie 2 (the only target).
+
+Timed, in the same run:
+
+* **worker**: an in-process ReplicationWorker (default settings: 4 ledgers at once) from start until
+  every marker is gone — re-check, stream read from bookie 1, CRC32C verification of every entry,
+  RECOVERY_ADD stream to bookie 2 (SQLite WAL, fsync per group commit), ensemble CAS;
+* **raw gRPC**: the same bytes through the same pipeline shape (ReadEntries stream from one process →
+  AddEntries stream to another, as many pipelines as the worker ran), servers that store nothing;
+* **storage write**: the same bytes written by one BookieStorage (the bookie's SQLite store, group
+  commit, 256 adds in flight like an AddEntries stream) in its own process, no network.
+
+Prints MB/s (10^6 bytes/s of entry bodies) and the ratios; the target is worker ≥ 60% of
+min(raw gRPC, storage write). Not a test.
+
+    .venv/bin/python bench/replication.py             # 512 MiB
+    .venv/bin/python bench/replication.py --mib 64    # quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import grpc  # noqa: E402
+
+from autorecovery import metrics  # noqa: E402
+from autorecovery.ledger.digest import pack_entry  # noqa: E402
+from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment  # noqa: E402
+from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
+from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
+from autorecovery.rpc.bookie_client import BookieClient  # noqa: E402
+from autorecovery.testing.zk_server import free_port  # noqa: E402
+
+ENTRY = 64 * 1024
+MK = b"bench-master-key"
+MAX_MSG = 16 << 20
+
+
+def body_of(ledger_id: int, entry_id: int, length: int, blob: bytes) -> bytes:
+    # vary the payload per entry cheaply (a prefix) so nothing is trivially repeated
+    payload = entry_id.to_bytes(8, "big") + blob[8:]
+    return pack_entry(ledger_id, entry_id, entry_id - 1, length, payload)
+
+
+# -- child processes ------------------------------------------------------------------------------
+class NullBookie(pbg.BookieServicer):
+    """Serves ReadEntries with ready-made bodies and swallows AddEntries: gRPC without storage."""
+
+    def __init__(self) -> None:
+        self.blob = os.urandom(ENTRY)
+        self.bodies: dict[int, bytes] = {}
+
+    async def AddEntries(self, request_iterator, context):
+        n = b = 0
+        async for req in request_iterator:
+            n += 1
+            b += len(req.body)
+        return pb.AddEntriesResponse(status=pb.EOK, entries_written=n, bytes_written=b, failed_entry_id=-1)
+
+    async def ReadEntries(self, request, context):
+        for e in range(request.first_entry_id, request.last_entry_id + 1):
+            body = body_of(request.ledger_id, e, (e + 1) * ENTRY, self.blob)
+            yield pb.ReadResponse(status=pb.EOK, ledger_id=request.ledger_id, entry_id=e, body=body, lac=e - 1)
+
+
+async def serve_null(port: int) -> None:
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MSG),
+                                      ("grpc.max_send_message_length", MAX_MSG)])
+    pbg.add_BookieServicer_to_server(NullBookie(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("NULL_READY", flush=True)
+    await server.wait_for_termination()
+
+
+async def storage_only(data_dir: Path, mib: int) -> None:
+    from autorecovery.bookie.storage import BookieStorage
+
+    storage = BookieStorage(data_dir, name="bench-store")
+    await asyncio.to_thread(storage.open)
+    n = mib * 1024 * 1024 // ENTRY
+    blob = os.urandom(ENTRY)
+    window = asyncio.Semaphore(256)  # the bookie's AddEntries keeps at most 256 adds in flight
+    pending = []
+    nbytes = 0
+    t0 = time.perf_counter()
+    for e in range(n):
+        await window.acquire()
+        body = body_of(1, e, (e + 1) * ENTRY, blob)
+        nbytes += len(body)
+        fut = storage.submit_add(1, e, MK, body, recovery=True)
+        fut.add_done_callback(lambda _f: window.release())
+        pending.append(fut)
+    await asyncio.gather(*pending)
+    dt = time.perf_counter() - t0
+    await storage.close()
+    print(json.dumps({"bytes": nbytes, "seconds": dt, "commits": storage.commits}), flush=True)
+
+
+def spawn(args: list[str], ready: str | None) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    if ready is not None:
+        line = proc.stdout.readline()
+        if ready not in line:
+            proc.kill()
+            raise RuntimeError(f"child {args} did not start: {line!r}")
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# -- measurements ---------------------------------------------------------------------------------
+async def raw_grpc(total_entries: int, pipelines: int) -> float:
+    """MB/s of entry bodies moved ReadEntries(process A) → AddEntries(process B), ``pipelines`` at once."""
+    pa, pb_ = free_port(), free_port()
+    a = spawn(["--serve-null", str(pa)], "NULL_READY")
+    b = spawn(["--serve-null", str(pb_)], "NULL_READY")
+    client = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
+    try:
+        src, dst = f"127.0.0.1:{pa}", f"127.0.0.1:{pb_}"
+        await client.add_entries(dst, 9, MK, [])  # connect both channels before timing
+        async for _ in client.read_entries(src, 9, 0, 0):
+            pass
+        per = total_entries // pipelines
+        moved = [0]
+
+        async def pipe(i: int) -> None:
+            q: asyncio.Queue = asyncio.Queue(maxsize=64)
+
+            async def gen():
+                while (item := await q.get()) is not None:
+                    yield item
+
+            writer = asyncio.create_task(client.add_entries(dst, 100 + i, MK, gen()))
+            async for r in client.read_entries(src, 100 + i, 0, per - 1):
+                await q.put((r.entry_id, r.body))
+                moved[0] += len(r.body)
+            await q.put(None)
+            await writer
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(pipe(i) for i in range(pipelines)))
+        dt = time.perf_counter() - t0
+        return moved[0] / dt / 1e6
+    finally:
+        await client.close()
+        stop(a)
+        stop(b)
+
+
+def storage_write(mib: int, base: Path) -> tuple[float, int]:
+    proc = spawn(["--storage-only", str(base / "store-only"), "--mib", str(mib)], None)
+    out, _ = proc.communicate(timeout=3600)
+    res = json.loads(out.strip().splitlines()[-1])
+    return res["bytes"] / res["seconds"] / 1e6, res["commits"]
+
+
+async def load(cluster, mib: int, ledgers: int) -> tuple[list[int], int]:
+    """Write the data set straight to bookies 0 and 1; returns (ledger ids, body bytes per replica)."""
+    from autorecovery.zk.bridge import ZkClient
+    from autorecovery.zk.ledgers import LedgerStore
+    from autorecovery.zk.paths import Paths
+
+    zk = await ZkClient(cluster.zk_connect).start()
+    store = LedgerStore(zk, Paths(cluster.ledgers_root))
+    client = BookieClient(timeout_s=60, max_message_bytes=MAX_MSG)
+    b0, b1 = cluster.bookie_id(0), cluster.bookie_id(1)
+    per = mib * 1024 * 1024 // ENTRY // ledgers
+    blob = os.urandom(ENTRY)
+    ids, total = [], 0
+    try:
+        for _ in range(ledgers):
+            lid = await store.new_ledger_id()
+            md = LedgerMetadata(2, 2, 2, (Segment(0, (b0, b1)),), state=LedgerState.CLOSED, last_entry_id=per - 1,
+                                length=per * ENTRY, digest_type=DigestType.CRC32C, password=MK, ctime=1)
+
+            def entries():
+                for e in range(per):
+                    yield e, body_of(lid, e, (e + 1) * ENTRY, blob)
+
+            r = await asyncio.gather(client.add_entries(b0, lid, MK, entries(), recovery=False),
+                                     client.add_entries(b1, lid, MK, entries(), recovery=False))
+            total += r[0][1]
+            await store.create(lid, md)
+            ids.append(lid)
+    finally:
+        await client.close()
+        await zk.stop()
+    return ids, total
+
+
+async def run_worker(cluster, ledger_ids: list[int]) -> tuple[float, int, float, int]:
+    """(seconds, bytes written to targets, peak concurrent streams, entries verified)."""
+    from autorecovery.placement import PlacementConfig, RackawarePolicy
+    from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
+    from autorecovery.zk.bookies import BookieWatcher
+    from autorecovery.zk.bridge import ZkClient, wait_for
+    from autorecovery.zk.paths import Paths
+    from autorecovery.zk.underreplication import UnderreplicationManager
+
+    paths = Paths(cluster.ledgers_root)
+    zk = await ZkClient(cluster.zk_connect).start()
+    watcher = await BookieWatcher(zk, paths).start()
+    lost = cluster.bookie_id(0)
+    await asyncio.to_thread(cluster.kill_bookie, 0, signal.SIGTERM)
+    await watcher.wait_until(lambda w: lost not in w.available, 30)
+    um = UnderreplicationManager(zk, paths)
+    await um.init()
+    await um.mark_many({lid: [lost] for lid in ledger_ids})
+    bookies = BookieClient(timeout_s=60, max_message_bytes=MAX_MSG)
+    reg = metrics.MetricsRegistry()
+    settings = WorkerSettings(**{k: int(v) for k, v in (x.split("=") for x in os.environ.get("BENCH_WS", "").split(",") if x)})
+    w = ReplicationWorker(zk, paths, settings, RackawarePolicy(PlacementConfig()), bookies, watcher,
+                          registry=reg)
+    peak = [0]
+    orig = w.caps.try_start
+
+    def counting(source, targets):
+        ok = orig(source, targets)
+        peak[0] = max(peak[0], sum(w.caps.sources.values()))
+        return ok
+
+    w.caps.try_start = counting
+    import psutil
+
+    procs = {"worker": psutil.Process()}
+    for i in (1, 2):
+        procs[f"bookie{i}"] = psutil.Process(cluster.bookies[i].pid)
+    cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
+    t0 = time.perf_counter()
+    await w.start()
+
+    async def done() -> bool:
+        return not await um.list_marked_ids()
+
+    ok = await wait_for(done, 3600, interval_s=0.02)
+    dt = time.perf_counter() - t0
+    assert ok, "replication did not finish"
+    cpu = {k: (sum(p.cpu_times()[:2]) - cpu0[k]) / dt for k, p in procs.items()}
+    print("CPU during the copy (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+    written = int(reg.get("replication_worker_NUM_BYTES_WRITTEN").total())
+    verified = reg.get("replication_worker_NUM_ENTRIES_READ").value
+    await w.stop()
+    await um.close()
+    await bookies.close()
+    await watcher.stop()
+    await zk.stop()
+    return dt, written, peak[0], verified
+
+
+async def main_async(mib: int, ledgers: int, keep: bool) -> None:
+    import logging
+
+    import structlog
+
+    from autorecovery.testing.local_cluster import LocalCluster
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    base = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    cluster = LocalCluster(base / "cluster", bookies=3)
+    try:
+        await asyncio.to_thread(cluster.up)
+        t = time.perf_counter()
+        ids, nbytes = await load(cluster, mib, ledgers)
+        print(f"set-up: {len(ids)} ledgers E2/WQ2, {nbytes / 2**20:.0f} MiB of {ENTRY // 1024} KiB entries per "
+              f"replica, loaded in {time.perf_counter() - t:.1f}s; bookie 0 lost, copy 1 -> 2")
+        await asyncio.to_thread(os.sync)  # the load's dirty pages must not be flushed during the copy
+        dt, written, peak, verified = await run_worker(cluster, ids)
+        assert written >= nbytes, (written, nbytes)
+        worker = written / dt / 1e6
+        print(f"worker:        {worker:8.1f} MB/s  ({written / 2**20:.0f} MiB in {dt:.2f}s, {verified} entries "
+              f"digest-verified, {peak} concurrent streams)")
+    finally:
+        await asyncio.to_thread(cluster.down)
+    raw = await raw_grpc(nbytes // ENTRY, max(1, peak))
+    print(f"raw gRPC:      {raw:8.1f} MB/s  (ReadEntries -> AddEntries between two no-storage processes, "
+          f"{max(1, peak)} pipelines)")
+    await asyncio.to_thread(os.sync)
+    store, commits = await asyncio.to_thread(storage_write, mib, base)
+    print(f"storage write: {store:8.1f} MB/s  (one BookieStorage, {commits} group commits, fsync'd WAL)")
+    floor = min(raw, store)
+    print(f"ratios: worker/raw gRPC = {worker / raw:.2f}, worker/storage write = {worker / store:.2f}, "
+          f"worker/min = {worker / floor:.2f} (target >= 0.60)")
+    if not keep:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mib", type=int, default=512, help="MiB of entry bodies to re-replicate (default 512)")
+    ap.add_argument("--ledgers", type=int, default=8, help="ledgers the data is spread over (default 8)")
+    ap.add_argument("--keep", action="store_true", help="keep the data directories")
+    ap.add_argument("--serve-null", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--storage-only", type=Path, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve_null:
+        asyncio.run(serve_null(a.serve_null))
+    elif a.storage_only:
+        asyncio.run(storage_only(a.storage_only, a.mib))
+    else:
+        asyncio.run(main_async(a.mib, a.ledgers, a.keep))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Copy-path behaviour of the ReplicationWorker on real bookies: a corrupt source copy is never written
+(the next replica serves it), and a lost bookie that comes back cancels the copy (#2766), before it
+starts and in the middle of it."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME
+from autorecovery.ledger.digest import unpack_entry
+from autorecovery.roles.worker import WorkerSettings
+from autorecovery.zk.bridge import wait_for
+
+from test_worker_support import FAST, entries_on, index_of, open_env, read_all_from, wait_marker_gone
+
+pytestmark = pytest.mark.integration
+
+
+def corrupt(cluster, bookie_id: str, ledger_id: int, entry_ids: list[int]) -> int:
+    """Flip four payload bytes of the given entries in the bookie's SQLite store (length unchanged)."""
+    db = Path(cluster.bookies[index_of(cluster, bookie_id)].data_dir) / CURRENT_DIR / DB_FILENAME
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        n = 0
+        for e in entry_ids:
+            (body,) = con.execute("SELECT body FROM entries WHERE ledger_id=? AND entry_id=?", (ledger_id, e)).fetchone()
+            bad = body[:40] + bytes(x ^ 0xFF for x in body[40:44]) + body[44:]
+            n += con.execute("UPDATE entries SET body=? WHERE ledger_id=? AND entry_id=?", (bad, ledger_id, e)).rowcount
+        con.commit()
+        return n
+    finally:
+        con.close()
+
+
+async def test_corrupt_source_entry_is_never_copied(cluster_factory):
+    cluster = await asyncio.to_thread(cluster_factory, bookies=3)
+    env = await open_env(cluster)
+    try:
+        b = cluster.bookie_ids()
+        lh = await env.write(b, 3, 3, 2, 10, full=True)
+        # entries 3, 4, 5 (one of each residue) are corrupt on b1; b1's first and last entries are fine,
+        # so the checker does not flag b1 and it is used as a source for at least one residue
+        assert corrupt(cluster, b[1], lh.ledger_id, [3, 4, 5]) == 3
+        new = await env.start_bookie(3)
+        await env.stop_bookie(b[0])
+        await env.um.mark_underreplicated(lh.ledger_id, [b[0]])
+        w = await env.start_worker()
+        await wait_marker_gone(env, lh.ledger_id)
+        assert await entries_on(env, new, lh.ledger_id) == list(range(10))
+        for e in range(10):  # every copy on the target verifies
+            r = await env.bk.bookies.read_entry(new, lh.ledger_id, e)
+            unpack_entry(r.body, lh.ledger_id, e, source=new)
+        assert w.m.entries_written.value == 10
+        # the plan spread the three residues over b1 and b2, so b1's corrupt copies were met and refused
+        assert w.m.corrupt_source_entries.value >= 1
+        await env.stop_bookie(b[1])
+        await env.stop_bookie(b[2])
+        await read_all_from(env, lh.ledger_id, 10)  # the new bookie alone serves every entry
+    finally:
+        await env.close()
+
+
+async def test_bookie_back_before_copy_clears_marker_without_copying(cluster_factory):
+    cluster = await asyncio.to_thread(cluster_factory, bookies=4)
+    env = await open_env(cluster)
+    try:
+        b = cluster.bookie_ids()
+        lh = await env.write(b[:3], 3, 3, 2, 10, full=True)
+        await env.stop_bookie(b[0])
+        await env.um.mark_underreplicated(lh.ledger_id, [b[0]])
+        await env.start_bookie(0)
+        w = await env.start_worker()
+        await wait_marker_gone(env, lh.ledger_id)
+        assert w.m.entries_written.value == 0
+        md, _ = await env.bk.ledgers.read(lh.ledger_id)
+        assert md.segments[0].ensemble == tuple(b[:3])
+    finally:
+        await env.close()
+
+
+async def test_bookie_back_mid_copy_aborts_the_copy(cluster_factory):
+    cluster = await asyncio.to_thread(cluster_factory, bookies=3)
+    env = await open_env(cluster)
+    try:
+        b = cluster.bookie_ids()
+        lh = await env.write([b[0], b[1]], 2, 2, 2, 128, size=32 * 1024, full=True)
+        await env.stop_bookie(b[0])
+        await env.um.mark_underreplicated(lh.ledger_id, [b[0]])
+        # 4 MiB at 1 MiB/s: the copy runs for ~4 s
+        w = await env.start_worker(WorkerSettings(**{**FAST, "rate_bytes_per_s": 1024 * 1024}))
+        assert await wait_for(lambda: w.tracker.bytes_copied > 0, 20)
+        await env.start_bookie(0)
+        await wait_marker_gone(env, lh.ledger_id)
+        assert w.m.copies_cancelled.value >= 1
+        assert w.tracker.bytes_copied < 128 * 32 * 1024  # stopped early
+        md, _ = await env.bk.ledgers.read(lh.ledger_id)
+        assert md.segments[0].ensemble == (b[0], b[1])  # b0 kept its place: nothing was swapped
+        await read_all_from(env, lh.ledger_id, 128, size=32 * 1024)
+    finally:
+        await env.close()
+
+
+async def test_stop_mid_copy_changes_nothing_and_releases_locks(cluster_factory):
+    """stop() while a (throttled) copy runs: the copy is aborted after the drain timeout, the metadata
+    is untouched (no CAS happened), the lock znode is gone, the marker stays; stop() is idempotent."""
+    cluster = await asyncio.to_thread(cluster_factory, bookies=3)
+    env = await open_env(cluster)
+    try:
+        b = cluster.bookie_ids()
+        lh = await env.write([b[0], b[1]], 2, 2, 2, 128, size=32 * 1024, full=True)
+        await env.stop_bookie(b[0])
+        await env.um.mark_underreplicated(lh.ledger_id, [b[0]])
+        w = await env.start_worker(WorkerSettings(**{**FAST, "rate_bytes_per_s": 1024 * 1024}))
+        assert await wait_for(lambda: w.tracker.bytes_copied > 0, 20)
+        assert await env.um.lock_holder(lh.ledger_id) == "worker-0"
+        await asyncio.wait_for(w.stop(drain_timeout_s=0.2), 15)
+        await asyncio.wait_for(w.stop(), 5)
+        assert not w.running
+        assert await env.um.lock_holder(lh.ledger_id) is None
+        assert await env.um.get_marker(lh.ledger_id) is not None
+        md, _ = await env.bk.ledgers.read(lh.ledger_id)
+        assert md.segments[0].ensemble == (b[0], b[1])
+        assert w.m.replicated.value == 0
+    finally:
+        await env.close()
