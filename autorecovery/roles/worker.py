@@ -145,8 +145,6 @@ class WorkerSettings:
     max_streams_per_target: int = 4
     stream_window_bytes: int = 16 * 1024 * 1024
 
-    KEYS: Any = field(default=None, init=False, repr=False, compare=False)
-
     @staticmethod
     def key_map() -> dict[str, str]:
         """config key → field name."""
@@ -422,8 +420,12 @@ class ReplicationWorker:
 
     # -- backlog refresh (priority data) ---------------------------------------------------------
     async def _refresh_loop(self) -> None:
+        """Refresh on demand (after a pass, a membership change, a side-znode change) or every 10 s, but
+        at most once per ``max(0.5 s, markers / 2000 s)``: walking the marker hierarchy costs ZooKeeper
+        reads in proportion to the backlog."""
         while not self._stopping:
             self._refresh_wanted.clear()
+            t0 = self.clock()
             try:
                 await self._refresh()
             except asyncio.CancelledError:
@@ -432,6 +434,9 @@ class ReplicationWorker:
                 log.debug("backlog refresh failed", error=str(exc))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._refresh_wanted.wait(), timeout=10.0)
+            pause = max(0.5, len(self._markers) / 2000.0) - (self.clock() - t0)
+            if pause > 0 and not self._stopping:
+                await self.sleep(pause)
 
     async def _refresh(self) -> None:
         """Read markers (new ones, or all every 60 s) and their metadata; recompute priorities and the
