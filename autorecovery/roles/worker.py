@@ -145,6 +145,17 @@ class WorkerSettings:
     max_streams_per_target: int = 4
     stream_window_bytes: int = 16 * 1024 * 1024
 
+    def __post_init__(self) -> None:
+        bad = []
+        for name, low in (("concurrent_ledgers", 1), ("batch_size", 1), ("stream_window_bytes", 1),
+                          ("open_ledger_grace_ms", 0), ("lock_release_grace_ms", 0), ("backoff_ms", 0)):
+            if getattr(self, name) < low:
+                bad.append(f"{name}={getattr(self, name)} (must be >= {low})")
+        if not 0 <= self.verification_percentage <= 100:
+            bad.append(f"verification_percentage={self.verification_percentage} (must be within 0..100)")
+        if bad:
+            raise ConfigError("bad worker settings: " + ", ".join(bad))
+
     @staticmethod
     def key_map() -> dict[str, str]:
         """config key → field name."""

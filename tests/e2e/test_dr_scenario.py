@@ -7,10 +7,13 @@ left), so every ensemble ends up in rack B alone. Rack A comes back: the Auditor
 ensemble back to rack A with a minimum number of swaps. Rack B is shut down: every entry of every
 ledger still reads back with a matching digest.
 
-Quorums: the seed does not give them; we use E3/WQ3/AQ2. With two racks an E3/WQ2 ensemble can never
-adhere (its three write sets are all pairs of members, and two of the three members share a rack), so
-a third of each ledger's entries would live in one rack only and the last step could not succeed
-under any placement; see the worker's report for the arithmetic.
+Quorums: the seed does not give them; we use E3/WQ3/AQ2. E3/WQ2 cannot pass this scenario under any
+placement: entry e is stored on ensemble indexes {e mod 3, e+1 mod 3}, so the three write sets are the
+three pairs of members; with two racks two of the three members share a rack, and every third entry
+lives on that rack only. Shutting that rack down makes those entries unavailable (step 1 for ledgers
+with two rack-A members, step 3 for the others), and no E3/WQ2 ensemble on two racks adheres to
+minNumRacksPerWriteQuorum=2, so BP-54 has nothing to repair towards. With WQ = E = 3 every member holds
+every entry and one member per rack is enough.
 
 The Auditor and two workers run in this process, with small grace periods and backoffs.
 """

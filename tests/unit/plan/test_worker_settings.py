@@ -43,3 +43,10 @@ def test_our_keys_are_declared_to_the_config_loader():
     names = set(provider_keys(("autorecovery.roles.worker",)))
     assert {k.name for k in CONFIG_KEYS} <= names
     assert "replicationMaxStreamsPerSourceBookie" in names
+
+
+def test_direct_construction_is_validated():
+    with pytest.raises(ConfigError, match="concurrent_ledgers"):
+        WorkerSettings(concurrent_ledgers=0)
+    with pytest.raises(ConfigError, match="verification_percentage"):
+        WorkerSettings(verification_percentage=101)
