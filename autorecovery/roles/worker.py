@@ -630,8 +630,9 @@ class ReplicationWorker:
                 return True
             avail = self.watcher.available
             lost = {b for f in data_loss for b in f.bad_bookies}
-            self.tracker.plan(lid, estimate_copy_bytes(md, lost) if lost else
-                              estimate_copy_bytes(md, {md.segments[i].ensemble[0] for i in placement}))
+            # a placement move re-copies about one member per segment: estimate it as one lost member
+            moved = {md.segments[i].ensemble[0] for i in (_segment_index(md, f) for f in placement) if i is not None}
+            self.tracker.plan(lid, estimate_copy_bytes(md, lost or moved))
             p = _Pass()
             open_found = any(not f.closed for f in data_loss)
             closed = [f for f in data_loss if f.closed]
