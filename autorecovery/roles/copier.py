@@ -433,22 +433,8 @@ class _Window:
 
 
 def _entry_of(err: BookieError) -> int | None:
-    """Entry id of an ENOENTRY stream item (the client puts it in the message: '... entry N not found')."""
-    eid = getattr(err, "entry_id", None)
-    if eid is not None:
-        return eid
-    msg = str(err)
-    marker = " entry "
-    i = msg.rfind(marker)
-    if i < 0:
-        return None
-    digits = ""
-    for ch in msg[i + len(marker):]:
-        if ch.isdigit():
-            digits += ch
-        else:
-            break
-    return int(digits) if digits else None
+    """Entry id of an ENOENTRY stream item (``BookieClient.read_entries`` sets ``entry_id``)."""
+    return getattr(err, "entry_id", None)
 
 
 def ranges(entry_ids: Iterable[int]) -> list[list[int]]:

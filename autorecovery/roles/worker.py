@@ -578,7 +578,7 @@ class ReplicationWorker:
         side znode removed, a deferred lock released)."""
         while not self._stopping:
             await self.um.wait_while_disabled()
-            changed = self.um._changed  # the manager's watch-fired event (see report: make it public)
+            changed = self.um.changes
             changed.clear()
             self._wake.clear()
             lid = await self.um.poll_ledger_to_rereplicate(self._order)

@@ -320,7 +320,7 @@ class BookieClient:
 
         With ``ensemble_size > 0`` only the ids that ensemble index ``bookie_index`` stores under
         round-robin striping (``(bookie_index - e) mod E < WQ``) are returned. Ids the bookie should
-        have but lacks come as ``BookieError(status="ENOENTRY")`` items. Break out of the loop (or
+        have but lacks come as ``BookieError(status="ENOENTRY")`` items whose ``entry_id`` names the entry. Break out of the loop (or
         ``aclose()``) to cancel the stream.
 
         Raises:
@@ -354,7 +354,9 @@ class BookieClient:
                 if resp.status == pb.EOK:
                     yield ReadResult(resp.entry_id, resp.body, resp.lac)
                 elif resp.status == pb.ENOENTRY:
-                    yield BookieError(bookie_id, "ENOENTRY", resp.message)
+                    missing = BookieError(bookie_id, "ENOENTRY", resp.message)
+                    missing.entry_id = resp.entry_id
+                    yield missing
                 else:
                     _raise(_status_error(bookie_id, resp.status, resp.message))
         finally:

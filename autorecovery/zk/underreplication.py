@@ -195,6 +195,15 @@ class UnderreplicationManager:
             if ev == SessionEvent.LOST:
                 self.held.clear()  # ephemeral locks died with the session
 
+    @property
+    def changes(self) -> asyncio.Event:
+        """Set whenever a watched marker or lock listing changes (or the session changes).
+
+        A waiter clears it, polls (:meth:`poll_ledger_to_rereplicate`), and waits on it when nothing
+        was found: watch-driven, no polling interval.
+        """
+        return self._changed
+
     async def close(self) -> None:
         """Release every held lock (upstream close()) and stop listening to session events."""
         try:
