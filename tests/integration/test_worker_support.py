@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 
 from autorecovery import metrics
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.client.random_policy import RandomPolicy
 from autorecovery.ledger.metadata import write_set
-from autorecovery.placement import PlacementConfig, RackawarePolicy
+from autorecovery.placement import DefaultPolicy, PlacementConfig, RackawarePolicy
 from autorecovery.placement.resolvers import StaticResolver
 from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
 from autorecovery.rpc.bookie_client import BookieClient
@@ -30,11 +29,11 @@ from autorecovery.zk.underreplication import UnderreplicationManager
 FAST = dict(open_ledger_grace_ms=500, lock_release_grace_ms=64, backoff_ms=20, concurrent_ledgers=2)
 
 
-class FixedPolicy(RandomPolicy):
-    """Random policy whose next ``new_ensemble`` returns ``ensemble`` (tests place ledgers exactly)."""
+class FixedPolicy(DefaultPolicy):
+    """Default (random) policy whose next ``new_ensemble`` returns ``ensemble`` (tests place ledgers exactly)."""
 
     def __init__(self) -> None:
-        super().__init__(random.Random(7))
+        super().__init__(rng=random.Random(7))
         self.ensemble: list[str] | None = None
 
     def new_ensemble(self, ensemble_size, write_quorum_size, ack_quorum_size, exclude=frozenset(), custom_metadata=None):
