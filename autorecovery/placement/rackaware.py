@@ -218,9 +218,8 @@ class RackawarePolicy(TopologyAwarePolicy):
         return ens
 
     # -- replace bookie (upstream replaceBookie) --------------------------------------------------------
-    def replace_bookie(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
-                       current_ensemble: Sequence[str], bookie_to_replace: str, exclude: Iterable[str] = frozenset(),
-                       custom_metadata: Mapping[str, bytes] | None = None) -> PlacementResult:
+    def _replace_on(self, topo: NetworkTopology, wq: int, aq: int, current_ensemble: Sequence[str],
+                    bookie: str, exclude: Iterable[str]) -> PlacementResult:
         """Pick a replacement: a bookie of the replaced bookie's rack, else one in a rack no other member
         uses, else (enforcement off) any bookie. Never an ensemble member, excluded or read-only bookie.
 
@@ -231,18 +230,6 @@ class RackawarePolicy(TopologyAwarePolicy):
             NotEnoughBookiesError: no candidate.
             ValueError: ``bookie_to_replace`` is not in a non-empty ``current_ensemble``.
         """
-        try:
-            return self._replace_on(self.topology, write_quorum_size, ack_quorum_size, current_ensemble,
-                                    bookie_to_replace, exclude)
-        except NotEnoughBookiesError:
-            topo = self._secondary_topology()
-            if topo is None:
-                raise
-            return self._replace_on(topo, write_quorum_size, ack_quorum_size, current_ensemble,
-                                    bookie_to_replace, exclude)
-
-    def _replace_on(self, topo: NetworkTopology, wq: int, aq: int, current_ensemble: Sequence[str],
-                    bookie: str, exclude: Iterable[str]) -> PlacementResult:
         current = list(current_ensemble)
         if current and bookie not in current:
             raise ValueError(f"bookie {bookie} is not in the ensemble {current}")

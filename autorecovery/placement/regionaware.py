@@ -269,9 +269,8 @@ class RegionawarePolicy(TopologyAwarePolicy):
         return ens
 
     # -- replace bookie -------------------------------------------------------------------------------
-    def replace_bookie(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
-                       current_ensemble: Sequence[str], bookie_to_replace: str, exclude: Iterable[str] = frozenset(),
-                       custom_metadata: Mapping[str, bytes] | None = None) -> PlacementResult:
+    def _replace_on(self, topo: NetworkTopology, wq: int, aq: int, current_ensemble: Sequence[str], bookie: str,
+                    exclude: Iterable[str]) -> PlacementResult:
         """Upstream: a bookie of the replaced bookie's rack, else of its region; otherwise any region, with the
         durability predicate when ``reppEnableDurabilityEnforcementInReplace`` is on (and the current
         ensemble is not already anomalous).
@@ -280,18 +279,6 @@ class RegionawarePolicy(TopologyAwarePolicy):
             NotEnoughBookiesError: no candidate.
             ValueError: ``bookie_to_replace`` is not in a non-empty ``current_ensemble``.
         """
-        try:
-            return self._replace_on(self.topology, write_quorum_size, ack_quorum_size, current_ensemble,
-                                    bookie_to_replace, exclude)
-        except NotEnoughBookiesError:
-            topo = self._secondary_topology()
-            if topo is None:
-                raise
-            return self._replace_on(topo, write_quorum_size, ack_quorum_size, current_ensemble,
-                                    bookie_to_replace, exclude)
-
-    def _replace_on(self, topo: NetworkTopology, wq: int, aq: int, current_ensemble: Sequence[str], bookie: str,
-                    exclude: Iterable[str]) -> PlacementResult:
         current = list(current_ensemble)
         if current and bookie not in current:
             raise ValueError(f"bookie {bookie} is not in the ensemble {current}")

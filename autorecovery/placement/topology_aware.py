@@ -11,7 +11,7 @@ import random
 import time
 from typing import Callable, ClassVar, Hashable, Iterable, Mapping, Sequence
 
-from autorecovery.errors import ConfigError
+from autorecovery.errors import ConfigError, NotEnoughBookiesError
 
 from .config import PlacementConfig
 from .policy import Adherence, BookieInfo, BookiesHealthInfo, PlacementPolicy, PlacementResult
@@ -187,6 +187,33 @@ class TopologyAwarePolicy(PlacementPolicy):
             else:
                 del self._departed[b]
         return sorted(out)
+
+    def replace_bookie(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
+                       current_ensemble: Sequence[str], bookie_to_replace: str, exclude: Iterable[str] = frozenset(),
+                       custom_metadata: Mapping[str, bytes] | None = None) -> PlacementResult:
+        """Pick a replacement for ``bookie_to_replace`` (upstream ``replaceBookie``); each policy's rule is
+        in its ``_replace_on``. Bookies that left within ``networkTopologyStabilizePeriodSeconds`` are
+        tried as a fallback, as upstream's stabilized topology does.
+
+        Returns ``PlacementResult(new_ensemble, adherence, bookie=new)``.
+
+        Raises:
+            NotEnoughBookiesError: no candidate.
+            ValueError: ``bookie_to_replace`` is not in a non-empty ``current_ensemble``.
+        """
+        try:
+            return self._replace_on(self.topology, write_quorum_size, ack_quorum_size, current_ensemble,
+                                    bookie_to_replace, exclude)
+        except NotEnoughBookiesError:
+            topo = self._secondary_topology()
+            if topo is None:
+                raise
+            return self._replace_on(topo, write_quorum_size, ack_quorum_size, current_ensemble,
+                                    bookie_to_replace, exclude)
+
+    def _replace_on(self, topo: NetworkTopology, wq: int, aq: int, current_ensemble: Sequence[str],
+                    bookie: str, exclude: Iterable[str]) -> PlacementResult:
+        raise NotImplementedError
 
     def _secondary_topology(self) -> NetworkTopology | None:
         """Topology plus departed bookies still inside the stabilize period (upstream secondary instance)."""

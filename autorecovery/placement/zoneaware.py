@@ -255,9 +255,8 @@ class ZoneawarePolicy(TopologyAwarePolicy):
         return PlacementResult(ens, adherence)
 
     # -- replace bookie -------------------------------------------------------------------------------
-    def replace_bookie(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
-                       current_ensemble: Sequence[str], bookie_to_replace: str, exclude: Iterable[str] = frozenset(),
-                       custom_metadata: Mapping[str, bytes] | None = None) -> PlacementResult:
+    def _replace_on(self, topo: NetworkTopology, wq: int, aq: int, current_ensemble: Sequence[str], bookie: str,
+                    exclude: Iterable[str]) -> PlacementResult:
         """Strict mode: the per-position rule at the replaced index (whole ensemble excluded); non-strict: a random
         writable bookie outside the ensemble and ``exclude``.
 
@@ -265,18 +264,6 @@ class ZoneawarePolicy(TopologyAwarePolicy):
             NotEnoughBookiesError: no candidate.
             ValueError: ``bookie_to_replace`` is not in a non-empty ``current_ensemble``.
         """
-        try:
-            return self._replace_on(self.topology, write_quorum_size, ack_quorum_size, current_ensemble,
-                                    bookie_to_replace, exclude)
-        except NotEnoughBookiesError:
-            topo = self._secondary_topology()
-            if topo is None:
-                raise
-            return self._replace_on(topo, write_quorum_size, ack_quorum_size, current_ensemble,
-                                    bookie_to_replace, exclude)
-
-    def _replace_on(self, topo: NetworkTopology, wq: int, aq: int, current_ensemble: Sequence[str], bookie: str,
-                    exclude: Iterable[str]) -> PlacementResult:
         current = list(current_ensemble)
         if current and bookie not in current:
             raise ValueError(f"bookie {bookie} is not in the ensemble {current}")

@@ -7,7 +7,6 @@ kill -9, exit codes) is in test_bookie_process.py.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
