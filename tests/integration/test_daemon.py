@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from autorecovery.zk.bridge import wait_for
+
 from autorecovery.ledger.metadata import entries_on_index
 from autorecovery.rpc.bookie_client import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
@@ -240,13 +242,9 @@ async def test_session_expiry_restarts_worker_and_rejoins(cluster):
     await d.start()
     try:
         assert out.getvalue().startswith(f"AUTORECOVERY_READY bookie_id={cluster.bookie_id(2)} http=off")
-        loop = asyncio.get_running_loop()
 
         async def until(pred, timeout_s, what):
-            deadline = loop.time() + timeout_s
-            while not pred():
-                assert loop.time() < deadline, f"timed out waiting for {what}"
-                await asyncio.sleep(0.05)
+            assert await wait_for(pred, timeout_s), f"timed out waiting for {what}"
 
         await until(lambda: d.readiness()[0], 10, "ready")
         old_worker, old_session = d.worker, d.zk.client_id[0]
