@@ -42,7 +42,7 @@ ENV_PREFIX = "BK_"
 #: then not reported as unknown.
 KEY_PROVIDERS = (
     "autorecovery.roles.auditor",
-    "autorecovery.roles.worker",
+    "autorecovery.roles.worker_settings",
     "autorecovery.placement",
     "autorecovery.placement.config",
 )
