@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from autorecovery import logs
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.workload import verify_ledgers, write_ledgers
@@ -83,6 +84,7 @@ def run_foundation_demo(base: Path, table: Table) -> None:
 @click.option("--foundation-only", is_flag=True, help="only the client/bookie part, without autorecovery")
 def demo(base_dir: Path | None, foundation_only: bool) -> None:
     """Run the end-to-end demo on a real local cluster and print a summary table."""
+    logs.configure("WARNING", fmt="console")  # the story goes to stdout; only problems are logged
     tmp = base_dir or Path(tempfile.mkdtemp(prefix="autorecovery-demo-"))
     table = Table()
     try:

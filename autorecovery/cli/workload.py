@@ -7,13 +7,16 @@ from pathlib import Path
 
 import click
 
+from autorecovery import logs
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.workload import Manifest, verify_ledgers, write_ledgers
 
 
 @click.group("workload")
-def workload() -> None:
+@click.option("--log-level", default="WARNING", show_default=True)
+def workload(log_level: str) -> None:
     """Client-side workload tools."""
+    logs.configure(log_level)
 
 
 @workload.command("write")
