@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import structlog
 
 from autorecovery import metrics
+from autorecovery.aio import wait_condition
 from autorecovery.errors import AutoRecoveryError
 
 log = structlog.get_logger("autorecovery.bookie_info")
@@ -314,12 +315,4 @@ class BookieInfoReader:
 
     async def wait_for(self, predicate: Callable[["BookieInfoReader"], bool], timeout_s: float) -> bool:
         """Wait until ``predicate(self)`` holds (checked after every publish) or ``timeout_s`` passes."""
-        async def waiter() -> None:
-            async with self.changed:
-                await self.changed.wait_for(lambda: predicate(self))
-
-        try:
-            await asyncio.wait_for(waiter(), timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return predicate(self)
+        return await wait_condition(self.changed, lambda: predicate(self), timeout_s)

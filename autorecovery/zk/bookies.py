@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from autorecovery.aio import wait_condition
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
 
@@ -110,12 +111,4 @@ class BookieWatcher:
 
     async def wait_until(self, predicate: Callable[["BookieWatcher"], bool], timeout_s: float) -> bool:
         """Wait until ``predicate(self)`` holds or ``timeout_s`` s pass; returns whether it holds."""
-        async def waiter() -> None:
-            async with self.changed:
-                await self.changed.wait_for(lambda: predicate(self))
-
-        try:
-            await asyncio.wait_for(waiter(), timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return predicate(self)
+        return await wait_condition(self.changed, lambda: predicate(self), timeout_s)
