@@ -16,7 +16,6 @@ SUBCOMMANDS = {
     "run": ("autorecovery.cli.run", "run"),
     "shell": ("autorecovery.cli.shell", "shell"),
     "config": ("autorecovery.cli.config", "config"),
-    "report": ("autorecovery.cli.report", "report"),
 }
 
 
