@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from autorecovery.client.batcher import AddBatcher
 from autorecovery.client.handle import LedgerHandle
 from autorecovery.client.reader import ReadHandle
 from autorecovery.client.recovery import recover_ledger
@@ -50,6 +51,7 @@ class BookKeeper:
         self._own_bookies = bookies is None
         self.bookies = bookies or BookieClient()
         self.bookies_timeout_s = getattr(self.bookies, "timeout_s", 10.0)
+        self.adds = AddBatcher(self.bookies)
         self.watcher: BookieWatcher | None = None
         self._own_zk = own_zk
 

@@ -121,8 +121,8 @@ class LedgerHandle:
                 self._give_up(op, idx, bookie)
                 return
             try:
-                await self.bk.bookies.add_entry(bookie, self.ledger_id, op.entry_id, self.master_key, op.body,
-                                                recovery=self.recovery)
+                await self.bk.adds.add(bookie, self.ledger_id, op.entry_id, self.master_key, op.body,
+                                       recovery=self.recovery)
                 op.acked.add(idx)
                 self._advance()
                 return
