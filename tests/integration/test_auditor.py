@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 
 import pytest
 
@@ -17,7 +16,6 @@ from autorecovery import metrics
 from autorecovery.errors import NoSuchLedgerError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.roles.auditor import Auditor, AuditorSettings
-from autorecovery.testing.zk_server import ZooKeeperServer
 from autorecovery.zk.bridge import ZkClient, wait_for
 from autorecovery.zk.election import AuditorElector, elector_loop
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
@@ -29,20 +27,10 @@ P = Paths("/ledgers")
 B = [f"98.98.98.{i}:3181" for i in range(6)]
 
 
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-async def chroot(zk_server):
-    name = "/t" + uuid.uuid4().hex[:10]
-    c = await ZkClient(zk_server.connect_string).start()
-    await c.ensure_path(name)
-    await c.stop()
-    return zk_server.connect_string + name
+def chroot(zk_connect):
+    """A fresh chroot on the session ZooKeeper (tests/conftest.py)."""
+    return zk_connect
 
 
 @pytest.fixture

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import pytest
 from kazoo.client import KazooClient
 
-from autorecovery.testing.zk_server import ZooKeeperServer
 from autorecovery.zk.bridge import ZkClient, wait_for
 from autorecovery.zk.election import AuditorElector, current_auditor, decode_vote, elector_loop, sorted_votes
 from autorecovery.zk.paths import Paths
@@ -20,20 +18,10 @@ P = Paths("/ledgers")
 SESSION_MS = 2000
 
 
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-async def chroot(zk_server):
-    name = "/t" + uuid.uuid4().hex[:10]
-    c = await ZkClient(zk_server.connect_string).start()
-    await c.ensure_path(name)
-    await c.stop()
-    return zk_server.connect_string + name
+def chroot(zk_connect):
+    """A fresh chroot on the session ZooKeeper (tests/conftest.py)."""
+    return zk_connect
 
 
 def expire_session(hosts: str, zk: ZkClient) -> None:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 from google.protobuf import text_format
 
 from autorecovery.errors import CompatibilityError, UnavailableError
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
-from autorecovery.testing.zk_server import ZooKeeperServer
 from autorecovery.zk.bridge import ZkClient, wait_for
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager, decode_ctime, encode_ctime
@@ -18,20 +16,10 @@ from autorecovery.zk.underreplication import UnderreplicationManager, decode_cti
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def zk_server(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-async def chroot(zk_server):
-    name = "/t" + uuid.uuid4().hex[:10]
-    c = await ZkClient(zk_server.connect_string).start()
-    await c.ensure_path(name)
-    await c.stop()
-    return zk_server.connect_string + name
+def chroot(zk_connect):
+    """A fresh chroot on the session ZooKeeper (tests/conftest.py)."""
+    return zk_connect
 
 
 @pytest.fixture
