@@ -53,6 +53,7 @@ def test_round_trip_with_bookie_killed_mid_write(cluster_factory):
             rh = await bk.open_ledger(lh.ledger_id)
             entries = await rh.read_entries(0, 999)
             assert [x.entry_id for x in entries] == list(range(1000))
+            assert rh.fallback_reads == 0  # streams went to the live replica of each write set
             for x in entries:
                 assert x.payload == payload(9, lh.ledger_id, x.entry_id, sizes[x.entry_id])
             assert rh.digest_errors == []
@@ -155,6 +156,7 @@ def test_corrupted_replica_falls_back_and_reports(cluster_factory):
             got = await rh.read_entries(0, 4)
             assert [x.payload for x in got] == [b"payload-%d" % e for e in range(5)]
             assert [(e, b) for e, b, _ in rh.digest_errors] == [(2, first)]
+            assert rh.fallback_reads == 1  # only the corrupt entry was re-read from another replica
         finally:
             await bk.close()
 
