@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from autorecovery.errors import NotEnoughBookiesError
 
 from .policy import Adherence, PlacementPolicy, PlacementResult
 
@@ -27,19 +26,7 @@ class DefaultPolicy(PlacementPolicy):
     upstream_class = "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy"
 
     def _draw(self, n: int, excluded: set[str]) -> list[str]:
-        cands = sorted(self._writable - excluded)
-        if len(cands) < n:
-            raise NotEnoughBookiesError(f"need {n} bookies, only {len(cands)} writable and not excluded")
-        if not self.weighted:
-            return self.rng.sample(cands, n)
-        sel = self._cluster_selection()
-        out: list[str] = []
-        left = set(cands)
-        for _ in range(n):
-            b = sel.select(sorted(left))
-            out.append(b)
-            left.discard(b)
-        return out
+        return self._draw_distinct(self._writable - excluded, n, self._cluster_selection())
 
     def new_ensemble(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
                      exclude: Iterable[str] = frozenset(), custom_metadata: Mapping[str, bytes] | None = None

@@ -196,6 +196,28 @@ class PlacementPolicy(abc.ABC):
         return WeightedRandomSelection({b: self.weight_of(b) for b in bookies},
                                        self.config.bookie_max_multiple_for_weight_based_placement, self.rng)
 
+    def _draw_distinct(self, candidates: Iterable[str], n: int, selection: WeightedRandomSelection | None = None
+                       ) -> list[str]:
+        """``n`` distinct bookies from ``candidates``: uniform, or by capped disk weight when weights are on
+        (``selection`` defaults to one over the candidates; upstream WeightedRandomSelectionImpl).
+
+        Raises:
+            NotEnoughBookiesError: fewer than ``n`` candidates.
+        """
+        cands = sorted(candidates)
+        if len(cands) < n:
+            raise NotEnoughBookiesError(f"need {n} bookies, only {len(cands)} writable and not excluded")
+        if not self.weighted:
+            return self.rng.sample(cands, n)
+        sel = selection or self._selection(cands)
+        out: list[str] = []
+        left = set(cands)
+        for _ in range(n):
+            b = sel.select(sorted(left))
+            out.append(b)
+            left.discard(b)
+        return out
+
     def _cluster_selection(self) -> WeightedRandomSelection:
         if self._selector is None:
             self._selector = self._selection(sorted(self._writable))

@@ -109,19 +109,7 @@ class RackawarePolicy(TopologyAwarePolicy):
         return topo.rack_of(bookie) or self.location_of(bookie)
 
     def _random_distinct(self, topo: NetworkTopology, n: int, excluded: set[str]) -> list[str]:
-        cands = sorted(b for b in topo if b not in excluded)
-        if len(cands) < n:
-            raise NotEnoughBookiesError(f"need {n} bookies, only {len(cands)} writable and not excluded")
-        if not self.weighted:
-            return self.rng.sample(cands, n)
-        sel = self._selection(cands)
-        out: list[str] = []
-        left = set(cands)
-        for _ in range(n):
-            b = sel.select(sorted(left))
-            out.append(b)
-            left.discard(b)
-        return out
+        return self._draw_distinct((b for b in topo if b not in excluded), n)
 
     # -- new ensemble (upstream newEnsembleInternal) ----------------------------------------------------
     def new_ensemble(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
@@ -142,13 +130,8 @@ class RackawarePolicy(TopologyAwarePolicy):
         if ensemble_size <= 0:
             return PlacementResult([], Adherence.FAIL)
         excl = set(exclude)
-        try:
-            return self._new_ensemble_on(self.topology, ensemble_size, write_quorum_size, ack_quorum_size, excl, True)
-        except NotEnoughBookiesError:
-            topo = self._secondary_topology()
-            if topo is None:
-                raise
-            return self._new_ensemble_on(topo, ensemble_size, write_quorum_size, ack_quorum_size, excl, False)
+        return self._on_topologies(lambda topo, primary: self._new_ensemble_on(
+            topo, ensemble_size, write_quorum_size, ack_quorum_size, excl, primary))
 
     def _new_ensemble_on(self, topo: NetworkTopology, e: int, wq: int, aq: int, exclude: set[str],
                          primary: bool) -> PlacementResult:

@@ -160,13 +160,8 @@ class RegionawarePolicy(TopologyAwarePolicy):
             return PlacementResult([], Adherence.FAIL)
         self._check_args(ensemble_size, write_quorum_size, ack_quorum_size)
         excl = set(exclude)
-        try:
-            return self._new_on(self.topology, ensemble_size, write_quorum_size, ack_quorum_size, excl, True)
-        except NotEnoughBookiesError:
-            topo = self._secondary_topology()
-            if topo is None:
-                raise
-            return self._new_on(topo, ensemble_size, write_quorum_size, ack_quorum_size, excl, False)
+        return self._on_topologies(lambda topo, primary: self._new_on(
+            topo, ensemble_size, write_quorum_size, ack_quorum_size, excl, primary))
 
     def _allocate(self, caps: dict[str, int], e: int) -> dict[str, int]:
         regions = sorted(caps)

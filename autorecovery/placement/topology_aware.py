@@ -201,15 +201,19 @@ class TopologyAwarePolicy(PlacementPolicy):
             NotEnoughBookiesError: no candidate.
             ValueError: ``bookie_to_replace`` is not in a non-empty ``current_ensemble``.
         """
+        return self._on_topologies(lambda topo, _primary: self._replace_on(
+            topo, write_quorum_size, ack_quorum_size, current_ensemble, bookie_to_replace, exclude))
+
+    def _on_topologies(self, attempt: Callable[[NetworkTopology, bool], PlacementResult]) -> PlacementResult:
+        """``attempt(topology, primary=True)``; on NotEnoughBookiesError, once more on the topology that
+        still holds bookies departed within the stabilize period (upstream's stabilized topology)."""
         try:
-            return self._replace_on(self.topology, write_quorum_size, ack_quorum_size, current_ensemble,
-                                    bookie_to_replace, exclude)
+            return attempt(self.topology, True)
         except NotEnoughBookiesError:
             topo = self._secondary_topology()
             if topo is None:
                 raise
-            return self._replace_on(topo, write_quorum_size, ack_quorum_size, current_ensemble,
-                                    bookie_to_replace, exclude)
+            return attempt(topo, False)
 
     def _replace_on(self, topo: NetworkTopology, wq: int, aq: int, current_ensemble: Sequence[str],
                     bookie: str, exclude: Iterable[str]) -> PlacementResult:

@@ -210,13 +210,8 @@ class ZoneawarePolicy(TopologyAwarePolicy):
         if ensemble_size <= 0:
             return PlacementResult([], Adherence.FAIL)
         excl = set(exclude)
-        try:
-            return self._new_on(self.topology, ensemble_size, write_quorum_size, ack_quorum_size, excl, True)
-        except NotEnoughBookiesError:
-            topo = self._secondary_topology()
-            if topo is None:
-                raise
-            return self._new_on(topo, ensemble_size, write_quorum_size, ack_quorum_size, excl, False)
+        return self._on_topologies(lambda topo, primary: self._new_on(
+            topo, ensemble_size, write_quorum_size, ack_quorum_size, excl, primary))
 
     def _new_on(self, topo: NetworkTopology, e: int, wq: int, aq: int, excl: set[str], primary: bool) -> PlacementResult:
         if not self.strict:
