@@ -60,11 +60,49 @@ class ReconcileReport:
         return len(self.added) + len(self.removed) + len(self.changed)
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def mix_id(ledger_id: int) -> int:
+    """A 64-bit mix of a ledger id (splitmix64's finaliser), so that sums of mixed ids differ when the
+    sets of ids differ (with overwhelming probability), unlike sums of the ids themselves."""
+    z = (ledger_id + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+@dataclass
+class IdDigest:
+    """Order-independent digest of a set of ledger ids: their count and the sum (mod 2^64) of
+    :func:`mix_id` of each. Adding and removing an id are O(1), so the index keeps its digest current
+    and a consistency check compares it with a digest streamed from a listing of the ledger tree
+    without holding a second set of 1M ids (issue 9)."""
+
+    count: int = 0
+    total: int = 0
+
+    def add(self, ledger_id: int) -> None:
+        self.count += 1
+        self.total = (self.total + mix_id(ledger_id)) & _MASK64
+
+    def discard(self, ledger_id: int) -> None:
+        self.count -= 1
+        self.total = (self.total - mix_id(ledger_id)) & _MASK64
+
+    @classmethod
+    def of(cls, ids: Iterable[int]) -> "IdDigest":
+        d = cls()
+        for lid in ids:
+            d.add(lid)
+        return d
+
+
 class BookieLedgerIndex:
     """ledger id → metadata, and bookie id → ids of ledgers whose ensembles list it.
 
     Bookie ids and segments are interned, so 100k ledgers over a few dozen bookies share their
-    strings and ensembles.
+    strings and ensembles. :attr:`digest` (:class:`IdDigest`) follows the indexed ids.
     """
 
     def __init__(self) -> None:
@@ -72,6 +110,7 @@ class BookieLedgerIndex:
         self._by_bookie: dict[str, set[int]] = {}
         self._segments: dict[Segment, Segment] = {}
         self.updates = 0
+        self.digest = IdDigest()
 
     # -- mutation ---------------------------------------------------------------------------
     def _intern(self, md: LedgerMetadata) -> LedgerMetadata:
@@ -101,6 +140,8 @@ class BookieLedgerIndex:
                     del self._by_bookie[b]
         for b in new_bookies - old_bookies:
             self._by_bookie.setdefault(b, set()).add(ledger_id)
+        if old is None:
+            self.digest.add(ledger_id)
         self._md[ledger_id] = md
         self.updates += 1
         return True
@@ -110,6 +151,7 @@ class BookieLedgerIndex:
         old = self._md.pop(ledger_id, None)
         if old is None:
             return False
+        self.digest.discard(ledger_id)
         for b in old.all_bookies():
             s = self._by_bookie.get(b)
             if s is not None:
@@ -123,6 +165,7 @@ class BookieLedgerIndex:
         self._md.clear()
         self._by_bookie.clear()
         self._segments.clear()
+        self.digest = IdDigest()
 
     # -- queries ----------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -193,6 +193,10 @@ KEYS: tuple[Key, ...] = (
     _k("auditorLedgerIndexReconcileInterval", "int", 21600, "s", "auditor",
        "full check of the incremental bookie->ledger index against ZooKeeper; 0 disables", origin=OURS,
        min_value=0),
+    _k("auditorLedgerIndexCheckInterval", "int", 60, "s", "auditor",
+       "cheap consistency check of the index (count + digest of ledger ids vs the tree, no metadata "
+       "reads); drift is healed and exported as autorecovery_auditor_index_drift_ledgers; 0 disables",
+       origin=OURS, min_value=0),
     _k("auditorMaxNumberOfConcurrentOpenLedgerOperations", "int", 500, "count", "auditor",
        "bound on concurrent ledger opens in checkAllLedgers", min_value=1),
     _k("auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec", "int", 120000, "ms", "auditor",

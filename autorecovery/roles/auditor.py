@@ -77,6 +77,8 @@ class AuditorSettings:
     auditor_replicas_check_mark_under_replicated: bool = False
     #: (ours) seconds between full reconciles of the incremental index with ZooKeeper; 0 disables.
     auditor_ledger_index_reconcile_interval: int = 21600
+    #: (ours) seconds between cheap consistency checks of the index (ids count + digest); 0 disables.
+    auditor_ledger_index_check_interval: int = 60
 
     #: upstream (or our) key → field name
     KEYS = {
@@ -95,6 +97,7 @@ class AuditorSettings:
         "storeSystemTimeAsLedgerUnderreplicatedMarkTime": "store_system_time_as_ledger_underreplicated_mark_time",
         "auditorReplicasCheckMarkUnderReplicated": "auditor_replicas_check_mark_under_replicated",
         "auditorLedgerIndexReconcileInterval": "auditor_ledger_index_reconcile_interval",
+        "auditorLedgerIndexCheckInterval": "auditor_ledger_index_check_interval",
     }
 
     def __post_init__(self) -> None:
@@ -241,9 +244,14 @@ class Auditor:
         m["index_ledgers"] = reg.gauge("autorecovery", "auditor_index_ledgers")
         m["index_ledgers"].set_function(lambda: len(self.index))
         m["index_mismatches"] = reg.counter("autorecovery", "auditor_index_reconcile_mismatches_total")
+        m["index_drift"] = reg.gauge("autorecovery", "auditor_index_drift_ledgers")
+        m["index_checks"] = reg.counter("autorecovery", "auditor_index_checks_total")
+        m["index_drift_found"] = reg.counter("autorecovery", "auditor_index_drift_found_total")
+        m["index_lost_watches"] = reg.gauge("autorecovery", "auditor_index_lost_watches")
+        m["index_lost_watches"].set_function(lambda: self.tree.lost_watches)
         self._zk_ops = {k: reg.counter("autorecovery", "audit_zk_ops_total", labels={"audit": k})
                         for k in ("lost_bookie", "bookie_check", "check_all_ledgers", "placement_check",
-                                  "replicas_check", "index_reconcile")}
+                                  "replicas_check", "index_reconcile", "index_consistency")}
         return m
 
     # -- properties -------------------------------------------------------------------------
@@ -288,6 +296,12 @@ class Auditor:
         self.bookie_watcher.add_listener(self._on_bookies)
         await self.bookie_watcher.start()
         await self._watch_delay()
+        # Upstream runs the first membership event (the watch fires right after registration) on the
+        # auditor thread *before* the start-up bookie check, so a bookie that died with the previous
+        # auditor is put under lostBookieRecoveryDelay first and the bookie check then skips (#3818).
+        # Decide on the initial view here, synchronously, for the same order (issue 9: the new auditor
+        # used to audit in the same millisecond it said it was delaying).
+        await self._decide_initial_membership()
         self._spawn(self._event_loop(), "events")
         now_s, now_ms = self.clock(), self.wall_ms()
         self._spawn(self._periodic("bookie_check", s.auditor_periodic_bookie_check_interval,
@@ -305,6 +319,10 @@ class Auditor:
             at = first_run_s(interval, ctime, now_s, now_ms)
             log.info("scheduled periodic check", check=name, interval_s=interval, initial_delay_s=round(at - now_s, 3))
             self._spawn(self._periodic(name, interval, at, run, ctime=which), name)
+        if s.auditor_ledger_index_check_interval > 0:
+            iv = s.auditor_ledger_index_check_interval
+            self._spawn(self._periodic("index_consistency", iv, now_s + iv, self._index_consistency, ctime=None,
+                                       skip_rules=False), "index_consistency")
         if s.auditor_ledger_index_reconcile_interval > 0:
             iv = s.auditor_ledger_index_reconcile_interval
             self._spawn(self._periodic("index_reconcile", iv, now_s + iv, self._reconcile, ctime=None, skip_rules=False),
@@ -332,17 +350,18 @@ class Auditor:
         log.info("auditor stopped", bookie_id=self.bookie_id)
 
     def _spawn(self, coro, name: str) -> None:
-        t = asyncio.ensure_future(self._guard(coro, name))
+        """Run ``coro`` as an auditor task owned by :meth:`stop` (cancelled and awaited there); a task
+        that fails is logged once, when it fails."""
+        t = asyncio.ensure_future(coro)
+        t.add_done_callback(lambda task: self._task_done(task, name))
         self._tasks.append(t)
 
-    async def _guard(self, coro, name: str) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001
+    def _task_done(self, task: asyncio.Task, name: str) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved here, so asyncio never reports it as "never retrieved"
+        if exc is not None and not self._stopped:
             log.error("auditor task failed", task=name, error=repr(exc))
-            raise
 
     # -- watches ----------------------------------------------------------------------------
     def _on_bookies(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
@@ -384,6 +403,24 @@ class Auditor:
             await self._enabled_changed.wait()
 
     # -- lost bookies -----------------------------------------------------------------------
+    async def _decide_initial_membership(self) -> None:
+        """Handle the membership events queued by the bookie watcher's first read before any periodic
+        check starts. While AutoRecovery is disabled the events stay queued for the event loop (which
+        waits for enable) and the periodic checks skip as disabled."""
+        if not self._enabled:
+            return
+        queued = []
+        while not self._events.empty():
+            queued.append(self._events.get_nowait())
+        other = [e for e in queued if e[0] != "bookies"]
+        for e in other:
+            self._events.put_nowait(e)
+        if len(other) == len(queued):
+            return
+        d = await self._decide("bookies", None)
+        if d is not None:
+            await self._apply(d, "bookies")
+
     async def _event_loop(self) -> None:
         """Handle bookie changes, delay changes and the delayed audit one at a time.
 
@@ -547,6 +584,16 @@ class Auditor:
         self._m["index_mismatches"].inc(rep.mismatches)
         return {"added": len(rep.added), "removed": len(rep.removed), "changed": len(rep.changed)}
 
+    async def _index_consistency(self) -> dict:
+        """Ours (issue 9): count + digest of the ledger ids in the tree against the index, on a short
+        schedule; drift is healed, logged and exported (``autorecovery_auditor_index_drift_ledgers``)."""
+        rep = await self.tree.check_consistency()
+        self._m["index_checks"].inc()
+        self._m["index_drift"].set(rep.drift)
+        if rep.drift:
+            self._m["index_drift_found"].inc(rep.drift)
+        return {"tree": rep.tree, "index": rep.index, "drift": rep.drift}
+
     async def _check_all_ledgers(self) -> dict:
         """Upstream AuditorCheckAllLedgersTask: read first/last (or a share) of every fragment."""
         op = self._m["CHECK_ALL_LEDGERS_TIME"]
@@ -695,10 +742,10 @@ class Auditor:
     # -- manual triggers (admin/tests) ------------------------------------------------------
     async def run_check(self, name: str) -> dict:
         """Run one check now, outside its schedule (``bookie_check``, ``check_all_ledgers``,
-        ``placement_check``, ``replicas_check``, ``index_reconcile``)."""
+        ``placement_check``, ``replicas_check``, ``index_reconcile``, ``index_consistency``)."""
         fn = {"bookie_check": self._bookie_check, "check_all_ledgers": self._check_all_ledgers,
               "placement_check": self._placement_check, "replicas_check": self._replicas_check,
-              "index_reconcile": self._reconcile}[name]
+              "index_reconcile": self._reconcile, "index_consistency": self._index_consistency}[name]
         return await fn()
 
 

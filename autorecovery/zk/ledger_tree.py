@@ -4,24 +4,52 @@ Better than upstream's ``BookieLedgerIndexer``, which re-reads every ledger's me
 :class:`LedgerTreeWatcher` reads the tree once (on election), then follows child watches on every
 hierarchy level and a data watch on every ledger znode, feeding the pure
 :class:`~autorecovery.audit.index.BookieLedgerIndex`. A full reconcile checks it against ZooKeeper.
+
+Connection losses (issue 9): on SUSPENDED kazoo fires every watch once with ``EventType.NONE`` and
+forgets it. Like kazoo's own ``ChildrenWatch``, the watcher remembers which directories and ledgers lost
+their watch and, once the connection is back, re-reads exactly those (re-arming their watches): a
+directory re-listed shows ledgers created or deleted meanwhile, a ledger re-read shows a close or an
+ensemble change. A read that fails is logged (rate-limited) and retried with back-off instead of
+dying silently. :meth:`LedgerTreeWatcher.check_consistency` compares the count and an
+:class:`~autorecovery.audit.index.IdDigest` of the ledger ids in the tree with the index's on a short
+schedule and heals what differs, so drift is never silent (``autorecovery_auditor_index_drift_ledgers``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
 
 import structlog
 
-from autorecovery.audit.index import BookieLedgerIndex, ReconcileReport
+from autorecovery.audit.index import BookieLedgerIndex, IdDigest, ReconcileReport
 from autorecovery.errors import MalformedMetadataError
 from autorecovery.ledger import formats
 from autorecovery.ledger.ids import is_ledger_leaf_name, is_ledger_level_name, ledger_id_from_path
 from autorecovery.ledger.metadata import LedgerMetadata
-from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
+from autorecovery.zk.bridge import EventType, NoNodeError, SessionEvent, ZkClient
 from autorecovery.zk.ledgers import RESERVED
 from autorecovery.zk.paths import Paths
 
 log = structlog.get_logger("autorecovery.auditor")
+
+#: Back-off (s) between re-arm passes that still had failures: doubles from the first value to the cap.
+REARM_BACKOFF_S = (0.2, 30.0)
+#: At most one warning per this many seconds about failed ledger-tree reads (the rest are counted).
+WARN_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class ConsistencyReport:
+    """One consistency check: ledgers in the tree (malformed ones included), in the index (plus the
+    malformed ones the index skips), and how many ids differed (0 when the digests agreed)."""
+
+    tree: int
+    index: int
+    drift: int
+    missing: tuple[int, ...] = ()
+    extra: tuple[int, ...] = ()
 
 
 class LedgerTreeWatcher:
@@ -48,8 +76,19 @@ class LedgerTreeWatcher:
         self._tasks: set[asyncio.Task] = set()
         self._stopped = False
         self.malformed = 0
+        self._malformed_ids: set[int] = set()
         self.reads = 0
         self.changed = asyncio.Event()  # set after each applied update (tests wait on it)
+        # watches lost on a connection loss (or a failed read), re-armed once connected
+        self._lost_dirs: set[str] = set()
+        self._lost_ledgers: set[int] = set()
+        self._rearm_task: asyncio.Task | None = None
+        self._session_q: asyncio.Queue | None = None
+        self._session_task: asyncio.Task | None = None
+        self.rearmed = 0  # watches re-armed after a loss
+        self.read_failures = 0  # failed tree reads (each retried)
+        self._last_warn = 0.0
+        self._suppressed = 0
 
     # -- plumbing ---------------------------------------------------------------------------
     def _spawn(self, coro) -> None:
@@ -58,12 +97,90 @@ class LedgerTreeWatcher:
             return
         t = asyncio.ensure_future(coro)
         self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None and not self._stopped:
+            # every read handles its own failures; anything else is a bug that must not be silent
+            log.error("ledger tree update failed", error=repr(t.exception()))
 
     def stop(self) -> None:
+        """Cancel every update and the re-arm loop, and stop following the session. Idempotent."""
         self._stopped = True
         for t in list(self._tasks):
             t.cancel()
+        for t in (self._rearm_task, self._session_task):
+            if t is not None:
+                t.cancel()
+        if self._session_q is not None:
+            self.zk.unsubscribe(self._session_q)
+            self._session_q = None
+
+    @property
+    def lost_watches(self) -> int:
+        """Directories and ledgers whose watch is lost and not yet re-armed."""
+        return len(self._lost_dirs) + len(self._lost_ledgers)
+
+    def _follow_session(self) -> None:
+        if self._session_q is not None or self._stopped:
+            return
+        q = self._session_q = self.zk.session_events()
+
+        async def follow() -> None:
+            while not self._stopped:
+                ev = await q.get()
+                if ev == SessionEvent.CONNECTED:
+                    self._schedule_rearm()
+
+        self._session_task = asyncio.ensure_future(follow())
+
+    def _lose_dir(self, path: str) -> None:
+        self._dir_armed.discard(path)
+        self._lost_dirs.add(path)
+        self._schedule_rearm()
+
+    def _lose_ledger(self, lid: int) -> None:
+        self._armed.discard(lid)
+        self._lost_ledgers.add(lid)
+        self._schedule_rearm()
+
+    def _schedule_rearm(self) -> None:
+        if self._stopped or not (self._lost_dirs or self._lost_ledgers):
+            return
+        if self._rearm_task is None or self._rearm_task.done():
+            self._rearm_task = asyncio.ensure_future(self._rearm_loop())
+
+    async def _rearm_loop(self) -> None:
+        """Re-read every directory and ledger whose watch was lost, once connected; repeat with
+        back-off while reads fail. Directories first: a re-listed directory also loads new ledgers."""
+        backoff = REARM_BACKOFF_S[0]
+        while not self._stopped and (self._lost_dirs or self._lost_ledgers):
+            await self.zk.connected.wait()
+            dirs, self._lost_dirs = sorted(self._lost_dirs), set()
+            lids, self._lost_ledgers = sorted(self._lost_ledgers), set()
+            await _chunked(self._refresh_dir, dirs)
+            await _chunked(lambda lid: self._load(self.paths.ledger(lid)), lids)
+            failed = len(self._lost_dirs) + len(self._lost_ledgers)
+            self.rearmed += len(dirs) + len(lids) - failed
+            if dirs or lids:
+                log.info("re-armed ledger tree watches after a connection loss", directories=len(dirs),
+                         ledgers=len(lids), failed=failed)
+            if failed:
+                await asyncio.sleep(backoff)  # back-off between retries, not synchronisation
+                backoff = min(REARM_BACKOFF_S[1], backoff * 2)
+            else:
+                backoff = REARM_BACKOFF_S[0]
+
+    def _read_failed(self, path: str, exc: BaseException) -> None:
+        self.read_failures += 1
+        now = time.monotonic()
+        if now - self._last_warn >= WARN_EVERY_S:
+            log.warning("ledger tree read failed; will retry once connected", path=path, error=str(exc),
+                        suppressed=self._suppressed)
+            self._last_warn, self._suppressed = now, 0
+        else:
+            self._suppressed += 1
 
     @property
     def busy(self) -> bool:
@@ -83,7 +200,13 @@ class LedgerTreeWatcher:
 
     # -- build ------------------------------------------------------------------------------
     async def build(self) -> int:
-        """Walk the whole tree, arming every watch; returns the number of ledgers indexed."""
+        """Walk the whole tree, arming every watch, and follow the session from now on (re-arming
+        lost watches on reconnect); returns the number of ledgers indexed.
+
+        Raises:
+            ZooKeeperError: a directory could not be listed (the build is incomplete).
+        """
+        self._follow_session()
         await self._walk(self.paths.root, 0)
         await self.settle()
         return len(self.index)
@@ -141,19 +264,27 @@ class LedgerTreeWatcher:
                 data, _ = await self.zk.get(path, watch=watch)
         except NoNodeError:
             self._armed.discard(lid)
+            self._malformed_ids.discard(lid)
             self.index.remove(lid)
             self.changed.set()
             return
-        except BaseException:
+        except asyncio.CancelledError:
             if watch is not None:
                 self._armed.discard(lid)
             raise
+        except Exception as exc:  # noqa: BLE001 - connection loss etc.: retried, never silent
+            self._read_failed(path, exc)
+            self._lose_ledger(lid)
+            return
         try:
             md = formats.deserialize(data, path)
         except MalformedMetadataError as exc:
             self.malformed += 1
+            self._malformed_ids.add(lid)
+            self.index.remove(lid)
             log.warning("skipping malformed ledger metadata", path=path, error=str(exc))
             return
+        self._malformed_ids.discard(lid)
         self.index.put(lid, md)
         self.changed.set()
 
@@ -161,14 +292,23 @@ class LedgerTreeWatcher:
     def _dir_watch(self, path: str):
         def cb(event) -> None:
             self._dir_armed.discard(path)
-            if event.type in (EventType.CHILD, EventType.DELETED, EventType.CREATED):
+            if self._stopped:
+                return
+            if event.type == EventType.NONE:  # connection lost: kazoo forgot the watch
+                self._lose_dir(path)
+            elif event.type in (EventType.CHILD, EventType.DELETED, EventType.CREATED):
                 self._spawn(self._refresh_dir(path))
         return cb
 
     def _data_watch(self, path: str, lid: int):
         def cb(event) -> None:
             self._armed.discard(lid)
-            if event.type == EventType.DELETED:
+            if self._stopped:
+                return
+            if event.type == EventType.NONE:  # connection lost: kazoo forgot the watch
+                self._lose_ledger(lid)
+            elif event.type == EventType.DELETED:
+                self._malformed_ids.discard(lid)
                 self.index.remove(lid)
                 self.changed.set()
             elif event.type == EventType.CHANGED:
@@ -176,7 +316,14 @@ class LedgerTreeWatcher:
         return cb
 
     async def _refresh_dir(self, path: str) -> None:
-        kids = await self._list(path)
+        try:
+            kids = await self._list(path)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - connection loss etc.: retried, never silent
+            self._read_failed(path, exc)
+            self._lose_dir(path)
+            return
         if kids is None:
             self._forget_dir(path)
             self.changed.set()
@@ -193,11 +340,23 @@ class LedgerTreeWatcher:
                 if lid is not None:
                     self.index.remove(lid)
                     self._armed.discard(lid)
+                    self._malformed_ids.discard(lid)
+                    self._lost_ledgers.discard(lid)
             else:
                 self._forget_dir(child)
-        await asyncio.gather(*(self._load(f"{path}/{n}") for n in leaves),
-                             *(self._walk(f"{path}/{n}", depth + 1) for n in subdirs))
+        await asyncio.gather(_chunked(lambda n: self._load(f"{path}/{n}"), leaves),
+                             _chunked(lambda n: self._walk_safe(f"{path}/{n}", depth + 1), subdirs))
         self.changed.set()
+
+    async def _walk_safe(self, path: str, depth: int) -> None:
+        """:meth:`_walk` for a directory found by a watch: a failed listing is retried, not raised."""
+        try:
+            await self._walk(path, depth)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self._read_failed(path, exc)
+            self._lose_dir(path)
 
     def _forget_dir(self, path: str) -> None:
         prefix = path + "/"
@@ -206,6 +365,73 @@ class LedgerTreeWatcher:
         for lid in [lid for lid in self.index.ledger_ids() if self.paths.ledger(lid).startswith(prefix)]:
             self.index.remove(lid)
             self._armed.discard(lid)
+        for lid in [lid for lid in self._malformed_ids if self.paths.ledger(lid).startswith(prefix)]:
+            self._malformed_ids.discard(lid)
+
+    # -- consistency check ------------------------------------------------------------------
+    async def _tree_ids(self, collect: set[int] | None) -> IdDigest:
+        """List the tree (children only, no data reads, no watches) into a digest of ledger ids;
+        also into ``collect`` when given."""
+        digest = IdDigest()
+
+        async def walk(path: str, depth: int) -> None:
+            try:
+                async with self._sem:
+                    kids = await self.zk.get_children(path)
+            except NoNodeError:
+                return
+            subdirs, leaves = self._split(kids, depth)
+            for n in leaves:
+                lid = self._leaf_id(f"{path}/{n}")
+                if lid is not None:
+                    digest.add(lid)
+                    if collect is not None:
+                        collect.add(lid)
+            await asyncio.gather(*(walk(f"{path}/{n}", depth + 1) for n in subdirs))
+
+        await walk(self.paths.root, 0)
+        return digest
+
+    def _index_digest(self) -> IdDigest:
+        d = IdDigest(self.index.digest.count, self.index.digest.total)
+        for lid in self._malformed_ids:
+            d.add(lid)
+        return d
+
+    async def check_consistency(self) -> ConsistencyReport:
+        """Compare the ids in the tree with the index (count + :class:`IdDigest`; ZooKeeper cost: one
+        getChildren per directory, no metadata reads). On a difference, look again after in-flight
+        updates settle (a change may have been racing the listing); a difference that stays is drift:
+        it is logged, healed (missing ledgers loaded with their watch, extra ones dropped) and reported.
+
+        Raises:
+            ZooKeeperError: the tree could not be listed.
+        """
+        await self.settle()
+        tree = await self._tree_ids(None)
+        mine = self._index_digest()
+        if (tree.count, tree.total) == (mine.count, mine.total):
+            return ConsistencyReport(tree.count, mine.count, 0)
+        await self.settle()
+        ids: set[int] = set()
+        tree = await self._tree_ids(ids)
+        known = set(self.index.ledger_ids()) | self._malformed_ids
+        missing = sorted(ids - known)
+        extra = sorted(known - ids)
+        if missing or extra:
+            log.warning("ledger index drifted from ZooKeeper; healing", missing=len(missing), extra=len(extra),
+                        missing_ids=missing[:20], extra_ids=extra[:20])
+            for lid in extra:
+                self.index.remove(lid)
+                self._malformed_ids.discard(lid)
+                self._armed.discard(lid)
+            await _chunked(lambda lid: self._load(self.paths.ledger(lid)), missing)
+            # directory watches may be what was lost: re-list every known directory once
+            for d in list(self._dirs):
+                self._lost_dirs.add(d)
+            self._schedule_rearm()
+            self.changed.set()
+        return ConsistencyReport(tree.count, len(known), len(missing) + len(extra), tuple(missing), tuple(extra))
 
     # -- reconcile --------------------------------------------------------------------------
     async def scan(self) -> dict[int, LedgerMetadata]:
@@ -245,7 +471,7 @@ class LedgerTreeWatcher:
         for lid in rep.added + rep.changed:
             self._spawn(self._load(self.paths.ledger(lid)))
         # re-arm directory watches that may have been lost (e.g. on a reconnect)
-        self._spawn(self._walk(self.paths.root, 0))
+        self._spawn(self._walk_safe(self.paths.root, 0))
         await self.settle()
         if rep.mismatches:
             log.warning("ledger index differed from ZooKeeper", added=len(rep.added), removed=len(rep.removed),

@@ -595,3 +595,33 @@ async def test_placement_check_reports_markers_older_than_the_grace_period(zk):
     finally:
         await a.stop()
         await old.close()
+
+
+async def test_new_auditor_honours_the_delay_for_a_bookie_that_died_with_the_old_auditor(zk):
+    # issue 9: the auditor's own host dies (its bookie with it); the node elected next starts with the
+    # dead bookie known from its cookie and not registered. Its start-up bookie check must not audit it
+    # before lostBookieRecoveryDelay has passed, and the skipped run is counted.
+    fb = FakeBookies(zk)
+    for b in B[:3]:
+        await fb.add(b)
+    await fb.kill(B[2])  # died before this auditor starts (cookie stays)
+    await LedgerStore(zk, P).create(1, closed(B[:3], E=3, WQ=3))
+    reg = metrics.MetricsRegistry()
+    urm = UnderreplicationManager(zk, P)
+    a = await start_auditor(zk, settings(auditor_periodic_bookie_check_interval=86400, lost_bookie_recovery_delay=60),
+                            registry=reg)
+    try:
+        assert a.pending_audit_at is not None, "the dead bookie is tracked with the delay from the start"
+        assert await wait_for(lambda: "bookie_check" in a.last_results, 5)
+        assert a.last_results["bookie_check"].skipped == "delayed audit pending"
+        assert reg.get("auditor_NUM_SKIPPING_CHECK_TASK_TIMES").value == 1
+        assert reg.get("auditor_NUM_BOOKIE_AUDITS_DELAYED").value == 1
+        assert await urm.get_marker(1) is None
+        assert a.audits == 0
+        # the bookie returns inside the delay (rolling restart of the auditor's host): nothing is marked
+        await fb.add(B[2])
+        assert await wait_for(lambda: a.pending_audit_at is None, 5)
+        assert reg.get("auditor_NUM_DELAYED_BOOKIE_AUDITS_CANCELLED").value == 1
+        assert await urm.get_marker(1) is None
+    finally:
+        await a.stop()
