@@ -4,18 +4,31 @@ Source: upstream ``BookieWatcherImpl`` / ``ZKRegistrationClient``. Writable book
 ``<root>/available`` other than ``readonly``; read-only bookies are the children of
 ``<root>/available/readonly``. Listeners are called on the event loop with ``(writable, readonly)``
 after every change (and once right after :meth:`BookieWatcher.start`).
+
+Every listener gets every change: one that raises is logged and the others are still called (issue 9:
+the state was updated before the listeners ran, so a raising listener made the rest miss the change for
+good). A refresh that fails is logged (rate-limited) and retried with back-off until it succeeds; a
+reconnect refreshes at once (kazoo forgets watches on a connection loss).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
+
+import structlog
 
 from autorecovery.aio import wait_condition
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
 
 Listener = Callable[[frozenset[str], frozenset[str]], object]
+
+log = structlog.get_logger("autorecovery.zk.bookies")
+
+#: Back-off (s) between retries of a failed refresh: doubles from the first value to the cap.
+RETRY_BACKOFF_S = (0.2, 10.0)
 
 
 class BookieWatcher:
@@ -37,6 +50,13 @@ class BookieWatcher:
         self._stopped = False
         self._refreshing = asyncio.Lock()
         self._session_task: asyncio.Task | None = None
+        self._retry_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._notified_once = False
+        self._last_warn = 0.0
+        #: refreshes that failed (each retried); listener calls that raised
+        self.refresh_failures = 0
+        self.listener_failures = 0
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(writable, readonly)`` after every change; a coroutine result is awaited."""
@@ -60,30 +80,59 @@ class BookieWatcher:
         async def on_session() -> None:
             while not self._stopped:
                 ev = await q.get()
-                if ev.value == "CONNECTED":  # watches are gone after a new session: re-arm
-                    try:
-                        await self.refresh()
-                    except Exception:  # noqa: BLE001 - next event retries
-                        pass
+                if ev.value == "CONNECTED":  # watches are lost on a connection loss: re-arm
+                    await self._safe_refresh()
 
         self._session_task = asyncio.ensure_future(on_session())
         return self
 
     async def stop(self) -> None:
+        """Stop following changes; cancels and awaits every refresh this watcher started. Idempotent."""
         self._stopped = True
+        tasks = [t for t in (self._session_task, self._retry_task, *self._tasks) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._session_task:
-            self._session_task.cancel()
             self.zk.unsubscribe(self._session_queue)
+            self._session_task = None
 
     def _on_watch(self, _event) -> None:
         if not self._stopped:
-            asyncio.ensure_future(self._safe_refresh())
+            t = asyncio.ensure_future(self._safe_refresh())
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
 
     async def _safe_refresh(self) -> None:
+        """Refresh; on failure log (at most every 10 s) and keep retrying with back-off until one
+        succeeds, so a failed read never leaves the watch unarmed."""
         try:
             await self.refresh()
-        except Exception:  # noqa: BLE001 - a session event re-arms
-            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - retried below
+            self.refresh_failures += 1
+            now = time.monotonic()
+            if now - self._last_warn >= 10.0:
+                self._last_warn = now
+                log.warning("reading bookie registrations failed; retrying", path=self.paths.available,
+                            error=str(exc))
+            if not self._stopped and (self._retry_task is None or self._retry_task.done()):
+                self._retry_task = asyncio.ensure_future(self._retry())
+
+    async def _retry(self) -> None:
+        delay = RETRY_BACKOFF_S[0]
+        while not self._stopped:
+            await asyncio.sleep(delay)  # back-off between retries, not synchronisation
+            await self.zk.connected.wait()
+            try:
+                await self.refresh()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - counted, retried
+                self.refresh_failures += 1
+                delay = min(RETRY_BACKOFF_S[1], delay * 2)
 
     async def refresh(self) -> None:
         """Re-read both sets (re-arming the watches) and notify listeners if anything changed."""
@@ -98,14 +147,20 @@ class BookieWatcher:
                 ro = []
             writable = frozenset(c for c in children if c != "readonly")
             readonly = frozenset(ro)
-            first = not hasattr(self, "_notified_once")
-            if first or writable != self.writable or readonly != self.readonly:
+            if not self._notified_once or writable != self.writable or readonly != self.readonly:
                 self._notified_once = True
                 self.writable, self.readonly = writable, readonly
                 for listener in list(self._listeners):
-                    res = listener(writable, readonly)
-                    if asyncio.iscoroutine(res):
-                        await res
+                    try:
+                        res = listener(writable, readonly)
+                        if asyncio.iscoroutine(res):
+                            await res
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the other listeners still get the change
+                        self.listener_failures += 1
+                        log.error("a bookie membership listener failed; the others were still notified",
+                                  listener=getattr(listener, "__qualname__", repr(listener)), error=repr(exc))
                 async with self.changed:
                     self.changed.notify_all()
 
