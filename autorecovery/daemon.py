@@ -267,7 +267,14 @@ class Daemon:
         return {"status": "alive", "bookie_id": self.bookie_id, "uptime_s": round(time.time() - self._started_at, 1)}
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Ready = started, not stopping, ZooKeeper session connected, every role running."""
+        """Ready = started, not stopping, ZooKeeper session connected, every role running, and every
+        available bookie speaks our gRPC bookie protocol.
+
+        A bookie whose registration advertises another protocol (a stock BookKeeper bookie:
+        ``bookie-rpc``) or none cannot be checked or copied from here: its copies are skipped (never
+        marked), and readiness is false with a ``reasons`` entry naming it, so the gap is visible
+        instead of silent (issue 9).
+        """
         zk_up = bool(self.zk is not None and self.zk.connected.is_set())
         election = self._tasks.get("election")
         roles = {
@@ -276,10 +283,22 @@ class Daemon:
             "bookie_info_reader": bool(self.reader is not None and self.reader.running),
             "auditor": self.auditor is not None,
         }
-        ready = self._started and not self._stopping and zk_up and all(
-            v for k, v in roles.items() if k != "auditor")
+        reasons: list[str] = []
+        if not self._started:
+            reasons.append("starting")
+        if self._stopping:
+            reasons.append("stopping")
+        if not zk_up:
+            reasons.append("ZooKeeper session not connected")
+        reasons += [f"{k} not running" for k, v in roles.items() if k != "auditor" and not v]
+        foreign = dict(getattr(self.watcher, "foreign", {}) or {}) if self.watcher is not None else {}
+        for b, proto in sorted(foreign.items()):
+            reasons.append(f"bookie {b} does not advertise the gRPC bookie protocol (advertises "
+                           f"{', '.join(proto) or 'nothing'}): its copies are not checked or read here")
+        ready = not reasons
         return ready, {"zookeeper": "CONNECTED" if zk_up else "DISCONNECTED", "roles": roles,
-                       "stopping": self._stopping, "bookie_id": self.bookie_id}
+                       "stopping": self._stopping, "bookie_id": self.bookie_id, "reasons": reasons,
+                       "foreign_bookies": {b: list(p) for b, p in sorted(foreign.items())}}
 
     async def _watchdog(self) -> None:
         """Upstream's death watcher, every ``bookieDeathWatchInterval`` ms: a role that died (not a

@@ -141,6 +141,9 @@ class AuditorSettings:
 # ------------------------------------------------------------------------------------------------
 # the auditor
 # ------------------------------------------------------------------------------------------------
+class ForeignBookie(Exception):
+    """The answer of a bookie that does not advertise our gRPC endpoint: unknown, never "missing"."""
+
 @dataclass
 class CheckResult:
     """Outcome of the last run of one check (for progress/admin output)."""
@@ -208,7 +211,8 @@ class Auditor:
         self.bookie_watcher: BookieWatcher | None = None
         self.tracker: LostBookieTracker | None = None
         self.checker = LedgerChecker(bookies, self._available, verification_percentage=settings.auditor_ledger_verification_percentage,
-                                     in_flight=settings.in_flight_read_entry_num_in_ledger_checker)
+                                     in_flight=settings.in_flight_read_entry_num_in_ledger_checker,
+                                     foreign=self._foreign)
         self.last_audit: AuditReport | None = None
         self.last_results: dict[str, CheckResult] = {}
         self.audits = 0
@@ -266,6 +270,10 @@ class Auditor:
 
     def _available(self) -> frozenset[str]:
         return self.bookie_watcher.available if self.bookie_watcher else frozenset()
+
+    def _foreign(self) -> dict[str, tuple[str, ...]]:
+        """Available bookies without our gRPC endpoint (their copies are skipped by every check)."""
+        return self.bookie_watcher.foreign if self.bookie_watcher else {}
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -701,7 +709,12 @@ class Auditor:
         buckets = {b: [] for b in Bucket}
         to_mark: dict[int, list[str]] = {}
 
+        foreign = self._foreign()
+
         async def ask(bookie: str, lid: int):
+            if bookie in foreign:  # never false-mark: its answer is unknown, not "holds nothing"
+                self.checker.skip_foreign(bookie, foreign[bookie], lid)
+                return ForeignBookie(bookie)
             try:
                 return await self.bookies.get_list_of_entries(bookie, lid)
             except BookieError as exc:
@@ -720,8 +733,9 @@ class Auditor:
                               least_replicas=v.least_replicas, entries=sorted(v.missing_counts)[:20])
                     if v.bookies_missing:
                         to_mark[lid] = v.bookies_missing
-                if v.unavailable:
-                    log.warning("bookies did not answer the replicas check", ledger_id=lid, bookies=v.unavailable)
+                unanswered = [b for b in v.unavailable if b not in foreign]
+                if unanswered:
+                    log.warning("bookies did not answer the replicas check", ledger_id=lid, bookies=unanswered)
 
         items = [(lid, md) for lid, md in self.index.items() if should_check(md) and lid not in marked_ids]
         for i in range(0, len(items), 1000):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -34,6 +35,9 @@ from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 
 log = structlog.get_logger("autorecovery.checker")
 
+#: At most one warning per foreign bookie (no gRPC endpoint) per this many seconds.
+FOREIGN_WARN_EVERY_S = 600.0
+
 
 class LedgerChecker:
     """Find the bad fragments of a ledger by reading from its bookies.
@@ -44,19 +48,38 @@ class LedgerChecker:
         verification_percentage: ``auditorLedgerVerificationPercentage`` (0 = first and last entry).
         in_flight: ``inFlightReadEntryNumInLedgerChecker`` (-1 or 0 = unbounded).
         rng: random source for sampling.
+        foreign: returns the available bookies that do not advertise our gRPC endpoint (bookie id →
+            what they advertise; ``BookieWatcher.foreign``). Their copies are skipped, never judged
+            bad: reading them over a protocol they do not speak would mark every healthy ledger
+            (issue 9, "never false-mark").
 
     Attributes:
         reads: entry reads sent so far (for tests and metrics).
+        skipped_foreign: copies not checked because their bookie is foreign.
     """
 
     def __init__(self, bookies, available: Callable[[], frozenset[str]], *, verification_percentage: int = 0,
-                 in_flight: int = -1, rng: random.Random | None = None) -> None:
+                 in_flight: int = -1, rng: random.Random | None = None,
+                 foreign: Callable[[], Mapping[str, tuple[str, ...]]] | None = None) -> None:
         self.bookies = bookies
         self.available = available
+        self.foreign = foreign or (lambda: {})
         self.verification_percentage = verification_percentage
         self._sem = asyncio.Semaphore(in_flight) if in_flight and in_flight > 0 else None
         self._rng = rng or random.Random()
         self.reads = 0
+        self.skipped_foreign = 0
+        self._warned: dict[str, float] = {}
+
+    def skip_foreign(self, bookie: str, advertised: tuple[str, ...], ledger_id: int) -> None:
+        """Count a skipped copy; warn at most once per bookie every :data:`FOREIGN_WARN_EVERY_S`."""
+        self.skipped_foreign += 1
+        now = time.monotonic()
+        if now - self._warned.get(bookie, -FOREIGN_WARN_EVERY_S) >= FOREIGN_WARN_EVERY_S:
+            self._warned[bookie] = now
+            log.warning("not checking copies on a bookie without a gRPC endpoint", bookie_id=bookie,
+                        advertised=list(advertised) or "nothing", ledger_id=ledger_id,
+                        skipped_so_far=self.skipped_foreign)
 
     async def _read_status(self, bookie: str, ledger_id: int, entry_id: int) -> str:
         """``"EOK"`` for a verified entry, else the failure's status name (``ENOENTRY``, ``DIGEST``...)."""
@@ -111,11 +134,15 @@ class LedgerChecker:
 
     async def _check_fragment(self, ledger_id: int, frag: Fragment) -> BadFragment | None:
         avail = self.available()
+        foreign = self.foreign()
         bad: dict[int, str] = {}
 
         async def one(idx: int) -> None:
             bookie = frag.ensemble[idx]
             first_b, last_b = frag.stored_range(idx)
+            if bookie in foreign and bookie in avail:
+                self.skip_foreign(bookie, foreign[bookie], ledger_id)
+                return
             up = bookie in avail
             failures = 0
             if up and first_b >= 0:

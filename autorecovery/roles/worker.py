@@ -174,7 +174,7 @@ class ReplicationWorker:
         self.store = LedgerStore(zk, paths)
         self.checker = checker or LedgerChecker(
             bookies, lambda: self.watcher.available, verification_percentage=settings.verification_percentage,
-            in_flight=settings.checker_in_flight)
+            in_flight=settings.checker_in_flight, foreign=lambda: getattr(self.watcher, "foreign", {}))
         self.bk = BookKeeper(zk, paths, policy=policy, bookies=bookies)
         self.bk.watcher = watcher
         self.memory = FailureMemory(settings.lock_release_grace_ms)

@@ -104,6 +104,28 @@ def decode_service_properties(data: bytes) -> dict[str, str]:
     return dict(info.properties)
 
 
+def advertised_protocols(data: bytes) -> tuple[str, ...]:
+    """Protocols of the endpoints a registration znode's ``BookieServiceInfoFormat`` advertises.
+
+    ``("grpc",)`` for our bookies; ``("bookie-rpc", "http")`` or similar for a stock BookKeeper bookie
+    (4.12+); ``()`` for empty data (upstream bookies before 4.12 wrote none); ``("<undecodable>",)``
+    when the data is not a ``BookieServiceInfoFormat``. Never raises.
+    """
+    if not data:
+        return ()
+    info = fmt.BookieServiceInfoFormat()
+    try:
+        info.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - DecodeError: foreign data
+        return ("<undecodable>",)
+    return tuple(ep.protocol or "<unnamed>" for ep in info.endpoints)
+
+
+def speaks_grpc(data: bytes) -> bool:
+    """Whether a registration znode advertises our gRPC bookie protocol (see :func:`advertised_protocols`)."""
+    return ENDPOINT_PROTOCOL in advertised_protocols(data)
+
+
 def decode_service_info(data: bytes) -> tuple[str, int] | None:
     """``(host, port)`` of the gRPC endpoint in a registration znode's data, or ``None`` if absent.
 

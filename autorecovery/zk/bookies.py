@@ -9,6 +9,12 @@ Every listener gets every change: one that raises is logged and the others are s
 the state was updated before the listeners ran, so a raising listener made the rest miss the change for
 good). A refresh that fails is logged (rate-limited) and retried with back-off until it succeeds; a
 reconnect refreshes at once (kazoo forgets watches on a connection loss).
+
+Never false-mark (issue 9): the registration data of every bookie is read once when it appears. A
+bookie that does not advertise our gRPC endpoint (a stock BookKeeper bookie advertises ``bookie-rpc``;
+one older than 4.12 advertises nothing) is listed in :attr:`BookieWatcher.foreign` with what it
+advertises: the checks skip its copies instead of reading them over a protocol it does not speak, and
+``/readyz`` names it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Callable
 import structlog
 
 from autorecovery.aio import wait_condition
+from autorecovery.rpc.convert import ENDPOINT_PROTOCOL, advertised_protocols
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
 
@@ -53,6 +60,8 @@ class BookieWatcher:
         self._retry_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._notified_once = False
+        #: bookie id → protocols its registration advertises, for every available bookie
+        self.protocols: dict[str, tuple[str, ...]] = {}
         self._last_warn = 0.0
         #: refreshes that failed (each retried); listener calls that raised
         self.refresh_failures = 0
@@ -66,6 +75,34 @@ class BookieWatcher:
         """Stop calling ``listener`` (no error when it was not registered)."""
         if listener in self._listeners:
             self._listeners.remove(listener)
+
+    @property
+    def foreign(self) -> dict[str, tuple[str, ...]]:
+        """Available bookies whose registration does not advertise our gRPC endpoint → what it
+        advertises (``()`` = nothing). Their copies cannot be read or checked here."""
+        return {b: p for b, p in self.protocols.items() if ENDPOINT_PROTOCOL not in p}
+
+    async def _read_protocols(self, writable: frozenset[str], readonly: frozenset[str]) -> dict[str, tuple[str, ...]]:
+        """Protocols of every available bookie; registration data is read once per appearance."""
+        out: dict[str, tuple[str, ...]] = {}
+        todo: list[tuple[str, str]] = []
+        for b in writable | readonly:
+            if b in self.protocols:
+                out[b] = self.protocols[b]
+            else:
+                path = self.paths.readonly_bookie(b) if b in readonly and b not in writable else \
+                    self.paths.available_bookie(b)
+                todo.append((b, path))
+
+        async def read(b: str, path: str) -> None:
+            try:
+                data, _ = await self.zk.get(path)
+            except NoNodeError:  # gone again meanwhile: the next change re-reads it
+                return
+            out[b] = advertised_protocols(data)
+
+        await asyncio.gather(*(read(b, p) for b, p in todo))
+        return out
 
     @property
     def available(self) -> frozenset[str]:
@@ -148,8 +185,16 @@ class BookieWatcher:
             writable = frozenset(c for c in children if c != "readonly")
             readonly = frozenset(ro)
             if not self._notified_once or writable != self.writable or readonly != self.readonly:
+                protocols = await self._read_protocols(writable, readonly)
+                before = self.protocols
                 self._notified_once = True
                 self.writable, self.readonly = writable, readonly
+                self.protocols = protocols
+                for b, p in self.foreign.items():
+                    if b in before:
+                        continue  # said once when it appeared
+                    log.warning("bookie does not advertise the gRPC bookie protocol; its copies will not be "
+                                "checked or read here", bookie_id=b, advertised=list(p) or "nothing")
                 for listener in list(self._listeners):
                     try:
                         res = listener(writable, readonly)

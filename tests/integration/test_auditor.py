@@ -16,6 +16,7 @@ from autorecovery import metrics
 from autorecovery.errors import NoSuchLedgerError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.rpc.convert import encode_service_info
 from autorecovery.zk.bridge import ZkClient, wait_for
 from autorecovery.zk.election import AuditorElector, elector_loop
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
@@ -41,6 +42,12 @@ async def zk(chroot):
     await c.stop()
 
 
+def info(bookie: str) -> bytes:
+    """Registration data advertising our gRPC endpoint, as the reference bookie writes it."""
+    host, port = bookie.rsplit(":", 1)
+    return encode_service_info(host, int(port))
+
+
 class FakeBookies:
     """Registers fake bookie ids in ZooKeeper; answers reads as if every bookie held everything."""
 
@@ -52,7 +59,8 @@ class FakeBookies:
             await self.zk.create(P.cookie(bookie), b"cookie", makepath=True)
         except Exception:
             pass
-        await self.zk.create(P.readonly_bookie(bookie) if readonly else P.available_bookie(bookie), b"", ephemeral=True)
+        await self.zk.create(P.readonly_bookie(bookie) if readonly else P.available_bookie(bookie), info(bookie),
+                             ephemeral=True)
 
     async def kill(self, bookie: str) -> None:
         for p in (P.available_bookie(bookie), P.readonly_bookie(bookie)):
@@ -62,7 +70,7 @@ class FakeBookies:
                 pass
 
     async def to_readonly(self, bookie: str) -> None:
-        await self.zk.create(P.readonly_bookie(bookie), b"", ephemeral=True)
+        await self.zk.create(P.readonly_bookie(bookie), info(bookie), ephemeral=True)
         await self.zk.delete(P.available_bookie(bookie))
 
     # BookieClient surface used by the auditor (never called when checks are off)

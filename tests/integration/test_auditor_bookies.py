@@ -15,6 +15,7 @@ from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.roles.auditor import Auditor, AuditorSettings
 from autorecovery.rpc.bookie_client import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.testing.stock_bookie import StockBookie
 from autorecovery.zk.bridge import ZkClient, wait_for
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
@@ -116,3 +117,31 @@ async def test_lost_bookie_gives_exactly_one_marker(cluster):
         await bookies.close()
         await zk.stop()
         cluster.start_bookie(2)
+
+
+async def test_a_bookie_without_our_grpc_endpoint_is_skipped_never_false_marked(cluster):
+    # issue 9: reading a stock bookie over gRPC fails; that must not turn into "missing entries"
+    lid, ens = await write_ledger(cluster, 3, 3, 3)
+    stock = StockBookie()
+    zk, bookies, a = await start_auditor(cluster)
+    urm = UnderreplicationManager(zk, P)
+    try:
+        await zk.create(P.available_bookie(stock.bookie_id), stock.registration(), ephemeral=True)
+        assert await wait_for(lambda: stock.bookie_id in a.bookie_watcher.foreign, 5)
+        assert a.bookie_watcher.foreign[stock.bookie_id] == ("bookie-rpc",)
+        # the ledger's third copy now lives on the stock bookie (as in a mixed cluster)
+        from autorecovery.zk.ledgers import LedgerStore
+
+        await LedgerStore(zk, P).update(lid, lambda md: md.with_segment_replaced(0, {ens[2]: stock.bookie_id}))
+        assert await wait_for(lambda: stock.bookie_id in a.index.get(lid).all_bookies(), 5)
+        res = await a.run_check("check_all_ledgers")
+        assert res["failed"] == 0, res
+        assert await urm.get_marker(lid) is None, "a healthy ledger was marked because of the stock bookie"
+        assert a.checker.skipped_foreign >= 1
+        res = await a.run_check("replicas_check")
+        assert lid not in res["no_replica"] + res["less_than_aq"] + res["less_than_wq"]
+    finally:
+        await a.stop()
+        await bookies.close()
+        await zk.stop()
+        stock.close()

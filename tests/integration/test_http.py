@@ -217,3 +217,30 @@ def test_decommission(env):
     assert job()["result"]["cookie_deleted"] is True
     for lid in written:
         assert victim not in arun(metadata(c, lid)).all_bookies()
+
+
+def test_readyz_names_a_bookie_without_our_grpc_endpoint(env):
+    # issue 9: a stock bookie (advertising bookie-rpc) cannot be checked here: say so, do not guess
+    from autorecovery.testing.stock_bookie import StockBookie
+
+    c, rw, _ro = env
+    stock = StockBookie()
+    try:
+        async def register():
+            async with zk_session(c) as (zk, paths, _urm):
+                await zk.create(paths.available_bookie(stock.bookie_id), stock.registration())
+
+        arun(register())
+        wait_until(lambda: rw.get("/readyz")[0] == 503, 10, 0.05, "readyz 503")
+        doc = json.loads(rw.get("/readyz")[1])
+        assert doc["ready"] is False
+        assert doc["foreign_bookies"] == {stock.bookie_id: ["bookie-rpc"]}
+        assert any(stock.bookie_id in r and "bookie-rpc" in r for r in doc["reasons"]), doc["reasons"]
+    finally:
+        async def unregister():
+            async with zk_session(c) as (zk, paths, _urm):
+                await zk.delete(paths.available_bookie(stock.bookie_id))
+
+        arun(unregister())
+        stock.close()
+    wait_until(lambda: rw.get("/readyz")[0] == 200, 10, 0.05, "readyz 200 again")
