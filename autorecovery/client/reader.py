@@ -16,6 +16,7 @@ cannot deliver intact fall back to the per-entry path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -108,20 +109,21 @@ class ReadHandle:
             for bookie in [b for b in ws if b in live] + [b for b in ws if b not in live]:
                 async with sem:
                     try:
-                        async for item in self.bk.bookies.read_entries(
+                        async with contextlib.aclosing(self.bk.bookies.read_entries(
                                 bookie, self.ledger_id, start, hi, ensemble_size=md.ensemble_size,
-                                write_quorum=1, bookie_index=r):
-                            if isinstance(item, BookieError):
-                                continue  # missing here: the per-entry path tries the other replicas
-                            start = item.entry_id + 1
-                            try:
-                                got[item.entry_id] = unpack_entry(item.body, self.ledger_id, item.entry_id,
-                                                                  source=bookie)
-                            except DigestMismatchError as exc:
-                                tried[item.entry_id] = bookie
-                                self.digest_errors.append((item.entry_id, bookie, str(exc)))
-                                log.error("digest mismatch", ledger_id=self.ledger_id, entry_id=item.entry_id,
-                                          bookie_id=bookie, error=str(exc))
+                                write_quorum=1, bookie_index=r)) as items:
+                            async for item in items:
+                                if isinstance(item, BookieError):
+                                    continue  # missing here: the per-entry path tries the other replicas
+                                start = item.entry_id + 1
+                                try:
+                                    got[item.entry_id] = unpack_entry(item.body, self.ledger_id, item.entry_id,
+                                                                      source=bookie)
+                                except DigestMismatchError as exc:
+                                    tried[item.entry_id] = bookie
+                                    self.digest_errors.append((item.entry_id, bookie, str(exc)))
+                                    log.error("digest mismatch", ledger_id=self.ledger_id, entry_id=item.entry_id,
+                                              bookie_id=bookie, error=str(exc))
                         return
                     except BookieError:
                         continue

@@ -24,6 +24,7 @@ Better than upstream:
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -224,6 +225,7 @@ class Auditor:
         self._enabled_changed = asyncio.Event()
         self._started = False
         self._stopped = False
+        self._unrecoverable_logged: set[str] = set()
         self._check_lock = asyncio.Lock()  # marking by different tasks does not interleave per ledger set
         self._m = self._metrics(registry or metrics.REGISTRY)
 
@@ -304,6 +306,7 @@ class Auditor:
         self.bookie_watcher.add_listener(self._on_bookies)
         await self.bookie_watcher.start()
         await self._watch_delay()
+        await self._watch_unrecoverable()
         # Upstream runs the first membership event (the watch fires right after registration) on the
         # auditor thread *before* the start-up bookie check, so a bookie that died with the previous
         # auditor is put under lostBookieRecoveryDelay first and the bookie check then skips (#3818).
@@ -398,6 +401,36 @@ class Auditor:
         stat = await self.zk.exists(self.paths.ur_disable, watch=cb)
         self._enabled = stat is None
         self._enabled_changed.set()
+
+    async def _watch_unrecoverable(self) -> None:
+        """Log every unrecoverable-ledger record (``underreplication/unrecoverable/urL<id>``, written by
+        the worker that found it) once, at ERROR, from the auditor only: an operator must bring a bookie
+        back or accept the loss. The bookies that would bring the ledger back come first in the line."""
+        def cb(event) -> None:
+            if not self._stopped:
+                asyncio.ensure_future(self._rearm(self._watch_unrecoverable))
+
+        try:
+            names = await self.zk.get_children(self.paths.unrecoverable, watch=cb)
+        except NoNodeError:
+            await self.zk.exists(self.paths.unrecoverable, watch=cb)
+            names = []
+        current = set(names)
+        self._unrecoverable_logged &= current
+        for name in sorted(current - self._unrecoverable_logged):
+            try:
+                data, _ = await self.zk.get(f"{self.paths.unrecoverable}/{name}")
+                doc = json.loads(data)
+            except NoNodeError:
+                continue
+            except ValueError:
+                doc = {}
+            self._unrecoverable_logged.add(name)
+            waiting = doc.get("waiting_for") or []
+            log.error(f"ledger {doc.get('ledger', name)} is unrecoverable until one of these bookies returns: "
+                      f"{', '.join(waiting) if waiting else 'none known (restore from elsewhere or accept the loss)'}",
+                      ledger_id=doc.get("ledger"), entry_count=doc.get("entry_count"),
+                      side_znode=f"{self.paths.unrecoverable}/{name}")
 
     async def _rearm(self, fn) -> None:
         try:

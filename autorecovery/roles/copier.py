@@ -298,25 +298,28 @@ class FragmentCopier:
                         b = min(hi, a + MAX_STREAM_IDS - 1)
                         try:
                             t_prev = time.monotonic()
-                            async for item in self.bookies.read_entries(
+                            # aclosing: leaving the loop early (abort, a dead target) closes the stream
+                            # here, not in a finaliser task that may outlive the copy (issue 9)
+                            async with contextlib.aclosing(self.bookies.read_entries(
                                 source, ledger_id, a, b, ensemble_size=e_size,
                                 write_quorum=spec.arc_len, bookie_index=spec.arc_end,
-                            ):
-                                now = time.monotonic()
-                                why = should_abort()
-                                if why:
-                                    raise _Aborted(why)
-                                if isinstance(item, BookieError):
-                                    eid = _entry_of(item)
-                                    if eid is not None:
-                                        tried.setdefault(eid, {})[source] = item.status
+                            )) as stream:
+                                async for item in stream:
+                                    now = time.monotonic()
+                                    why = should_abort()
+                                    if why:
+                                        raise _Aborted(why)
+                                    if isinstance(item, BookieError):
+                                        eid = _entry_of(item)
+                                        if eid is not None:
+                                            tried.setdefault(eid, {})[source] = item.status
+                                        t_prev = now
+                                        continue
+                                    eid = item.entry_id
+                                    if eid in missing and accept(eid, item.body, source, now - t_prev):
+                                        missing.discard(eid)
+                                        await emit(eid, item.body)
                                     t_prev = now
-                                    continue
-                                eid = item.entry_id
-                                if eid in missing and accept(eid, item.body, source, now - t_prev):
-                                    missing.discard(eid)
-                                    await emit(eid, item.body)
-                                t_prev = now
                         except BookieError as exc:
                             log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source,
                                         status=exc.status, error=str(exc))
@@ -390,46 +393,49 @@ class _Window:
     """A FIFO between a copy stream's reader and one target's writer, bounded by entries and bytes.
 
     ``put`` waits while the window is full (it always admits an entry into an empty window);
-    ``discard`` drops everything and admits every later put (the writer is gone).
+    ``discard`` drops everything and admits every later put (the writer is gone). Waiters wake on a
+    per-change event, so ``discard`` (called from a task's done-callback) needs no task of its own: a
+    task spawned there could outlive the copy ("Task was destroyed but it is pending!", issue 9).
     """
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self._items: deque = deque()
         self._bytes = 0
-        self._cond = asyncio.Condition()
+        self._changed = asyncio.Event()
         self._dead = False
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            await self._changed.wait()
 
     async def put(self, item) -> None:
         size = len(item[1]) if item is not None else 0
-        async with self._cond:
-            await self._cond.wait_for(lambda: self._dead or not self._items or (
-                len(self._items) < self.max_entries and self._bytes + size <= self.max_bytes))
-            if self._dead:
-                return
-            self._items.append(item)
-            self._bytes += size
-            self._cond.notify_all()
+        await self._wait(lambda: self._dead or not self._items or (
+            len(self._items) < self.max_entries and self._bytes + size <= self.max_bytes))
+        if self._dead:
+            return
+        self._items.append(item)
+        self._bytes += size
+        self._notify()
 
     async def get(self):
-        async with self._cond:
-            await self._cond.wait_for(lambda: bool(self._items))
-            item = self._items.popleft()
-            if item is not None:
-                self._bytes -= len(item[1])
-            self._cond.notify_all()
-            return item
+        await self._wait(lambda: bool(self._items))
+        item = self._items.popleft()
+        if item is not None:
+            self._bytes -= len(item[1])
+        self._notify()
+        return item
 
     def discard(self) -> None:
         self._dead = True
         self._items.clear()
         self._bytes = 0
-
-        async def wake() -> None:
-            async with self._cond:
-                self._cond.notify_all()
-
-        asyncio.ensure_future(wake())
+        self._notify()
 
 
 def _entry_of(err: BookieError) -> int | None:

@@ -891,9 +891,10 @@ class ReplicationWorker:
         self.unrecoverable[lid] = json.loads(data)
         self.m.unrecoverable_total.inc()
         self.tracker.block(lid, f"unrecoverable: entries {doc['entries']} (waiting for {waiting or 'an operator'})")
-        log.error("unrecoverable entries: no replica holds them; not retrying until a bookie returns, the side "
-                  "znode is deleted or the ledger is re-marked", ledger_id=lid, entries=doc["entries"],
-                  bookies=bookies, waiting_for=waiting, side_znode=path)
+        # WARNING here, once per pass of this worker: the elected auditor logs the record once at ERROR
+        # for the whole cluster (issue 9: every daemon used to log it at ERROR, 860 characters a line)
+        log.warning("ledger surfaced as unrecoverable; not retrying until a bookie returns", ledger_id=lid,
+                    waiting_for=waiting or "an operator", entry_count=len(entries), side_znode=path)
 
     async def _clear_unrecoverable(self, lid: int) -> None:
         if self.unrecoverable.pop(lid, None) is not None:

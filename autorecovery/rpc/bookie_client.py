@@ -195,33 +195,50 @@ class BookieClient:
         loop = asyncio.get_running_loop()
         # monotonic time since which we have been waiting on gRPC, or None while producing entries
         waiting_since: list[float | None] = [loop.time()]
-
         producer_error: list[BaseException] = []
+        # The write API (not a request iterator): the task that feeds the stream is ours, cancelled and
+        # awaited below whatever happens. With a request iterator gRPC's own consumer task stayed
+        # blocked in ``entries`` after the bookie died, and was later destroyed pending, closing the
+        # generator under it (issue 9: "Task was destroyed but it is pending!", "aclose(): asynchronous
+        # generator is already running").
+        call = stub.AddEntries()
 
-        async def requests() -> AsyncIterator[pb.AddRequest]:
+        async def send(eid: int, body: bytes) -> bool:
+            waiting_since[0] = loop.time()
+            try:
+                await call.write(pb.AddRequest(ledger_id=ledger_id, entry_id=eid, master_key=master_key, body=body,
+                                               flags=flags))
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                return False  # the call ended: its outcome comes with the response
+            waiting_since[0] = None
+            return True
+
+        async def pump() -> None:
             waiting_since[0] = None
             try:
                 if isinstance(entries, AsyncIterable):
                     async for eid, body in entries:
-                        waiting_since[0] = loop.time()
-                        yield pb.AddRequest(
-                            ledger_id=ledger_id, entry_id=eid, master_key=master_key, body=body, flags=flags
-                        )
-                        waiting_since[0] = None
+                        if not await send(eid, body):
+                            return
                 else:
                     for eid, body in entries:
-                        waiting_since[0] = loop.time()
-                        yield pb.AddRequest(
-                            ledger_id=ledger_id, entry_id=eid, master_key=master_key, body=body, flags=flags
-                        )
-                        waiting_since[0] = None
-            except Exception as exc:
-                # gRPC would swallow it and just cancel the call: keep it for the caller
-                producer_error.append(exc)
+                        if not await send(eid, body):
+                            return
+            except (asyncio.CancelledError, GeneratorExit):
                 raise
+            except Exception as exc:  # the producer failed: keep it for the caller
+                producer_error.append(exc)
+                call.cancel()
+                return
+            finally:
+                aclose = getattr(entries, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose()
             waiting_since[0] = loop.time()
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                await call.done_writing()
 
-        call = stub.AddEntries(requests())
         timed_out = False
 
         async def watchdog() -> None:
@@ -234,7 +251,8 @@ class BookieClient:
                     call.cancel()
                     return
 
-        dog = asyncio.create_task(watchdog())
+        feeder = asyncio.ensure_future(pump())
+        dog = asyncio.ensure_future(watchdog())
         what = f"add entries to ledger {ledger_id}"
         try:
             resp = await call
@@ -243,12 +261,14 @@ class BookieClient:
             if task is not None and task.cancelling():
                 call.cancel()
                 raise  # we are being cancelled
+            await asyncio.gather(feeder, return_exceptions=True)
             if producer_error:
-                raise producer_error[0]
+                raise producer_error[0] from None
             if timed_out:
                 raise self._stream_timeout(bookie_id, what) from None
             raise BookieUnavailableError(bookie_id, "UNAVAILABLE", f"{what}: call cancelled") from None
         except grpc.aio.AioRpcError as exc:
+            await asyncio.gather(feeder, return_exceptions=True)
             if producer_error:
                 raise producer_error[0] from None
             if timed_out:
@@ -259,9 +279,9 @@ class BookieClient:
             err.bytes_written = -1  # type: ignore[attr-defined]
             raise err from None
         finally:
-            dog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await dog
+            for t in (feeder, dog):
+                t.cancel()
+            await asyncio.gather(feeder, dog, return_exceptions=True)
         if resp.status != pb.EOK:
             err = _status_error(
                 bookie_id,

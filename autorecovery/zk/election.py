@@ -198,8 +198,7 @@ async def elector_loop(
             elected = False
             reason = ""
             try:
-                run = asyncio.ensure_future(_run_until_lost(elector, q, on_elected))
-                reason = await run
+                reason = await _run_until_lost(elector, q, on_elected)
                 elected = reason != "session-lost-before-election"
             except asyncio.CancelledError:
                 elected = elector.elected
@@ -228,28 +227,34 @@ async def elector_loop(
 
 
 async def _run_until_lost(elector: AuditorElector, q: asyncio.Queue, on_elected) -> str:
-    """Elect, start the role, then wait for the end of leadership. Returns the reason."""
+    """Elect, start the role, then wait for the end of leadership. Returns the reason.
+
+    Owns every task it starts: whatever way it ends (returned, raised, cancelled), each is cancelled
+    *and awaited* here, so none outlives it to fail later with "Task exception was never retrieved"
+    (issue 9: stopping daemons together left ``run_for_leadership`` failing on a closed connection).
+    """
     session_lost = asyncio.ensure_future(_wait_lost(q))
+    run = asyncio.ensure_future(elector.run_for_leadership())
+    vote_gone: asyncio.Task | None = None
     try:
-        run = asyncio.ensure_future(elector.run_for_leadership())
         done, _ = await asyncio.wait({run, session_lost}, return_when=asyncio.FIRST_COMPLETED)
         if session_lost in done:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
             return "session-lost-before-election"
         run.result()
         await on_elected()
         vote_gone = asyncio.ensure_future(elector.watch_own_vote())
-        try:
-            done, _ = await asyncio.wait({vote_gone, session_lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            vote_gone.cancel()
+        done, _ = await asyncio.wait({vote_gone, session_lost}, return_when=asyncio.FIRST_COMPLETED)
         if session_lost in done:
             return "session-lost"
+        vote_gone.result()
         log.warning("my auditor vote was deleted; stepping down", bookie_id=elector.bookie_id)
         return "vote-deleted"
     finally:
-        session_lost.cancel()
+        owned = [t for t in (run, session_lost, vote_gone) if t is not None]
+        for t in owned:
+            t.cancel()
+        # retrieve every outcome (a ZooKeeper error of a task nobody waits for any more is expected here)
+        await asyncio.gather(*owned, return_exceptions=True)
 
 
 async def _wait_lost(q: asyncio.Queue) -> None:

@@ -633,3 +633,29 @@ async def test_new_auditor_honours_the_delay_for_a_bookie_that_died_with_the_old
         assert await urm.get_marker(1) is None
     finally:
         await a.stop()
+
+
+async def test_unrecoverable_records_are_logged_once_by_the_auditor_bookies_first(zk):
+    # issue 9: every daemon logged an unrecoverable ledger at ERROR, 860 characters a line with the
+    # useful part at the end; now the auditor alone logs each record once, naming the bookies first
+    import json
+
+    from structlog.testing import capture_logs
+
+    a = await start_auditor(zk, settings())
+    try:
+        with capture_logs() as logs:
+            for lid, waiting in ((7, [B[4]]), (8, [])):
+                doc = {"ledger": lid, "entries": [[0, 4]], "entry_count": 5, "bookies": [B[4]], "waiting_for": waiting}
+                await zk.create(f"{P.unrecoverable}/urL{lid:010d}", json.dumps(doc).encode(), makepath=True)
+                assert await wait_for(lambda: f"urL{lid:010d}" in a._unrecoverable_logged, 5)
+            await zk.set(f"{P.unrecoverable}/urL0000000007", b"{}")  # a rewrite is not a new record
+            await zk.create(f"{P.unrecoverable}/urL0000000009", b"{}")
+            assert await wait_for(lambda: "urL0000000009" in a._unrecoverable_logged, 5)
+        errors = [e for e in logs if e["log_level"] == "error"]
+        assert [e.get("ledger_id") for e in errors] == [7, 8, None]
+        assert errors[0]["event"] == f"ledger 7 is unrecoverable until one of these bookies returns: {B[4]}"
+        assert errors[1]["event"].startswith("ledger 8 is unrecoverable until one of these bookies returns: none known")
+        assert all(len(e["event"]) < 200 for e in errors)
+    finally:
+        await a.stop()
