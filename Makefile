@@ -15,13 +15,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# Debian's zookeeper package (and an SLF4J backend so ZooKeeper's own log is not silent).
+# Debian's zookeeper package (and an SLF4J backend so ZooKeeper's own log is not silent), and Debian's
+# prometheus package (promtool tests the alert rules; a real Prometheus scrapes live daemons in a test).
 zookeeper:
-	@if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then \
+	@if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null || ! command -v promtool >/dev/null; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper libslf4j-java >/dev/null; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper libslf4j-java prometheus >/dev/null; \
 	fi
 	@test -f /usr/share/java/zookeeper.jar && echo "zookeeper: /usr/share/java/zookeeper.jar"
+	@command -v promtool >/dev/null && echo "prometheus: $$(command -v prometheus)"
 
 proto: venv
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. \

@@ -483,3 +483,7 @@ def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
 
 
 __all__ = ["shell"]
+
+
+# commands that live in their own modules register themselves on the group when imported
+from autorecovery.cli import cluster_init  # noqa: E402,F401  (initnewcluster)

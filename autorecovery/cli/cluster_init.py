@@ -1,0 +1,59 @@
+"""``autorecovery shell initnewcluster``: format a new cluster's metadata (upstream
+``bookkeeper shell initnewcluster``), registered on the shell group.
+
+Upstream creates the ledgers root, ``LAYOUT``, ``INSTANCEID``, ``available/``, ``available/readonly/``
+and ``cookies/`` and fails when the root already exists ("Ledger root path: ... already exists").
+Ours also creates the under-replication layout, and ``--if-absent`` (ours) turns "already formatted"
+into success, so a deployment's init step (docker-compose ``init`` service, Kubernetes Job) can run on
+every start: nothing that exists is overwritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from autorecovery import logs
+from autorecovery.cli.shell import EXIT_FAIL, EXIT_USAGE, _settings, command
+from autorecovery.errors import ConfigError, ZooKeeperError
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.ledgers import init_cluster
+from autorecovery.zk.paths import Paths
+
+
+@command("initnewcluster", help="Initialise a new cluster's metadata (LAYOUT, INSTANCEID, available/, cookies/, "
+                                "underreplication/).")
+@click.option("--if-absent", is_flag=True,
+              help="(ours) succeed without changes when the cluster is already formatted.")
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds to wait for ZooKeeper (an init container may start before it).")
+def initnewcluster(conf, zk, ledgers_root, sets, if_absent, timeout_s):
+    try:
+        settings = _settings(conf, zk, ledgers_root, sets)
+    except ConfigError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    logs.configure("WARNING", settings.log_format, stream=sys.stderr)
+    paths = Paths(settings.ledgers_root)
+
+    async def go() -> bool:
+        client = ZkClient(settings.zk_servers, session_timeout_ms=settings.zk_timeout_ms)
+        await client.start(timeout_s=timeout_s)
+        try:
+            return await init_cluster(client, paths)
+        finally:
+            await client.stop()
+
+    try:
+        formatted = asyncio.run(go())
+    except ZooKeeperError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_FAIL)
+    if formatted:
+        click.echo(f"Successfully initiated cluster at {paths.root}")
+        return
+    click.echo(f"Ledger root path: {paths.root} already exists")
+    if not if_absent:
+        sys.exit(EXIT_FAIL)
