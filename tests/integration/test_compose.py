@@ -29,7 +29,7 @@ def doc() -> dict:
 
 
 def test_compose_file_is_valid_under_the_compose_spec_schema():
-    jsonschema.validate(doc(), json.loads(SCHEMA.read_text()))
+    jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).validate(doc())
 
 
 def test_compose_services_have_health_dependencies_and_restart_policies():
