@@ -341,6 +341,9 @@ def build_app(deps: HttpDeps) -> web.Application:
     r.add_get(f"{API}/bookie/list_bookie_info", guarded(list_bookie_info))
     r.add_get(f"{API}/bookie/cluster_info", guarded(cluster_info))
     r.add_get(f"{API}/ledger/metadata", guarded(ledger_meta))
+    from autorecovery.admin import http_maintenance
+
+    http_maintenance.add_routes(r, ctx, mutating, guarded)
     return app
 
 

@@ -487,3 +487,4 @@ __all__ = ["shell"]
 
 # commands that live in their own modules register themselves on the group when imported
 from autorecovery.cli import cluster_init  # noqa: E402,F401  (initnewcluster)
+from autorecovery.cli import maintenance as _maintenance  # noqa: E402,F401  (maintenance group)

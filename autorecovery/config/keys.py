@@ -193,6 +193,11 @@ KEYS: tuple[Key, ...] = (
     _k("auditorLedgerIndexReconcileInterval", "int", 21600, "s", "auditor",
        "full check of the incremental bookie->ledger index against ZooKeeper; 0 disables", origin=OURS,
        min_value=0),
+    _k("autorecoveryDownOutSubtreeLimit", "str", "none", "", "auditor",
+       "rack-loss guard: when every bookie (at least two) of a failure domain at this level is lost at once, "
+       "hold their audit (no best-effort copies into the surviving domains) unless a fragment drops below AQ; "
+       "none (upstream behaviour), rack, zone or region", origin=OURS,
+       choices=("none", "rack", "zone", "region")),
     _k("auditorLedgerIndexCheckInterval", "int", 60, "s", "auditor",
        "cheap consistency check of the index (count + digest of ledger ids vs the tree, no metadata "
        "reads); drift is healed and exported as autorecovery_auditor_index_drift_ledgers; 0 disables",

@@ -35,6 +35,7 @@ import structlog
 from autorecovery import metrics
 from autorecovery.audit.decisions import Decision, LostBookieTracker
 from autorecovery.audit.index import BookieLedgerIndex
+from autorecovery.audit.maintenance import Holds, Window, endangered, guard_level, holds
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.audit.schedule import first_run_s, next_run_s
 from autorecovery.errors import BookieError, ConfigError
@@ -43,6 +44,7 @@ from autorecovery.roles.checker import LedgerChecker
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
 from autorecovery.zk.ledger_tree import LedgerTreeWatcher
+from autorecovery.zk.maintenance import MaintenanceStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 
@@ -80,6 +82,8 @@ class AuditorSettings:
     auditor_ledger_index_reconcile_interval: int = 21600
     #: (ours) seconds between cheap consistency checks of the index (ids count + digest); 0 disables.
     auditor_ledger_index_check_interval: int = 60
+    #: (ours) rack-loss guard level: "" (off, upstream), "rack", "zone" or "region".
+    autorecovery_down_out_subtree_limit: str = ""
 
     #: upstream (or our) key → field name
     KEYS = {
@@ -99,6 +103,7 @@ class AuditorSettings:
         "auditorReplicasCheckMarkUnderReplicated": "auditor_replicas_check_mark_under_replicated",
         "auditorLedgerIndexReconcileInterval": "auditor_ledger_index_reconcile_interval",
         "auditorLedgerIndexCheckInterval": "auditor_ledger_index_check_interval",
+        "autorecoveryDownOutSubtreeLimit": "autorecovery_down_out_subtree_limit",
     }
 
     def __post_init__(self) -> None:
@@ -107,6 +112,7 @@ class AuditorSettings:
                               f"(got {self.auditor_max_number_of_concurrent_open_ledger_operations})")
         if self.auditor_acquire_concurrent_open_ledger_operations_time_out_msec < 0:
             raise ConfigError("auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec must be >= 0")
+        guard_level(self.autorecovery_down_out_subtree_limit)
         if not 0 <= self.auditor_ledger_verification_percentage <= 100:
             raise ConfigError("auditorLedgerVerificationPercentage must be within 0..100 "
                               f"(got {self.auditor_ledger_verification_percentage})")
@@ -125,6 +131,9 @@ class AuditorSettings:
                 continue
             raw = props[key]
             try:
+                if types[name] in ("str", str):
+                    kw[name] = guard_level(str(raw)) if name == "autorecovery_down_out_subtree_limit" else str(raw)
+                    continue
                 if types[name] in ("bool", bool):
                     if isinstance(raw, bool):
                         kw[name] = raw
@@ -226,6 +235,11 @@ class Auditor:
         self._started = False
         self._stopped = False
         self._unrecoverable_logged: set[str] = set()
+        self.maintenance = MaintenanceStore(zk, paths)
+        self.windows: list[Window] = []
+        self.last_holds = Holds({}, {})
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._pending_holds = Holds({}, {})
         self._check_lock = asyncio.Lock()  # marking by different tasks does not interleave per ledger set
         self._m = self._metrics(registry or metrics.REGISTRY)
 
@@ -255,6 +269,11 @@ class Auditor:
         m["index_drift_found"] = reg.counter("autorecovery", "auditor_index_drift_found_total")
         m["index_lost_watches"] = reg.gauge("autorecovery", "auditor_index_lost_watches")
         m["index_lost_watches"].set_function(lambda: self.tree.lost_watches)
+        m["maint_windows"] = reg.gauge("autorecovery", "maintenance_windows")
+        m["maint_held"] = reg.gauge("autorecovery", "maintenance_held_bookies")
+        m["guard_domains"] = reg.gauge("autorecovery", "rack_loss_guard_domains")
+        m["guard_held"] = reg.gauge("autorecovery", "rack_loss_guard_held_bookies")
+        m["data_first"] = reg.counter("autorecovery", "maintenance_overridden_ledgers_total")
         self._zk_ops = {k: reg.counter("autorecovery", "audit_zk_ops_total", labels={"audit": k})
                         for k in ("lost_bookie", "bookie_check", "check_all_ledgers", "placement_check",
                                   "replicas_check", "index_reconcile", "index_consistency")}
@@ -307,6 +326,7 @@ class Auditor:
         await self.bookie_watcher.start()
         await self._watch_delay()
         await self._watch_unrecoverable()
+        await self._watch_maintenance()
         # Upstream runs the first membership event (the watch fires right after registration) on the
         # auditor thread *before* the start-up bookie check, so a bookie that died with the previous
         # auditor is put under lostBookieRecoveryDelay first and the bookie check then skips (#3818).
@@ -347,6 +367,10 @@ class Auditor:
         self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        for g in ("maint_windows", "maint_held", "guard_domains", "guard_held"):
+            self._m[g].set(0)  # this node is not the auditor any more: its figures are not the cluster's
         self.tree.stop()
         for t in self._tasks:
             t.cancel()
@@ -432,6 +456,90 @@ class Auditor:
                       ledger_id=doc.get("ledger"), entry_count=doc.get("entry_count"),
                       side_znode=f"{self.paths.unrecoverable}/{name}")
 
+    async def _watch_maintenance(self) -> None:
+        """Load the maintenance records (child watch re-armed on every change) and re-evaluate."""
+        def cb(event) -> None:
+            if not self._stopped:
+                asyncio.ensure_future(self._rearm(self._watch_maintenance))
+
+        self.windows = await self.maintenance.list(watch=cb)
+        now = self.wall_ms()
+        live = [w for w in self.windows if not w.expired(now)]
+        self._m["maint_windows"].set(len([w for w in live if w.kind != "override"]))
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        if self.windows:
+            nxt = min(w.expires_ms for w in self.windows)
+            delay_s = max(0.0, (nxt - now) / 1000.0)
+            self._expiry_timer = asyncio.get_running_loop().call_later(
+                delay_s, self._events.put_nowait, ("maintenance", None))
+        if self._started and not self._stopped:
+            self._events.put_nowait(("maintenance", None))
+
+    async def _on_maintenance_change(self, now: float) -> Decision | None:
+        """Windows changed or expired: enforce expiry; a bookie no longer covered is lost anew (the
+        normal lostBookieRecoveryDelay applies from now); a lifted guard is audited at once."""
+        assert self.tracker is not None
+        expired = await self.maintenance.remove_expired(self.windows, self.wall_ms())
+        if expired:
+            self.windows = [w for w in self.windows if w not in expired]
+        available = self._available()
+        lost = self.index.bookies() - available
+        h = holds(lost, available, self._location_of, self.windows, self.wall_ms(),
+                  self.settings.autorecovery_down_out_subtree_limit)
+        released = (set(self.last_holds.windows) - set(h.windows)) & lost
+        unguarded = (self.last_holds.held - set(self.last_holds.windows)) - h.held
+        decision = None
+        if released:
+            log.info("maintenance ended for lost bookies; lostBookieRecoveryDelay applies from now",
+                     bookies=sorted(released))
+            self.tracker.known |= released
+            delay = await self.urm.get_lost_bookie_recovery_delay()
+            decision = self.tracker.on_bookies_changed(available, delay, now)
+        if unguarded & lost:
+            log.warning("rack-loss guard lifted (override or config); auditing the held bookies now",
+                        bookies=sorted(unguarded & lost))
+            decision = Decision(audit_now=True)
+        await self._publish_holds(h)
+        return decision
+
+    def _location_of(self, bookie: str) -> str:
+        if self.policy is None:
+            return "/default-rack"
+        try:
+            return self.policy.location_of(bookie)
+        except Exception:  # noqa: BLE001 - an unresolvable bookie sits in the default rack
+            return "/default-rack"
+
+    async def _publish_holds(self, h: Holds) -> None:
+        """Log, export and publish (``maintenance-state``) what is held back, when it changed."""
+        self._m["maint_held"].set(len(h.windows))
+        self._m["guard_domains"].set(len(h.guarded))
+        self._m["guard_held"].set(sum(len(b) for b in h.guarded.values()))
+        if (dict(h.windows), dict(h.guarded)) == (dict(self.last_holds.windows), dict(self.last_holds.guarded)):
+            return
+        for d, bs in sorted(h.guarded.items()):
+            if d not in self.last_holds.guarded:
+                log.warning(f"rack {d} lost as a whole: waiting (autorecoveryDownOutSubtreeLimit="
+                            f"{self.settings.autorecovery_down_out_subtree_limit}); copies start only for ledgers "
+                            "that would fall below AQ, or after `shell maintenance override --rack`",
+                            rack=d, bookies=sorted(bs))
+        for b, w in sorted(h.windows.items()):
+            if b not in self.last_holds.windows:
+                log.info("lost bookie in a maintenance window: not audited", bookie_id=b, window=w.target,
+                         reason=w.reason, expires_ms=w.expires_ms)
+        self.last_holds = h
+        state = {"windows": {b: {"kind": w.kind, "target": w.target, "reason": w.reason, "expires_ms": w.expires_ms}
+                             for b, w in h.windows.items()},
+                 "guard": {d: sorted(bs) for d, bs in h.guarded.items()},
+                 "level": self.settings.autorecovery_down_out_subtree_limit or "none",
+                 "auditor": self.bookie_id, "time_ms": self.wall_ms()}
+        try:
+            await self.maintenance.write_state(state)
+        except Exception as exc:  # noqa: BLE001 - the next change writes it again
+            log.warning("could not publish the maintenance state", error=str(exc))
+
     async def _rearm(self, fn) -> None:
         try:
             await fn()
@@ -505,6 +613,8 @@ class Auditor:
             return self.tracker.on_delay_changed(delay, now)
         if kind == "fire":
             return self.tracker.on_pending_fired(now) if token == self._timer_token else None
+        if kind == "maintenance":
+            return await self._on_maintenance_change(now)
         if kind == "retry_audit":
             return Decision(audit_now=True)
         return None
@@ -543,7 +653,7 @@ class Auditor:
             t0 = self.clock()
             available = self._available()
             lost = sorted(self.index.bookies() - available)
-            marks = self.index.ledgers_to_mark(lost)
+            marks = self._marks_after_holds(lost, available)
             t1 = self.clock()
             writes = 0
             if marks:
@@ -563,12 +673,42 @@ class Auditor:
             ops = self.zk.ops - ops0
             self._zk_ops["bookie_check" if trigger == "bookie_check" else "lost_bookie"].inc(ops)
             self.audits += 1
+            await self._publish_holds(self._pending_holds)
             rep = AuditReport(trigger, lost, len(marks), (t1 - t0) * 1000, (t2 - t1) * 1000, writes, ops)
             self.last_audit = rep
             if lost:
                 log.info("audited lost bookies", trigger=trigger, lost=lost, ledgers=len(marks),
                          find_ms=round(rep.find_ms, 2), write_ms=round(rep.write_ms, 2), zk_ops=ops)
             return rep
+
+    def _marks_after_holds(self, lost: list[str], available: frozenset[str]) -> dict[int, list[str]]:
+        """Ledgers to mark for ``lost``, minus what maintenance windows and the rack-loss guard hold
+        back, plus (data first) every ledger the losses leave with a fragment below AQ."""
+        h = holds(lost, available, self._location_of, self.windows, self.wall_ms(),
+                  self.settings.autorecovery_down_out_subtree_limit)
+        self._pending_holds = h
+        all_marks = self.index.ledgers_to_mark(lost)
+        held = h.held
+        if not held:
+            return all_marks
+        lost_set = set(lost)
+        marks: dict[int, list[str]] = {}
+        overridden = []
+        for lid, bs in all_marks.items():
+            free = [b for b in bs if b not in held]
+            md = self.index.get(lid)
+            if md is not None and endangered(md, lost_set):
+                marks[lid] = bs
+                if len(free) < len(bs):
+                    overridden.append(lid)
+            elif free:
+                marks[lid] = free
+        if overridden:
+            self._m["data_first"].inc(len(overridden))
+            log.warning("data first: ledgers would have fewer than AQ readable copies; marking them despite "
+                        "maintenance windows / the rack-loss guard", ledgers=len(overridden),
+                        ledger_ids=overridden[:20], held=sorted(held))
+        return marks
 
     # -- periodic checks --------------------------------------------------------------------
     async def _sleep_until(self, at: float) -> None:

@@ -117,6 +117,32 @@ class ZkClient:
         """(session id, password) of the current session; tests use it to expire the session."""
         return self._kz.client_id
 
+    async def expire_session(self) -> None:
+        """Expire this client's session on the server, as a network partition longer than the
+        session timeout would (a test and drill aid, behind the admin mutation switch): a second
+        client joins the session with its id and password and closes it. kazoo then reports LOST and
+        makes a new session by itself.
+
+        Raises:
+            ZooKeeperError: no session, or the server could not be reached.
+        """
+        cid = self._kz.client_id
+        if cid is None:
+            raise ZooKeeperError(f"no ZooKeeper session to expire on {self.hosts}")
+
+        def expire() -> None:
+            other = KazooClient(hosts=self.hosts, client_id=cid, timeout=self.session_timeout_ms / 1000.0)
+            try:
+                other.start(10)
+            finally:
+                other.stop()
+                other.close()
+
+        try:
+            await asyncio.to_thread(expire)
+        except Exception as exc:  # noqa: BLE001 - kazoo's own timeout/connection errors
+            raise ZooKeeperError(f"could not expire the session on {self.hosts}: {exc}") from exc
+
     def _on_state(self, state: str) -> None:  # kazoo thread
         event = {
             KazooState.CONNECTED: SessionEvent.CONNECTED,

@@ -118,6 +118,18 @@ class Paths:
         return f"{self.underreplication}/unrecoverable"
 
     @property
+    def maintenance(self) -> str:
+        """``underreplication/maintenance/<kind>:<target>``: maintenance windows and rack-loss guard
+        overrides, JSON records (ours, see ``audit.maintenance``)."""
+        return f"{self.underreplication}/maintenance"
+
+    @property
+    def guard_state(self) -> str:
+        """``underreplication/maintenance-state``: what the auditor holds back right now, JSON (ours;
+        written by the auditor on change so every node's progress and the shell can show it)."""
+        return f"{self.underreplication}/maintenance-state"
+
+    @property
     def racks(self) -> str:
         """Pulsar's rack-info znode (``/bookies``, JSON ``{"group": {"host:port": {"rack": ...}}}``).
 
