@@ -15,8 +15,9 @@ Ours; upstream has only the cluster-wide switch (``autorecovery -disable``) and 
   which is what left every ledger of the BP-54 seed's DR drill on one rack. An ``override`` record for
   the domain lifts the guard.
 * **Data first**: a held bookie never protects a ledger in danger. If the bookies lost right now
-  (held or not) leave some fragment of a ledger with fewer than AQ readable copies, that ledger is
-  marked at once, window or guard notwithstanding (:func:`endangered`).
+  leave some fragment of a ledger with fewer than AQ readable copies, and not only because of bookies
+  in maintenance windows (planned: they come back), that ledger is marked at once, window or guard
+  notwithstanding (:func:`data_first`).
 """
 
 from __future__ import annotations
@@ -122,21 +123,39 @@ class Holds:
 
     windows: Mapping[str, Window]
     guarded: Mapping[str, frozenset[str]]
+    settling: frozenset[str] = frozenset()
+    settle_at_s: float | None = None
 
     @property
     def held(self) -> frozenset[str]:
-        out = set(self.windows)
+        out = set(self.windows) | set(self.settling)
         for bs in self.guarded.values():
             out |= bs
         return frozenset(out)
 
 
 def holds(lost: Iterable[str], available: Iterable[str], location_of: Callable[[str], str],
-          windows: Iterable[Window], now_ms: int, guard_level: str = "") -> Holds:
+          windows: Iterable[Window], now_ms: int, guard_level: str = "",
+          lost_since_s: Mapping[str, float] | None = None, now_s: float = 0.0, settle_s: float = 0.0) -> Holds:
     """Which of ``lost`` to hold back: covered by an unexpired window (bookie, or rack of the bookie),
     or (guard on) in a domain whose every known bookie is lost, at least two, and that has no
-    unexpired override."""
+    unexpired override.
+
+    With the guard on, a lost bookie also *settles* for ``settle_s`` (``lostBookieRecoveryDelay``)
+    from ``lost_since_s[b]`` before it is audited, even when several bookies fail together (upstream
+    audits at once then): a rack goes down bookie by bookie, and only a settled view shows it lost as
+    a whole (Ceph's per-OSD down→out interval). ``settle_at_s`` is when the next one settles.
+    """
     lost = set(lost)
+    settling: set[str] = set()
+    settle_at: float | None = None
+    if guard_level not in ("", "none") and settle_s > 0 and lost_since_s is not None:
+        for b in lost:
+            since = lost_since_s.get(b, now_s)
+            if now_s - since < settle_s:
+                settling.add(b)
+                at = since + settle_s
+                settle_at = at if settle_at is None else min(settle_at, at)
     live = [w for w in windows if not w.expired(now_ms)]
     by_bookie = {w.target: w for w in live if w.kind == "bookie"}
     by_rack = {w.target: w for w in live if w.kind == "rack"}
@@ -156,7 +175,8 @@ def holds(lost: Iterable[str], available: Iterable[str], location_of: Callable[[
             if len(bs) >= 2 and d not in alive_domains and d not in overrides:
                 guarded[d] = frozenset(bs - set(covered))
         guarded = {d: bs for d, bs in guarded.items() if bs}
-    return Holds(covered, guarded)
+    in_guard = set().union(*guarded.values()) if guarded else set()
+    return Holds(covered, guarded, frozenset(settling - set(covered) - in_guard), settle_at)
 
 
 def endangered(md: LedgerMetadata, lost: set[str]) -> bool:
@@ -183,6 +203,14 @@ def endangered(md: LedgerMetadata, lost: set[str]) -> bool:
             if len(members - lost) < aq:
                 return True
     return False
+
+
+def data_first(md: LedgerMetadata, lost: set[str], planned: set[str]) -> bool:
+    """Whether a ledger must be marked although some of its lost bookies are held: the bookies lost
+    now leave a fragment below AQ, and not only because of ``planned`` losses (bookies in a
+    maintenance window: the operator took them down on purpose and they come back). Bookies held by
+    the rack-loss guard are not planned: their loss counts like any other."""
+    return endangered(md, lost) and not endangered(md, lost & planned)
 
 
 def guard_level(value: str) -> str:

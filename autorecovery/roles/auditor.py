@@ -35,7 +35,7 @@ import structlog
 from autorecovery import metrics
 from autorecovery.audit.decisions import Decision, LostBookieTracker
 from autorecovery.audit.index import BookieLedgerIndex
-from autorecovery.audit.maintenance import Holds, Window, endangered, guard_level, holds
+from autorecovery.audit.maintenance import Holds, Window, data_first, guard_level, holds
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.audit.schedule import first_run_s, next_run_s
 from autorecovery.errors import BookieError, ConfigError
@@ -240,6 +240,8 @@ class Auditor:
         self.last_holds = Holds({}, {})
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._pending_holds = Holds({}, {})
+        self._lost_since: dict[str, float] = {}
+        self._settle_timer: asyncio.TimerHandle | None = None
         self._check_lock = asyncio.Lock()  # marking by different tasks does not interleave per ledger set
         self._m = self._metrics(registry or metrics.REGISTRY)
 
@@ -369,6 +371,8 @@ class Auditor:
             self._timer.cancel()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
+        if self._settle_timer is not None:
+            self._settle_timer.cancel()
         for g in ("maint_windows", "maint_held", "guard_domains", "guard_held"):
             self._m[g].set(0)  # this node is not the auditor any more: its figures are not the cluster's
         self.tree.stop()
@@ -405,6 +409,13 @@ class Auditor:
                 self.policy.on_cluster_changed(set(writable), set(readonly))
             except Exception as exc:  # noqa: BLE001
                 log.warning("placement policy rejected the cluster change", error=str(exc))
+        available = writable | readonly
+        now = self.clock()
+        for b in list(self._lost_since):
+            if b in available:
+                del self._lost_since[b]
+        for b in self.index.bookies() - available:
+            self._lost_since.setdefault(b, now)  # when this auditor first saw it gone (rack-loss guard)
         self._events.put_nowait(("bookies", None))
 
     async def _watch_delay(self) -> None:
@@ -684,20 +695,36 @@ class Auditor:
     def _marks_after_holds(self, lost: list[str], available: frozenset[str]) -> dict[int, list[str]]:
         """Ledgers to mark for ``lost``, minus what maintenance windows and the rack-loss guard hold
         back, plus (data first) every ledger the losses leave with a fragment below AQ."""
+        now_s = self.clock()
+        for b in list(self._lost_since):
+            if b in available:
+                del self._lost_since[b]
+        for b in lost:
+            self._lost_since.setdefault(b, now_s)
+        settle = float(self.tracker.previous_delay) if self.tracker is not None else 0.0
         h = holds(lost, available, self._location_of, self.windows, self.wall_ms(),
-                  self.settings.autorecovery_down_out_subtree_limit)
+                  self.settings.autorecovery_down_out_subtree_limit, lost_since_s=self._lost_since, now_s=now_s,
+                  settle_s=settle)
         self._pending_holds = h
+        if h.settle_at_s is not None:
+            if self._settle_timer is not None:
+                self._settle_timer.cancel()
+            self._settle_timer = asyncio.get_running_loop().call_later(
+                max(0.0, h.settle_at_s - now_s) + 0.01, self._events.put_nowait, ("retry_audit", None))
+            log.info("rack-loss guard: letting lost bookies settle before auditing them",
+                     bookies=sorted(h.settling), settle_s=settle)
         all_marks = self.index.ledgers_to_mark(lost)
         held = h.held
         if not held:
             return all_marks
         lost_set = set(lost)
+        planned = set(h.windows)
         marks: dict[int, list[str]] = {}
         overridden = []
         for lid, bs in all_marks.items():
             free = [b for b in bs if b not in held]
             md = self.index.get(lid)
-            if md is not None and endangered(md, lost_set):
+            if md is not None and data_first(md, lost_set, planned):
                 marks[lid] = bs
                 if len(free) < len(bs):
                     overridden.append(lid)

@@ -77,3 +77,14 @@ def test_ttl_names_and_records():
     with pytest.raises(ConfigError, match="autorecoveryDownOutSubtreeLimit"):
         guard_level("datacenter")
     assert guard_level("NONE") == "" and guard_level("rack") == "rack"
+
+
+def test_data_first_ignores_planned_losses_alone():
+    from autorecovery.audit.maintenance import data_first
+
+    m = md(["a", "b"], 2, 2)
+    assert not data_first(m, {"a"}, planned={"a"}), "a planned loss below AQ waits for its window"
+    assert data_first(m, {"a"}, planned=set()), "the same loss unplanned (guard-held) is copied"
+    m3 = md(["a", "b", "c"], 3, 2)
+    assert not data_first(m3, {"a"}, planned={"a"})
+    assert data_first(m3, {"a", "b"}, planned={"a"}), "a second, unplanned failure below AQ"
