@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autorecovery.rpc.convert import encode_service_info
 from autorecovery import metrics  # noqa: E402
 from autorecovery.ledger import formats  # noqa: E402
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment  # noqa: E402
@@ -119,7 +120,8 @@ async def run(n: int, zk_hosts: str | None) -> None:
         print(f"set-up: {n} ledgers of metadata written in {time.monotonic() - t:.1f} s (multi batches, not timed)")
         for b in BOOKIES:
             await admin.create(P.cookie(b), b"c")
-            await admin.create(P.available_bookie(b), b"", ephemeral=True)
+            host, port = b.rsplit(":", 1)  # registered as our bookies are: advertising the gRPC endpoint
+            await admin.create(P.available_bookie(b), encode_service_info(host, int(port)), ephemeral=True)
 
         auditor_zk = await ZkClient(zk_hosts, session_timeout_ms=30000).start()
         st = AuditorSettings(auditor_periodic_check_interval=0, auditor_periodic_bookie_check_interval=0,
