@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autorecovery.rpc.convert import encode_service_info
+from autorecovery.rpc.convert import encode_service_info  # noqa: E402
 from autorecovery import metrics  # noqa: E402
 from autorecovery.ledger import formats  # noqa: E402
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment  # noqa: E402
