@@ -666,11 +666,13 @@ class ReplicationWorker:
                                          skip_sources=bad_bookies, placement=False)
 
     def _excluded_targets(self) -> set[str]:
+        """Bookies not to copy to: targets that failed recently, and bookies that do not advertise our
+        gRPC endpoint (a stock BookKeeper bookie cannot take a RECOVERY_ADD over our protocol)."""
         now = self.clock()
         for b, until in list(self._bad_targets.items()):
             if until <= now:
                 del self._bad_targets[b]
-        return set(self._bad_targets)
+        return set(self._bad_targets) | set(getattr(self.watcher, "foreign", {}) or {})
 
     async def _probe_entries(self, lid: int, ensemble, wq: int, entry_ids: list[int]) -> dict[int, dict[str, str]]:
         """Read each entry from any replica (digest-checked); returns the ones no replica served with
