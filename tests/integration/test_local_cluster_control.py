@@ -58,6 +58,15 @@ def _zk_children(zk: str, path: str) -> list[str]:
         kz.close()
 
 
+def _entries_in(data_dir: str) -> int:
+    """Entries stored in a bookie's SQLite file (read-only; the bookie may be running)."""
+    db = sqlite3.connect(f"file:{Path(data_dir) / 'current' / 'ledgers.db'}?mode=ro", uri=True, timeout=30)
+    try:
+        return db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+    finally:
+        db.close()
+
+
 def _readyz(port: int) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
         return json.loads(r.read())
@@ -84,6 +93,11 @@ def test_node_bookie_and_daemon_control_keep_data_dir_address_and_conf(tmp_path)
         before = state["bookies"]["1"]
         bid1 = f"{before['host']}:{before['port']}"
         assert bid1 in _zk_children(zk, "/ledgers/available")
+        # data on every bookie (E = WQ = AQ = 3): bookie 1 holds 60 entries
+        w = cli("workload", "write", "--zk", zk, "--ledgers", "3", "--entries", "20", "--entry-size", "64",
+                "-e", "3", "-w", "3", "-a", "3", "--acks", str(tmp_path / "a.acks"), cwd=tmp_path)
+        assert w.returncode == 0, w.stdout + w.stderr
+        assert _entries_in(before["data_dir"]) == 60
 
         # a crash: SIGKILL; the process is gone, the znode waits for the session to expire
         k = cli("local-cluster", "kill", "--bookie", "1", "--dir", str(d), cwd=tmp_path)
@@ -99,6 +113,7 @@ def test_node_bookie_and_daemon_control_keep_data_dir_address_and_conf(tmp_path)
         after = json.loads((d / "cluster.json").read_text())["bookies"]["1"]
         assert (after["host"], after["port"], after["data_dir"]) == (before["host"], before["port"], before["data_dir"])
         assert after["pid"] != before["pid"] and _alive(after["pid"])
+        assert _entries_in(after["data_dir"]) == 60  # the same data dir, data intact
         dup = cli("local-cluster", "start", "--bookie", "1", "--dir", str(d), cwd=tmp_path)
         assert dup.returncode != 0 and "already running" in dup.stderr
 
@@ -133,6 +148,8 @@ def test_node_bookie_and_daemon_control_keep_data_dir_address_and_conf(tmp_path)
 
         bad = cli("local-cluster", "stop", "--bookie", "9", "--dir", str(d), cwd=tmp_path)
         assert bad.returncode != 0 and "no bookie 9" in bad.stderr
+        v = cli("workload", "verify", "--zk", zk, "--acks", str(tmp_path / "a.acks"), cwd=tmp_path)
+        assert v.returncode == 0 and "verified 60 acknowledged entries" in v.stdout and "0 lost" in v.stdout, v.stdout
     finally:
         final = json.loads((d / "cluster.json").read_text())
         down = cli("local-cluster", "down", "--dir", str(d), cwd=tmp_path)
