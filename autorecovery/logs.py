@@ -110,6 +110,35 @@ def configure(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = No
         logging.getLogger(name).setLevel(lvl if lvl <= logging.DEBUG else max(lvl, logging.WARNING))
 
 
+def library_defaults() -> None:
+    """Quiet defaults for autorecovery used as a library (called on ``import autorecovery``).
+
+    Unconfigured structlog prints every event, debug included, to stdout; a program embedding our client
+    would see lines like ``rack info updated from /bookies`` on its console. Until somebody configures
+    structlog (:func:`configure`, or the host program), our events go through the standard ``logging``
+    module instead, under logger names ``autorecovery.*``, and a ``NullHandler`` on ``autorecovery`` keeps
+    them off the console while logging is unconfigured (the Python convention for libraries). A host
+    that configures ``logging`` (e.g. ``logging.basicConfig(level=logging.DEBUG)``) sees them, rendered as
+    ``event='...' key=value``.
+    """
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            structlog.processors.KeyValueRenderer(key_order=["event"], drop_missing=True),
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    lib = logging.getLogger("autorecovery")
+    if not any(isinstance(h, logging.NullHandler) for h in lib.handlers):
+        lib.addHandler(logging.NullHandler())
+
+
 def get_logger(name: str, **context: Any) -> Any:
     """A structlog logger named ``name`` with ``context`` bound (e.g. ``bookie_id=...``)."""
     return structlog.get_logger(name).bind(**context) if context else structlog.get_logger(name)

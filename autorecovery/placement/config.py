@@ -126,6 +126,9 @@ _KEYS: dict[str, tuple[str, Callable[[str, Any], Any], Callable[[str, Any], Any]
     "reppDisallowBookiePlacementInRegionFeatureName": (
         "repp_disallow_bookie_placement_in_region_feature_name", _parse_opt_str, None),
     "reppEnableValidation": ("repp_enable_validation", _parse_bool, None),
+    # ours: static presets of upstream's two region-aware feature switches (see placement/features.py)
+    "reppDisallowedRegions": ("repp_disallowed_regions", _parse_regions, None),
+    "reppDisableDurability": ("repp_disable_durability", _parse_bool, None),
     "delayEnsembleChange": ("delay_ensemble_change", _parse_bool, None),
     "disableEnsembleChangeFeatureName": ("disable_ensemble_change_feature_name", _parse_str, None),
     "stickyReadSEnabled": ("sticky_reads_enabled", _parse_bool, None),
@@ -199,9 +202,13 @@ class PlacementConfig:
     repp_enable_durability_enforcement_in_replace: bool = True
     """``reppEnableDurabilityEnforcementInReplace``."""
     repp_disable_durability_feature_name: str = "repp_disable_durability_enforcement"
-    """``reppDisableDurabilityFeatureName`` (stored; dynamic features are not supported)."""
+    """``reppDisableDurabilityFeatureName``: root-scope feature that turns region durability off (features.py)."""
     repp_disallow_bookie_placement_in_region_feature_name: str | None = None
-    """``reppDisallowBookiePlacementInRegionFeatureName`` (stored; dynamic features are not supported)."""
+    """``reppDisallowBookiePlacementInRegionFeatureName``: per-region feature that keeps a region out of placement."""
+    repp_disallowed_regions: tuple[str, ...] | None = None
+    """``reppDisallowedRegions`` (ours): ``;``-separated regions whose disallow feature starts on."""
+    repp_disable_durability: bool = False
+    """``reppDisableDurability`` (ours): the disable-durability feature starts on."""
     repp_enable_validation: bool = True
     """``reppEnableValidation``: region-aware final ensemble validation."""
     delay_ensemble_change: bool = False

@@ -24,8 +24,9 @@ Differences from upstream (ours):
 * ``replace_to_adhere`` is exact (minimum swaps) instead of upstream's greedy; the greedy is kept as
   :meth:`RackawarePolicy.upstream_replace_to_adhere` for comparison (bench/placement.py).
 * The caller's exclude set is never mutated (upstream ``replaceBookie`` adds the ensemble to it).
-* With ``networkTopologyStabilizePeriodSeconds`` > 0, ``on_cluster_changed`` still reports dead bookies
-  (upstream's wrapper always returns an empty set, a side effect of its forwarding order).
+* With ``networkTopologyStabilizePeriodSeconds`` > 0, ``on_cluster_changed`` does not report a departed
+  bookie as dead within the stabilize period, as upstream; once the period has run out, the next call
+  reports it if it is still gone (upstream's wrapper never does: its answer is always empty).
 """
 
 from __future__ import annotations

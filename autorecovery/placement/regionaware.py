@@ -25,8 +25,20 @@ ensemble instead of placed in contiguous blocks, so write sets span regions; ins
 chosen rack-aware (racks not used by nearby positions first, upstream's coverage predicate next). If the
 result does not adhere it is repaired with the fewest swaps (:mod:`.repair`); if no adhering ensemble exists
 the call raises NotEnoughBookiesError when enforcement or durability is on and otherwise returns the FAIL
-ensemble (upstream's best effort). Dynamic features (disable durability, disallow a region) are not
-supported: they are always off.
+ensemble (upstream's best effort). Inside the client's own region the first bookie comes from the
+client's own rack when it has a candidate (upstream: the local region's rack-aware policy starts at the
+local node's rack).
+
+Dynamic features (upstream ``FeatureProvider``; :class:`~.features.FeatureSwitches`, passed as
+``features=`` or preset from ``reppDisableDurability`` / ``reppDisallowedRegions``):
+
+* disable durability (root feature named by ``reppDisableDurabilityFeatureName``): while on, the effective
+  durability is 1 region (argument checks, placement, adherence) and ``replace_bookie`` does not enforce
+  durability, as upstream;
+* disallow a region (per-region feature named by ``reppDisallowBookiePlacementInRegionFeatureName``, or
+  ``disallowBookiePlacementInRegion`` when that key is unset): no new bookie is chosen in that region by
+  ``new_ensemble``, ``replace_bookie`` or the repair; bookies already there stay. If every region holding
+  candidates is disallowed, ``new_ensemble`` ignores the switch (upstream falls back to random selection).
 
 Where the Javadoc and the code disagree we follow the code: allocation is ceil-based with back-off (not
 "equal-sized"), region parsing needs only ``/region/rack``, and reads promote only the first remote bookie,
@@ -42,6 +54,7 @@ from typing import Iterable, Mapping, Sequence
 from autorecovery.errors import ConfigError, NotEnoughBookiesError
 
 from .coverage import CoverageTracker
+from .features import DEFAULT_DISALLOW_FEATURE, FeatureSwitches
 from .policy import Adherence, BookiesHealthInfo, PlacementResult
 from .topology import DEFAULT_RACK, DEFAULT_REGION_AND_RACK, NetworkTopology, location_parts
 from .topology_aware import UNKNOWN_REGION, TopologyAwarePolicy
@@ -72,14 +85,20 @@ class RegionawarePolicy(TopologyAwarePolicy):
     _two_level = True
     _soft_possible = True
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, features: FeatureSwitches | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._check_resolver()
         regions = self.config.repp_regions_to_write
-        self.durability = self.config.effective_min_regions_for_durability
-        if regions and len(regions) < self.durability:
-            raise ConfigError(f"config key reppMinimumRegionsForDurability: {self.durability} regions needed, "
+        self._min_regions = self.config.effective_min_regions_for_durability
+        if regions and len(regions) < self._min_regions:
+            raise ConfigError(f"config key reppMinimumRegionsForDurability: {self._min_regions} regions needed, "
                               f"reppRegionsToWrite lists {len(regions)}")
+        self._disallow_name = self.config.repp_disallow_bookie_placement_in_region_feature_name or DEFAULT_DISALLOW_FEATURE
+        #: the feature switches (upstream feature provider); flip them at run time with ``features.set``
+        self.features = features if features is not None else FeatureSwitches.from_config(
+            self.config.repp_disable_durability_feature_name, self.config.repp_disable_durability,
+            self._disallow_name, self.config.repp_disallowed_regions)
+        self._features_seen = self.features.version
         if self.local_location and not self.config.ignore_local_node_in_placement_policy:
             self.my_region = region_of_location(self.local_location)
         else:
@@ -89,6 +108,27 @@ class RegionawarePolicy(TopologyAwarePolicy):
     @property
     def enforce(self) -> bool:
         return self.config.enforce_min_num_racks_per_write_quorum
+
+    @property
+    def durability_disabled(self) -> bool:
+        """Whether the disable-durability feature is on (upstream ``disableDurabilityFeature.isAvailable()``)."""
+        return self.features.is_on(self.config.repp_disable_durability_feature_name)
+
+    @property
+    def durability(self) -> int:
+        """Effective regions for durability d: 1 while durability is disabled, else the configured d (upstream)."""
+        return 1 if self.durability_disabled else self._min_regions
+
+    def disallowed_regions(self) -> frozenset[str]:
+        """Regions whose disallow-placement feature is on."""
+        return self.features.scopes_with(self._disallow_name)
+
+    def _sync_features(self) -> None:
+        """Drop cached judgements and the repair index when a feature switch flipped."""
+        if self.features.version != self._features_seen:
+            self._features_seen = self.features.version
+            self._judges.clear()
+            self._changed()
 
     def region_of(self, bookie: str) -> str:
         """Region of any bookie (topology, else resolver)."""
@@ -103,7 +143,9 @@ class RegionawarePolicy(TopologyAwarePolicy):
 
     def _eligible(self, bookie: str) -> bool:
         rack = self.topology.rack_of(bookie)
-        return rack is not None and not (self.enforce and rack == self.default_rack)
+        if rack is None or (self.enforce and rack == self.default_rack):
+            return False
+        return region_of_location(rack) not in self.disallowed_regions()
 
     def _durability_ok(self, labels: Iterable, ack_quorum_size: int) -> bool:
         d = self.durability
@@ -127,6 +169,7 @@ class RegionawarePolicy(TopologyAwarePolicy):
 
     def is_ensemble_adhering(self, ensemble: Sequence[str], write_quorum_size: int, ack_quorum_size: int) -> Adherence:
         """Per-write-set region and rack adherence (module docstring; upstream always says MEETS_STRICT)."""
+        self._sync_features()
         return super().is_ensemble_adhering(ensemble, write_quorum_size, ack_quorum_size)
 
     def are_acked_bookies_adhering(self, acked: set[str], write_quorum_size: int, ack_quorum_size: int) -> bool:
@@ -158,6 +201,7 @@ class RegionawarePolicy(TopologyAwarePolicy):
         """
         if ensemble_size <= 0:
             return PlacementResult([], Adherence.FAIL)
+        self._sync_features()
         self._check_args(ensemble_size, write_quorum_size, ack_quorum_size)
         excl = set(exclude)
         return self._on_topologies(lambda topo, primary: self._new_on(
@@ -211,6 +255,11 @@ class RegionawarePolicy(TopologyAwarePolicy):
                 reg = region_of_location(rack)
                 racks_by_region.setdefault(reg, []).append(rack)
                 caps[reg] = caps.get(reg, 0) + n
+        barred = self.disallowed_regions() & set(caps)
+        if barred and barred != set(caps):  # every region barred: ignore the switch (upstream: random)
+            for reg in barred:
+                excl |= {b for r in racks_by_region.pop(reg) for b in topo.bookies_in_rack(r)}
+                del caps[reg]
         if sum(caps.values()) < e:
             raise NotEnoughBookiesError(f"need {e} bookies, only {sum(caps.values())} writable and not excluded")
         alloc = self._allocate(caps, e)
@@ -247,11 +296,17 @@ class RegionawarePolicy(TopologyAwarePolicy):
         def accept(b: str) -> bool:
             return b not in chosen and tracker.accepts(topo.rack_of(b))  # type: ignore[arg-type]
 
+        local_rack = self._local_rack if self.my_region != UNKNOWN_REGION else None
         for p, region in enumerate(seq):
             racks = racks_by_region[region]
             near = {topo.rack_of(ens[q % e]) for q in range(p - wq + 1, p + wq) if q != p and q % e < len(ens)}
             fresh = [r for r in racks if r not in near]
-            b = self._pick_from_racks(topo, fresh, excl, accept)
+            b = None
+            if local_rack in racks and region == self.my_region:
+                local_rack = None  # only the local region's first pick starts at the local rack (upstream)
+                b = self._pick_from_racks(topo, [self._local_rack], excl, accept)
+            if b is None:
+                b = self._pick_from_racks(topo, fresh, excl, accept)
             if b is None:
                 b = self._pick_from_racks(topo, racks, excl, accept)
             if b is None:
@@ -274,17 +329,22 @@ class RegionawarePolicy(TopologyAwarePolicy):
             NotEnoughBookiesError: no candidate.
             ValueError: ``bookie_to_replace`` is not in a non-empty ``current_ensemble``.
         """
+        self._sync_features()
         current = list(current_ensemble)
         if current and bookie not in current:
             raise ValueError(f"bookie {bookie} is not in the ensemble {current}")
         excl = set(exclude) | set(current) | {bookie}
         if self.enforce:
             excl |= set(topo.bookies_in_rack(self.default_rack))
+        barred = self.disallowed_regions()
+        if barred:
+            excl |= {b for r in topo.racks() if region_of_location(r) in barred for b in topo.bookies_in_rack(r)}
         idx = current.index(bookie) if current else 0
         if not current:
             current = [bookie]
         labels = [(region_of_location(self.location_of(b)), self.location_of(b)) for b in current]
-        enforce_dur = self.config.repp_enable_durability_enforcement_in_replace and self.durability > 0
+        enforce_dur = (self.config.repp_enable_durability_enforcement_in_replace and self._min_regions > 0
+                       and not self.durability_disabled)
         if enforce_dur and _durability_broken(self, labels, idx, wq, aq, skip_idx=True):
             enforce_dur = False  # anomalous ensemble: upstream drops enforcement for this call
         own_rack = self.location_of(bookie)

@@ -65,6 +65,7 @@ class TopologyAwarePolicy(PlacementPolicy):
         self.rejected: set[str] = set()
         self._locations: dict[str, str] = {}
         self._departed: dict[str, float] = {}
+        self._matured: set[str] = set()
         self._judges: dict[tuple[int, int], Callable[[tuple], Adherence]] = {}
         self._repair_idx: _RepairIndex | None = None
         self.repair_max_nodes = repair_max_nodes
@@ -160,14 +161,27 @@ class TopologyAwarePolicy(PlacementPolicy):
         locs = self._resolve(sorted(joined))
         for b in sorted(joined):
             self._departed.pop(b, None)
+            self._matured.discard(b)
             if self.topology.add(b, locs[b]):
                 self.rejected.discard(b)
             else:
                 self.rejected.add(b)
 
     def on_cluster_changed(self, writable: set[str], readonly: set[str]) -> set[str]:
+        """Take a new view of the cluster; returns the dead bookies (upstream ``onClusterChanged``).
+
+        With ``networkTopologyStabilizePeriodSeconds`` > 0 a bookie that leaves is *not* reported dead by
+        the call that sees it leave, nor by any call within the stabilize period (upstream: the stabilized
+        wrapper's answer is empty). Ours: a bookie whose period has run out and that is still neither
+        writable nor read-only is reported once, by the next call (upstream never reports it).
+        """
+        self._in_stabilize_window()  # moves departed bookies whose period ran out to _matured
         dead = super().on_cluster_changed(writable, readonly)
         self._changed()
+        if self.config.network_topology_stabilize_period_s > 0:
+            matured = self._matured - set(writable) - set(readonly)
+            self._matured.clear()
+            dead = (dead - set(self._departed)) | matured
         return dead
 
     @property
@@ -186,6 +200,7 @@ class TopologyAwarePolicy(PlacementPolicy):
                 out.append(b)
             else:
                 del self._departed[b]
+                self._matured.add(b)
         return sorted(out)
 
     def replace_bookie(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,

@@ -5,14 +5,17 @@ bookie binds its own loopback address (``127.0.0.<10+i>``) and a free port, so t
 "hosts" on one machine; bookie ``i`` is in rack ``/rack<1 + i mod R>``. The rack mapping is written in
 Pulsar's format to the ``/bookies`` znode, where the placement code's Pulsar resolver reads it.
 
-The cluster's state (pids, ports, connect string) is kept in ``<dir>/cluster.json`` so that
-``local-cluster down`` stops exactly what ``up`` started, by pid, and nothing else.
+The cluster's state (pids, ports, data dirs, connect string, the daemons' settings) is kept in
+``<dir>/cluster.json`` so that ``local-cluster down`` stops exactly what ``up`` started, by pid, and
+nothing else, and so that ``local-cluster start|stop|kill|restart`` from another process brings a bookie
+or a daemon back on the same data dir, address and configuration.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,6 +102,9 @@ class LocalCluster:
         self.daemons: dict[int, ProcInfo] = {}
         self.extra_daemon_args: list[str] = []
         self.bookie_session_timeout_ms = 4000
+        #: settings (upstream keys) every daemon started without explicit properties gets (``-D``)
+        self.daemon_properties: dict[str, str] = {}
+        self._zk_pid: int | None = None
 
     # -- state file --------------------------------------------------------------------------
     @property
@@ -109,11 +115,12 @@ class LocalCluster:
         self.base.mkdir(parents=True, exist_ok=True)
         state = {
             "zk_connect": self.zk_connect,
-            "zk_pid": self.zk.proc.pid if self.zk and self.zk.proc else None,
+            "zk_pid": self.zk.proc.pid if self.zk and self.zk.proc else self._zk_pid,
             "ledgers_root": self.ledgers_root,
             "racks": self.num_racks,
             "bookies": {str(k): asdict(v) for k, v in self.bookies.items()},
             "daemons": {str(k): asdict(v) for k, v in self.daemons.items()},
+            "daemon_properties": self.daemon_properties,
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
@@ -133,6 +140,7 @@ class LocalCluster:
         c._zk_pid = state["zk_pid"]
         c.bookies = {int(k): ProcInfo(**v) for k, v in state["bookies"].items()}
         c.daemons = {int(k): ProcInfo(**v) for k, v in state["daemons"].items()}
+        c.daemon_properties = dict(state.get("daemon_properties", {}))
         return c
 
     # -- topology ----------------------------------------------------------------------------
@@ -304,25 +312,51 @@ class LocalCluster:
         self.signal_proc(self.bookies[i], sig)
         return self.bookie_id(i)
 
+    def stop_bookie(self, i: int) -> str:
+        """Stop bookie ``i`` cleanly (SIGTERM: it unregisters) and wait for it to exit; returns its id."""
+        return self.kill_bookie(i, signal.SIGTERM)
+
+    def restart_bookie(self, i: int, timeout_s: float = 30.0) -> str:
+        """Stop bookie ``i`` (SIGTERM) if it runs, then start it on the same data dir and address."""
+        if self.bookie_alive(i):
+            self.stop_bookie(i)
+        return self.start_bookie(i, timeout_s)
+
     def bookie_alive(self, i: int) -> bool:
-        _reap(self.bookies[i].pid)
-        return _alive(self.bookies[i].pid)
+        info = self.bookies.get(i)
+        if info is None or not info.pid:
+            return False
+        _reap(info.pid)
+        return _alive(info.pid)
 
     # -- autorecovery daemons ------------------------------------------------------------------
     def daemon_args(self, i: int, conf: Path) -> list[str]:
         return [sys.executable, "-m", "autorecovery", "run", "-c", str(conf)] + list(self.extra_daemon_args)
 
-    def start_daemon(self, i: int, properties: dict[str, str], timeout_s: float = 30.0) -> ProcInfo:
+    def daemon_conf(self, i: int) -> Path:
+        """Path of daemon ``i``'s generated bk_server.conf."""
+        return self.base / f"autorecovery-{i}.conf"
+
+    def start_daemon(self, i: int, properties: dict[str, str] | None = None, timeout_s: float = 30.0) -> ProcInfo:
         """Start an autorecovery daemon next to bookie ``i`` with a bk_server.conf built from
-        ``properties`` (upstream keys); waits for its ``AUTORECOVERY_READY`` line."""
-        conf = self.base / f"autorecovery-{i}.conf"
-        props = {
-            "zkServers": self.zk_connect,
-            "zkLedgersRootPath": self.ledgers_root,
-            "bookieId": self.bookie_id(i) if i in self.bookies else f"127.0.0.{10 + i}:0",
-            **properties,
-        }
-        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        ``properties`` (upstream keys); waits for its ``AUTORECOVERY_READY`` line.
+
+        ``properties=None`` restarts the daemon on its existing conf file, or, when it has none yet,
+        writes one from :attr:`daemon_properties`. The HTTP port from the ready line is kept in the
+        state (``daemons[i].port``).
+
+        Raises:
+            RuntimeError: with the tail of its log when it is not ready within ``timeout_s``.
+        """
+        conf = self.daemon_conf(i)
+        if properties is not None or not conf.exists():
+            props = {
+                "zkServers": self.zk_connect,
+                "zkLedgersRootPath": self.ledgers_root,
+                "bookieId": self.bookie_id(i) if i in self.bookies else f"127.0.0.{10 + i}:0",
+                **(self.daemon_properties if properties is None else properties),
+            }
+            conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         log = self.base / f"autorecovery-{i}.log"
         logf = open(log, "ab")
         start_mark = logf.tell()
@@ -335,10 +369,30 @@ class LocalCluster:
         self.save()
         if not self._wait_new_line(log, start_mark, "AUTORECOVERY_READY", timeout_s, proc.pid):
             raise RuntimeError(f"autorecovery daemon {i} did not start: {log.read_text(errors='replace')[-3000:]}")
+        with open(log, "rb") as f:
+            f.seek(start_mark)
+            m = re.search(rb"AUTORECOVERY_READY \S+ http=[\d.]+:(\d+)", f.read())
+        if m:
+            info.port = int(m.group(1))
+            self.save()
         return info
 
     def stop_daemon(self, i: int, sig: int = signal.SIGTERM) -> None:
+        """Stop daemon ``i`` with ``sig`` (default SIGTERM) and wait for the process to exit."""
         self.signal_proc(self.daemons[i], sig)
+
+    def restart_daemon(self, i: int, timeout_s: float = 30.0) -> ProcInfo:
+        """Stop daemon ``i`` (SIGTERM) if it runs, then start it again on the same conf file."""
+        if self.daemon_alive(i):
+            self.stop_daemon(i)
+        return self.start_daemon(i, None, timeout_s)
+
+    def daemon_alive(self, i: int) -> bool:
+        info = self.daemons.get(i)
+        if info is None or not info.pid:
+            return False
+        _reap(info.pid)
+        return _alive(info.pid)
 
     def down(self) -> list[str]:
         """Stop every process this cluster started (daemons, bookies, ZooKeeper), by pid. Returns names."""
@@ -350,7 +404,7 @@ class LocalCluster:
         if self.zk is not None:
             self.zk.stop()
             stopped.append("zookeeper")
-        elif getattr(self, "_zk_pid", None) and _alive(self._zk_pid):
+        elif self._zk_pid and _alive(self._zk_pid):
             self.signal_proc(ProcInfo("zookeeper", self._zk_pid, "", 0, "", ""), signal.SIGTERM)
             stopped.append("zookeeper")
         return stopped
@@ -360,6 +414,6 @@ class LocalCluster:
         out = {}
         for info in list(self.bookies.values()) + list(self.daemons.values()):
             out[info.name] = bool(info.pid) and _alive(info.pid)
-        zk_pid = self.zk.proc.pid if self.zk and self.zk.proc else getattr(self, "_zk_pid", None)
+        zk_pid = self.zk.proc.pid if self.zk and self.zk.proc else self._zk_pid
         out["zookeeper"] = bool(zk_pid) and _alive(zk_pid)
         return out

@@ -412,7 +412,7 @@ def test_placement_on_stabilize_network_topology_upstream_testPlacementOnStabili
     clock = FakeClock()
     p = base_policy({"networkTopologyStabilizePeriodSeconds": 99999}, local=DEFAULT_RR, clock=clock)
     dead = p.on_cluster_changed({A1, A2, A3}, set())
-    assert dead == {A4}  # ours: upstream's wrapper reports no dead bookie here
+    assert dead == set()  # within the stabilize period a departed bookie is not dead (upstream)
     for _ in range(5):
         r = p.new_ensemble(3, 2, 2)
         assert A4 not in r.ensemble and r.adherence == Adherence.FAIL
@@ -421,6 +421,26 @@ def test_placement_on_stabilize_network_topology_upstream_testPlacementOnStabili
     clock.advance(100000)
     with pytest.raises(NotEnoughBookiesError):
         p.new_ensemble(4, 2, 2)
+
+
+def test_stabilize_period_delays_dead_report_then_reports_once():
+    """Stabilize period (upstream StabilizeNetworkTopology): no dead bookie while it runs, also on later
+    changes; ours: once it has run out the next change reports the bookie still gone, exactly once."""
+    clock = FakeClock()
+    p = base_policy({"networkTopologyStabilizePeriodSeconds": 30}, local=DEFAULT_RR, clock=clock)
+    assert p.on_cluster_changed({A1, A2, A3}, set()) == set()
+    clock.advance(29)
+    assert p.on_cluster_changed({A1, A2}, set()) == set()  # A3 leaves; A4 still inside its period
+    clock.advance(2)  # A4's period ran out, A3's did not
+    assert p.on_cluster_changed({A1, A2}, {A3}) == {A4}
+    assert p.on_cluster_changed({A1, A2}, set()) == set()  # reported once; A3 read-only then gone: not dead yet
+    clock.advance(60)
+    assert p.on_cluster_changed({A1, A2, A4}, set()) == {A3}  # A4 back: not reported
+
+
+def test_without_stabilize_period_a_departed_bookie_is_dead_at_once():
+    p = base_policy(local=DEFAULT_RR)
+    assert p.on_cluster_changed({A1, A2, A3}, set()) == {A4}
 
 
 def test_update_topology_with_rack_change_upstream_testUpdateTopologyWithRackChange():

@@ -247,3 +247,202 @@ def test_region_repair_fixes_blocked_ensemble_with_minimum_swaps():
     # and the repair minimises swaps first
     assert r.swaps == 1 and r.adherence == Adherence.MEETS_SOFT
     assert p.region_of(r.ensemble[r.replaced[0]]) != "g0"
+
+
+# -- stabilize period, local rack, feature switches (issue 16: parity with upstream's own tests) ---------
+def _regions(mapping_by_octet: dict[int, str]) -> dict[str, str]:
+    return {bid(i): loc for i, loc in mapping_by_octet.items()}
+
+
+def _num_regions(p: RegionawarePolicy, ensemble) -> int:
+    return len({p.region_of(b) for b in ensemble})
+
+
+def test_region_stabilize_period_keeps_departed_bookie_out_of_dead_set():
+    """Upstream testPlacementOnStabilizeNetworkTopology (rack- and zone-aware classes), for regions: a bookie
+    that leaves within networkTopologyStabilizePeriodSeconds is not reported dead."""
+    from _placement_testkit import FakeClock
+
+    m = _regions({2: "/region1/r1", 3: "/region2/r2", 4: "/region3/r3", 5: "/region1/r4"})
+    clock = FakeClock()
+    p = make(RegionawarePolicy, m, {"networkTopologyStabilizePeriodSeconds": 60}, clock=clock)
+    assert p.on_cluster_changed(set(m) - {bid(5)}, set()) == set()
+    clock.advance(61)
+    assert p.on_cluster_changed(set(m) - {bid(5)}, set()) == {bid(5)}
+
+
+def test_new_ensemble_pick_local_region_bookies_upstream_testNewEnsemblePickLocalRegionBookies():
+    """Upstream testNewEnsemblePickLocalRegionBookies: the client sits in /region1/r2; every ensemble holds a
+    bookie of that rack; with the local rack gone, one of the local region."""
+    m = _regions({10: "/region1/r1", 2: "/region2/r2", 3: "/region2/r2", 4: "/region2/r2", 5: "/region3/r3",
+                  6: "/region4/r4", 7: "/region5/r5", 8: "/region1/r2", 9: "/region1/r2"})
+    p = make(RegionawarePolicy, m, local="/region1/r2")
+    for _ in range(100):
+        ens = p.new_ensemble(3, 3, 2).ensemble
+        assert bid(8) in ens or bid(9) in ens, ens
+        assert not (bid(2) in ens and bid(3) in ens), ens
+    p.on_cluster_changed(set(m) - {bid(8), bid(9)}, set())
+    for _ in range(100):
+        ens = p.new_ensemble(3, 3, 2).ensemble
+        assert bid(10) in ens and bid(8) not in ens and bid(9) not in ens, ens
+
+
+def test_local_rack_is_not_preferred_without_a_local_node():
+    """Control for the test above: with ignoreLocalNodeInPlacementPolicy the local rack is not favoured."""
+    m = _regions({10: "/region1/r1", 5: "/region3/r3", 6: "/region4/r4", 7: "/region5/r5", 8: "/region1/r2"})
+    p = make(RegionawarePolicy, m, {"ignoreLocalNodeInPlacementPolicy": True}, local="/region1/r2")
+    seen = {bid(8) in p.new_ensemble(3, 3, 2).ensemble for _ in range(200)}
+    assert seen == {True, False}
+
+
+THREE_REGIONS_WITH_DISABLE = _regions({
+    2: "/region2/r1", 3: "/region1/r2", 4: "/region2/r3", 5: "/region3/r4", 6: "/region1/r11",
+    7: "/region1/r12", 8: "/region2/r13", 9: "/region3/r14", 10: "/region2/r23", 11: "/region1/r24"})
+
+
+def test_new_ensemble_three_regions_with_disable_upstream_testNewEnsembleWithThreeRegionsWithDisable():
+    """Upstream testNewEnsembleWithThreeRegionsWithDisable: the per-region disallow feature, flipped at run time."""
+    p = make(RegionawarePolicy, THREE_REGIONS_WITH_DISABLE,
+             {"reppDisallowBookiePlacementInRegionFeatureName": "disallowBookies"})
+    want = {bid(2), bid(4), bid(5), bid(8), bid(9), bid(10)}  # region2 + region3
+    p.features.set("disallowBookies", True, scope="region1")
+    ens = p.new_ensemble(6, 6, 4).ensemble
+    assert set(ens) == want and _num_regions(p, ens) == 2
+    p.features.set("disallowBookies", True, scope="region2")
+    with pytest.raises(NotEnoughBookiesError):
+        p.new_ensemble(6, 6, 4)
+    p.features.set("disallowBookies", False, scope="region2")
+    ens = p.new_ensemble(6, 6, 4).ensemble
+    assert set(ens) == want and _num_regions(p, ens) == 2
+
+
+def test_disallowed_regions_key_presets_the_feature():
+    """reppDisallowedRegions (ours) is the static form of the same switch; the repair respects it too."""
+    p = make(RegionawarePolicy, THREE_REGIONS_WITH_DISABLE, {"reppDisallowedRegions": "region1"})
+    assert p.disallowed_regions() == {"region1"}
+    for _ in range(20):
+        assert p.region_of(p.new_ensemble(3, 2, 2).ensemble[0]) != "region1"
+    p.features.set("disallowBookiePlacementInRegion", False, scope="region1")
+    assert any("region1" in {p.region_of(b) for b in p.new_ensemble(6, 6, 4).ensemble} for _ in range(20))
+
+
+def test_all_regions_disallowed_falls_back_to_every_region():
+    """Upstream: when no region is available, newEnsemble picks at random from every bookie."""
+    p = make(RegionawarePolicy, THREE_REGIONS_WITH_DISABLE, {"reppDisallowedRegions": "region1;region2;region3"})
+    assert len(p.new_ensemble(6, 6, 4).ensemble) == 6
+
+
+NINE_IN_THREE_REGIONS = _regions({
+    2: "/region1/r1", 3: "/region1/r2", 4: "/region1/r3", 5: "/region2/r4", 6: "/region2/r11",
+    7: "/region2/r12", 8: "/region3/r13", 9: "/region3/r14", 10: "/region3/r23"})
+REGION2 = {bid(5), bid(6), bid(7)}
+
+
+def _three_regions_replace(min_durability: int, disable_durability: bool, disable_one_region: bool) -> None:
+    """Upstream testEnsembleWithThreeRegionsReplaceInternal."""
+    props = {"reppRegionsToWrite": "region1;region2;region3", "reppMinimumRegionsForDurability": min_durability,
+             "reppEnableDurabilityEnforcementInReplace": min_durability > 1,
+             "reppDisallowBookiePlacementInRegionFeatureName": "disallowBookies"}
+    p = make(RegionawarePolicy, NINE_IN_THREE_REGIONS, props)
+    if disable_durability:
+        p.features.set("repp_disable_durability_enforcement", True)
+    aq = 5 if min_durability > 2 else 4
+    ens = p.new_ensemble(6, 6, aq).ensemble
+    assert len(ens) == 6 and _num_regions(p, ens) == 3
+    if disable_one_region:
+        p.features.set("disallowBookies", True, scope="region2")
+        for b in sorted(REGION2 & set(ens)):
+            r = p.replace_bookie(6, 6, aq, ens, b, set())
+            ens = r.ensemble
+        assert _num_regions(p, ens) == 2 and set(ens) == set(NINE_IN_THREE_REGIONS) - REGION2
+        return
+    if bid(5) in ens:
+        victim, expected = bid(5), (bid(7) if bid(6) in ens else bid(6))
+    else:
+        victim, expected = bid(6), bid(5)
+    r = p.replace_bookie(6, 6, aq, ens, victim, set())
+    assert r.bookie == expected and _num_regions(p, r.ensemble) == 3
+    durable = min_durability > 1 and not p.durability_disabled
+    if durable:
+        with pytest.raises(NotEnoughBookiesError):
+            p.replace_bookie(6, 6, aq, ens, victim, {expected})
+    else:
+        assert p.replace_bookie(6, 6, aq, ens, victim, {expected}).bookie not in REGION2
+
+
+def test_ensemble_three_regions_replace_upstream_testEnsembleWithThreeRegionsReplace():
+    """Upstream testEnsembleWithThreeRegionsReplace (durability 3)."""
+    _three_regions_replace(3, False, False)
+
+
+def test_three_regions_replace_disable_one_region_upstream_testEnsembleWithThreeRegionsReplaceDisableOneRegion():
+    """Upstream testEnsembleWithThreeRegionsReplaceDisableOneRegion."""
+    _three_regions_replace(2, False, True)
+
+
+def test_three_regions_replace_min_durability_one_upstream_testEnsembleWithThreeRegionsReplaceMinDurabilityOne():
+    """Upstream testEnsembleWithThreeRegionsReplaceMinDurabilityOne."""
+    _three_regions_replace(1, False, False)
+
+
+def test_three_regions_replace_disable_durability_upstream_testEnsembleWithThreeRegionsReplaceDisableDurability():
+    """Upstream testEnsembleWithThreeRegionsReplaceDisableDurability."""
+    _three_regions_replace(1, True, False)
+
+
+def test_three_regions_replace_durability_feature_lifts_replace_enforcement():
+    """Ours, on upstream's scenario: durability 3 refuses a cross-region replacement until the feature is on."""
+    props = {"reppRegionsToWrite": "region1;region2;region3", "reppMinimumRegionsForDurability": 3}
+    p = make(RegionawarePolicy, NINE_IN_THREE_REGIONS, props)
+    ens = p.new_ensemble(6, 6, 5).ensemble
+    victim = sorted(REGION2 & set(ens))[0]
+    with pytest.raises(NotEnoughBookiesError):
+        p.replace_bookie(6, 6, 5, ens, victim, REGION2)
+    p.features.set("repp_disable_durability_enforcement", True)
+    assert p.replace_bookie(6, 6, 5, ens, victim, REGION2).bookie not in REGION2
+
+
+ALL_IN_REGION1 = _regions({i: f"/region1/r{i}" for i in range(2, 11)})
+
+
+def _durability_disabled(min_durability: int, disable_durability: bool) -> RegionawarePolicy:
+    """Upstream testEnsembleDurabilityDisabledInternal: every bookie in region1, three regions to write."""
+    props = {"reppRegionsToWrite": "region1;region2;region3", "reppMinimumRegionsForDurability": min_durability,
+             "reppEnableDurabilityEnforcementInReplace": min_durability > 1}
+    p = make(RegionawarePolicy, ALL_IN_REGION1, props)
+    if disable_durability:
+        p.features.set("repp_disable_durability_enforcement", True)
+    ens = p.new_ensemble(6, 6, 4).ensemble
+    assert len(ens) == 6
+    assert p.replace_bookie(6, 6, 4, ens, ens[2], set()).bookie not in ens
+    return p
+
+
+def test_ensemble_min_durability_one_upstream_testEnsembleMinDurabilityOne():
+    """Upstream testEnsembleMinDurabilityOne."""
+    _durability_disabled(1, False)
+
+
+def test_ensemble_disable_durability_upstream_testEnsembleDisableDurability():
+    """Upstream testEnsembleDisableDurability; ours adds the control: with the feature off again, one region
+    cannot hold a durable ensemble and the auditor's judgement says FAIL."""
+    p = _durability_disabled(2, True)
+    ens = p.new_ensemble(6, 6, 4).ensemble
+    assert p.is_ensemble_adhering(ens, 6, 4) != Adherence.FAIL
+    p.features.set("repp_disable_durability_enforcement", False)
+    assert p.durability == 2
+    assert p.is_ensemble_adhering(ens, 6, 4) == Adherence.FAIL
+    with pytest.raises(NotEnoughBookiesError):
+        p.new_ensemble(6, 6, 4)
+
+
+def test_disable_durability_key_presets_the_feature():
+    """reppDisableDurability (ours) starts with the feature on, under the name reppDisableDurabilityFeatureName."""
+    props = {"reppRegionsToWrite": "region1;region2", "reppDisableDurability": True,
+             "reppDisableDurabilityFeatureName": "noDurability"}
+    p = make(RegionawarePolicy, ALL_IN_REGION1, props)
+    assert p.durability_disabled and p.durability == 1
+    assert len(p.new_ensemble(4, 4, 3).ensemble) == 4
+    p.features.set("noDurability", False)
+    with pytest.raises(NotEnoughBookiesError):
+        p.new_ensemble(4, 4, 3)

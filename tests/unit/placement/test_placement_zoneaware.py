@@ -191,7 +191,7 @@ def test_placement_on_stabilize_network_topology_upstream_testPlacementOnStabili
     m = {A[i]: f"/zone{i}/ud1" for i in range(1, 5)}
     clock = FakeClock()
     p = make(ZoneawarePolicy, m, {"networkTopologyStabilizePeriodSeconds": 99999}, clock=clock)
-    p.on_cluster_changed({A[1], A[2], A[3]}, set())
+    assert p.on_cluster_changed({A[1], A[2], A[3]}, set()) == set()  # upstream: deadBookies.isEmpty()
     for _ in range(5):
         r = p.new_ensemble(3, 3, 2)
         assert A[4] not in r.ensemble and r.adherence == Adherence.MEETS_STRICT
