@@ -36,7 +36,7 @@ from autorecovery.audit.decisions import Decision, LostBookieTracker
 from autorecovery.audit.index import BookieLedgerIndex
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.audit.schedule import first_run_s, next_run_s
-from autorecovery.errors import BookieError, ConfigError
+from autorecovery.errors import BookieError, ConfigError, is_retriable
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.roles.checker import LedgerChecker
 from autorecovery.zk.bookies import BookieWatcher
@@ -241,6 +241,9 @@ class Auditor:
         m["index_ledgers"] = reg.gauge("autorecovery", "auditor_index_ledgers")
         m["index_ledgers"].set_function(lambda: len(self.index))
         m["index_mismatches"] = reg.counter("autorecovery", "auditor_index_reconcile_mismatches_total")
+        m["event_errors"] = {r: reg.counter("autorecovery", "auditor_event_errors_total", labels={"retriable": r},
+                                            doc="failed bookie-change/delay/audit events, by retriable")
+                             for r in ("true", "false")}
         self._zk_ops = {k: reg.counter("autorecovery", "audit_zk_ops_total", labels={"audit": k})
                         for k in ("lost_bookie", "bookie_check", "check_all_ledgers", "placement_check",
                                   "replicas_check", "index_reconcile")}
@@ -387,8 +390,11 @@ class Auditor:
     async def _event_loop(self) -> None:
         """Handle bookie changes, delay changes and the delayed audit one at a time.
 
-        A failure before the decision (reading the delay) re-queues the event; a failed audit is
-        retried as an audit (the tracker already moved on), after a 1 s back-off.
+        A retriable failure (``errors.is_retriable``) before the decision (reading the delay)
+        re-queues the event; a failed audit is retried as an audit (the tracker already moved on),
+        after a 1 s back-off. A failure retrying cannot fix (e.g. a garbage marker znode) is logged
+        once with what to fix and counted in ``autorecovery_auditor_event_errors_total{retriable}``;
+        the loop goes on with the next event instead of retrying it forever.
         """
         while True:
             kind, token = await self._events.get()
@@ -397,9 +403,9 @@ class Auditor:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a ZooKeeper hiccup must not end loss detection
-                log.error("handling an auditor event failed; retrying", event=kind, error=repr(exc))
-                await asyncio.sleep(1.0)
-                self._events.put_nowait((kind, token))
+                if self._event_failed(kind, exc):
+                    await asyncio.sleep(1.0)
+                    self._events.put_nowait((kind, token))
                 continue
             if d is None:
                 continue
@@ -408,9 +414,20 @@ class Auditor:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                log.error("lost-bookie audit failed; retrying", event=kind, error=repr(exc))
-                await asyncio.sleep(1.0)
-                self._events.put_nowait(("retry_audit", None))
+                if self._event_failed(kind, exc):
+                    await asyncio.sleep(1.0)
+                    self._events.put_nowait(("retry_audit", None))
+
+    def _event_failed(self, kind: str, exc: Exception) -> bool:
+        """Count and log a failed event; returns whether to retry it."""
+        retry = is_retriable(exc)
+        self._m["event_errors"]["true" if retry else "false"].inc()
+        if retry:
+            log.warning("handling an auditor event failed; retrying in 1 s", auditor_event=kind, error=repr(exc))
+        else:
+            log.error("handling an auditor event failed with an error retrying will not fix; not retried",
+                      auditor_event=kind, error=repr(exc), error_type=type(exc).__name__)
+        return retry
 
     async def _decide(self, kind: str, token) -> Decision | None:
         assert self.tracker is not None

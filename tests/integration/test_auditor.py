@@ -595,3 +595,32 @@ async def test_placement_check_reports_markers_older_than_the_grace_period(zk):
     finally:
         await a.stop()
         await old.close()
+
+
+async def test_non_retriable_audit_failure_is_surfaced_not_retried(zk):
+    """Issue 9 (``retriable`` read nowhere): a garbage marker makes the lost-bookie audit fail with a
+    CompatibilityError. It is counted as not retriable and not retried every second; the next bookie
+    loss is still audited (other ledgers are marked)."""
+    fb = FakeBookies(zk)
+    for b in B[:4]:
+        await fb.add(b)
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(B[:3]))
+    await store.create(2, closed(B[:3]))
+    await store.create(3, closed([B[0], B[3]], E=2))
+    await zk.create(P.ur_marker(1), b"\xff not a marker", makepath=True)
+    reg = metrics.MetricsRegistry()
+    a = await start_auditor(zk, settings(), registry=reg)
+    urm = UnderreplicationManager(zk, P)
+    errors = {r: reg.get("autorecovery_auditor_event_errors_total", {"retriable": r}) for r in ("true", "false")}
+    try:
+        await fb.kill(B[2])
+        assert await wait_for(lambda: errors["false"].value >= 1, 10)
+        assert await urm.get_marker(2) is not None  # the batch created the other marker
+        await fb.kill(B[3])
+        assert await wait_for(lambda: marker(urm, 3), 10)
+        assert await wait_for(lambda: a._events.empty() and errors["false"].value == 2, 10), errors["false"].value
+        assert errors["true"].value == 0
+        assert a._events.empty()  # nothing re-queued: the failed audit is not retried
+    finally:
+        await a.stop()
