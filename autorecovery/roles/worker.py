@@ -105,10 +105,14 @@ class _Metrics:
         self.bytes_written = o(scope, "NUM_BYTES_WRITTEN")
         self.read_latency = o(scope, "READ_DATA_LATENCY")
         self.write_latency = o(scope, "WRITE_DATA_LATENCY")
-        self.bytes_remaining = registry.gauge(OUR_SCOPE, "bytes_remaining",
-                                              doc="estimated bytes this worker still has to copy")
-        self.unrecoverable_ledgers = registry.gauge(OUR_SCOPE, "unrecoverable_ledgers",
-                                                    doc="ledgers surfaced with entries no replica holds")
+        # per-worker figures (sum() over nodes is the cluster's work in hand); the cluster-wide counts
+        # are the auditor's autorecovery_underreplicated_* / autorecovery_unrecoverable_ledgers
+        self.bytes_remaining = registry.gauge(OUR_SCOPE, "worker_bytes_remaining",
+                                              doc="estimated bytes this worker still has to copy for the ledgers it holds")
+        self.ledgers_remaining = registry.gauge(OUR_SCOPE, "worker_ledgers_remaining",
+                                                doc="ledgers this worker holds (locked: in progress or backing off)")
+        self.ledgers_blocked = registry.gauge(OUR_SCOPE, "worker_ledgers_blocked",
+                                              doc="still-marked ledgers this worker's last pass left blocked")
         self.unrecoverable_total = c(OUR_SCOPE, "unrecoverable_ledgers_total",
                                      doc="times a ledger was surfaced as unrecoverable")
         self.no_more_bookie = c(OUR_SCOPE, "placement_no_more_bookie_total",
@@ -225,8 +229,9 @@ class ReplicationWorker:
         await self.zk.ensure_path(self.paths.unrecoverable)
         self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
         self.watcher.add_listener(self._on_membership)
-        self.m.bytes_remaining.set_function(lambda: self.tracker.snapshot().bytes_remaining)
-        self.m.unrecoverable_ledgers.set_function(lambda: len(self.unrecoverable))
+        self.m.bytes_remaining.set_function(lambda: self.tracker.snapshot().worker_bytes_remaining)
+        self.m.ledgers_remaining.set_function(lambda: len(self.um.held))
+        self.m.ledgers_blocked.set_function(self._own_blocked_count)
         self._check_policy_config()
         try:
             await self._refresh()
@@ -279,16 +284,20 @@ class ReplicationWorker:
             self._stopped.set_result(None)
 
     def progress(self) -> Progress:
-        """A pure snapshot: ledgers and bytes left, rate, ETA, and blocked reasons by ledger id."""
-        snap = self.tracker.snapshot()
-        blocked = dict(snap.blocked)
+        """A pure snapshot (:class:`~autorecovery.plan.progress.Progress`): the cluster's ledgers and
+        bytes left with the smoothed cluster rate and ETA, blocked ledgers apart with their reasons
+        (this worker's passes, every worker's unrecoverable side znodes), and this worker's share."""
+        extra: dict[int, str] = {}
         for lid, info in self.unrecoverable.items():
-            if lid in self._markers:
-                blocked[lid] = (f"unrecoverable: entries {info.get('entries')} have no readable replica"
-                                f" (waiting for {info.get('waiting_for') or 'an operator'})")
+            extra[lid] = (f"unrecoverable: entries {info.get('entries')} have no readable replica"
+                          f" (waiting for {info.get('waiting_for') or 'an operator'})")
         for lid, (_v, reason) in self._not_retriable.items():
-            blocked[lid] = reason
-        return dataclasses.replace(snap, blocked=blocked)
+            extra[lid] = reason
+        return self.tracker.snapshot(extra)
+
+    def _own_blocked_count(self) -> int:
+        """Still-marked ledgers this worker's own passes left blocked (autorecovery_worker_ledgers_blocked)."""
+        return len({lid for lid in self.tracker.blocked() if lid in self._markers} | set(self._not_retriable))
 
     # -- membership / policy ---------------------------------------------------------------------
     def _on_membership(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
@@ -396,6 +405,7 @@ class ReplicationWorker:
         for lid, (_v, ctime, replicas) in self._markers.items():
             md = self._mds.get(lid)
             if md is None:
+                backlog[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
                 continue
             p = ledger_priority(lid, md, replicas, avail, ctime)
             self._known[lid] = p
