@@ -39,6 +39,7 @@ from autorecovery.audit.schedule import first_run_s, next_run_s
 from autorecovery.errors import BookieError, ConfigError, is_retriable
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.roles.checker import LedgerChecker
+from autorecovery.roles.cluster_gauges import ClusterGauges
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
 from autorecovery.zk.ledger_tree import LedgerTreeWatcher
@@ -219,6 +220,10 @@ class Auditor:
         self._stopped = False
         self._check_lock = asyncio.Lock()  # marking by different tasks does not interleave per ledger set
         self._m = self._metrics(registry or metrics.REGISTRY)
+        # cluster-wide gauges (under-replicated ledgers/bytes, unrecoverable, oldest marker age): only
+        # the elected auditor exports them, refreshed on every marker change (roles/cluster_gauges.py)
+        self.gauges = ClusterGauges(self.urm, zk, paths, self.index.total_length, registry or metrics.REGISTRY,
+                                    self.wall_ms, quiet=self._check_lock)
 
     def _metrics(self, reg: metrics.MetricsRegistry) -> dict[str, Any]:
         op = ("NUM_UNDER_REPLICATED_LEDGERS", "UNDER_REPLICATED_LEDGERS_TOTAL_SIZE", "URL_PUBLISH_TIME_FOR_LOST_BOOKIE",
@@ -292,6 +297,7 @@ class Auditor:
         await self.bookie_watcher.start()
         await self._watch_delay()
         self._spawn(self._event_loop(), "events")
+        self._spawn(self.gauges.run(), "cluster_gauges")
         now_s, now_ms = self.clock(), self.wall_ms()
         self._spawn(self._periodic("bookie_check", s.auditor_periodic_bookie_check_interval,
                                    first_run_s(s.auditor_periodic_bookie_check_interval, None, now_s, now_ms),
@@ -325,6 +331,7 @@ class Auditor:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.gauges.reset()
         await self.tree.settle()
         if self.bookie_watcher is not None:
             await self.bookie_watcher.stop()
