@@ -16,7 +16,7 @@ from autorecovery import metrics
 from autorecovery.errors import NoSuchLedgerError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.roles.auditor import Auditor, AuditorSettings
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient, wait_for
 from autorecovery.zk.election import AuditorElector, elector_loop
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths
@@ -50,7 +50,7 @@ class FakeBookies:
     async def add(self, bookie: str, readonly: bool = False) -> None:
         try:
             await self.zk.create(P.cookie(bookie), b"cookie", makepath=True)
-        except Exception:
+        except NodeExistsError:  # a bookie coming back keeps its cookie
             pass
         await self.zk.create(P.readonly_bookie(bookie) if readonly else P.available_bookie(bookie), b"", ephemeral=True)
 
@@ -58,7 +58,7 @@ class FakeBookies:
         for p in (P.available_bookie(bookie), P.readonly_bookie(bookie)):
             try:
                 await self.zk.delete(p)
-            except Exception:
+            except NoNodeError:  # registered under the other path
                 pass
 
     async def to_readonly(self, bookie: str) -> None:
@@ -395,7 +395,7 @@ async def test_placement_check_counting_and_bp54_marking(zk):
                       repaired_placement_policy_not_adhering_bookie_enabled=repair)
         try:
             await zk.delete(P.placement_policy_check_ctime)  # ctime -1: run at once
-        except Exception:
+        except NoNodeError:
             pass
         a = await start_auditor(zk, st, policy=policy, registry=reg)
         try:
