@@ -96,7 +96,6 @@ def test_cluster_gauges_only_on_the_auditor_follow_markers_and_return_to_zero(cl
     assert g[auditor]["autorecovery_underreplicated_ledgers"] == 12
     assert g[auditor]["autorecovery_underreplicated_bytes"] == real_bytes  # fake ledgers have no length
     wait_until(lambda: gauges()[auditor]["autorecovery_unrecoverable_ledgers"] == 1, 20, 0.1, "1 unrecoverable")
-    assert gauges()[auditor]["autorecovery_underreplicated_oldest_age_seconds"] >= 0.0
     assert all(g[other][n] == 0.0 for n in CLUSTER), g[other]  # non-auditor: 0, so sum() is right
     wait_until(lambda: gauges()[auditor]["autorecovery_underreplicated_oldest_age_seconds"] > 0.0, 20, 0.1,
                "the oldest marker's age growing")
