@@ -386,7 +386,15 @@ class ReplicationWorker:
 
         async def load(lid: int) -> None:
             async with sem:
-                marker = await self.um.get_marker(lid)
+                try:
+                    marker = await self.um.get_marker(lid)
+                except AutoRecoveryError as exc:
+                    if exc.retriable:
+                        raise
+                    # one garbage marker must not freeze the whole backlog (and progress) forever
+                    log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
+                                error=str(exc))
+                    return
                 if marker is None:
                     return
                 self._markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
