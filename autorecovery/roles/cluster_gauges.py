@@ -217,8 +217,11 @@ class ClusterGauges:
                     raise
                 except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next change/5 s retries
                     log.warning("could not refresh the under-replication gauges", error=repr(exc))
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(changed.wait(), 5.0)
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+                    # arrives as the event is set, and the auditor's stop() would then hang
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(5.0):
+                            await changed.wait()
                     continue
                 await changed.wait()
         finally:
