@@ -39,6 +39,7 @@ from autorecovery.admin import ops
 from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs
 from autorecovery.config.load import Settings
 from autorecovery.roles.bookie_info import BookieInfoReader
+from autorecovery.roles.cluster_gauges import NodeGauges
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.topology_source import RackInfoWatcher
 from autorecovery.zk.bridge import ZkClient
@@ -121,6 +122,7 @@ class Daemon:
         self.paths = Paths(settings.ledgers_root)
         self.zk: ZkClient | None = None
         self.urm: UnderreplicationManager | None = None
+        self.node_gauges: NodeGauges | None = None
         self.watcher: BookieWatcher | None = None
         self.placement: ops.PlacementSetup | None = None
         self.policy: Any = None
@@ -158,6 +160,9 @@ class Daemon:
             self.urm = UnderreplicationManager(
                 self.zk, self.paths, store_ctime=bool(s.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
             await self.urm.init()
+            # autorecovery_auditor_elected / autorecovery_enabled on every node; the auditor-only
+            # cluster gauges are registered at 0 here (roles/cluster_gauges.py)
+            self.node_gauges = await NodeGauges(self.zk, self.paths, self.registry).start()
             self.watcher = BookieWatcher(self.zk, self.paths)
             await self.watcher.start()
             self.placement = await ops.build_placement(s, self.zk)
@@ -217,10 +222,14 @@ class Daemon:
                                            self.bookie_id)
             await _maybe_await(auditor.start())
             self.auditor = auditor
+            if self.node_gauges is not None:
+                self.node_gauges.set_elected(True)
 
     async def _on_lost(self) -> None:
         async with self._role_lock:
             auditor, self.auditor = self.auditor, None
+            if self.node_gauges is not None:
+                self.node_gauges.set_elected(False)
             if auditor is not None:
                 log.info("stopping the auditor", bookie_id=self.bookie_id)
                 await _maybe_await(auditor.stop())
@@ -388,6 +397,8 @@ class Daemon:
             t = self._tasks.pop(name)
             t.cancel()
             await asyncio.gather(t, return_exceptions=True)
+        if self.node_gauges is not None:
+            await step("node-gauges", self.node_gauges.stop)
         if self.urm is not None:
             await step("underreplication-manager", self.urm.close)
         if self.racks is not None:

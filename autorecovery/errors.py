@@ -178,3 +178,24 @@ class IllegalOpError(AutoRecoveryError):
 
     bk_code = -100
     upstream_name = "BKIllegalOpException"
+
+
+#: Modules whose exceptions are transport/coordination failures (a dropped connection, a CAS race, a
+#: timed-out RPC): trying again later may succeed.
+_TRANSIENT_MODULES = ("kazoo", "grpc")
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether the retry loops (worker slots and passes, the auditor's event loop) should try again.
+
+    * :class:`AutoRecoveryError`: its :attr:`~AutoRecoveryError.retriable` flag (e.g. a bookie that is
+      down may come back; a malformed metadata znode will not fix itself);
+    * ZooKeeper (kazoo) and gRPC exceptions, ``OSError`` (connections) and ``TimeoutError``: retriable;
+    * anything else (``TypeError``, ``KeyError``, ...) is a bug or a state retrying cannot change: not
+      retriable, so it is surfaced instead of being retried forever.
+    """
+    if isinstance(exc, AutoRecoveryError):
+        return bool(exc.retriable)
+    if isinstance(exc, (OSError, TimeoutError)):
+        return True
+    return any(type(exc).__module__ == m or type(exc).__module__.startswith(m + ".") for m in _TRANSIENT_MODULES)

@@ -46,7 +46,7 @@ from autorecovery.admin.ops import (
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError, UnavailableError
 from autorecovery.ledger.ids import ur_leaf_name
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, first_last_on_index
-from autorecovery.plan.progress import RateMeter, estimate_copy_bytes
+from autorecovery.plan.progress import ClusterRate, estimate_copy_bytes
 from autorecovery.zk.bridge import NoNodeError
 
 log = structlog.get_logger("autorecovery.decommission")
@@ -248,14 +248,14 @@ async def decommission_bookie(
     grace_ms = int(ctx.settings.get("openLedgerRereplicationGracePeriod")) if ctx.settings else 30000
     estimates = {lid: (estimate_copy_bytes(md, {b}) if md is not None else 0) for lid, md in remaining.items()}
     bytes_total = sum(estimates.values())
-    meter = RateMeter(time.monotonic, window_s=30.0)
-    prev_left = bytes_total
+    # the smoothed completion rate of plan.progress (the same ETA as the daemon's progress endpoint)
+    meter = ClusterRate(time.monotonic)
     blocked: dict[int, str] = {}
 
     def publish(phase: str) -> None:
         left = sum(estimates.get(lid, 0) for lid in remaining)
-        rate = meter.rate()
-        eta = (left / rate) if rate > 0 and left > 0 else (0.0 if not remaining else None)
+        rate = meter.rate or 0.0
+        eta = meter.eta_s(left, len(remaining), 0)
         if on_progress is not None:
             on_progress(OpProgress(report.ledgers_total, len(remaining), bytes_total, left, rate, eta,
                                    dict(blocked), phase))
@@ -275,10 +275,7 @@ async def decommission_bookie(
                 continue
             remaining[lid] = md
             estimates[lid] = estimate_copy_bytes(md, {b})
-        left = sum(estimates.get(lid, 0) for lid in remaining)
-        if left < prev_left:
-            meter.add(prev_left - left)
-        prev_left = left
+        meter.observe({lid: estimates.get(lid, 0) for lid in remaining})
         if not remaining:
             break
         enabled = await ctx.urm.is_enabled()

@@ -24,7 +24,10 @@ path                                                        method  body / answe
 ``/api/v1/bookie/list_bookie_info``                         GET     ``{"<bookie>": ": {Free: .., Total: ..},",
                                                                     "ClusterInfo: ": "{Free: .., Total: ..}"}``
 ``/api/v1/bookie/cluster_info``                             GET     upstream ClusterInfo JSON
-``/api/v1/autorecovery/progress``  (ours)                   GET     worker progress + background admin jobs
+``/api/v1/autorecovery/progress``  (ours)                   GET     ``{"cluster", "worker", "jobs"}``: cluster
+                                                                    ledgers/bytes left, smoothed rate, ETA,
+                                                                    blocked apart; this worker's share; admin
+                                                                    jobs (``plan/progress.py``)
 ==========================================================  ======  =========================================
 
 Mutating requests (every PUT) answer 403 unless ``httpAdminMutationsEnabled=true`` (ours; upstream has
@@ -316,8 +319,8 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _json(await ops.cluster_info(ctx))
 
     async def progress(_r: web.Request) -> web.Response:
-        worker = ops.worker_progress(ctx)
-        return _json({"worker": worker, "jobs": deps.jobs.snapshot()})
+        doc = ops.worker_progress(ctx) or {}
+        return _json({"cluster": doc.get("cluster"), "worker": doc.get("worker"), "jobs": deps.jobs.snapshot()})
 
     async def ledger_meta(request: web.Request) -> web.Response:
         lid, md, version = await ops.ledger_metadata(ctx, request.query.get("ledger_id", ""))

@@ -699,7 +699,8 @@ def progress_line(p: OpProgress, width: int = 24) -> str:
 
 # -- progress (daemon) ------------------------------------------------------------------------------------
 def worker_progress(ctx: AdminContext) -> dict[str, Any] | None:
-    """The local worker's progress as JSON, or None outside a daemon (see ``plan.progress.Progress``)."""
+    """The local node's progress as JSON ``{"cluster": {...}, "worker": {...}}`` (``plan.progress.Progress``), or
+    None outside a daemon."""
     if ctx.progress_source is None:
         return None
     p = ctx.progress_source()

@@ -2,10 +2,14 @@
 
 Phase 1 (foundation): 6 bookies in 3 racks, 20 ledgers x 500 entries (E3/WQ2/AQ2), kill one bookie
 with SIGKILL, read everything back (reads fall back to surviving replicas).
-Phase 2 (autorecovery), when the daemon is available: one autorecovery daemon per bookie; the Auditor
-marks the dead bookie's ledgers, the workers copy them, with a progress line; every entry verified;
-then the disaster-recovery scenario of BP-54 (rack down, heal, rack back, placement repair, other rack
-down, nothing lost).
+Phase 2 (autorecovery, :mod:`autorecovery.cli.demo_recovery`): one autorecovery daemon per bookie; the
+Auditor marks the dead bookie's ledgers, the workers copy them, with a progress line; every entry
+verified; then the disaster-recovery scenario of BP-54 (rack down, heal, rack back, placement repair,
+other rack down, nothing lost).
+
+Every printed line is the result of a check (:mod:`autorecovery.cli.demo_checks`); a failed check
+prints the table so far with a FAILED row and exits 1. The autorecovery half is imported like any
+module: a broken installation fails the demo instead of silently skipping half of it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pathlib import Path
 import click
 
 from autorecovery import logs
+from autorecovery.cli import demo_recovery
+from autorecovery.cli.demo_checks import all_processes_stopped, processes_dead, require, writable_bookies
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.workload import verify_ledgers, write_ledgers
@@ -39,6 +45,10 @@ class Table:
         self._last = now
         click.echo(f"  [{now - self.t0:6.1f}s] {step}: {result}")
 
+    def failed(self, message: str) -> None:
+        """Record the step that failed (printed in the table, which is then rendered)."""
+        self.add("FAILED", message)
+
     def render(self) -> str:
         w1 = max(len(r[0]) for r in self.rows)
         w2 = max(len(r[1]) for r in self.rows)
@@ -50,32 +60,41 @@ class Table:
 
 
 def run_foundation_demo(base: Path, table: Table) -> None:
+    """Phase 1; raises :class:`~autorecovery.cli.demo_checks.DemoStepFailed` when a check fails."""
     cluster = LocalCluster(base / "foundation", bookies=6, racks=3)
     try:
         cluster.up()
-        table.add("start ZooKeeper + 6 bookies in 3 racks", f"zk {cluster.zk_connect}")
 
         async def go() -> None:
             bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
             try:
-                await bk.watcher.wait_until(lambda w: len(w.writable) == 6, 10)
+                step = "start ZooKeeper + 6 bookies in 3 racks"
+                writable = await writable_bookies(bk.watcher, 6, step)
+                racks = sorted({cluster.rack_of(i) for i in cluster.bookies})
+                require(len(racks) == 3, step, f"racks {racks}")
+                table.add(step, f"{writable} in {len(racks)} racks, zk {cluster.zk_connect}")
+                step = "write 20 ledgers x 500 entries (E3/WQ2/AQ2)"
                 m = await write_ledgers(bk, ledgers=20, entries=500, size=1024, ensemble=3, write_quorum=2, ack_quorum=2)
-                table.add("write 20 ledgers x 500 entries (E3/WQ2/AQ2)", f"{m.total_entries} entries acknowledged")
+                require(len(m.ledgers) == 20 and m.total_entries == 20 * 500, step,
+                        f"{len(m.ledgers)} ledgers, {m.total_entries} entries acknowledged")
+                table.add(step, f"{m.total_entries} entries acknowledged")
                 victim = 2
-                cluster.kill_bookie(victim, signal.SIGKILL)
-                table.add("kill -9 one bookie", cluster.bookie_id(victim))
+                step = "kill -9 one bookie"
+                dead = cluster.kill_bookie(victim, signal.SIGKILL)
+                processes_dead(cluster, [cluster.bookies[victim].name], step)
+                table.add(step, f"{dead} (process gone)")
+                step = "read back every entry"
                 rep = await verify_ledgers(bk, m)
-                status = "all entries match" if rep.ok else f"{len(rep.errors)} ERRORS"
-                table.add("read back every entry", f"{rep.entries_ok}/{m.total_entries} ok, {status}")
-                if not rep.ok:
-                    raise click.ClickException("\n".join(rep.errors[:10]))
+                require(rep.ok and rep.entries_ok == m.total_entries, step,
+                        f"{rep.entries_ok}/{m.total_entries} ok: " + "; ".join(rep.errors[:10]))
+                table.add(step, f"{rep.entries_ok}/{m.total_entries} ok, all entries match")
             finally:
                 await bk.close()
 
         asyncio.run(go())
     finally:
         cluster.down()
-        table.add("shut the cluster down", "all processes stopped")
+    table.add("shut the cluster down", all_processes_stopped(cluster))
 
 
 @click.command("demo")
@@ -89,14 +108,15 @@ def demo(base_dir: Path | None, foundation_only: bool) -> None:
     table = Table()
     try:
         click.echo("autorecovery demo")
-        run_foundation_demo(tmp, table)
-        if not foundation_only:
-            try:
-                from autorecovery.cli import demo_recovery
-            except ImportError:
-                demo_recovery = None
-            if demo_recovery is not None:
+        try:
+            run_foundation_demo(tmp, table)
+            if not foundation_only:
                 demo_recovery.run(tmp, table)
+        except click.ClickException as exc:
+            table.failed(exc.format_message())
+            click.echo("")
+            click.echo(table.render())
+            raise
         click.echo("")
         click.echo(table.render())
     finally:

@@ -26,8 +26,17 @@ from pathlib import Path
 
 import click
 
+from autorecovery.cli.demo_checks import (
+    all_processes_stopped,
+    daemons_ready,
+    processes_dead,
+    require,
+    unregistered,
+    writable_bookies,
+)
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import MalformedMetadataError, NoSuchLedgerError
+from autorecovery.plan.progress import ClusterRate
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.zk_server import free_port
 from autorecovery.workload import Manifest, verify_ledgers, write_ledgers
@@ -46,9 +55,13 @@ DAEMON_PROPS = {
 }
 
 
-def start_daemons(cluster: LocalCluster, indexes, extra: dict[str, str]) -> None:
+def start_daemons(cluster: LocalCluster, indexes, extra: dict[str, str]) -> dict[int, int]:
+    """Start a daemon next to each bookie of ``indexes``; returns daemon index → HTTP port."""
+    ports = {}
     for i in indexes:
-        cluster.start_daemon(i, {**DAEMON_PROPS, **extra, "httpServerPort": str(free_port())})
+        ports[i] = free_port()
+        cluster.start_daemon(i, {**DAEMON_PROPS, **extra, "httpServerPort": str(ports[i])})
+    return ports
 
 
 def kill_host(cluster: LocalCluster, i: int) -> str:
@@ -56,6 +69,15 @@ def kill_host(cluster: LocalCluster, i: int) -> str:
     if i in cluster.daemons:
         cluster.stop_daemon(i, signal.SIGKILL)
     return cluster.kill_bookie(i, signal.SIGKILL)
+
+
+async def kill_hosts(cluster: LocalCluster, bk: BookKeeper, indexes, step: str) -> set[str]:
+    """Kill hosts and check it: their processes are gone and their bookies unregistered."""
+    dead = {kill_host(cluster, i) for i in indexes}
+    names = [cluster.bookies[i].name for i in indexes] + [cluster.daemons[i].name for i in indexes if i in cluster.daemons]
+    processes_dead(cluster, names, step)
+    await unregistered(bk.watcher, dead, step)
+    return dead
 
 
 async def _bytes_of(bk: BookKeeper, ids, cache: dict[int, int]) -> int:
@@ -80,16 +102,16 @@ async def watch_progress(bk: BookKeeper, done: Callable[[], "asyncio.Future[bool
     cache: dict[int, int] = {}
     t0 = time.monotonic()
     peak_ledgers = 0
-    peak_bytes = 0
     last_print = 0.0
+    meter = ClusterRate(time.monotonic)  # the daemon's progress endpoint computes its ETA the same way
     while time.monotonic() - t0 < timeout_s:
         ids = await urm.list_marked_ids()
         left = await _bytes_of(bk, ids, cache)
         peak_ledgers = max(peak_ledgers, len(ids))
-        peak_bytes = max(peak_bytes, left)
-        elapsed = time.monotonic() - t0
-        rate = (peak_bytes - left) / elapsed if elapsed > 0 else 0.0
-        eta = f"{left / rate:5.1f}s" if rate > 0 and left else "  -  "
+        meter.observe({lid: cache[lid] for lid in ids})
+        rate = meter.rate or 0.0
+        eta_s = meter.eta_s(left, len(ids), 0)
+        eta = f"{eta_s:5.1f}s" if eta_s is not None else "  -  "
         res = done()
         if asyncio.iscoroutine(res):
             res = await res
@@ -135,36 +157,45 @@ def part_a(base: Path, table) -> None:
     cluster = LocalCluster(base / "heal", bookies=6, racks=3)
     try:
         cluster.up()
-        start_daemons(cluster, range(6), {})
-        table.add("6 bookies in 3 racks + 6 autorecovery daemons", "auditor elected, workers running")
+        ports = start_daemons(cluster, range(6), {})
 
         async def go() -> None:
             bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
             try:
-                await bk.watcher.wait_until(lambda w: len(w.writable) == 6, 15)
+                step = "6 bookies in 3 racks + 6 autorecovery daemons"
+                writable = await writable_bookies(bk.watcher, 6, step)
+                daemons = await asyncio.to_thread(daemons_ready, ports, step)
+                table.add(step, f"{writable}; {daemons}")
+                step = "write 20 ledgers x 500 entries"
                 m = await write_ledgers(bk, ledgers=20, entries=500, size=1024)
-                table.add("write 20 ledgers x 500 entries", f"{m.total_entries} entries, rack-aware ensembles")
+                require(m.total_entries == 20 * 500, step, f"{m.total_entries} entries acknowledged")
+                table.add(step, f"{m.total_entries} entries, rack-aware ensembles")
                 victim = 1
-                dead = kill_host(cluster, victim)
-                table.add("kill -9 a host (bookie + daemon)", dead)
-                await bk.watcher.wait_until(lambda w: dead not in w.writable, 15)
+                step = "kill -9 a host (bookie + daemon)"
+                dead = (await kill_hosts(cluster, bk, [victim], step)).pop()
+                table.add(step, f"{dead} (processes gone, unregistered)")
 
                 async def healed() -> bool:
                     urm_ids = await UnderreplicationManager(bk.zk, bk.paths).list_marked_ids()
                     return not urm_ids and await segments_referencing(bk, m, {dead}) == 0
 
+                step = "auditor marks, workers re-replicate"
                 ok, peak = await watch_progress(bk, healed, 120, "re-replication")
-                table.add("auditor marks, workers re-replicate", f"{peak} ledgers marked and healed" if ok else "TIMED OUT")
+                require(ok, step, "timed out after 120 s: ledgers still marked or on the dead bookie")
+                require(peak > 0, step, "healed but no ledger was ever seen marked")
+                table.add(step, f"{peak} ledgers marked and healed")
+                step = "verify every entry"
                 rep = await verify_ledgers(bk, m)
-                table.add("verify every entry", f"{rep.entries_ok}/{m.total_entries} ok" + ("" if rep.ok else " ERRORS"))
-                if not ok or not rep.ok:
-                    raise click.ClickException("autorecovery did not heal the cluster: " + "; ".join(rep.errors[:5]))
+                require(rep.ok and rep.entries_ok == m.total_entries, step,
+                        f"{rep.entries_ok}/{m.total_entries} ok: " + "; ".join(rep.errors[:5]))
+                table.add(step, f"{rep.entries_ok}/{m.total_entries} ok")
             finally:
                 await bk.close()
 
         asyncio.run(go())
     finally:
         cluster.down()
+    table.add("shut the cluster down", all_processes_stopped(cluster))
 
 
 def part_b(base: Path, table) -> None:
@@ -176,8 +207,7 @@ def part_b(base: Path, table) -> None:
              "minNumRacksPerWriteQuorum": "2"}
     try:
         cluster.up()
-        start_daemons(cluster, range(6), extra)
-        table.add("DR: 2 racks x 3 bookies, BP-54 repair on", "placement check every 3 s")
+        ports = start_daemons(cluster, range(6), extra)
 
         async def go() -> None:
             from autorecovery.placement import PlacementConfig, RackawarePolicy, StaticResolver
@@ -187,56 +217,67 @@ def part_b(base: Path, table) -> None:
                                     StaticResolver(cluster.rack_mapping()), default_rack="/default-rack")
             judge.on_cluster_changed(set(cluster.bookie_ids()), set())
             try:
-                await bk.watcher.wait_until(lambda w: len(w.writable) == 6, 15)
+                step = "DR: 2 racks x 3 bookies, BP-54 repair on"
+                require(len(rack_a) == 3 and len(rack_b) == 3, step, f"racks {rack_a} / {rack_b}")
+                writable = await writable_bookies(bk.watcher, 6, step)
+                daemons = await asyncio.to_thread(daemons_ready, ports, step)
+                table.add(step, f"{writable}; {daemons}; placement check every 3 s (configured)")
+                step = "write 30 closed ledgers (E2/WQ2/AQ2)"
                 m = await write_ledgers(bk, ledgers=30, entries=100, size=1024, ensemble=2, write_quorum=2,
                                         ack_quorum=2)
-                table.add("write 30 closed ledgers (E2/WQ2/AQ2)", f"{await non_adhering(bk, m, judge)} not spanning 2 racks")
-                dead_a = {kill_host(cluster, i) for i in rack_a}
-                table.add("shut down rack A", ", ".join(sorted(dead_a)))
+                require(len(m.ledgers) == 30 and m.total_entries == 3000, step, f"{m.total_entries} entries")
+                table.add(step, f"{await non_adhering(bk, m, judge)} not spanning 2 racks")
+                step = "shut down rack A"
+                dead_a = await kill_hosts(cluster, bk, rack_a, step)
+                table.add(step, ", ".join(sorted(dead_a)) + " (processes gone, unregistered)")
 
                 async def healed_into_b() -> bool:
                     return await segments_referencing(bk, m, dead_a) == 0
 
+                step = "autorecovery heals best-effort into rack B"
                 ok, _ = await watch_progress(bk, healed_into_b, 120, "best-effort heal into rack B")
-                table.add("autorecovery heals best-effort into rack B",
-                          f"{await non_adhering(bk, m, judge)} ledgers on one rack" if ok else "TIMED OUT")
-                if not ok:
-                    raise click.ClickException("best-effort heal into rack B did not finish")
-                before = await ensembles(bk, m)
+                require(ok, step, "timed out after 120 s: segments still on rack A")
                 on_one_rack = await non_adhering(bk, m, judge)
+                table.add(step, f"{on_one_rack} ledgers on one rack")
+                before = await ensembles(bk, m)
+                step = "bring rack A back"
                 for i in rack_a:
                     cluster.start_bookie(i)
-                start_daemons(cluster, rack_a, extra)
-                await bk.watcher.wait_until(lambda w: len(w.writable) == 6, 15)
-                table.add("bring rack A back", "6 bookies writable")
+                ports_a = start_daemons(cluster, rack_a, extra)
+                writable = await writable_bookies(bk.watcher, 6, step)
+                daemons = await asyncio.to_thread(daemons_ready, {**{i: ports[i] for i in rack_b}, **ports_a}, step)
+                table.add(step, f"{writable}; {daemons}")
 
                 async def spread() -> bool:
                     return await non_adhering(bk, m, judge) == 0
 
+                step = "placement check marks, workers repair (BP-54)"
                 ok, _ = await watch_progress(bk, spread, 120, "placement repair (BP-54)")
+                left = await non_adhering(bk, m, judge)
+                require(ok and left == 0, step, f"timed out after 120 s: {left} ledgers still on one rack")
                 after = await ensembles(bk, m)
                 swaps = sum(x != y for k in before for a, b in zip(before[k], after[k]) for x, y in zip(a, b))
-                table.add("placement check marks, workers repair (BP-54)",
-                          f"{on_one_rack} -> {await non_adhering(bk, m, judge)} ledgers on one rack, {swaps} swaps"
-                          if ok else "TIMED OUT")
-                if not ok:
-                    raise click.ClickException("placement repair did not spread the ledgers over both racks")
-                dead_b = {kill_host(cluster, i) for i in rack_b}
-                table.add("shut down rack B", ", ".join(sorted(dead_b)))
+                require(swaps >= on_one_rack, step, f"{swaps} swaps for {on_one_rack} ledgers on one rack")
+                table.add(step, f"{on_one_rack} -> {left} ledgers on one rack, {swaps} swaps")
+                step = "shut down rack B"
+                dead_b = await kill_hosts(cluster, bk, rack_b, step)
+                table.add(step, ", ".join(sorted(dead_b)) + " (processes gone, unregistered)")
+                step = "read every entry with rack B down"
                 rep = await verify_ledgers(bk, m)
-                table.add("read every entry with rack B down",
-                          f"{rep.entries_ok}/{m.total_entries} ok, digests match" if rep.ok else f"{len(rep.errors)} LOST")
-                if not rep.ok:
-                    raise click.ClickException("entries lost: " + "; ".join(rep.errors[:5]))
+                require(rep.ok and rep.entries_ok == m.total_entries, step,
+                        f"{len(rep.errors)} LOST: " + "; ".join(rep.errors[:5]))
+                table.add(step, f"{rep.entries_ok}/{m.total_entries} ok, digests match")
             finally:
                 await bk.close()
 
         asyncio.run(go())
     finally:
         cluster.down()
+    table.add("shut the cluster down", all_processes_stopped(cluster))
 
 
 def run(base: Path, table) -> None:
-    """Both parts; raises ClickException when autorecovery does not do its job."""
+    """Both parts; raises :class:`~autorecovery.cli.demo_checks.DemoStepFailed` (a ClickException)
+    when a check fails."""
     part_a(base, table)
     part_b(base, table)

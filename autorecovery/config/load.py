@@ -223,14 +223,28 @@ def _default_bookie_id(values: Mapping[str, Any]) -> str:
     return f"{host}:{values.get('bookiePort', 3181)}"
 
 
+def _import_provider(mod: str) -> Any:
+    """Import a key-providing module; a failure is a broken installation, never "no keys".
+
+    Raises:
+        ConfigError: "cannot load the configuration keys of <module>: <error>" (chained).
+    """
+    try:
+        return importlib.import_module(mod)
+    except Exception as exc:
+        raise ConfigError(f"cannot load the configuration keys of {mod}: {type(exc).__name__}: {exc}") from exc
+
+
 def provider_keys(modules: Iterable[str] = KEY_PROVIDERS) -> tuple[str, ...]:
-    """Key names declared by other modules in ``CONFIG_KEYS`` (missing modules are skipped)."""
+    """Key names declared by other modules in ``CONFIG_KEYS`` (and the roles' ``KEYS`` tables).
+
+    Raises:
+        ConfigError: naming the module when one of ``modules`` cannot be imported (its keys would
+            otherwise be reported as "unknown key", hiding the real failure).
+    """
     names: list[str] = []
     for mod in modules:
-        try:
-            m = importlib.import_module(mod)
-        except Exception:  # noqa: BLE001 - a module that is missing or broken declares nothing
-            continue
+        m = _import_provider(mod)
         items: list = list(getattr(m, "CONFIG_KEYS", ()) or ()) + list(getattr(m, "PLACEMENT_KEYS", ()) or ())
         for cls_name in ("AuditorSettings", "WorkerSettings"):
             cls = getattr(m, cls_name, None)
@@ -252,10 +266,7 @@ def provider_key_objects(modules: Iterable[str] = KEY_PROVIDERS) -> tuple[K.Key,
     """The :class:`~autorecovery.config.keys.Key` objects other modules declare (for docs)."""
     out: dict[str, K.Key] = {}
     for mod in modules:
-        try:
-            m = importlib.import_module(mod)
-        except Exception:  # noqa: BLE001
-            continue
+        m = _import_provider(mod)
         for item in getattr(m, "CONFIG_KEYS", ()) or ():
             if isinstance(item, K.Key) and item.name not in K.KEY_BY_NAME:
                 out.setdefault(item.name, item)

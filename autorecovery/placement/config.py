@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
+from autorecovery.config.keys import KEY_BY_NAME
 from autorecovery.errors import ConfigError
 
 __all__ = ["PlacementConfig", "PLACEMENT_KEYS"]
@@ -183,12 +184,12 @@ class PlacementConfig:
     """``diskWeightBasedPlacementEnabled``: weighted random selection by free disk space."""
     bookie_max_multiple_for_weight_based_placement: float = 3.0
     """``bookieMaxMultipleForWeightBasedPlacement``: weight cap as a multiple of the median; <= 0 disables."""
-    get_bookie_info_interval_s: int = 86400
-    """``getBookieInfoIntervalSeconds`` (s)."""
-    get_bookie_info_retry_interval_s: int = 60
-    """``getBookieInfoRetryIntervalSeconds`` (s)."""
-    get_bookie_info_timeout_s: int = 5
-    """``getBookieInfoTimeoutSecs`` (s)."""
+    get_bookie_info_interval_s: int = KEY_BY_NAME["getBookieInfoIntervalSeconds"].default
+    """``getBookieInfoIntervalSeconds`` (s); default from the key table (60, upstream 86400)."""
+    get_bookie_info_retry_interval_s: int = KEY_BY_NAME["getBookieInfoRetryIntervalSeconds"].default
+    """``getBookieInfoRetryIntervalSeconds`` (s); default from the key table."""
+    get_bookie_info_timeout_s: int = KEY_BY_NAME["getBookieInfoTimeoutSecs"].default
+    """``getBookieInfoTimeoutSecs`` (s); default from the key table."""
     min_num_zones_per_write_quorum: int = 2
     """``minNumZonesPerWriteQuorum``."""
     desired_num_zones_per_write_quorum: int = 3

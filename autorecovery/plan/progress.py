@@ -2,15 +2,37 @@
 
 Upstream has nothing like this: an operator sees only the count of markers (``listunderreplicated -c``)
 and, during decommission, "Count of Ledgers which need to be rereplicated: N" with no ids and no rate
-(#2162, #3974, #3338). The worker feeds a :class:`ProgressTracker`; the admin API and the
-``autorecovery_bytes_remaining`` gauge read :meth:`ProgressTracker.snapshot`.
+(#2162, #3974, #3338). The worker feeds a :class:`ProgressTracker`; the admin API
+(``/api/v1/autorecovery/progress``), the shell and the ``autorecovery_worker_*`` gauges read
+:meth:`ProgressTracker.snapshot`.
+
+**Cluster view, derived on every node (chosen over an auditor aggregate).** Every worker already
+follows the whole marker set (its backlog refresh, woken by every marker created or deleted), with a
+byte estimate per marked ledger. The cluster's progress is that set shrinking: when a ledger leaves
+it (any worker finished it) its estimate counts as copied, and this node's own in-flight copies count
+as they stream. :class:`ClusterRate` turns those completions into a rate averaged over a sliding
+window (``rate_window_s``, default 120 s) and re-computed only when work completes, and the ETA is
+``remaining / rate − time since the last completion``: between completions it falls by one second per
+second, at a completion it moves by what the new rate says. Early in an episode, work in flight on
+other workers is not visible yet, so the rate starts low and the ETA high and both converge, the ETA
+from above; a rise is bounded by one ledger's share (issue 9 observed 86 → 39 → 413 → 320 s with the
+old per-worker 30 s window, which measured only this worker's bytes against the whole cluster's
+backlog). No auditor round trip
+and no shared state: any node answers, and all nodes agree up to their refresh delay.
+
+**Blocked work is reported apart and has no ETA**: ``blocked`` (ledger → reason) and
+:func:`blocked_summary` ("blocked: 4 ledgers, no eligible target bookie"); the ETA covers the other
+ledgers only, and is None when every remaining ledger is blocked, or when no work completed for
+``stall_after_s`` although the ETA ran out (``stalled_s`` says for how long).
 
 Units: bytes, seconds (monotonic, from the injected ``now``), bytes per second.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import math
+import re
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -83,19 +105,120 @@ class RateMeter:
         return self._sum / span
 
 
+class ClusterRate:
+    """Smoothed cluster copy rate from completions, and an ETA that converges (see the module doc).
+
+    Feed :meth:`observe` with the current remaining work (ledger id → estimated bytes left, every
+    marked ledger the node knows of, blocked ones included). Bytes that left the map (finished ledgers)
+    or that an estimate lost (copies streaming here) are counted as done.
+
+    The rate is the bytes completed over the last ``window_s`` seconds (or since the episode started,
+    when that is shorter) divided by that time, re-computed at each completion. Work in flight on
+    other workers is invisible until it completes, so early in an episode the rate is low and the ETA
+    high; both then converge (the ETA from above, so it keeps falling). Between completions the ETA
+    falls one second per second.
+
+    Args:
+        now: monotonic seconds. window_s: averaging window (s); long against one ledger's copy time.
+        stall_after_s: with work left, the ETA becomes None when it ran out and nothing completed for
+            this long.
+    """
+
+    def __init__(self, now: Now, window_s: float = 120.0, stall_after_s: float = 60.0) -> None:
+        self.now, self.window_s, self.stall_after_s = now, window_s, stall_after_s
+        self.rate: float | None = None
+        self._last: dict[int, int] = {}
+        self._since: float | None = None  # time of the last completion (or the episode start)
+        self._events: deque[tuple[float, int]] = deque()  # (time, bytes done in the episode so far)
+        self._episode_done = 0
+        self.done_bytes = 0
+
+    def observe(self, remaining: Mapping[int, int]) -> None:
+        t = self.now()
+        done = 0
+        for lid, before in self._last.items():
+            after = remaining.get(lid, 0)
+            if after < before:
+                done += before - after
+        self._last = {lid: max(0, int(b)) for lid, b in remaining.items()}
+        self.done_bytes += max(0, done)
+        if not remaining:  # the queue is empty: the episode is over, the next one measures afresh
+            self.rate, self._since = None, None
+            self._events.clear()
+            self._episode_done = 0
+            return
+        if self._since is None:
+            self._since = t
+            self._events.append((t, 0))
+            return
+        if done <= 0:
+            return
+        self._episode_done += done
+        self._events.append((t, self._episode_done))
+        while len(self._events) >= 2 and self._events[1][0] <= t - self.window_s:
+            self._events.popleft()
+        base_t, base_done = self._events[0]
+        if base_t < t - self.window_s:  # interpolate the count at the window's start
+            nxt_t, nxt_done = self._events[1]
+            frac = (t - self.window_s - base_t) / max(nxt_t - base_t, 1e-9)
+            base_t, base_done = t - self.window_s, base_done + frac * (nxt_done - base_done)
+        self.rate = (self._episode_done - base_done) / max(t - base_t, 1e-3)
+        self._since = t
+
+    def stalled_s(self) -> float:
+        """Seconds since the last completion (or the episode start) while work remains; 0 when idle."""
+        return 0.0 if self._since is None else max(0.0, self.now() - self._since)
+
+    def eta_s(self, unblocked_bytes: int, unblocked_ledgers: int, blocked_ledgers: int) -> float | None:
+        """Seconds until the unblocked work is done: 0 when nothing is left at all, None when all that
+        is left is blocked, when no rate is known yet, or when stalled (see the class doc)."""
+        if unblocked_ledgers == 0:
+            return 0.0 if blocked_ledgers == 0 else None
+        if self.rate is None or self.rate <= 0:
+            return None
+        since = self.stalled_s()
+        eta = unblocked_bytes / self.rate - since
+        if eta <= 0:
+            return None if since > self.stall_after_s else 0.0
+        return eta
+
+
+_RANGES = re.compile(r"\b(entries|entry|segment|ledger)\s+[\[\]0-9,\- ]+")
+
+
+def blocked_reason_kind(reason: str) -> str:
+    """The kind of a blocked reason, for grouping: the text before the first ``:`` or ``;``, with
+    entry ranges removed (``"no eligible target bookie: not enough bookies (need 1)"`` →
+    ``"no eligible target bookie"``)."""
+    head = re.split(r":\s|:$|[;(]", reason, maxsplit=1)[0]
+    return " ".join(_RANGES.sub(r"\1 ", head).split()) or "unknown"
+
+
+def blocked_summary(blocked: Mapping[int, str]) -> str:
+    """``"blocked: 4 ledgers, no eligible target bookie"`` (kinds by count, most first); ``""`` when
+    nothing is blocked."""
+    if not blocked:
+        return ""
+    kinds = Counter(blocked_reason_kind(r) for r in blocked.values())
+    n = len(blocked)
+    parts = [k if len(kinds) == 1 else f"{c} {k}" for k, c in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return f"blocked: {n} ledger{'s' if n != 1 else ''}, " + "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class Progress:
-    """A snapshot of one worker's progress (the admin API serves it as JSON).
+    """A snapshot of the cluster's re-replication as one node sees it, and of this worker's share.
 
-    Attributes:
-        ledgers_remaining: marked ledgers this worker knows of that are not done (including in progress).
-        ledgers_in_progress: ledgers being copied now.
-        ledgers_done: ledgers this worker replicated since it started.
-        bytes_remaining: estimated bytes still to copy for the known backlog.
-        bytes_copied: bytes written to targets since start.
-        rate_bytes_per_s: recent copy rate (sliding window).
-        eta_s: ``bytes_remaining / rate`` or None when the rate is 0 or nothing is known.
-        blocked: ledger id → reason it cannot progress now.
+    Cluster (every marked ledger this node knows of; identical on every node up to refresh delays):
+        ledgers_remaining / bytes_remaining: marked ledgers that are *not* blocked, and their estimated
+            bytes to copy. rate_bytes_per_s: smoothed cluster rate (:class:`ClusterRate`).
+        eta_s: for the unblocked work only; 0 when nothing is left, None when unknown, all blocked or
+            stalled. stalled_s: seconds since work last completed while work remains.
+        blocked: ledger id → reason it cannot progress now (no ETA for these).
+    This worker:
+        ledgers_in_progress: ledgers it is copying now. worker_bytes_remaining: bytes it still has to
+            copy for them. worker_rate_bytes_per_s: its own copy rate (30 s window).
+        ledgers_done / bytes_copied: since it started.
     """
 
     ledgers_remaining: int
@@ -106,38 +229,72 @@ class Progress:
     rate_bytes_per_s: float
     eta_s: float | None
     blocked: Mapping[int, str] = field(default_factory=dict)
+    worker_bytes_remaining: int = 0
+    worker_rate_bytes_per_s: float = 0.0
+    stalled_s: float = 0.0
+
+    @property
+    def blocked_summary(self) -> str:
+        return blocked_summary(self.blocked)
 
     def as_dict(self) -> dict:
+        """``{"cluster": {...}, "worker": {...}}`` (the HTTP progress document)."""
         return {
-            "ledgers_remaining": self.ledgers_remaining,
-            "ledgers_in_progress": self.ledgers_in_progress,
-            "ledgers_done": self.ledgers_done,
-            "bytes_remaining": self.bytes_remaining,
-            "bytes_copied": self.bytes_copied,
-            "rate_bytes_per_s": round(self.rate_bytes_per_s, 1),
-            "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
-            "blocked": {str(k): v for k, v in sorted(self.blocked.items())},
+            "cluster": {
+                "ledgers_remaining": self.ledgers_remaining,
+                "bytes_remaining": self.bytes_remaining,
+                "rate_bytes_per_s": round(self.rate_bytes_per_s, 1),
+                "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
+                "stalled_s": round(self.stalled_s, 1),
+                "ledgers_blocked": len(self.blocked),
+                "blocked_summary": self.blocked_summary,
+                "blocked": {str(k): v for k, v in sorted(self.blocked.items())},
+            },
+            "worker": {
+                "ledgers_in_progress": self.ledgers_in_progress,
+                "bytes_remaining": self.worker_bytes_remaining,
+                "rate_bytes_per_s": round(self.worker_rate_bytes_per_s, 1),
+                "ledgers_done": self.ledgers_done,
+                "bytes_copied": self.bytes_copied,
+            },
         }
 
 
 class ProgressTracker:
-    """Mutable progress state of a worker; :meth:`snapshot` returns an immutable :class:`Progress`."""
+    """Mutable progress state of a worker; :meth:`snapshot` returns an immutable :class:`Progress`.
 
-    def __init__(self, now: Now, window_s: float = 30.0) -> None:
+    ``set_backlog`` gives the whole marker set (cluster view); ``start``/``plan``/``copied``/``finish``
+    this worker's own passes; ``block`` the reasons its passes found.
+    """
+
+    def __init__(self, now: Now, window_s: float = 30.0, rate_window_s: float = 120.0,
+                 stall_after_s: float = 60.0) -> None:
         self.now = now
         self.meter = RateMeter(now, window_s)
+        self.cluster = ClusterRate(now, rate_window_s, stall_after_s)
         self._backlog: dict[int, int] = {}
         self._active: dict[int, list[int]] = {}  # ledger -> [planned, copied]
         self._blocked: dict[int, str] = {}
         self.done = 0
         self.bytes_copied = 0
 
+    def _remaining(self) -> dict[int, int]:
+        out = dict(self._backlog)
+        for lid, (planned, copied) in self._active.items():
+            out[lid] = max(0, planned - copied)
+        return out
+
+    def _observe(self) -> None:
+        self.cluster.observe(self._remaining())
+
     def set_backlog(self, estimates: Mapping[int, int]) -> None:
-        """Replace the known backlog: marked ledger id → estimated bytes to copy."""
+        """Replace the known backlog: marked ledger id → estimated bytes to copy. Ledgers no longer
+        marked leave the backlog and their blocked reasons go with them (finished work is cleared)."""
         self._backlog = dict(estimates)
         for lid in list(self._blocked):
             if lid not in self._backlog and lid not in self._active:
                 del self._blocked[lid]
+        self._observe()
 
     def start(self, ledger_id: int, planned_bytes: int | None = None) -> None:
         """A ledger is being worked on; ``planned_bytes`` defaults to its backlog estimate."""
@@ -150,6 +307,7 @@ class ProgressTracker:
         """Refine the bytes planned for an active ledger (after its fragments were checked)."""
         if ledger_id in self._active:
             self._active[ledger_id][0] = max(0, planned_bytes)
+            self.cluster._last[ledger_id] = self._remaining().get(ledger_id, 0)  # a re-plan is not progress
 
     def copied(self, ledger_id: int, nbytes: int) -> None:
         self.meter.add(nbytes)
@@ -158,11 +316,16 @@ class ProgressTracker:
             self._active[ledger_id][1] += nbytes
 
     def finish(self, ledger_id: int, replicated: bool) -> None:
-        self._active.pop(ledger_id, None)
+        act = self._active.pop(ledger_id, None)
         if replicated:
             self.done += 1
             self._backlog.pop(ledger_id, None)
             self._blocked.pop(ledger_id, None)
+        elif act is not None and ledger_id in self._backlog:
+            # not done: what it still needs is the estimate again (copied bytes of an aborted pass
+            # are not progress), without counting the difference as work done
+            self.cluster._last[ledger_id] = self._backlog[ledger_id]
+        self._observe()
 
     def block(self, ledger_id: int, reason: str) -> None:
         self._blocked[ledger_id] = reason
@@ -173,24 +336,28 @@ class ProgressTracker:
     def blocked(self) -> dict[int, str]:
         return dict(self._blocked)
 
-    def snapshot(self) -> Progress:
-        remaining_ids = set(self._backlog) | set(self._active)
-        rem = 0
-        for lid in remaining_ids:
-            if lid in self._active:
-                planned, copied = self._active[lid]
-                rem += max(0, planned - copied)
-            else:
-                rem += self._backlog.get(lid, 0)
-        rate = self.meter.rate()
-        eta = rem / rate if rate > 0 and rem > 0 else (0.0 if rem == 0 and not remaining_ids else None)
+    def snapshot(self, extra_blocked: Mapping[int, str] | None = None) -> Progress:
+        """The current :class:`Progress`; ``extra_blocked`` adds reasons known elsewhere (unrecoverable
+        side znodes of any worker, non-retriable failures) for marked ledgers."""
+        self._observe()
+        remaining = self._remaining()
+        blocked = {lid: r for lid, r in self._blocked.items() if lid in remaining}
+        for lid, r in (extra_blocked or {}).items():
+            if lid in remaining:
+                blocked[lid] = r
+        free = [lid for lid in remaining if lid not in blocked]
+        free_bytes = sum(remaining[lid] for lid in free)
+        worker_rem = sum(max(0, p - c) for p, c in self._active.values())
         return Progress(
-            ledgers_remaining=len(remaining_ids),
+            ledgers_remaining=len(free),
             ledgers_in_progress=len(self._active),
             ledgers_done=self.done,
-            bytes_remaining=rem,
+            bytes_remaining=free_bytes,
             bytes_copied=self.bytes_copied,
-            rate_bytes_per_s=rate,
-            eta_s=eta,
-            blocked=dict(self._blocked),
+            rate_bytes_per_s=self.cluster.rate or 0.0,
+            eta_s=self.cluster.eta_s(free_bytes, len(free), len(blocked)),
+            blocked=blocked,
+            worker_bytes_remaining=worker_rem,
+            worker_rate_bytes_per_s=self.meter.rate(),
+            stalled_s=self.cluster.stalled_s() if remaining else 0.0,
         )

@@ -38,9 +38,10 @@ from autorecovery.audit.index import BookieLedgerIndex
 from autorecovery.audit.maintenance import Holds, Window, data_first, guard_level, holds
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.audit.schedule import first_run_s, next_run_s
-from autorecovery.errors import BookieError, ConfigError
+from autorecovery.errors import BookieError, ConfigError, is_retriable
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.roles.checker import LedgerChecker
+from autorecovery.roles.cluster_gauges import ClusterGauges
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
 from autorecovery.zk.ledger_tree import LedgerTreeWatcher
@@ -244,6 +245,10 @@ class Auditor:
         self._settle_timer: asyncio.TimerHandle | None = None
         self._check_lock = asyncio.Lock()  # marking by different tasks does not interleave per ledger set
         self._m = self._metrics(registry or metrics.REGISTRY)
+        # cluster-wide gauges (under-replicated ledgers/bytes, unrecoverable, oldest marker age): only
+        # the elected auditor exports them, refreshed on every marker change (roles/cluster_gauges.py)
+        self.gauges = ClusterGauges(self.urm, zk, paths, self.index.total_length, registry or metrics.REGISTRY,
+                                    self.wall_ms, quiet=self._check_lock)
 
     def _metrics(self, reg: metrics.MetricsRegistry) -> dict[str, Any]:
         op = ("NUM_UNDER_REPLICATED_LEDGERS", "UNDER_REPLICATED_LEDGERS_TOTAL_SIZE", "URL_PUBLISH_TIME_FOR_LOST_BOOKIE",
@@ -276,6 +281,9 @@ class Auditor:
         m["guard_domains"] = reg.gauge("autorecovery", "rack_loss_guard_domains")
         m["guard_held"] = reg.gauge("autorecovery", "rack_loss_guard_held_bookies")
         m["data_first"] = reg.counter("autorecovery", "maintenance_overridden_ledgers_total")
+        m["event_errors"] = {r: reg.counter("autorecovery", "auditor_event_errors_total", labels={"retriable": r},
+                                            doc="failed bookie-change/delay/audit events, by retriable")
+                             for r in ("true", "false")}
         self._zk_ops = {k: reg.counter("autorecovery", "audit_zk_ops_total", labels={"audit": k})
                         for k in ("lost_bookie", "bookie_check", "check_all_ledgers", "placement_check",
                                   "replicas_check", "index_reconcile", "index_consistency")}
@@ -336,6 +344,7 @@ class Auditor:
         # used to audit in the same millisecond it said it was delaying).
         await self._decide_initial_membership()
         self._spawn(self._event_loop(), "events")
+        self._spawn(self.gauges.run(), "cluster_gauges")
         now_s, now_ms = self.clock(), self.wall_ms()
         self._spawn(self._periodic("bookie_check", s.auditor_periodic_bookie_check_interval,
                                    first_run_s(s.auditor_periodic_bookie_check_interval, None, now_s, now_ms),
@@ -379,6 +388,7 @@ class Auditor:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.gauges.reset()
         await self.tree.settle()
         if self.bookie_watcher is not None:
             await self.bookie_watcher.stop()
@@ -584,8 +594,11 @@ class Auditor:
     async def _event_loop(self) -> None:
         """Handle bookie changes, delay changes and the delayed audit one at a time.
 
-        A failure before the decision (reading the delay) re-queues the event; a failed audit is
-        retried as an audit (the tracker already moved on), after a 1 s back-off.
+        A retriable failure (``errors.is_retriable``) before the decision (reading the delay)
+        re-queues the event; a failed audit is retried as an audit (the tracker already moved on),
+        after a 1 s back-off. A failure retrying cannot fix (e.g. a garbage marker znode) is logged
+        once with what to fix and counted in ``autorecovery_auditor_event_errors_total{retriable}``;
+        the loop goes on with the next event instead of retrying it forever.
         """
         while True:
             kind, token = await self._events.get()
@@ -594,9 +607,9 @@ class Auditor:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a ZooKeeper hiccup must not end loss detection
-                log.error("handling an auditor event failed; retrying", event=kind, error=repr(exc))
-                await asyncio.sleep(1.0)
-                self._events.put_nowait((kind, token))
+                if self._event_failed(kind, exc):
+                    await asyncio.sleep(1.0)
+                    self._events.put_nowait((kind, token))
                 continue
             if d is None:
                 continue
@@ -605,9 +618,20 @@ class Auditor:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                log.error("lost-bookie audit failed; retrying", event=kind, error=repr(exc))
-                await asyncio.sleep(1.0)
-                self._events.put_nowait(("retry_audit", None))
+                if self._event_failed(kind, exc):
+                    await asyncio.sleep(1.0)
+                    self._events.put_nowait(("retry_audit", None))
+
+    def _event_failed(self, kind: str, exc: Exception) -> bool:
+        """Count and log a failed event; returns whether to retry it."""
+        retry = is_retriable(exc)
+        self._m["event_errors"]["true" if retry else "false"].inc()
+        if retry:
+            log.warning("handling an auditor event failed; retrying in 1 s", auditor_event=kind, error=repr(exc))
+        else:
+            log.error("handling an auditor event failed with an error retrying will not fix; not retried",
+                      auditor_event=kind, error=repr(exc), error_type=type(exc).__name__)
+        return retry
 
     async def _decide(self, kind: str, token) -> Decision | None:
         assert self.tracker is not None

@@ -63,6 +63,7 @@ from autorecovery.errors import (
     DigestMismatchError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
+    is_retriable,
 )
 from autorecovery.ledger.digest import unpack_entry
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
@@ -104,10 +105,14 @@ class _Metrics:
         self.bytes_written = o(scope, "NUM_BYTES_WRITTEN")
         self.read_latency = o(scope, "READ_DATA_LATENCY")
         self.write_latency = o(scope, "WRITE_DATA_LATENCY")
-        self.bytes_remaining = registry.gauge(OUR_SCOPE, "bytes_remaining",
-                                              doc="estimated bytes this worker still has to copy")
-        self.unrecoverable_ledgers = registry.gauge(OUR_SCOPE, "unrecoverable_ledgers",
-                                                    doc="ledgers surfaced with entries no replica holds")
+        # per-worker figures (sum() over nodes is the cluster's work in hand); the cluster-wide counts
+        # are the auditor's autorecovery_underreplicated_* / autorecovery_unrecoverable_ledgers
+        self.bytes_remaining = registry.gauge(OUR_SCOPE, "worker_bytes_remaining",
+                                              doc="estimated bytes this worker still has to copy for the ledgers it holds")
+        self.ledgers_remaining = registry.gauge(OUR_SCOPE, "worker_ledgers_remaining",
+                                                doc="ledgers this worker holds (locked: in progress or backing off)")
+        self.ledgers_blocked = registry.gauge(OUR_SCOPE, "worker_ledgers_blocked",
+                                              doc="still-marked ledgers this worker's last pass left blocked")
         self.unrecoverable_total = c(OUR_SCOPE, "unrecoverable_ledgers_total",
                                      doc="times a ledger was surfaced as unrecoverable")
         self.no_more_bookie = c(OUR_SCOPE, "placement_no_more_bookie_total",
@@ -194,6 +199,9 @@ class ReplicationWorker:
         self._mds: dict[int, LedgerMetadata] = {}
         self._known: dict[int, LedgerPriority] = {}
         self._later: dict[int, float] = {}  # lid -> until (clock) : blocked, try others first
+        # lid -> (marker version, reason): a pass failed with an error retrying cannot fix
+        # (errors.is_retriable); skipped until the ledger is marked again (a new marker version)
+        self._not_retriable: dict[int, tuple[tuple[int, int], str]] = {}
         self._bad_targets: dict[str, float] = {}
         self._active: set[int] = set()
         self._deferred: dict[int, asyncio.Task] = {}
@@ -221,8 +229,9 @@ class ReplicationWorker:
         await self.zk.ensure_path(self.paths.unrecoverable)
         self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
         self.watcher.add_listener(self._on_membership)
-        self.m.bytes_remaining.set_function(lambda: self.tracker.snapshot().bytes_remaining)
-        self.m.unrecoverable_ledgers.set_function(lambda: len(self.unrecoverable))
+        self.m.bytes_remaining.set_function(lambda: self.tracker.snapshot().worker_bytes_remaining)
+        self.m.ledgers_remaining.set_function(lambda: len(self.um.held))
+        self.m.ledgers_blocked.set_function(self._own_blocked_count)
         self._check_policy_config()
         try:
             await self._refresh()
@@ -275,14 +284,20 @@ class ReplicationWorker:
             self._stopped.set_result(None)
 
     def progress(self) -> Progress:
-        """A pure snapshot: ledgers and bytes left, rate, ETA, and blocked reasons by ledger id."""
-        snap = self.tracker.snapshot()
-        blocked = dict(snap.blocked)
+        """A pure snapshot (:class:`~autorecovery.plan.progress.Progress`): the cluster's ledgers and
+        bytes left with the smoothed cluster rate and ETA, blocked ledgers apart with their reasons
+        (this worker's passes, every worker's unrecoverable side znodes), and this worker's share."""
+        extra: dict[int, str] = {}
         for lid, info in self.unrecoverable.items():
-            if lid in self._markers:
-                blocked[lid] = (f"unrecoverable: entries {info.get('entries')} have no readable replica"
-                                f" (waiting for {info.get('waiting_for') or 'an operator'})")
-        return dataclasses.replace(snap, blocked=blocked)
+            extra[lid] = (f"unrecoverable: entries {info.get('entries')} have no readable replica"
+                          f" (waiting for {info.get('waiting_for') or 'an operator'})")
+        for lid, (_v, reason) in self._not_retriable.items():
+            extra[lid] = reason
+        return self.tracker.snapshot(extra)
+
+    def _own_blocked_count(self) -> int:
+        """Still-marked ledgers this worker's own passes left blocked (autorecovery_worker_ledgers_blocked)."""
+        return len({lid for lid in self.tracker.blocked() if lid in self._markers} | set(self._not_retriable))
 
     # -- membership / policy ---------------------------------------------------------------------
     def _on_membership(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
@@ -316,17 +331,36 @@ class ReplicationWorker:
         """Refresh on demand (after a pass, a membership change, a side-znode change) or every 10 s, but
         at most once per ``max(0.5 s, markers / 2000 s)``: walking the marker hierarchy costs ZooKeeper
         reads in proportion to the backlog."""
+        markers_changed = self.um.subscribe()
+        try:
+            await self._refresh_rounds(markers_changed)
+        finally:
+            self.um.unsubscribe(markers_changed)
+
+    async def _refresh_rounds(self, markers_changed: asyncio.Event) -> None:
         while not self._stopping:
             self._refresh_wanted.clear()
+            markers_changed.clear()
             t0 = self.clock()
             try:
                 await self._refresh()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - retried on the next round
-                log.debug("backlog refresh failed", error=str(exc))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._refresh_wanted.wait(), timeout=10.0)
+                if is_retriable(exc):
+                    log.debug("backlog refresh failed", error=str(exc))
+                else:
+                    log.error("backlog refresh failed with an error retrying will not fix", error=repr(exc),
+                              error_type=type(exc).__name__)
+            # a marker created or deleted anywhere in the cluster (the watches of the walk in _refresh)
+            # or our own events: finished work leaves the backlog at once, not after 10 s
+            waiters = [asyncio.ensure_future(self._refresh_wanted.wait()),
+                       asyncio.ensure_future(markers_changed.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=10.0, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
             pause = max(0.5, len(self._markers) / 2000.0) - (self.clock() - t0)
             if pause > 0 and not self._stopping:
                 await self.sleep(pause)
@@ -334,22 +368,33 @@ class ReplicationWorker:
     async def _refresh(self) -> None:
         """Read markers (new ones, or all every 60 s) and their metadata; recompute priorities and the
         backlog estimate; sync the unrecoverable side znodes."""
-        ids = await self.um.list_marked_ids()
+        ids = set(await self.um.watched_marked_ids())
         now = self.clock()
         full = now - self._last_full_refresh > 60.0
         if full:
             self._last_full_refresh = now
+        for lid in list(self._not_retriable):
+            if lid not in ids:
+                self._not_retriable.pop(lid, None)
         for lid in list(self._markers):
             if lid not in ids:
                 self._markers.pop(lid, None)
                 self._mds.pop(lid, None)
                 self._known.pop(lid, None)
-        todo = [lid for lid in sorted(ids) if full or lid not in self._markers][:5000]
+        todo = [lid for lid in sorted(ids) if full or lid not in self._markers or lid in self._not_retriable][:5000]
         sem = asyncio.Semaphore(32)
 
         async def load(lid: int) -> None:
             async with sem:
-                marker = await self.um.get_marker(lid)
+                try:
+                    marker = await self.um.get_marker(lid)
+                except AutoRecoveryError as exc:
+                    if exc.retriable:
+                        raise
+                    # one garbage marker must not freeze the whole backlog (and progress) forever
+                    log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
+                                error=str(exc))
+                    return
                 if marker is None:
                     return
                 self._markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
@@ -360,12 +405,15 @@ class ReplicationWorker:
                         self._mds.pop(lid, None)
 
         await asyncio.gather(*(load(lid) for lid in todo))
+        if any(not self._skip_not_retriable(lid) for lid in list(self._not_retriable)):
+            self._wake.set()  # a ledger was marked again: let the slots look at it
         avail = self.watcher.available
         backlog: dict[int, int] = {}
         placement_marks = 0
         for lid, (_v, ctime, replicas) in self._markers.items():
             md = self._mds.get(lid)
             if md is None:
+                backlog[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
                 continue
             p = ledger_priority(lid, md, replicas, avail, ctime)
             self._known[lid] = p
@@ -423,8 +471,19 @@ class ReplicationWorker:
         for lid, until in list(self._later.items()):
             if until <= now:
                 del self._later[lid]
-        skip = {lid for lid in ids if self._still_unrecoverable(lid)} | self._active
+        skip = {lid for lid in ids if self._still_unrecoverable(lid) or self._skip_not_retriable(lid)} | self._active
         return order_candidates(ids, self._known, skip=skip, later=set(self._later), rng=self.rng)
+
+    def _skip_not_retriable(self, lid: int) -> bool:
+        """True while the ledger's last pass failed with a non-retriable error and it was not re-marked."""
+        entry = self._not_retriable.get(lid)
+        if entry is None:
+            return False
+        marker = self._markers.get(lid)
+        if marker is not None and (marker[0], marker[1]) != entry[0]:
+            self._not_retriable.pop(lid, None)  # marked again (new version or ctime): try once more
+            return False
+        return True
 
     # -- slots -----------------------------------------------------------------------------------
     async def _slot_loop(self, slot: int) -> None:
@@ -448,6 +507,12 @@ class ReplicationWorker:
                 raise
             except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: back off and go on
                 self.m.exception(exc)
+                if not is_retriable(exc):
+                    # a bug or a state retrying cannot change: end the slot (the worker stops being
+                    # `running`, so the daemon's watchdog exits 1 and a supervisor restarts it)
+                    log.error("replication slot failed with an error retrying will not fix; stopping the slot",
+                              slot=slot, error=repr(exc), error_type=type(exc).__name__)
+                    raise
                 log.warning("replication slot error", slot=slot, error=str(exc), error_type=type(exc).__name__)
                 ok = False
             if not ok and not self._stopping:
@@ -577,8 +642,20 @@ class ReplicationWorker:
             raise
         except Exception as exc:  # noqa: BLE001 - upstream: release the lock, count, back off
             self.m.exception(exc)
-            log.error("replication pass failed", ledger_id=lid, error=str(exc), error_type=type(exc).__name__)
-            self.tracker.block(lid, f"{type(exc).__name__}: {exc}")
+            if is_retriable(exc):
+                log.warning("replication pass failed; the ledger is retried", ledger_id=lid, error=str(exc),
+                            error_type=type(exc).__name__)
+                self.tracker.block(lid, f"{type(exc).__name__}: {exc}")
+                return False
+            reason = f"not retriable: {type(exc).__name__}: {exc} (skipped until the ledger is marked again)"
+            marker = None
+            with contextlib.suppress(Exception):
+                marker = await self.um.get_marker(lid)
+            self._not_retriable[lid] = ((marker.version, marker.ctime) if marker else (self.um.held.get(lid, -1), -1),
+                                        reason)
+            log.error("replication pass failed with an error retrying will not fix; the ledger is skipped until "
+                      "it is marked again", ledger_id=lid, error=str(exc), error_type=type(exc).__name__)
+            self.tracker.block(lid, reason)
             return False
         finally:
             self._active.discard(lid)
@@ -596,6 +673,7 @@ class ReplicationWorker:
         deleted = await self.um.mark_replicated(lid)
         self.memory.replicated(lid)
         self._later.pop(lid, None)
+        self._not_retriable.pop(lid, None)
         await self._clear_unrecoverable(lid)
         self.tracker.unblock(lid)
         if not deleted:

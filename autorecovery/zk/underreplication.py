@@ -25,6 +25,7 @@ Better than upstream:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import time
@@ -152,6 +153,7 @@ class UnderreplicationManager:
         self._cache: dict[str, list[str]] = {}
         self._watch_gen: dict[str, int] = {}  # path -> watch events seen (see _cached_children)
         self._changed = asyncio.Event()
+        self._subscribers: list[asyncio.Event] = []
         self._session_q: asyncio.Queue | None = None
         self._session_task: asyncio.Task | None = None
         self._known_dirs: set[str] = set()  # upper hex levels known to exist (mark_many)
@@ -191,9 +193,35 @@ class UnderreplicationManager:
             ev = await self._session_q.get()
             # after a reconnect or a new session our watch-based cache may be stale
             self._cache.clear()
-            self._changed.set()
+            self._notify()
             if ev == SessionEvent.LOST:
                 self.held.clear()  # ephemeral locks died with the session
+
+    def _notify(self) -> None:
+        self._changed.set()
+        for ev in self._subscribers:
+            ev.set()
+
+    def subscribe(self) -> asyncio.Event:
+        """A new event of the caller's own, set whenever :attr:`changes` is (a watched marker or lock
+        listing changed, or the session changed), so that several consumers (the acquire loop, a
+        backlog refresher, the auditor's gauges) can clear and wait without stealing wake-ups from each
+        other. Watches are armed by :meth:`watched_marked_ids` and the acquire walk.
+        """
+        ev = asyncio.Event()
+        self._subscribers.append(ev)
+        return ev
+
+    def unsubscribe(self, ev: asyncio.Event) -> None:
+        with contextlib.suppress(ValueError):
+            self._subscribers.remove(ev)
+
+    async def watched_marked_ids(self) -> list[int]:
+        """Every marked ledger id, read through the watch cache (only levels that changed since the last
+        call are read again) and leaving a child watch on every level: the next marker created or
+        deleted sets :attr:`changes` and every :meth:`subscribe` event. Marker *data* changes (a merge
+        into an existing marker) are not watched."""
+        return await self._candidates()
 
     @property
     def changes(self) -> asyncio.Event:
@@ -453,7 +481,7 @@ class UnderreplicationManager:
         def cb(_event) -> None:
             self._watch_gen[path] = self._watch_gen.get(path, 0) + 1
             self._cache.pop(path, None)
-            self._changed.set()
+            self._notify()
         return cb
 
     async def _cached_children(self, path: str) -> list[str]:

@@ -17,7 +17,7 @@ from autorecovery.errors import NoSuchLedgerError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.roles.auditor import Auditor, AuditorSettings
 from autorecovery.rpc.convert import encode_service_info
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient, wait_for
 from autorecovery.zk.election import AuditorElector, elector_loop
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths
@@ -57,7 +57,7 @@ class FakeBookies:
     async def add(self, bookie: str, readonly: bool = False) -> None:
         try:
             await self.zk.create(P.cookie(bookie), b"cookie", makepath=True)
-        except Exception:
+        except NodeExistsError:  # a bookie coming back keeps its cookie
             pass
         await self.zk.create(P.readonly_bookie(bookie) if readonly else P.available_bookie(bookie), info(bookie),
                              ephemeral=True)
@@ -66,7 +66,7 @@ class FakeBookies:
         for p in (P.available_bookie(bookie), P.readonly_bookie(bookie)):
             try:
                 await self.zk.delete(p)
-            except Exception:
+            except NoNodeError:  # registered under the other path
                 pass
 
     async def to_readonly(self, bookie: str) -> None:
@@ -403,7 +403,7 @@ async def test_placement_check_counting_and_bp54_marking(zk):
                       repaired_placement_policy_not_adhering_bookie_enabled=repair)
         try:
             await zk.delete(P.placement_policy_check_ctime)  # ctime -1: run at once
-        except Exception:
+        except NoNodeError:
             pass
         a = await start_auditor(zk, st, policy=policy, registry=reg)
         try:
@@ -657,5 +657,34 @@ async def test_unrecoverable_records_are_logged_once_by_the_auditor_bookies_firs
         assert errors[0]["event"] == f"ledger 7 is unrecoverable until one of these bookies returns: {B[4]}"
         assert errors[1]["event"].startswith("ledger 8 is unrecoverable until one of these bookies returns: none known")
         assert all(len(e["event"]) < 200 for e in errors)
+    finally:
+        await a.stop()
+
+
+async def test_non_retriable_audit_failure_is_surfaced_not_retried(zk):
+    """Issue 9 (``retriable`` read nowhere): a garbage marker makes the lost-bookie audit fail with a
+    CompatibilityError. It is counted as not retriable and not retried every second; the next bookie
+    loss is still audited (other ledgers are marked)."""
+    fb = FakeBookies(zk)
+    for b in B[:4]:
+        await fb.add(b)
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(B[:3]))
+    await store.create(2, closed(B[:3]))
+    await store.create(3, closed([B[0], B[3]], E=2))
+    await zk.create(P.ur_marker(1), b"\xff not a marker", makepath=True)
+    reg = metrics.MetricsRegistry()
+    a = await start_auditor(zk, settings(), registry=reg)
+    urm = UnderreplicationManager(zk, P)
+    errors = {r: reg.get("autorecovery_auditor_event_errors_total", {"retriable": r}) for r in ("true", "false")}
+    try:
+        await fb.kill(B[2])
+        assert await wait_for(lambda: errors["false"].value >= 1, 10)
+        assert await urm.get_marker(2) is not None  # the batch created the other marker
+        await fb.kill(B[3])
+        assert await wait_for(lambda: marker(urm, 3), 10)
+        assert await wait_for(lambda: a._events.empty() and errors["false"].value == 2, 10), errors["false"].value
+        assert errors["true"].value == 0
+        assert a._events.empty()  # nothing re-queued: the failed audit is not retried
     finally:
         await a.stop()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autorecovery.zk.bridge import wait_for
+from autorecovery.zk.bridge import NoNodeError, wait_for
 
 from autorecovery.ledger.metadata import entries_on_index
 from autorecovery.rpc.bookie_client import BookieClient
@@ -106,7 +106,7 @@ async def votes_and_locks(cluster):
     async with zk_session(cluster) as (zk, paths, _urm):
         try:
             votes = sorted_votes(await zk.get_children(paths.auditor_election))
-        except Exception:  # noqa: BLE001
+        except NoNodeError:  # no daemon ever voted on this cluster
             votes = []
         locks = await zk.get_children(paths.ur_locks)
         return votes, locks
@@ -188,9 +188,10 @@ def test_sigterm_while_copying(cluster, procs, tmp_path):
 
     # no half-written metadata: every segment still lists the victim, or its replacement holds every
     # entry of that index (the ensemble is swapped only after a complete copy)
-    async def check_consistent() -> int:
+    async def check_consistent() -> tuple[int, int, int]:
         bookies = BookieClient()
-        swapped = 0
+        swapped = kept = 0
+        positions = sum(oseg.ensemble.count(victim) for old in before.values() for oseg in old.segments)
         try:
             for lid in affected:
                 md = await metadata(cluster, lid)
@@ -200,16 +201,20 @@ def test_sigterm_while_copying(cluster, procs, tmp_path):
                     assert len(set(seg.ensemble)) == len(seg.ensemble), seg
                     for idx, (b_new, b_old) in enumerate(zip(seg.ensemble, oseg.ensemble)):
                         if b_new == b_old:
+                            kept += b_old == victim
                             continue
+                        assert b_old == victim, (lid, i, idx, b_old, b_new)  # only the lost bookie is replaced
                         swapped += 1
                         for e in entries_on_index(seg.first_entry_id, md.segment_end(i), idx,
                                                   md.ensemble_size, md.write_quorum):
                             await bookies.read_entry(b_new, lid, e)  # raises if the copy is incomplete
         finally:
             await bookies.close()
-        return swapped
+        return swapped, kept, positions
 
-    arun(check_consistent())
+    swapped, kept, positions = arun(check_consistent())
+    # every position of the victim is either still the victim or replaced by a complete copy
+    assert positions > 0 and swapped + kept == positions, (swapped, kept, positions)
     payloads_ok = {lid: len(arun(read_all(cluster, lid))) == 100 for lid in written}
     assert all(payloads_ok.values())
 
@@ -273,6 +278,6 @@ async def votes_and_locks_async(cluster):
     async with zk_session(cluster) as (zk, paths, _urm):
         try:
             votes = sorted_votes(await zk.get_children(paths.auditor_election))
-        except Exception:  # noqa: BLE001
+        except NoNodeError:  # no daemon ever voted on this cluster
             votes = []
         return votes, await zk.get_children(paths.ur_locks)

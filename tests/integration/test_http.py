@@ -68,7 +68,13 @@ def test_healthz_readyz_metrics(env):
     assert "# TYPE autorecovery_bookie_free_disk_bytes gauge" in text
     assert f'autorecovery_placement_weight{{bookie_id="{c.bookie_id(2)}"}}' in text
     # upstream names, no _total suffix on upstream counters
-    assert "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED" in text or "auditor_" in text
+    assert "# TYPE replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED counter\n" in text
+    assert "\nreplication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED " in text
+    # exactly one of the two daemons is the auditor, and says so
+    elected = [t for t in (text, _ro.get("/metrics")[1]) if "\nautorecovery_auditor_elected 1.0\n" in t]
+    others = [t for t in (text, _ro.get("/metrics")[1]) if "\nautorecovery_auditor_elected 0.0\n" in t]
+    assert len(elected) == 1 and len(others) == 1
+    assert "\nauditor_NUM_LEDGERS_CHECKED " in elected[0]
     assert "NUM_LEDGERS_CHECKED_total" not in text
 
 
@@ -170,9 +176,11 @@ def test_progress_and_recover_job(env):
     c, rw, ro = env
     code, body = rw.get("/api/v1/autorecovery/progress")
     doc = json.loads(body)
-    assert code == 200 and set(doc) == {"worker", "jobs"}
-    if doc["worker"] is not None:
-        assert {"ledgers_remaining", "bytes_remaining", "rate_bytes_per_s", "eta_s", "blocked"} <= set(doc["worker"])
+    assert code == 200 and set(doc) == {"cluster", "worker", "jobs"}
+    assert {"ledgers_remaining", "bytes_remaining", "rate_bytes_per_s", "eta_s", "blocked", "ledgers_blocked",
+            "blocked_summary", "stalled_s"} <= set(doc["cluster"])
+    assert {"ledgers_in_progress", "bytes_remaining", "rate_bytes_per_s", "ledgers_done", "bytes_copied"} \
+        <= set(doc["worker"])
     src = c.bookie_id(3)
     written = arun(write_ledgers(c, 2, 10, 3, 3, 2))
     before = {lid: arun(read_all(c, lid)) for lid in written}

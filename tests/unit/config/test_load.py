@@ -204,3 +204,24 @@ def test_effective_lines_show_source_and_origin(tmp_path):
     assert "zkTimeout=9000  # env, upstream" in lines
     assert any(l.startswith("getBookieInfoIntervalSeconds=60  # default, upstream, upstream default 86400") for l in lines)
     assert any(l.startswith("httpAdminMutationsEnabled=false  # default, ours") for l in lines)
+
+
+def test_a_role_module_that_fails_to_import_fails_loudly(tmp_path, monkeypatch):
+    """Issue 9: an import failure of a role module used to be swallowed, so every key of that role was
+    reported as "unknown configuration key" and ignored. Now loading fails and names the module."""
+    import sys
+
+    conf = write(tmp_path, "zkServers=z:2181\nauditorPeriodicCheckInterval=60\n")
+    ok = load_settings(conf, env={})  # the real providers import fine: the key is known
+    assert ok.warnings == () and ok.properties["auditorPeriodicCheckInterval"] == "60"
+    monkeypatch.setitem(sys.modules, "autorecovery.roles.auditor", None)  # import raises ImportError
+    with pytest.raises(ConfigError, match=r"cannot load the configuration keys of autorecovery\.roles\.auditor"):
+        load_settings(conf, env={})
+    (tmp_path / "broken_keys_provider.py").write_text("import no_such_module_for_autorecovery_test\nCONFIG_KEYS = ()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from autorecovery.config.load import provider_key_objects, provider_keys
+
+    with pytest.raises(ConfigError, match="broken_keys_provider: ModuleNotFoundError"):
+        provider_keys(("broken_keys_provider",))
+    with pytest.raises(ConfigError, match="broken_keys_provider"):
+        provider_key_objects(("broken_keys_provider",))

@@ -146,21 +146,25 @@ def test_progress_tracker_eta_and_blocked():
     t = ProgressTracker(c, window_s=10)
     t.set_backlog({1: 10_000, 2: 5_000, 3: 1_000})
     snap = t.snapshot()
-    assert snap.ledgers_remaining == 3 and snap.bytes_remaining == 16_000 and snap.eta_s is None
+    assert snap.ledgers_remaining == 3 and snap.bytes_remaining == 16_000 and snap.eta_s is None  # no rate yet
     t.start(1, 10_000)
     for _ in range(5):
         c.t += 1
         t.copied(1, 1_000)
     snap = t.snapshot()
-    assert snap.bytes_remaining == 11_000 and snap.ledgers_in_progress == 1
-    assert snap.rate_bytes_per_s == pytest.approx(1000.0)
+    assert snap.bytes_remaining == 11_000 and snap.ledgers_in_progress == 1 and snap.worker_bytes_remaining == 5_000
+    assert snap.worker_rate_bytes_per_s == pytest.approx(1000.0)
+    assert snap.rate_bytes_per_s == pytest.approx(1000.0)  # 5,000 bytes in 5 s of cluster progress
     assert snap.eta_s == pytest.approx(11.0)
-    t.block(3, "no eligible target: not enough bookies")
+    t.block(3, "no eligible target bookie: not enough bookies")
     t.finish(1, replicated=True)
     snap = t.snapshot()
-    assert snap.ledgers_done == 1 and snap.ledgers_remaining == 2 and snap.bytes_remaining == 6_000
-    assert snap.blocked == {3: "no eligible target: not enough bookies"}
-    assert snap.as_dict()["blocked"] == {"3": "no eligible target: not enough bookies"}
+    assert snap.ledgers_done == 1 and snap.ledgers_remaining == 1 and snap.bytes_remaining == 5_000
+    assert snap.blocked == {3: "no eligible target bookie: not enough bookies"}
+    assert snap.blocked_summary == "blocked: 1 ledger, no eligible target bookie"
+    doc = snap.as_dict()
+    assert doc["cluster"]["blocked"] == {"3": "no eligible target bookie: not enough bookies"}
+    assert doc["cluster"]["ledgers_blocked"] == 1 and doc["worker"]["ledgers_done"] == 1
     t.set_backlog({})  # the markers are gone: blocked reasons go with them
     snap = t.snapshot()
     assert snap.blocked == {} and snap.ledgers_remaining == 0 and snap.eta_s == 0.0
