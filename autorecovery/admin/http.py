@@ -319,8 +319,15 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _json(await ops.cluster_info(ctx))
 
     async def progress(_r: web.Request) -> web.Response:
+        from autorecovery.admin import maintenance
+
         doc = ops.worker_progress(ctx) or {}
-        return _json({"cluster": doc.get("cluster"), "worker": doc.get("worker"), "jobs": deps.jobs.snapshot()})
+        try:  # windows, overrides and what the auditor holds back (issue 16); best effort
+            maint: Any = await maintenance.state(ctx)
+        except AutoRecoveryError as exc:
+            maint = {"error": str(exc)}
+        return _json({"cluster": doc.get("cluster"), "worker": doc.get("worker"), "jobs": deps.jobs.snapshot(),
+                      "maintenance": maint})
 
     async def ledger_meta(request: web.Request) -> web.Response:
         lid, md, version = await ops.ledger_metadata(ctx, request.query.get("ledger_id", ""))

@@ -841,7 +841,10 @@ class Auditor:
         async def one(lid: int, md: LedgerMetadata) -> None:
             nonlocal marked, failed, timed_out
             try:
-                await asyncio.wait_for(sem.acquire(), acquire_timeout_s)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that arrives as the
+                # semaphore is granted, and a stop would then hang on this task
+                async with asyncio.timeout(acquire_timeout_s):
+                    await sem.acquire()
             except TimeoutError:
                 # upstream ends the run early "as if successful" (and writes the ctime); we count it
                 # as a failed run so the ctime is not written for ledgers that were never checked

@@ -72,3 +72,16 @@ def test_expire_session_drill_the_daemon_rejoins(env):
                0.1, "the daemon to see its session expire")
     wait_until(lambda: http.get("/readyz")[0] == 200, 30, 0.1, "ready again on a new session")
     wait_until(lambda: "Auditor:" in http.get("/api/v1/autorecovery/who_is_auditor")[1], 30, 0.1, "re-elected")
+
+
+def test_progress_shows_windows_and_what_the_auditor_holds(env):
+    c, http = env
+    code, _ = http.put("/api/v1/autorecovery/maintenance",
+                       {"action": "start", "bookie": c.bookie_id(2), "ttl": "10m", "reason": "disk swap"})
+    assert code == 200
+    try:
+        doc = json.loads(http.get("/api/v1/autorecovery/progress")[1])
+        assert [w["target"] for w in doc["maintenance"]["windows"]] == [c.bookie_id(2)]
+        assert "held" in doc["maintenance"]
+    finally:
+        http.put("/api/v1/autorecovery/maintenance", {"action": "stop", "bookie": c.bookie_id(2)})
