@@ -154,7 +154,13 @@ async def test_priority_one_copy_ledger_before_two_copy_ledgers(cluster_factory)
         w = await env.start_worker(WorkerSettings(**{**FAST, "concurrent_ledgers": 1}))
         for lh in [one, *twos, healthy]:
             await wait_marker_gone(env, lh.ledger_id)
-        order = [lid for lid, outcome in w.history if outcome in ("replicated", "nothing-to-do")]
+
+        def done() -> list[int]:
+            return [lid for lid, outcome in w.history if outcome in ("replicated", "nothing-to-do")]
+
+        # the worker records a pass after it has removed the marker: wait for the last record too
+        assert await wait_for(lambda: len(done()) == 7, 10), w.history
+        order = done()
         assert order[0] == one.ledger_id, w.history
         assert order[-1] == healthy.ledger_id, w.history
         assert sorted(order[1:-1]) == sorted(lh.ledger_id for lh in twos)
