@@ -4,8 +4,9 @@ For 1 KiB and 64 KiB entries it measures, in one run:
 - client write: ``LedgerHandle.add_entry`` on a real 3-bookie cluster (E3/WQ2/AQ2, a window of adds in
   flight), payload MB/s;
 - client read: ``ReadHandle.read_entries`` of the same ledger, payload MB/s;
-- baseline: raw gRPC streaming of the same payload bytes x WQ to an in-process server that stores
-  nothing (AddEntries client stream for writes, ReadEntries server stream for reads).
+- baseline: raw gRPC streaming of the same payload bytes to three null bookies, each in its own
+  process, with the client's fan-out: every entry to its WQ=2 bookies round-robin, one AddEntries stream
+  per bookie in parallel; reads as three ReadEntries streams in parallel (``bench/nullbookie.py``).
 It prints the ratios client / raw. Not a test: run ``python bench/bookie_throughput.py [--quick]``.
 """
 
@@ -18,62 +19,54 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autorecovery.client.bookkeeper import BookKeeper  # noqa: E402
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
-from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
-from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
 from autorecovery.rpc.bookie_client import BookieClient  # noqa: E402
 from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
-from autorecovery.testing.zk_server import free_port  # noqa: E402
+from nullbookie import MAX_MSG, spawn_null, stop  # noqa: E402
 
 
-class NullBookie(pbg.BookieServicer):
-    """Accepts and serves entries without storing anything (the raw gRPC baseline)."""
+async def raw_grpc(size: int, count: int, ensemble: int = 3, wq: int = 2) -> tuple[float, float]:
+    """(write MB/s, read MB/s) of payload bytes over raw gRPC streams to ``ensemble`` null bookies.
 
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-
-    async def AddEntries(self, request_iterator, context):
-        n = b = 0
-        async for req in request_iterator:
-            n += 1
-            b += len(req.body)
-        return pb.AddEntriesResponse(status=pb.EOK, entries_written=n, bytes_written=b, failed_entry_id=-1)
-
-    async def ReadEntries(self, request, context):
-        for e in range(request.first_entry_id, request.last_entry_id + 1):
-            yield pb.ReadResponse(status=pb.EOK, ledger_id=request.ledger_id, entry_id=e, body=self.body, lac=e - 1)
-
-
-async def raw_grpc(size: int, count: int, copies: int) -> tuple[float, float]:
-    """(write MB/s, read MB/s) of payload bytes over raw gRPC streams, no storage."""
+    Same fan-out and bytes as the client: each null bookie runs in its own process; writes stripe
+    round-robin (entry ``e`` goes to bookies ``e..e+wq-1 mod ensemble``, every copy sent) with one
+    AddEntries stream per bookie, all in parallel; reads fetch each entry once, ``ensemble`` ReadEntries
+    streams in parallel (the client reads each write set from its first bookie).
+    """
     body = pack_entry(1, 0, -1, size, b"x" * size)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 << 20),
-                                      ("grpc.max_send_message_length", 16 << 20)])
-    pbg.add_BookieServicer_to_server(NullBookie(body), server)
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    bc = BookieClient()
-    bid = f"127.0.0.1:{port}"
+    servers = [spawn_null(size) for _ in range(ensemble)]
+    ids = [bid for _p, bid in servers]
+    bc = BookieClient(max_message_bytes=MAX_MSG)
     try:
+        for bid in ids:  # connect every channel before timing
+            await bc.add_entries(bid, 9, b"k", [])
         t = time.perf_counter()
-        for _ in range(copies):
-            await bc.add_entries(bid, 1, b"k", ((e, body) for e in range(count)))
+        await asyncio.gather(*(
+            bc.add_entries(bid, 1, b"k", ((e, body) for e in range(count) if (i - e) % ensemble < wq))
+            for i, bid in enumerate(ids)))
         wdt = time.perf_counter() - t
+        n = [0]
+
+        async def read(i: int, bid: str) -> None:
+            per = -(-count // ensemble)
+            first, last = i * per, min(count, (i + 1) * per) - 1
+            if first > last:
+                return
+            async for _item in bc.read_entries(bid, 1, first, last):
+                n[0] += 1
+
         t = time.perf_counter()
-        n = 0
-        async for item in bc.read_entries(bid, 1, 0, count - 1):
-            n += 1
+        await asyncio.gather(*(read(i, bid) for i, bid in enumerate(ids)))
         rdt = time.perf_counter() - t
-        assert n == count
+        assert n[0] == count, (n[0], count)
     finally:
         await bc.close()
-        await server.stop(None)
+        for proc, _bid in servers:
+            stop(proc)
     mb = size * count / 1e6
     return mb / wdt, mb / rdt
 
@@ -118,7 +111,7 @@ def main() -> None:
             print(f"{'entry':>8} {'client write':>13} {'raw write':>10} {'ratio':>6} {'client read':>12} {'raw read':>9} {'ratio':>6}  (payload MB/s, E3/WQ2/AQ2)")
             for size, count in plans:
                 cw, cr = asyncio.run(client_rates(cluster, size, count))
-                rw, rr = asyncio.run(raw_grpc(size, count, copies=2))
+                rw, rr = asyncio.run(raw_grpc(size, count))
                 print(f"{size:>7}B {cw:>13.2f} {rw:>10.2f} {cw / rw:>6.2f} {cr:>12.2f} {rr:>9.2f} {cr / rr:>6.2f}")
         finally:
             cluster.down()

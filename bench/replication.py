@@ -15,8 +15,8 @@ Timed, in the same run:
 * **storage write**: the same bytes written by one BookieStorage (the bookie's SQLite store, group
   commit, 256 adds in flight like an AddEntries stream) in its own process, no network.
 
-Prints MB/s (10^6 bytes/s of entry bodies) and the ratios; the target is worker ≥ 60% of
-min(raw gRPC, storage write). Not a test.
+Prints MB/s (10^6 bytes/s of entry bodies) and the ratios; the target is worker ≥ 60% of raw gRPC
+(the goal of issue 13; the storage rate is printed for context, not as a floor). Not a test.
 
     .venv/bin/python bench/replication.py             # 512 MiB
     .venv/bin/python bench/replication.py --mib 64    # quick run
@@ -36,20 +36,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import grpc  # noqa: E402
 
 from autorecovery import metrics  # noqa: E402
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment  # noqa: E402
-from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
-from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
 from autorecovery.rpc.bookie_client import BookieClient  # noqa: E402
-from autorecovery.testing.zk_server import free_port  # noqa: E402
+from nullbookie import MAX_MSG, spawn_null, stop  # noqa: E402
 
 ENTRY = 64 * 1024
 MK = b"bench-master-key"
-MAX_MSG = 16 << 20
 
 
 def body_of(ledger_id: int, entry_id: int, length: int, blob: bytes) -> bytes:
@@ -59,36 +56,6 @@ def body_of(ledger_id: int, entry_id: int, length: int, blob: bytes) -> bytes:
 
 
 # -- child processes ------------------------------------------------------------------------------
-class NullBookie(pbg.BookieServicer):
-    """Serves ReadEntries with ready-made bodies and swallows AddEntries: gRPC without storage."""
-
-    def __init__(self) -> None:
-        self.blob = os.urandom(ENTRY)
-        self.bodies: dict[int, bytes] = {}
-
-    async def AddEntries(self, request_iterator, context):
-        n = b = 0
-        async for req in request_iterator:
-            n += 1
-            b += len(req.body)
-        return pb.AddEntriesResponse(status=pb.EOK, entries_written=n, bytes_written=b, failed_entry_id=-1)
-
-    async def ReadEntries(self, request, context):
-        for e in range(request.first_entry_id, request.last_entry_id + 1):
-            body = body_of(request.ledger_id, e, (e + 1) * ENTRY, self.blob)
-            yield pb.ReadResponse(status=pb.EOK, ledger_id=request.ledger_id, entry_id=e, body=body, lac=e - 1)
-
-
-async def serve_null(port: int) -> None:
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MSG),
-                                      ("grpc.max_send_message_length", MAX_MSG)])
-    pbg.add_BookieServicer_to_server(NullBookie(), server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    print("NULL_READY", flush=True)
-    await server.wait_for_termination()
-
-
 async def storage_only(data_dir: Path, mib: int) -> None:
     from autorecovery.bookie.storage import BookieStorage
 
@@ -124,25 +91,13 @@ def spawn(args: list[str], ready: str | None) -> subprocess.Popen:
     return proc
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 # -- measurements ---------------------------------------------------------------------------------
 async def raw_grpc(total_entries: int, pipelines: int) -> float:
     """MB/s of entry bodies moved ReadEntries(process A) → AddEntries(process B), ``pipelines`` at once."""
-    pa, pb_ = free_port(), free_port()
-    a = spawn(["--serve-null", str(pa)], "NULL_READY")
-    b = spawn(["--serve-null", str(pb_)], "NULL_READY")
+    a, src = spawn_null(ENTRY)
+    b, dst = spawn_null(ENTRY)
     client = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
     try:
-        src, dst = f"127.0.0.1:{pa}", f"127.0.0.1:{pb_}"
         await client.add_entries(dst, 9, MK, [])  # connect both channels before timing
         async for _ in client.read_entries(src, 9, 0, 0):
             pass
@@ -303,9 +258,8 @@ async def main_async(mib: int, ledgers: int, keep: bool) -> None:
     await asyncio.to_thread(os.sync)
     store, commits = await asyncio.to_thread(storage_write, mib, base)
     print(f"storage write: {store:8.1f} MB/s  (one BookieStorage, {commits} group commits, fsync'd WAL)")
-    floor = min(raw, store)
-    print(f"ratios: worker/raw gRPC = {worker / raw:.2f}, worker/storage write = {worker / store:.2f}, "
-          f"worker/min = {worker / floor:.2f} (target >= 0.60)")
+    print(f"ratio: worker/raw gRPC = {worker / raw:.2f} (target >= 0.60, issue 13); "
+          f"worker/storage write = {worker / store:.2f} (context: the bookie's own write rate)")
     if not keep:
         import shutil
 
@@ -317,12 +271,9 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=512, help="MiB of entry bodies to re-replicate (default 512)")
     ap.add_argument("--ledgers", type=int, default=8, help="ledgers the data is spread over (default 8)")
     ap.add_argument("--keep", action="store_true", help="keep the data directories")
-    ap.add_argument("--serve-null", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--storage-only", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.serve_null:
-        asyncio.run(serve_null(a.serve_null))
-    elif a.storage_only:
+    if a.storage_only:
         asyncio.run(storage_only(a.storage_only, a.mib))
     else:
         asyncio.run(main_async(a.mib, a.ledgers, a.keep))

@@ -1,0 +1,143 @@
+"""Benchmark: end-to-end heal in a real local cluster against the raw copy rate of the same bytes.
+
+Set-up (not timed): a local cluster of 6 bookie processes in 3 racks, an autorecovery daemon next to
+each (``lostBookieRecoveryDelay=0``), and ``--mib`` MiB of 64 KiB entries written with the ledger
+client into ``--ledgers`` ledgers E3/WQ2/AQ2.
+
+Timed, in the same run:
+
+* **heal**: one host (bookie and daemon) is killed with SIGKILL; from the kill until no ledger is
+  marked under-replicated and no ensemble references the dead bookie. The bytes to heal are the
+  entries whose write set held the dead bookie (computed from the metadata before the kill). The
+  per-worker rate is each surviving daemon's ``bytes_copied`` (its progress endpoint) over the heal time.
+* **raw copy**: the same bytes through ReadEntries → AddEntries between two null bookies in their own
+  processes (``bench/nullbookie.py``), with as many pipelines as workers copied (issue 13's baseline).
+
+Prints MB/s (10^6 bytes/s of entry bodies) and the ratio heal / raw copy. Not a test.
+
+    .venv/bin/python bench/heal.py              # 128 MiB
+    .venv/bin/python bench/heal.py --mib 32     # quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import structlog  # noqa: E402
+
+from autorecovery.cli.demo_recovery import kill_host, start_daemons  # noqa: E402
+from autorecovery.client.bookkeeper import BookKeeper  # noqa: E402
+from autorecovery.cli.demo_checks import daemons_ready, writable_bookies  # noqa: E402
+from autorecovery.ledger.metadata import bookie_index_stores  # noqa: E402
+from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
+from autorecovery.workload import write_ledgers  # noqa: E402
+from autorecovery.zk.underreplication import UnderreplicationManager  # noqa: E402
+from replication import ENTRY, raw_grpc  # noqa: E402
+
+
+def progress(port: int) -> dict:
+    """The daemon's ``/api/v1/autorecovery/progress`` document."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/autorecovery/progress", timeout=5) as r:
+        return json.loads(r.read())
+
+
+async def bytes_on(bk: BookKeeper, ledger_ids, bookie: str) -> int:
+    """Entry bytes whose write set includes ``bookie`` (what its loss leaves to copy)."""
+    total = 0
+    for lid in ledger_ids:
+        md, _ = await bk.ledgers.read(lid)
+        for i, seg in enumerate(md.segments):
+            if bookie not in seg.ensemble:
+                continue
+            idx = seg.ensemble.index(bookie)
+            total += ENTRY * sum(1 for e in range(seg.first_entry_id, md.segment_end(i) + 1)
+                                 if bookie_index_stores(idx, e, len(seg.ensemble), md.write_quorum))
+    return total
+
+
+async def run(base: Path, mib: int, ledgers: int) -> None:
+    cluster = LocalCluster(base / "heal", bookies=6, racks=3)
+    try:
+        await asyncio.to_thread(cluster.up)
+        ports = await asyncio.to_thread(start_daemons, cluster, range(6), {})
+        bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
+        try:
+            await writable_bookies(bk.watcher, 6, "set-up")
+            await asyncio.to_thread(daemons_ready, ports, "set-up")
+            entries = max(1, mib * 2**20 // ENTRY // ledgers)
+            t = time.perf_counter()
+            m = await write_ledgers(bk, ledgers=ledgers, entries=entries, size=ENTRY)
+            victim = 1
+            dead = cluster.bookie_id(victim)
+            to_heal = await bytes_on(bk, m.ledgers, dead)
+            print(f"set-up: {ledgers} ledgers x {entries} entries of {ENTRY // 1024} KiB, E3/WQ2/AQ2, written in "
+                  f"{time.perf_counter() - t:.1f}s; {to_heal / 2**20:.0f} MiB on {dead}")
+            before = {i: progress(p)["worker"]["bytes_copied"] for i, p in ports.items() if i != victim}
+            urm = UnderreplicationManager(bk.zk, bk.paths)
+
+            async def healed() -> bool:
+                if await urm.list_marked_ids():
+                    return False
+                for lid in m.ledgers:
+                    md, _ = await bk.ledgers.read(lid)
+                    if any(dead in seg.ensemble for seg in md.segments):
+                        return False
+                return True
+
+            t0 = time.perf_counter()
+            await asyncio.to_thread(kill_host, cluster, victim)
+            deadline = t0 + 900
+            marked_at = None
+            while not await healed():
+                if marked_at is None and await urm.list_marked_ids():
+                    marked_at = time.perf_counter()
+                if time.perf_counter() > deadline:
+                    raise SystemExit("heal did not finish within 900 s")
+                await asyncio.sleep(0.05)  # a benchmark's poll, not a test's synchronisation
+            dt = time.perf_counter() - t0
+            detect = (marked_at or t0) - t0
+            copy_s = dt - detect
+            copied = {i: progress(p)["worker"]["bytes_copied"] - before[i] for i, p in ports.items() if i != victim}
+        finally:
+            await bk.close()
+    finally:
+        await asyncio.to_thread(cluster.down)
+    workers = [i for i, b in copied.items() if b > 0]
+    heal = to_heal / copy_s / 1e6
+    print(f"kill -> empty queue: {dt:.2f}s = {detect:.2f}s until the first marker (ZooKeeper session expiry of "
+          f"the dead bookie + audit) + {copy_s:.2f}s of copying")
+    print(f"heal:      {heal:8.1f} MB/s  ({to_heal / 2**20:.0f} MiB from the first marker to an empty queue, "
+          f"{len(workers)} workers copied; {to_heal / dt / 1e6:.1f} MB/s counting from the kill)")
+    for i in sorted(copied):
+        print(f"  worker {i}: {copied[i] / 2**20:7.1f} MiB, {copied[i] / copy_s / 1e6:6.1f} MB/s")
+    raw = await raw_grpc(to_heal // ENTRY, max(1, len(workers)))
+    print(f"raw copy:  {raw:8.1f} MB/s  (same bytes, ReadEntries -> AddEntries between two null-bookie "
+          f"processes, {max(1, len(workers))} pipelines)")
+    best = max(copied.values()) / copy_s / 1e6
+    print(f"ratio: heal/raw copy = {heal / raw:.2f} (issue 13 goal: per-worker >= 100 MB/s; best worker "
+          f"{best:.1f} MB/s)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mib", type=int, default=128, help="MiB of entry bodies written (default 128)")
+    ap.add_argument("--ledgers", type=int, default=24, help="ledgers the data is spread over (default 24)")
+    a = ap.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    base = Path(tempfile.mkdtemp(prefix="bench-heal-"))
+    asyncio.run(run(base, a.mib, a.ledgers))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""A bookie that stores nothing, run in its own process: the raw-gRPC baseline of the benchmarks.
+
+``AddEntries`` swallows the stream and answers EOK; ``ReadEntries`` streams ready-made bodies of
+``--entry-size`` bytes. Each server runs in a child process (``spawn_null``) so that a baseline pays
+the same process boundary, kernel loopback and serialisation as the bookies it is compared with
+(issue 13: a baseline server inside the client's own process is not a fair baseline).
+
+    python bench/nullbookie.py PORT [--entry-size BYTES]   # prints NULL_READY once serving
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import grpc  # noqa: E402
+
+from autorecovery.ledger.digest import pack_entry  # noqa: E402
+from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
+from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
+from autorecovery.testing.zk_server import free_port  # noqa: E402
+
+MAX_MSG = 16 << 20
+READY = "NULL_READY"
+
+
+class NullBookie(pbg.BookieServicer):
+    """Swallows adds; serves reads with ``entry_size``-byte payloads packed as real entries."""
+
+    def __init__(self, entry_size: int) -> None:
+        self.blob = os.urandom(entry_size)
+        self.entry_size = entry_size
+
+    async def AddEntries(self, request_iterator, context):
+        n = b = 0
+        async for req in request_iterator:
+            n += 1
+            b += len(req.body)
+        return pb.AddEntriesResponse(status=pb.EOK, entries_written=n, bytes_written=b, failed_entry_id=-1)
+
+    async def ReadEntries(self, request, context):
+        size = self.entry_size
+        for e in range(request.first_entry_id, request.last_entry_id + 1):
+            payload = e.to_bytes(8, "big") + self.blob[8:]
+            body = pack_entry(request.ledger_id, e, e - 1, (e + 1) * size, payload)
+            yield pb.ReadResponse(status=pb.EOK, ledger_id=request.ledger_id, entry_id=e, body=body, lac=e - 1)
+
+
+async def serve(port: int, entry_size: int) -> None:
+    """Serve a :class:`NullBookie` on 127.0.0.1:``port`` until terminated; prints ``NULL_READY``."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MSG),
+                                      ("grpc.max_send_message_length", MAX_MSG)])
+    pbg.add_BookieServicer_to_server(NullBookie(entry_size), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print(READY, flush=True)
+    await server.wait_for_termination()
+
+
+def spawn_null(entry_size: int) -> tuple[subprocess.Popen, str]:
+    """Start one null bookie in a child process; returns ``(process, bookie id "127.0.0.1:port")``.
+
+    Raises:
+        RuntimeError: the child did not print ``NULL_READY``.
+    """
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(port), "--entry-size",
+                             str(entry_size)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    line = proc.stdout.readline()
+    if READY not in line:
+        proc.kill()
+        raise RuntimeError(f"null bookie on port {port} did not start: {line!r}")
+    return proc, f"127.0.0.1:{port}"
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the child's process group, SIGKILL after 10 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("port", type=int)
+    ap.add_argument("--entry-size", type=int, default=64 * 1024)
+    a = ap.parse_args()
+    asyncio.run(serve(a.port, a.entry_size))
