@@ -257,7 +257,7 @@ async def main_async(mib: int, ledgers: int, keep: bool) -> None:
           f"{max(1, peak)} pipelines)")
     await asyncio.to_thread(os.sync)
     store, commits = await asyncio.to_thread(storage_write, mib, base)
-    print(f"storage write: {store:8.1f} MB/s  (one BookieStorage, {commits} group commits, fsync'd WAL)")
+    print(f"storage write: {store:8.1f} MB/s  (one BookieStorage, {commits} group commits: entry log fdatasync + index commit)")
     print(f"ratio: worker/raw gRPC = {worker / raw:.2f} (target >= 0.60, issue 13); "
           f"worker/storage write = {worker / store:.2f} (context: the bookie's own write rate)")
     if not keep:

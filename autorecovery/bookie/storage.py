@@ -1,17 +1,20 @@
-"""The reference bookie's entry store: SQLite in WAL mode, one writer thread with group commit (EDGE).
+"""The reference bookie's entry store: entry logs for bodies, a SQLite index, one writer thread with
+group commit (EDGE).
 
-Layout: ``<data_dir>/current/ledgers.db`` (next to the cookie ``current/VERSION``, as upstream
-keeps its ledger files under ``current/``)::
+Layout (next to the cookie ``current/VERSION``, as upstream keeps its ledger files under ``current/``)::
 
-    ledgers(ledger_id PK, master_key BLOB, fenced INT, lac INT)
-    entries(ledger_id, entry_id, body BLOB, PRIMARY KEY (ledger_id, entry_id))
+    current/entrylogs/<log id>.log   entry bodies, appended back to back (bookie/entrylog.py)
+    current/ledgers.db               SQLite (WAL) index:
+        ledgers(ledger_id PK, master_key BLOB, fenced INT, lac INT)
+        entries(ledger_id, entry_id, log_id, offset, length, PRIMARY KEY (ledger_id, entry_id))
 
-Durability. ``journal_mode=WAL`` with ``synchronous=FULL``: every commit fsyncs the WAL, so an
-acknowledged add survives ``kill -9`` *and* power loss. The cost of the fsync is shared: the writer
-thread takes every operation queued at that moment (up to ``max_batch_ops`` operations or
-``max_batch_bytes`` bytes of bodies) into one transaction, commits once, and only then resolves the
-callers' futures (group commit, like upstream's journal: an add is acknowledged only after its journal
-write is synced).
+Durability. The writer thread takes every operation queued at that moment (up to ``max_batch_ops``
+operations or ``max_batch_bytes`` bytes of bodies) as one group: it appends the group's bodies to the
+entry log, ``fdatasync``s the log, commits the group's index rows in one SQLite transaction
+(``synchronous=FULL``: the WAL is fsynced) and only then resolves the callers' futures. An acknowledged
+add therefore survives ``kill -9`` and power loss, like upstream's journal (an add is acknowledged only
+after its journal write is synced). Bodies are written once, sequentially; the SQLite commit carries
+only small index rows (schema 2; a schema-1 store, bodies inside SQLite, is migrated on open).
 
 Threads. Writes (adds, fencing) go through the single writer thread, which owns the authoritative
 ledger state (master key, fenced flag, LAC) and keeps an LRU cache of it. Reads run on a small pool of
@@ -42,13 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autorecovery.bookie.entrylog import ENTRYLOG_DIR, EntryLogError, EntryLogs
 from autorecovery.errors import AutoRecoveryError
 from autorecovery.ledger.digest import peek_ids
 from autorecovery.rpc.convert import stored_on
 
 DB_FILENAME = "ledgers.db"
 CURRENT_DIR = "current"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -58,13 +62,21 @@ CREATE TABLE IF NOT EXISTS ledgers (
     fenced INTEGER NOT NULL DEFAULT 0,
     lac INTEGER NOT NULL DEFAULT -1
 );
+"""
+
+_ENTRIES_V2 = """
 CREATE TABLE IF NOT EXISTS entries (
     ledger_id INTEGER NOT NULL,
     entry_id INTEGER NOT NULL,
-    body BLOB NOT NULL,
+    log_id INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    length INTEGER NOT NULL,
     PRIMARY KEY (ledger_id, entry_id)
-);
+) WITHOUT ROWID
 """
+
+#: rows moved per transaction when a schema-1 store is migrated
+_MIGRATE_CHUNK = 1000
 
 
 class BookieStatusError(AutoRecoveryError):
@@ -160,6 +172,7 @@ class BookieStorage:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.db_path = self.data_dir / CURRENT_DIR / DB_FILENAME
+        self.logs = EntryLogs(self.data_dir / CURRENT_DIR / ENTRYLOG_DIR)
         self.name = name
         self.max_batch_ops = max_batch_ops
         self.max_batch_bytes = max_batch_bytes
@@ -178,6 +191,8 @@ class BookieStorage:
         self._opened = False
         #: number of group-commit transactions so far (for tests and benchmarks)
         self.commits = 0
+        #: entries moved out of SQLite by a schema-1 → 2 migration on open (0 when none)
+        self.migrated_entries = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -190,12 +205,14 @@ class BookieStorage:
         call with ``asyncio.to_thread``).
 
         Raises:
-            BookieStatusError: ``EIO`` naming the database path when SQLite cannot open it.
+            BookieStatusError: ``EIO`` naming the database path (or entry log) when it cannot be opened,
+                or the store has a schema version this code does not know.
         """
         if self._opened:
             return self
         (self.data_dir / CURRENT_DIR).mkdir(parents=True, exist_ok=True)
         try:
+            self.logs.open()
             conn = self._connect()
             conn.execute("PRAGMA page_size=16384")  # only takes effect on a new database
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -206,10 +223,14 @@ class BookieStorage:
             conn.executescript(_SCHEMA)
             row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
+                conn.execute(_ENTRIES_V2)
                 conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            elif row[0] == "1":
+                self._migrate_v1(conn)
             elif row[0] != SCHEMA_VERSION:
                 raise sqlite3.DatabaseError(f"schema version {row[0]} in {self.db_path}, expected {SCHEMA_VERSION}")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, EntryLogError) as exc:
+            self.logs.close()
             raise BookieStatusError("EIO", f"bookie {self.name}: cannot open {self.db_path}: {exc}") from exc
         self._wconn = conn
         self._writer = threading.Thread(target=self._writer_main, name=f"bookie-writer-{self.name}", daemon=True)
@@ -220,6 +241,37 @@ class BookieStorage:
         )
         self._opened = True
         return self
+
+    def _migrate_v1(self, conn: sqlite3.Connection) -> None:
+        """Move a schema-1 store (bodies inside SQLite) to schema 2 (bodies in entry logs), in chunks that
+        are each durable (log synced, then index rows inserted and old rows deleted in one transaction),
+        so an interrupted migration resumes where it stopped and nothing is lost or doubled."""
+        conn.execute("BEGIN IMMEDIATE")
+        has_old = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='entries_v1'").fetchone()
+        if not has_old:
+            conn.execute("ALTER TABLE entries RENAME TO entries_v1")
+        conn.execute(_ENTRIES_V2)
+        conn.execute("COMMIT")
+        moved = 0
+        while True:
+            rows = conn.execute("SELECT ledger_id, entry_id, body FROM entries_v1 ORDER BY ledger_id, entry_id "
+                                "LIMIT ?", (_MIGRATE_CHUNK,)).fetchall()
+            if not rows:
+                break
+            locs = [(lid, eid, *self.logs.append(bytes(body)), len(body)) for lid, eid, body in rows]
+            self.logs.sync()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_id, offset, length) "
+                             "VALUES (?, ?, ?, ?, ?)", locs)
+            conn.executemany("DELETE FROM entries_v1 WHERE ledger_id=? AND entry_id=?",
+                             [(lid, eid) for lid, eid, _b in rows])
+            conn.execute("COMMIT")
+            moved += len(rows)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DROP TABLE entries_v1")
+        conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (SCHEMA_VERSION,))
+        conn.execute("COMMIT")
+        self.migrated_entries = moved
 
     async def close(self) -> None:
         """Finish queued writes, stop the threads and close every connection. Idempotent."""
@@ -236,6 +288,7 @@ class BookieStorage:
             for c in self._reader_conns:
                 c.close()
             self._reader_conns.clear()
+        self.logs.close()
 
     # -- writes --------------------------------------------------------------------------------
     def _submit(self, op: _Op) -> asyncio.Future:
@@ -374,9 +427,10 @@ class BookieStorage:
                     results[i] = self._apply_add(conn, op)
                 elif op.kind == "fence":
                     results[i] = self._apply_fence(conn, op)
+            self.logs.sync()  # the bodies are durable before the index rows that point at them
             conn.execute("COMMIT")
             self.commits += 1
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, EntryLogError) as exc:
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
@@ -418,9 +472,10 @@ class BookieStorage:
             if op.lac > st.lac:
                 conn.execute("UPDATE ledgers SET lac=? WHERE ledger_id=?", (op.lac, op.ledger_id))
                 st.lac = op.lac
+        log_id, offset = self.logs.append(op.body)
         conn.execute(
-            "INSERT OR REPLACE INTO entries(ledger_id, entry_id, body) VALUES (?, ?, ?)",
-            (op.ledger_id, op.entry_id, op.body),
+            "INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_id, offset, length) VALUES (?, ?, ?, ?, ?)",
+            (op.ledger_id, op.entry_id, log_id, offset, len(op.body)),
         )
         return None
 
@@ -472,7 +527,7 @@ class BookieStorage:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._readers, run)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, EntryLogError) as exc:
             raise BookieStatusError("EIO", f"bookie {self.name}: storage read failed: {exc}") from exc
 
     @staticmethod
@@ -494,17 +549,19 @@ class BookieStorage:
                 raise BookieStatusError("ENOLEDGER", f"ledger {ledger_id} not found")
             if entry_id == -1:
                 row = conn.execute(
-                    "SELECT entry_id, body FROM entries WHERE ledger_id=? ORDER BY entry_id DESC LIMIT 1",
+                    "SELECT entry_id, log_id, offset, length FROM entries WHERE ledger_id=? "
+                    "ORDER BY entry_id DESC LIMIT 1",
                     (ledger_id,),
                 ).fetchone()
             else:
                 row = conn.execute(
-                    "SELECT entry_id, body FROM entries WHERE ledger_id=? AND entry_id=?", (ledger_id, entry_id)
+                    "SELECT entry_id, log_id, offset, length FROM entries WHERE ledger_id=? AND entry_id=?",
+                    (ledger_id, entry_id),
                 ).fetchone()
             if row is None:
                 what = "has no entries" if entry_id == -1 else f"entry {entry_id} not found"
                 raise BookieStatusError("ENOENTRY", f"ledger {ledger_id} {what}", lac=led[1])
-            return int(row[0]), bytes(row[1]), led[1]
+            return int(row[0]), self.logs.read(row[1], row[2], row[3]), led[1]
 
         return await self._read(fn)
 
@@ -561,22 +618,22 @@ class BookieStorage:
                 raise BookieStatusError("ENOLEDGER", f"ledger {ledger_id} not found")
             if striped:
                 cur = conn.execute(
-                    "SELECT entry_id, body FROM entries WHERE ledger_id=? AND entry_id BETWEEN ? AND ? "
-                    "AND ((? - entry_id) % ? + ?) % ? < ? ORDER BY entry_id LIMIT ?",
+                    "SELECT entry_id, log_id, offset, length FROM entries WHERE ledger_id=? AND entry_id "
+                    "BETWEEN ? AND ? AND ((? - entry_id) % ? + ?) % ? < ? ORDER BY entry_id LIMIT ?",
                     (ledger_id, start, last, bookie_index, ensemble_size, ensemble_size, ensemble_size,
                      write_quorum, max_count),
                 )
             else:
                 cur = conn.execute(
-                    "SELECT entry_id, body FROM entries WHERE ledger_id=? AND entry_id BETWEEN ? AND ? "
-                    "ORDER BY entry_id LIMIT ?",
+                    "SELECT entry_id, log_id, offset, length FROM entries WHERE ledger_id=? AND entry_id "
+                    "BETWEEN ? AND ? ORDER BY entry_id LIMIT ?",
                     (ledger_id, start, last, max_count),
                 )
             items: list[StoredEntry] = []
             nbytes = 0
             nxt = start
             try:
-                for eid, body in cur:
+                for eid, log_id, offset, length in cur:
                     # ids between nxt and eid are missing here
                     while nxt < eid and len(items) < max_count:
                         if wanted(nxt):
@@ -584,8 +641,8 @@ class BookieStorage:
                         nxt += 1
                     if len(items) >= max_count or nbytes >= max_bytes:
                         break
-                    items.append(StoredEntry(int(eid), bytes(body)))
-                    nbytes += len(body)
+                    items.append(StoredEntry(int(eid), self.logs.read(log_id, offset, length)))
+                    nbytes += length
                     nxt = eid + 1
                     if len(items) >= max_count or nbytes >= max_bytes:
                         break

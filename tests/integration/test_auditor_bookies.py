@@ -11,6 +11,7 @@ import pytest
 
 from autorecovery import metrics
 from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME
+from autorecovery.testing.bookie_tamper import flip_entry_bytes
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.roles.auditor import Auditor, AuditorSettings
 from autorecovery.rpc.bookie_client import BookieClient
@@ -76,8 +77,7 @@ async def test_periodic_check_finds_deleted_and_corrupted_entries(cluster):
     l2, ens2 = await write_ledger(cluster, 3, 3, 3)
     l3, _ = await write_ledger(cluster, 3, 3, 3)
     # corrupt the first entry of l1 on its first bookie, delete the last entry of l2 on its second
-    assert tamper(db_of(cluster, ens1[0]),
-                  "UPDATE entries SET body = substr(body, 1, 40) || x'deadbeef' WHERE ledger_id=? AND entry_id=0", l1) == 1
+    assert flip_entry_bytes(db_of(cluster, ens1[0]).parent.parent, l1, [0], at=-4, count=4) == 1
     assert tamper(db_of(cluster, ens2[1]), "DELETE FROM entries WHERE ledger_id=? AND entry_id=99", l2) == 1
     zk, bookies, a = await start_auditor(cluster, auditor_periodic_check_interval=1)
     urm = UnderreplicationManager(zk, P)

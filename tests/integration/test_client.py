@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import BookieError, LedgerFencedError, MalformedMetadataError, NoSuchLedgerError
 from autorecovery.ledger.metadata import LedgerState
+from autorecovery.testing.bookie_tamper import flip_entry_bytes
 from autorecovery.workload import entry_size, payload
 
 pytestmark = pytest.mark.integration
@@ -111,29 +111,8 @@ def test_recovery_of_open_ledger_without_close_and_dead_bookie(cluster_factory):
 
 
 def _corrupt_entry(data_dir: Path, ledger_id: int, entry_id: int) -> None:
-    dbs = list(data_dir.rglob("*.db")) + list(data_dir.rglob("*.sqlite"))
-    assert dbs, f"no sqlite file under {data_dir}"
-    hit = 0
-    for db in dbs:
-        con = sqlite3.connect(db)
-        try:
-            tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
-            for t in tables:
-                cols = [r[1] for r in con.execute(f"pragma table_info({t})")]
-                if {"ledger_id", "entry_id"} <= set(cols):
-                    body_col = next(c for c in cols if c not in ("ledger_id", "entry_id"))
-                    row = con.execute(f"select {body_col} from {t} where ledger_id=? and entry_id=?",
-                                      (ledger_id, entry_id)).fetchone()
-                    if row:
-                        body = bytearray(row[0])
-                        body[-1] ^= 0xFF
-                        con.execute(f"update {t} set {body_col}=? where ledger_id=? and entry_id=?",
-                                    (bytes(body), ledger_id, entry_id))
-                        con.commit()
-                        hit += 1
-        finally:
-            con.close()
-    assert hit, f"entry {ledger_id}/{entry_id} not found in {dbs}"
+    """Flip the last byte of one stored entry body (its digest no longer matches)."""
+    assert flip_entry_bytes(data_dir, ledger_id, [entry_id]) == 1, f"entry {ledger_id}/{entry_id} not in {data_dir}"
 
 
 def test_corrupted_replica_falls_back_and_reports(cluster_factory):

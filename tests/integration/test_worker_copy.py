@@ -5,14 +5,12 @@ starts and in the middle of it."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from pathlib import Path
 
 import pytest
 
-from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME
 from autorecovery.ledger.digest import unpack_entry
 from autorecovery.roles.worker import WorkerSettings
+from autorecovery.testing.bookie_tamper import flip_entry_bytes
 from autorecovery.zk.bridge import wait_for
 
 from test_worker_support import FAST, entries_on, index_of, open_env, read_all_from, wait_marker_gone
@@ -21,19 +19,9 @@ pytestmark = pytest.mark.integration
 
 
 def corrupt(cluster, bookie_id: str, ledger_id: int, entry_ids: list[int]) -> int:
-    """Flip four payload bytes of the given entries in the bookie's SQLite store (length unchanged)."""
-    db = Path(cluster.bookies[index_of(cluster, bookie_id)].data_dir) / CURRENT_DIR / DB_FILENAME
-    con = sqlite3.connect(db, timeout=30)
-    try:
-        n = 0
-        for e in entry_ids:
-            (body,) = con.execute("SELECT body FROM entries WHERE ledger_id=? AND entry_id=?", (ledger_id, e)).fetchone()
-            bad = body[:40] + bytes(x ^ 0xFF for x in body[40:44]) + body[44:]
-            n += con.execute("UPDATE entries SET body=? WHERE ledger_id=? AND entry_id=?", (bad, ledger_id, e)).rowcount
-        con.commit()
-        return n
-    finally:
-        con.close()
+    """Flip four payload bytes of the given entries in the bookie's store (length unchanged)."""
+    data_dir = cluster.bookies[index_of(cluster, bookie_id)].data_dir
+    return flip_entry_bytes(data_dir, ledger_id, entry_ids, at=40, count=4)
 
 
 async def test_corrupt_source_entry_is_never_copied(cluster_factory):

@@ -1,0 +1,173 @@
+"""The bookie's entry logs (bodies) behind its SQLite index: torn tails, rolling, the sync-before-index
+rule and the migration of a schema-1 store (bodies inside SQLite) — issue 13's durability point."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autorecovery.bookie.entrylog import ENTRYLOG_DIR, EntryLogError, log_name
+from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME, BookieStatusError, BookieStorage
+from autorecovery.ledger.digest import pack_entry
+
+
+def body(lid: int, eid: int, payload: bytes = b"p" * 100) -> bytes:
+    return pack_entry(lid, eid, eid - 1, 0, payload)
+
+
+async def opened(path: Path, **kw) -> BookieStorage:
+    s = BookieStorage(path, name="t", **kw)
+    await asyncio.to_thread(s.open)
+    return s
+
+
+async def read_all(s: BookieStorage, lid: int, last: int) -> list[bytes]:
+    out = []
+    start = 0
+    while start <= last:
+        items, start, _lac = await s.read_range_chunk(lid, start, last)
+        out += [i.body for i in items]
+    return out
+
+
+async def test_bodies_live_in_the_log_and_the_index_holds_locations(tmp_path: Path) -> None:
+    s = await opened(tmp_path)
+    try:
+        await asyncio.gather(*(s.add_entry(1, e, b"k", body(1, e)) for e in range(50)))
+        assert s.logs.appended == sum(len(body(1, e)) for e in range(50))
+        assert s.logs.syncs <= s.commits  # one log sync per group, before the group's index commit
+    finally:
+        await s.close()
+    db = sqlite3.connect(tmp_path / CURRENT_DIR / DB_FILENAME)
+    cols = [r[1] for r in db.execute("PRAGMA table_info(entries)")]
+    db.close()
+    assert cols == ["ledger_id", "entry_id", "log_id", "offset", "length"]
+
+
+async def test_torn_tail_is_ignored_and_appends_go_after_it(tmp_path: Path) -> None:
+    s = await opened(tmp_path)
+    await asyncio.gather(*(s.add_entry(3, e, b"k", body(3, e)) for e in range(20)))
+    await s.close()
+    log = tmp_path / CURRENT_DIR / ENTRYLOG_DIR / log_name(0)
+    with open(log, "ab") as f:  # a crash mid-append leaves bytes no index row points at
+        f.write(b"\x00garbage-of-an-unacknowledged-add" * 7)
+    s = await opened(tmp_path)
+    try:
+        assert await read_all(s, 3, 19) == [body(3, e) for e in range(20)]
+        await s.add_entry(3, 20, b"k", body(3, 20, b"after the tear"))
+        (eid, got, _lac) = await s.read_entry(3, 20)
+        assert eid == 20 and got == body(3, 20, b"after the tear")
+    finally:
+        await s.close()
+
+
+async def test_logs_roll_and_reads_span_files_after_reopen(tmp_path: Path) -> None:
+    s = await opened(tmp_path)
+    s.logs.max_log_bytes = 4096
+    try:
+        for e in range(60):  # serial adds: each ~150 bytes, about 27 per file
+            await s.add_entry(4, e, b"k", body(4, e))
+        assert len(s.logs.log_ids()) >= 2
+    finally:
+        await s.close()
+    s = await opened(tmp_path)
+    try:
+        assert await read_all(s, 4, 59) == [body(4, e) for e in range(60)]
+    finally:
+        await s.close()
+
+
+async def test_a_failed_log_sync_acknowledges_nothing_and_indexes_nothing(tmp_path: Path) -> None:
+    """Fault injection at the edge: the log's fdatasync fails for one group."""
+    s = await opened(tmp_path)
+    try:
+        await s.add_entry(5, 0, b"k", body(5, 0))
+        real = s.logs.sync
+
+        def failing() -> None:
+            raise EntryLogError("injected: disk gone")
+
+        s.logs.sync = failing
+        res = await s.submit_add(5, 1, b"k", body(5, 1))
+        assert isinstance(res, BookieStatusError) and res.status == "EIO" and "disk gone" in res.detail
+        s.logs.sync = real
+        assert await s.list_entries(5) == [(0, 0)]  # entry 1 is not in the index
+        await s.add_entry(5, 1, b"k", body(5, 1))  # and the store goes on
+        assert await s.list_entries(5) == [(0, 1)]
+    finally:
+        await s.close()
+
+
+def make_v1_store(path: Path, bodies: dict[tuple[int, int], bytes]) -> None:
+    """A store as schema 1 wrote it: bodies inside SQLite."""
+    (path / CURRENT_DIR).mkdir(parents=True)
+    db = sqlite3.connect(path / CURRENT_DIR / DB_FILENAME)
+    db.executescript("""
+        PRAGMA journal_mode=WAL;
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE ledgers (ledger_id INTEGER PRIMARY KEY, master_key BLOB NOT NULL,
+                              fenced INTEGER NOT NULL DEFAULT 0, lac INTEGER NOT NULL DEFAULT -1);
+        CREATE TABLE entries (ledger_id INTEGER NOT NULL, entry_id INTEGER NOT NULL, body BLOB NOT NULL,
+                              PRIMARY KEY (ledger_id, entry_id));
+        INSERT INTO meta VALUES ('schema_version', '1');
+    """)
+    for lid in {lid for lid, _ in bodies}:
+        db.execute("INSERT INTO ledgers VALUES (?, ?, 1, 7)", (lid, b"k"))
+    db.executemany("INSERT INTO entries VALUES (?, ?, ?)", [(lid, e, b) for (lid, e), b in bodies.items()])
+    db.commit()
+    db.close()
+
+
+async def test_schema1_store_is_migrated_on_open(tmp_path: Path, monkeypatch) -> None:
+    from autorecovery.bookie import storage
+
+    monkeypatch.setattr(storage, "_MIGRATE_CHUNK", 7)  # several chunks
+    bodies = {(lid, e): body(lid, e) for lid in (10, 11) for e in range(25)}
+    make_v1_store(tmp_path, bodies)
+    s = await opened(tmp_path)
+    try:
+        assert s.migrated_entries == 50
+        assert await read_all(s, 10, 24) == [bodies[(10, e)] for e in range(25)]
+        assert await read_all(s, 11, 24) == [bodies[(11, e)] for e in range(25)]
+        assert await s.ledger_state(10) == (True, 7)  # ledger state kept (fenced, LAC)
+    finally:
+        await s.close()
+    db = sqlite3.connect(tmp_path / CURRENT_DIR / DB_FILENAME)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+    assert db.execute("SELECT name FROM sqlite_master WHERE name='entries_v1'").fetchone() is None
+    db.close()
+
+
+async def test_an_interrupted_migration_resumes_without_loss_or_doubles(tmp_path: Path, monkeypatch) -> None:
+    from autorecovery.bookie import storage
+
+    bodies = {(12, e): body(12, e) for e in range(30)}
+    make_v1_store(tmp_path, bodies)
+    monkeypatch.setattr(storage, "_MIGRATE_CHUNK", 10)
+    calls = {"n": 0}
+    real_sync = storage.EntryLogs.sync
+
+    def crash_on_second_chunk(self) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise EntryLogError("injected crash during migration")
+        real_sync(self)
+
+    monkeypatch.setattr(storage.EntryLogs, "sync", crash_on_second_chunk)
+    with pytest.raises(BookieStatusError, match="injected crash"):
+        await opened(tmp_path)
+    monkeypatch.setattr(storage.EntryLogs, "sync", real_sync)
+    db = sqlite3.connect(tmp_path / CURRENT_DIR / DB_FILENAME)
+    assert db.execute("SELECT COUNT(*) FROM entries_v1").fetchone() == (20,)  # first chunk moved
+    assert db.execute("SELECT COUNT(*) FROM entries").fetchone() == (10,)
+    db.close()
+    s = await opened(tmp_path)
+    try:
+        assert s.migrated_entries == 20
+        assert await read_all(s, 12, 29) == [bodies[(12, e)] for e in range(30)]
+        assert await s.list_entries(12) == [(0, 29)]
+    finally:
+        await s.close()
