@@ -151,12 +151,17 @@ class Daemon:
 
         Raises:
             ConfigError: bad role settings (names the key). ZooKeeperError: ZooKeeper unreachable.
+            NoClusterError / CompatibilityError: no ``LAYOUT`` under the ledgers root, or one this
+            version does not support (names the znode).
             OSError: the HTTP port cannot be bound. Anything partially started is stopped first.
         """
         s = self.settings
         try:
             self.zk = ZkClient(s.zk_servers, session_timeout_ms=s.zk_timeout_ms)
             await self.zk.start(timeout_s=max(10.0, s.zk_timeout_ms / 1000.0))
+            # refuse a wrong ledgers root or a layout we cannot lay out ledger paths for before anything
+            # is created under it (the under-replication tree, a vote) — issue 9
+            await ops.check_cluster(self.zk, self.paths)
             self.urm = UnderreplicationManager(
                 self.zk, self.paths, store_ctime=bool(s.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
             await self.urm.init()

@@ -32,6 +32,7 @@ from autorecovery.errors import (
     ZooKeeperError,
 )
 from autorecovery.ledger.ids import validate_bookie_id, validate_ledger_id
+from autorecovery.ledger.layout import Layout, parse_layout, require_supported
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.topology_source import PlacementSetup, read_pulsar_racks  # noqa: F401
@@ -171,15 +172,22 @@ class AdminContext:
                     await res
 
 
-async def check_cluster(zk: ZkClient, paths: Paths) -> None:
-    """Make sure a BookKeeper cluster is formatted under ``paths.root``.
+async def check_cluster(zk: ZkClient, paths: Paths) -> Layout:
+    """Make sure a BookKeeper cluster this version understands is formatted under ``paths.root``: read
+    and validate ``LAYOUT`` (upstream ``LedgerLayout``; issue 9: a wrong ledgers root is refused, not
+    served as an empty cluster). Returns the parsed layout.
 
     Raises:
         NoClusterError: naming the connect string and the missing ``LAYOUT`` znode.
+        CompatibilityError: ``LAYOUT`` names a format or ledger manager this version does not lay out
+            ledger paths for (names the znode).
     """
-    if await zk.exists(paths.layout) is None:
+    try:
+        data, _stat = await zk.get(paths.layout)
+    except NoNodeError:
         raise NoClusterError(f"no BookKeeper cluster at {zk.hosts}: {paths.layout} does not exist"
-                             " (wrong --ledgers-root / zkLedgersRootPath, or the cluster is not formatted)")
+                             " (wrong --ledgers-root / zkLedgersRootPath, or the cluster is not formatted)") from None
+    return require_supported(parse_layout(data, paths.layout), paths.layout)
 
 
 @contextlib.asynccontextmanager

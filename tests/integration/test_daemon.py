@@ -165,6 +165,35 @@ def test_bad_value_exits_2(cluster, tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+def test_wrong_ledgers_root_or_unknown_layout_is_refused(cluster, tmp_path):
+    """Issue 9: ``run --ledgers-root /nope`` used to report ready, elect itself and index 0 ledgers. It
+    must exit 1 naming the missing LAYOUT znode and create nothing under the wrong root; a LAYOUT naming
+    a ledger manager we do not lay out paths for is refused the same way."""
+    from kazoo.client import KazooClient
+
+    def run(root: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "autorecovery", "run", "--zk", cluster.zk_connect,
+                               "--ledgers-root", root, "--http-port", "0"], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+
+    proc = run("/nope")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "/nope/LAYOUT does not exist" in proc.stderr and "AUTORECOVERY_READY" not in proc.stdout
+    kz = KazooClient(hosts=cluster.zk_connect)
+    kz.start(timeout=30)
+    try:
+        assert kz.exists("/nope") is None  # no under-replication tree, no vote under the wrong root
+        kz.create("/flat/LAYOUT", b"2\norg.apache.bookkeeper.meta.FlatLedgerManagerFactory:1", makepath=True)
+        proc = run("/flat")
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert "/flat/LAYOUT: ledger manager org.apache.bookkeeper.meta.FlatLedgerManagerFactory is not " \
+               "supported" in proc.stderr
+        assert kz.get_children("/flat") == ["LAYOUT"]
+    finally:
+        kz.stop()
+        kz.close()
+
+
 def test_sigterm_while_copying(cluster, procs, tmp_path):
     victim_i = 3
     victim = cluster.bookie_id(victim_i)
