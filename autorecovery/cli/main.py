@@ -16,6 +16,8 @@ SUBCOMMANDS = {
     "run": ("autorecovery.cli.run", "run"),
     "shell": ("autorecovery.cli.shell", "shell"),
     "config": ("autorecovery.cli.config", "config"),
+    "export": ("autorecovery.cli.report", "export_command"),
+    "report": ("autorecovery.cli.report", "report_command"),
 }
 
 

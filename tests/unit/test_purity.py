@@ -9,13 +9,13 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "autorecovery"
 
 PURE_PACKAGES = ("ledger", "audit", "plan", "placement")
-PURE_MODULES = ("errors.py", "zk/paths.py", "config/keys.py", "rpc/convert.py")
+PURE_MODULES = ("errors.py", "zk/paths.py", "config/keys.py", "rpc/convert.py", "reports/model.py")
 PURE_PREFIXES = tuple(f"autorecovery.{p}" for p in PURE_PACKAGES) + (
     "autorecovery.errors", "autorecovery.zk.paths", "autorecovery.config.keys", "autorecovery.rpc.convert",
-    "autorecovery.proto",
+    "autorecovery.proto", "autorecovery.reports.model",
 )
 FORBIDDEN = {"asyncio", "grpc", "kazoo", "socket", "sqlite3", "aiohttp", "requests", "urllib", "http",
-             "threading", "subprocess"}
+             "threading", "subprocess", "pyspark", "pandas", "pyarrow"}
 
 
 def _imports(path: Path) -> set[str]:

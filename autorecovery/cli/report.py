@@ -1,0 +1,112 @@
+"""``autorecovery export`` and ``autorecovery report``: offline capacity, placement and failure-domain
+reports on PySpark (issue 11). See docs/reports.md."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from autorecovery.cli.config import EXIT_CONFIG, location_options, parse_sets, settings_from_cli
+from autorecovery.errors import AutoRecoveryError, ConfigError
+
+
+@click.command("export")
+@location_options
+@click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Snapshot directory to write.")
+@click.option("--concurrency", type=int, default=None,
+              help="ZooKeeper reads in flight (default auditorMaxNumberOfConcurrentOpenLedgerOperations, 500).")
+@click.option("--synthetic", is_flag=True, help="Generate a synthetic snapshot instead of reading a cluster.")
+@click.option("--ledgers", type=int, default=100_000, show_default=True, help="--synthetic: ledgers.")
+@click.option("--bookies", type=int, default=100, show_default=True, help="--synthetic: bookies.")
+@click.option("--racks", type=int, default=10, show_default=True, help="--synthetic: racks.")
+@click.option("--zones", type=int, default=3, show_default=True, help="--synthetic: zones (racks spread over them).")
+@click.option("--regions", type=int, default=1, show_default=True, help="--synthetic: regions.")
+@click.option("--violations", type=float, default=0.02, show_default=True,
+              help="--synthetic: fraction of closed ledgers placed in a single rack.")
+@click.option("--seed", type=int, default=1, show_default=True, help="--synthetic: random seed.")
+def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, ledgers, bookies, racks, zones,
+                   regions, violations, seed) -> None:
+    """Write a metadata snapshot (Parquet: ledgers, segments, bookies, markers + manifest.json)."""
+    if synthetic:
+        from autorecovery.reports.synthetic import generate
+
+        try:
+            m = generate(Path(out), ledgers=ledgers, bookies=bookies, racks=racks, zones=zones, regions=regions,
+                         violations=violations, seed=seed)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+        click.echo(f"synthetic snapshot: {m['counts']} -> {out}")
+        return
+    try:
+        settings = settings_from_cli(conf, zk, ledgers_root, sets)
+    except ConfigError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    from autorecovery.admin import ops
+    from autorecovery.reports.export import export, print_progress
+
+    limit = concurrency or int(settings.get("auditorMaxNumberOfConcurrentOpenLedgerOperations") or 500)
+
+    async def go():
+        async with ops.open_admin(settings) as ctx:
+            return await export(ctx, Path(out), concurrency=limit, progress=print_progress)
+
+    try:
+        m = asyncio.run(go())
+    except AutoRecoveryError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"snapshot of {settings.ledgers_root}: {json.dumps(m['counts'])} -> {out}")
+
+
+@click.command("report")
+@click.argument("which", type=click.Choice(["capacity", "placement", "risk", "all"]))
+@click.option("--snapshot", type=click.Path(exists=True, file_okay=False), required=True)
+@click.option("--out", "out", type=click.Path(file_okay=False), required=True)
+@click.option("--master", default=None, help="Spark master URL (default local[*]); or run under spark-submit.")
+@click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
+              help="Placement keys to evaluate instead of the snapshot's (e.g. minNumRacksPerWriteQuorum=3).")
+@click.option("--assumed-rate-mbps", type=float, default=50.0, show_default=True,
+              help="Copy rate per worker (MB/s) when replicationRateByBytes is off (-1).")
+def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps) -> None:
+    """Capacity, placement (with the BP-54 repair plan) and failure-domain risk from a snapshot."""
+    from autorecovery.reports.build import run
+
+    try:
+        overrides = parse_sets(what_if)
+        summary = run(Path(snapshot), Path(out), which, master=master, what_if=overrides,
+                      assumed_rate=assumed_rate_mbps * 1e6)
+    except (AutoRecoveryError, ConfigError) as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(1)
+    _terminal(summary)
+    click.echo(f"report: {Path(out) / 'report.html'} (CSV, Parquet and summary.json beside it)")
+
+
+def _terminal(s: dict) -> None:
+    """A short table on the terminal."""
+    cap = s.get("capacity")
+    if cap:
+        click.echo(f"capacity: {cap['bookies']} bookies, {cap['used_bytes'] / 1e9:.1f} GB used by ledgers, "
+                   f"{cap['free_bytes'] / 1e12:.2f} TB free, growth {cap['growth_bytes_per_day'] / 1e9:.2f} GB/day, "
+                   f"bookie imbalance max/mean {cap['imbalance_bookie_max_over_mean'] or 0:.2f}")
+    pl = s.get("placement")
+    if pl:
+        click.echo(f"placement now: {pl['current']}")
+        if pl.get("under_what_if"):
+            click.echo(f"placement with {pl['what_if']}: {pl['under_what_if']}")
+        r = pl["repair"]
+        t = r["copy_time_s"]
+        click.echo(f"BP-54 repair: {r['ledgers_to_mark']} ledgers to mark, {r['swaps']} swaps, "
+                   f"{r['bytes_to_copy'] / 1e9:.2f} GB to copy, ~{(t or 0) / 60:.1f} min with {r['workers']} workers"
+                   f"{' (assumed rate)' if r['rate_assumed'] else ''}; {r['ledgers_without_fix']} without a fix")
+    rk = s.get("risk")
+    if rk and rk.get("worst"):
+        w = rk["worst"]
+        click.echo(f"risk: worst domain {w['kind']} {w['name']}: {w['ledgers_data_loss']} ledgers lose data, "
+                   f"{w['ledgers_below_ack_quorum']} fall below AQ; racks whose loss loses data: "
+                   f"{len(rk['racks_whose_loss_loses_data'])}")

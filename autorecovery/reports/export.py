@@ -1,0 +1,149 @@
+"""``autorecovery export``: a metadata snapshot of a live cluster, read-only (EDGE: ZooKeeper, gRPC).
+
+Reads every ledger's metadata with at most ``concurrency`` ZooKeeper reads in flight (the same bound
+as ``auditorMaxNumberOfConcurrentOpenLedgerOperations``), in id order, streaming rows into Parquet row
+groups: memory stays bounded and the session's request queue stays short at a million ledgers. It
+writes nothing to ZooKeeper. Bookie locations come from the configured resolver (the placement policy
+the daemon would build), disk figures from GET_BOOKIE_INFO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autorecovery.admin import ops
+from autorecovery.errors import AutoRecoveryError, NoSuchLedgerError
+from autorecovery.ledger.metadata import LedgerState
+from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
+from autorecovery.zk.bridge import NoNodeError
+
+PLACEMENT_KEYS = ("ensemblePlacementPolicy", "minNumRacksPerWriteQuorum", "enforceMinNumRacksPerWriteQuorum",
+                  "enforceMinNumFaultDomainsForWrite", "reppRegionsToWrite", "reppMinimumRegionsForDurability",
+                  "desiredNumZonesPerWriteQuorum", "minNumZonesPerWriteQuorum", "replicationRateByBytes")
+
+
+def _split_location(loc: str | None) -> tuple[str, str, str]:
+    """``(rack, zone, region)`` from a network location: ``/region/rack`` (region-aware), ``/zone/ud``
+    (zone-aware) or ``/rack``; the last component is the rack, the first the region and zone."""
+    parts = [p for p in (loc or "/default-rack").split("/") if p]
+    rack = parts[-1] if parts else "default-rack"
+    first = parts[0] if len(parts) > 1 else "default"
+    return rack, first, first
+
+
+async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Write a snapshot of the cluster behind ``ctx`` to ``out``; returns the manifest.
+
+    Raises:
+        ZooKeeperError: ZooKeeper failed (the snapshot has no manifest, so it is never mistaken for a
+            complete one).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = int(time.time() * 1000)
+    layout, _ = await ctx.zk.get(ctx.paths.layout)
+    try:
+        instance = (await ctx.zk.get(ctx.paths.root + "/INSTANCEID"))[0].decode("utf-8", "replace")
+    except NoNodeError:
+        instance = ""
+    ids = await ctx.ledgers.list_ledger_ids()
+    lw = TableWriter(out / "ledgers.parquet", LEDGERS)
+    sw = TableWriter(out / "segments.parquet", SEGMENTS)
+    sem = asyncio.Semaphore(concurrency)
+    done = unreadable = 0
+
+    async def read(lid: int):
+        async with sem:
+            try:
+                return lid, (await ctx.ledgers.read(lid))[0]
+            except NoSuchLedgerError:
+                return lid, None
+            except AutoRecoveryError:
+                return lid, False
+
+    window = max(1, concurrency * 4)
+    for i in range(0, len(ids), window):  # in id order, a bounded window of reads at a time
+        for lid, md in await asyncio.gather(*(read(lid) for lid in ids[i:i + window])):
+            done += 1
+            if md is False:
+                unreadable += 1
+                continue
+            if md is None:
+                continue
+            custom = dict(md.custom_metadata)
+            ml = custom.get("pulsar/managed-ledger", b"")
+            lw.add({"ledger_id": lid, "state": md.state.name, "ensemble_size": md.ensemble_size,
+                    "write_quorum": md.write_quorum, "ack_quorum": md.ack_quorum,
+                    "last_entry_id": md.last_entry_id if md.state == LedgerState.CLOSED else -1,
+                    "length": md.length, "ctime": md.ctime, "digest_type": md.digest_type.name,
+                    "managed_ledger": ml.decode("utf-8", "replace") if isinstance(ml, bytes) else str(ml),
+                    "custom_metadata": [(k, bytes(v)) for k, v in custom.items()]})
+            for j, seg in enumerate(md.segments):
+                last = md.segment_end(j) if md.state == LedgerState.CLOSED or j + 1 < len(md.segments) else -1
+                sw.add({"ledger_id": lid, "first_entry_id": seg.first_entry_id, "last_entry_id": last,
+                        "ensemble": list(seg.ensemble)})
+        if progress:
+            progress(done, len(ids))
+    lw.close()
+    sw.close()
+
+    watcher = await ctx.get_watcher()
+    policy = await ctx.get_policy()
+    info = await ops.bookie_info(ctx)
+    try:
+        cookies = await ctx.zk.get_children(ctx.paths.cookies)
+    except NoNodeError:
+        cookies = []
+    bw = TableWriter(out / "bookies.parquet", BOOKIES)
+    for b in sorted(set(cookies) | set(watcher.writable) | set(watcher.readonly)):
+        state = "writable" if b in watcher.writable else "readonly" if b in watcher.readonly else "gone"
+        loc = ops._location(policy, b) or "/default-rack"
+        rack, zone, region = _split_location(loc)
+        free, total = info.infos.get(b, (-1, -1))
+        bw.add({"bookie_id": b, "state": state, "location": loc, "rack": rack, "zone": zone, "region": region,
+                "free_bytes": free, "total_bytes": total})
+    bw.close()
+
+    mw = TableWriter(out / "markers.parquet", MARKERS)
+    for lid in sorted(await ctx.urm.list_marked_ids()):
+        m = await ctx.urm.get_marker(lid)
+        if m is not None:
+            mw.add({"ledger_id": lid, "kind": "underreplicated", "replicas": list(m.replicas), "ctime": m.ctime or 0})
+    try:
+        records = await ctx.zk.get_children(ctx.paths.unrecoverable)
+    except NoNodeError:
+        records = []
+    for name in sorted(records):
+        try:
+            doc = json.loads((await ctx.zk.get(f"{ctx.paths.unrecoverable}/{name}"))[0])
+            mw.add({"ledger_id": int(doc.get("ledger", -1)), "kind": "unrecoverable",
+                    "replicas": [str(b) for b in doc.get("bookies", [])], "ctime": int(doc.get("time", 0))})
+        except (NoNodeError, ValueError, TypeError):
+            continue
+    mw.close()
+
+    s = ctx.settings
+    placement = {k: str(s.get(k)) for k in PLACEMENT_KEYS if s is not None and s.get(k) is not None}
+    manifest = {"time_ms": started, "instance_id": instance, "ledgers_root": ctx.paths.root,
+                "layout": layout.decode("utf-8", "replace"), "placement": placement,
+                "counts": {"ledgers": lw.count, "segments": sw.count, "bookies": bw.count, "markers": mw.count,
+                           "unreadable": unreadable},
+                "source": f"zookeeper {ctx.zk.hosts}"}
+    write_manifest(out, manifest)
+    return manifest
+
+
+def print_progress(done: int, total: int) -> None:
+    """A one-line progress display on stderr."""
+    pct = 100.0 * done / total if total else 100.0
+    sys.stderr.write(f"\rexport: {done}/{total} ledgers ({pct:5.1f}%)")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

@@ -1,0 +1,245 @@
+"""The Spark jobs behind ``autorecovery report`` (EDGE: PySpark).
+
+Every O(ledgers) step runs in Spark: the snapshot's ``ledgers`` and ``segments`` tables are joined into
+one row per ledger (segments as a sorted list), and ``mapInPandas`` runs the project's pure code on each
+partition — ``reports/model.py`` for bytes and failure domains, the placement package's policies
+(``is_ensemble_adhering``, BP-54 ``replace_to_adhere``) for placement — so a report and the daemon can
+never disagree. Partitions pre-aggregate what they emit (per bookie, per domain and outcome), and only
+those small aggregates, or tables sized by bookies and racks, reach the driver. Per-ledger verdicts are
+written by Spark to Parquet, never collected.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from autorecovery.reports import model
+
+DAY_MS = 86_400_000
+
+
+def spark_session(master: str | None = None, app: str = "autorecovery-report", conf: Mapping[str, str] | None = None):
+    """A SparkSession on ``master`` (``local[*]`` by default), bound to loopback unless configured.
+
+    Python workers run this interpreter (``PYSPARK_PYTHON``), so they import the same ``autorecovery``.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    b = (SparkSession.builder.appName(app).master(master or "local[*]")
+         .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", "8")
+         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def load(spark, snapshot: Path) -> dict[str, Any]:
+    """The snapshot's tables as DataFrames, plus ``ledger_view``: one row per ledger with ``segs``, its
+    segments sorted by first entry id."""
+    from pyspark.sql import functions as F
+
+    snap = str(Path(snapshot).resolve())
+    t = {name: spark.read.parquet(f"{snap}/{name}.parquet") for name in ("ledgers", "segments", "bookies", "markers")}
+    segs = (t["segments"].groupBy("ledger_id")
+            .agg(F.sort_array(F.collect_list(F.struct("first_entry_id", "last_entry_id", "ensemble"))).alias("segs")))
+    t["ledger_view"] = t["ledgers"].join(segs, "ledger_id", "inner").drop("custom_metadata")
+    return t
+
+
+# -- executor side ------------------------------------------------------------------------------------
+def _views(pdf: pd.DataFrame) -> Iterator[tuple[model.LedgerView, Any]]:
+    for row in pdf.itertuples(index=False):
+        segs = tuple(model.SegmentView(int(s["first_entry_id"]), int(s["last_entry_id"]), tuple(s["ensemble"]))
+                     for s in row.segs)
+        yield model.LedgerView(int(row.ledger_id), int(row.ensemble_size), int(row.write_quorum),
+                               int(row.ack_quorum), int(row.last_entry_id), int(row.length),
+                               row.state == "CLOSED", segs), row
+
+
+def capacity_partition(recent_since_ms: int):
+    """mapInPandas function: bytes per bookie (all, and of ledgers created since ``recent_since_ms``)."""
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        used: dict[str, float] = {}
+        recent: dict[str, float] = {}
+        for pdf in batches:
+            for lv, row in _views(pdf):
+                share = model.bytes_per_bookie(lv)
+                new = int(row.ctime) >= recent_since_ms
+                for b, nbytes in share.items():
+                    used[b] = used.get(b, 0.0) + nbytes
+                    if new:
+                        recent[b] = recent.get(b, 0.0) + nbytes
+        yield pd.DataFrame({"bookie_id": list(used), "used_bytes": [used[b] for b in used],
+                            "recent_bytes": [recent.get(b, 0.0) for b in used]})
+
+    return run
+
+
+CAPACITY_SCHEMA = "bookie_id string, used_bytes double, recent_bytes double"
+
+
+def _policy(placement: Mapping[str, str], locations: Mapping[str, str], members: tuple[list[str], list[str]]):
+    """The configured policy over the snapshot's membership, as the daemon builds it: ``members`` is
+    (writable, read-only) bookie ids; a bookie known only by its cookie is not in the topology."""
+    from autorecovery.placement.config import PlacementConfig
+    from autorecovery.placement.factory import policy_from_name
+    from autorecovery.placement.resolvers import StaticResolver
+
+    props = dict(placement)
+    name = props.pop("ensemblePlacementPolicy", None)
+    cfg = PlacementConfig.from_properties(props)
+    policy = policy_from_name(name, cfg, StaticResolver(dict(locations)))
+    policy.on_cluster_changed(set(members[0]), set(members[1]))
+    return policy
+
+
+VERDICT = {0: "FAIL", 1: "MEETS_SOFT", 2: "MEETS_STRICT"}
+
+
+def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] | None,
+                        locations: Mapping[str, str], members: tuple[list[str], list[str]]):
+    """mapInPandas function: per closed ledger, the worst segment verdict under the current placement
+    config and under ``what_if`` (upstream ``isEnsembleAdheringToPlacementPolicy``)."""
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        pol = _policy(current, locations, members)
+        alt = _policy(what_if, locations, members) if what_if else None
+        for pdf in batches:
+            out: dict[str, list] = {"ledger_id": [], "state": [], "current": [], "what_if": [], "tenant": [],
+                                    "namespace": []}
+            for lv, row in _views(pdf):
+                tenant, ns, _topic = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger or ""}
+                                                        if row.managed_ledger else None)
+                out["ledger_id"].append(lv.ledger_id)
+                out["state"].append(row.state)
+                out["tenant"].append(tenant)
+                out["namespace"].append(ns)
+                if not lv.closed:
+                    out["current"].append("OPEN_SKIPPED")
+                    out["what_if"].append("OPEN_SKIPPED")
+                    continue
+                out["current"].append(_worst(pol, lv))
+                out["what_if"].append(_worst(alt, lv) if alt else "")
+            yield pd.DataFrame(out)
+
+    return run
+
+
+PLACEMENT_SCHEMA = "ledger_id long, state string, current string, what_if string, tenant string, namespace string"
+
+
+def _worst(policy, lv: model.LedgerView) -> str:
+    worst = 2
+    for seg in lv.segments:
+        worst = min(worst, int(policy.is_ensemble_adhering(list(seg.ensemble), lv.write_quorum, lv.ack_quorum)))
+    return VERDICT[worst]
+
+
+def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], members: tuple[list[str], list[str]]):
+    """mapInPandas function: the BP-54 repair plan under ``target`` — for each closed ledger with a FAIL
+    segment, the minimum-swap ``replace_to_adhere`` result: one row per swap with the bytes the replaced
+    member stored (what the worker copies from a surviving replica to the new member)."""
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        pol = _policy(target, locations, members)
+        for pdf in batches:
+            out: dict[str, list] = {"ledger_id": [], "segment_first_entry_id": [], "source": [], "target": [],
+                                    "bytes": [], "fixable": []}
+            for lv, _row in _views(pdf):
+                if not lv.closed:
+                    continue
+                bpe = lv.bytes_per_entry
+                for seg in lv.segments:
+                    ens = list(seg.ensemble)
+                    if int(pol.is_ensemble_adhering(ens, lv.write_quorum, lv.ack_quorum)) != 0:
+                        continue
+                    res = pol.replace_to_adhere(lv.ensemble_size, lv.write_quorum, lv.ack_quorum, set(), ens)
+                    fixed = int(res.adherence) != 0
+                    for idx in (res.replaced if fixed else []):
+                        n = model.entries_on_index(seg.first, seg.last, lv.ensemble_size, lv.write_quorum, idx)
+                        out["ledger_id"].append(lv.ledger_id)
+                        out["segment_first_entry_id"].append(seg.first)
+                        out["source"].append(ens[idx])
+                        out["target"].append(res.ensemble[idx])
+                        out["bytes"].append(n * bpe)
+                        out["fixable"].append(True)
+                    if not fixed:
+                        out["ledger_id"].append(lv.ledger_id)
+                        out["segment_first_entry_id"].append(seg.first)
+                        out["source"].append("")
+                        out["target"].append("")
+                        out["bytes"].append(0.0)
+                        out["fixable"].append(False)
+            yield pd.DataFrame(out)
+
+    return run
+
+
+REPAIR_SCHEMA = ("ledger_id long, segment_first_entry_id long, source string, target string, bytes double, "
+                 "fixable boolean")
+
+
+def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, ...]):
+    """mapInPandas function: per failure domain and outcome, the ledgers, unrecoverable bytes and bytes to
+    heal (``model.domain_loss``), pre-aggregated in the partition. Pairs of racks are emitted only for
+    ledgers on both racks, with correction rows (negative) that let the driver add the single-rack
+    totals of both racks: pair(a, b) = pair rows + single(a) + single(b)."""
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        agg: dict[tuple[str, str, int, str], list[float]] = {}
+
+        def add(kind: str, name: str, d: model.DomainLoss, ns: str, sign: int = 1) -> None:
+            if d.outcome == model.NONE:
+                return
+            for key in ((kind, name, d.outcome, ""), (kind, name, d.outcome, ns)) if ns and kind in kinds else \
+                    ((kind, name, d.outcome, ""),):
+                a = agg.setdefault(key, [0.0, 0.0, 0.0])
+                a[0] += sign
+                a[1] += sign * d.lost_bytes
+                a[2] += sign * d.heal_bytes
+
+        for pdf in batches:
+            for lv, row in _views(pdf):
+                _t, ns, _topic = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger}
+                                                    if row.managed_ledger else None)
+                single: dict[str, model.DomainLoss] = {}
+                for kind, name in model.ledger_domains(lv, location, kinds, pairs_of="rack"):
+                    d = model.domain_loss(lv, model.members_in(lv, location, kind, name))
+                    if kind == "rack_pair":
+                        a, b = name.split("|", 1)
+                        add(kind, name, d, "")
+                        for r in (a, b):
+                            if r not in single:
+                                single[r] = model.domain_loss(lv, model.members_in(lv, location, "rack", r))
+                            add(kind, name, single[r], "", -1)
+                    else:
+                        if kind == "rack":
+                            single[name] = d
+                        add(kind, name, d, ns)
+        yield pd.DataFrame({"kind": [k[0] for k in agg], "name": [k[1] for k in agg],
+                            "outcome": [k[2] for k in agg], "namespace": [k[3] for k in agg],
+                            "ledgers": [v[0] for v in agg.values()], "lost_bytes": [v[1] for v in agg.values()],
+                            "heal_bytes": [v[2] for v in agg.values()]})
+
+    return run
+
+
+RISK_SCHEMA = ("kind string, name string, outcome int, namespace string, ledgers double, lost_bytes double, "
+               "heal_bytes double")

@@ -1,0 +1,207 @@
+"""What a metadata snapshot says about bytes, failure domains and placement, one ledger at a time (PURE).
+
+The Spark jobs (``reports/jobs.py``) run these functions inside executors, and the single-process
+baseline of ``bench/reports.py`` runs the same functions over the whole snapshot, so every number in a
+report comes from here. No I/O, no Spark, no pandas.
+
+Conventions (upstream round-robin striping, ``ledger/metadata.py``): entry ``e`` of a segment with
+ensemble size E and write quorum WQ is stored on ensemble indexes ``(e + k) mod E`` for ``k < WQ``. A
+ledger's bytes are spread evenly over its entries (``length / (lastEntryId + 1)``: metadata records the
+total length, not per-entry sizes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from autorecovery.ledger.metadata import bookie_index_stores
+
+#: Outcome of losing a failure domain, worst first. A ledger takes its worst segment's outcome.
+LOSS, BELOW_AQ, COPY, NONE = 3, 2, 1, 0
+OUTCOME_NAMES = {LOSS: "data_loss", BELOW_AQ: "below_ack_quorum", COPY: "copy_lost", NONE: "unaffected"}
+
+
+@dataclass(frozen=True)
+class SegmentView:
+    """One segment: entries ``first..last`` (inclusive; ``last < first`` when empty) on ``ensemble``."""
+
+    first: int
+    last: int
+    ensemble: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """The fields of a ledger the reports need. ``length``: bytes; ``last_entry_id``: -1 when empty."""
+
+    ledger_id: int
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    last_entry_id: int
+    length: int
+    closed: bool
+    segments: tuple[SegmentView, ...]
+
+    @property
+    def bytes_per_entry(self) -> float:
+        """Average entry size in bytes (0.0 for an empty ledger)."""
+        n = self.last_entry_id + 1
+        return self.length / n if n > 0 else 0.0
+
+
+def segments_of(first_ids: Sequence[int], ensembles: Sequence[Sequence[str]], last_entry_id: int) -> tuple[SegmentView, ...]:
+    """Segments from the metadata's (first entry id, ensemble) list: each ends where the next starts; the last
+    ends at ``last_entry_id``. ``first_ids`` must be ascending (as metadata stores them)."""
+    out = []
+    for i, (first, ens) in enumerate(zip(first_ids, ensembles)):
+        last = first_ids[i + 1] - 1 if i + 1 < len(first_ids) else last_entry_id
+        out.append(SegmentView(int(first), int(last), tuple(ens)))
+    return tuple(out)
+
+
+def residue_counts(first: int, last: int, ensemble_size: int) -> list[int]:
+    """``counts[s]`` = number of entries ``e`` in ``first..last`` with ``e mod E == s`` (zeros when empty)."""
+    counts = [0] * ensemble_size
+    n = last - first + 1
+    if n <= 0:
+        return counts
+    full, rem = divmod(n, ensemble_size)
+    for s in range(ensemble_size):
+        counts[s] = full
+    for k in range(rem):
+        counts[(first + k) % ensemble_size] += 1
+    return counts
+
+
+def entries_on_index(first: int, last: int, ensemble_size: int, write_quorum: int, index: int) -> int:
+    """How many entries of ``first..last`` ensemble index ``index`` stores (round robin)."""
+    counts = residue_counts(first, last, ensemble_size)
+    return sum(c for s, c in enumerate(counts) if bookie_index_stores(index, s, ensemble_size, write_quorum))
+
+
+def bytes_per_bookie(ledger: LedgerView) -> dict[str, float]:
+    """Bytes each bookie stores for ``ledger`` (a bookie twice in one ensemble cannot happen; repeated
+    across segments, its shares add up)."""
+    bpe = ledger.bytes_per_entry
+    out: dict[str, float] = {}
+    for seg in ledger.segments:
+        for idx, bookie in enumerate(seg.ensemble):
+            n = entries_on_index(seg.first, seg.last, ledger.ensemble_size, ledger.write_quorum, idx)
+            if n:
+                out[bookie] = out.get(bookie, 0.0) + n * bpe
+    return out
+
+
+@dataclass(frozen=True)
+class DomainLoss:
+    """What losing a set of bookies does to one ledger.
+
+    Attributes:
+        outcome: :data:`LOSS` (some entry loses every copy), :data:`BELOW_AQ` (some entry keeps fewer
+            than AQ copies), :data:`COPY` (copies lost, every entry keeps at least AQ), :data:`NONE`.
+        lost_bytes: bytes of entries with no copy left (cannot be healed).
+        heal_bytes: bytes of lost copies of entries that keep a copy (what re-replication must copy).
+    """
+
+    outcome: int
+    lost_bytes: float
+    heal_bytes: float
+
+
+def domain_loss(ledger: LedgerView, dead: set[str] | frozenset[str]) -> DomainLoss:
+    """The effect on ``ledger`` of losing every bookie in ``dead`` (the reports' risk question)."""
+    E, WQ, AQ = ledger.ensemble_size, ledger.write_quorum, ledger.ack_quorum
+    bpe = ledger.bytes_per_entry
+    outcome = NONE
+    lost = heal = 0.0
+    for seg in ledger.segments:
+        dead_idx = {i for i, b in enumerate(seg.ensemble) if b in dead}
+        if not dead_idx:
+            continue
+        counts = residue_counts(seg.first, seg.last, E)
+        for s, cnt in enumerate(counts):
+            if cnt == 0:
+                continue
+            copies_dead = sum(1 for k in range(WQ) if (s + k) % E in dead_idx)
+            if copies_dead == 0:
+                continue
+            left = WQ - copies_dead
+            if left == 0:
+                outcome = max(outcome, LOSS)
+                lost += cnt * bpe
+            else:
+                outcome = max(outcome, BELOW_AQ if left < AQ else COPY)
+                heal += cnt * copies_dead * bpe
+    return DomainLoss(outcome, lost, heal)
+
+
+def ledger_domains(ledger: LedgerView, location: Mapping[str, Mapping[str, str]], kinds: Iterable[str],
+                   pairs_of: str | None = "rack") -> list[tuple[str, str]]:
+    """The failure domains that touch ``ledger``: ``(kind, name)`` for each kind (``rack``, ``zone``,
+    ``region``) a member's location names, plus ``("rack_pair", "a|b")`` for every pair of racks that
+    both hold a member (sorted names). ``location[bookie][kind]`` gives the domain names; a bookie
+    missing from it is in domain ``"unknown"``."""
+    out: set[tuple[str, str]] = set()
+    kinds = tuple(kinds)
+    racks: set[str] = set()
+    for seg in ledger.segments:
+        for b in seg.ensemble:
+            loc = location.get(b, {})
+            for kind in kinds:
+                out.add((kind, loc.get(kind, "unknown")))
+            if pairs_of:
+                racks.add(loc.get(pairs_of, "unknown"))
+    if pairs_of:
+        rs = sorted(racks)
+        for i in range(len(rs)):
+            for j in range(i + 1, len(rs)):
+                out.add(("rack_pair", f"{rs[i]}|{rs[j]}"))
+    return sorted(out)
+
+
+def members_in(ledger: LedgerView, location: Mapping[str, Mapping[str, str]], kind: str, name: str) -> frozenset[str]:
+    """The ledger's bookies that are in domain ``(kind, name)``; ``rack_pair`` names ``"a|b"``."""
+    if kind == "rack_pair":
+        a, b = name.split("|", 1)
+        wanted = {a, b}
+        return frozenset(m for seg in ledger.segments for m in seg.ensemble
+                         if location.get(m, {}).get("rack", "unknown") in wanted)
+    return frozenset(m for seg in ledger.segments for m in seg.ensemble
+                     if location.get(m, {}).get(kind, "unknown") == name)
+
+
+def pulsar_names(custom: Mapping[str, bytes | str] | None) -> tuple[str, str, str]:
+    """``(tenant, namespace, topic)`` from a Pulsar managed ledger's custom metadata, else empty strings.
+
+    Pulsar stores ``pulsar/managed-ledger`` = ``<tenant>/<namespace>/<domain>/<topic>`` (e.g.
+    ``public/default/persistent/orders``); namespace is returned as ``tenant/namespace`` and topic as
+    ``<domain>://tenant/namespace/topic``.
+    """
+    if not custom:
+        return "", "", ""
+    raw = custom.get("pulsar/managed-ledger")
+    if raw is None:
+        return "", "", ""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    parts = text.split("/")
+    if len(parts) < 4:
+        return (parts[0], "/".join(parts[:2]), "") if parts else ("", "", "")
+    tenant, ns, domain, topic = parts[0], parts[1], parts[2], "/".join(parts[3:])
+    return tenant, f"{tenant}/{ns}", f"{domain}://{tenant}/{ns}/{topic}"
+
+
+def days_until_full(free_bytes: float, growth_bytes_per_day: float) -> float | None:
+    """Days until ``free_bytes`` is used up at ``growth_bytes_per_day``; None when not growing."""
+    if growth_bytes_per_day <= 0:
+        return None
+    return max(0.0, free_bytes) / growth_bytes_per_day
+
+
+def copy_time_s(nbytes: float, workers: int, rate_bytes_per_s: float) -> float | None:
+    """Seconds to copy ``nbytes`` with ``workers`` workers at ``rate_bytes_per_s`` each (upstream's
+    ``replicationRateByBytes`` is per worker); None when the rate is unknown (<= 0)."""
+    if rate_bytes_per_s <= 0 or workers <= 0:
+        return None
+    return nbytes / (rate_bytes_per_s * workers)
