@@ -72,14 +72,16 @@ def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, le
               help="Placement keys to evaluate instead of the snapshot's (e.g. minNumRacksPerWriteQuorum=3).")
 @click.option("--assumed-rate-mbps", type=float, default=50.0, show_default=True,
               help="Copy rate per worker (MB/s) when replicationRateByBytes is off (-1).")
-def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps) -> None:
+@click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="Spark configuration (e.g. spark.executor.memory=1g), as spark-submit --conf.")
+def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spark_conf) -> None:
     """Capacity, placement (with the BP-54 repair plan) and failure-domain risk from a snapshot."""
     from autorecovery.reports.build import run
 
     try:
         overrides = parse_sets(what_if)
         summary = run(Path(snapshot), Path(out), which, master=master, what_if=overrides,
-                      assumed_rate=assumed_rate_mbps * 1e6)
+                      assumed_rate=assumed_rate_mbps * 1e6, spark_conf=parse_sets(spark_conf))
     except (AutoRecoveryError, ConfigError) as exc:
         click.echo(f"ERROR: {exc}", err=True)
         sys.exit(1)

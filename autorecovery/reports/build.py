@@ -204,7 +204,7 @@ def write(report: Report, out: Path) -> None:
 
 
 def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, what_if: dict[str, str] | None = None,
-        assumed_rate: float = 50e6, spark=None) -> dict[str, Any]:
+        assumed_rate: float = 50e6, spark=None, spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``which`` (capacity | placement | risk | all) on ``snapshot``; write everything under ``out``.
 
     Returns the JSON summary (also written to ``out/summary.json``, with ``out/report.html``).
@@ -218,7 +218,7 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     own = spark is None
-    spark = spark or jobs.spark_session(master)
+    spark = spark or jobs.spark_session(master, conf=spark_conf)
     try:
         t = jobs.load(spark, snapshot)
         t["ledger_view"].cache()

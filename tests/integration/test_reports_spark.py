@@ -1,0 +1,233 @@
+"""The Spark reports on a small hand-made snapshot against brute-force answers (every entry, write set
+and failure domain enumerated here, independently of reports/model.py), and the same report on a Spark
+standalone cluster (a master and two workers from the pyspark package) equal to local[*]."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from autorecovery.reports.build import run
+from autorecovery.reports.jobs import spark_session
+from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
+from autorecovery.testing.zk_server import free_port
+
+pytestmark = pytest.mark.integration
+
+RACKS = {"A": ["a1:3181", "a2:3181"], "B": ["b1:3181", "b2:3181"], "C": ["c1:3181", "c2:3181"]}
+RACK_OF = {b: r for r, bs in RACKS.items() for b in bs}
+# (E, WQ, AQ, last entry id, bytes, [(first entry, ensemble)], state)
+LEDGER_SPECS = {
+    1: (3, 2, 2, 5, 600, [(0, ("a1:3181", "a2:3181", "b1:3181"))], "CLOSED"),        # two members in A
+    2: (3, 2, 2, 8, 900, [(0, ("a1:3181", "b1:3181", "c1:3181"))], "CLOSED"),        # three racks
+    3: (2, 2, 2, 3, 400, [(0, ("a1:3181", "a2:3181"))], "CLOSED"),                   # single rack: BP-54
+    4: (3, 3, 2, 9, 1000, [(0, ("a1:3181", "b1:3181", "c1:3181")),
+                           (5, ("a2:3181", "b2:3181", "c2:3181"))], "CLOSED"),       # an ensemble change
+    5: (2, 2, 1, 4, 500, [(0, ("b2:3181", "c2:3181"))], "CLOSED"),
+    6: (3, 2, 2, -1, 0, [(0, ("a1:3181", "b1:3181", "c1:3181"))], "OPEN"),
+}
+NS = {1: "t1/n1", 2: "t1/n1", 3: "t1/n2", 4: "t2/n1", 5: "t2/n1", 6: "t1/n1"}
+
+
+def make_snapshot(path: Path) -> None:
+    path.mkdir(parents=True)
+    lw, sw = TableWriter(path / "ledgers.parquet", LEDGERS), TableWriter(path / "segments.parquet", SEGMENTS)
+    for lid, (E, WQ, AQ, last, length, segs, state) in LEDGER_SPECS.items():
+        ml = f"{NS[lid]}/persistent/topic-{lid}"
+        lw.add({"ledger_id": lid, "state": state, "ensemble_size": E, "write_quorum": WQ, "ack_quorum": AQ,
+                "last_entry_id": last, "length": length, "ctime": 1_700_000_000_000 - lid * 86_400_000,
+                "digest_type": "CRC32C", "managed_ledger": ml, "custom_metadata": [("pulsar/managed-ledger", ml.encode())]})
+        for i, (first, ens) in enumerate(segs):
+            seg_last = segs[i + 1][0] - 1 if i + 1 < len(segs) else last
+            sw.add({"ledger_id": lid, "first_entry_id": first, "last_entry_id": seg_last, "ensemble": list(ens)})
+    lw.close()
+    sw.close()
+    bw = TableWriter(path / "bookies.parquet", BOOKIES)
+    for b, r in sorted(RACK_OF.items()):
+        bw.add({"bookie_id": b, "state": "writable", "location": f"/{r}", "rack": r, "zone": "z" + r,
+                "region": "reg", "free_bytes": 10_000, "total_bytes": 20_000})
+    bw.close()
+    TableWriter(path / "markers.parquet", MARKERS).close()
+    write_manifest(path, {"time_ms": 1_700_000_000_000, "instance_id": "t", "ledgers_root": "/ledgers",
+                          "layout": "", "counts": {"ledgers": len(LEDGER_SPECS)},
+                          "placement": {"ensemblePlacementPolicy": "rackaware", "minNumRacksPerWriteQuorum": "2"}})
+
+
+def brute_outcome(lid: int, dead: set[str]) -> tuple[str, float]:
+    """Worst outcome of losing ``dead`` for ledger ``lid`` and its bytes to heal, entry by entry."""
+    E, WQ, AQ, last, length, segs, _state = LEDGER_SPECS[lid]
+    bpe = length / (last + 1) if last >= 0 else 0
+    worst, heal = 0, 0.0
+    for i, (first, ens) in enumerate(segs):
+        seg_last = segs[i + 1][0] - 1 if i + 1 < len(segs) else last
+        for e in range(first, seg_last + 1):
+            copies = [ens[(e + k) % E] for k in range(WQ)]
+            gone = sum(1 for b in copies if b in dead)
+            if gone == 0:
+                continue
+            left = WQ - gone
+            worst = max(worst, 3 if left == 0 else 2 if left < AQ else 1)
+            if left:
+                heal += gone * bpe
+    return {0: "unaffected", 1: "copy_lost", 2: "below_ack_quorum", 3: "data_loss"}[worst], heal
+
+
+def brute_domains() -> dict[tuple[str, str], dict[str, int]]:
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    domains = [("rack", r, set(bs)) for r, bs in RACKS.items()]
+    domains += [("rack_pair", f"{a}|{b}", set(RACKS[a]) | set(RACKS[b])) for a, b in itertools.combinations(RACKS, 2)]
+    for kind, name, dead in domains:
+        counts: dict[str, int] = {}
+        for lid in LEDGER_SPECS:
+            o, _h = brute_outcome(lid, dead)
+            if o != "unaffected":
+                counts[o] = counts.get(o, 0) + 1
+        out[(kind, name)] = counts
+    return out
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = spark_session("local[2]")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def local_report(spark, tmp_path_factory):
+    base = tmp_path_factory.mktemp("reports")
+    make_snapshot(base / "snap")
+    summary = run(base / "snap", base / "out", "all", what_if={"minNumRacksPerWriteQuorum": "3"}, spark=spark)
+    return base, summary
+
+
+def test_risk_matches_brute_force(local_report):
+    base, summary = local_report
+    dom = pd.read_csv(base / "out" / "risk_domains.csv")
+    got = {}
+    for r in dom.itertuples():
+        if r.kind in ("rack", "rack_pair"):
+            got[(r.kind, r.name)] = {k: int(getattr(r, f"ledgers_{k}")) for k in
+                                     ("data_loss", "below_ack_quorum", "copy_lost") if getattr(r, f"ledgers_{k}") > 0}
+    want = {k: v for k, v in brute_domains().items() if v}
+    assert got == want
+    # heal bytes of rack A, entry by entry
+    heal_a = sum(brute_outcome(lid, set(RACKS["A"]))[1] for lid in LEDGER_SPECS)
+    row = dom[(dom["kind"] == "rack") & (dom["name"] == "A")].iloc[0]
+    assert row["heal_bytes"] == pytest.approx(heal_a)
+    assert summary["risk"]["racks_whose_loss_loses_data"] == ["A"]  # ledgers 1 and 3 lose entries with A
+    by_ns = pd.read_csv(base / "out" / "risk_by_namespace.csv")
+    assert set(by_ns.loc[(by_ns["name"] == "A") & (by_ns["outcome_name"] == "data_loss"), "namespace"]) == \
+        {"t1/n1", "t1/n2"}
+
+
+def test_capacity_matches_brute_force(local_report):
+    base, summary = local_report
+    want: dict[str, float] = {}
+    for lid, (E, WQ, _AQ, last, length, segs, _s) in LEDGER_SPECS.items():
+        bpe = length / (last + 1) if last >= 0 else 0
+        for i, (first, ens) in enumerate(segs):
+            seg_last = segs[i + 1][0] - 1 if i + 1 < len(segs) else last
+            for e in range(first, seg_last + 1):
+                for k in range(WQ):
+                    want[ens[(e + k) % E]] = want.get(ens[(e + k) % E], 0.0) + bpe
+    cap = pd.read_csv(base / "out" / "capacity_bookies.csv").set_index("bookie_id")
+    for b in RACK_OF:
+        assert cap.loc[b, "used_bytes"] == pytest.approx(want.get(b, 0.0)), b
+    racks = pd.read_csv(base / "out" / "capacity_rack.csv").set_index("rack")
+    assert racks.loc["A", "used_bytes"] == pytest.approx(want["a1:3181"] + want["a2:3181"])
+    assert summary["capacity"]["used_bytes"] == pytest.approx(sum(want.values()))
+    assert (base / "out" / "report.html").read_text().count("data:image/png;base64,") >= 2
+
+
+def test_placement_verdicts_and_bp54_plan(local_report):
+    base, summary = local_report
+    per = pd.read_parquet(base / "out" / "placement_ledgers.parquet").set_index("ledger_id")
+    # E3/WQ2 (a1,a2,b1): write set (a1,a2) is one rack; E2 (a1,a2): one rack; others span two racks
+    assert per.loc[1, "current"] == "FAIL" and per.loc[3, "current"] == "FAIL"
+    assert per.loc[2, "current"] == "MEETS_STRICT" and per.loc[6, "current"] == "OPEN_SKIPPED"
+    assert summary["placement"]["current"] == {"FAIL": 2, "MEETS_STRICT": 3, "OPEN_SKIPPED": 1}
+    # what-if minNumRacksPerWriteQuorum=3: WQ=2 sets cannot span 3 racks (capped at WQ); ledger 4 (WQ3) can
+    assert per.loc[4, "what_if"] == "MEETS_STRICT"
+    repair = summary["placement"]["repair"]
+    swaps = pd.read_parquet(base / "out" / "placement_repair_swaps.parquet")
+    assert repair["swaps"] == len(swaps[swaps["fixable"]]) and repair["bytes_to_copy"] > 0
+    assert set(swaps.loc[swaps["fixable"], "ledger_id"]) <= {1, 3}
+
+
+def spark_class() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+def wait_workers(ui_port: int, n: int, deadline_s: float = 90.0) -> None:
+    end = time.monotonic() + deadline_s
+    last = None
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
+                doc = json.loads(r.read())
+            last = doc
+            if sum(1 for w in doc.get("workers", []) if w.get("state") == "ALIVE") >= n:
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)  # polling an external JVM's status page with a deadline
+    raise AssertionError(f"standalone cluster did not get {n} workers: {last}")
+
+
+def test_standalone_cluster_gives_the_same_report(local_report, tmp_path):
+    base, _summary = local_report
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "SPARK_LOG_DIR": str(tmp_path), "SPARK_WORKER_DIR": str(tmp_path / "work")}
+    port, ui = free_port(), free_port()
+    procs = []
+    try:
+        procs.append(subprocess.Popen([spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                       "--port", str(port), "--webui-port", str(ui)], env=env,
+                                      stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+        for i in range(2):
+            procs.append(subprocess.Popen([spark_class(), "org.apache.spark.deploy.worker.Worker",
+                                           f"spark://127.0.0.1:{port}", "--host", "127.0.0.1", "--cores", "1",
+                                           "--memory", "1g", "--webui-port", str(free_port()),
+                                           "--work-dir", str(tmp_path / f"w{i}")], env=env,
+                                          stdout=open(tmp_path / f"worker{i}.log", "w"), stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        wait_workers(ui, 2)
+        out = tmp_path / "out"
+        r = subprocess.run([sys.executable, "-m", "autorecovery", "report", "all", "--snapshot", str(base / "snap"),
+                            "--out", str(out), "--master", f"spark://127.0.0.1:{port}",
+                            "--what-if", "minNumRacksPerWriteQuorum=3", "--conf", "spark.executor.memory=512m",
+                            "--conf", "spark.cores.max=2"],
+                           env=env, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stderr[-3000:]
+        for name in ("risk_domains", "capacity_bookies", "capacity_rack", "placement_verdicts"):
+            a = pd.read_csv(base / "out" / f"{name}.csv")
+            b = pd.read_csv(out / f"{name}.csv")
+            keys = list(a.columns[:2])
+            pd.testing.assert_frame_equal(a.sort_values(keys).reset_index(drop=True),
+                                          b.sort_values(keys).reset_index(drop=True), check_exact=False)
+        sa = json.loads((base / "out" / "summary.json").read_text())
+        sb = json.loads((out / "summary.json").read_text())
+        assert sa["placement"] == sb["placement"] and sa["risk"] == sb["risk"]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
