@@ -39,7 +39,7 @@ class Report:
 
 
 def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float) -> Throttles:
-    rate = float(manifest.get("placement", {}).get("replicationRateByBytes", manifest.get("replicationRateByBytes", -1)))
+    rate = float(manifest.get("throttles", {}).get("replicationRateByBytes", -1))
     workers = int((bookies["state"] != "gone").sum())
     return Throttles(max(1, workers), rate if rate > 0 else assumed_rate, rate <= 0)
 

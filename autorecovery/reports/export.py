@@ -23,9 +23,7 @@ from autorecovery.ledger.metadata import LedgerState
 from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
 from autorecovery.zk.bridge import NoNodeError
 
-PLACEMENT_KEYS = ("ensemblePlacementPolicy", "minNumRacksPerWriteQuorum", "enforceMinNumRacksPerWriteQuorum",
-                  "enforceMinNumFaultDomainsForWrite", "reppRegionsToWrite", "reppMinimumRegionsForDurability",
-                  "desiredNumZonesPerWriteQuorum", "minNumZonesPerWriteQuorum", "replicationRateByBytes")
+THROTTLE_KEYS = ("replicationRateByBytes", "rereplicationEntryBatchSize")
 
 
 def _split_location(loc: str | None) -> tuple[str, str, str]:
@@ -130,9 +128,12 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
     mw.close()
 
     s = ctx.settings
-    placement = {k: str(s.get(k)) for k in PLACEMENT_KEYS if s is not None and s.get(k) is not None}
+    from autorecovery.placement.config import _KEYS as placement_keys
+
+    placement = {k: str(s.get(k)) for k in placement_keys if s is not None and s.get(k) is not None}
+    throttle = {k: str(s.get(k)) for k in THROTTLE_KEYS if s is not None and s.get(k) is not None}
     manifest = {"time_ms": started, "instance_id": instance, "ledgers_root": ctx.paths.root,
-                "layout": layout.decode("utf-8", "replace"), "placement": placement,
+                "layout": layout.decode("utf-8", "replace"), "placement": placement, "throttles": throttle,
                 "counts": {"ledgers": lw.count, "segments": sw.count, "bookies": bw.count, "markers": mw.count,
                            "unreadable": unreadable},
                 "source": f"zookeeper {ctx.zk.hosts}"}

@@ -1,0 +1,65 @@
+"""``autorecovery export`` of a real local cluster (ZooKeeper + bookie processes + ledgers written with the
+client), then ``autorecovery report placement``: its per-ledger verdicts equal the daemon's placement check
+(admin ops, the same code the auditor runs) on the same cluster, and the bookies table carries the racks
+and GET_BOOKIE_INFO figures."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from autorecovery.admin import ops
+from autorecovery.config.load import load_settings
+
+from test_worker_support import open_env
+
+pytestmark = pytest.mark.integration
+
+
+async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory, tmp_path):
+    cluster = await asyncio.to_thread(cluster_factory, bookies=6, racks=3)  # bookie i in /rack{1 + i % 3}
+    env = await open_env(cluster)
+    try:
+        b = cluster.bookie_ids()
+        spread = [await env.write([b[0], b[1], b[2]], 3, 2, 2, 20) for _ in range(3)]   # three racks
+        one_rack = [await env.write([b[0], b[3]], 2, 2, 2, 20) for _ in range(2)]      # both in /rack1
+        two_of_three = await env.write([b[1], b[4], b[2]], 3, 2, 2, 20)                 # (b1, b4) in /rack2
+        left_open = await env.write([b[2], b[5], b[0]], 3, 2, 2, 5, close=False)
+    finally:
+        await env.close()
+    snap, out = tmp_path / "snap", tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "autorecovery", "export", "--zk", cluster.zk_connect,
+                        "--ledgers-root", cluster.ledgers_root, "--out", str(snap)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "export: 7/7 ledgers" in r.stderr
+    ledgers = pd.read_parquet(snap / "ledgers.parquet").set_index("ledger_id")
+    assert len(ledgers) == 7 and ledgers.loc[left_open.ledger_id, "state"] == "OPEN"
+    assert (ledgers.loc[spread[0].ledger_id, ["ensemble_size", "write_quorum", "ack_quorum", "last_entry_id"]]
+            .tolist() == [3, 2, 2, 19])
+    bookies = pd.read_parquet(snap / "bookies.parquet").set_index("bookie_id")
+    assert set(bookies.index) == set(b) and set(bookies["state"]) == {"writable"}
+    assert bookies.loc[b[3], "rack"] == "rack1" and bookies.loc[b[4], "rack"] == "rack2"
+    assert (bookies["total_bytes"] > 0).all() and (bookies["free_bytes"] > 0).all()
+
+    r = subprocess.run([sys.executable, "-m", "autorecovery", "report", "placement", "--snapshot", str(snap),
+                        "--out", str(out), "--master", "local[2]"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "BP-54 repair:" in r.stdout
+    report = pd.read_parquet(out / "placement_ledgers.parquet").set_index("ledger_id")["current"].to_dict()
+
+    settings = load_settings(None, env={}, overrides={"zkServers": cluster.zk_connect,
+                                                       "zkLedgersRootPath": cluster.ledgers_root})
+    async with ops.open_admin(settings) as ctx:
+        daemon = await ops.placement_check(ctx)
+    daemon_verdicts = {lid: "MEETS_STRICT" for lid in report if report[lid] != "OPEN_SKIPPED"}
+    for bad in daemon.not_adhering:
+        daemon_verdicts[bad.ledger_id] = bad.adherence
+    assert daemon.open_skipped == 1 and report[left_open.ledger_id] == "OPEN_SKIPPED"
+    assert {k: v for k, v in report.items() if v != "OPEN_SKIPPED"} == daemon_verdicts
+    assert {lid for lid, v in report.items() if v == "FAIL"} == \
+        {lh.ledger_id for lh in one_rack} | {two_of_three.ledger_id}
