@@ -198,41 +198,42 @@ REPAIR_SCHEMA = ("ledger_id long, segment_first_entry_id long, source string, ta
 
 def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, ...]):
     """mapInPandas function: per failure domain and outcome, the ledgers, unrecoverable bytes and bytes to
-    heal (``model.domain_loss``), pre-aggregated in the partition. Pairs of racks are emitted only for
+    heal (``model.ledger_risk``), pre-aggregated in the partition. Pairs of racks are emitted only for
     ledgers on both racks, with correction rows (negative) that let the driver add the single-rack
     totals of both racks: pair(a, b) = pair rows + single(a) + single(b)."""
+    tags = {b: (loc.get("rack", "unknown"), loc.get("zone", "unknown"), loc.get("region", "unknown"))
+            for b, loc in location.items()}
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         agg: dict[tuple[str, str, int, str], list[float]] = {}
 
-        def add(kind: str, name: str, d: model.DomainLoss, ns: str, sign: int = 1) -> None:
-            if d.outcome == model.NONE:
-                return
-            for key in ((kind, name, d.outcome, ""), (kind, name, d.outcome, ns)) if ns and kind in kinds else \
-                    ((kind, name, d.outcome, ""),):
-                a = agg.setdefault(key, [0.0, 0.0, 0.0])
-                a[0] += sign
-                a[1] += sign * d.lost_bytes
-                a[2] += sign * d.heal_bytes
+        def add(key: tuple[str, str, int, str], d: model.DomainLoss, sign: int = 1) -> None:
+            a = agg.get(key)
+            if a is None:
+                a = agg[key] = [0.0, 0.0, 0.0]
+            a[0] += sign
+            a[1] += sign * d.lost_bytes
+            a[2] += sign * d.heal_bytes
 
         for pdf in batches:
             for lv, row in _views(pdf):
                 _t, ns, _topic = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger}
                                                     if row.managed_ledger else None)
                 single: dict[str, model.DomainLoss] = {}
-                for kind, name in model.ledger_domains(lv, location, kinds, pairs_of="rack"):
-                    d = model.domain_loss(lv, model.members_in(lv, location, kind, name))
+                for kind, name, d in model.ledger_risk(lv, tags):
+                    if kind == "rack":
+                        single[name] = d
                     if kind == "rack_pair":
                         a, b = name.split("|", 1)
-                        add(kind, name, d, "")
+                        if d.outcome != model.NONE:
+                            add((kind, name, d.outcome, ""), d)
                         for r in (a, b):
-                            if r not in single:
-                                single[r] = model.domain_loss(lv, model.members_in(lv, location, "rack", r))
-                            add(kind, name, single[r], "", -1)
-                    else:
-                        if kind == "rack":
-                            single[name] = d
-                        add(kind, name, d, ns)
+                            if single[r].outcome != model.NONE:
+                                add((kind, name, single[r].outcome, ""), single[r], -1)
+                    elif kind in kinds and d.outcome != model.NONE:
+                        add((kind, name, d.outcome, ""), d)
+                        if ns:
+                            add((kind, name, d.outcome, ns), d)
         yield pd.DataFrame({"kind": [k[0] for k in agg], "name": [k[1] for k in agg],
                             "outcome": [k[2] for k in agg], "namespace": [k[3] for k in agg],
                             "ledgers": [v[0] for v in agg.values()], "lost_bytes": [v[1] for v in agg.values()],

@@ -87,3 +87,15 @@ def test_pulsar_names_and_helpers():
     assert model.days_until_full(100.0, 10.0) == 10.0 and model.days_until_full(5.0, 0.0) is None
     assert model.copy_time_s(1000.0, 2, 100.0) == 5.0 and model.copy_time_s(1.0, 1, -1) is None
     assert model.residue_counts(5, 4, 3) == [0, 0, 0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ledgers(), st.dictionaries(st.sampled_from([f"b{i}:3181" for i in range(9)]),
+                                  st.tuples(st.sampled_from("ABC"), st.sampled_from("XY"), st.just("R"))))
+def test_ledger_risk_equals_domain_loss_per_domain(lv, tags):
+    loc = {b: {"rack": t[0], "zone": t[1], "region": t[2]} for b, t in tags.items()}
+    got = model.ledger_risk(lv, tags)
+    want = [(kind, name, model.domain_loss(lv, model.members_in(lv, loc, kind, name)))
+            for kind, name in model.ledger_domains(lv, loc, ("rack", "zone", "region"))]
+    key = lambda x: (x[0], x[1])  # noqa: E731
+    assert sorted(got, key=key) == sorted(want, key=key)
