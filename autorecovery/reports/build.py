@@ -181,13 +181,20 @@ def risk(t, manifest: dict, thr: Throttles) -> Report:
     wide = wide.sort_values(["ledgers_data_loss", "ledgers_below_ack_quorum", "heal_bytes"], ascending=False)
     by_ns = agg[(agg["namespace"] != "") & (agg["kind"] == "rack") & (agg["outcome"] >= model.BELOW_AQ)]
     by_ns = by_ns.assign(outcome_name=by_ns["outcome"].map(model.OUTCOME_NAMES)).drop(columns="outcome")
-    worst = wide.iloc[0] if len(wide) else None
+    # a domain that holds every bookie (one region, one zone) trivially loses everything: listed, never "worst"
+    size = {("rack", k): v for k, v in bk.groupby("rack").size().items()}
+    size.update({("zone", k): v for k, v in bk.groupby("zone").size().items()})
+    size.update({("region", k): v for k, v in bk.groupby("region").size().items()})
+    everything = [f"{r.kind} {r.name}" for r in wide.itertuples() if size.get((r.kind, r.name)) == len(bk)]
+    partial = wide[[f"{k} {n}" not in everything for k, n in zip(wide["kind"], wide["name"])]]
+    worst = partial.iloc[0] if len(partial) else None
     summary = {
         "domains": int(len(wide)),
         "worst": None if worst is None else {
             "kind": worst["kind"], "name": worst["name"], "ledgers_data_loss": int(worst["ledgers_data_loss"]),
             "ledgers_below_ack_quorum": int(worst["ledgers_below_ack_quorum"]),
             "heal_bytes": float(worst["heal_bytes"]), "heal_time_s": worst["heal_time_s"]},
+        "domains_holding_every_bookie": everything,
         "racks_whose_loss_loses_data": sorted(wide.loc[(wide["kind"] == "rack") & (wide["ledgers_data_loss"] > 0),
                                                        "name"].tolist()),
         "workers": thr.workers, "rate_bytes_per_s_per_worker": thr.rate_bytes_per_s, "rate_assumed": thr.assumed,
