@@ -157,7 +157,10 @@ class Daemon:
         """
         s = self.settings
         try:
-            self.zk = ZkClient(s.zk_servers, session_timeout_ms=s.zk_timeout_ms)
+            # the client's bound on outstanding ZooKeeper operations follows the auditor's own bound on
+            # concurrent ledger reads (upstream's key), so raising one does not silently stall at the other
+            self.zk = ZkClient(s.zk_servers, session_timeout_ms=s.zk_timeout_ms,
+                               max_concurrent_ops=int(s.get("auditorMaxNumberOfConcurrentOpenLedgerOperations")))
             await self.zk.start(timeout_s=max(10.0, s.zk_timeout_ms / 1000.0))
             # refuse a wrong ledgers root or a layout we cannot lay out ledger paths for before anything
             # is created under it (the under-replication tree, a vote) — issue 9

@@ -203,7 +203,8 @@ KEYS: tuple[Key, ...] = (
        "reads); drift is healed and exported as autorecovery_auditor_index_drift_ledgers; 0 disables",
        origin=OURS, min_value=0),
     _k("auditorMaxNumberOfConcurrentOpenLedgerOperations", "int", 500, "count", "auditor",
-       "bound on concurrent ledger opens in checkAllLedgers", min_value=1),
+       "bound on concurrent ledger opens in checkAllLedgers; also the daemon's bound on outstanding ZooKeeper "
+       "operations (ours: one bound, not two)", min_value=1),
     _k("auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec", "int", 120000, "ms", "auditor",
        "wait for that bound", min_value=0),
     _k("inFlightReadEntryNumInLedgerChecker", "int", -1, "count", "auditor",

@@ -78,6 +78,7 @@ class ZkClient:
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
         )
+        self.max_concurrent_ops = max_concurrent_ops
         self._sem = asyncio.Semaphore(max_concurrent_ops)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subscribers: list[asyncio.Queue[SessionEvent]] = []

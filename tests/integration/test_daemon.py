@@ -270,12 +270,13 @@ async def test_session_expiry_restarts_worker_and_rejoins(cluster):
 
     settings = load_settings(None, env={}, overrides={
         **FAST, "zkServers": cluster.zk_connect, "bookieId": cluster.bookie_id(2), "zkTimeout": "4000",
-        "httpServerEnabled": "false"})
+        "httpServerEnabled": "false", "auditorMaxNumberOfConcurrentOpenLedgerOperations": "77"})
     out = io.StringIO()
     d = Daemon(settings, out=out)
     await d.start()
     try:
         assert out.getvalue().startswith(f"AUTORECOVERY_READY bookie_id={cluster.bookie_id(2)} http=off")
+        assert d.zk.max_concurrent_ops == 77  # issue 13: the client's bound follows the auditor key
 
         async def until(pred, timeout_s, what):
             assert await wait_for(pred, timeout_s), f"timed out waiting for {what}"
