@@ -8,7 +8,8 @@ Timed, in the same run, each from reading the snapshot to the final tables:
 * **spark**: ``autorecovery.reports.build.run(..., "all")`` on ``local[2]`` (capacity, placement with a
   what-if and the BP-54 repair plan, risk over racks, zones, regions and rack pairs), session start included;
 * **baseline**: one Python process: pyarrow reads the tables, pandas groups segments per ledger, and the
-  very same partition functions (``reports/jobs.py``) run over all ledgers, with pandas roll-ups.
+  very same fused partition function (``reports/jobs.py``: one pass, views built once per batch) runs
+  over all ledgers, with pandas roll-ups.
 
 Prints seconds, the ratio baseline / spark, and the peak memory: the driver (this Python process plus the
 Spark driver JVM) and, for the baseline, this process. Not a test.
@@ -87,17 +88,22 @@ def baseline(snapshot: Path, what_if: dict[str, str]) -> dict:
     bk = pq.read_table(snapshot / "bookies.parquet").to_pandas()
     batches = [view.iloc[i:i + 10_000] for i in range(0, len(view), 10_000)]
     since = int(manifest["time_ms"]) - RECENT_DAYS * jobs.DAY_MS
-    cap = pd.concat(jobs.capacity_partition(since)(iter(batches))).groupby("bookie_id").sum()
     locations = dict(zip(bk["bookie_id"], bk["location"]))
     members = (list(bk.loc[bk["state"] == "writable", "bookie_id"]), list(bk.loc[bk["state"] == "readonly", "bookie_id"]))
     current = dict(manifest.get("placement", {}))
     target = {**current, **what_if}
-    ver = pd.concat(jobs.placement_partition(current, target, locations, members)(iter(batches)))
-    counts = ver.groupby(["current", "what_if"]).size()
-    plan = pd.concat(jobs.repair_partition(target, locations, members)(iter(batches)))
     location = {r.bookie_id: {"rack": r.rack, "zone": r.zone, "region": r.region} for r in bk.itertuples()}
-    risk = pd.concat(jobs.risk_partition(location, ("rack", "zone", "region"))(iter(batches)))
-    risk = risk.groupby(["kind", "name", "outcome", "namespace"]).sum()
+    fns = {"capacity": jobs.capacity_partition(since),
+           "placement": jobs.placement_partition(current, target, locations, members),
+           "repair": jobs.repair_partition(target, locations, members),
+           "risk": jobs.risk_partition(location, ("rack", "zone", "region"))}
+    rows = pd.concat(jobs.fused_partition(fns)(iter(batches)))  # one pass, as the Spark job does
+    cap = rows[rows["part"] == "capacity"].groupby("bookie_id")[["used_bytes", "recent_bytes"]].sum()
+    ver = rows[rows["part"] == "placement"]
+    counts = ver.groupby(["current", "what_if"]).size()
+    plan = rows[rows["part"] == "repair"]
+    risk = rows[rows["part"] == "risk"].groupby(["kind", "name", "outcome", "namespace"])[
+        ["ledgers", "lost_bytes", "heal_bytes"]].sum()
     return {"bookies": len(cap), "verdicts": counts.to_dict(), "swaps": int(plan["fixable"].sum()),
             "risk_rows": len(risk)}
 

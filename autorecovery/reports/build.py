@@ -48,12 +48,12 @@ def _bookies(t) -> pd.DataFrame:
     return t["bookies"].toPandas()  # one row per bookie
 
 
-def capacity(t, manifest: dict, max_multiple: float = 3.0) -> Report:
-    """Bytes per bookie/rack/zone/region, free vs used, imbalance, disk weights, growth and days to full."""
+def capacity(t, manifest: dict, rows, max_multiple: float = 3.0) -> Report:
+    """Bytes per bookie/rack/zone/region, free vs used, imbalance, disk weights, growth and days to full.
+    ``rows``: the capacity rows of :func:`jobs.capacity_partition`."""
     from pyspark.sql import functions as F
 
-    since = int(manifest["time_ms"]) - RECENT_DAYS * jobs.DAY_MS
-    per = (t["ledger_view"].mapInPandas(jobs.capacity_partition(since), jobs.CAPACITY_SCHEMA)
+    per = (rows
            .groupBy("bookie_id").agg(F.sum("used_bytes").alias("used_bytes"),
                                      F.sum("recent_bytes").alias("recent_bytes"))).toPandas()
     bk = _bookies(t).merge(per, on="bookie_id", how="left").fillna({"used_bytes": 0.0, "recent_bytes": 0.0})
@@ -87,24 +87,30 @@ def capacity(t, manifest: dict, max_multiple: float = 3.0) -> Report:
     return Report({"capacity_bookies": bk, **{f"capacity_{k}": v for k, v in rollups.items()}}, summary)
 
 
-def placement(t, manifest: dict, what_if: dict[str, str], out: Path, thr: Throttles) -> Report:
-    """Adherence of every closed ledger now and under ``what_if``; the BP-54 repair plan under the what-if
-    config (or the current one) with bytes per source and target bookie and the copy time."""
-    from pyspark.sql import functions as F
-
+def placement_parts(t, manifest: dict, what_if: dict[str, str]) -> dict[str, Any]:
+    """The executor functions of the placement report: verdicts now and under ``what_if``, and the BP-54
+    repair plan under the what-if (or current) config."""
     bk = _bookies(t)
     locations = dict(zip(bk["bookie_id"], bk["location"]))
     members = (list(bk.loc[bk["state"] == "writable", "bookie_id"]), list(bk.loc[bk["state"] == "readonly", "bookie_id"]))
     current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
     target = {**current, **what_if}
-    verdicts = t["ledger_view"].mapInPandas(
-        jobs.placement_partition(current, target if what_if else None, locations, members), jobs.PLACEMENT_SCHEMA)
+    return {"placement": jobs.placement_partition(current, target if what_if else None, locations, members),
+            "repair": jobs.repair_partition(target, locations, members)}
+
+
+def placement(t, manifest: dict, what_if: dict[str, str], out: Path, thr: Throttles, verdicts, plan) -> Report:
+    """Adherence of every closed ledger now and under ``what_if``; the BP-54 repair plan under the what-if
+    config (or the current one) with bytes per source and target bookie and the copy time. ``verdicts``
+    and ``plan``: the rows of :func:`placement_parts`' functions."""
+    from pyspark.sql import functions as F
+
+    current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
     verdicts.write.mode("overwrite").parquet(str(out / "placement_ledgers.parquet"))
     verdicts = t["ledger_view"].sparkSession.read.parquet(str(out / "placement_ledgers.parquet"))
     counts = verdicts.groupBy("current", "what_if").count().toPandas()
     by_ns = (verdicts.where(F.col("current") == "FAIL").groupBy("namespace").count()
              .orderBy(F.desc("count")).limit(50).toPandas())
-    plan = t["ledger_view"].mapInPandas(jobs.repair_partition(target, locations, members), jobs.REPAIR_SCHEMA)
     plan.write.mode("overwrite").parquet(str(out / "placement_repair_swaps.parquet"))
     plan = t["ledger_view"].sparkSession.read.parquet(str(out / "placement_repair_swaps.parquet"))
     fixable = plan.where("fixable")
@@ -135,15 +141,21 @@ def _verdict_counts(counts: pd.DataFrame, col: str) -> dict[str, int]:
     return {k: int(v) for k, v in g.items() if k}
 
 
-def risk(t, manifest: dict, thr: Throttles) -> Report:
+def risk_part(t) -> Any:
+    """The executor function of the risk report."""
+    bk = _bookies(t)
+    location = {r.bookie_id: {"rack": r.rack, "zone": r.zone, "region": r.region} for r in bk.itertuples()}
+    return jobs.risk_partition(location, ("rack", "zone", "region"))
+
+
+def risk(t, manifest: dict, thr: Throttles, rows) -> Report:
     """For every rack, zone, region and pair of racks: ledgers and bytes that lose every copy of some
-    entry, fall below AQ, or lose only a copy; bytes to heal and heal time; rolled up by namespace."""
+    entry, fall below AQ, or lose only a copy; bytes to heal and heal time; rolled up by namespace.
+    ``rows``: the rows of :func:`risk_part`'s function."""
     from pyspark.sql import functions as F
 
     bk = _bookies(t)
-    location = {r.bookie_id: {"rack": r.rack, "zone": r.zone, "region": r.region} for r in bk.itertuples()}
-    kinds = ("rack", "zone", "region")
-    agg = (t["ledger_view"].mapInPandas(jobs.risk_partition(location, kinds), jobs.RISK_SCHEMA)
+    agg = (rows
            .groupBy("kind", "name", "outcome", "namespace")
            .agg(F.sum("ledgers").alias("ledgers"), F.sum("lost_bytes").alias("lost_bytes"),
                 F.sum("heal_bytes").alias("heal_bytes"))).toPandas()
@@ -231,13 +243,31 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
         t["ledger_view"].cache()
         bk = _bookies(t)
         thr = throttles(manifest, bk, assumed_rate)
-        parts: dict[str, Report] = {}
+        fns: dict[str, Any] = {}
         if which in ("capacity", "all"):
-            parts["capacity"] = capacity(t, manifest)
+            fns["capacity"] = jobs.capacity_partition(int(manifest["time_ms"]) - RECENT_DAYS * jobs.DAY_MS)
         if which in ("placement", "all"):
-            parts["placement"] = placement(t, manifest, what_if or {}, out, thr)
+            fns.update(placement_parts(t, manifest, what_if or {}))
         if which in ("risk", "all"):
-            parts["risk"] = risk(t, manifest, thr)
+            fns["risk"] = risk_part(t)
+        # one pass over the ledgers feeds every report (views built once per batch); kept for the roll-ups
+        from pyspark import StorageLevel
+
+        fused = t["ledger_view"].mapInPandas(jobs.fused_partition(fns), jobs.FUSED_SCHEMA)
+        fused = fused.persist(StorageLevel.MEMORY_AND_DISK)
+
+        def part(name: str, schema: str):
+            cols = [c.split()[0] for c in schema.split(", ")]
+            return fused.where(fused.part == name).select(*cols)
+
+        parts: dict[str, Report] = {}
+        if "capacity" in fns:
+            parts["capacity"] = capacity(t, manifest, part("capacity", jobs.CAPACITY_SCHEMA))
+        if "placement" in fns:
+            parts["placement"] = placement(t, manifest, what_if or {}, out, thr,
+                                           part("placement", jobs.PLACEMENT_SCHEMA), part("repair", jobs.REPAIR_SCHEMA))
+        if "risk" in fns:
+            parts["risk"] = risk(t, manifest, thr, part("risk", jobs.RISK_SCHEMA))
         summary = {"snapshot": str(snapshot), "snapshot_time_ms": manifest.get("time_ms"),
                    "instance_id": manifest.get("instance_id"), "ledgers": manifest.get("counts", {}).get("ledgers"),
                    **{k: v.summary for k, v in parts.items()}}

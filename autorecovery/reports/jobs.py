@@ -39,6 +39,7 @@ def spark_session(master: str | None = None, app: str = "autorecovery-report", c
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", "8")
+         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
@@ -63,7 +64,19 @@ def load(spark, snapshot: Path) -> dict[str, Any]:
 
 
 # -- executor side ------------------------------------------------------------------------------------
-def _views(pdf: pd.DataFrame) -> Iterator[tuple[model.LedgerView, Any]]:
+class Prepared:
+    """A batch whose ledger views are built once and shared by every report (:func:`fused_partition`)."""
+
+    __slots__ = ("views",)
+
+    def __init__(self, pdf: pd.DataFrame) -> None:
+        self.views = list(_views(pdf))
+
+
+def _views(pdf: "pd.DataFrame | Prepared") -> Iterator[tuple[model.LedgerView, Any]]:
+    if isinstance(pdf, Prepared):
+        yield from pdf.views
+        return
     for row in pdf.itertuples(index=False):
         segs = tuple(model.SegmentView(int(s["first_entry_id"]), int(s["last_entry_id"]), tuple(s["ensemble"]))
                      for s in row.segs)
@@ -244,3 +257,31 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
 
 RISK_SCHEMA = ("kind string, name string, outcome int, namespace string, ledgers double, lost_bytes double, "
                "heal_bytes double")
+
+
+#: One schema for every report's rows (``part`` says which): one pass over the ledgers feeds them all.
+FUSED_SCHEMA = ("part string, bookie_id string, used_bytes double, recent_bytes double, ledger_id long, "
+                "state string, current string, what_if string, tenant string, namespace string, "
+                "segment_first_entry_id long, source string, target string, bytes double, fixable boolean, "
+                "kind string, name string, outcome int, ledgers double, lost_bytes double, heal_bytes double")
+_FUSED_COLUMNS = [c.split()[0] for c in FUSED_SCHEMA.split(", ")]
+_PANDAS_TYPES = {"string": "object", "double": "float64", "long": "Int64", "int": "Int32", "boolean": "boolean"}
+_FUSED_DTYPES = {c.split()[0]: _PANDAS_TYPES[c.split()[1]] for c in FUSED_SCHEMA.split(", ")}
+
+
+def fused_partition(parts: Mapping[str, Any]):
+    """mapInPandas function running several reports in one pass: ``parts`` maps ``capacity`` /
+    ``placement`` / ``repair`` / ``risk`` to the function one of the ``*_partition`` factories above
+    returned. Each Arrow batch is turned into ledger views once; every report's rows come out tagged
+    with ``part`` (capacity and risk rows are pre-aggregated per batch)."""
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in batches:
+            prepared = Prepared(pdf)
+            for name, fn in parts.items():
+                for out in fn(iter([prepared])):
+                    if len(out):
+                        out = out.assign(part=name)
+                        yield out.reindex(columns=_FUSED_COLUMNS).astype(_FUSED_DTYPES)
+
+    return run
