@@ -40,6 +40,10 @@ def spark_session(master: str | None = None, app: str = "autorecovery-report", c
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", "8")
          .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
+         # the ledgers table is O(ledgers): never broadcast it into the driver (a 1M snapshot's Parquet is
+         # small enough to pass the default threshold and then does not fit once expanded)
+         .config("spark.sql.autoBroadcastJoinThreshold", "-1")
+         .config("spark.driver.memory", "2g")
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
