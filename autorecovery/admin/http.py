@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -164,8 +165,25 @@ async def _body_json(request: web.Request) -> Any:
         raise ops.BadRequestError("no request body provided")
     try:
         return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ops.BadRequestError(f"request body is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # bad JSON, a >4300-digit number, nesting too deep
+        raise ops.BadRequestError(f"request body is not JSON: {str(exc)[:200]}") from None
+
+
+def _bookie_src(value: Any, many: bool) -> list[str]:
+    """``bookie_src`` as a list of strings (one unless ``many``); BadRequestError naming the field otherwise."""
+    items = value if many and isinstance(value, list) else [value]
+    if not items or not all(isinstance(s, str) for s in items):
+        raise ops.BadRequestError("bookie_src must be a string \"host:port\"" + (" or a list of them" if many else ""))
+    return [ops.check_bookie_id(s, "bookie_src") for s in items]
+
+
+def _timeout_s(value: Any) -> float | None:
+    """``timeout_s`` (seconds) as a finite positive float or None; BadRequestError naming the field otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ops.BadRequestError(f"timeout_s must be a finite positive number of seconds, got {value!r:.50}")
+    return float(value)
 
 
 @dataclass
@@ -271,9 +289,7 @@ def build_app(deps: HttpDeps) -> web.Application:
         body = await _body_json(request)
         if not isinstance(body, dict) or not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
-        src = body["bookie_src"]
-        sources = [src] if isinstance(src, str) else list(src)
-        sources = [ops.check_bookie_id(s, "bookie_src") for s in sources]
+        sources = _bookie_src(body["bookie_src"], many=True)
         delete_cookie = bool(body.get("delete_cookie", False))
 
         async def run(job: Job) -> Any:
@@ -288,11 +304,11 @@ def build_app(deps: HttpDeps) -> web.Application:
         body = await _body_json(request)
         if not isinstance(body, dict) or not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
-        bookie = ops.check_bookie_id(str(body["bookie_src"]), "bookie_src")
-        timeout = body.get("timeout_s")
+        bookie = _bookie_src(body["bookie_src"], many=False)[0]
+        timeout = _timeout_s(body.get("timeout_s"))
 
         async def run(job: Job) -> Any:
-            report = await ops.decommission(ctx, bookie, timeout_s=float(timeout) if timeout else None,
+            report = await ops.decommission(ctx, bookie, timeout_s=timeout,
                                             on_progress=lambda p: job.progress.update(_as_dict(p)))
             return _as_dict(report)
 
