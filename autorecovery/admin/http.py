@@ -104,12 +104,33 @@ class Job:
 
 
 class Jobs:
-    """Owner of background admin tasks: started by PUT requests, cancelled and awaited by :meth:`stop`."""
+    """Owner of background admin tasks: started by PUT requests, cancelled and awaited by :meth:`stop`.
 
-    def __init__(self) -> None:
+    Finished jobs (done/failed/cancelled) are kept for ``keep_s`` seconds (default 3600) and at most
+    ``max_finished`` of them (default 50, oldest dropped first), so repeated PUTs cannot grow memory or
+    ``/progress`` without bound (issue 15: 300 PUTs used to leave 303 jobs). Running jobs are never dropped.
+    ``clock`` (seconds, default ``time.monotonic``) is injectable for tests.
+    """
+
+    def __init__(self, *, max_finished: int = 50, keep_s: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
         self._stopped = False
+        self.max_finished, self.keep_s, self._clock = max_finished, keep_s, clock
+        self._finished_at: dict[int, float] = {}
+
+    def _prune(self) -> None:
+        now = self._clock()
+        for jid, job in list(self._jobs.items()):
+            if job.state != "running" and jid not in self._finished_at:
+                self._finished_at[jid] = now
+        finished = sorted(self._finished_at.items(), key=lambda kv: (kv[1], kv[0]))
+        excess = len(finished) - self.max_finished
+        for i, (jid, at) in enumerate(finished):
+            if i < excess or now - at >= self.keep_s:
+                self._jobs.pop(jid, None)
+                self._finished_at.pop(jid, None)
 
     def start(self, kind: str, target: str, run: Callable[[Job], Awaitable[Any]]) -> Job:
         if self._stopped:
@@ -130,10 +151,12 @@ class Jobs:
                 log.error("admin job failed", job=job.id, kind=kind, target=target, error=str(exc))
 
         job.task = asyncio.ensure_future(body())
+        self._prune()
         self._jobs[job.id] = job
         return job
 
     def snapshot(self) -> list[dict[str, Any]]:
+        self._prune()
         return [j.as_dict() for j in sorted(self._jobs.values(), key=lambda j: j.id)]
 
     async def stop(self) -> None:
