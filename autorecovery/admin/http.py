@@ -429,6 +429,38 @@ async def _upstream_address(bookie_id: str) -> str:
     return f"{name}/{ip}:{port}"
 
 
+def _loopback(address: str) -> bool:
+    """True for a loopback bind address (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    import ipaddress
+
+    if address.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_only(host_header: str) -> str:
+    """The host part of a ``Host`` header (``[::1]:8080`` → ``::1``, ``localhost:80`` → ``localhost``)."""
+    h = host_header.strip()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+@web.middleware
+async def _loopback_host_check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                               ) -> web.StreamResponse:
+    """Refuse (403) a request to a loopback-bound port whose ``Host`` is not a loopback name: a web page
+    on another origin that re-binds its DNS name to 127.0.0.1 (DNS rebinding) must not reach the API."""
+    host = _host_only(request.headers.get("Host", ""))
+    if not _loopback(host):
+        return _text(f"Host {host[:100]!r} refused: this admin port is bound to loopback and answers only "
+                     f"localhost / 127.0.0.1 / [::1]", 403)
+    return await handler(request)
+
+
 class AdminHttpServer:
     """Runs :func:`build_app` on ``address:port``; :attr:`port` is the bound port (useful with port 0)."""
 
@@ -446,6 +478,8 @@ class AdminHttpServer:
             OSError: naming the address when it cannot be bound (port in use...).
         """
         app = build_app(self.deps)
+        if _loopback(self.address):
+            app.middlewares.append(_loopback_host_check)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0)

@@ -280,3 +280,26 @@ def test_request_bodies_are_validated_up_front(env):
     assert code == 400 and "not JSON" in body
     assert jobs() == before
     assert rw.get("/healthz")[0] == 200  # still serving
+
+
+def test_loopback_admin_port_refuses_foreign_host_header(env):
+    """Issue 15 regression (DNS rebinding): a loopback-bound admin port answers only loopback Host names."""
+    import http.client
+
+    _c, rw, _ro = env
+    port = int(rw.base.rsplit(":", 1)[1])
+
+    def get(host: str) -> tuple[int, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("GET", "/api/v1/autorecovery/status", headers={"Host": host})
+            r = conn.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            conn.close()
+
+    for good in (f"127.0.0.1:{port}", "localhost", f"localhost:{port}", f"[::1]:{port}"):
+        assert get(good)[0] == 200, good
+    for evil in ("evil.example", f"evil.example:{port}", "10.0.0.1", ""):
+        code, body = get(evil)
+        assert code == 403 and "bound to loopback" in body, (evil, code, body)
