@@ -71,3 +71,13 @@ def test_run_process_refuses_to_start(tmp_path):
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "tlsProviderFactoryClass" in proc.stderr
+
+
+def test_huge_integer_in_every_key_is_a_config_error_or_a_value(tmp_path):
+    """Issue 15 regression: a huge integer in a config value used to escape as OverflowError."""
+    for key in K.KEYS:
+        for raw in ("9" * 400, "1e400", "-" + "9" * 5000):
+            try:
+                key.parse(raw)
+            except ConfigError as exc:
+                assert key.name in str(exc)
