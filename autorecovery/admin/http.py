@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -103,12 +104,33 @@ class Job:
 
 
 class Jobs:
-    """Owner of background admin tasks: started by PUT requests, cancelled and awaited by :meth:`stop`."""
+    """Owner of background admin tasks: started by PUT requests, cancelled and awaited by :meth:`stop`.
 
-    def __init__(self) -> None:
+    Finished jobs (done/failed/cancelled) are kept for ``keep_s`` seconds (default 3600) and at most
+    ``max_finished`` of them (default 50, oldest dropped first), so repeated PUTs cannot grow memory or
+    ``/progress`` without bound (issue 15: 300 PUTs used to leave 303 jobs). Running jobs are never dropped.
+    ``clock`` (seconds, default ``time.monotonic``) is injectable for tests.
+    """
+
+    def __init__(self, *, max_finished: int = 50, keep_s: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
         self._stopped = False
+        self.max_finished, self.keep_s, self._clock = max_finished, keep_s, clock
+        self._finished_at: dict[int, float] = {}
+
+    def _prune(self) -> None:
+        now = self._clock()
+        for jid, job in list(self._jobs.items()):
+            if job.state != "running" and jid not in self._finished_at:
+                self._finished_at[jid] = now
+        finished = sorted(self._finished_at.items(), key=lambda kv: (kv[1], kv[0]))
+        excess = len(finished) - self.max_finished
+        for i, (jid, at) in enumerate(finished):
+            if i < excess or now - at >= self.keep_s:
+                self._jobs.pop(jid, None)
+                self._finished_at.pop(jid, None)
 
     def start(self, kind: str, target: str, run: Callable[[Job], Awaitable[Any]]) -> Job:
         if self._stopped:
@@ -129,10 +151,12 @@ class Jobs:
                 log.error("admin job failed", job=job.id, kind=kind, target=target, error=str(exc))
 
         job.task = asyncio.ensure_future(body())
+        self._prune()
         self._jobs[job.id] = job
         return job
 
     def snapshot(self) -> list[dict[str, Any]]:
+        self._prune()
         return [j.as_dict() for j in sorted(self._jobs.values(), key=lambda j: j.id)]
 
     async def stop(self) -> None:
@@ -164,8 +188,25 @@ async def _body_json(request: web.Request) -> Any:
         raise ops.BadRequestError("no request body provided")
     try:
         return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ops.BadRequestError(f"request body is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # bad JSON, a >4300-digit number, nesting too deep
+        raise ops.BadRequestError(f"request body is not JSON: {str(exc)[:200]}") from None
+
+
+def _bookie_src(value: Any, many: bool) -> list[str]:
+    """``bookie_src`` as a list of strings (one unless ``many``); BadRequestError naming the field otherwise."""
+    items = value if many and isinstance(value, list) else [value]
+    if not items or not all(isinstance(s, str) for s in items):
+        raise ops.BadRequestError("bookie_src must be a string \"host:port\"" + (" or a list of them" if many else ""))
+    return [ops.check_bookie_id(s, "bookie_src") for s in items]
+
+
+def _timeout_s(value: Any) -> float | None:
+    """``timeout_s`` (seconds) as a finite positive float or None; BadRequestError naming the field otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ops.BadRequestError(f"timeout_s must be a finite positive number of seconds, got {value!r:.50}")
+    return float(value)
 
 
 @dataclass
@@ -271,9 +312,7 @@ def build_app(deps: HttpDeps) -> web.Application:
         body = await _body_json(request)
         if not isinstance(body, dict) or not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
-        src = body["bookie_src"]
-        sources = [src] if isinstance(src, str) else list(src)
-        sources = [ops.check_bookie_id(s, "bookie_src") for s in sources]
+        sources = _bookie_src(body["bookie_src"], many=True)
         delete_cookie = bool(body.get("delete_cookie", False))
 
         async def run(job: Job) -> Any:
@@ -288,11 +327,11 @@ def build_app(deps: HttpDeps) -> web.Application:
         body = await _body_json(request)
         if not isinstance(body, dict) or not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
-        bookie = ops.check_bookie_id(str(body["bookie_src"]), "bookie_src")
-        timeout = body.get("timeout_s")
+        bookie = _bookie_src(body["bookie_src"], many=False)[0]
+        timeout = _timeout_s(body.get("timeout_s"))
 
         async def run(job: Job) -> Any:
-            report = await ops.decommission(ctx, bookie, timeout_s=float(timeout) if timeout else None,
+            report = await ops.decommission(ctx, bookie, timeout_s=timeout,
                                             on_progress=lambda p: job.progress.update(_as_dict(p)))
             return _as_dict(report)
 
@@ -390,6 +429,38 @@ async def _upstream_address(bookie_id: str) -> str:
     return f"{name}/{ip}:{port}"
 
 
+def _loopback(address: str) -> bool:
+    """True for a loopback bind address (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    import ipaddress
+
+    if address.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_only(host_header: str) -> str:
+    """The host part of a ``Host`` header (``[::1]:8080`` → ``::1``, ``localhost:80`` → ``localhost``)."""
+    h = host_header.strip()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+@web.middleware
+async def _loopback_host_check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                               ) -> web.StreamResponse:
+    """Refuse (403) a request to a loopback-bound port whose ``Host`` is not a loopback name: a web page
+    on another origin that re-binds its DNS name to 127.0.0.1 (DNS rebinding) must not reach the API."""
+    host = _host_only(request.headers.get("Host", ""))
+    if not _loopback(host):
+        return _text(f"Host {host[:100]!r} refused: this admin port is bound to loopback and answers only "
+                     f"localhost / 127.0.0.1 / [::1]", 403)
+    return await handler(request)
+
+
 class AdminHttpServer:
     """Runs :func:`build_app` on ``address:port``; :attr:`port` is the bound port (useful with port 0)."""
 
@@ -407,6 +478,8 @@ class AdminHttpServer:
             OSError: naming the address when it cannot be bound (port in use...).
         """
         app = build_app(self.deps)
+        if _loopback(self.address):
+            app.middlewares.append(_loopback_host_check)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0)

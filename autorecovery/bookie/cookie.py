@@ -134,7 +134,17 @@ def read_dir_cookie(data_dir: Path) -> Cookie | None:
         return None
     except OSError as exc:
         raise CookieError(f"cannot read cookie file {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CookieError(f"cookie file {path} is not UTF-8 text: {exc}") from exc
     return Cookie.parse(text, str(path))
+
+
+def _utf8(raw: bytes, source: str) -> str:
+    """``raw`` decoded as UTF-8; CookieError naming ``source`` (a znode path) when it is not."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CookieError(f"{source} is not UTF-8 text: {exc}") from exc
 
 
 def write_dir_cookie(data_dir: Path, cookie: Cookie) -> None:
@@ -169,7 +179,7 @@ async def read_instance_id(zk: ZkClient, paths: Paths) -> str:
             f"{paths.instance_id} does not exist on ZooKeeper {zk.hosts}: the cluster is not formatted "
             f"(initialise it before starting bookies)"
         ) from None
-    return data.decode("utf-8").strip()
+    return _utf8(data, paths.instance_id).strip()
 
 
 async def check_and_stamp_cookie(zk: ZkClient, paths: Paths, bookie_id: str, data_dir: Path) -> Cookie:
@@ -197,7 +207,7 @@ async def check_and_stamp_cookie(zk: ZkClient, paths: Paths, bookie_id: str, dat
     fpath = dir_cookie_path(data_dir)
     try:
         raw, _stat = await zk.get(zpath)
-        zk_cookie: Cookie | None = Cookie.parse(raw.decode("utf-8"), zpath)
+        zk_cookie: Cookie | None = Cookie.parse(_utf8(raw, zpath), zpath)
     except NoNodeError:
         zk_cookie = None
     dir_cookie = await asyncio.to_thread(read_dir_cookie, data_dir)
@@ -244,7 +254,7 @@ async def _create_zk_cookie(zk: ZkClient, zpath: str, cookie: Cookie, bookie_id:
         await zk.create(zpath, cookie.to_text().encode("utf-8"), makepath=True)
     except NodeExistsError:
         raw, _ = await zk.get(zpath)
-        other = Cookie.parse(raw.decode("utf-8"), zpath)
+        other = Cookie.parse(_utf8(raw, zpath), zpath)
         why = cookie.mismatch(other)
         if why is not None:
             raise CookieError(

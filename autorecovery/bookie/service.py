@@ -223,6 +223,8 @@ class BookieService(pb_grpc.BookieServicer):
         try:
             if eid < -1:
                 raise BookieStatusError("EBADREQ", f"invalid entry id {eid}")
+            if lid < 0:  # never create (fence) a ledger with a negative id
+                raise BookieStatusError("EBADREQ", f"invalid ledger id {lid}")
             if request.flags & pb.FENCE_LEDGER:
                 # durable before we answer (upstream: the fence is journaled before the read proceeds)
                 await self.storage.fence(lid, request.master_key)
@@ -246,7 +248,9 @@ class BookieService(pb_grpc.BookieServicer):
         lid, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
         E, WQ, idx = request.ensemble_size, request.write_quorum, request.bookie_index
         bad = None
-        if first < 0:
+        if lid < 0:
+            bad = f"invalid ledger id {lid}"
+        elif first < 0:
             bad = f"invalid first entry id {first}"
         elif last - first + 1 > self.max_range_entries:
             bad = f"range [{first}, {last}] has {last - first + 1} ids, more than the limit of {self.max_range_entries}"

@@ -328,16 +328,33 @@ IGNORED_UPSTREAM_KEYS: frozenset[str] = frozenset({
     "dbStorage_rocksDB_sstSizeInMB", "dbStorage_rocksDB_blockSize", "dbStorage_rocksDB_bloomFilterBitsPerKey",
     "dbStorage_rocksDB_numLevels", "dbStorage_rocksDB_numFilesInLevel0", "dbStorage_rocksDB_maxSizeInLevel1MB",
     "statsProviderClass", "prometheusStatsHttpPort", "prometheusStatsHttpAddress", "prometheusStatsLatencyRolloverSeconds",
-    "enableStatistics", "httpServerClass", "httpServerTlsEnable", "zkEnableSecurity", "zkRetryBackoffStartMs",
+    "enableStatistics", "httpServerClass", "zkRetryBackoffStartMs",
     "zkRetryBackoffMaxMs", "zkRequestRateLimit", "metadataServiceDriverClass", "clientRole",
     "useShortHostName", "enableLocalTransport", "disableServerSocketBind", "storageserver.grpc.port",
-    "dlog.bkcEnsembleSize", "dlog.bkcWriteQuorumSize", "dlog.bkcAckQuorumSize", "tlsProvider",
-    "tlsProviderFactoryClass", "tlsClientAuthentication", "bookieAuthProviderFactoryClass",
-    "clientAuthProviderFactoryClass", "nettyMaxFrameSizeBytes", "byteBufAllocatorSizeMax",
+    "dlog.bkcEnsembleSize", "dlog.bkcWriteQuorumSize", "dlog.bkcAckQuorumSize",
+    "nettyMaxFrameSizeBytes", "byteBufAllocatorSizeMax",
     "maxAddsInProgressLimit", "maxReadsInProgressLimit", "closeChannelOnResponseTimeout",
     "entryLogFilePreallocationEnabled", "logSizeLimit",
     "ledgerDirsMonitorIntervalMs", "bookieAddressResolverEnabled",
 })
+
+
+#: Upstream security keys not implemented here (issue 15). A config that *asks* for one (a true flag,
+#: a non-empty class or provider name) must not start: running without the security the operator asked
+#: for would be worse than not running. A value that asks for nothing (empty, false, 0, none) is accepted.
+UNIMPLEMENTED_SECURITY_KEYS: frozenset[str] = frozenset({
+    "zkEnableSecurity", "tlsProvider", "tlsProviderFactoryClass", "tlsClientAuthentication",
+    "httpServerTlsEnable", "clientAuthProviderFactoryClass", "bookieAuthProviderFactoryClass",
+})
+
+
+def asks_for_security(raw: str) -> bool:
+    """True when ``raw`` (the value of an :data:`UNIMPLEMENTED_SECURITY_KEYS` key) enables something.
+
+    Empty, ``false``, ``0``, ``no``, ``off`` and ``none`` (any case) ask for nothing; every other
+    value (``true``, a provider factory class name, ``OpenSSL``) does.
+    """
+    return raw.strip().lower() not in {"", "false", "0", "no", "off", "none"}
 
 
 def known(name: str) -> bool:

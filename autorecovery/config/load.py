@@ -306,6 +306,11 @@ def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
             else:
                 warnings.append(_unknown(name, where[layer.source], extra))
                 direct[name] = (raw, layer.source)
+        elif name in K.UNIMPLEMENTED_SECURITY_KEYS:
+            if K.asks_for_security(raw):
+                errors.append(f"{name}={raw.strip()} {where[layer.source]} asks for a security feature this "
+                              f"implementation does not provide yet (issue 15); refusing to start without it. "
+                              f"Remove the key or set it to false/empty")
         elif name in K.IGNORED_UPSTREAM_KEYS:
             continue
         else:

@@ -54,6 +54,11 @@ def from_proto(m: pb.LedgerMetadataFormat, format_version: int) -> LedgerMetadat
     Raises:
         ValueError: when the message violates metadata invariants (quorums, segment sizes).
     """
+    for s in m.segment:
+        for member in s.ensembleMember:
+            # proto2 string fields with invalid UTF-8 come back as bytes: never let a bytes bookie id through
+            if not isinstance(member, str):
+                raise ValueError(f"ensemble member {member!r} of segment {s.firstEntryId} is not UTF-8 text")
     return LedgerMetadata(
         ensemble_size=m.ensembleSize,
         write_quorum=m.quorumSize,

@@ -134,8 +134,8 @@ class PulsarRackResolver:
         if isinstance(data, str):
             try:
                 doc = json.loads(data)
-            except json.JSONDecodeError as e:
-                raise MalformedMetadataError(f"{PULSAR_BOOKIES_PATH}: not JSON: {e}") from e
+            except (ValueError, RecursionError) as e:  # bad JSON, a >4300-digit number, nesting too deep
+                raise MalformedMetadataError(f"{PULSAR_BOOKIES_PATH}: not JSON: {str(e)[:200]}") from e
         else:
             doc = data
         if not isinstance(doc, Mapping):

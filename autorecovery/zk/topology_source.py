@@ -93,7 +93,7 @@ def _one_level_racks(data: bytes | None) -> bool:
     try:
         doc = json.loads(data)
         racks = [str(info.get("rack", "")) for group in doc.values() for info in group.values()]
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         return False
     racks = [r.strip("/") for r in racks if r.strip("/")]
     return bool(racks) and all("/" not in r for r in racks)

@@ -339,3 +339,38 @@ async def test_client_maps_unreachable_bookie_to_unavailable() -> None:
         assert ei.value.status == "UNAVAILABLE"
     finally:
         await c.close()
+
+
+async def test_fencing_or_reading_a_negative_ledger_id_is_ebadreq_and_creates_nothing(start_bookie, client) -> None:
+    """Issue 15 regression: fencing ledger -5 used to create it."""
+    srv = await start_bookie()
+    b = srv.bookie_id
+    assert await status_of(client.read_entry(b, -5, -1, fence=True, master_key=MK)) == "EBADREQ"
+    with pytest.raises(BookieError) as ei:
+        async for _ in client.read_entries(b, -5, 0, 3):
+            pass
+    assert ei.value.status == "EBADREQ" and "ledger id -5" in str(ei.value)
+    # nothing was created, and the bookie keeps serving
+    assert await status_of(client.read_entry(b, -5 + 10, -1)) in ("ENOLEDGER", "ENOENTRY")
+    await client.add_entry(b, 5, 0, MK, entry(5, 0))
+    assert (await client.read_entry(b, 5, 0)).entry_id == 0
+
+
+async def test_non_utf8_cookie_znode_instanceid_and_file_are_cookie_errors(start_bookie, zk, tmp_path) -> None:
+    """Issue 15 regression: a non-UTF-8 byte in a cookie used to escape as UnicodeDecodeError."""
+    from autorecovery.bookie.cookie import read_dir_cookie
+
+    srv = await start_bookie("n1")
+    port, bid = srv.port, srv.bookie_id
+    await srv.stop()
+    await zk.set(f"/ledgers/cookies/{bid}", b"\xff\xfe not utf-8")
+    with pytest.raises(CookieError, match=f"/ledgers/cookies/{bid}.*not UTF-8"):
+        await start_bookie("n1", port=port)
+    await zk.set("/ledgers/INSTANCEID", b"\xff\xfe")
+    with pytest.raises(CookieError, match="INSTANCEID.*not UTF-8"):
+        await start_bookie("n2")
+    d = tmp_path / "bad"
+    (d / "current").mkdir(parents=True)
+    (d / "current" / "VERSION").write_bytes(b"4\n\xff\xfe")
+    with pytest.raises(CookieError, match="VERSION is not UTF-8"):
+        read_dir_cookie(d)

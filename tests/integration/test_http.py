@@ -253,3 +253,53 @@ def test_readyz_names_a_bookie_without_our_grpc_endpoint(env):
         arun(unregister())
         stock.close()
     wait_until(lambda: rw.get("/readyz")[0] == 200, 10, 0.05, "readyz 200 again")
+
+
+def test_request_bodies_are_validated_up_front(env):
+    """Issue 15 regressions: NaN/"abc"/negative timeout_s, non-string bookie_src and 100k-deep JSON were
+    accepted (a never-ending job) or gave 500; each is now a 400 naming the field, and no job is started."""
+    c, rw, _ro = env
+    victim = c.bookie_id(2)
+
+    def jobs():
+        return len(json.loads(rw.get("/api/v1/autorecovery/progress")[1])["jobs"])
+
+    before = jobs()
+    for timeout in (float("nan"), float("inf"), "abc", -1, True):
+        code, body = rw.put("/api/v1/autorecovery/decommission", {"bookie_src": victim, "timeout_s": timeout})
+        assert code == 400 and "timeout_s" in body, (timeout, code, body)
+    for src in (123, {"a": 1}, [], [1]):
+        code, body = rw.put("/api/v1/autorecovery/decommission", {"bookie_src": src or 5})
+        assert code == 400 and "bookie_src" in body, (src, code, body)
+        if src:
+            code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": src})
+            assert code == 400 and "bookie_src" in body, (src, code, body)
+    code, body = rw.put("/api/v1/autorecovery/decommission", raw=b"[" * 100_000 + b"]" * 100_000)
+    assert code == 400 and "not JSON" in body and "Traceback" not in body
+    code, body = rw.put("/api/v1/autorecovery/decommission", raw=b'{"bookie_src": ' + b"9" * 5000 + b"}")
+    assert code == 400 and "not JSON" in body
+    assert jobs() == before
+    assert rw.get("/healthz")[0] == 200  # still serving
+
+
+def test_loopback_admin_port_refuses_foreign_host_header(env):
+    """Issue 15 regression (DNS rebinding): a loopback-bound admin port answers only loopback Host names."""
+    import http.client
+
+    _c, rw, _ro = env
+    port = int(rw.base.rsplit(":", 1)[1])
+
+    def get(host: str) -> tuple[int, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("GET", "/api/v1/autorecovery/status", headers={"Host": host})
+            r = conn.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            conn.close()
+
+    for good in (f"127.0.0.1:{port}", "localhost", f"localhost:{port}", f"[::1]:{port}"):
+        assert get(good)[0] == 200, good
+    for evil in ("evil.example", f"evil.example:{port}", "10.0.0.1", ""):
+        code, body = get(evil)
+        assert code == 403 and "bound to loopback" in body, (evil, code, body)
