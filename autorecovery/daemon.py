@@ -164,7 +164,7 @@ class Daemon:
             await self.zk.start(timeout_s=max(10.0, s.zk_timeout_ms / 1000.0))
             # refuse a wrong ledgers root or a layout we cannot lay out ledger paths for before anything
             # is created under it (the under-replication tree, a vote) — issue 9
-            await ops.check_cluster(self.zk, self.paths)
+            self.paths = self.paths.with_layout(await ops.check_cluster(self.zk, self.paths, s))
             self.urm = UnderreplicationManager(
                 self.zk, self.paths, store_ctime=bool(s.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
             await self.urm.init()

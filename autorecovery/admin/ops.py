@@ -26,20 +26,21 @@ from autorecovery.errors import (
     BookieError,
     ConfigError,
     IllegalOpError,
+    NoClusterError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     UnavailableError,
     ZooKeeperError,
 )
 from autorecovery.ledger.ids import validate_bookie_id, validate_ledger_id
-from autorecovery.ledger.layout import Layout, parse_layout, require_supported
+from autorecovery.ledger.layout import Layout, require_matches
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.topology_source import PlacementSetup, read_pulsar_racks  # noqa: F401
 from autorecovery.zk.topology_source import build_placement as _build_placement
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.election import current_auditor
-from autorecovery.zk.ledgers import LedgerStore
+from autorecovery.zk.ledgers import LedgerStore, read_layout
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UNASSIGNED_CTIME, UnderreplicationManager
 
@@ -58,12 +59,6 @@ class BadRequestError(AdminError):
     """A malformed argument: bad bookie id, bad ledger id, contradictory options."""
 
 
-class NoClusterError(AdminError):
-    """ZooKeeper answers but there is no BookKeeper cluster under the ledgers root."""
-
-    http_status = 503
-
-
 def http_status(exc: BaseException) -> int:
     """HTTP status for an error raised by a command (400 bad input, 404 missing ledger, 409 illegal in
     the current state, 503 unavailable / no auditor / ZooKeeper down, 500 otherwise)."""
@@ -73,6 +68,8 @@ def http_status(exc: BaseException) -> int:
         return 400
     if isinstance(exc, NoSuchLedgerError):
         return 404
+    if isinstance(exc, NoClusterError):
+        return 503
     if isinstance(exc, IllegalOpError):
         return 409
     if isinstance(exc, (UnavailableError, ZooKeeperError, NotEnoughBookiesError, BookieError)):
@@ -172,22 +169,25 @@ class AdminContext:
                     await res
 
 
-async def check_cluster(zk: ZkClient, paths: Paths) -> Layout:
+async def check_cluster(zk: ZkClient, paths: Paths, settings: Settings | None = None) -> Layout:
     """Make sure a BookKeeper cluster this version understands is formatted under ``paths.root``: read
     and validate ``LAYOUT`` (upstream ``LedgerLayout``; issue 9: a wrong ledgers root is refused, not
-    served as an empty cluster). Returns the parsed layout.
+    served as an empty cluster). Returns the parsed layout; lay ledger paths out with
+    ``paths.with_layout(layout)``.
+
+    Args:
+        settings: when given, the ledger manager it names (``metadataServiceUri`` scheme,
+            ``ledgerManagerFactoryClass``, ``ledgerManagerType``) must be the one ``LAYOUT`` names.
 
     Raises:
         NoClusterError: naming the connect string and the missing ``LAYOUT`` znode.
         CompatibilityError: ``LAYOUT`` names a format or ledger manager this version does not lay out
-            ledger paths for (names the znode).
+            ledger paths for, or another one than the configuration (names the znode and the key).
     """
-    try:
-        data, _stat = await zk.get(paths.layout)
-    except NoNodeError:
-        raise NoClusterError(f"no BookKeeper cluster at {zk.hosts}: {paths.layout} does not exist"
-                             " (wrong --ledgers-root / zkLedgersRootPath, or the cluster is not formatted)") from None
-    return require_supported(parse_layout(data, paths.layout), paths.layout)
+    layout = await read_layout(zk, paths)
+    if settings is not None:
+        require_matches(layout, settings.ledger_manager, settings.ledger_manager_key, paths.layout)
+    return layout
 
 
 @contextlib.asynccontextmanager
@@ -210,7 +210,7 @@ async def open_admin(settings: Settings, *, connect_timeout_s: float | None = No
     ctx = None
     try:
         paths = Paths(settings.ledgers_root)
-        await check_cluster(zk, paths)
+        paths = paths.with_layout(await check_cluster(zk, paths, settings))
         urm = UnderreplicationManager(zk, paths, store_ctime=bool(settings.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
         await urm.init()
         ctx = AdminContext(zk=zk, paths=paths, urm=urm, ledgers=LedgerStore(zk, paths), settings=settings)

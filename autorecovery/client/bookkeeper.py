@@ -19,7 +19,7 @@ from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState
 from autorecovery.rpc.bookie_client import BookieClient
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import NodeExistsError, ZkClient
-from autorecovery.zk.ledgers import LedgerStore, now_ms
+from autorecovery.zk.ledgers import LedgerStore, now_ms, read_layout
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.topology_source import RackInfoWatcher, build_placement
 
@@ -68,6 +68,8 @@ class BookKeeper:
 
         Raises:
             ZooKeeperError: naming the connect string when ZooKeeper cannot be reached.
+            NoClusterError / CompatibilityError: no ``LAYOUT`` under ``ledgers_root``, or a ledger manager
+                this version does not lay out (ledger paths follow ``LAYOUT``: hierarchical or long).
             ConfigError: a bad placement key.
         """
         zk = await ZkClient(zk_hosts, session_timeout_ms=session_timeout_ms).start()
@@ -76,7 +78,12 @@ class BookKeeper:
             setup = await build_placement(placement_properties or {}, zk)
             policy = setup.policy
             racks = RackInfoWatcher(zk, setup)
-        bk = cls(zk, Paths(ledgers_root), policy=policy, own_zk=True)
+        try:
+            paths = Paths(ledgers_root).with_layout(await read_layout(zk, Paths(ledgers_root)))
+        except Exception:
+            await zk.stop()
+            raise
+        bk = cls(zk, paths, policy=policy, own_zk=True)
         bk.racks = racks
         await bk.start()
         return bk

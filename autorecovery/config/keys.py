@@ -143,7 +143,9 @@ KEYS: tuple[Key, ...] = (
     _k("zkLedgersRootPath", "str", "/ledgers", "", "metadata", "ledgers root znode (when no metadataServiceUri)"),
     _k("zkTimeout", "int", 10000, "ms", "metadata", "ZooKeeper session timeout", min_value=1),
     _k("ledgerManagerFactoryClass", "str", None, "", "metadata",
-       "ledger layout; only the hierarchical layout is supported (hierarchical, longhierarchical)"),
+       "ledger manager factory class (or hierarchical/longhierarchical); must match the cluster's LAYOUT"),
+    _k("ledgerManagerType", "str", None, "", "metadata",
+       "pre-4.2 ledger manager type name (hierarchical, longhierarchical); must match the cluster's LAYOUT"),
     _k("bookieId", "str", None, "", "metadata",
        "this node's id in the auditor election; default <advertisedAddress or host IP>:<bookiePort>"),
     _k("bookiePort", "int", 3181, "", "metadata", "port part of the default bookie id", min_value=0, max_value=65535),
@@ -287,6 +289,10 @@ KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 #: handled by :func:`pulsar_policy` instead.
 PULSAR_ALIASES: dict[str, str] = {
     "bookkeeperMetadataServiceUri": "metadataServiceUri",
+    # broker.conf's metadata store (``zk:h1:2181,h2:2181`` or ``metadata-store:zk:...``; the ``zk:`` prefix
+    # is stripped in config.load) and its deprecated predecessor
+    "metadataStoreUrl": "zkServers",
+    "zookeeperServers": "zkServers",
     "bookkeeperClientMinNumRacksPerWriteQuorum": "minNumRacksPerWriteQuorum",
     "bookkeeperClientEnforceMinNumRacksPerWriteQuorum": "enforceMinNumRacksPerWriteQuorum",
     "bookkeeperClientReorderReadSequenceEnabled": "reorderReadSequenceEnabled",

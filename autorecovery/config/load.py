@@ -32,8 +32,9 @@ from urllib.parse import urlsplit
 import javaproperties
 
 from autorecovery.config import keys as K
-from autorecovery.errors import ConfigError
+from autorecovery.errors import CompatibilityError, ConfigError
 from autorecovery.ledger.ids import validate_bookie_id
+from autorecovery.ledger.layout import manager_from_config
 
 ENV_PREFIX = "BK_"
 
@@ -88,6 +89,10 @@ class Settings:
             the value came through a Pulsar alias).
         warnings: human-readable warnings (unknown keys, conflicts), already formatted.
         conf_path: the properties file, when one was read.
+        ledger_manager: the ledger manager factory class the configuration names (the
+            ``metadataServiceUri`` scheme, ``ledgerManagerFactoryClass`` or ``ledgerManagerType``), or
+            None when it leaves the choice to ``LAYOUT``; checked against ``LAYOUT`` at start
+            (:func:`autorecovery.ledger.layout.require_matches`). ledger_manager_key: which key named it.
     """
 
     zk_servers: str
@@ -106,6 +111,8 @@ class Settings:
     warnings: tuple[str, ...] = ()
     conf_path: str | None = None
     metadata_service_uri: str = field(default="")
+    ledger_manager: str | None = None
+    ledger_manager_key: str = ""
 
     def get(self, name: str) -> Any:
         """Typed value of a key of the table.
@@ -171,11 +178,30 @@ def env_properties(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
-    """Split ``zk+hierarchical://h1:2181;h2:2181/ledgers`` into (``h1:2181,h2:2181``, ``/ledgers``).
+    """Split a metadata service URI into (ZooKeeper connect string, ledgers root).
 
-    Accepted schemes: ``zk``, ``zk+hierarchical``, ``zk+longhierarchical``, ``zk+null`` (upstream
-    ZKMetadataDriverBase; ``null`` = use the layout the cluster was formatted with). Hosts are separated
-    by ``;`` (upstream) or ``,``. An empty path means ``/ledgers``.
+    See :func:`parse_metadata_service_uri_manager` for the forms accepted.
+
+    Raises:
+        ConfigError: naming ``metadataServiceUri`` and the value.
+    """
+    hosts, root, _manager = parse_metadata_service_uri_manager(uri)
+    return hosts, root
+
+
+def parse_metadata_service_uri_manager(uri: str) -> tuple[str, str, str | None]:
+    """Split ``zk+hierarchical://h1:2181;h2:2181/ledgers`` into (``h1:2181,h2:2181``, ``/ledgers``,
+    ``"hierarchical"``).
+
+    Accepted forms:
+
+    * upstream ``ZKMetadataDriverBase``: ``zk://``, ``zk+hierarchical://``, ``zk+longhierarchical://``,
+      ``zk+legacyhierarchical://``, ``zk+null://`` (``null`` or plain ``zk`` = use the layout the
+      cluster was formatted with). Hosts are separated by ``;`` (upstream) or ``,``;
+    * Pulsar's ``metadata-store:zk:h1:2181,h2:2181/ledgers`` (``PulsarMetadataBookieDriver``; the
+      ``zk:`` part may be ``zk://``); other Pulsar metadata stores (etcd, rocksdb, memory) are refused.
+
+    An empty path means ``/ledgers``. The third item is the manager type the scheme names, or None.
 
     Raises:
         ConfigError: naming ``metadataServiceUri`` and the value.
@@ -183,16 +209,25 @@ def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
     def bad(why: str) -> ConfigError:
         return ConfigError(f"bad value for metadataServiceUri: {uri!r} ({why})")
 
+    text = uri.strip()
+    if text.lower().startswith("metadata-store:"):
+        rest = text[len("metadata-store:"):]
+        if not rest.lower().startswith("zk:"):
+            raise bad("only a ZooKeeper metadata store (metadata-store:zk:host:2181/ledgers) is supported")
+        rest = rest[3:]
+        if rest.startswith("//"):
+            rest = rest[2:]
+        text = "zk://" + rest
     try:
-        parts = urlsplit(uri.strip())
+        parts = urlsplit(text)
     except ValueError as exc:
         raise bad(str(exc)) from None
     scheme = parts.scheme.lower()
     base, _, manager = scheme.partition("+")
     if base != "zk":
         raise bad("expected a zk:// or zk+hierarchical:// URI; only ZooKeeper metadata stores are supported")
-    if manager not in ("", "hierarchical", "longhierarchical", "null"):
-        raise bad(f"ledger manager {manager!r} is not supported; use hierarchical")
+    if manager not in ("", "hierarchical", "longhierarchical", "legacyhierarchical", "null"):
+        raise bad(f"ledger manager {manager!r} is not supported; use hierarchical or longhierarchical")
     hosts = [h.strip() for h in parts.netloc.replace(";", ",").split(",") if h.strip()]
     if not hosts:
         raise bad("no ZooKeeper servers in the URI")
@@ -201,7 +236,25 @@ def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
         if not host or not port.isdigit():
             raise bad(f"server {h!r} is not host:port")
     root = parts.path.rstrip("/") or "/ledgers"
-    return ",".join(hosts), root
+    return ",".join(hosts), root, (manager if manager not in ("", "null") else None)
+
+
+def strip_pulsar_store_prefix(servers: str) -> str:
+    """Pulsar's ``metadataStoreUrl`` / ``zookeeperServers`` value as a ZooKeeper connect string:
+    ``zk:h1:2181,h2:2181/chroot`` → ``h1:2181,h2:2181/chroot``.
+
+    Raises:
+        ConfigError: another metadata store (``etcd:``, ``rocksdb:``, ``memory:``), naming the value.
+    """
+    text = servers.strip()
+    low = text.lower()
+    if low.startswith("metadata-store:"):
+        text, low = text[len("metadata-store:"):], low[len("metadata-store:"):]
+    if low.startswith("zk:"):
+        text = text[3:].lstrip("/")
+    elif any(low.startswith(p) for p in ("etcd:", "rocksdb:", "memory:", "oxia:")):
+        raise ConfigError(f"bad value for zkServers: {servers!r} (only a ZooKeeper metadata store is supported)")
+    return text
 
 
 def _validate_root(root: str, key: str) -> str:
@@ -397,9 +450,10 @@ def load_settings(
     zk_servers = ""
     root = values.get("zkLedgersRootPath") or "/ledgers"
     uri = values.get("metadataServiceUri")
+    uri_manager: str | None = None
     if uri:
         try:
-            zk_servers, root = parse_metadata_service_uri(uri)
+            zk_servers, root, uri_manager = parse_metadata_service_uri_manager(uri)
         except ConfigError as exc:
             errors.append(str(exc))
         else:
@@ -413,7 +467,12 @@ def load_settings(
             values["zkServers"], values["zkLedgersRootPath"] = zk_servers, root
             sources["zkServers"] = sources["zkLedgersRootPath"] = "derived (metadataServiceUri)"
     else:
-        zk_servers = (values.get("zkServers") or "").strip()
+        try:
+            zk_servers = strip_pulsar_store_prefix(values.get("zkServers") or "")
+        except ConfigError as exc:
+            errors.append(str(exc))
+            zk_servers = ""
+        values["zkServers"] = zk_servers or values.get("zkServers")
         try:
             _validate_root(root, "zkLedgersRootPath")
         except ConfigError as exc:
@@ -425,9 +484,25 @@ def load_settings(
         errors.append("no metadata store configured: set metadataServiceUri (zk+hierarchical://host:2181/ledgers) "
                       "or zkServers (and zkLedgersRootPath), or pass --zk")
 
-    lmf = values.get("ledgerManagerFactoryClass")
-    if lmf and not any(x in lmf.lower() for x in ("hierarchical", "longhierarchical")):
-        errors.append(f"bad value for ledgerManagerFactoryClass: {lmf!r} (only the hierarchical layout is supported)")
+    # the ledger manager the configuration asks for (checked against LAYOUT at start); a URI scheme
+    # wins over the older keys, and two that disagree are an error (upstream would fail at start too)
+    ledger_manager: str | None = None
+    manager_key = ""
+    named = [(k, v) for k, v in (("metadataServiceUri", uri_manager),
+                                 ("ledgerManagerFactoryClass", values.get("ledgerManagerFactoryClass")),
+                                 ("ledgerManagerType", values.get("ledgerManagerType"))) if v]
+    for key_name, value in named:
+        try:
+            cls = manager_from_config(str(value), key_name)
+        except CompatibilityError as exc:
+            errors.append(f"bad value for {key_name}: {value!r} ({str(exc).split(': ', 1)[-1]})")
+            continue
+        if cls is None:
+            continue
+        if ledger_manager is None:
+            ledger_manager, manager_key = cls, key_name
+        elif cls != ledger_manager:
+            errors.append(f"{key_name}={value} names another ledger manager than {manager_key} ({ledger_manager})")
 
     bookie_id = values.get("bookieId") or _default_bookie_id(values)
     try:
@@ -474,4 +549,6 @@ def load_settings(
         warnings=tuple(warnings),
         conf_path=str(conf_path) if conf_path is not None else None,
         metadata_service_uri=str(values.get("metadataServiceUri") or ""),
+        ledger_manager=ledger_manager,
+        ledger_manager_key=manager_key,
     )
