@@ -55,7 +55,7 @@ from aiohttp import web
 
 from autorecovery import metrics
 from autorecovery.admin import ops
-from autorecovery.errors import AutoRecoveryError
+from autorecovery.errors import AutoRecoveryError, IllegalOpError
 
 log = structlog.get_logger("autorecovery.http")
 
@@ -313,10 +313,21 @@ def build_app(deps: HttpDeps) -> web.Application:
         if not isinstance(body, dict) or not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
         sources = _bookie_src(body["bookie_src"], many=True)
-        delete_cookie = bool(body.get("delete_cookie", False))
+        delete_cookie = body.get("delete_cookie", False)
+        force = body.get("force", False)
+        for name, value in (("delete_cookie", delete_cookie), ("force", force)):
+            if not isinstance(value, bool):
+                raise ops.BadRequestError(f"bad {name} {value!r}: expected true or false")
+        # refuse a running source before a job exists (issue 15): the same checks recover_bookies makes
+        w = await ctx.get_watcher()
+        live = [s for s in sources if s in w.writable or s in w.readonly]
+        if live and (delete_cookie or not force):
+            why = ("its cookie is never deleted" if delete_cookie else
+                   'recovering it copies its data away while it serves; send "force": true to migrate it')
+            raise IllegalOpError(f"bookie {live[0]} is still running (registered): {why}")
 
         async def run(job: Job) -> Any:
-            report = await ops.recover(ctx, sources, delete_cookie=delete_cookie, force=True,
+            report = await ops.recover(ctx, sources, delete_cookie=delete_cookie, force=force,
                                        on_progress=lambda p: job.progress.update(_as_dict(p)))
             return _as_dict(report)
 

@@ -413,6 +413,7 @@ def recover(conf, zk, ledgers_root, sets, bookies, dry_run, force, ledger, skip_
         report = await ops.recover(
             ctx, sources, dry_run=dry_run, targets=target_list, ledger=ledger, skip_open_ledgers=skip_open,
             rate_bytes_per_s=rate, delete_cookie=delete_cookie, skip_unrecoverable=skip_unrecoverable,
+            force=True,  # -f or a "Y" at the prompt: the operator confirmed (a running source is a migration)
             lock_wait_s=lock_wait, on_progress=None if dry_run else _ProgressPrinter(), on_ledger=on_ledger)
         for w in report.warnings:
             click.echo(f"WARNING: {w}", err=True)

@@ -188,7 +188,14 @@ def test_progress_and_recover_job(env):
     assert ro.put("/api/v1/autorecovery/bookie", {"bookie_src": [src]})[0] == 403
     code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": ["nonsense"]})
     assert code == 400 and "bad bookie_src 'nonsense'" in body
-    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "delete_cookie": False})
+    # issue 15: a running (registered) source is refused unless forced, and its cookie is never deleted
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src]})
+    assert code == 409 and f"bookie {src} is still running" in body and '"force": true' in body
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "force": True, "delete_cookie": True})
+    assert code == 409 and "cookie is never deleted" in body
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "force": "yes"})
+    assert code == 400 and "bad force 'yes'" in body
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "delete_cookie": False, "force": True})
     assert code == 200 and body.startswith("Success send recovery request command.")
 
     def job_state():
