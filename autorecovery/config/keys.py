@@ -249,7 +249,6 @@ KEYS: tuple[Key, ...] = (
     _k("replicationRateByBytes", "int", -1, "bytes/s", "worker", "copy throttle; -1 off", min_value=-1),
     _k("zkReplicationTaskRateLimit", "float", 0.0, "tasks/s", "worker",
        "rate limit of ledger acquisitions from ZooKeeper; 0 off", min_value=0),
-    _k("recoveryBatchReadEnabled", "bool", False, "", "worker", "batch reads while copying (accepted; reads stream)"),
     # -- placement ---------------------------------------------------------------------------------
     _k("ensemblePlacementPolicy", "str", "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", "",
        "placement", "placement policy class (upstream class names map to ours)"),
@@ -385,6 +384,8 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      "metadataServiceUri scheme (zk+hierarchical://) selects it", ("metadataServiceDriverClass", "clientRole")),
     ("bookie id resolution of the Java client: bookie ids here are host:port and are dialled as such",
      ("bookieAddressResolverEnabled",)),
+    ("batch reads while copying: our worker already reads each fragment as one gRPC stream, so there is "
+     "no separate batch-read mode to turn on", ("recoveryBatchReadEnabled",)),
     ("Prometheus latency rollover: our OpStats quantiles come from a sliding window of the latest 1024 "
      "values per series, not from a window rotated every N seconds", ("prometheusStatsLatencyRolloverSeconds",)),
 )
