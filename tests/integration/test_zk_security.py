@@ -75,8 +75,10 @@ def test_secured_znodes_are_creator_all_and_closed_to_others(zk_connect, tmp_pat
         bookie = BookieServer(BookieConfig(zk=zk_connect, data_dir=tmp_path / "b1", port=0,
                                            zk_security=zk_security(True, digest_file=str(secret))))
         await bookie.start()
-        d = Daemon(settings, out=io.StringIO())
+        out = io.StringIO()
+        d = Daemon(settings, out=out)
         await d.start()
+        assert f"http=off prometheus=127.0.0.1:{settings.stats.port}" in out.getvalue()
         zk = await ZkClient.from_settings(settings).start()
         try:
             # the daemon: vote, under-replication tree, lostBookieRecoveryDelay, checkAllLedgers ctime
@@ -166,3 +168,36 @@ def test_open_acl_by_default(zk_connect):
     finally:
         kz.stop()
         kz.close()
+
+
+def test_prometheus_port_equal_to_admin_port_is_served_once(zk_connect):
+    res = CliRunner().invoke(main, ["shell", "initnewcluster", "--zk", zk_connect], env={})
+    assert res.exit_code == 0, res.output
+    port = free_port()
+    settings = load_settings(None, env={}, overrides={
+        **FAST, "httpServerEnabled": "true", "zkServers": zk_connect, "bookieId": "127.0.0.1:3181",
+        "httpServerPort": str(port), "prometheusStatsHttpPort": str(port)})
+    # httpServerEnabled=true set explicitly: upstream's provider opens no listener of its own
+    assert not settings.stats.prometheus_enabled
+    settings = load_settings(None, env={}, overrides={
+        **{k: v for k, v in FAST.items() if k != "httpServerEnabled"}, "zkServers": zk_connect,
+        "bookieId": "127.0.0.1:3181", "httpServerPort": str(port), "prometheusStatsHttpPort": str(port)})
+    assert settings.stats.prometheus_enabled and settings.http.enabled
+
+    async def flow() -> str:
+        out = io.StringIO()
+        d = Daemon(settings, out=out)
+        await d.start()  # would raise OSError (address in use) if both servers bound the port
+        try:
+            assert d.prometheus is None and d.http_port == port
+            assert "prometheus=" not in out.getvalue()
+
+            def scrape() -> str:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    return r.read().decode()
+
+            return await asyncio.to_thread(scrape)
+        finally:
+            await d.stop()
+
+    assert "autorecovery_enabled" in asyncio.run(flow())
