@@ -3,7 +3,8 @@ listener (``prometheusStatsHttpPort``) on a real daemon.
 
 ``cluster init`` (the shell command), a reference bookie (registration + cookie), the daemon (votes,
 the under-replication tree, ctime znodes, ``lostBookieRecoveryDelay``) and the auditor/worker calls of
-the UnderreplicationManager (markers, locks, the disable znode) run with a digest identity; every znode
+the UnderreplicationManager (markers, locks, the disable znode), the worker's unrecoverable root and a
+maintenance record run with a digest identity; every znode
 they created is read back with kazoo's ``get_acls``: ``CREATOR_ALL_ACL`` resolved to that identity. An
 unauthenticated client gets ``NoAuthError`` deleting a marker, a lock or the disable znode.
 """
@@ -26,6 +27,7 @@ from autorecovery.config.load import load_settings, zk_security
 from autorecovery.daemon import Daemon
 from autorecovery.testing.zk_server import free_port
 from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.maintenance import MaintenanceStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 
@@ -94,6 +96,8 @@ def test_secured_znodes_are_creator_all_and_closed_to_others(zk_connect, tmp_pat
             await urm.mark_underreplicated(lid, [bookie.bookie_id])
             assert await urm.acquire(lid)
             await urm.set_lost_bookie_recovery_delay(9)
+            window = await MaintenanceStore(zk, paths).start("bookie", bookie.bookie_id, 60_000, "acl test")
+            assert await wait_for(lambda: zk.exists(paths.unrecoverable), 10), "worker's unrecoverable root"
             created.extend([
                 "/ledgers", paths.layout, paths.instance_id, paths.available, paths.cookies,
                 paths.available_bookie(bookie.bookie_id), paths.cookie(bookie.bookie_id),
@@ -101,6 +105,7 @@ def test_secured_znodes_are_creator_all_and_closed_to_others(zk_connect, tmp_pat
                 f"{paths.auditor_election}/{votes[0]}", paths.check_all_ledgers_ctime,
                 paths.lost_bookie_recovery_delay, paths.ur_disable, paths.ur_marker(lid),
                 paths.ur_marker(lid).rsplit("/", 1)[0], paths.ur_lock(lid),
+                paths.maintenance, f"{paths.maintenance}/{window.znode_name}", paths.unrecoverable,
             ])
 
             def check() -> None:
