@@ -512,3 +512,52 @@ class AdminHttpServer:
         if runner is not None:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
+
+
+class PrometheusHttpServer:
+    """Upstream ``PrometheusMetricsProvider``'s own listener: ``GET /metrics`` only, on
+    ``prometheusStatsHttpAddress:prometheusStatsHttpPort`` (upstream default ``0.0.0.0:8000``), so
+    scrape jobs written for an upstream AutoRecovery keep working. Serves the same registry and text
+    as the admin server's ``/metrics``; every other path is 404. :attr:`port` is the bound port.
+    """
+
+    def __init__(self, registry: metrics.MetricsRegistry, address: str = "0.0.0.0", port: int = 8000) -> None:
+        self.registry = registry
+        self.address = address
+        self.requested_port = port
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> "PrometheusHttpServer":
+        """Bind and serve.
+
+        Raises:
+            OSError: naming prometheusStatsHttpAddress:prometheusStatsHttpPort when it cannot be bound.
+        """
+        async def metrics_h(_r: web.Request) -> web.Response:
+            return web.Response(body=metrics.generate_text(self.registry),
+                                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics_h)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(exc.errno, f"cannot serve Prometheus /metrics on {self.address}:{self.requested_port} "
+                                     f"(prometheusStatsHttpAddress:prometheusStatsHttpPort): {exc.strerror}") from exc
+        self._runner = runner
+        server = getattr(site, "_server", None)
+        socks = getattr(server, "sockets", None) or []
+        self.port = socks[0].getsockname()[1] if socks else self.requested_port
+        return self
+
+    async def stop(self) -> None:
+        """Stop serving. Idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()

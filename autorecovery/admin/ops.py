@@ -200,7 +200,7 @@ async def open_admin(settings: Settings, *, connect_timeout_s: float | None = No
         NoClusterError: nothing formatted under the ledgers root.
     """
     timeout = connect_timeout_s if connect_timeout_s is not None else max(1.0, settings.zk_timeout_ms / 1000.0)
-    zk = ZkClient(settings.zk_servers, session_timeout_ms=settings.zk_timeout_ms)
+    zk = ZkClient.from_settings(settings)
     try:
         await zk.start(timeout_s=timeout)
     except ZooKeeperError:

@@ -25,6 +25,7 @@ from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe, DiskThresholds
 from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, BookieService, add_service, build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
+from autorecovery.config.load import ZkSecurity
 from autorecovery.rpc.convert import decode_service_properties, encode_service_info
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
@@ -106,6 +107,8 @@ class BookieConfig:
             ``maxAddsInProgressLimit`` / ``maxReadsInProgressLimit``; see ``bookie.admission``).
         stream_idle_timeout_s: an AddEntries stream idle this long is answered and closed, s.
         max_concurrent_streams: gRPC streams per client connection (HTTP/2 SETTINGS; more wait).
+        zk_security: ZooKeeper identity and ACL (``zkEnableSecurity``): the registration znodes and
+            the cookie are created with ``CREATOR_ALL_ACL`` when enabled (default: open, no auth).
     """
 
     zk: str
@@ -123,6 +126,7 @@ class BookieConfig:
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
     stream_idle_timeout_s: float = 120.0
     max_concurrent_streams: int = 1000
+    zk_security: ZkSecurity = field(default_factory=ZkSecurity)
 
 
 class BookieServer:
@@ -166,7 +170,7 @@ class BookieServer:
                                                         max_concurrent_streams=cfg.max_concurrent_streams)
             self.bookie_id = f"{cfg.host}:{self.port}"
             log.info("starting bookie", bookie_id=self.bookie_id, data_dir=str(self.data_dir), zk=cfg.zk)
-            self.zk = ZkClient(cfg.zk, session_timeout_ms=cfg.zk_session_timeout_ms)
+            self.zk = ZkClient(cfg.zk, session_timeout_ms=cfg.zk_session_timeout_ms, security=cfg.zk_security)
             await self.zk.start()
             await check_and_stamp_cookie(self.zk, self.paths, self.bookie_id, self.data_dir)
             self.storage = BookieStorage(self.data_dir, name=self.bookie_id)

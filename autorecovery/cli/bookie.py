@@ -24,6 +24,8 @@ from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskThresholds
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE
+from autorecovery.config.load import zk_security
+from autorecovery.errors import ConfigError
 
 log = structlog.get_logger("autorecovery.cli.bookie")
 
@@ -103,6 +105,11 @@ async def run_bookie(config: BookieConfig) -> int:
               help="(ours) an AddEntries stream idle this long is answered and closed, ms")
 @click.option("--max-concurrent-streams", type=click.IntRange(1), default=1000,
               help="(ours) gRPC streams per client connection")
+@click.option("--zk-enable-security", is_flag=True,
+              help="zkEnableSecurity: create the registration and cookie znodes with CREATOR_ALL_ACL "
+                   "(needs --zk-digest-auth-file)")
+@click.option("--zk-digest-auth-file", type=click.Path(dir_okay=False), default=None,
+              help="zkDigestAuthFile: file whose first line is the ZooKeeper digest identity user:password")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto",
@@ -128,6 +135,8 @@ def bookie_command(
     max_reads_in_progress: int,
     stream_idle_timeout_ms: int,
     max_concurrent_streams: int,
+    zk_enable_security: bool,
+    zk_digest_auth_file: str | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -142,6 +151,10 @@ def bookie_command(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+    try:
+        security = zk_security(zk_enable_security, digest_file=zk_digest_auth_file)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
     config = BookieConfig(
         zk=zk,
         data_dir=data_dir,
@@ -159,6 +172,7 @@ def bookie_command(
         stream_idle_timeout_s=stream_idle_timeout_ms / 1000.0,
         max_concurrent_streams=max_concurrent_streams,
         shutdown_grace_s=shutdown_grace_ms / 1000.0,
+        zk_security=security,
     )
     rc = asyncio.run(run_bookie(config))
     sys.exit(rc)

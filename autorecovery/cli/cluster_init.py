@@ -42,7 +42,7 @@ def initnewcluster(conf, zk, ledgers_root, sets, if_absent, timeout_s):
     paths = Paths(settings.ledgers_root)
 
     async def go() -> bool:
-        client = ZkClient(settings.zk_servers, session_timeout_ms=settings.zk_timeout_ms)
+        client = ZkClient.from_settings(settings)
         await client.start(timeout_s=timeout_s)
         try:
             return await init_cluster(client, paths, settings.ledger_manager or HIERARCHICAL)

@@ -61,6 +61,47 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class ZkSecurity:
+    """How we authenticate to ZooKeeper and which ACL our znodes get (upstream ``ZkUtils.getACLs``).
+
+    Attributes:
+        enabled: ``zkEnableSecurity``: every znode we create gets ``CREATOR_ALL_ACL`` (all permissions
+            for the session's authenticated identity only); False = ``OPEN_ACL_UNSAFE`` (world:anyone).
+        digest: ``user:password`` for ZooKeeper's ``digest`` scheme (``zkDigestAuth`` or the first
+            line of ``zkDigestAuthFile``), sent on every (re)connect; None = no authentication.
+            Never part of ``repr`` and never logged.
+        source: the key the digest came from (``zkDigestAuth``/``zkDigestAuthFile``), for messages.
+    """
+
+    enabled: bool = False
+    digest: str | None = field(default=None, repr=False)
+    source: str = ""
+
+    @property
+    def user(self) -> str | None:
+        """The user part of the digest identity (not secret), or None."""
+        return self.digest.partition(":")[0] if self.digest else None
+
+
+@dataclass(frozen=True)
+class StatsSettings:
+    """The upstream ``PrometheusMetricsProvider`` listener (``/metrics`` only), served in addition to
+    the admin HTTP server so that scrape jobs written for an upstream AutoRecovery keep working.
+
+    Attributes:
+        prometheus_enabled: serve the listener (see :func:`_stats_settings` for the rule).
+        address: ``prometheusStatsHttpAddress`` (upstream default ``0.0.0.0``).
+        port: ``prometheusStatsHttpPort`` (upstream default 8000; 0 = any free port).
+        reason: one line saying why the listener is on or off (``config check`` prints it).
+    """
+
+    prometheus_enabled: bool = False
+    address: str = "0.0.0.0"
+    port: int = 8000
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class BookieInfoSettings:
     """BookieInfoReader timings in seconds (``interval_s`` 0 = poll only on bookie-set changes)."""
 
@@ -93,6 +134,10 @@ class Settings:
             ``metadataServiceUri`` scheme, ``ledgerManagerFactoryClass`` or ``ledgerManagerType``), or
             None when it leaves the choice to ``LAYOUT``; checked against ``LAYOUT`` at start
             (:func:`autorecovery.ledger.layout.require_matches`). ledger_manager_key: which key named it.
+        zk_security: ZooKeeper identity and ACL choice (``zkEnableSecurity``, ``zkDigestAuth[File]``).
+        stats: the upstream Prometheus listener (``statsProviderClass``, ``prometheusStatsHttp*``).
+        ignored: keys that were set but have no effect here (:data:`~autorecovery.config.keys.NO_EFFECT_KEYS`),
+            in the order they were seen.
     """
 
     zk_servers: str
@@ -113,6 +158,9 @@ class Settings:
     metadata_service_uri: str = field(default="")
     ledger_manager: str | None = None
     ledger_manager_key: str = ""
+    zk_security: ZkSecurity = field(default_factory=ZkSecurity)
+    stats: StatsSettings = field(default_factory=StatsSettings)
+    ignored: tuple[str, ...] = ()
 
     def get(self, name: str) -> Any:
         """Typed value of a key of the table.
@@ -134,7 +182,8 @@ class Settings:
             origin = key.origin
             if key.upstream_default is not None and key.origin == K.UPSTREAM:
                 origin += f", upstream default {key.render(key.upstream_default)}"
-            out.append(f"{key.name}={key.render(value)}  # {src}, {origin}")
+            shown = "******" if key.secret and value not in (None, "") else key.render(value)
+            out.append(f"{key.name}={shown}  # {src}, {origin}")
         extra = sorted(k for k in self.properties if k not in K.KEY_BY_NAME)
         for name in extra:
             out.append(f"{name}={self.properties[name]}  # {self.sources.get(name, '?')}, not in the key table")
@@ -269,11 +318,134 @@ def _default_bookie_id(values: Mapping[str, Any]) -> str:
         try:
             if values.get("useHostNameAsBookieID"):
                 host = socket.getfqdn()
+                if values.get("useShortHostName"):
+                    host = host.split(".", 1)[0]
             else:
                 host = socket.gethostbyname(socket.gethostname())
         except OSError:
             host = "127.0.0.1"
     return f"{host}:{values.get('bookiePort', 3181)}"
+
+
+SECRET_MASK = "******"
+
+PROMETHEUS_PROVIDER = "org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider"
+NULL_PROVIDER = "org.apache.bookkeeper.stats.NullStatsProvider"
+
+
+def _zk_security(values: Mapping[str, Any], errors: list[str]) -> ZkSecurity:
+    """``zkEnableSecurity`` + ``zkDigestAuth``/``zkDigestAuthFile`` → :class:`ZkSecurity`.
+
+    Appends to ``errors`` (never quoting the secret): both digest keys set; an unreadable or empty
+    digest file (naming the key and the path); a digest that is not ``user:password``;
+    ``zkEnableSecurity=true`` with no identity (ZooKeeper rejects a creator-all ACL from an
+    unauthenticated session with InvalidACL, so we refuse before connecting).
+    """
+    enabled = bool(values.get("zkEnableSecurity"))
+    inline = values.get("zkDigestAuth") or None
+    path = values.get("zkDigestAuthFile") or None
+    digest: str | None = None
+    source = ""
+    if inline and path:
+        errors.append("zkDigestAuth and zkDigestAuthFile are both set; set only one")
+        return ZkSecurity(enabled=enabled)
+    if path:
+        source = "zkDigestAuthFile"
+        try:
+            with open(path, encoding="utf-8") as f:
+                digest = f.readline().strip()
+        except OSError as exc:
+            errors.append(f"bad value for zkDigestAuthFile: cannot read {path}: {exc.strerror or exc}")
+            return ZkSecurity(enabled=enabled)
+        except UnicodeDecodeError:
+            errors.append(f"bad value for zkDigestAuthFile: {path} is not UTF-8 text")
+            return ZkSecurity(enabled=enabled)
+        if not digest:
+            errors.append(f"bad value for zkDigestAuthFile: {path} is empty (expected a first line user:password)")
+            return ZkSecurity(enabled=enabled)
+    elif inline:
+        source = "zkDigestAuth"
+        digest = str(inline).strip()
+    if digest is not None:
+        user, sep, _password = digest.partition(":")
+        if not sep or not user:
+            where = f" (from {path})" if source == "zkDigestAuthFile" else ""
+            errors.append(f"bad value for {source}{where}: expected user:password (the value is a secret and "
+                          f"is not shown)")
+            return ZkSecurity(enabled=enabled)
+    if enabled and not digest:
+        errors.append("zkEnableSecurity=true needs a ZooKeeper identity: set zkDigestAuth=user:password or "
+                      "zkDigestAuthFile=<file holding user:password> (ZooKeeper refuses creator-only ACLs "
+                      "from an unauthenticated session; SASL/Kerberos identities are not supported, see "
+                      "docs/security.md)")
+    return ZkSecurity(enabled=enabled, digest=digest, source=source)
+
+
+def zk_security(enabled: bool, digest: str | None = None, digest_file: str | None = None) -> ZkSecurity:
+    """:class:`ZkSecurity` from explicit values (the reference bookie's flags), validated as the keys are.
+
+    Raises:
+        ConfigError: the problems :func:`_zk_security` reports (never quoting the secret).
+    """
+    errors: list[str] = []
+    sec = _zk_security({"zkEnableSecurity": enabled, "zkDigestAuth": digest, "zkDigestAuthFile": digest_file},
+                       errors)
+    if errors:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
+    return sec
+
+
+def _provider_kind(name: str) -> str:
+    """``prometheus``, ``null`` or ``other`` for a ``statsProviderClass`` value (full or simple class name)."""
+    simple = name.strip().rsplit(".", 1)[-1]
+    if simple == "PrometheusMetricsProvider":
+        return "prometheus"
+    if simple == "NullStatsProvider":
+        return "null"
+    return "other"
+
+
+def _stats_settings(values: Mapping[str, Any], sources: Mapping[str, str], errors: list[str]) -> StatsSettings:
+    """Decide whether to open upstream's Prometheus listener (``PrometheusMetricsProvider.start``).
+
+    On when statistics are enabled (``enableStatistics``, default true), ``prometheusStatsHttpEnable``
+    is true (default) and either ``statsProviderClass`` names the Prometheus provider or it is unset
+    and ``prometheusStatsHttpPort``/``prometheusStatsHttpAddress`` was set explicitly. As upstream,
+    the provider opens no listener of its own when ``httpServerEnabled=true`` was set explicitly (the
+    BookKeeper HTTP server then serves ``/metrics`` on ``httpServerPort``, as ours does). The daemon
+    serves once when the listener's port equals the admin HTTP port.
+
+    Appends an error naming the key for a ``statsProviderClass`` other than Prometheus or
+    NullStatsProvider: the operator expects metrics we cannot produce (Codahale, OpenTelemetry...).
+    """
+    address = str(values.get("prometheusStatsHttpAddress") or "0.0.0.0")
+    port = int(values.get("prometheusStatsHttpPort", 8000))
+    cls = str(values.get("statsProviderClass") or "").strip()
+    kind = _provider_kind(cls) if cls else ""
+    if kind == "other":
+        errors.append(f"statsProviderClass={cls} is not supported: autorecovery exports Prometheus metrics only "
+                      f"(/metrics on httpServerPort; with {PROMETHEUS_PROVIDER} also on "
+                      f"prometheusStatsHttpAddress:prometheusStatsHttpPort). Set it to {PROMETHEUS_PROVIDER}, "
+                      f"{NULL_PROVIDER}, or remove it")
+        return StatsSettings(False, address, port, "refused")
+    explicit = [k for k in ("prometheusStatsHttpPort", "prometheusStatsHttpAddress")
+                if sources.get(k, "default") != "default"]
+
+    def off(why: str) -> StatsSettings:
+        return StatsSettings(False, address, port, why)
+
+    if kind == "null":
+        return off(f"statsProviderClass={cls}")
+    if not kind and not explicit:
+        return off("statsProviderClass unset (upstream default NullStatsProvider)")
+    if not values.get("enableStatistics", True):
+        return off("enableStatistics=false")
+    if not values.get("prometheusStatsHttpEnable", True):
+        return off("prometheusStatsHttpEnable=false")
+    if values.get("httpServerEnabled") and sources.get("httpServerEnabled", "default") != "default":
+        return off("httpServerEnabled=true: as upstream, /metrics is served by the HTTP server on httpServerPort")
+    why = f"statsProviderClass={cls}" if kind else "set explicitly: " + ", ".join(explicit)
+    return StatsSettings(True, address, port, why)
 
 
 def _import_provider(mod: str) -> Any:
@@ -334,8 +506,9 @@ class _Layer:
 
 def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
                out: dict[str, tuple[str, str]], switches: dict[str, tuple[bool, str]],
-               errors: list[str]) -> None:
-    """Map one layer's names to canonical keys and merge them into ``out`` (name → (raw, source))."""
+               errors: list[str], ignored: dict[str, str]) -> None:
+    """Map one layer's names to canonical keys and merge them into ``out`` (name → (raw, source));
+    keys of :data:`~autorecovery.config.keys.NO_EFFECT_KEYS` go to ``ignored`` (name → source)."""
     aliased: dict[str, tuple[str, str]] = {}
     direct: dict[str, tuple[str, str]] = {}
     where = {"file": "in the config file", "env": "in the environment (BK_...)", "flag": "on the command line"}
@@ -364,8 +537,8 @@ def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
                 errors.append(f"{name}={raw.strip()} {where[layer.source]} asks for a security feature this "
                               f"implementation does not provide yet (issue 15); refusing to start without it. "
                               f"Remove the key or set it to false/empty")
-        elif name in K.IGNORED_UPSTREAM_KEYS:
-            continue
+        elif name in K.NO_EFFECT_KEYS:
+            ignored.setdefault(name, layer.source)
         else:
             warnings.append(_unknown(name, where[layer.source], extra))
             direct[name] = (raw, layer.source)
@@ -413,8 +586,9 @@ def load_settings(
     errors: list[str] = []
     merged: dict[str, tuple[str, str]] = {}
     switches: dict[str, tuple[bool, str]] = {}
+    ignored: dict[str, str] = {}
     for layer in layers:
-        _normalise(layer, extra, warnings, merged, switches, errors)
+        _normalise(layer, extra, warnings, merged, switches, errors, ignored)
 
     # Pulsar's rack-/region-aware switches choose the policy unless ensemblePlacementPolicy is set.
     if switches:
@@ -513,14 +687,24 @@ def load_settings(
         values["bookieId"] = bookie_id
         sources["bookieId"] = "derived (advertisedAddress/host, bookiePort)"
 
+    zk_security = _zk_security(values, errors)
+    stats = _stats_settings(values, sources, errors)
+
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
 
+    # the secret lives only in zk_security (kept out of its repr); the maps show a mask
+    if values.get("zkDigestAuth"):
+        values["zkDigestAuth"] = SECRET_MASK
+        if "zkDigestAuth" in merged:
+            merged["zkDigestAuth"] = (SECRET_MASK, merged["zkDigestAuth"][1])
     properties = {name: raw for name, (raw, _src) in merged.items()}
     for name in ("zkServers", "zkLedgersRootPath", "metadataServiceUri", "bookieId"):
         if values.get(name):
             properties[name] = str(values[name])
     for name, (_raw, src) in merged.items():
+        sources.setdefault(name, src)
+    for name, src in ignored.items():
         sources.setdefault(name, src)
 
     return Settings(
@@ -551,4 +735,7 @@ def load_settings(
         metadata_service_uri=str(values.get("metadataServiceUri") or ""),
         ledger_manager=ledger_manager,
         ledger_manager_key=manager_key,
+        zk_security=zk_security,
+        stats=stats,
+        ignored=tuple(ignored),
     )
