@@ -128,12 +128,18 @@ def config() -> None:
 @location_options
 @click.option("--strict", is_flag=True, hidden=True,
               help="Kept for compatibility: a key without effect already makes check exit 1.")
-def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tuple[str, ...], strict: bool) -> None:
+@click.option("--cluster", is_flag=True,
+              help="Also read the cluster's LAYOUT (read only) and check the configured ledger manager against it.")
+def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tuple[str, ...], strict: bool,
+          cluster: bool) -> None:
     """Validate the configuration and print the effective value of every key.
 
     A key that is set but has no effect (unknown, misspelt — with "did you mean" —, or shadowed by
     another key) is an ERROR line and exit status 1. Keys accepted for compatibility that have no
     effect here are listed with their reason. Bad values are errors naming key and value (exit 2).
+    With ``--cluster`` it also reads the cluster's ``LAYOUT`` (read only) and fails (exit 2) when the
+    configured ledger manager (``metadataServiceUri`` scheme, ``ledgerManagerFactoryClass``,
+    ``ledgerManagerType``) is not the one the cluster was formatted with.
     """
     try:
         settings = settings_from_cli(conf, zk, ledgers_root, sets)
@@ -159,8 +165,46 @@ def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tupl
     for name in settings.ignored:
         click.echo(f"# {name}: accepted for compatibility, no effect here: {K.NO_EFFECT_KEYS[name]} "
                    f"[{settings.sources.get(name, '?')}]")
+    if cluster:
+        _check_against_cluster(settings)
     if settings.warnings:
         sys.exit(EXIT_IGNORED)
+
+
+def _check_against_cluster(settings: Settings) -> None:
+    """``config check --cluster``: read ``LAYOUT`` (nothing is written) and compare the ledger manager.
+
+    Exits 2 on a mismatch or an unsupported layout, 1 when ZooKeeper or the cluster cannot be reached.
+    """
+    import asyncio
+
+    from autorecovery.errors import CompatibilityError, NoClusterError, ZooKeeperError
+    from autorecovery.ledger.layout import require_matches
+    from autorecovery.zk.bridge import ZkClient
+    from autorecovery.zk.ledgers import read_layout
+    from autorecovery.zk.paths import Paths
+
+    async def probe():
+        zk = ZkClient.from_settings(settings)
+        await zk.start(timeout_s=max(1.0, settings.zk_timeout_ms / 1000.0))
+        try:
+            paths = Paths(settings.ledgers_root)
+            layout = await read_layout(zk, paths)
+            require_matches(layout, settings.ledger_manager, settings.ledger_manager_key, paths.layout)
+            return layout, paths
+        finally:
+            await zk.stop()
+
+    try:
+        layout, paths = asyncio.run(probe())
+    except CompatibilityError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except (ZooKeeperError, NoClusterError) as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_IGNORED)
+    named = f"configured by {settings.ledger_manager_key}" if settings.ledger_manager else "not configured: follows LAYOUT"
+    click.echo(f"# cluster: {paths.layout} names {layout.manager_factory}:{layout.manager_version} ({named})")
 
 
 @config.command("keys")

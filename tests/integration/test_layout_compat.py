@@ -163,3 +163,22 @@ def test_configured_ledger_manager_that_disagrees_with_layout_is_refused(tmp_pat
             kz.close()
     finally:
         cluster.down()
+
+
+def test_config_check_cluster_flags_a_scheme_that_disagrees_with_layout(tmp_path):
+    """Issue 10: ``config check`` must flag a metadataServiceUri scheme that disagrees with LAYOUT."""
+    from test_shell_support import cli
+
+    cluster = LocalCluster(tmp_path / "check", bookies=1, ledger_manager=LONG_HIERARCHICAL).up()
+    try:
+        ok = cli("config", "check", "--cluster", "-D", f"metadataServiceUri=zk+longhierarchical://{cluster.zk_connect}/ledgers")
+        assert ok.exit_code == 0, ok.output
+        assert "LongHierarchicalLedgerManagerFactory:1 (configured by metadataServiceUri)" in ok.output
+        bad = cli("config", "check", "--cluster", "-D", f"metadataServiceUri=zk+hierarchical://{cluster.zk_connect}/ledgers")
+        assert bad.exit_code == 2, bad.output
+        assert "does not match the existing layout org.apache.bookkeeper.meta.LongHierarchicalLedgerManagerFactory" \
+            in bad.stderr and "zk+longhierarchical" in bad.stderr
+        follows = cli("config", "check", "--cluster", "--zk", cluster.zk_connect)
+        assert follows.exit_code == 0 and "not configured: follows LAYOUT" in follows.output, follows.output
+    finally:
+        cluster.down()
