@@ -1,9 +1,14 @@
 """``autorecovery shell <command>``: upstream ``bin/bookkeeper shell`` admin commands (same names, same
 single-dash options, same output wording) plus ours (``placementcheck``).
 
-Every command takes the cluster location before or after its name: ``-c/--conf bk_server.conf``,
-``--zk host:port[,host:port][/chroot]``, ``--ledgers-root /ledgers``, ``-D key=value`` (and
-``BK_<key>`` environment variables). Output goes to stdout; logs and progress to stderr.
+Every command takes the cluster location before or after its name: ``-c/-conf/--conf bk_server.conf``
+(``listunderreplicated`` keeps upstream's ``-c`` = count: ``--conf`` there), ``--zk
+host:port[,host:port][/chroot]``, ``--ledgers-root /ledgers``, ``-D/--define key=value`` (``--set`` too,
+except on ``lostbookierecoverydelay`` where it is upstream's setter) and ``BK_<key>`` environment
+variables. Upstream's options take one or two dashes, as upstream's commons-cli parser does
+(``-ledgerid``/``--ledgerid``/``-l``). ``help [COMMAND]`` prints the usage. Output goes to stdout in
+upstream's wording (bookies as ``BookieID:<id>, IP:<ip>, Port:<port>, Hostname:<name>``); logs and
+progress to stderr. Deviations from upstream: docs/operators.md, "Compatibility with upstream".
 
 Exit codes: 0 success; 1 the operation failed (no auditor, missing ledger, ZooKeeper unreachable,
 recovery failed, decommission timed out...); 2 bad usage (bad bookie or ledger id, bad option values,
