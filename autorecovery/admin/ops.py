@@ -16,6 +16,7 @@ import base64
 import contextlib
 import ipaddress
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -485,6 +486,29 @@ def _resolve_address(bookie_id: str) -> tuple[str, int, str]:
     return ip, port, host
 
 
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    """Run blocking ``fn(*args)`` in a daemon thread; a future of its result. Unlike the default
+    executor, a lookup stuck in the resolver does not hold up ``asyncio.run``'s shutdown or the
+    process exit once the caller stopped waiting."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if not fut.done():
+            fut.set_exception(exc) if exc is not None else fut.set_result(result)
+
+    def work() -> None:
+        try:
+            result, exc = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting coroutine
+            result, exc = None, e
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, name="bookie-address-lookup", daemon=True).start()
+    return fut
+
+
 async def bookie_addresses(bookie_ids: Iterable[str], timeout_s: float = 2.0) -> dict[str, tuple[str, int, str]]:
     """``bookie id → (ip, port, hostname)`` as upstream's ``CommandHelpers`` works them out: an IP literal
     gets a reverse lookup for the host name (the address text when that fails), a host name gets a
@@ -495,10 +519,17 @@ async def bookie_addresses(bookie_ids: Iterable[str], timeout_s: float = 2.0) ->
 
     async def one(b: str) -> tuple[str, int, str]:
         try:
-            return await asyncio.wait_for(asyncio.to_thread(_resolve_address, b), timeout_s)
+            return await asyncio.wait_for(_in_daemon_thread(_resolve_address, b), timeout_s)
         except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a slow resolver must not hang the shell
             host, _sep, port = b.rpartition(":")
-            return (host, int(port), host) if port.isdigit() else (UNKNOWN, 0, UNKNOWN)
+            if not port.isdigit():
+                return UNKNOWN, 0, UNKNOWN
+            host = host.strip("[]")
+            try:
+                ipaddress.ip_address(host)
+                return host, int(port), host  # an IP literal without a reverse name
+            except ValueError:
+                return UNKNOWN, int(port), host  # a host name that did not resolve
 
     return dict(zip(ids, await asyncio.gather(*(one(b) for b in ids))))
 

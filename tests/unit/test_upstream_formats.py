@@ -64,3 +64,25 @@ def test_jackson_pretty_matches_jacksons_default_printer():
     text = jackson_pretty({"auditorElected": True, "auditorId": "h:1", "totalBookiesCount": 3})
     assert text == '{\n  "auditorElected" : true,\n  "auditorId" : "h:1",\n  "totalBookiesCount" : 3\n}'
     assert json.loads(text)["auditorId"] == "h:1"
+
+
+def test_bookie_addresses_bounded_when_the_resolver_hangs(monkeypatch):
+    import asyncio
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def stuck(bookie_id):
+        release.wait(30)
+        return ("never", 0, "never")
+
+    monkeypatch.setattr(ops, "_resolve_address", stuck)
+    t0 = time.monotonic()
+    try:
+        got = asyncio.run(ops.bookie_addresses(["10.1.2.3:3181", "bk.example:3181", "odd"], timeout_s=0.3))
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 5, "asyncio.run waited for the stuck lookups"
+    assert got == {"10.1.2.3:3181": ("10.1.2.3", 3181, "10.1.2.3"), "bk.example:3181": ("UNKNOWN", 3181, "bk.example"),
+                   "odd": ("UNKNOWN", 0, "UNKNOWN")}
