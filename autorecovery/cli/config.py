@@ -37,7 +37,7 @@ def parse_sets(values: Iterable[str]) -> dict[str, str]:
     out = {}
     for item in values or ():
         if "=" not in item:
-            raise click.BadParameter(f"{item!r}: expected key=value", param_hint="-D/--set")
+            raise click.BadParameter(f"{item!r}: expected key=value", param_hint="-D/--define")
         k, _, v = item.partition("=")
         out[k.strip()] = v
     return out
@@ -45,7 +45,7 @@ def parse_sets(values: Iterable[str]) -> dict[str, str]:
 
 def location_options(f: Callable) -> Callable:
     """Decorate a click command with the cluster-location options."""
-    f = click.option("-D", "--set", "sets", multiple=True, metavar="KEY=VALUE",
+    f = click.option("-D", "--define", "--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Set a configuration key (overrides the file and BK_<key> env).")(f)
     f = click.option("--ledgers-root", default=None, help="zkLedgersRootPath (default /ledgers).")(f)
     f = click.option("--zk", default=None, help="ZooKeeper connect string (zkServers), e.g. 127.0.0.1:2181.")(f)
