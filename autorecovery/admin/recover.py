@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from google.protobuf import text_format
 
 from autorecovery.admin.ops import (
     AdminContext,
@@ -44,8 +43,8 @@ from autorecovery.admin.ops import (
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError, NotEnoughBookiesError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.plan.progress import RateMeter, estimate_copy_bytes
-from autorecovery.proto import bookkeeper_formats_pb2 as pb
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError
+from autorecovery.roles import replicator as rp
+from autorecovery.zk.bridge import NoNodeError
 
 log = structlog.get_logger("autorecovery.recover")
 
@@ -139,20 +138,15 @@ class _TargetPicker:
 
 
 async def _lock(ctx: AdminContext, ledger_id: int) -> str | None:
-    """Take the ledger's replication lock (ephemeral); returns None when taken, else the holder."""
-    data = text_format.MessageToString(pb.LockDataFormat(bookieId=f"{socket.gethostname()} (recover)")).encode()
-    try:
-        await ctx.zk.create(ctx.paths.ur_lock(ledger_id), data, ephemeral=True, makepath=True)
+    """Take the ledger's replication lock through the under-replication manager (upstream's lock
+    znode, ephemeral, whether or not the ledger is marked); returns None when taken, else the holder."""
+    if await ctx.urm.acquire(ledger_id, require_marker=False, owner=f"{socket.gethostname()} (recover)"):
         return None
-    except NodeExistsError:
-        return await ctx.urm.lock_holder(ledger_id) or "?"
+    return await ctx.urm.lock_holder(ledger_id) or "?"
 
 
 async def _unlock(ctx: AdminContext, ledger_id: int) -> None:
-    try:
-        await ctx.zk.delete(ctx.paths.ur_lock(ledger_id))
-    except NoNodeError:
-        pass
+    await ctx.urm.release(ledger_id)
 
 
 async def _read_lac(ctx: AdminContext, ledger_id: int, md: LedgerMetadata) -> int:
@@ -293,8 +287,16 @@ async def recover_bookies(
         from autorecovery.plan.throttle import StreamCaps, TokenBucket
         from autorecovery.roles.copier import FragmentCopier
 
+        from autorecovery.roles.replicator import SegmentReplicator
+        from autorecovery.roles.worker_settings import WorkerSettings
+
+        ws = WorkerSettings.from_properties(dict(ctx.settings.properties)) if ctx.settings is not None \
+            else WorkerSettings()
         copier = FragmentCopier(ctx.get_bookies(), byte_bucket=TokenBucket(float(rate or -1), time.monotonic),
-                                caps=StreamCaps(4, 4), caps_changed=asyncio.Condition())
+                                caps=StreamCaps(ws.max_streams_per_source, ws.max_streams_per_target),
+                                caps_changed=asyncio.Condition(), window_entries=max(ws.batch_size, 256),
+                                window_bytes=ws.stream_window_bytes)
+        replicator = SegmentReplicator(ctx.ledgers, copier)
     policy = await ctx.get_policy() if scope else None
     replace = _TargetPicker(tgts) if tgts else (policy.replace_bookie if policy is not None else None)
     publish("planning" if dry_run else "recovering")
@@ -360,31 +362,24 @@ async def recover_bookies(
                         out.detail = (out.detail + "; " if out.detail else "") + \
                             f"{len(plan.unsourced)} entries in {first}..{last} have no readable replica"
                     continue
-                res = await copier.copy(ledger_id=lid, master_key=md.password, ensemble=tuple(seg.ensemble),
-                                        write_quorum=md.write_quorum, plan=plan,
-                                        registered=lambda: set(watcher.writable) | set(watcher.readonly),
-                                        on_bytes=on_bytes)
+                r = await replicator.replicate(lid, md, first, plan,
+                                               registered=lambda: set(watcher.writable) | set(watcher.readonly),
+                                               on_bytes=on_bytes)
                 publish("recovering")
-                if not res.complete:
-                    lost = res.unrecoverable_entries()
-                    why = res.aborted or (f"{len(lost)} entries have no valid replica (first {lost[:5]})" if lost
-                                          else f"{len(res.unreadable)} entries could not be read now")
+                if r.status in (rp.INCOMPLETE, rp.ABORTED):
+                    lost = r.copy.unrecoverable_entries()
+                    why = r.copy.aborted or (f"{len(lost)} entries have no valid replica (first {lost[:5]})" if lost
+                                             else f"{len(r.copy.unreadable)} entries could not be read now")
                     out.status = "skipped" if (skip_unrecoverable and lost) else "failed"
                     out.detail = f"entries {first}..{last}: {why}"
                     return out
-                mapping = {seg.ensemble[j]: new for j, new in repl.items() if seg.ensemble[j] != new}
-
-                def transform(cur: LedgerMetadata, first=first, mapping=mapping, old_ens=tuple(seg.ensemble)):
-                    for s in cur.segments:
-                        if s.first_entry_id == first:
-                            todo = {o: n for o, n in mapping.items()
-                                    if o in s.ensemble and s.ensemble.index(o) == old_ens.index(o)}
-                            return cur.with_segment_replaced(first, todo) if todo else None
-                    return None
-
-                await ctx.ledgers.update(lid, transform)
+                if r.status in (rp.TARGET_FAILED, rp.SEGMENT_CHANGED):
+                    out.status = "failed"
+                    out.detail = f"entries {first}..{last}: {r.detail}"
+                    return out
+                md = r.metadata
                 log.info("fragment recovered", ledger_id=lid, first_entry=first, last_entry=last,
-                         replacements=mapping)
+                         replacements=r.replaced)
             return out
         except AutoRecoveryError as exc:
             out.status = "failed"

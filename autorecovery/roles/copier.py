@@ -42,13 +42,12 @@ import structlog
 from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import unpack_entry
 from autorecovery.ledger.metadata import write_set
+from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
 from autorecovery.plan.targets import FragmentPlan, StreamSpec
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 
 log = structlog.get_logger("autorecovery.copier")
 
-#: Reasons that prove a replica has no valid copy (as opposed to a transient failure).
-DEFINITIVE = frozenset({"ENOENTRY", "ENOLEDGER", "DIGEST", "NOT_REGISTERED"})
 #: The bookie refuses ranges longer than this (service.MAX_RANGE_ENTRIES is 1,000,000).
 MAX_STREAM_IDS = 500_000
 

@@ -4,6 +4,15 @@ Upstream source: ``replication/ReplicationWorker`` (loop, open-ledger grace and 
 lock-release backoff, unreadable-entry memory, metrics), ``client/BookKeeperAdmin.replicateLedgerFragment``
 and ``LedgerFragmentReplicator`` (targets, copy, ensemble CAS), BP-54 (placement repair).
 
+The worker keeps the lifecycle and the slots; the parts live apart:
+
+* :mod:`autorecovery.roles.backlog` — markers, metadata, priorities, candidate order, unrecoverable
+  records, non-retriable failures;
+* :mod:`autorecovery.plan.pass_plan` (PURE) — what a pass does and how it ends;
+* :mod:`autorecovery.roles.replicator` — copy plan → copier → guarded ensemble CAS (shared with the
+  admin ``recover``);
+* :mod:`autorecovery.roles.copier` — the streams.
+
 One pass over a ledger (:meth:`ReplicationWorker._rereplicate`):
 
 1. Lock it with the upstream protocol (ephemeral ``locks/urL…``, marker version remembered) through
@@ -44,11 +53,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 
 import structlog
 
@@ -58,7 +65,6 @@ from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.client.recovery import recover_ledger
 from autorecovery.config.keys import KEY_BY_NAME
 from autorecovery.errors import (
-    AutoRecoveryError,
     BookieError,
     DigestMismatchError,
     NoSuchLedgerError,
@@ -66,19 +72,20 @@ from autorecovery.errors import (
     is_retriable,
 )
 from autorecovery.ledger.digest import unpack_entry
-from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
 from autorecovery.ledger.metadata import LedgerMetadata, write_set
 from autorecovery.placement.policy import Adherence
+from autorecovery.plan import pass_plan as pp
 from autorecovery.plan.backoff import FailureMemory
-from autorecovery.plan.priority import LedgerPriority, fragment_copies_left, ledger_priority, order_candidates
 from autorecovery.plan.progress import Progress, ProgressTracker, estimate_copy_bytes
 from autorecovery.plan.targets import FragmentPlan, choose_replacements, plan_fragment_copy
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
+from autorecovery.roles import replicator as rp
+from autorecovery.roles.backlog import Backlog
 from autorecovery.roles.checker import LedgerChecker
+from autorecovery.roles.copier import CopyResult, FragmentCopier, ranges
 from autorecovery.roles.worker_settings import CONFIG_KEYS, WorkerSettings  # noqa: F401 (re-exported)
-from autorecovery.roles.copier import DEFINITIVE, CopyResult, FragmentCopier, TargetWriteError, ranges
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
-from autorecovery.zk.ledgers import LedgerStore, now_ms
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 
@@ -125,22 +132,6 @@ class _Metrics:
     def exception(self, exc: BaseException) -> None:
         name = getattr(exc, "upstream_name", None) or type(exc).__name__
         self.registry.counter(self.scope, f"exceptions_{name}").inc()
-
-
-@dataclass
-class _Pass:
-    """What one pass over a ledger did."""
-
-    copied: int = 0
-    copied_placement: int = 0
-    retriable: list[str] = field(default_factory=list)
-    unrecoverable: dict[int, dict[str, str]] = field(default_factory=dict)
-    placement_impossible: list[int] = field(default_factory=list)
-    cancelled: int = 0
-
-
-class _SegmentChanged(Exception):
-    pass
 
 
 class ReplicationWorker:
@@ -192,18 +183,11 @@ class ReplicationWorker:
                                      window_entries=max(settings.batch_size, 256),
                                      window_bytes=settings.stream_window_bytes,
                                      metrics=self.m, sleep=sleep)
+        self.replicator = rp.SegmentReplicator(self.store, self.copier)
         self.tracker = ProgressTracker(self.clock)
         self.history: list[tuple[int, str]] = []
-        self.unrecoverable: dict[int, dict] = {}
-        self._markers: dict[int, tuple[int, int, list[str]]] = {}  # lid -> (version, ctime, replicas)
-        self._mds: dict[int, LedgerMetadata] = {}
-        self._known: dict[int, LedgerPriority] = {}
-        self._later: dict[int, float] = {}  # lid -> until (clock) : blocked, try others first
-        # lid -> (marker version, reason): a pass failed with an error retrying cannot fix
-        # (errors.is_retriable); skipped until the ledger is marked again (a new marker version)
-        self._not_retriable: dict[int, tuple[tuple[int, int], str]] = {}
+        self.backlog = Backlog(zk, paths, self.um, self.store, clock=self.clock, on_change=self._poke)
         self._bad_targets: dict[str, float] = {}
-        self._active: set[int] = set()
         self._deferred: dict[int, asyncio.Task] = {}
         self._slots: list[asyncio.Task] = []
         self._busy: set[asyncio.Task] = set()
@@ -211,7 +195,6 @@ class ReplicationWorker:
         self._refresh_wanted = asyncio.Event()
         self._wake = asyncio.Event()
         self._acquire_lock = asyncio.Lock()
-        self._last_full_refresh = -1e18
         self._warned_config = False
         self._started = False
         self._stopping = False
@@ -287,17 +270,29 @@ class ReplicationWorker:
         """A pure snapshot (:class:`~autorecovery.plan.progress.Progress`): the cluster's ledgers and
         bytes left with the smoothed cluster rate and ETA, blocked ledgers apart with their reasons
         (this worker's passes, every worker's unrecoverable side znodes), and this worker's share."""
-        extra: dict[int, str] = {}
-        for lid, info in self.unrecoverable.items():
-            extra[lid] = (f"unrecoverable: entries {info.get('entries')} have no readable replica"
-                          f" (waiting for {info.get('waiting_for') or 'an operator'})")
-        for lid, (_v, reason) in self._not_retriable.items():
-            extra[lid] = reason
-        return self.tracker.snapshot(extra)
+        return self.tracker.snapshot(self.backlog.blocked_reasons())
+
+    # backlog views kept for the admin API and tests
+    @property
+    def unrecoverable(self) -> dict[int, dict]:
+        """Ledger id → the unrecoverable side znode's document (every worker's, watched)."""
+        return self.backlog.unrecoverable
+
+    @property
+    def _active(self) -> set[int]:
+        return self.backlog.active
+
+    def _order(self, ids: list[int]) -> list[int]:
+        return self.backlog.order(ids, self.rng, self.watcher.available)
+
+    def _poke(self) -> None:
+        self._refresh_wanted.set()
+        self._wake.set()
 
     def _own_blocked_count(self) -> int:
         """Still-marked ledgers this worker's own passes left blocked (autorecovery_worker_ledgers_blocked)."""
-        return len({lid for lid in self.tracker.blocked() if lid in self._markers} | set(self._not_retriable))
+        b = self.backlog
+        return len({lid for lid in self.tracker.blocked() if lid in b.markers} | set(b.not_retriable))
 
     # -- membership / policy ---------------------------------------------------------------------
     def _on_membership(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
@@ -361,129 +356,19 @@ class ReplicationWorker:
             finally:
                 for w in waiters:
                     w.cancel()
-            pause = max(0.5, len(self._markers) / 2000.0) - (self.clock() - t0)
+            pause = max(0.5, len(self.backlog.markers) / 2000.0) - (self.clock() - t0)
             if pause > 0 and not self._stopping:
                 await self.sleep(pause)
 
     async def _refresh(self) -> None:
-        """Read markers (new ones, or all every 60 s) and their metadata; recompute priorities and the
-        backlog estimate; sync the unrecoverable side znodes."""
-        ids = set(await self.um.watched_marked_ids())
-        now = self.clock()
-        full = now - self._last_full_refresh > 60.0
-        if full:
-            self._last_full_refresh = now
-        for lid in list(self._not_retriable):
-            if lid not in ids:
-                self._not_retriable.pop(lid, None)
-        for lid in list(self._markers):
-            if lid not in ids:
-                self._markers.pop(lid, None)
-                self._mds.pop(lid, None)
-                self._known.pop(lid, None)
-        todo = [lid for lid in sorted(ids) if full or lid not in self._markers or lid in self._not_retriable][:5000]
-        sem = asyncio.Semaphore(32)
-
-        async def load(lid: int) -> None:
-            async with sem:
-                try:
-                    marker = await self.um.get_marker(lid)
-                except AutoRecoveryError as exc:
-                    if exc.retriable:
-                        raise
-                    # one garbage marker must not freeze the whole backlog (and progress) forever
-                    log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
-                                error=str(exc))
-                    return
-                if marker is None:
-                    return
-                self._markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
-                if full or lid not in self._mds:
-                    try:
-                        self._mds[lid], _ = await self.store.read(lid)
-                    except (NoSuchLedgerError, AutoRecoveryError):
-                        self._mds.pop(lid, None)
-
-        await asyncio.gather(*(load(lid) for lid in todo))
-        if any(not self._skip_not_retriable(lid) for lid in list(self._not_retriable)):
-            self._wake.set()  # a ledger was marked again: let the slots look at it
-        avail = self.watcher.available
-        backlog: dict[int, int] = {}
-        placement_marks = 0
-        for lid, (_v, ctime, replicas) in self._markers.items():
-            md = self._mds.get(lid)
-            if md is None:
-                backlog[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
-                continue
-            p = ledger_priority(lid, md, replicas, avail, ctime)
-            self._known[lid] = p
-            backlog[lid] = estimate_copy_bytes(md, p.lost)
-            if not replicas:
-                placement_marks += 1
+        """Refresh the backlog (:meth:`Backlog.refresh`) and the progress estimate from it."""
+        backlog, placement_marks = await self.backlog.refresh(self.watcher.available)
         self.tracker.set_backlog(backlog)
         if placement_marks and not self.settings.repair_placement and not self._warned_config:
             self._warned_config = True
             log.warning("the auditor marks ledgers for placement repair (markers without missing replicas) but "
                         "repairedPlacementPolicyNotAdheringBookieEnabled=false on this worker: such markers are "
                         "only re-checked and cleared; set the key on both sides (BP-54)", markers=placement_marks)
-        await self._sync_unrecoverable()
-
-    async def _sync_unrecoverable(self) -> None:
-        def on_change(_e) -> None:
-            self._refresh_wanted.set()
-            self._wake.set()
-
-        try:
-            names = await self.zk.get_children(self.paths.unrecoverable, watch=on_change)
-        except NoNodeError:
-            names = []
-        present = set()
-        for n in names:
-            try:
-                lid = ledger_id_from_ur_leaf(n)
-            except ValueError:
-                continue
-            present.add(lid)
-            if lid not in self.unrecoverable:
-                try:
-                    data, _ = await self.zk.get(f"{self.paths.unrecoverable}/{n}")
-                    self.unrecoverable[lid] = json.loads(data.decode() or "{}")
-                except (NoNodeError, ValueError):
-                    continue
-        for lid in list(self.unrecoverable):
-            if lid not in present:
-                log.info("unrecoverable side znode removed; the ledger will be retried", ledger_id=lid)
-                self.unrecoverable.pop(lid, None)
-                self._wake.set()
-
-    def _still_unrecoverable(self, lid: int) -> bool:
-        info = self.unrecoverable.get(lid)
-        if info is None:
-            return False
-        marker = self._markers.get(lid)
-        if marker is not None and (marker[0], marker[1]) != (info.get("marker_version"), info.get("marker_ctime")):
-            return False  # re-marked since it was surfaced
-        avail = self.watcher.available
-        return not any(b in avail for b in info.get("waiting_for", []))
-
-    def _order(self, ids: list[int]) -> list[int]:
-        now = self.clock()
-        for lid, until in list(self._later.items()):
-            if until <= now:
-                del self._later[lid]
-        skip = {lid for lid in ids if self._still_unrecoverable(lid) or self._skip_not_retriable(lid)} | self._active
-        return order_candidates(ids, self._known, skip=skip, later=set(self._later), rng=self.rng)
-
-    def _skip_not_retriable(self, lid: int) -> bool:
-        """True while the ledger's last pass failed with a non-retriable error and it was not re-marked."""
-        entry = self._not_retriable.get(lid)
-        if entry is None:
-            return False
-        marker = self._markers.get(lid)
-        if marker is not None and (marker[0], marker[1]) != entry[0]:
-            self._not_retriable.pop(lid, None)  # marked again (new version or ctime): try once more
-            return False
-        return True
 
     # -- slots -----------------------------------------------------------------------------------
     async def _slot_loop(self, slot: int) -> None:
@@ -547,8 +432,10 @@ class ReplicationWorker:
         del self.history[:-2000]
 
     async def _rereplicate(self, lid: int) -> bool:
-        """One pass over a locked ledger. Returns True when the ledger is done (or made progress that a
-        later pass continues without backoff), False for an unsuccessful pass (the slot backs off)."""
+        """One pass over a locked ledger: decide with :func:`~autorecovery.plan.pass_plan.plan_pass`,
+        act, re-check, end with :func:`~autorecovery.plan.pass_plan.conclude_pass`. Returns True when
+        the ledger is done (or made progress that a later pass continues without backoff), False for an
+        unsuccessful pass (the slot backs off)."""
         t0 = self.clock()
         outcome = "failed"
         keep_lock = False
@@ -561,7 +448,7 @@ class ReplicationWorker:
                 self.m.exception(exc)
                 log.info("ledger deleted; removing its marker", ledger_id=lid)
                 await self.um.mark_replicated(lid)
-                await self._clear_unrecoverable(lid)
+                await self.backlog.clear_unrecoverable(lid)
                 self.memory.replicated(lid)
                 outcome = "deleted"
                 return False
@@ -569,67 +456,61 @@ class ReplicationWorker:
             if marker is None:
                 outcome = "not-marked"
                 return True
-            self._markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+            self.backlog.remember_marker(lid, marker.version, marker.ctime, marker.replicas)
             data_loss = await self.checker.check(lid, md)
-            placement = self._placement_segments(md) if not data_loss else []
-            if not data_loss and not placement:
+            plan = pp.plan_pass(md, data_loss, self._placement_segments(md) if not data_loss else [],
+                                self.watcher.available)
+            if plan.nothing_to_do:
                 outcome = await self._done(lid, "nothing-to-do")
                 return True
-            avail = self.watcher.available
-            lost = {b for f in data_loss for b in f.bad_bookies}
-            # a placement move re-copies about one member per segment: estimate it as one lost member
-            moved = {md.segments[i].ensemble[0] for i in (_segment_index(md, f) for f in placement) if i is not None}
-            self.tracker.plan(lid, estimate_copy_bytes(md, lost or moved))
-            p = _Pass()
-            open_found = any(not f.closed for f in data_loss)
-            closed = [f for f in data_loss if f.closed]
-            closed.sort(key=lambda f: fragment_copies_left(
-                md.segments[md.segment_index_at(f.segment_first_entry_id)].ensemble, md.write_quorum,
-                f.first_entry_id, f.last_entry_id, f.bad_indexes, avail - f.bad_bookies))
-            for frag in closed:
-                md = await self._fix_data_loss(lid, md, frag, p)
-            if not data_loss:
-                for seg_first in placement:
-                    md = await self._fix_placement(lid, md, seg_first, p)
-            if p.copied:
+            self.tracker.plan(lid, estimate_copy_bytes(md, set(plan.estimate_bookies)))
+            out = pp.PassOutcome()
+            for action in plan.actions:
+                if isinstance(action, pp.CopyFragment):
+                    md = await self._fix_data_loss(lid, md, action.fragment, out)
+                else:
+                    md = await self._fix_placement(lid, md, action.segment_first_entry_id, out)
+            if out.copied:
                 self.m.replicated.inc()
-                if p.copied_placement:
+                if out.copied_placement:
                     self.m.replicated_placement.inc()
-            if open_found or await self._last_segment_open_and_missing(lid, md):
+            open_pending = plan.open_fragment or await self._last_segment_open_and_missing(lid, md)
+            remaining: list[BadFragment] = []
+            rem_placement: list[int] = []
+            if not open_pending:  # re-check from fresh metadata
+                md, _version = await self.store.read(lid)
+                remaining = await self.checker.check(lid, md)
+                rem_placement = self._placement_segments(md) if not remaining else []
+            end = pp.conclude_pass(
+                plan, out, open_pending=open_pending, remaining_data_loss=bool(remaining),
+                remaining_placement=rem_placement,
+                release_delay_ms=0, open_grace_ms=self.settings.open_ledger_grace_ms)
+            if end.kind == pp.RELEASE_LATER:  # only now: asking the memory counts a failure
+                end = dataclasses.replace(end, delay_ms=self.memory.next_release_delay_ms(lid))
+            outcome = end.outcome
+            if end.kind == pp.DEFER_OPEN:
                 self._defer_open_ledger(lid)
                 keep_lock = True
-                outcome = "deferred-open"
-                self.tracker.block(lid, f"open ledger: waiting {self.settings.open_ledger_grace_ms} ms before fencing")
+                self.tracker.block(lid, end.reason)
                 return False
-            # re-check from fresh metadata
-            md, _version = await self.store.read(lid)
-            remaining = await self.checker.check(lid, md)
-            rem_placement = self._placement_segments(md) if not remaining else []
-            if not remaining and set(rem_placement) <= set(p.placement_impossible):
-                if rem_placement:
+            if end.kind == pp.DONE:
+                if end.no_more_bookie:
                     log.warning("placement cannot be repaired: no more bookie; marker removed until the auditor "
-                                "marks the ledger again", ledger_id=lid, segments=rem_placement)
-                outcome = await self._done(lid, "replicated" if p.copied else "no-more-bookie" if rem_placement
-                                           else "nothing-to-do")
+                                "marks the ledger again", ledger_id=lid, segments=list(end.no_more_bookie))
+                await self._done(lid, end.outcome)
                 return True
-            if not remaining and data_loss:
-                # data loss fixed; the placement problem is left for a later pass (BP-54)
-                outcome = "data-loss-fixed-placement-pending"
+            if end.kind == pp.DATA_LOSS_FIXED:  # placement is left for a later pass (BP-54)
                 return True
-            if p.unrecoverable and not p.retriable:
-                await self._surface_unrecoverable(lid, md, p)
-                outcome = "unrecoverable"
+            if end.kind == pp.UNRECOVERABLE:
+                await self._surface_unrecoverable(lid, out)
                 return False
-            delay_ms = self.memory.next_release_delay_ms(lid)
             self.m.defer.inc()
-            self._schedule_release(lid, delay_ms)
+            self._schedule_release(lid, end.delay_ms)
             keep_lock = True
-            reason = "; ".join(dict.fromkeys(p.retriable)) or "fragments still under-replicated after the pass"
-            self.tracker.block(lid, reason)
-            self._later[lid] = self.clock() + delay_ms / 1000.0
-            log.warning("ledger still under-replicated; deferring lock release", ledger_id=lid, delay_ms=delay_ms,
-                        failures=self.memory.failures(lid), reason=reason)
-            outcome = "deferred-failed"
+            self.tracker.block(lid, end.reason)
+            self.backlog.try_later(lid, end.delay_ms / 1000.0)
+            log.warning("ledger still under-replicated; deferring lock release", ledger_id=lid, delay_ms=end.delay_ms,
+                        failures=self.memory.failures(lid), reason=end.reason)
             return False
         except NoSuchLedgerError as exc:
             self.m.exception(exc)
@@ -651,8 +532,8 @@ class ReplicationWorker:
             marker = None
             with contextlib.suppress(Exception):
                 marker = await self.um.get_marker(lid)
-            self._not_retriable[lid] = ((marker.version, marker.ctime) if marker else (self.um.held.get(lid, -1), -1),
-                                        reason)
+            self.backlog.record_not_retriable(
+                lid, (marker.version, marker.ctime) if marker else (self.um.held.get(lid, -1), -1), reason)
             log.error("replication pass failed with an error retrying will not fix; the ledger is skipped until "
                       "it is marked again", ledger_id=lid, error=str(exc), error_type=type(exc).__name__)
             self.tracker.block(lid, reason)
@@ -672,16 +553,15 @@ class ReplicationWorker:
         """Versioned delete of the marker (+ lock release); forget failures; returns ``outcome``."""
         deleted = await self.um.mark_replicated(lid)
         self.memory.replicated(lid)
-        self._later.pop(lid, None)
-        self._not_retriable.pop(lid, None)
-        await self._clear_unrecoverable(lid)
+        self.backlog.forget_failures(lid)
+        await self.backlog.clear_unrecoverable(lid)
         self.tracker.unblock(lid)
         if not deleted:
             log.info("marker changed while replicating (re-marked); it stays for another pass", ledger_id=lid)
         return outcome
 
     # -- data loss -------------------------------------------------------------------------------
-    async def _fix_data_loss(self, lid: int, md: LedgerMetadata, frag: BadFragment, p: _Pass) -> LedgerMetadata:
+    async def _fix_data_loss(self, lid: int, md: LedgerMetadata, frag: BadFragment, p: pp.PassOutcome) -> LedgerMetadata:
         seg_i = _segment_index(md, frag.segment_first_entry_id)
         if seg_i is None:
             p.retriable.append("segment changed during the pass")
@@ -740,7 +620,7 @@ class ReplicationWorker:
             p.retriable.append(f"entries {ranges(plan.unsourced)} have no source besides their in-place target")
             return md
         watch_back = {b for b in bad_bookies if b not in avail}
-        return await self._copy_and_swap(lid, md, seg.first_entry_id, ensemble, plan, p, watch_back,
+        return await self._copy_and_swap(lid, md, seg.first_entry_id, plan, p, watch_back,
                                          skip_sources=bad_bookies, placement=False)
 
     def _excluded_targets(self) -> set[str]:
@@ -778,18 +658,18 @@ class ReplicationWorker:
                 failed[e] = why
         return failed
 
-    def _classify_unreadable(self, unreadable: Mapping[int, Mapping[str, str]], p: _Pass) -> None:
-        """Split unreadable entries into unrecoverable (every replica definitively without a valid copy)
-        and retriable ones."""
-        gone = {e: dict(w) for e, w in unreadable.items() if w and all(r in DEFINITIVE for r in w.values())}
+    def _classify_unreadable(self, unreadable: Mapping[int, Mapping[str, str]], p: pp.PassOutcome) -> None:
+        """Record unreadable entries in the pass outcome: data loss, or a reason to retry
+        (:func:`~autorecovery.plan.pass_plan.classify_unreadable`)."""
+        gone, rest = pp.classify_unreadable(unreadable)
         p.unrecoverable.update(gone)
-        rest = [e for e in unreadable if e not in gone]
         if rest:
             p.retriable.append(f"entries {ranges(rest)} could not be read now (replicas unreachable or failing)")
 
-    async def _copy_and_swap(self, lid: int, md: LedgerMetadata, seg_first: int, ensemble: tuple[str, ...],
-                             plan: FragmentPlan, p: _Pass, watch_back: set[str], *, skip_sources,
-                             placement: bool) -> LedgerMetadata:
+    async def _copy_and_swap(self, lid: int, md: LedgerMetadata, seg_first: int, plan: FragmentPlan,
+                             p: pp.PassOutcome, watch_back: set[str], *, skip_sources, placement: bool) -> LedgerMetadata:
+        """Run ``plan`` through the :class:`~autorecovery.roles.replicator.SegmentReplicator` and record
+        the result in ``p``."""
         def should_abort() -> str | None:
             if self._abort_copies:
                 return self._abort_copies
@@ -797,55 +677,28 @@ class ReplicationWorker:
                 return "lost bookies are back: " + ",".join(sorted(watch_back))
             return None
 
-        try:
-            res = await self.copier.copy(
-                ledger_id=lid, master_key=md.password, ensemble=ensemble, write_quorum=md.write_quorum, plan=plan,
-                registered=lambda: self.watcher.available, skip_sources=skip_sources, should_abort=should_abort,
-                on_bytes=lambda n: self.tracker.copied(lid, n))
-        except TargetWriteError as exc:
-            self.m.exception(exc.cause)
-            self._bad_targets[exc.bookie_id] = self.clock() + 60.0
-            p.retriable.append(f"target {exc.bookie_id} failed: {exc.cause}")
-            log.warning("target write failed; excluding it for 60 s", ledger_id=lid, bookie_id=exc.bookie_id,
-                        error=str(exc.cause))
-            return md
-        if res.aborted:
+        r = await self.replicator.replicate(
+            lid, md, seg_first, plan, registered=lambda: self.watcher.available, skip_sources=skip_sources,
+            should_abort=should_abort, on_bytes=lambda n: self.tracker.copied(lid, n))
+        if r.status == rp.TARGET_FAILED:
+            self.m.exception(r.cause)
+            self._bad_targets[r.bad_target] = self.clock() + 60.0
+            p.retriable.append(f"target {r.bad_target} failed: {r.cause}")
+            log.warning("target write failed; excluding it for 60 s", ledger_id=lid, bookie_id=r.bad_target,
+                        error=str(r.cause))
+        elif r.status == rp.ABORTED:
             self.m.copies_cancelled.inc()
-            p.retriable.append(f"copy aborted: {res.aborted}")
-            return md
-        if not res.complete:
-            self.memory.add_unreadable(lid, res.unreadable)  # the copier counted them per entry
-            self._classify_unreadable(res.unreadable, p)
-            return md
-        repl = dict(plan.replacements)
-
-        def transform(cur: LedgerMetadata) -> LedgerMetadata | None:
-            i = _segment_index(cur, seg_first)
-            if i is None:
-                raise _SegmentChanged(f"segment at {seg_first} is gone")
-            if not cur.is_closed and i == len(cur.segments) - 1:
-                raise _SegmentChanged(f"segment at {seg_first} is the open last segment")
-            cur_ens = cur.segments[i].ensemble
-            swap = {ensemble[j]: new for j, new in repl.items() if cur_ens[j] == ensemble[j] and new != ensemble[j]}
-            if not swap:
-                return None
-            out = cur.with_segment_replaced(seg_first, swap)
-            if len(set(out.segments[i].ensemble)) != len(out.segments[i].ensemble):
-                raise _SegmentChanged(f"replacement would duplicate a bookie in segment {seg_first}")
-            return out
-
-        try:
-            new_md, _ = await self.store.update(lid, transform)
-        except _SegmentChanged as exc:
-            p.retriable.append(str(exc))
-            return md
-        p.copied += 1
-        if placement:
-            p.copied_placement += 1
-        log.info("fragment replicated", ledger_id=lid, segment_first_entry_id=seg_first,
-                 replaced={ensemble[j]: new for j, new in repl.items()}, entries=res.entries_read,
-                 bytes=res.bytes_written, placement=placement)
-        return new_md
+            p.retriable.append(r.detail)
+        elif r.status == rp.INCOMPLETE:
+            self.memory.add_unreadable(lid, r.copy.unreadable)  # the copier counted them per entry
+            self._classify_unreadable(r.copy.unreadable, p)
+        elif r.status == rp.SEGMENT_CHANGED:
+            p.retriable.append(r.detail)
+        else:  # swapped, or every member already replaced by someone else: the fragment is fine
+            p.copied += 1
+            if placement:
+                p.copied_placement += 1
+        return r.metadata
 
     # -- BP-54 -----------------------------------------------------------------------------------
     def _placement_segments(self, md: LedgerMetadata) -> list[int]:
@@ -858,7 +711,7 @@ class ReplicationWorker:
                 out.append(seg.first_entry_id)
         return out
 
-    async def _fix_placement(self, lid: int, md: LedgerMetadata, seg_first: int, p: _Pass) -> LedgerMetadata:
+    async def _fix_placement(self, lid: int, md: LedgerMetadata, seg_first: int, p: pp.PassOutcome) -> LedgerMetadata:
         seg_i = _segment_index(md, seg_first)
         if seg_i is None:
             return md
@@ -880,8 +733,7 @@ class ReplicationWorker:
         if plan.unsourced:
             p.retriable.append(f"placement move of segment {seg_first}: entries {ranges(plan.unsourced)} unreadable")
             return md
-        return await self._copy_and_swap(lid, md, seg_first, seg.ensemble, plan, p, set(), skip_sources=(),
-                                         placement=True)
+        return await self._copy_and_swap(lid, md, seg_first, plan, p, set(), skip_sources=(), placement=True)
 
     # -- open ledgers ----------------------------------------------------------------------------
     async def _last_segment_open_and_missing(self, lid: int, md: LedgerMetadata) -> bool:
@@ -945,41 +797,16 @@ class ReplicationWorker:
             old.cancel()
         self._deferred[lid] = asyncio.create_task(later(), name=f"release-{lid}")
 
-    async def _surface_unrecoverable(self, lid: int, md: LedgerMetadata, p: _Pass) -> None:
-        entries = sorted(p.unrecoverable)
-        bookies = sorted({b for why in p.unrecoverable.values() for b in why})
-        waiting = sorted({b for why in p.unrecoverable.values() for b, r in why.items() if r == "NOT_REGISTERED"})
-        marker = self._markers.get(lid, (-1, -1, []))
-        doc = {
-            "ledger": lid,
-            "entries": ranges(entries),
-            "entry_count": len(entries),
-            "bookies": bookies,
-            "waiting_for": waiting,
-            "reasons": {str(e): why for e, why in list(p.unrecoverable.items())[:100]},
-            "time": now_ms(),
-            "marker_version": marker[0],
-            "marker_ctime": marker[1],
-            "worker": self.um.lock_owner,
-        }
-        path = f"{self.paths.unrecoverable}/{ur_leaf_name(lid)}"
-        data = json.dumps(doc, sort_keys=True).encode()
-        try:
-            await self.zk.create(path, data, makepath=True)
-        except NodeExistsError:
-            await self.zk.set(path, data)
-        self.unrecoverable[lid] = json.loads(data)
+    async def _surface_unrecoverable(self, lid: int, p: pp.PassOutcome) -> None:
+        doc = await self.backlog.surface_unrecoverable(lid, p.unrecoverable, self.um.lock_owner)
+        waiting = doc["waiting_for"]
         self.m.unrecoverable_total.inc()
         self.tracker.block(lid, f"unrecoverable: entries {doc['entries']} (waiting for {waiting or 'an operator'})")
         # WARNING here, once per pass of this worker: the elected auditor logs the record once at ERROR
         # for the whole cluster (issue 9: every daemon used to log it at ERROR, 860 characters a line)
         log.warning("ledger surfaced as unrecoverable; not retrying until a bookie returns", ledger_id=lid,
-                    waiting_for=waiting or "an operator", entry_count=len(entries), side_znode=path)
-
-    async def _clear_unrecoverable(self, lid: int) -> None:
-        if self.unrecoverable.pop(lid, None) is not None:
-            with contextlib.suppress(NoNodeError):
-                await self.zk.delete(f"{self.paths.unrecoverable}/{ur_leaf_name(lid)}")
+                    waiting_for=waiting or "an operator", entry_count=doc["entry_count"],
+                    side_znode=self.backlog.record_path(lid))
 
 
 def _segment_index(md: LedgerMetadata, first_entry_id: int) -> int | None:

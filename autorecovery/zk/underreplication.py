@@ -455,26 +455,42 @@ class UnderreplicationManager:
         return m.bookieId
 
     # -- locking --------------------------------------------------------------------------------
-    async def acquire(self, ledger_id: int) -> bool:
-        """Lock one marked ledger: remember the marker's version, create the ephemeral lock.
+    async def acquire(self, ledger_id: int, *, require_marker: bool = True, owner: str | None = None) -> bool:
+        """Lock one ledger: remember the marker's version, create the ephemeral lock
+        (upstream ``ZkLedgerUnderreplicationManager.tryGetLedgerToRereplicate``'s lock step).
 
-        Returns False when the ledger is not marked or somebody else holds the lock.
+        Args:
+            require_marker: the worker locks marked ledgers only (default). The admin ``recover`` locks
+                any ledger it is about to change (``False``), so it never races a worker; the marker
+                version is then remembered as -1 (``mark_replicated`` deletes nothing).
+            owner: the lock's ``bookieId`` text (default :attr:`lock_owner`).
+
+        Returns False when the ledger is not marked (with ``require_marker``) or somebody else holds
+        the lock (see :meth:`lock_holder`).
         """
         if ledger_id in self.held:
             return True
-        stat = await self.zk.exists(self.paths.ur_marker(ledger_id))
-        if stat is None:
-            return False
+        version = -1
+        if require_marker:
+            stat = await self.zk.exists(self.paths.ur_marker(ledger_id))
+            if stat is None:
+                return False
+            version = stat.version
         lock = pb.LockDataFormat()
-        lock.bookieId = self.lock_owner
+        lock.bookieId = owner or self.lock_owner
         try:
             await self.zk.create(self.paths.ur_lock(ledger_id), _text(lock), ephemeral=True)
         except NodeExistsError:
             return False
         except NoNodeError:
             await self.zk.ensure_path(self.paths.ur_locks)
-            return False
-        self.held[ledger_id] = stat.version
+            if require_marker:
+                return False
+            try:  # the admin path: the locks directory was missing; one more try
+                await self.zk.create(self.paths.ur_lock(ledger_id), _text(lock), ephemeral=True)
+            except NodeExistsError:
+                return False
+        self.held[ledger_id] = version
         return True
 
     def _on_child_watch(self, path: str):
@@ -572,6 +588,9 @@ class UnderreplicationManager:
         """
         version = self.held.get(ledger_id)
         if version is None:
+            return False
+        if version < 0:  # locked without a marker (admin): nothing to delete
+            await self.release(ledger_id)
             return False
         path = self.paths.ur_marker(ledger_id)
         deleted = True

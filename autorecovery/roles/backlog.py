@@ -1,0 +1,272 @@
+"""The ReplicationWorker's view of the under-replication backlog (EDGE).
+
+What the worker knows about the marked ledgers between passes, and the records it keeps about them:
+
+* markers (version, ctime, missing replicas) and metadata of the marked ledgers, refreshed from
+  ZooKeeper (new markers at once, everything every 60 s), and their priorities
+  (:func:`~autorecovery.plan.priority.ledger_priority`) and estimated bytes to copy;
+* the candidate order for the next lock (:func:`~autorecovery.plan.priority.order_candidates`):
+  most endangered first, ledgers that just failed after the others, ledgers being worked on, surfaced
+  as unrecoverable or failed with an error retrying cannot fix left out;
+* unrecoverable records: the side znode ``<root>/underreplication/unrecoverable/urL<id>`` (JSON
+  ``{"ledger", "entries", "bookies", "waiting_for", "time", "marker_version", "marker_ctime", ...}``),
+  written when a pass finds entries no replica holds, read back from every worker (watched), and
+  removed when the ledger is done; a ledger is retried when the record is deleted, the ledger is
+  marked again, or a bookie it waits for registers;
+* ledgers whose pass failed with an error retrying will not fix (``errors.is_retriable``): skipped
+  until the ledger is marked again (a new marker version or ctime).
+
+Upstream has none of this: its worker picks a random marked ledger each time (#3917 and the
+reference's "random task order" weakness).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Collection
+
+import structlog
+
+from autorecovery.errors import AutoRecoveryError, NoSuchLedgerError
+from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
+from autorecovery.ledger.metadata import LedgerMetadata
+from autorecovery.plan.priority import LedgerPriority, ledger_priority, order_candidates
+from autorecovery.plan.progress import estimate_copy_bytes
+from autorecovery.roles.copier import ranges
+from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
+from autorecovery.zk.ledgers import LedgerStore, now_ms
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+log = structlog.get_logger("autorecovery.worker")
+
+#: Full re-read of every marker and its metadata, s.
+FULL_REFRESH_S = 60.0
+#: Markers read per refresh (the rest on the next one).
+REFRESH_BATCH = 5000
+
+
+class Backlog:
+    """Markers, metadata, priorities and records of the marked ledgers.
+
+    Args:
+        zk / paths / um / store: the worker's ZooKeeper edges.
+        clock: monotonic seconds.
+        on_change: called when something happened that may make a skipped ledger eligible again (a
+            side znode removed, a ledger marked again).
+
+    Attributes:
+        markers: ledger id → (marker version, marker ctime, missing replicas).
+        mds: ledger id → metadata read at the last refresh.
+        known: ledger id → priority.
+        later: ledger id → clock time before which it is tried after the others (it just failed).
+        not_retriable: ledger id → ((marker version, ctime) when it failed, reason).
+        unrecoverable: ledger id → the side znode's document.
+        active: ledgers a pass is working on now (never handed out again).
+    """
+
+    def __init__(self, zk: ZkClient, paths: Paths, um: UnderreplicationManager, store: LedgerStore, *,
+                 clock: Callable[[], float], on_change: Callable[[], None] = lambda: None) -> None:
+        self.zk, self.paths, self.um, self.store = zk, paths, um, store
+        self.clock = clock
+        self.on_change = on_change
+        self.markers: dict[int, tuple[int, int, list[str]]] = {}
+        self.mds: dict[int, LedgerMetadata] = {}
+        self.known: dict[int, LedgerPriority] = {}
+        self.later: dict[int, float] = {}
+        self.not_retriable: dict[int, tuple[tuple[int, int], str]] = {}
+        self.unrecoverable: dict[int, dict] = {}
+        self.active: set[int] = set()
+        self._last_full = -1e18
+
+    # -- refresh -----------------------------------------------------------------------------------
+    async def refresh(self, available: Collection[str]) -> tuple[dict[int, int], int]:
+        """Read new markers (all of them every :data:`FULL_REFRESH_S`) and their metadata; recompute
+        priorities; sync the unrecoverable records.
+
+        Returns ``(bytes to copy per marked ledger, markers without missing replicas)`` (the latter are
+        the auditor's placement marks).
+
+        Raises:
+            ZooKeeperError and other retriable errors (the caller retries on its next round).
+        """
+        ids = set(await self.um.watched_marked_ids())
+        now = self.clock()
+        full = now - self._last_full > FULL_REFRESH_S
+        if full:
+            self._last_full = now
+        for lid in list(self.not_retriable):
+            if lid not in ids:
+                self.not_retriable.pop(lid, None)
+        for lid in list(self.markers):
+            if lid not in ids:
+                self.markers.pop(lid, None)
+                self.mds.pop(lid, None)
+                self.known.pop(lid, None)
+        todo = [lid for lid in sorted(ids) if full or lid not in self.markers or lid in self.not_retriable]
+        sem = asyncio.Semaphore(32)
+
+        async def load(lid: int) -> None:
+            async with sem:
+                try:
+                    marker = await self.um.get_marker(lid)
+                except AutoRecoveryError as exc:
+                    if exc.retriable:
+                        raise
+                    # one garbage marker must not freeze the whole backlog (and progress) forever
+                    log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
+                                error=str(exc))
+                    return
+                if marker is None:
+                    return
+                self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+                if full or lid not in self.mds:
+                    try:
+                        self.mds[lid], _ = await self.store.read(lid)
+                    except (NoSuchLedgerError, AutoRecoveryError):
+                        self.mds.pop(lid, None)
+
+        await asyncio.gather(*(load(lid) for lid in todo[:REFRESH_BATCH]))
+        if any(not self.skip_not_retriable(lid) for lid in list(self.not_retriable)):
+            self.on_change()  # a ledger was marked again: let the slots look at it
+        backlog: dict[int, int] = {}
+        placement_marks = 0
+        for lid, (_v, ctime, replicas) in self.markers.items():
+            md = self.mds.get(lid)
+            if md is None:
+                backlog[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
+                continue
+            p = ledger_priority(lid, md, replicas, available, ctime)
+            self.known[lid] = p
+            backlog[lid] = estimate_copy_bytes(md, p.lost)
+            if not replicas:
+                placement_marks += 1
+        await self.sync_unrecoverable()
+        return backlog, placement_marks
+
+    def remember_marker(self, lid: int, version: int, ctime: int, replicas: list[str]) -> None:
+        """The marker as a pass read it."""
+        self.markers[lid] = (version, ctime, list(replicas))
+
+    # -- candidate order ---------------------------------------------------------------------------
+    def order(self, ids: list[int], rng, available: Collection[str]) -> list[int]:
+        """Candidates in the order to try them (the ``order`` callback of
+        ``UnderreplicationManager.poll_ledger_to_rereplicate``)."""
+        now = self.clock()
+        for lid, until in list(self.later.items()):
+            if until <= now:
+                del self.later[lid]
+        skip = {lid for lid in ids if self.still_unrecoverable(lid, available) or self.skip_not_retriable(lid)}
+        return order_candidates(ids, self.known, skip=skip | self.active, later=set(self.later), rng=rng)
+
+    def try_later(self, lid: int, delay_s: float) -> None:
+        """Try ``lid`` after the other candidates for ``delay_s`` seconds."""
+        self.later[lid] = self.clock() + delay_s
+
+    def forget_failures(self, lid: int) -> None:
+        self.later.pop(lid, None)
+        self.not_retriable.pop(lid, None)
+
+    # -- not retriable -----------------------------------------------------------------------------
+    def record_not_retriable(self, lid: int, marker_key: tuple[int, int], reason: str) -> None:
+        self.not_retriable[lid] = (marker_key, reason)
+
+    def skip_not_retriable(self, lid: int) -> bool:
+        """True while the ledger's last pass failed with a non-retriable error and it was not re-marked."""
+        entry = self.not_retriable.get(lid)
+        if entry is None:
+            return False
+        marker = self.markers.get(lid)
+        if marker is not None and (marker[0], marker[1]) != entry[0]:
+            self.not_retriable.pop(lid, None)  # marked again (new version or ctime): try once more
+            return False
+        return True
+
+    # -- unrecoverable records ---------------------------------------------------------------------
+    async def sync_unrecoverable(self) -> None:
+        """Read the side znodes (watched: a removal or a new record calls ``on_change``)."""
+        def on_event(_e) -> None:
+            self.on_change()
+
+        try:
+            names = await self.zk.get_children(self.paths.unrecoverable, watch=on_event)
+        except NoNodeError:
+            names = []
+        present = set()
+        for n in names:
+            try:
+                lid = ledger_id_from_ur_leaf(n)
+            except ValueError:
+                continue
+            present.add(lid)
+            if lid not in self.unrecoverable:
+                try:
+                    data, _ = await self.zk.get(f"{self.paths.unrecoverable}/{n}")
+                    self.unrecoverable[lid] = json.loads(data.decode() or "{}")
+                except (NoNodeError, ValueError):
+                    continue
+        for lid in list(self.unrecoverable):
+            if lid not in present:
+                log.info("unrecoverable side znode removed; the ledger will be retried", ledger_id=lid)
+                self.unrecoverable.pop(lid, None)
+                self.on_change()
+
+    def still_unrecoverable(self, lid: int, available: Collection[str]) -> bool:
+        """True while ``lid`` has a record, was not marked again since, and none of the bookies it
+        waits for is registered."""
+        info = self.unrecoverable.get(lid)
+        if info is None:
+            return False
+        marker = self.markers.get(lid)
+        if marker is not None and (marker[0], marker[1]) != (info.get("marker_version"), info.get("marker_ctime")):
+            return False  # re-marked since it was surfaced
+        return not any(b in available for b in info.get("waiting_for", []))
+
+    async def surface_unrecoverable(self, lid: int, unrecoverable: dict[int, dict[str, str]], worker: str) -> dict:
+        """Write (or overwrite) the side znode for ``lid``; returns its document."""
+        entries = sorted(unrecoverable)
+        bookies = sorted({b for why in unrecoverable.values() for b in why})
+        waiting = sorted({b for why in unrecoverable.values() for b, r in why.items() if r == "NOT_REGISTERED"})
+        marker = self.markers.get(lid, (-1, -1, []))
+        doc = {
+            "ledger": lid,
+            "entries": ranges(entries),
+            "entry_count": len(entries),
+            "bookies": bookies,
+            "waiting_for": waiting,
+            "reasons": {str(e): why for e, why in list(unrecoverable.items())[:100]},
+            "time": now_ms(),
+            "marker_version": marker[0],
+            "marker_ctime": marker[1],
+            "worker": worker,
+        }
+        path = self.record_path(lid)
+        data = json.dumps(doc, sort_keys=True).encode()
+        try:
+            await self.zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            await self.zk.set(path, data)
+        self.unrecoverable[lid] = json.loads(data)
+        return self.unrecoverable[lid]
+
+    async def clear_unrecoverable(self, lid: int) -> None:
+        """Delete ``lid``'s side znode if this worker knows one."""
+        if self.unrecoverable.pop(lid, None) is not None:
+            try:
+                await self.zk.delete(self.record_path(lid))
+            except NoNodeError:
+                pass
+
+    def record_path(self, lid: int) -> str:
+        return f"{self.paths.unrecoverable}/{ur_leaf_name(lid)}"
+
+    def blocked_reasons(self) -> dict[int, str]:
+        """Reasons for ledgers blocked by a record (progress)."""
+        extra: dict[int, str] = {}
+        for lid, info in self.unrecoverable.items():
+            extra[lid] = (f"unrecoverable: entries {info.get('entries')} have no readable replica"
+                          f" (waiting for {info.get('waiting_for') or 'an operator'})")
+        for lid, (_v, reason) in self.not_retriable.items():
+            extra[lid] = reason
+        return extra
