@@ -288,6 +288,7 @@ async def recover_bookies(
         from autorecovery.roles.copier import FragmentCopier
 
         from autorecovery.roles.replicator import SegmentReplicator
+        from autorecovery.zk.stream_slots import ClusterStreamSlots
         from autorecovery.roles.worker_settings import WorkerSettings
 
         ws = WorkerSettings.from_properties(dict(ctx.settings.properties)) if ctx.settings is not None \
@@ -295,7 +296,10 @@ async def recover_bookies(
         copier = FragmentCopier(ctx.get_bookies(), byte_bucket=TokenBucket(float(rate or -1), time.monotonic),
                                 caps=StreamCaps(ws.max_streams_per_source, ws.max_streams_per_target),
                                 caps_changed=asyncio.Condition(), window_entries=max(ws.batch_size, 256),
-                                window_bytes=ws.stream_window_bytes)
+                                window_bytes=ws.stream_window_bytes,
+                                cluster_slots=ClusterStreamSlots(ctx.zk, ctx.paths, ws.max_streams_per_source,
+                                                                 ws.max_streams_per_target,
+                                                                 f"{socket.gethostname()} (recover)"))
         replicator = SegmentReplicator(ctx.ledgers, copier)
     policy = await ctx.get_policy() if scope else None
     replace = _TargetPicker(tgts) if tgts else (policy.replace_bookie if policy is not None else None)

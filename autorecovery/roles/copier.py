@@ -22,7 +22,8 @@ per target, whichever comes first: enough in flight to hide the target's group-c
   loss or a retry.
 * Throttles: the worker's byte :class:`~autorecovery.plan.throttle.TokenBucket` is charged each
   entry's actual size before it is written; a stream starts only when its source and every target are
-  below the per-bookie stream caps (:class:`~autorecovery.plan.throttle.StreamCaps`).
+  below the per-bookie stream caps, in this process (:class:`~autorecovery.plan.throttle.StreamCaps`)
+  and across the cluster (:class:`~autorecovery.zk.stream_slots.ClusterStreamSlots`).
 * ``should_abort()`` is polled between entries (the worker aborts when a lost bookie comes back,
   #2766, or on stop). Aborting or failing leaves the metadata untouched: the worker updates the
   ensemble only after :meth:`FragmentCopier.copy` returns a complete result.
@@ -109,11 +110,13 @@ class FragmentCopier:
             writing (one entry is always allowed, whatever its size).
         metrics: object with the worker's metric handles (see ``roles/worker.py``), or None.
         sleep: awaitable sleep (injected for tests).
+        cluster_slots: :class:`~autorecovery.zk.stream_slots.ClusterStreamSlots` making the stream caps
+            hold across every worker of the cluster (None: this process's caps only).
     """
 
     def __init__(self, bookies, *, byte_bucket: TokenBucket, caps: StreamCaps, caps_changed: asyncio.Condition,
                  window_entries: int = 256, window_bytes: int = 16 * 1024 * 1024, metrics=None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, cluster_slots=None) -> None:
         self.bookies = bookies
         self.bucket = byte_bucket
         self.caps = caps
@@ -122,15 +125,22 @@ class FragmentCopier:
         self.window_bytes = max(1, window_bytes)
         self.m = metrics
         self.sleep = sleep
+        self.cluster_slots = cluster_slots
 
     # -- stream slots ------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def _slot(self, source: str, targets: Collection[str]):
         async with self.caps_changed:
             await self.caps_changed.wait_for(lambda: self.caps.try_start(source, targets))
+        held: list[str] = []
         try:
+            if self.cluster_slots is not None:  # then the cluster-wide slots (all or none, may wait)
+                held = await self.cluster_slots.acquire(source, targets)
             yield
         finally:
+            if held:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.cluster_slots.release(held))
             self.caps.finish(source, targets)
             async with self.caps_changed:
                 self.caps_changed.notify_all()

@@ -87,6 +87,7 @@ from autorecovery.roles.worker_settings import CONFIG_KEYS, WorkerSettings  # no
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
+from autorecovery.zk.stream_slots import ClusterStreamSlots
 from autorecovery.zk.underreplication import UnderreplicationManager
 
 log = structlog.get_logger("autorecovery.worker")
@@ -182,7 +183,10 @@ class ReplicationWorker:
                                      caps_changed=self._caps_changed,
                                      window_entries=max(settings.batch_size, 256),
                                      window_bytes=settings.stream_window_bytes,
-                                     metrics=self.m, sleep=sleep)
+                                     metrics=self.m, sleep=sleep,
+                                     cluster_slots=ClusterStreamSlots(zk, paths, settings.max_streams_per_source,
+                                                                      settings.max_streams_per_target,
+                                                                      self.um.lock_owner))
         self.replicator = rp.SegmentReplicator(self.store, self.copier)
         self.tracker = ProgressTracker(self.clock)
         self.history: list[tuple[int, str]] = []

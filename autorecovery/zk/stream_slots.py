@@ -1,0 +1,125 @@
+"""Cluster-wide per-bookie copy-stream caps: a counting semaphore per bookie in ZooKeeper (EDGE).
+
+``replicationMaxStreamsPerSourceBookie`` / ``replicationMaxStreamsPerTargetBookie`` bound the copy
+streams reading from / writing to one bookie. A per-process cap lets N workers open N × cap streams
+on one bookie; these slots make the bound hold for the whole cluster (issue 12). Upstream has no
+such bound (only ``replicationRateByBytes`` per worker).
+
+Layout (ours): ``<root>/underreplication/streams/<bookie id>/src-<n>`` and ``.../tgt-<n>``,
+``0 <= n < cap``, **ephemeral** znodes holding the owner's name. Taking a slot is creating the first
+free one; releasing is deleting it; a worker that dies releases its slots with its session. A copy
+takes its source slot and every target slot all together or none (a partial hold would deadlock two
+workers waiting for each other's bookies); when one is full it gives back what it took and waits on
+a child watch of the full bookie's directory (a release wakes it), with a bounded fallback wait in case
+the watch fires before it is armed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+
+from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
+from autorecovery.zk.paths import Paths
+
+SOURCE, TARGET = "src", "tgt"
+#: Longest wait between attempts when no release was seen (a watch lost on a reconnect), s.
+FALLBACK_WAIT_S = 5.0
+
+
+class ClusterStreamSlots:
+    """Per-bookie stream slots shared by every worker of the cluster.
+
+    Args:
+        zk / paths: the cluster.
+        max_per_source / max_per_target: slots per bookie (<= 0: unlimited, nothing is written).
+        owner: text stored in the slot znodes (lock owner / host name), for operators.
+    """
+
+    def __init__(self, zk: ZkClient, paths: Paths, max_per_source: int, max_per_target: int, owner: str) -> None:
+        self.zk, self.paths = zk, paths
+        self.caps = {SOURCE: max_per_source, TARGET: max_per_target}
+        self.owner = owner.encode()
+        self.waits = 0  # times an acquire had to wait (metrics/tests)
+
+    def _dir(self, bookie: str) -> str:
+        return f"{self.paths.underreplication}/streams/{bookie}"
+
+    async def _take(self, bookie: str, kind: str) -> str | None:
+        """Create the first free ``<kind>-<n>`` slot of ``bookie``; None when all are taken."""
+        base = self._dir(bookie)
+        for n in range(self.caps[kind]):
+            path = f"{base}/{kind}-{n}"
+            try:
+                await self.zk.create(path, self.owner, ephemeral=True, makepath=True)
+                return path
+            except NodeExistsError:
+                continue
+        return None
+
+    async def acquire(self, source: str, targets: Collection[str]) -> list[str]:
+        """Take a source slot on ``source`` and a target slot on every target, all or none; waits while
+        a bookie is full. Returns the slot paths to pass to :meth:`release`.
+
+        Raises:
+            ZooKeeperError: ZooKeeper unreachable (nothing is held).
+        """
+        wanted = [(source, SOURCE)] + [(t, TARGET) for t in sorted(set(targets))]
+        wanted = [(b, k) for b, k in wanted if self.caps[k] > 0]
+        while True:
+            taken: list[str] = []
+            full: str | None = None
+            try:
+                for bookie, kind in wanted:
+                    path = await self._take(bookie, kind)
+                    if path is None:
+                        full = bookie
+                        break
+                    taken.append(path)
+            except BaseException:
+                await self.release(taken)
+                raise
+            if full is None:
+                return taken
+            await self.release(taken)
+            self.waits += 1
+            await self._wait_for_release(full)
+
+    async def _wait_for_release(self, bookie: str) -> None:
+        changed = asyncio.Event()
+
+        def on_event(_e) -> None:  # the bridge runs watch callbacks on the event loop
+            changed.set()
+
+        try:
+            await self.zk.get_children(self._dir(bookie), watch=on_event)
+        except NoNodeError:
+            return
+        try:
+            await asyncio.wait_for(changed.wait(), FALLBACK_WAIT_S)
+        except asyncio.TimeoutError:
+            pass
+
+    async def release(self, taken: Collection[str]) -> None:
+        """Delete the slots in ``taken`` (missing ones ignored: the session may have expired)."""
+        for path in taken:
+            try:
+                await self.zk.delete(path)
+            except NoNodeError:
+                pass
+
+    async def holders(self, bookie: str) -> dict[str, str]:
+        """Slot name → owner on ``bookie`` now (for the admin API and tests)."""
+        out = {}
+        try:
+            names = await self.zk.get_children(self._dir(bookie))
+        except NoNodeError:
+            return out
+        for n in sorted(names):
+            try:
+                data, _ = await self.zk.get(f"{self._dir(bookie)}/{n}")
+            except NoNodeError:
+                continue
+            out[n] = data.decode(errors="replace")
+        return out
+
