@@ -312,6 +312,17 @@ def format_cluster(c: LocalCluster, layout: str) -> None:
     assert "Successfully initiated cluster" in r.output, r.output
 
 
+def ctime_after(upstream: ud.UpstreamFormats, kz: KazooClient, name: str, ms: float) -> bool:
+    """The check ctime znode ``name`` exists and (read by upstream's rules) is later than ``ms``."""
+    path = f"{ROOT}/underreplication/{name}"
+    try:
+        data, _ = kz.get(path)
+    except KazooNoNode:
+        return False
+    (value,) = ud.decode_znode(upstream, path, data, ud.Layout(ROOT)).value.values()
+    return value > ms
+
+
 def replaced(upstream: ud.UpstreamFormats, kz: KazooClient, run: Run, role: str) -> bool:
     """The ledger's metadata (read by upstream's rules) no longer names the lost bookie and its marker
     is gone."""
@@ -339,6 +350,9 @@ def drive(base: Path, layout: str, upstream: ud.UpstreamFormats) -> Run:
         try:
             run.lost, others = ids[0], ids[1:]
             run.ledgers = asyncio.run(write_ledgers(c, run.lost, others))
+            # the shell backdates the check ctimes (3 weeks): the first auditor runs every check at once
+            shell(c.zk_connect, "forceauditchecks", "-calc", "-ppc", "-rc")
+            t_daemons_ms = time.time() * 1000
             for i in (1, 2):
                 c.start_daemon(i, dict(DAEMON))
                 run.daemon_ids.append(c.bookie_id(i))
@@ -349,12 +363,14 @@ def drive(base: Path, layout: str, upstream: ud.UpstreamFormats) -> Run:
                 wait_until(lambda: len(zk_children(kz, f"{ur}/auditorelection")) == 2, 30, "two auditor votes")
                 wait_until(lambda: kz.get(f"{ur}/auditorelection")[0], 30, "the elected auditor's vote data")
                 for name in ud.CTIME_FORMATS:
-                    wait_until(lambda n=name: kz.exists(f"{ur}/{n}"), 30, f"{name} after the first checks")
+                    wait_until(lambda n=name: ctime_after(upstream, kz, n, t_daemons_ms - 1000), 30,
+                               f"{name} written by the auditor after its first check")
+                shell(c.zk_connect, "triggeraudit")
                 # the shell: switches, delay, a maintenance window
                 shell(c.zk_connect, "autorecovery", "-disable")
                 wait_until(lambda: f"{ur}/disable" in rec.snapshot(), 10, "the recorder to see disable")
                 shell(c.zk_connect, "autorecovery", "-enable")
-                run.delay_set = 0
+                run.delay_set = 1
                 shell(c.zk_connect, "lostbookierecoverydelay", "-set", str(run.delay_set))
                 # the auditor publishes maintenance-state when it holds a lost bookie back: lose a
                 # bookie that stores ledgers inside its window, then bring it back
@@ -475,9 +491,12 @@ def test_underreplication_znodes_match_the_run(upstream, compat_run):
     now_ms = time.time() * 1000
     ctimes = [d for d in decode_all(upstream, compat_run, final_only=True)[0] if d.kind == "ctime"]
     assert len(ctimes) == 3
-    for d in ctimes:
+    for d in ctimes:  # the auditor's runs
         (ms,) = d.value.values()
         assert now_ms - 600_000 < ms <= now_ms, d
+    for name in ud.CTIME_FORMATS:  # the shell's forceauditchecks backdated each by three weeks first
+        seen = [next(iter(d.value.values())) for d in decoded if d.path == f"{ur}/{name}"]
+        assert any(now_ms - 22 * 86_400_000 < ms < now_ms - 20 * 86_400_000 for ms in seen), (name, seen)
     delay = [d.value["seconds"] for d in decoded if d.path == f"{ur}/lostBookieRecoveryDelay"]
     assert delay and delay[-1] == compat_run.delay_set
     assert compat_run.recorded[f"{ur}/disable"] == [b""]  # upstream creates it with no data
@@ -591,3 +610,23 @@ def test_ledger_path_matcher_both_forms(lid):
             assert ud.ledger_id_of_path(short, "hierarchical") is None
     assert ud.long_hierarchical_path(1) == "/000/0000/0000/0000/L0001"
     assert ud.short_hierarchical_path(1) == "/00/0000/L0001"
+
+
+def test_decoder_is_independent_of_our_codec():
+    """``upstream_decode`` imports nothing from ``autorecovery``: our codec must not vouch for itself."""
+    import ast
+
+    tree = ast.parse((HERE / "upstream_decode.py").read_text())
+    modules = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [m for m in modules if m.split(".")[0] == "autorecovery"], modules
+
+
+def test_upstream_classes_are_in_a_fresh_pool(upstream):
+    """Upstream's messages live in a private pool, not the default one our own classes are registered in."""
+    from google.protobuf import descriptor_pool
+
+    assert upstream.pool is not descriptor_pool.Default()
+    cls = upstream.classes["LedgerMetadataFormat"]
+    assert cls.DESCRIPTOR.full_name == "LedgerMetadataFormat" and cls.DESCRIPTOR.file.pool is upstream.pool
+    assert set(upstream.classes) == set(ud.MESSAGES)
