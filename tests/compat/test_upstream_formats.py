@@ -4,11 +4,13 @@ A real cluster (ZooKeeper, reference bookies, two ``autorecovery run`` daemons) 
 ``shell initnewcluster``, driven through the life of a cluster (ledgers written by the client, one left
 open, one with custom metadata, one that cannot be recovered; periodic checks; the shell disabling and
 enabling AutoRecovery, setting lostBookieRecoveryDelay and opening a maintenance window; a bookie stopped
-so the auditor marks ledgers and the workers lock and re-replicate them), then the WHOLE ZooKeeper tree is
+so the auditor marks ledgers and the workers fence, lock and re-replicate them), then the WHOLE ZooKeeper tree is
 walked and every znode is decoded by ``upstream_decode`` — upstream's ``DataFormats.proto`` compiled at
 test time into a private descriptor pool, and upstream's framing rules re-implemented there, without
-importing our codec. Short-lived znodes (locks, markers, the ``disable`` switch, every vote) are caught by
-kazoo watches during the run, and one lock is taken through our UnderreplicationManager API.
+importing our codec. Kazoo data and child watches on the whole ledgers root record every version of
+every znode during the run (short-lived locks and markers, the ``disable`` switch, metadata while a
+ledger is OPEN or IN_RECOVERY, the shell's backdated check ctimes), and those are decoded too; one lock
+is taken through our UnderreplicationManager API so a lock is always among them.
 
 A znode that matches no upstream pattern fails the test unless it is one of our documented additions
 (``underreplication/unrecoverable/*``, ``underreplication/maintenance/*``, ``maintenance-state``), which
@@ -199,7 +201,7 @@ class Run:
     layout: str
     cluster: LocalCluster
     walk: dict[str, bytes]                       # final tree: path → data (every znode)
-    recorded: dict[str, list[bytes]]             # every version seen under underreplication/ during the run
+    recorded: dict[str, list[bytes]]             # every version seen under the ledgers root during the run
     api_lock: tuple[str, bytes]                  # a lock taken through UnderreplicationManager
     ledgers: dict[str, int] = field(default_factory=dict)   # role → ledger id
     lost: str = ""                               # the stopped bookie
@@ -233,6 +235,7 @@ async def write_ledgers(c: LocalCluster, lost: str, others: list[str]) -> dict[s
         await one("closed-b", [others[2], lost, others[0]], 3, 2, 8)
         await one("custom", [lost, others[1], others[2]], 2, 2, 4, custom_metadata={"application": b"compat-test"})
         await one("open", [others[0], others[1], others[2]], 2, 2, 3, close=False)
+        await one("open-lost", [others[1], lost, others[0]], 3, 2, 5, close=False)  # fenced and closed later
         await one("empty", [others[1], others[2]], 2, 2, 0)
         await one("unrecoverable", [lost], 1, 1, 3)
     finally:
@@ -346,7 +349,7 @@ def drive(base: Path, layout: str, upstream: ud.UpstreamFormats) -> Run:
         ids = c.start_bookies()
         run.readonly = c.start_bookie(4, extra_args=["--force-readonly"])
         c.write_racks()
-        rec = Recorder(c.zk_connect, f"{ROOT}/underreplication")
+        rec = Recorder(c.zk_connect, ROOT)
         try:
             run.lost, others = ids[0], ids[1:]
             run.ledgers = asyncio.run(write_ledgers(c, run.lost, others))
@@ -384,7 +387,7 @@ def drive(base: Path, layout: str, upstream: ud.UpstreamFormats) -> Run:
                 c.kill_bookie(0, signal.SIGTERM)
                 lid = run.ledgers["unrecoverable"]
                 wait_until(lambda: kz.exists(f"{ur}/unrecoverable/urL{lid:010d}"), 60, "the unrecoverable record")
-                for role in ("closed-a", "closed-b", "custom"):
+                for role in ("closed-a", "closed-b", "custom", "open-lost"):
                     wait_until(lambda r=role: replaced(upstream, kz, run, r), 60, f"ledger {role} re-replicated")
             finally:
                 kz.stop()
@@ -465,7 +468,7 @@ def test_layout_and_ledger_metadata_match_what_was_written(upstream, compat_run)
     assert ledgers[L["open"]]["state"] == "OPEN" and ledgers[L["open"]]["last_entry_id"] is None
     assert ledgers[L["empty"]]["state"] == "CLOSED" and ledgers[L["empty"]]["last_entry_id"] == -1
     assert ledgers[L["custom"]]["custom_metadata"] == {"application": b"compat-test"}
-    for role in ("closed-a", "closed-b", "custom"):
+    for role in ("closed-a", "closed-b", "custom", "open-lost"):
         v = ledgers[L[role]]
         assert v["state"] == "CLOSED", (role, v)
         assert all(compat_run.lost not in ens for _, ens in v["segments"]), (role, v["segments"])
@@ -480,7 +483,7 @@ def test_underreplication_znodes_match_the_run(upstream, compat_run):
     ur = f"{ROOT}/underreplication"
     markers = [d for d in decoded if d.kind == "ur-marker"]
     # the unrecoverable ledger's marker stays; the others are caught by the watches when they are quick enough
-    on_lost = {compat_run.ledgers[r] for r in ("closed-a", "closed-b", "custom", "unrecoverable")}
+    on_lost = {compat_run.ledgers[r] for r in ("closed-a", "closed-b", "custom", "open-lost", "unrecoverable")}
     assert compat_run.ledgers["unrecoverable"] in {d.value["ledger_id"] for d in markers}
     assert {d.value["ledger_id"] for d in markers} <= on_lost
     for d in markers:

@@ -25,7 +25,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -617,7 +617,6 @@ class Layout:
 
     root: str = "/ledgers"
     layout: str = "hierarchical"
-    extra: dict[str, Rule] = field(default_factory=dict)
 
 
 _UR_LEAF = re.compile(r"urL(\d{10,})")
@@ -629,8 +628,6 @@ def classify(path: str, where: Layout) -> Rule | None:
     ``/zookeeper`` (ZooKeeper's own) is never passed here by the walk.
     """
     root = where.root
-    if path in where.extra:
-        return where.extra[path]
     if path == "/bookies":
         return Rule("pulsar-racks", "Pulsar BookieRackAffinityMapping (rack info, outside the ledgers root)",
                     lambda f, p, d: decode_pulsar_racks(d, p))
