@@ -3,9 +3,9 @@
 A real cluster (ZooKeeper, reference bookies, two ``autorecovery run`` daemons) is formatted with
 ``shell initnewcluster``, driven through the life of a cluster (ledgers written by the client, one left
 open, one with custom metadata, one that cannot be recovered; periodic checks; the shell disabling and
-enabling AutoRecovery, setting lostBookieRecoveryDelay and opening a maintenance window; a bookie stopped
-so the auditor marks ledgers and the workers fence, lock and re-replicate them), then the WHOLE ZooKeeper tree is
-walked and every znode is decoded by ``upstream_decode`` — upstream's ``DataFormats.proto`` compiled at
+enabling AutoRecovery, setting lostBookieRecoveryDelay and opening a maintenance window; a bookie
+stopped so the auditor marks ledgers and the workers fence, lock and re-replicate them), then the WHOLE
+ZooKeeper tree is walked and every znode is decoded by ``upstream_decode`` — upstream's ``DataFormats.proto`` compiled at
 test time into a private descriptor pool, and upstream's framing rules re-implemented there, without
 importing our codec. Kazoo data and child watches on the whole ledgers root record every version of
 every znode during the run (short-lived locks and markers, the ``disable`` switch, metadata while a
