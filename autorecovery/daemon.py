@@ -36,7 +36,7 @@ import structlog
 
 from autorecovery import metrics
 from autorecovery.admin import ops
-from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs
+from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer
 from autorecovery.config.load import Settings
 from autorecovery.roles.bookie_info import BookieInfoReader
 from autorecovery.roles.cluster_gauges import NodeGauges
@@ -132,6 +132,9 @@ class Daemon:
         self.auditor: Any = None
         self.http: AdminHttpServer | None = None
         self.http_port: int | None = None
+        #: upstream PrometheusMetricsProvider's /metrics listener (statsProviderClass, prometheusStatsHttp*)
+        self.prometheus: PrometheusHttpServer | None = None
+        self.prometheus_port: int | None = None
         self.ctx: ops.AdminContext | None = None
         self.exit_code = EXIT_OK
         self._tasks: dict[str, asyncio.Task] = {}
@@ -159,12 +162,12 @@ class Daemon:
         try:
             # the client's bound on outstanding ZooKeeper operations follows the auditor's own bound on
             # concurrent ledger reads (upstream's key), so raising one does not silently stall at the other
-            self.zk = ZkClient(s.zk_servers, session_timeout_ms=s.zk_timeout_ms,
-                               max_concurrent_ops=int(s.get("auditorMaxNumberOfConcurrentOpenLedgerOperations")))
+            self.zk = ZkClient.from_settings(
+                s, max_concurrent_ops=int(s.get("auditorMaxNumberOfConcurrentOpenLedgerOperations")))
             await self.zk.start(timeout_s=max(10.0, s.zk_timeout_ms / 1000.0))
             # refuse a wrong ledgers root or a layout we cannot lay out ledger paths for before anything
             # is created under it (the under-replication tree, a vote) — issue 9
-            await ops.check_cluster(self.zk, self.paths)
+            self.paths = self.paths.with_layout(await ops.check_cluster(self.zk, self.paths, s))
             self.urm = UnderreplicationManager(
                 self.zk, self.paths, store_ctime=bool(s.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
             await self.urm.init()
@@ -208,6 +211,7 @@ class Daemon:
                 self.http = AdminHttpServer(deps, s.http.address, s.http.port)
                 await self.http.start()
                 self.http_port = self.http.port
+            await self._start_prometheus()
             self._tasks["watchdog"] = asyncio.ensure_future(self._watchdog())
         except BaseException:
             await self._teardown(budget_s=s.shutdown_timeout_s)
@@ -215,10 +219,30 @@ class Daemon:
             raise
         self._started = True
         http = f"{s.http.address}:{self.http_port}" if self.http_port is not None else "off"
+        prom = f" prometheus={s.stats.address}:{self.prometheus_port}" if self.prometheus_port is not None else ""
         log.info("autorecovery started", bookie_id=self.bookie_id, zk=s.zk_servers, ledgers_root=s.ledgers_root,
-                 http=http, policy=type(self.policy).__name__, racks=self.placement.source)
-        print(f"{READY_MARKER} bookie_id={self.bookie_id} http={http}", file=self.out, flush=True)
+                 http=http, prometheus=prom.partition("=")[2] or "off", policy=type(self.policy).__name__,
+                 racks=self.placement.source)
+        print(f"{READY_MARKER} bookie_id={self.bookie_id} http={http}{prom}", file=self.out, flush=True)
         return self
+
+    async def _start_prometheus(self) -> None:
+        """Open upstream's Prometheus listener when the settings ask for it (``Settings.stats``); when its
+        port is the admin HTTP port, the admin server's ``/metrics`` already answers there: serve once.
+
+        Raises:
+            OSError: naming the address and port when it cannot be bound.
+        """
+        s = self.settings
+        if not s.stats.prometheus_enabled:
+            return
+        if self.http is not None and s.stats.port != 0 and s.stats.port == s.http.port:
+            log.info("prometheus listener shares the admin HTTP port; /metrics served once",
+                     port=s.http.port, address=s.http.address, prometheus_address=s.stats.address)
+            return
+        self.prometheus = PrometheusHttpServer(self.registry, s.stats.address, s.stats.port)
+        await self.prometheus.start()
+        self.prometheus_port = self.prometheus.port
 
     # -- roles ----------------------------------------------------------------------------------------
     async def _on_elected(self) -> None:
@@ -379,6 +403,8 @@ class Daemon:
             await asyncio.gather(wd, return_exceptions=True)
         if self.http is not None:
             await step("http", self.http.stop, 0.3)
+        if self.prometheus is not None:
+            await step("prometheus", self.prometheus.stop, 0.1)
         election = self._tasks.pop("election", None)
         if election is not None:
             async def stop_election() -> None:

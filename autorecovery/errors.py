@@ -160,6 +160,12 @@ class CompatibilityError(AutoRecoveryError):
     upstream_name = "CompatibilityException"
 
 
+class NoClusterError(AutoRecoveryError):
+    """ZooKeeper answers but there is no BookKeeper cluster (no ``LAYOUT``) under the ledgers root."""
+
+    http_status = 503
+
+
 class CookieError(AutoRecoveryError):
     """A bookie's cookie is missing or does not match (upstream BookieException.InvalidCookieException)."""
 

@@ -16,7 +16,7 @@ path                                                        method  body / answe
 ``/api/v1/autorecovery/list_under_replicated_ledger``       GET     ``?missingreplica=&excludingmissingreplica=
                                                                     &printmissingreplica`` → ``[ids]`` or
                                                                     ``{id: [replicas]}``; 404 when none
-``/api/v1/autorecovery/who_is_auditor``                     GET     ``Auditor: host/ip:port``; 404 when none
+``/api/v1/autorecovery/who_is_auditor``                     GET     ``Auditor: <bookieId>``; 404 when none
 ``/api/v1/autorecovery/trigger_audit``                      PUT     ``Success trigger audit.``
 ``/api/v1/autorecovery/lost_bookie_recovery_delay``         GET     ``lostBookieRecoveryDelay value: N``
                                                             PUT     ``{"delay_seconds": N}``
@@ -24,6 +24,14 @@ path                                                        method  body / answe
 ``/api/v1/bookie/list_bookie_info``                         GET     ``{"<bookie>": ": {Free: .., Total: ..},",
                                                                     "ClusterInfo: ": "{Free: .., Total: ..}"}``
 ``/api/v1/bookie/cluster_info``                             GET     upstream ClusterInfo JSON
+``/api/v1/bookie/list_bookies``                             GET     ``?type=rw|ro&print_hostnames=true`` →
+                                                                    ``{"<bookieId>": "<host>"|null}``
+``/api/v1/ledger/metadata``                                 GET     ``?ledger_id=N`` → ``{"N": {upstream
+                                                                    LedgerMetadata JSON}}``; ours with
+                                                                    ``&format=autorecovery``
+``/api/v1/config/server_config``                            GET     keys set → string values (secrets
+                                                                    masked); PUT 405 (no runtime changes)
+``/heartbeat``                                              GET     ``OK\n``
 ``/api/v1/autorecovery/progress``  (ours)                   GET     ``{"cluster", "worker", "jobs"}``: cluster
                                                                     ledgers/bytes left, smoothed rate, ETA,
                                                                     blocked apart; this worker's share; admin
@@ -43,7 +51,6 @@ import contextlib
 import itertools
 import json
 import math
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -55,7 +62,7 @@ from aiohttp import web
 
 from autorecovery import metrics
 from autorecovery.admin import ops
-from autorecovery.errors import AutoRecoveryError
+from autorecovery.errors import AutoRecoveryError, IllegalOpError
 
 log = structlog.get_logger("autorecovery.http")
 
@@ -292,7 +299,7 @@ def build_app(deps: HttpDeps) -> web.Application:
         auditor = await ops.who_is_auditor(ctx)
         if auditor is None:
             return _text("No auditor elected", 404)
-        return _text("Auditor: " + await _upstream_address(auditor))
+        return _text(f"Auditor: {auditor}")
 
     async def trigger(_r: web.Request) -> web.Response:
         await ops.trigger_audit(ctx)
@@ -313,10 +320,21 @@ def build_app(deps: HttpDeps) -> web.Application:
         if not isinstance(body, dict) or not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
         sources = _bookie_src(body["bookie_src"], many=True)
-        delete_cookie = bool(body.get("delete_cookie", False))
+        delete_cookie = body.get("delete_cookie", False)
+        force = body.get("force", False)
+        for name, value in (("delete_cookie", delete_cookie), ("force", force)):
+            if not isinstance(value, bool):
+                raise ops.BadRequestError(f"bad {name} {value!r}: expected true or false")
+        # refuse a running source before a job exists (issue 15): the same checks recover_bookies makes
+        w = await ctx.get_watcher()
+        live = [s for s in sources if s in w.writable or s in w.readonly]
+        if live and (delete_cookie or not force):
+            why = ("its cookie is never deleted" if delete_cookie else
+                   'recovering it copies its data away while it serves; send "force": true to migrate it')
+            raise IllegalOpError(f"bookie {live[0]} is still running (registered): {why}")
 
         async def run(job: Job) -> Any:
-            report = await ops.recover(ctx, sources, delete_cookie=delete_cookie, force=True,
+            report = await ops.recover(ctx, sources, delete_cookie=delete_cookie, force=force,
                                        on_progress=lambda p: job.progress.update(_as_dict(p)))
             return _as_dict(report)
 
@@ -369,8 +387,29 @@ def build_app(deps: HttpDeps) -> web.Application:
                       "maintenance": maint})
 
     async def ledger_meta(request: web.Request) -> web.Response:
-        lid, md, version = await ops.ledger_metadata(ctx, request.query.get("ledger_id", ""))
-        return _json(ops.metadata_json(lid, md, version))
+        if "ledger_id" not in request.query:
+            return _text("Param 'ledger_id' not found: expected ?ledger_id=N", 400)
+        lid, md, version = await ops.ledger_metadata(ctx, request.query["ledger_id"])
+        if request.query.get("format") == "autorecovery":  # ours: flat fields, bookie ids as strings
+            return _json(ops.metadata_json(lid, md, version))
+        return _json({str(lid): ops.metadata_upstream_json(lid, md)})
+
+    async def heartbeat(_r: web.Request) -> web.Response:
+        return _text("OK\n")
+
+    async def list_bookies(request: web.Request) -> web.Response:
+        q = request.query
+        w = await ctx.get_watcher()
+        chosen = w.readonly if q.get("type") == "ro" else w.writable
+        hostnames = q.get("print_hostnames") == "true"
+        return _json({b: (b.rpartition(":")[0].strip("[]") if hostnames else None) for b in sorted(chosen)})
+
+    async def server_config_get(_r: web.Request) -> web.Response:
+        return _json(ops.server_config(ctx.settings))
+
+    async def server_config_put(_r: web.Request) -> web.Response:
+        return _text("changing the configuration at run time is not supported by autorecovery: "
+                     "edit bk_server.conf (or BK_<key>) and restart the daemon", 405)
 
     app = web.Application()
     r = app.router
@@ -390,6 +429,10 @@ def build_app(deps: HttpDeps) -> web.Application:
     r.add_get(f"{API}/bookie/list_bookie_info", guarded(list_bookie_info))
     r.add_get(f"{API}/bookie/cluster_info", guarded(cluster_info))
     r.add_get(f"{API}/ledger/metadata", guarded(ledger_meta))
+    r.add_get("/heartbeat", heartbeat)
+    r.add_get(f"{API}/bookie/list_bookies", guarded(list_bookies))
+    r.add_get(f"{API}/config/server_config", guarded(server_config_get))
+    r.add_put(f"{API}/config/server_config", server_config_put)
     from autorecovery.admin import http_maintenance
 
     http_maintenance.add_routes(r, ctx, mutating, guarded)
@@ -404,29 +447,6 @@ def _as_dict(obj: Any) -> Any:
     if isinstance(obj, dict):
         return obj
     return {"value": str(obj)}
-
-
-async def _upstream_address(bookie_id: str) -> str:
-    """Upstream formats the auditor as ``<canonical host name>/<ip>:<port>``; name lookups are bounded
-    to 2 s and fall back to the bookie id's own host."""
-    host, _, port = bookie_id.rpartition(":")
-
-    def lookup() -> tuple[str, str]:
-        try:
-            ip = socket.gethostbyname(host)
-        except OSError:
-            ip = host
-        try:
-            name = socket.getfqdn(ip)
-        except OSError:
-            name = host
-        return name or host, ip
-
-    try:
-        name, ip = await asyncio.wait_for(asyncio.to_thread(lookup), 2.0)
-    except (asyncio.TimeoutError, Exception):  # noqa: BLE001
-        name, ip = host, host
-    return f"{name}/{ip}:{port}"
 
 
 def _loopback(address: str) -> bool:
@@ -497,6 +517,55 @@ class AdminHttpServer:
     async def stop(self) -> None:
         """Stop background jobs, then the server. Idempotent."""
         await self.deps.jobs.stop()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+
+
+class PrometheusHttpServer:
+    """Upstream ``PrometheusMetricsProvider``'s own listener: ``GET /metrics`` only, on
+    ``prometheusStatsHttpAddress:prometheusStatsHttpPort`` (upstream default ``0.0.0.0:8000``), so
+    scrape jobs written for an upstream AutoRecovery keep working. Serves the same registry and text
+    as the admin server's ``/metrics``; every other path is 404. :attr:`port` is the bound port.
+    """
+
+    def __init__(self, registry: metrics.MetricsRegistry, address: str = "0.0.0.0", port: int = 8000) -> None:
+        self.registry = registry
+        self.address = address
+        self.requested_port = port
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> "PrometheusHttpServer":
+        """Bind and serve.
+
+        Raises:
+            OSError: naming prometheusStatsHttpAddress:prometheusStatsHttpPort when it cannot be bound.
+        """
+        async def metrics_h(_r: web.Request) -> web.Response:
+            return web.Response(body=metrics.generate_text(self.registry),
+                                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics_h)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(exc.errno, f"cannot serve Prometheus /metrics on {self.address}:{self.requested_port} "
+                                     f"(prometheusStatsHttpAddress:prometheusStatsHttpPort): {exc.strerror}") from exc
+        self._runner = runner
+        server = getattr(site, "_server", None)
+        socks = getattr(server, "sockets", None) or []
+        self.port = socks[0].getsockname()[1] if socks else self.requested_port
+        return self
+
+    async def stop(self) -> None:
+        """Stop serving. Idempotent."""
         runner, self._runner = self._runner, None
         if runner is not None:
             with contextlib.suppress(Exception):

@@ -12,7 +12,11 @@ commands, ``server/http/service/*`` for the endpoints (see docs/operators.md for
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import ipaddress
+import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,20 +30,21 @@ from autorecovery.errors import (
     BookieError,
     ConfigError,
     IllegalOpError,
+    NoClusterError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     UnavailableError,
     ZooKeeperError,
 )
 from autorecovery.ledger.ids import validate_bookie_id, validate_ledger_id
-from autorecovery.ledger.layout import Layout, parse_layout, require_supported
+from autorecovery.ledger.layout import Layout, require_matches
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.topology_source import PlacementSetup, read_pulsar_racks  # noqa: F401
 from autorecovery.zk.topology_source import build_placement as _build_placement
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.election import current_auditor
-from autorecovery.zk.ledgers import LedgerStore
+from autorecovery.zk.ledgers import LedgerStore, read_layout
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UNASSIGNED_CTIME, UnderreplicationManager
 
@@ -58,12 +63,6 @@ class BadRequestError(AdminError):
     """A malformed argument: bad bookie id, bad ledger id, contradictory options."""
 
 
-class NoClusterError(AdminError):
-    """ZooKeeper answers but there is no BookKeeper cluster under the ledgers root."""
-
-    http_status = 503
-
-
 def http_status(exc: BaseException) -> int:
     """HTTP status for an error raised by a command (400 bad input, 404 missing ledger, 409 illegal in
     the current state, 503 unavailable / no auditor / ZooKeeper down, 500 otherwise)."""
@@ -73,6 +72,8 @@ def http_status(exc: BaseException) -> int:
         return 400
     if isinstance(exc, NoSuchLedgerError):
         return 404
+    if isinstance(exc, NoClusterError):
+        return 503
     if isinstance(exc, IllegalOpError):
         return 409
     if isinstance(exc, (UnavailableError, ZooKeeperError, NotEnoughBookiesError, BookieError)):
@@ -172,22 +173,25 @@ class AdminContext:
                     await res
 
 
-async def check_cluster(zk: ZkClient, paths: Paths) -> Layout:
+async def check_cluster(zk: ZkClient, paths: Paths, settings: Settings | None = None) -> Layout:
     """Make sure a BookKeeper cluster this version understands is formatted under ``paths.root``: read
     and validate ``LAYOUT`` (upstream ``LedgerLayout``; issue 9: a wrong ledgers root is refused, not
-    served as an empty cluster). Returns the parsed layout.
+    served as an empty cluster). Returns the parsed layout; lay ledger paths out with
+    ``paths.with_layout(layout)``.
+
+    Args:
+        settings: when given, the ledger manager it names (``metadataServiceUri`` scheme,
+            ``ledgerManagerFactoryClass``, ``ledgerManagerType``) must be the one ``LAYOUT`` names.
 
     Raises:
         NoClusterError: naming the connect string and the missing ``LAYOUT`` znode.
         CompatibilityError: ``LAYOUT`` names a format or ledger manager this version does not lay out
-            ledger paths for (names the znode).
+            ledger paths for, or another one than the configuration (names the znode and the key).
     """
-    try:
-        data, _stat = await zk.get(paths.layout)
-    except NoNodeError:
-        raise NoClusterError(f"no BookKeeper cluster at {zk.hosts}: {paths.layout} does not exist"
-                             " (wrong --ledgers-root / zkLedgersRootPath, or the cluster is not formatted)") from None
-    return require_supported(parse_layout(data, paths.layout), paths.layout)
+    layout = await read_layout(zk, paths)
+    if settings is not None:
+        require_matches(layout, settings.ledger_manager, settings.ledger_manager_key, paths.layout)
+    return layout
 
 
 @contextlib.asynccontextmanager
@@ -200,7 +204,7 @@ async def open_admin(settings: Settings, *, connect_timeout_s: float | None = No
         NoClusterError: nothing formatted under the ledgers root.
     """
     timeout = connect_timeout_s if connect_timeout_s is not None else max(1.0, settings.zk_timeout_ms / 1000.0)
-    zk = ZkClient(settings.zk_servers, session_timeout_ms=settings.zk_timeout_ms)
+    zk = ZkClient.from_settings(settings)
     try:
         await zk.start(timeout_s=timeout)
     except ZooKeeperError:
@@ -210,7 +214,7 @@ async def open_admin(settings: Settings, *, connect_timeout_s: float | None = No
     ctx = None
     try:
         paths = Paths(settings.ledgers_root)
-        await check_cluster(zk, paths)
+        paths = paths.with_layout(await check_cluster(zk, paths, settings))
         urm = UnderreplicationManager(zk, paths, store_ctime=bool(settings.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
         await urm.init()
         ctx = AdminContext(zk=zk, paths=paths, urm=urm, ledgers=LedgerStore(zk, paths), settings=settings)
@@ -454,6 +458,89 @@ def _location(policy: Any, bookie_id: str) -> str | None:
         return None
 
 
+UNKNOWN = "UNKNOWN"
+
+
+def _resolve_address(bookie_id: str) -> tuple[str, int, str]:
+    """Blocking part of :func:`bookie_addresses` for one bookie."""
+    host, sep, port_text = bookie_id.rpartition(":")
+    if not sep or not port_text.isdigit():
+        return UNKNOWN, 0, UNKNOWN  # not host:port: upstream's unresolvable bookie id
+    host = host.strip("[]")
+    port = int(port_text)
+    try:
+        ipaddress.ip_address(host)
+        literal = True
+    except ValueError:
+        literal = False
+    if literal:
+        try:
+            name = socket.gethostbyaddr(host)[0]
+        except OSError:
+            name = host  # Java's getCanonicalHostName falls back to the address text
+        return host, port, name
+    try:
+        ip = socket.gethostbyname(host)
+    except OSError:
+        ip = UNKNOWN
+    return ip, port, host
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    """Run blocking ``fn(*args)`` in a daemon thread; a future of its result. Unlike the default
+    executor, a lookup stuck in the resolver does not hold up ``asyncio.run``'s shutdown or the
+    process exit once the caller stopped waiting."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if not fut.done():
+            fut.set_exception(exc) if exc is not None else fut.set_result(result)
+
+    def work() -> None:
+        try:
+            result, exc = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting coroutine
+            result, exc = None, e
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, name="bookie-address-lookup", daemon=True).start()
+    return fut
+
+
+async def bookie_addresses(bookie_ids: Iterable[str], timeout_s: float = 2.0) -> dict[str, tuple[str, int, str]]:
+    """``bookie id → (ip, port, hostname)`` as upstream's ``CommandHelpers`` works them out: an IP literal
+    gets a reverse lookup for the host name (the address text when that fails), a host name gets a
+    forward lookup for the IP (``UNKNOWN`` when that fails); an id that is not ``host:port`` gives
+    ``(UNKNOWN, 0, UNKNOWN)``. Lookups run in threads, bounded to ``timeout_s`` in all; a lookup still
+    running then falls back as if it had failed."""
+    ids = sorted(set(bookie_ids))
+
+    async def one(b: str) -> tuple[str, int, str]:
+        try:
+            return await asyncio.wait_for(_in_daemon_thread(_resolve_address, b), timeout_s)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a slow resolver must not hang the shell
+            host, _sep, port = b.rpartition(":")
+            if not port.isdigit():
+                return UNKNOWN, 0, UNKNOWN
+            host = host.strip("[]")
+            try:
+                ipaddress.ip_address(host)
+                return host, int(port), host  # an IP literal without a reverse name
+            except ValueError:
+                return UNKNOWN, int(port), host  # a host name that did not resolve
+
+    return dict(zip(ids, await asyncio.gather(*(one(b) for b in ids))))
+
+
+def bookie_line(bookie_id: str, address: tuple[str, int, str]) -> str:
+    """Upstream ``CommandHelpers.getBookieSocketAddrStringRepresentation``:
+    ``BookieID:<id>, IP:<ip>, Port:<port>, Hostname:<hostname>``."""
+    ip, port, name = address
+    return f"BookieID:{bookie_id}, IP:{ip}, Port:{port}, Hostname:{name}"
+
+
 @dataclass(frozen=True)
 class BookieInfoReport:
     """Disk figures per bookie in bytes, and the bookies that did not answer (id → error)."""
@@ -518,6 +605,22 @@ async def cluster_info(ctx: AdminContext) -> dict[str, Any]:
     }
 
 
+#: Keys whose values ``server_config`` does not show (ours: upstream prints every value).
+_SECRET_WORDS = ("password", "secret", "token")
+
+
+def server_config(settings: Settings | None) -> dict[str, str]:
+    """Upstream ``AbstractConfiguration.asJson``: every key that was set (file, env, flags; defaults are
+    not listed) → its value as a string. Values of keys naming a password, secret or token (and not a
+    ``...Path``/``...File`` to one) are shown as ``******`` (ours)."""
+    out: dict[str, str] = {}
+    for k, v in sorted((settings.properties if settings is not None else {}).items()):
+        low = k.lower()
+        secret = any(w in low for w in _SECRET_WORDS) and not low.endswith(("path", "file"))
+        out[k] = "******" if secret else str(v)
+    return out
+
+
 # -- ledgers ----------------------------------------------------------------------------------------------
 async def ledger_metadata(ctx: AdminContext, ledger_id: Any) -> tuple[int, LedgerMetadata, int]:
     """(ledger id, metadata, znode version).
@@ -530,10 +633,78 @@ async def ledger_metadata(ctx: AdminContext, ledger_id: Any) -> tuple[int, Ledge
     return lid, md, version
 
 
+async def ledger_metadata_bytes(ctx: AdminContext, ledger_id: Any) -> tuple[int, bytes]:
+    """(ledger id, the metadata znode's bytes): what upstream's ``ledgermetadata -dumptofile`` writes
+    (``LedgerMetadataSerDe.serialize`` of what it read, i.e. the stored form).
+
+    Raises:
+        BadRequestError: a bad ledger id. NoSuchLedgerError: ``ledger N does not exist``.
+    """
+    lid = check_ledger_id(ledger_id)
+    path = ctx.paths.ledger(lid)
+    try:
+        data, _stat = await ctx.zk.get(path)
+    except NoNodeError:
+        raise NoSuchLedgerError(f"ledger {lid} does not exist ({path})") from None
+    return lid, bytes(data)
+
+
+async def restore_ledger_metadata(ctx: AdminContext, ledger_id: Any, data: bytes, source: str,
+                                  update: bool = False) -> tuple[int, bool]:
+    """Upstream ``ledgermetadata -restorefromfile FILE [-update]``: parse ``data`` (a ``-dumptofile``
+    output, any format version we read) and create the ledger's metadata znode; with ``update`` an
+    existing one is overwritten whatever its version. Returns (ledger id, True when it overwrote).
+
+    Raises:
+        BadRequestError: a bad ledger id, or ``data`` is not ledger metadata (names ``source``).
+        IllegalOpError: the ledger exists and ``update`` is False.
+    """
+    from autorecovery.errors import MalformedMetadataError
+    from autorecovery.ledger import formats
+    from autorecovery.zk.bridge import NodeExistsError
+
+    lid = check_ledger_id(ledger_id)
+    try:
+        md = formats.deserialize(data, source)
+    except (MalformedMetadataError, ValueError) as exc:
+        raise BadRequestError(f"{source} is not ledger metadata: {exc}") from None
+    try:
+        await ctx.ledgers.create(lid, md)
+        return lid, False
+    except NodeExistsError:
+        if not update:
+            raise IllegalOpError(f"ledger {lid} already exists ({ctx.paths.ledger(lid)}); "
+                                 "add -update to overwrite its metadata") from None
+    await ctx.ledgers.write(lid, md, -1)
+    return lid, True
+
+
+#: Upstream ``client.api.DigestType`` names (ours says HMAC where upstream's API says MAC).
+UPSTREAM_DIGEST_NAMES = {"CRC32": "CRC32", "HMAC": "MAC", "CRC32C": "CRC32C", "DUMMY": "DUMMY"}
+
+
+def upstream_digest_name(md: LedgerMetadata) -> str:
+    """``MAC``/``CRC32``/``CRC32C``/``DUMMY``: the digest type as upstream's ``LedgerMetadata`` prints it."""
+    return UPSTREAM_DIGEST_NAMES.get(md.digest_type.name, md.digest_type.name)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(bytes(data)).decode("ascii")
+
+
 def format_metadata(md: LedgerMetadata) -> str:
-    """Upstream ``LedgerMetadata.toString()`` layout (``LedgerMetadata{formatVersion=3, ...}``)."""
+    """Upstream ``LedgerMetadataImpl.toString()`` (4.17), field for field::
+
+        LedgerMetadata{formatVersion=3, ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED,
+        length=1280, lastEntryId=4, digestType=CRC32C, password=base64:cHc=, ensembles={0=[a:1, b:2, c:3]},
+        customMetadata={key=base64:dmFsdWU=}}
+
+    ``length``/``lastEntryId`` only for a closed ledger (as upstream); the password in base64 (upstream's
+    ``toString``, not ``toSafeString``); custom metadata values in base64, keys sorted (upstream's order
+    is a HashMap's). ``ctime`` is not part of upstream's text; see ``ledgermetadata --json``.
+    """
     ens = ", ".join(f"{s.first_entry_id}=[{', '.join(s.ensemble)}]" for s in md.segments)
-    custom = ", ".join(f"{k}={v!r}" for k, v in sorted(md.custom_metadata.items()))
+    custom = ", ".join(f"{k}=base64:{_b64(v)}" for k, v in sorted(md.custom_metadata.items()))
     parts = [
         f"formatVersion={md.format_version}",
         f"ensembleSize={md.ensemble_size}",
@@ -544,13 +715,46 @@ def format_metadata(md: LedgerMetadata) -> str:
     if md.state == LedgerState.CLOSED:
         parts += [f"length={md.length}", f"lastEntryId={md.last_entry_id}"]
     parts += [
-        f"digestType={md.digest_type.name}",
-        "password=OMITTED",
+        f"digestType={upstream_digest_name(md)}",
+        f"password=base64:{_b64(md.password)}",
         f"ensembles={{{ens}}}",
         f"customMetadata={{{custom}}}",
-        f"ctime={md.ctime}",
     ]
     return "LedgerMetadata{" + ", ".join(parts) + "}"
+
+
+def metadata_upstream_json(ledger_id: int, md: LedgerMetadata) -> dict[str, Any]:
+    """One ledger's metadata as upstream's HTTP ``/api/v1/ledger/metadata`` serialises it (Jackson on
+    ``LedgerMetadataImpl``'s getters): bookies as ``{"id": "host:port"}`` objects, password and custom
+    metadata values in base64, ``lastEntryId`` -1 and ``length`` 0 while open."""
+    return {
+        "ledgerId": ledger_id,
+        "allEnsembles": {str(s.first_entry_id): [{"id": b} for b in s.ensemble] for s in md.segments},
+        "ensembleSize": md.ensemble_size,
+        "writeQuorumSize": md.write_quorum,
+        "ackQuorumSize": md.ack_quorum,
+        "ctime": md.ctime,
+        "password": _b64(md.password),
+        "digestType": upstream_digest_name(md),
+        "lastEntryId": md.last_entry_id if md.state == LedgerState.CLOSED else -1,
+        "length": md.length if md.state == LedgerState.CLOSED else 0,
+        "closed": md.state == LedgerState.CLOSED,
+        "state": md.state.name,
+        "customMetadata": {k: _b64(v) for k, v in sorted(md.custom_metadata.items())},
+        "metadataFormatVersion": md.format_version,
+        "ctoken": md.ctoken,
+    }
+
+
+async def ledgers_containing(ctx: AdminContext, bookies: Iterable[str]) -> list[tuple[int, LedgerMetadata]]:
+    """Every ledger whose ensembles name one of ``bookies`` (upstream ``getLedgersContainBookies``, the
+    ``recover -q`` query), by ledger id. Malformed metadata znodes are skipped (counted by the store)."""
+    wanted = set(bookies)
+    out = []
+    async for lid, md, _v in ctx.ledgers.scan():
+        if md.all_bookies() & wanted:
+            out.append((lid, md))
+    return sorted(out, key=lambda x: x[0])
 
 
 def metadata_json(ledger_id: int, md: LedgerMetadata, version: int) -> dict[str, Any]:
@@ -737,6 +941,7 @@ __all__ = [
     "list_underreplicated", "who_is_auditor", "trigger_audit", "autorecovery_enabled", "set_autorecovery",
     "get_lost_bookie_recovery_delay", "set_lost_bookie_recovery_delay", "query_autorecovery_status",
     "force_audit_checks", "list_bookies", "bookie_info", "cluster_info", "ledger_metadata", "placement_check",
-    "worker_progress", "recover", "decommission", "build_placement", "UNASSIGNED_CTIME", "OpProgress",
+    "worker_progress", "recover", "decommission", "bookie_addresses", "bookie_line", "server_config",
+    "format_metadata", "metadata_upstream_json", "ledger_metadata_bytes", "restore_ledger_metadata", "ledgers_containing", "upstream_digest_name", "build_placement", "UNASSIGNED_CTIME", "OpProgress",
     "progress_line", "human_bytes", "human_duration",
 ]

@@ -41,7 +41,7 @@ from autorecovery.admin.ops import (
     check_bookie_id,
     check_ledger_id,
 )
-from autorecovery.errors import AutoRecoveryError, NoSuchLedgerError, NotEnoughBookiesError
+from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError, NotEnoughBookiesError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.plan.progress import RateMeter, estimate_copy_bytes
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
@@ -188,7 +188,7 @@ async def recover_bookies(
     rate_bytes_per_s: int | None = None,
     delete_cookie: bool = False,
     skip_unrecoverable: bool = False,
-    force: bool = True,
+    force: bool = False,
     lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
     on_progress: Callable[[OpProgress], Any] | None = None,
     on_ledger: Callable[[LedgerOutcome], Any] | None = None,
@@ -204,15 +204,20 @@ async def recover_bookies(
         rate_bytes_per_s: copy throttle in bytes/s (default ``replicationRateByBytes``; <= 0 unlimited).
         delete_cookie: delete the sources' cookies after a fully successful run (not in dry run).
         skip_unrecoverable: report unrecoverable ledgers as skipped instead of failing (upstream ``-sku``).
-        force: accepted for symmetry with the shell (the confirmation prompt lives in the CLI).
+        force: recover a source that is still registered (a migration off a running bookie). Without
+            it a registered source is refused (issue 15: data was moved off a live bookie by an HTTP
+            request that did not mean to). The shell's ``-f`` (or answering the prompt) is this force;
+            HTTP requests pass ``"force": true``.
         lock_wait_s: how long to wait for a ledger a ReplicationWorker holds.
         on_progress / on_ledger: callbacks after every fragment / ledger.
 
     Raises:
         BadRequestError: a malformed or unknown bookie id, a target that is also a source.
+        IllegalOpError: a source is still registered (writable or read-only) and ``force`` is false,
+            or ``delete_cookie`` is asked for a registered source (a running bookie's cookie is never
+            deleted: it could not restart).
         NoSuchLedgerError: ``ledger`` does not exist.
     """
-    del force
     srcs = [check_bookie_id(s, "bookie id") for s in sources]
     if not srcs:
         raise BadRequestError("no bookie to recover: give at least one host:port")
@@ -227,9 +232,15 @@ async def recover_bookies(
     for t in tgts:
         if t not in watcher.writable:
             raise BadRequestError(f"target bookie {t} is not a writable bookie")
-    for s in srcs:
-        if s in watcher.writable or s in watcher.readonly:
-            report.warnings.append(f"bookie {s} is still running; its data is copied away (migration)")
+    live = [s for s in srcs if s in watcher.writable or s in watcher.readonly]
+    if live and delete_cookie and not dry_run:
+        raise IllegalOpError(f"bookie {live[0]} is still running (registered): its cookie is never deleted; "
+                             "stop it first, or recover without deleting the cookie")
+    if live and not force and not dry_run:
+        raise IllegalOpError(f"bookie {live[0]} is still running (registered): recovering it copies its data away "
+                             "while it serves; stop it first, or force the migration (shell -f, HTTP \"force\": true)")
+    for s in live:
+        report.warnings.append(f"bookie {s} is still running; its data is copied away (migration)")
 
     # -- which ledgers -------------------------------------------------------------------------------
     if ledger is not None:
@@ -426,6 +437,9 @@ async def recover_bookies(
     if delete_cookie and not dry_run:
         if report.ok:
             for s in srcs:
+                if s in watcher.writable or s in watcher.readonly:  # came back while we copied
+                    report.warnings.append(f"cookie of {s} kept: the bookie registered again during the recovery")
+                    continue
                 try:
                     await ctx.zk.delete(ctx.paths.cookie(s))
                     report.cookies_deleted.append(s)

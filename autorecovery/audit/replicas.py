@@ -7,7 +7,10 @@ where it is missing; ``least = WQ − max m``; ``least == 0`` → NO_REPLICA, ``
 ``< WQ`` → LESS_THAN_WQ. An entry present on a bookie that should not have it does not help. A bookie
 that answered with an error (not NoSuchLedger) is "unavailable": logged, not counted as missing.
 
-Ranges are compared as ranges, so a ledger with millions of entries costs O(gaps), not O(entries).
+Ranges are compared as ranges, so a ledger with millions of entries costs O(gaps × E × WQ) time and
+O(gaps) memory, not O(entries): a CLOSED ledger with ``lastEntryId`` = 2^31 whose bookies answer
+nothing is classified without listing its missing entries (issue 15: the old per-entry list grew
+without bound). Only a sample of missing entries is kept, for the log.
 """
 
 from __future__ import annotations
@@ -28,16 +31,30 @@ class Bucket(enum.Enum):
     NO_REPLICA = "NO_REPLICA"
 
 
+#: Missing entries kept (lowest ids first) in :attr:`ReplicasVerdict.missing_counts`.
+SAMPLE_SIZE = 20
+
+
 @dataclass
 class ReplicasVerdict:
-    """Result for one ledger: its bucket, per-entry missing counts, bookies that did not answer,
-    and bookies missing entries (the replicas to mark when the option is on)."""
+    """Result for one ledger.
+
+    Attributes:
+        bucket: OK / LESS_THAN_WQ / LESS_THAN_AQ / NO_REPLICA.
+        missing_counts: entry id → number of places it is missing, for at most :data:`SAMPLE_SIZE`
+            entries (the lowest ids; a sample for the log, never the whole list).
+        unavailable: bookies that did not answer.
+        bookies_missing: bookies missing entries (the replicas to mark when the option is on).
+        least_replicas: ``WQ − max m``, None when nothing is missing.
+        missing_total: number of entries missing somewhere.
+    """
 
     bucket: Bucket
     missing_counts: dict[int, int] = field(default_factory=dict)
     unavailable: list[str] = field(default_factory=list)
     bookies_missing: list[str] = field(default_factory=list)
     least_replicas: int | None = None
+    missing_total: int = 0
 
 
 def should_check(md: LedgerMetadata) -> bool:
@@ -87,37 +104,79 @@ def missing_entries(first: int, last: int, index: int, ensemble_size: int, write
     return out
 
 
+def _count_in_residue(x: int, y: int, r: int, e: int) -> int:
+    """How many ids in ``[x, y]`` are ``≡ r (mod e)``."""
+    first = x + ((r - x) % e)
+    return 0 if first > y else (y - first) // e + 1
+
+
 def classify(md: LedgerMetadata, answers: Mapping[str, Ranges | None | Exception]) -> ReplicasVerdict:
-    """Bucket of a ledger from each bookie's answer.
+    """Bucket of a ledger from each bookie's answer, in O(gaps) memory.
+
+    Per segment, the gap boundaries of every ensemble index cut ``[first, last]`` into intervals on
+    which the set ``G`` of indexes lacking their entries is constant; on an interval, entry ``e`` is
+    missing in ``|write set(e) ∩ G|`` places, and the write set depends only on ``e mod E``. So each
+    interval costs at most E residues × WQ, whatever its length.
 
     Args:
         answers: bookie id → entry ranges it holds, None for NoSuchLedger (holds nothing), or an
             exception for a bookie that could not answer. Bookies absent from the mapping are treated
             as unavailable.
     """
-    counts: dict[int, int] = {}
     unavailable: set[str] = set()
     missing_on: set[str] = set()
+    sample: dict[int, int] = {}
+    total = 0
+    worst = 0
     E, WQ, AQ = md.ensemble_size, md.write_quorum, md.ack_quorum
+    write_sets = [frozenset((r + k) % E for k in range(WQ)) for r in range(E)]
     for first, last, ensemble in segment_bounds(md):
+        events: dict[int, list[int]] = {}
         for idx, bookie in enumerate(ensemble):
             ans = answers.get(bookie, KeyError(bookie))
             if isinstance(ans, Exception):
                 unavailable.add(bookie)
                 continue
-            have = ans or ()
-            miss = missing_entries(first, last, idx, E, WQ, have)
-            if miss:
-                missing_on.add(bookie)
-            for e in miss:
-                counts[e] = counts.get(e, 0) + 1
-    if not counts:
+            for a, b in _gaps(first, last, ans or ()):
+                events.setdefault(a, []).append(idx + 1)  # +idx+1: idx starts lacking at a
+                events.setdefault(b + 1, []).append(-(idx + 1))
+        if not events:
+            continue
+        points = sorted(events)
+        lacking: dict[int, int] = {}
+        for i, x in enumerate(points[:-1]):
+            for ev in events[x]:
+                k = abs(ev) - 1
+                lacking[k] = lacking.get(k, 0) + (1 if ev > 0 else -1)
+                if lacking[k] == 0:
+                    del lacking[k]
+            if not lacking:
+                continue
+            y = points[i + 1] - 1
+            g = frozenset(lacking)
+            residues = range(E) if y - x + 1 >= E else sorted({e % E for e in range(x, y + 1)})
+            for r in residues:
+                hit = write_sets[r] & g
+                if not hit:
+                    continue
+                worst = max(worst, len(hit))
+                total += _count_in_residue(x, y, r, E)
+                missing_on.update(ensemble[k] for k in hit)
+            if len(sample) < SAMPLE_SIZE:
+                for e in range(x, min(y, x + SAMPLE_SIZE * E) + 1):
+                    m = len(write_sets[e % E] & g)
+                    if m:
+                        sample[e] = sample.get(e, 0) + m
+                        if len(sample) >= SAMPLE_SIZE:
+                            break
+    if not total:
         return ReplicasVerdict(Bucket.OK, {}, sorted(unavailable), [], None)
-    least = WQ - max(counts.values())
+    least = WQ - worst
     if least <= 0:
         bucket = Bucket.NO_REPLICA
     elif least < AQ:
         bucket = Bucket.LESS_THAN_AQ
     else:
         bucket = Bucket.LESS_THAN_WQ
-    return ReplicasVerdict(bucket, counts, sorted(unavailable), sorted(missing_on), least)
+    return ReplicasVerdict(bucket, dict(sorted(sample.items())[:SAMPLE_SIZE]), sorted(unavailable),
+                           sorted(missing_on), least, total)

@@ -15,8 +15,10 @@ Text format (upstream layout version 4, byte for byte what ``Cookie.toString()``
     instanceId: "6d3b..."
 
 i.e. the layout version, a newline, and the protobuf text format of ``CookieFormat``. ``ledgerDirs`` is
-upstream's encoding: the number of directories, then each one after a tab. Our bookie has one data
-directory that serves as both journal and ledger directory.
+upstream's encoding: the number of directories, then each one after a tab. Bookies of 4.16+ with
+separate index directories add ``indexDirs`` (field 5, same encoding); a cookie without it means
+"index in the ledger directories", as upstream ``Cookie.verifyInternal`` reads it. Our bookie has one
+data directory that serves as journal, ledger and index directory, and writes no ``indexDirs``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Cookie:
     ledger_dirs: str
     instance_id: str | None
     layout_version: int = COOKIE_LAYOUT_VERSION
+    index_dirs: str | None = None
 
     @classmethod
     def for_bookie(cls, bookie_id: str, data_dir: Path, instance_id: str | None) -> "Cookie":
@@ -67,6 +70,8 @@ class Cookie:
         msg = fmt.CookieFormat(bookieHost=self.bookie_host, journalDir=self.journal_dirs, ledgerDirs=self.ledger_dirs)
         if self.instance_id is not None:
             msg.instanceId = self.instance_id
+        if self.index_dirs is not None:
+            msg.indexDirs = self.index_dirs
         return f"{COOKIE_LAYOUT_VERSION}\n{text_format.MessageToString(msg)}"
 
     @classmethod
@@ -99,6 +104,7 @@ class Cookie:
             ledger_dirs=msg.ledgerDirs,
             instance_id=msg.instanceId if msg.HasField("instanceId") and msg.instanceId else None,
             layout_version=version,
+            index_dirs=msg.indexDirs if msg.HasField("indexDirs") else None,
         )
 
     def mismatch(self, other: "Cookie") -> str | None:
@@ -110,6 +116,8 @@ class Cookie:
             ("journalDir", self.journal_dirs, other.journal_dirs),
             ("ledgerDirs", self.ledger_dirs, other.ledger_dirs),
             ("instanceId", self.instance_id, other.instance_id),
+            # upstream: a blank indexDirs means the ledger directories
+            ("indexDirs", self.index_dirs or self.ledger_dirs, other.index_dirs or other.ledger_dirs),
         ):
             if a != b:
                 return f"{name} {a!r} does not match {b!r}"

@@ -21,9 +21,11 @@ import psutil
 import structlog
 
 from autorecovery.bookie.cookie import check_and_stamp_cookie
+from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe, DiskThresholds
 from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, BookieService, add_service, build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
+from autorecovery.config.load import ZkSecurity
 from autorecovery.rpc.convert import decode_service_properties, encode_service_info
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
@@ -101,6 +103,12 @@ class BookieConfig:
         fake_disk_total_bytes / fake_disk_free_bytes: test hook, see ``bookie.disk``.
         zk_session_timeout_ms: ZooKeeper session timeout in ms (upstream ``zkTimeout``).
         shutdown_grace_s: how long in-flight requests may finish on stop, in seconds.
+        limits: adds/reads in progress before ``ETOOMANYREQUESTS`` (upstream
+            ``maxAddsInProgressLimit`` / ``maxReadsInProgressLimit``; see ``bookie.admission``).
+        stream_idle_timeout_s: an AddEntries stream idle this long is answered and closed, s.
+        max_concurrent_streams: gRPC streams per client connection (HTTP/2 SETTINGS; more wait).
+        zk_security: ZooKeeper identity and ACL (``zkEnableSecurity``): the registration znodes and
+            the cookie are created with ``CREATOR_ALL_ACL`` when enabled (default: open, no auth).
     """
 
     zk: str
@@ -115,6 +123,10 @@ class BookieConfig:
     fake_disk_free_bytes: int | None = None
     zk_session_timeout_ms: int = 10000
     shutdown_grace_s: float = 5.0
+    limits: AdmissionLimits = field(default_factory=AdmissionLimits)
+    stream_idle_timeout_s: float = 120.0
+    max_concurrent_streams: int = 1000
+    zk_security: ZkSecurity = field(default_factory=ZkSecurity)
 
 
 class BookieServer:
@@ -154,10 +166,11 @@ class BookieServer:
         cfg = self.config
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            self._server, self.port = build_grpc_server(cfg.host, cfg.port, cfg.max_entry_size)
+            self._server, self.port = build_grpc_server(cfg.host, cfg.port, cfg.max_entry_size,
+                                                        max_concurrent_streams=cfg.max_concurrent_streams)
             self.bookie_id = f"{cfg.host}:{self.port}"
             log.info("starting bookie", bookie_id=self.bookie_id, data_dir=str(self.data_dir), zk=cfg.zk)
-            self.zk = ZkClient(cfg.zk, session_timeout_ms=cfg.zk_session_timeout_ms)
+            self.zk = ZkClient(cfg.zk, session_timeout_ms=cfg.zk_session_timeout_ms, security=cfg.zk_security)
             await self.zk.start()
             await check_and_stamp_cookie(self.zk, self.paths, self.bookie_id, self.data_dir)
             self.storage = BookieStorage(self.data_dir, name=self.bookie_id)
@@ -170,6 +183,8 @@ class BookieServer:
                 disk=self.disk,
                 is_readonly=lambda: self.readonly,
                 max_entry_size=cfg.max_entry_size,
+                limits=cfg.limits,
+                stream_idle_timeout_s=cfg.stream_idle_timeout_s,
             )
             add_service(self._server, self.service)
             await self._server.start()

@@ -16,6 +16,11 @@ Limits (all in bytes unless said otherwise):
 * ReadEntries ranges are capped at ``max_range_entries`` ids (default 1,000,000) → ``EBADREQ``.
 * AddEntries keeps at most ``stream_window_bytes`` of bodies (and 256 entries) in flight per stream;
   ReadEntries reads SQLite in chunks of at most 256 entries / 4 MiB. Memory per stream is bounded.
+* Across all requests, adds and reads in progress are bounded by :mod:`autorecovery.bookie.admission`
+  (upstream ``maxAddsInProgressLimit`` / ``maxReadsInProgressLimit``, plus a byte budget): over the
+  limit a request is answered ``ETOOMANYREQUESTS`` (an AddEntries stream first waits for room).
+* An AddEntries stream that sends nothing for ``stream_idle_timeout_s`` is answered (``EBADREQ``,
+  naming the idle time) and closed, so idle streams do not pile up.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 import structlog
 
+from autorecovery.bookie.admission import Admission, AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe
 from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
 from autorecovery.ledger.digest import HEADER_SIZE, peek_ids
@@ -42,11 +48,17 @@ MAX_RANGE_ENTRIES = 1_000_000
 _OK = pb.StatusCode.EOK
 
 
-def grpc_server_options(max_entry_size: int) -> list[tuple[str, int]]:
-    """gRPC server channel options for a bookie whose entries may be ``max_entry_size`` bytes."""
+def grpc_server_options(max_entry_size: int, max_concurrent_streams: int = 1000) -> list[tuple[str, int]]:
+    """gRPC server channel options for a bookie whose entries may be ``max_entry_size`` bytes.
+
+    ``max_concurrent_streams`` bounds the streams one client connection may have open (HTTP/2; more
+    wait in the client); connections idle for 10 minutes are closed (clients reconnect on demand).
+    """
     return [
         ("grpc.max_receive_message_length", max_entry_size + GRPC_HEADROOM),
         ("grpc.max_send_message_length", max(max_entry_size + GRPC_HEADROOM, 64 * 1024 * 1024)),
+        ("grpc.max_concurrent_streams", max_concurrent_streams),
+        ("grpc.max_connection_idle_ms", 600_000),
         # Fail loudly when the port is taken instead of sharing it with another process.
         ("grpc.so_reuseport", 0),
     ]
@@ -63,6 +75,9 @@ class BookieService(pb_grpc.BookieServicer):
         max_entry_size: largest accepted entry body in bytes.
         max_range_entries: largest ReadEntries range in entry ids.
         stream_window_bytes: AddEntries bytes in flight per stream before the handler waits for commits.
+        limits: adds/reads in progress across all requests (``ETOOMANYREQUESTS`` beyond).
+        stream_idle_timeout_s: an AddEntries stream with no message for this long is answered and
+            closed, s.
     """
 
     def __init__(
@@ -75,6 +90,8 @@ class BookieService(pb_grpc.BookieServicer):
         max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE,
         max_range_entries: int = MAX_RANGE_ENTRIES,
         stream_window_bytes: int = 16 * 1024 * 1024,
+        limits: AdmissionLimits | None = None,
+        stream_idle_timeout_s: float = 120.0,
     ) -> None:
         self.storage = storage
         self.bookie_id = bookie_id
@@ -83,6 +100,8 @@ class BookieService(pb_grpc.BookieServicer):
         self.max_entry_size = max_entry_size
         self.max_range_entries = max_range_entries
         self.stream_window_bytes = max(stream_window_bytes, max_entry_size)
+        self.admission = Admission(limits)
+        self.stream_idle_timeout_s = stream_idle_timeout_s
 
     # -- adds ----------------------------------------------------------------------------------
     def _check_add(self, req: pb.AddRequest) -> None:
@@ -114,7 +133,11 @@ class BookieService(pb_grpc.BookieServicer):
     async def AddEntry(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddResponse:
         """Store one entry; answered after its transaction is durable (upstream WriteEntryProcessorV3).
         Statuses: EOK, EREADONLY, EBADREQ (size, short body, ids differ), EUA, EFENCED (unless
-        RECOVERY_ADD), EIO."""
+        RECOVERY_ADD), ETOOMANYREQUESTS (too many adds in progress), EIO."""
+        n = len(request.body)
+        if not self.admission.try_add(n):
+            return pb.AddResponse(status=pb.ETOOMANYREQUESTS, ledger_id=request.ledger_id, entry_id=request.entry_id,
+                                  message=f"bookie {self.bookie_id}: {self.admission.describe_adds()}")
         try:
             self._check_add(request)
             await self.storage.add_entry(
@@ -136,6 +159,8 @@ class BookieService(pb_grpc.BookieServicer):
             return pb.AddResponse(
                 status=pb.EIO, ledger_id=request.ledger_id, entry_id=request.entry_id, message=str(exc)
             )
+        finally:
+            self.admission.release_add(n)
         return pb.AddResponse(status=_OK, ledger_id=request.ledger_id, entry_id=request.entry_id)
 
     async def AddEntries(
@@ -144,7 +169,9 @@ class BookieService(pb_grpc.BookieServicer):
         """Apply a stream of adds in order; stop at the first failure (see bookie.proto).
 
         Adds are pipelined into the group-commit writer with a bounded window; the answer is sent
-        only after every written entry is durable.
+        only after every written entry is durable. Each entry is admitted by :attr:`admission` before
+        it is taken (waiting for room, then ``ETOOMANYREQUESTS``); a stream idle for
+        ``stream_idle_timeout_s`` ends with ``EBADREQ``.
         """
         stream = self.storage.new_stream()
         inflight: deque[tuple[pb.AddRequest, asyncio.Future, int]] = deque()
@@ -155,14 +182,26 @@ class BookieService(pb_grpc.BookieServicer):
 
         def settle(entry_id: int, n: int, res: object) -> None:
             nonlocal written, written_bytes, failure
+            self.admission.release_add(n)
             if res is None:
                 written += 1
                 written_bytes += n
             elif failure is None and isinstance(res, BookieStatusError) and res is not SKIPPED:
                 failure = (entry_id, res)
 
+        requests = request_iterator.__aiter__()
         try:
-            async for req in request_iterator:
+            while True:
+                try:
+                    req = await asyncio.wait_for(requests.__anext__(), self.stream_idle_timeout_s)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    if failure is None:
+                        failure = (-1, BookieStatusError(
+                            "EBADREQ", f"bookie {self.bookie_id}: no add for {self.stream_idle_timeout_s:g} s on "
+                                       f"this stream; closing it ({written} entries written)"))
+                    break
                 if failure is not None or stream.failed:
                     break
                 try:
@@ -170,15 +209,31 @@ class BookieService(pb_grpc.BookieServicer):
                 except BookieStatusError as exc:
                     failure = (req.entry_id, exc)
                     break
-                fut = self.storage.submit_add(
-                    req.ledger_id,
-                    req.entry_id,
-                    req.master_key,
-                    req.body,
-                    recovery=bool(req.flags & pb.RECOVERY_ADD),
-                    stream=stream,
-                )
+                if not self.admission.add_fits(len(req.body)):
+                    # our own unsettled entries may be what fills the budget: settle them first
+                    while inflight:
+                        old, ofut, on = inflight.popleft()
+                        inflight_bytes -= on
+                        settle(old.entry_id, on, await ofut)
+                    if failure is not None:
+                        break
+                if not await self.admission.wait_add(len(req.body)):
+                    failure = (req.entry_id, BookieStatusError(
+                        "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
+                    break
                 n = len(req.body)
+                try:
+                    fut = self.storage.submit_add(
+                        req.ledger_id,
+                        req.entry_id,
+                        req.master_key,
+                        req.body,
+                        recovery=bool(req.flags & pb.RECOVERY_ADD),
+                        stream=stream,
+                    )
+                except BaseException:
+                    self.admission.release_add(n)
+                    raise
                 inflight.append((req, fut, n))
                 inflight_bytes += n
                 while inflight and (inflight_bytes > self.stream_window_bytes or len(inflight) > 256):
@@ -218,7 +273,18 @@ class BookieService(pb_grpc.BookieServicer):
     async def ReadEntry(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> pb.ReadResponse:
         """Read one entry, -1 = the highest stored (upstream ReadEntryProcessorV3). With FENCE_LEDGER
         the ledger is durably fenced first (EUA on a wrong master key; an unknown ledger is created
-        fenced). Statuses: EOK, ENOLEDGER, ENOENTRY, EUA, EBADREQ, EIO; ``lac`` = the bookie's LAC."""
+        fenced). Statuses: EOK, ENOLEDGER, ENOENTRY, EUA, EBADREQ, ETOOMANYREQUESTS, EIO; ``lac`` = the
+        bookie's LAC."""
+        lid, eid = request.ledger_id, request.entry_id
+        if not self.admission.try_read():
+            return pb.ReadResponse(status=pb.ETOOMANYREQUESTS, ledger_id=lid, entry_id=eid, lac=-1,
+                                   message=f"bookie {self.bookie_id}: {self.admission.describe_reads()}")
+        try:
+            return await self._read_entry(request)
+        finally:
+            self.admission.release_read()
+
+    async def _read_entry(self, request: pb.ReadRequest) -> pb.ReadResponse:
         lid, eid = request.ledger_id, request.entry_id
         try:
             if eid < -1:
@@ -243,8 +309,8 @@ class BookieService(pb_grpc.BookieServicer):
         self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
         """Stream the range in order; missing ids as ``ENOENTRY``. A request-level failure
-        (``ENOLEDGER``, ``EBADREQ``, ``EIO``) is sent as one response with that status, then the
-        stream ends."""
+        (``ENOLEDGER``, ``EBADREQ``, ``ETOOMANYREQUESTS``, ``EIO``) is sent as one response with that
+        status, then the stream ends. The whole stream counts as one read in progress."""
         lid, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
         E, WQ, idx = request.ensemble_size, request.write_quorum, request.bookie_index
         bad = None
@@ -259,6 +325,18 @@ class BookieService(pb_grpc.BookieServicer):
         if bad is not None:
             yield pb.ReadResponse(status=pb.EBADREQ, ledger_id=lid, entry_id=first, lac=-1, message=bad)
             return
+        if not self.admission.try_read():
+            yield pb.ReadResponse(status=pb.ETOOMANYREQUESTS, ledger_id=lid, entry_id=first, lac=-1,
+                                  message=f"bookie {self.bookie_id}: {self.admission.describe_reads()}")
+            return
+        try:
+            async for resp in self._read_range(lid, first, last, E, WQ, idx):
+                yield resp
+        finally:
+            self.admission.release_read()
+
+    async def _read_range(self, lid: int, first: int, last: int, E: int, WQ: int, idx: int
+                          ) -> AsyncIterator[pb.ReadResponse]:
         start = first
         while start <= last:
             try:
@@ -325,7 +403,8 @@ class BookieService(pb_grpc.BookieServicer):
         )
 
 
-def build_grpc_server(host: str, port: int, max_entry_size: int) -> tuple[grpc.aio.Server, int]:
+def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurrent_streams: int = 1000
+                      ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server bound (not yet started, no servicer yet) to ``host:port``; returns it and the
     bound port (``port=0`` picks a free one). Add the servicer with :func:`add_service` before
     ``start()``. Binding first lets the bookie learn its id (``host:port``) before the cookie check.
@@ -333,7 +412,7 @@ def build_grpc_server(host: str, port: int, max_entry_size: int) -> tuple[grpc.a
     Raises:
         RuntimeError: naming the address when it cannot be bound (e.g. the port is in use).
     """
-    server = grpc.aio.server(options=grpc_server_options(max_entry_size))
+    server = grpc.aio.server(options=grpc_server_options(max_entry_size, max_concurrent_streams))
     addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(addr)

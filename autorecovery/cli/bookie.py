@@ -20,9 +20,12 @@ import click
 import structlog
 
 from autorecovery import logs
+from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskThresholds
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE
+from autorecovery.config.load import zk_security
+from autorecovery.errors import ConfigError
 
 log = structlog.get_logger("autorecovery.cli.bookie")
 
@@ -92,6 +95,21 @@ async def run_bookie(config: BookieConfig) -> int:
 @click.option("--zk-session-timeout-ms", type=click.IntRange(100), default=10000, help="zkTimeout, ms")
 @click.option("--shutdown-grace-ms", type=click.IntRange(0), default=5000,
               help="time in-flight requests get on shutdown, ms")
+@click.option("--max-adds-in-progress", type=click.IntRange(0), default=10_000,
+              help="maxAddsInProgressLimit: adds in progress before ETOOMANYREQUESTS; 0 = no limit")
+@click.option("--max-add-bytes-in-progress", type=click.IntRange(0), default=256 * 1024 * 1024,
+              help="(ours) bytes of adds in progress before ETOOMANYREQUESTS; 0 = no limit")
+@click.option("--max-reads-in-progress", type=click.IntRange(0), default=10_000,
+              help="maxReadsInProgressLimit: reads in progress before ETOOMANYREQUESTS; 0 = no limit")
+@click.option("--stream-idle-timeout-ms", type=click.IntRange(100), default=120_000,
+              help="(ours) an AddEntries stream idle this long is answered and closed, ms")
+@click.option("--max-concurrent-streams", type=click.IntRange(1), default=1000,
+              help="(ours) gRPC streams per client connection")
+@click.option("--zk-enable-security", is_flag=True,
+              help="zkEnableSecurity: create the registration and cookie znodes with CREATOR_ALL_ACL "
+                   "(needs --zk-digest-auth-file)")
+@click.option("--zk-digest-auth-file", type=click.Path(dir_okay=False), default=None,
+              help="zkDigestAuthFile: file whose first line is the ZooKeeper digest identity user:password")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto",
@@ -112,6 +130,13 @@ def bookie_command(
     fake_disk_free: int | None,
     zk_session_timeout_ms: int,
     shutdown_grace_ms: int,
+    max_adds_in_progress: int,
+    max_add_bytes_in_progress: int,
+    max_reads_in_progress: int,
+    stream_idle_timeout_ms: int,
+    max_concurrent_streams: int,
+    zk_enable_security: bool,
+    zk_digest_auth_file: str | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -126,6 +151,10 @@ def bookie_command(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+    try:
+        security = zk_security(zk_enable_security, digest_file=zk_digest_auth_file)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
     config = BookieConfig(
         zk=zk,
         data_dir=data_dir,
@@ -138,7 +167,12 @@ def bookie_command(
         fake_disk_total_bytes=fake_disk_total,
         fake_disk_free_bytes=fake_disk_free,
         zk_session_timeout_ms=zk_session_timeout_ms,
+        limits=AdmissionLimits(max_adds=max_adds_in_progress, max_add_bytes=max_add_bytes_in_progress,
+                               max_reads=max_reads_in_progress),
+        stream_idle_timeout_s=stream_idle_timeout_ms / 1000.0,
+        max_concurrent_streams=max_concurrent_streams,
         shutdown_grace_s=shutdown_grace_ms / 1000.0,
+        zk_security=security,
     )
     rc = asyncio.run(run_bookie(config))
     sys.exit(rc)

@@ -3,7 +3,9 @@
 
 Upstream creates the ledgers root, ``LAYOUT``, ``INSTANCEID``, ``available/``, ``available/readonly/``
 and ``cookies/`` and fails when the root already exists ("Ledger root path: ... already exists").
-Ours also creates the under-replication layout, and ``--if-absent`` (ours) turns "already formatted"
+The ledger manager written to ``LAYOUT`` is the one the configuration names (``metadataServiceUri``
+``zk+longhierarchical://...``, ``ledgerManagerFactoryClass``, ``ledgerManagerType``), hierarchical
+by default, as upstream. Ours also creates the under-replication layout, and ``--if-absent`` (ours) turns "already formatted"
 into success, so a deployment's init step (docker-compose ``init`` service, Kubernetes Job) can run on
 every start: nothing that exists is overwritten.
 """
@@ -17,7 +19,8 @@ import click
 
 from autorecovery import logs
 from autorecovery.cli.shell import EXIT_FAIL, EXIT_USAGE, _settings, command
-from autorecovery.errors import ConfigError, ZooKeeperError
+from autorecovery.errors import CompatibilityError, ConfigError, ZooKeeperError
+from autorecovery.ledger.layout import HIERARCHICAL
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.ledgers import init_cluster
 from autorecovery.zk.paths import Paths
@@ -39,16 +42,16 @@ def initnewcluster(conf, zk, ledgers_root, sets, if_absent, timeout_s):
     paths = Paths(settings.ledgers_root)
 
     async def go() -> bool:
-        client = ZkClient(settings.zk_servers, session_timeout_ms=settings.zk_timeout_ms)
+        client = ZkClient.from_settings(settings)
         await client.start(timeout_s=timeout_s)
         try:
-            return await init_cluster(client, paths)
+            return await init_cluster(client, paths, settings.ledger_manager or HIERARCHICAL)
         finally:
             await client.stop()
 
     try:
         formatted = asyncio.run(go())
-    except ZooKeeperError as exc:
+    except (ZooKeeperError, CompatibilityError) as exc:
         click.echo(f"ERROR: {exc}", err=True)
         sys.exit(EXIT_FAIL)
     if formatted:

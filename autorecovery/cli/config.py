@@ -4,7 +4,11 @@ Also home of the options every command uses to find the cluster (``-c/--conf``, 
 ``--ledgers-root``, ``-D key=value``) and of :func:`settings_from_cli`, the only place where the CLI
 hands ``os.environ`` to the loader.
 
-Exit codes: 0 valid (warnings allowed unless ``--strict``), 2 invalid (every bad key named on stderr).
+Exit codes of ``config check``: 0 valid and every key that is set takes effect; 1 some key that is set
+has no effect (unknown or misspelt, shadowed by another key) — each listed as an ``ERROR:`` line; the
+daemon would start and log the same lines as warnings; 2 invalid (every bad key named on stderr; the
+daemon refuses to start). Keys of :data:`~autorecovery.config.keys.NO_EFFECT_KEYS` are accepted for
+compatibility and listed with their reason, never silently.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from autorecovery.config.load import Settings, load_settings
 from autorecovery.errors import ConfigError
 
 EXIT_CONFIG = 2
+EXIT_IGNORED = 1
 
 
 def parse_sets(values: Iterable[str]) -> dict[str, str]:
@@ -32,7 +37,7 @@ def parse_sets(values: Iterable[str]) -> dict[str, str]:
     out = {}
     for item in values or ():
         if "=" not in item:
-            raise click.BadParameter(f"{item!r}: expected key=value", param_hint="-D/--set")
+            raise click.BadParameter(f"{item!r}: expected key=value", param_hint="-D/--define")
         k, _, v = item.partition("=")
         out[k.strip()] = v
     return out
@@ -40,7 +45,7 @@ def parse_sets(values: Iterable[str]) -> dict[str, str]:
 
 def location_options(f: Callable) -> Callable:
     """Decorate a click command with the cluster-location options."""
-    f = click.option("-D", "--set", "sets", multiple=True, metavar="KEY=VALUE",
+    f = click.option("-D", "--define", "--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Set a configuration key (overrides the file and BK_<key> env).")(f)
     f = click.option("--ledgers-root", default=None, help="zkLedgersRootPath (default /ledgers).")(f)
     f = click.option("--zk", default=None, help="ZooKeeper connect string (zkServers), e.g. 127.0.0.1:2181.")(f)
@@ -121,36 +126,106 @@ def config() -> None:
 
 @config.command("check")
 @location_options
-@click.option("--strict", is_flag=True, help="Exit non-zero on warnings (unknown keys) too.")
-def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tuple[str, ...], strict: bool) -> None:
+@click.option("--strict", is_flag=True, hidden=True,
+              help="Kept for compatibility: a key without effect already makes check exit 1.")
+@click.option("--cluster", is_flag=True,
+              help="Also read the cluster's LAYOUT (read only) and check the configured ledger manager against it.")
+def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tuple[str, ...], strict: bool,
+          cluster: bool) -> None:
     """Validate the configuration and print the effective value of every key.
 
-    Unknown keys are warnings (with "did you mean"); bad values are errors naming key and value.
+    A key that is set but has no effect (unknown, misspelt — with "did you mean" —, or shadowed by
+    another key) is an ERROR line and exit status 1. Keys accepted for compatibility that have no
+    effect here are listed with their reason. Bad values are errors naming key and value (exit 2).
+    With ``--cluster`` it also reads the cluster's ``LAYOUT`` (read only) and fails (exit 2) when the
+    configured ledger manager (``metadataServiceUri`` scheme, ``ledgerManagerFactoryClass``,
+    ``ledgerManagerType``) is not the one the cluster was formatted with.
     """
     try:
         settings = settings_from_cli(conf, zk, ledgers_root, sets)
     except ConfigError as exc:
         click.echo(f"ERROR: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
-    for w in settings.warnings:
-        click.echo(f"WARNING: {w}", err=True)
     errors = validate_roles(settings)
     if errors:
         click.echo("ERROR: invalid configuration:\n  " + "\n  ".join(errors), err=True)
         sys.exit(EXIT_CONFIG)
+    for w in settings.warnings:
+        click.echo(f"ERROR: no effect: {w}", err=True)
     click.echo(f"# effective configuration ({settings.conf_path or 'no file'}; BK_<key> env and flags applied)")
     click.echo(f"# metadata store: {settings.metadata_service_uri}  bookie id: {settings.bookie_id}")
+    sec = settings.zk_security
+    click.echo(f"# zookeeper: acl={'CREATOR_ALL_ACL' if sec.enabled else 'OPEN_ACL_UNSAFE'} auth="
+               + (f"digest user {sec.user} ({sec.source})" if sec.digest else "none"))
+    st = settings.stats
+    click.echo("# prometheus listener: "
+               + (f"{st.address}:{st.port}/metrics ({st.reason})" if st.prometheus_enabled else f"off ({st.reason})"))
     for line in settings.effective_lines():
         click.echo(line)
-    if settings.warnings and strict:
-        sys.exit(1)
+    for name in settings.ignored:
+        click.echo(f"# {name}: accepted for compatibility, no effect here: {K.NO_EFFECT_KEYS[name]} "
+                   f"[{settings.sources.get(name, '?')}]")
+    if cluster:
+        _check_against_cluster(settings)
+    if settings.warnings:
+        sys.exit(EXIT_IGNORED)
+
+
+def _check_against_cluster(settings: Settings) -> None:
+    """``config check --cluster``: read ``LAYOUT`` (nothing is written) and compare the ledger manager.
+
+    Exits 2 on a mismatch or an unsupported layout, 1 when ZooKeeper or the cluster cannot be reached.
+    """
+    import asyncio
+
+    from autorecovery.errors import CompatibilityError, NoClusterError, ZooKeeperError
+    from autorecovery.ledger.layout import require_matches
+    from autorecovery.zk.bridge import ZkClient
+    from autorecovery.zk.ledgers import read_layout
+    from autorecovery.zk.paths import Paths
+
+    async def probe():
+        zk = ZkClient.from_settings(settings)
+        await zk.start(timeout_s=max(1.0, settings.zk_timeout_ms / 1000.0))
+        try:
+            paths = Paths(settings.ledgers_root)
+            layout = await read_layout(zk, paths)
+            require_matches(layout, settings.ledger_manager, settings.ledger_manager_key, paths.layout)
+            return layout, paths
+        finally:
+            await zk.stop()
+
+    try:
+        layout, paths = asyncio.run(probe())
+    except CompatibilityError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except (ZooKeeperError, NoClusterError) as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(EXIT_IGNORED)
+    named = f"configured by {settings.ledger_manager_key}" if settings.ledger_manager else "not configured: follows LAYOUT"
+    click.echo(f"# cluster: {paths.layout} names {layout.manager_factory}:{layout.manager_version} ({named})")
 
 
 @config.command("keys")
 @click.option("--markdown", is_flag=True, help="Print a Markdown table (what docs/operators.md contains).")
-def keys_cmd(markdown: bool) -> None:
+@click.option("--no-effect", "no_effect", is_flag=True,
+              help="List the upstream keys accepted for compatibility that have no effect here, with the reason.")
+def keys_cmd(markdown: bool, no_effect: bool) -> None:
     """List every configuration key: name, type, unit, default, origin, meaning."""
     from autorecovery.config.load import provider_key_objects, provider_keys
+
+    if no_effect:
+        if markdown:
+            click.echo("| keys | why they have no effect here |")
+            click.echo("|---|---|")
+        for reason, names in K.NO_EFFECT_GROUPS:
+            if markdown:
+                click.echo(f"| {', '.join(f'`{n}`' for n in names)} | {reason} |")
+            else:
+                for n in names:
+                    click.echo(f"{n}\t{reason}")
+        return
 
     if markdown:
         click.echo("| key | type | unit | default | origin | meaning |")

@@ -41,6 +41,9 @@ def run(conf, zk, ledgers_root, sets, bookie_id, http_port, http_address, log_le
     log = logs.get_logger("autorecovery.run")
     for w in settings.warnings:
         log.warning(w)
+    if settings.ignored:  # accepted for compatibility: said once, never silent (issue 10)
+        log.info("configuration keys accepted with no effect here (see `autorecovery config keys --no-effect`)",
+                 keys=list(settings.ignored))
 
     from autorecovery.cli.config import validate_roles
 

@@ -1,9 +1,14 @@
 """``autorecovery shell <command>``: upstream ``bin/bookkeeper shell`` admin commands (same names, same
 single-dash options, same output wording) plus ours (``placementcheck``).
 
-Every command takes the cluster location before or after its name: ``-c/--conf bk_server.conf``,
-``--zk host:port[,host:port][/chroot]``, ``--ledgers-root /ledgers``, ``-D key=value`` (and
-``BK_<key>`` environment variables). Output goes to stdout; logs and progress to stderr.
+Every command takes the cluster location before or after its name: ``-c/-conf/--conf bk_server.conf``
+(``listunderreplicated`` keeps upstream's ``-c`` = count: ``--conf`` there), ``--zk
+host:port[,host:port][/chroot]``, ``--ledgers-root /ledgers``, ``-D/--define key=value`` (``--set`` too,
+except on ``lostbookierecoverydelay`` where it is upstream's setter) and ``BK_<key>`` environment
+variables. Upstream's options take one or two dashes, as upstream's commons-cli parser does
+(``-ledgerid``/``--ledgerid``/``-l``). ``help [COMMAND]`` prints the usage. Output goes to stdout in
+upstream's wording (bookies as ``BookieID:<id>, IP:<ip>, Port:<port>, Hostname:<name>``); logs and
+progress to stderr. Deviations from upstream: docs/operators.md, "Compatibility with upstream".
 
 Exit codes: 0 success; 1 the operation failed (no auditor, missing ledger, ZooKeeper unreachable,
 recovery failed, decommission timed out...); 2 bad usage (bad bookie or ledger id, bad option values,
@@ -41,11 +46,17 @@ class CommandFailed(Exception):
 
 
 # -- plumbing -------------------------------------------------------------------------------------------
-def _location(f: Callable, conf_short: bool = True) -> Callable:
-    f = click.option("-D", "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a configuration key.")(f)
+def _location(f: Callable, conf_short: bool = True, set_alias: bool = True) -> Callable:
+    """Add the cluster-location options. ``-D/--define KEY=VALUE`` sets a key; ``--set`` is kept as an
+    older spelling except where the command has upstream's own ``--set`` (``lostbookierecoverydelay``).
+    ``-c``/``-conf``/``--conf`` name the configuration file (``-conf`` is upstream's ``bookkeeper shell``
+    spelling); ``conf_short=False`` leaves ``-c`` to the command."""
+    d_names = ("-D", "--define", "--set") if set_alias else ("-D", "--define")
+    f = click.option(*d_names, "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Set a configuration key (repeatable).")(f)
     f = click.option("--ledgers-root", default=None, help="zkLedgersRootPath (default /ledgers).")(f)
     f = click.option("--zk", default=None, help="ZooKeeper connect string (zkServers).")(f)
-    names = ("-c", "--conf") if conf_short else ("--conf",)
+    names = ("-c", "-conf", "--conf") if conf_short else ("-conf", "--conf")
     f = click.option(*names, "conf", type=click.Path(dir_okay=False), default=None, help="bk_server.conf.")(f)
     return f
 
@@ -92,14 +103,15 @@ def _execute(conf, zk, ledgers_root, sets, body: Callable[[ops.AdminContext], Aw
     sys.exit(code or 0)
 
 
-def command(name: str, conf_short: bool = True, **kw: Any):
+def command(name: str, conf_short: bool = True, set_alias: bool = True, **kw: Any):
     """A shell sub-command with the location options; the function receives them first.
-    ``conf_short=False`` leaves ``-c`` to the command (``listunderreplicated -c`` = count, upstream)."""
+    ``conf_short=False`` leaves ``-c`` to the command (``listunderreplicated -c`` = count, upstream);
+    ``set_alias=False`` leaves ``--set`` to it (``lostbookierecoverydelay --set N``, upstream)."""
     def deco(f: Callable) -> Callable:
         @functools.wraps(f)
         def wrapper(conf, zk, ledgers_root, sets, **opts):
             return f(conf, zk, ledgers_root, sets, **opts)
-        return shell.command(name, **kw)(_location(wrapper, conf_short))
+        return shell.command(name, **kw)(_location(wrapper, conf_short, set_alias))
     return deco
 
 
@@ -115,13 +127,20 @@ def shell(ctx: click.Context, conf, zk, ledgers_root, sets, verbose) -> None:
 
 # -- listunderreplicated ------------------------------------------------------------------------------
 @command("listunderreplicated", conf_short=False, help="List ledgers marked as under-replicated, optionally filtered by missing replica.")
-@click.option("-mr", "--missingreplica", default=None, help="Only ledgers whose missing replicas include this bookie.")
-@click.option("-emr", "--excludingmissingreplica", default=None, help="Skip ledgers missing this bookie.")
-@click.option("-pmr", "--printmissingreplica", is_flag=True, help="Print the missing replicas.")
-@click.option("-prw", "--printreplicationworkerid", is_flag=True, help="Print the worker holding the lock.")
-@click.option("-c", "--onlydisplayledgercount", is_flag=True, help="Only print the count.")
+@click.option("-mr", "--missingreplica", "-missingreplica", default=None, help="Only ledgers whose missing replicas include this bookie.")
+@click.option("-emr", "--excludingmissingreplica", "-excludingmissingreplica", default=None, help="Skip ledgers missing this bookie.")
+@click.option("-pmr", "--printmissingreplica", "-printmissingreplica", is_flag=True, help="Print the missing replicas.")
+@click.option("-prw", "--printreplicationworkerid", "-printreplicationworkerid", is_flag=True, help="Print the worker holding the lock.")
+@click.option("-c", "--onlydisplayledgercount", "-onlydisplayledgercount", is_flag=True,
+              help="Only print the count (upstream's -c; pass the configuration with --conf here).")
+@click.argument("stray", nargs=-1, required=False, metavar="")
 def listunderreplicated(conf, zk, ledgers_root, sets, missingreplica, excludingmissingreplica,
-                        printmissingreplica, printreplicationworkerid, onlydisplayledgercount):
+                        printmissingreplica, printreplicationworkerid, onlydisplayledgercount, stray):
+    if stray:
+        hint = (" (-c is upstream's --onlydisplayledgercount here; give the configuration file with --conf)"
+                if onlydisplayledgercount else "")
+        click.echo(f"ERROR: listunderreplicated takes no arguments, got {' '.join(stray)!r}{hint}", err=True)
+        sys.exit(EXIT_USAGE)
     async def body(ctx):
         items = await ops.list_underreplicated(ctx, missingreplica, excludingmissingreplica,
                                                with_workers=printreplicationworkerid and not onlydisplayledgercount)
@@ -160,11 +179,11 @@ def triggeraudit(conf, zk, ledgers_root, sets):
 
 
 @command("autorecovery", help="Enable or disable AutoRecovery; without options print its status.")
-@click.option("-enable", "--enable", is_flag=True, help="Enable AutoRecovery.")
-@click.option("-disable", "--disable", is_flag=True, help="Disable AutoRecovery.")
+@click.option("-e", "--enable", "-enable", is_flag=True, help="Enable AutoRecovery.")
+@click.option("-d", "--disable", "-disable", is_flag=True, help="Disable AutoRecovery.")
 def autorecovery_cmd(conf, zk, ledgers_root, sets, enable, disable):
     if enable and disable:
-        click.echo("ERROR: only one of -enable and -disable can be specified", err=True)
+        click.echo("ERROR: only one of -e/--enable and -d/--disable can be specified", err=True)
         sys.exit(EXIT_USAGE)
 
     async def body(ctx):
@@ -181,12 +200,13 @@ def autorecovery_cmd(conf, zk, ledgers_root, sets, enable, disable):
     _execute(conf, zk, ledgers_root, sets, body)
 
 
-@command("lostbookierecoverydelay", help="Get or set the lostBookieRecoveryDelay (seconds) in ZooKeeper.")
-@click.option("-get", "--get", "get_", is_flag=True, help="Print the value.")
-@click.option("-set", "--set-value", "set_", default=None, metavar="SECONDS", help="Set the value.")
+@command("lostbookierecoverydelay", set_alias=False,
+         help="Get or set the lostBookieRecoveryDelay (seconds) in ZooKeeper.")
+@click.option("-g", "--get", "-get", "get_", is_flag=True, help="Print the value.")
+@click.option("-s", "--set", "-set", "--set-value", "set_", default=None, metavar="SECONDS", help="Set the value.")
 def lostbookierecoverydelay(conf, zk, ledgers_root, sets, get_, set_):
     if get_ == (set_ is not None):
-        click.echo("ERROR: exactly one of -get and -set must be specified", err=True)
+        click.echo("ERROR: exactly one of -g/--get and -s/--set must be specified", err=True)
         sys.exit(EXIT_USAGE)
 
     async def body(ctx):
@@ -199,7 +219,7 @@ def lostbookierecoverydelay(conf, zk, ledgers_root, sets, get_, set_):
 
 
 @command("queryautorecoverystatus", help="List the ledgers being re-replicated right now.")
-@click.option("-v", "--verbose", is_flag=True, help="Also print the ledger size.")
+@click.option("-v", "--verbose", "-verbose", is_flag=True, help="Also print the ledger size.")
 def queryautorecoverystatus(conf, zk, ledgers_root, sets, verbose):
     async def body(ctx):
         items = await ops.query_autorecovery_status(ctx, verbose)
@@ -215,9 +235,9 @@ def queryautorecoverystatus(conf, zk, ledgers_root, sets, verbose):
 
 
 @command("forceauditchecks", help="Reset the last run time of auditor checks; they run after the next auditor start.")
-@click.option("-calc", "--checkallledgerscheck", is_flag=True, help="Force checkAllLedgers.")
-@click.option("-ppc", "--placementpolicycheck", is_flag=True, help="Force placementPolicyCheck.")
-@click.option("-rc", "--replicascheck", is_flag=True, help="Force replicasCheck.")
+@click.option("-calc", "--checkallledgerscheck", "-checkallledgerscheck", is_flag=True, help="Force checkAllLedgers.")
+@click.option("-ppc", "--placementpolicycheck", "-placementpolicycheck", is_flag=True, help="Force placementPolicyCheck.")
+@click.option("-rc", "--replicascheck", "-replicascheck", is_flag=True, help="Force replicasCheck.")
 def forceauditchecks(conf, zk, ledgers_root, sets, checkallledgerscheck, placementpolicycheck, replicascheck):
     async def body(ctx):
         done = await ops.force_audit_checks(ctx, checkallledgerscheck, placementpolicycheck, replicascheck)
@@ -241,34 +261,55 @@ def bookieinfo(conf, zk, ledgers_root, sets):
             click.echo("Failed to retrieve bookie information from any of the bookies")
             raise CommandFailed("no bookie answered GET_BOOKIE_INFO")
         click.echo("Free disk space info:")
+        addresses = await ops.bookie_addresses(report.infos)
         for b, (free, total) in sorted(report.infos.items()):
-            click.echo(f"{b}:\tFree: {free}{readable_bytes(free)}\tTotal: {total}{readable_bytes(total)}")
+            click.echo(f"{ops.bookie_line(b, addresses[b])}: \tFree: {free}{readable_bytes(free)}"
+                       f"\tTotal: {total}{readable_bytes(total)}")
         tf, tt = report.total_free, report.total_capacity
         click.echo(f"Total free disk space in the cluster:\t{tf}{readable_bytes(tf)}")
         click.echo(f"Total disk capacity in the cluster:\t{tt}{readable_bytes(tt)}")
     _execute(conf, zk, ledgers_root, sets, body)
 
 
-@command("clusterinfo", help="Cluster summary as JSON (auditor, under-replication, bookie counts).")
-def clusterinfo(conf, zk, ledgers_root, sets):
+@command("clusterinfo", help="Cluster summary (auditor, under-replication, bookie counts): upstream's header "
+                             "line then its JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print only the JSON, on one line (ours).")
+def clusterinfo(conf, zk, ledgers_root, sets, as_json):
     async def body(ctx):
-        click.echo(json.dumps(await ops.cluster_info(ctx), indent=2))
+        info = await ops.cluster_info(ctx)
+        if as_json:
+            click.echo(json.dumps(info))
+            return
+        click.echo("--------- Cluster Info ---------")
+        click.echo(jackson_pretty(info))
     _execute(conf, zk, ledgers_root, sets, body)
 
 
-@command("listbookies", help="List bookies with their racks and read-only/unavailable state.")
-@click.option("-rw", "--readwrite", is_flag=True, help="Print writable bookies.")
-@click.option("-ro", "--readonly", is_flag=True, help="Print read-only bookies.")
-@click.option("-a", "--all", "all_", is_flag=True, help="Print all bookies (those with a cookie).")
-def listbookies(conf, zk, ledgers_root, sets, readwrite, readonly, all_):
+@command("listbookies", context_settings={"help_option_names": ["--help"]},
+         help="List bookies: upstream's sections and BookieID/IP/Port/Hostname lines (-h is upstream's "
+              "--hostnames here; help is --help).")
+@click.option("-rw", "--readwrite", "-readwrite", is_flag=True, help="Print writable bookies.")
+@click.option("-ro", "--readonly", "-readonly", is_flag=True, help="Print read-only bookies.")
+@click.option("-a", "--all", "-all", "all_", is_flag=True, help="Print all bookies (those with a cookie).")
+@click.option("-h", "--hostnames", "-hostnames", is_flag=True,
+              help="Upstream's deprecated 'also print hostnames': every line already carries Hostname.")
+@click.option("--racks", is_flag=True,
+              help="Append each bookie's rack (and, under All Bookies, its state) to the line (ours).")
+def listbookies(conf, zk, ledgers_root, sets, readwrite, readonly, all_, hostnames, racks):
     if not (readwrite or readonly or all_):
         readwrite = readonly = all_ = True
 
     async def body(ctx):
-        rows = await ops.list_bookies(ctx)
+        rows = await ops.list_bookies(ctx, with_racks=racks)
+        addresses = await ops.bookie_addresses(r.bookie_id for r in rows)
 
-        def rack(r):
-            return f"\track={r.rack or '(default)'}"
+        def line(r, with_state=False):
+            text = ops.bookie_line(r.bookie_id, addresses[r.bookie_id])
+            if racks:
+                text += f"\track={r.rack or '(default)'}"
+                if with_state:
+                    text += f"\tstate={r.state}"
+            return text
 
         printed = False
         for title, state, flag in (("ReadWrite Bookies :", "writable", readwrite),
@@ -277,25 +318,58 @@ def listbookies(conf, zk, ledgers_root, sets, readwrite, readonly, all_):
             if flag and sel:
                 click.echo(title)
                 for r in sel:
-                    click.echo(f"{r.bookie_id}{rack(r)}")
+                    click.echo(line(r))
                 printed = True
         if all_ and rows:
             click.echo("All Bookies :")
             for r in sorted(rows, key=lambda r: r.bookie_id):
-                click.echo(f"{r.bookie_id}\tstate={r.state}{rack(r)}")
+                click.echo(line(r, with_state=True))
             printed = True
         if not printed:
-            click.echo("No bookie exists!")
-            raise CommandFailed("no bookie exists")
+            click.echo("No bookie exists!")  # upstream logs this and still exits 0
     _execute(conf, zk, ledgers_root, sets, body)
 
 
 # -- ledgers ----------------------------------------------------------------------------------------------
-@command("ledgermetadata", help="Print the metadata of a ledger.")
-@click.option("-l", "--ledgerid", required=True, help="Ledger id.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of upstream's toString form.")
-def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, as_json):
+@command("ledgermetadata", help="Print the metadata of a ledger (upstream's toString), or dump it to / "
+                                "restore it from a file.")
+@click.option("-l", "--ledgerid", "-ledgerid", default=None, help="Ledger id.")
+@click.option("-dumptofile", "--dumptofile", "dump_to", default=None, metavar="FILE",
+              help="Write the ledger's metadata znode, byte for byte, to FILE (upstream's serialised form).")
+@click.option("-restorefromfile", "--restorefromfile", "restore_from", default=None, metavar="FILE",
+              help="Create the ledger's metadata from FILE (a -dumptofile output).")
+@click.option("-update", "--update", is_flag=True, help="With -restorefromfile: overwrite an existing ledger.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of upstream's toString form (ours).")
+def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from, update, as_json):
+    if ledgerid is None:
+        click.echo("ERROR: Must specify a ledger id (-l/--ledgerid/-ledgerid N)", err=True)
+        sys.exit(EXIT_USAGE)
+    if dump_to and restore_from:
+        click.echo("ERROR: Only one of --dumptofile and --restorefromfile can be specified", err=True)
+        sys.exit(EXIT_USAGE)
+    if update and not restore_from:
+        click.echo("ERROR: -update only applies to -restorefromfile", err=True)
+        sys.exit(EXIT_USAGE)
+
     async def body(ctx):
+        if dump_to:
+            lid, data = await ops.ledger_metadata_bytes(ctx, ledgerid)
+            try:
+                with open(dump_to, "wb") as fh:
+                    fh.write(data)
+            except OSError as exc:
+                raise CommandFailed(f"cannot write {dump_to}: {exc.strerror}") from None
+            return
+        if restore_from:
+            try:
+                with open(restore_from, "rb") as fh:
+                    data = fh.read()
+            except OSError as exc:
+                raise CommandFailed(f"cannot read {restore_from}: {exc.strerror}") from None
+            lid, updated = await ops.restore_ledger_metadata(ctx, ledgerid, data, restore_from, update=update)
+            if updated:
+                click.echo(f"successsfully updated ledger metadata {lid}")
+            return
         lid, md, version = await ops.ledger_metadata(ctx, ledgerid)
         if as_json:
             click.echo(json.dumps(ops.metadata_json(lid, md, version), indent=2))
@@ -376,25 +450,35 @@ class _ProgressPrinter:
 # -- recover ------------------------------------------------------------------------------------------------
 @command("recover", help="Re-replicate the data of bookies (BOOKIES: host:port[,host:port]).")
 @click.argument("bookies")
-@click.option("-dr", "--dryrun", "--dry-run", "dry_run", is_flag=True, help="Print the plan; change nothing.")
-@click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
-@click.option("-l", "--ledger", default=None, help="Recover only this ledger.")
-@click.option("-sk", "--skipOpenLedgers", "--skip-open-ledgers", "skip_open", is_flag=True,
+@click.argument("ignored_dest", required=False, metavar="")
+@click.option("-q", "--query", "-query", is_flag=True,
+              help="Only list the ledgers that contain the bookies, ensemble by ensemble (upstream's query).")
+@click.option("-dr", "--dryrun", "-dryrun", "--dry-run", "dry_run", is_flag=True,
+              help="Print the plan; change nothing.")
+@click.option("-f", "--force", "-force", is_flag=True, help="Do not ask for confirmation.")
+@click.option("-l", "--ledger", "-ledger", default=None, help="Recover only this ledger.")
+@click.option("-sk", "--skipOpenLedgers", "-skipOpenLedgers", "--skip-open-ledgers", "skip_open", is_flag=True,
               help="Leave open ledgers alone.")
-@click.option("-d", "--deleteCookie", "--delete-cookie", "delete_cookie", is_flag=True,
+@click.option("-d", "--deleteCookie", "-deleteCookie", "--delete-cookie", "delete_cookie", is_flag=True,
               help="Delete the bookies' cookies after a successful recovery.")
-@click.option("-sku", "--skipUnrecoverableLedgers", "--skip-unrecoverable-ledgers", "skip_unrecoverable",
+@click.option("-sku", "--skipUnrecoverableLedgers", "-skipUnrecoverableLedgers", "--skip-unrecoverable-ledgers",
+              "skip_unrecoverable",
               is_flag=True, help="Report unrecoverable ledgers as skipped instead of failing.")
-@click.option("-rate", "--rate", type=int, default=None, metavar="BYTES_PER_S",
-              help="Copy throttle in bytes/s (default replicationRateByBytes).")
+@click.option("-rate", "--replicationRate", "-replicationRate", "--rate", "rate", type=int, default=None,
+              metavar="BYTES_PER_S", help="Copy throttle in bytes/s (default replicationRateByBytes).")
 @click.option("--target", "targets", default=None, metavar="BOOKIE[,BOOKIE]",
               help="Copy to these bookies instead of the placement policy's choice.")
 @click.option("--lock-wait", type=float, default=60.0, show_default=True,
               help="Seconds to wait for ledgers a ReplicationWorker holds.")
-def recover(conf, zk, ledgers_root, sets, bookies, dry_run, force, ledger, skip_open, delete_cookie,
-            skip_unrecoverable, rate, targets, lock_wait):
+def recover(conf, zk, ledgers_root, sets, bookies, ignored_dest, query, dry_run, force, ledger, skip_open,
+            delete_cookie, skip_unrecoverable, rate, targets, lock_wait):
     sources = [b.strip() for b in bookies.split(",") if b.strip()]
     target_list = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
+    if ignored_dest:
+        click.echo(f"The provided bookie dest {ignored_dest} will be ignored!", err=True)
+    if query:
+        _execute(conf, zk, ledgers_root, sets, functools.partial(_query, sources))
+        return
     if not dry_run and not force:
         click.echo(f"Bookies : {sources}", err=True)
         answer = click.prompt("Are you sure to recover them : (Y/N)", default="N", show_default=False,
@@ -413,6 +497,7 @@ def recover(conf, zk, ledgers_root, sets, bookies, dry_run, force, ledger, skip_
         report = await ops.recover(
             ctx, sources, dry_run=dry_run, targets=target_list, ledger=ledger, skip_open_ledgers=skip_open,
             rate_bytes_per_s=rate, delete_cookie=delete_cookie, skip_unrecoverable=skip_unrecoverable,
+            force=True,  # -f or a "Y" at the prompt: the operator confirmed (a running source is a migration)
             lock_wait_s=lock_wait, on_progress=None if dry_run else _ProgressPrinter(), on_ledger=on_ledger)
         for w in report.warnings:
             click.echo(f"WARNING: {w}", err=True)
@@ -428,6 +513,22 @@ def recover(conf, zk, ledgers_root, sets, bookies, dry_run, force, ledger, skip_
         if report.failed:
             raise CommandFailed("recovery failed for ledger(s) " + ", ".join(str(o.ledger_id) for o in report.failed))
     _execute(conf, zk, ledgers_root, sets, body)
+
+
+async def _query(sources: list[str], ctx: ops.AdminContext) -> None:
+    """``recover -q``: the ledgers whose ensembles name a source, in upstream's (pre-slf4j) layout."""
+    ids = {ops.check_bookie_id(b) for b in sources}
+    click.echo("NOTE: Bookies in inspection list are marked with '*'.", err=True)
+    for lid, md in await ops.ledgers_containing(ctx, ids):
+        click.echo(f"ledger {lid} : {md.state.name}")
+        summary = []
+        for seg in md.segments:
+            marks = "".join(f"{b}{'*' if b in ids else ' '} " for b in seg.ensemble)
+            click.echo(f"{seg.first_entry_id}:\t{marks}")
+            summary.append(f"{seg.first_entry_id}={sum(1 for b in seg.ensemble if b in ids)}, ")
+        click.echo(f"summary: [{''.join(summary)}]")
+        click.echo("")
+    click.echo("Done", err=True)
 
 
 def _print_plan(report) -> None:
@@ -480,6 +581,31 @@ def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
         if report.cookie_deleted:
             click.echo(f"Cookie of the decommissioned bookie: {report.bookie_id} is deleted successfully")
     _execute(conf, zk, ledgers_root, sets, body)
+
+
+# -- help --------------------------------------------------------------------------------------------------
+@shell.command("help", help="Describe the usage of this program or its subcommands.")
+@click.argument("command_name", required=False, metavar="[COMMAND]")
+@click.pass_context
+def help_cmd(ctx: click.Context, command_name: str | None) -> None:
+    """Upstream ``bookkeeper shell help [COMMAND]``: the shell's usage, or one command's."""
+    group_ctx = ctx.parent
+    if not command_name:
+        click.echo(group_ctx.get_help())
+        return
+    cmd = shell.get_command(group_ctx, command_name)
+    if cmd is None:
+        click.echo(f"Unknown command {command_name}", err=True)
+        click.echo(group_ctx.get_help(), err=True)
+        sys.exit(EXIT_USAGE)
+    with click.Context(cmd, info_name=command_name, parent=group_ctx) as sub:
+        click.echo(cmd.get_help(sub))
+
+
+def jackson_pretty(obj: dict[str, Any]) -> str:
+    """A flat JSON object as Jackson's default pretty printer writes it (upstream ``JsonUtil.toJson``):
+    two-space indent and ``"key" : value``."""
+    return json.dumps(obj, indent=2, separators=(",", " : "))
 
 
 __all__ = ["shell"]

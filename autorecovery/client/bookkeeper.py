@@ -14,12 +14,13 @@ from autorecovery.client.batcher import AddBatcher
 from autorecovery.client.handle import LedgerHandle
 from autorecovery.client.reader import ReadHandle
 from autorecovery.client.recovery import recover_ledger
+from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import BookieError, NoSuchLedgerError, NotEnoughBookiesError
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.rpc.bookie_client import BookieClient
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import NodeExistsError, ZkClient
-from autorecovery.zk.ledgers import LedgerStore, now_ms
+from autorecovery.zk.ledgers import LedgerStore, now_ms, read_layout
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.topology_source import RackInfoWatcher, build_placement
 
@@ -58,25 +59,34 @@ class BookKeeper:
     @classmethod
     async def connect(cls, zk_hosts: str, ledgers_root: str = "/ledgers", *, policy=None,
                       placement_properties: dict[str, str] | None = None,
-                      session_timeout_ms: int = 10000) -> "BookKeeper":
+                      session_timeout_ms: int = 10000, security: ZkSecurity | None = None) -> "BookKeeper":
         """Open a ZooKeeper session and start watching bookies.
 
         Args:
             policy: a ready placement policy; when None one is built from ``placement_properties``
                 (upstream keys, e.g. ``ensemblePlacementPolicy``, ``minNumRacksPerWriteQuorum``) with
                 racks from ``/bookies``, kept current by a watch.
+            security: ZooKeeper identity and ACL (``zkEnableSecurity``): ledger metadata znodes are
+                then created with ``CREATOR_ALL_ACL``; default open and unauthenticated.
 
         Raises:
             ZooKeeperError: naming the connect string when ZooKeeper cannot be reached.
+            NoClusterError / CompatibilityError: no ``LAYOUT`` under ``ledgers_root``, or a ledger manager
+                this version does not lay out (ledger paths follow ``LAYOUT``: hierarchical or long).
             ConfigError: a bad placement key.
         """
-        zk = await ZkClient(zk_hosts, session_timeout_ms=session_timeout_ms).start()
+        zk = await ZkClient(zk_hosts, session_timeout_ms=session_timeout_ms, security=security).start()
         racks = None
         if policy is None:
             setup = await build_placement(placement_properties or {}, zk)
             policy = setup.policy
             racks = RackInfoWatcher(zk, setup)
-        bk = cls(zk, Paths(ledgers_root), policy=policy, own_zk=True)
+        try:
+            paths = Paths(ledgers_root).with_layout(await read_layout(zk, Paths(ledgers_root)))
+        except Exception:
+            await zk.stop()
+            raise
+        bk = cls(zk, paths, policy=policy, own_zk=True)
         bk.racks = racks
         await bk.start()
         return bk

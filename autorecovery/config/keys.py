@@ -9,9 +9,9 @@ unit, default, a one-line doc and where it comes from:
 * ``ours`` — a key autorecovery adds, named in the same style.
 
 :data:`PULSAR_ALIASES` maps Pulsar ``broker.conf`` names (``bookkeeperClient...``) onto the upstream
-keys, and :data:`IGNORED_UPSTREAM_KEYS` lists bookie-side keys that a shared ``bk_server.conf``
-usually contains but that mean nothing to AutoRecovery (they are accepted silently instead of being
-reported as unknown).
+keys, and :data:`NO_EFFECT_KEYS` lists the upstream keys that a shared ``bk_server.conf`` usually
+contains but that have no effect on AutoRecovery, each with its reason (they are accepted and listed
+by ``config check`` instead of being reported as unknown).
 
 Parsing one raw string value is :meth:`Key.parse`; it raises :class:`~autorecovery.errors.ConfigError`
 naming the key and the value. No I/O here: :mod:`autorecovery.config.load` reads files and the
@@ -44,11 +44,13 @@ class Key:
         unit: ``ms``, ``s``, ``bytes``, ``bytes/s``, ``%``, ``count``, ``tasks/s`` or ``""``.
         doc: one line for ``config check`` and docs/operators.md.
         origin: :data:`UPSTREAM` or :data:`OURS`.
-        group: ``metadata``, ``daemon``, ``http``, ``logging``, ``auditor``, ``worker``, ``placement``,
+        group: ``metadata``, ``daemon``, ``http``, ``stats``, ``logging``, ``auditor``, ``worker``, ``placement``,
             ``bookieinfo``.
         min_value / max_value: inclusive bounds for numbers (None = unbounded).
         choices: allowed values for strings (lower-cased comparison), None = any.
         upstream_default: upstream's default when ours differs (documented), else None.
+        secret: the value is a credential: ``config check`` prints ``******`` instead of it and no
+            error message quotes it.
     """
 
     name: str
@@ -62,6 +64,7 @@ class Key:
     max_value: float | None = None
     choices: tuple[str, ...] | None = None
     upstream_default: Any = None
+    secret: bool = False
 
     def parse(self, raw: str) -> Any:
         """Turn the raw property string into a typed value.
@@ -143,12 +146,25 @@ KEYS: tuple[Key, ...] = (
     _k("zkLedgersRootPath", "str", "/ledgers", "", "metadata", "ledgers root znode (when no metadataServiceUri)"),
     _k("zkTimeout", "int", 10000, "ms", "metadata", "ZooKeeper session timeout", min_value=1),
     _k("ledgerManagerFactoryClass", "str", None, "", "metadata",
-       "ledger layout; only the hierarchical layout is supported (hierarchical, longhierarchical)"),
+       "ledger manager factory class (or hierarchical/longhierarchical); must match the cluster's LAYOUT"),
+    _k("ledgerManagerType", "str", None, "", "metadata",
+       "pre-4.2 ledger manager type name (hierarchical, longhierarchical); must match the cluster's LAYOUT"),
+    _k("zkEnableSecurity", "bool", False, "", "metadata",
+       "create every znode with ZooKeeper's CREATOR_ALL_ACL (only our authenticated identity may read or change "
+       "it) instead of OPEN_ACL_UNSAFE; needs zkDigestAuth or zkDigestAuthFile"),
+    _k("zkDigestAuth", "str", None, "", "metadata",
+       "ZooKeeper digest identity user:password sent on every session (a secret: never printed)",
+       origin=OURS, secret=True),
+    _k("zkDigestAuthFile", "str", None, "", "metadata",
+       "file whose first line is the zkDigestAuth user:password (keeps the secret out of the config file)",
+       origin=OURS),
     _k("bookieId", "str", None, "", "metadata",
        "this node's id in the auditor election; default <advertisedAddress or host IP>:<bookiePort>"),
     _k("bookiePort", "int", 3181, "", "metadata", "port part of the default bookie id", min_value=0, max_value=65535),
     _k("advertisedAddress", "str", None, "", "metadata", "host part of the default bookie id"),
     _k("useHostNameAsBookieID", "bool", False, "", "metadata", "default bookie id uses the host name, not the IP"),
+    _k("useShortHostName", "bool", False, "", "metadata",
+       "with useHostNameAsBookieID: the default bookie id uses the short host name (up to the first dot)"),
     # -- daemon ---------------------------------------------------------------------------------
     _k("bookieDeathWatchInterval", "int", 1000, "ms", "daemon",
        "how often the daemon checks that its roles are still running", min_value=1),
@@ -166,6 +182,19 @@ KEYS: tuple[Key, ...] = (
     _k("httpAdminMutationsEnabled", "bool", False, "", "http",
        "allow the mutating admin endpoints (PUT status/bookie/trigger_audit/lost_bookie_recovery_delay/decommission)",
        origin=OURS),
+    # -- stats (upstream PrometheusMetricsProvider) -----------------------------------------------------
+    _k("enableStatistics", "bool", True, "", "stats",
+       "false: no stats provider, so no prometheusStatsHttpPort listener (/metrics on httpServerPort stays)"),
+    _k("statsProviderClass", "str", None, "", "stats",
+       "org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider (what upstream's shipped bk_server.conf "
+       "sets) serves /metrics on prometheusStatsHttpAddress:prometheusStatsHttpPort; NullStatsProvider: no "
+       "listener (also when unset: upstream's default is NullStatsProvider); any other provider is refused"),
+    _k("prometheusStatsHttpEnable", "bool", True, "", "stats", "false: the Prometheus provider opens no listener"),
+    _k("prometheusStatsHttpAddress", "str", "0.0.0.0", "", "stats",
+       "address of the Prometheus /metrics listener (every interface, as upstream)"),
+    _k("prometheusStatsHttpPort", "int", 8000, "", "stats",
+       "port of the Prometheus /metrics listener; setting it (or the address) turns the listener on when "
+       "statsProviderClass is unset", min_value=0, max_value=65535),
     # -- logging --------------------------------------------------------------------------------------
     _k("logLevel", "str", "INFO", "", "logging", "DEBUG, INFO, WARNING or ERROR", origin=OURS,
        choices=("debug", "info", "warning", "warn", "error")),
@@ -222,7 +251,6 @@ KEYS: tuple[Key, ...] = (
     _k("replicationRateByBytes", "int", -1, "bytes/s", "worker", "copy throttle; -1 off", min_value=-1),
     _k("zkReplicationTaskRateLimit", "float", 0.0, "tasks/s", "worker",
        "rate limit of ledger acquisitions from ZooKeeper; 0 off", min_value=0),
-    _k("recoveryBatchReadEnabled", "bool", False, "", "worker", "batch reads while copying (accepted; reads stream)"),
     # -- placement ---------------------------------------------------------------------------------
     _k("ensemblePlacementPolicy", "str", "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", "",
        "placement", "placement policy class (upstream class names map to ours)"),
@@ -287,6 +315,10 @@ KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 #: handled by :func:`pulsar_policy` instead.
 PULSAR_ALIASES: dict[str, str] = {
     "bookkeeperMetadataServiceUri": "metadataServiceUri",
+    # broker.conf's metadata store (``zk:h1:2181,h2:2181`` or ``metadata-store:zk:...``; the ``zk:`` prefix
+    # is stripped in config.load) and its deprecated predecessor
+    "metadataStoreUrl": "zkServers",
+    "zookeeperServers": "zkServers",
     "bookkeeperClientMinNumRacksPerWriteQuorum": "minNumRacksPerWriteQuorum",
     "bookkeeperClientEnforceMinNumRacksPerWriteQuorum": "enforceMinNumRacksPerWriteQuorum",
     "bookkeeperClientReorderReadSequenceEnabled": "reorderReadSequenceEnabled",
@@ -307,43 +339,75 @@ RACKAWARE_CLASS = "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy
 REGIONAWARE_CLASS = "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy"
 DEFAULT_POLICY_CLASS = "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy"
 
-#: Bookie-side keys of a shared bk_server.conf: accepted and ignored (not reported as unknown).
-IGNORED_UPSTREAM_KEYS: frozenset[str] = frozenset({
-    "autoRecoveryDaemonEnabled", "journalDirectory", "journalDirectories", "ledgerDirectories",
-    "indexDirectories", "listeningInterface", "allowLoopback", "allowEphemeralPorts", "extraServerComponents",
-    "ledgerStorageClass", "entryLogSizeLimit", "minorCompactionThreshold", "minorCompactionInterval",
-    "majorCompactionThreshold", "majorCompactionInterval", "compactionRateByEntries", "compactionRateByBytes",
-    "gcWaitTime", "gcOverreplicatedLedgerWaitTime", "verifyMetadataOnGC", "isForceGCAllowWhenNoSpace",
-    "journalAdaptiveGroupWrites", "journalMaxGroupWaitMSec", "journalBufferedWritesThreshold",
-    "journalSyncData", "journalWriteData", "journalFormatVersionToWrite", "journalMaxSizeMB",
-    "journalMaxBackups", "journalPreAllocSizeMB", "journalWriteBufferSizeKB", "journalRemoveFromPageCache",
-    "numAddWorkerThreads", "numReadWorkerThreads", "numHighPriorityWorkerThreads", "numJournalCallbackThreads",
-    "maxPendingReadRequestsPerThread", "maxPendingAddRequestsPerThread", "serverTcpNoDelay",
-    "serverNumIOThreads", "flushInterval", "flushEntrylogBytes", "readOnlyModeEnabled", "forceReadOnlyBookie",
-    "diskUsageThreshold", "diskUsageWarnThreshold", "diskUsageLwmThreshold", "diskCheckInterval",
-    "fileInfoCacheInitialCapacity", "openFileLimit", "pageSize",
-    "pageLimit", "skipListSizeLimit", "skipListArenaChunkSize", "skipListArenaMaxAllocSize",
-    "sortedLedgerStorageEnabled", "dbStorage_writeCacheMaxSizeMb", "dbStorage_readAheadCacheMaxSizeMb",
-    "dbStorage_readAheadCacheBatchSize", "dbStorage_rocksDB_blockCacheSize", "dbStorage_rocksDB_writeBufferSizeMB",
-    "dbStorage_rocksDB_sstSizeInMB", "dbStorage_rocksDB_blockSize", "dbStorage_rocksDB_bloomFilterBitsPerKey",
-    "dbStorage_rocksDB_numLevels", "dbStorage_rocksDB_numFilesInLevel0", "dbStorage_rocksDB_maxSizeInLevel1MB",
-    "statsProviderClass", "prometheusStatsHttpPort", "prometheusStatsHttpAddress", "prometheusStatsLatencyRolloverSeconds",
-    "enableStatistics", "httpServerClass", "zkRetryBackoffStartMs",
-    "zkRetryBackoffMaxMs", "zkRequestRateLimit", "metadataServiceDriverClass", "clientRole",
-    "useShortHostName", "enableLocalTransport", "disableServerSocketBind", "storageserver.grpc.port",
-    "dlog.bkcEnsembleSize", "dlog.bkcWriteQuorumSize", "dlog.bkcAckQuorumSize",
-    "nettyMaxFrameSizeBytes", "byteBufAllocatorSizeMax",
-    "maxAddsInProgressLimit", "maxReadsInProgressLimit", "closeChannelOnResponseTimeout",
-    "entryLogFilePreallocationEnabled", "logSizeLimit",
-    "ledgerDirsMonitorIntervalMs", "bookieAddressResolverEnabled",
-})
+#: Upstream keys a shared ``bk_server.conf`` (or Pulsar's ``bookkeeper.conf``) usually carries that are
+#: **accepted for compatibility and have no effect here**, grouped by the reason. A key here is not
+#: reported as unknown; ``config check`` lists every one that is set, with its reason, so nothing is
+#: accepted silently. docs/operators.md carries this table (``autorecovery config keys --no-effect
+#: --markdown``); tests/unit/config/test_keys_read.py proves every other key of :data:`KEYS` is read.
+NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("bookie storage, journal, compaction and disk: the bookie process's own data path; this daemon stores "
+     "no entries (the reference bookie takes its few settings as `autorecovery bookie` flags)", (
+        "journalDirectory", "journalDirectories", "ledgerDirectories", "indexDirectories", "ledgerStorageClass",
+        "entryLogSizeLimit", "logSizeLimit", "entryLogFilePreallocationEnabled", "minorCompactionThreshold",
+        "minorCompactionInterval", "majorCompactionThreshold", "majorCompactionInterval",
+        "compactionRateByEntries", "compactionRateByBytes", "gcWaitTime", "gcOverreplicatedLedgerWaitTime",
+        "verifyMetadataOnGC", "isForceGCAllowWhenNoSpace", "journalAdaptiveGroupWrites",
+        "journalMaxGroupWaitMSec", "journalBufferedWritesThreshold", "journalSyncData", "journalWriteData",
+        "journalFormatVersionToWrite", "journalMaxSizeMB", "journalMaxBackups", "journalPreAllocSizeMB",
+        "journalWriteBufferSizeKB", "journalRemoveFromPageCache", "flushInterval", "flushEntrylogBytes",
+        "readOnlyModeEnabled", "forceReadOnlyBookie", "diskUsageThreshold", "diskUsageWarnThreshold",
+        "diskUsageLwmThreshold", "diskCheckInterval", "ledgerDirsMonitorIntervalMs",
+        "fileInfoCacheInitialCapacity", "openFileLimit", "pageSize", "pageLimit", "skipListSizeLimit",
+        "skipListArenaChunkSize", "skipListArenaMaxAllocSize", "sortedLedgerStorageEnabled",
+        "dbStorage_writeCacheMaxSizeMb", "dbStorage_readAheadCacheMaxSizeMb", "dbStorage_readAheadCacheBatchSize",
+        "dbStorage_rocksDB_blockCacheSize", "dbStorage_rocksDB_writeBufferSizeMB", "dbStorage_rocksDB_sstSizeInMB",
+        "dbStorage_rocksDB_blockSize", "dbStorage_rocksDB_bloomFilterBitsPerKey", "dbStorage_rocksDB_numLevels",
+        "dbStorage_rocksDB_numFilesInLevel0", "dbStorage_rocksDB_maxSizeInLevel1MB",
+    )),
+    ("bookie request serving: threads, queues and sockets of the bookie's Netty server; this daemon serves "
+     "no bookie protocol", (
+        "numAddWorkerThreads", "numReadWorkerThreads", "numHighPriorityWorkerThreads",
+        "numJournalCallbackThreads", "maxPendingReadRequestsPerThread", "maxPendingAddRequestsPerThread",
+        "maxAddsInProgressLimit", "maxReadsInProgressLimit", "serverTcpNoDelay", "serverNumIOThreads",
+        "listeningInterface", "allowLoopback", "allowEphemeralPorts", "enableLocalTransport",
+        "disableServerSocketBind", "extraServerComponents", "storageserver.grpc.port",
+    )),
+    ("Java runtime internals: Netty buffers and channels, the Vert.x HTTP server class; our client speaks "
+     "gRPC and our HTTP server is aiohttp, so there is nothing for them to tune", (
+        "nettyMaxFrameSizeBytes", "byteBufAllocatorSizeMax", "closeChannelOnResponseTimeout", "httpServerClass",
+    )),
+    ("bookie-only switch: runs AutoRecovery inside the bookie JVM; this daemon is AutoRecovery, started on "
+     "its own", ("autoRecoveryDaemonEnabled",)),
+    ("DistributedLog / stream-storage settings of the same file; not used by AutoRecovery", (
+        "dlog.bkcEnsembleSize", "dlog.bkcWriteQuorumSize", "dlog.bkcAckQuorumSize",
+    )),
+    ("ZooKeeper client tuning of the Java client: our client (kazoo) reconnects with its own backoff "
+     "(0.1 s doubling to 1 s, so a session rejoins quickly) and bounds outstanding operations with "
+     "auditorMaxNumberOfConcurrentOpenLedgerOperations instead of a request rate", (
+        "zkRetryBackoffStartMs", "zkRetryBackoffMaxMs", "zkRequestRateLimit",
+    )),
+    ("metadata driver selection of the Java client: only the ZooKeeper driver exists here and the "
+     "metadataServiceUri scheme (zk+hierarchical://) selects it", ("metadataServiceDriverClass", "clientRole")),
+    ("bookie id resolution of the Java client: bookie ids here are host:port and are dialled as such",
+     ("bookieAddressResolverEnabled",)),
+    ("batch reads while copying: our worker already reads each fragment as one gRPC stream, so there is "
+     "no separate batch-read mode to turn on", ("recoveryBatchReadEnabled",)),
+    ("Prometheus latency rollover: our OpStats quantiles come from a sliding window of the latest 1024 "
+     "values per series, not from a window rotated every N seconds", ("prometheusStatsLatencyRolloverSeconds",)),
+)
+
+#: Key → the reason it has no effect here (built from :data:`NO_EFFECT_GROUPS`).
+NO_EFFECT_KEYS: dict[str, str] = {name: reason for reason, names in NO_EFFECT_GROUPS for name in names}
+
+#: The names of :data:`NO_EFFECT_KEYS` (older name, kept for callers).
+IGNORED_UPSTREAM_KEYS: frozenset[str] = frozenset(NO_EFFECT_KEYS)
 
 
-#: Upstream security keys not implemented here (issue 15). A config that *asks* for one (a true flag,
+#: Upstream security keys not implemented here (issue 15; ``zkEnableSecurity`` is implemented since issue 10). A config that *asks* for one (a true flag,
 #: a non-empty class or provider name) must not start: running without the security the operator asked
 #: for would be worse than not running. A value that asks for nothing (empty, false, 0, none) is accepted.
 UNIMPLEMENTED_SECURITY_KEYS: frozenset[str] = frozenset({
-    "zkEnableSecurity", "tlsProvider", "tlsProviderFactoryClass", "tlsClientAuthentication",
+    "tlsProvider", "tlsProviderFactoryClass", "tlsClientAuthentication",
     "httpServerTlsEnable", "clientAuthProviderFactoryClass", "bookieAuthProviderFactoryClass",
 })
 

@@ -32,8 +32,9 @@ from urllib.parse import urlsplit
 import javaproperties
 
 from autorecovery.config import keys as K
-from autorecovery.errors import ConfigError
+from autorecovery.errors import CompatibilityError, ConfigError
 from autorecovery.ledger.ids import validate_bookie_id
+from autorecovery.ledger.layout import manager_from_config
 
 ENV_PREFIX = "BK_"
 
@@ -57,6 +58,47 @@ class HttpSettings:
     address: str
     port: int
     mutations_enabled: bool
+
+
+@dataclass(frozen=True)
+class ZkSecurity:
+    """How we authenticate to ZooKeeper and which ACL our znodes get (upstream ``ZkUtils.getACLs``).
+
+    Attributes:
+        enabled: ``zkEnableSecurity``: every znode we create gets ``CREATOR_ALL_ACL`` (all permissions
+            for the session's authenticated identity only); False = ``OPEN_ACL_UNSAFE`` (world:anyone).
+        digest: ``user:password`` for ZooKeeper's ``digest`` scheme (``zkDigestAuth`` or the first
+            line of ``zkDigestAuthFile``), sent on every (re)connect; None = no authentication.
+            Never part of ``repr`` and never logged.
+        source: the key the digest came from (``zkDigestAuth``/``zkDigestAuthFile``), for messages.
+    """
+
+    enabled: bool = False
+    digest: str | None = field(default=None, repr=False)
+    source: str = ""
+
+    @property
+    def user(self) -> str | None:
+        """The user part of the digest identity (not secret), or None."""
+        return self.digest.partition(":")[0] if self.digest else None
+
+
+@dataclass(frozen=True)
+class StatsSettings:
+    """The upstream ``PrometheusMetricsProvider`` listener (``/metrics`` only), served in addition to
+    the admin HTTP server so that scrape jobs written for an upstream AutoRecovery keep working.
+
+    Attributes:
+        prometheus_enabled: serve the listener (see :func:`_stats_settings` for the rule).
+        address: ``prometheusStatsHttpAddress`` (upstream default ``0.0.0.0``).
+        port: ``prometheusStatsHttpPort`` (upstream default 8000; 0 = any free port).
+        reason: one line saying why the listener is on or off (``config check`` prints it).
+    """
+
+    prometheus_enabled: bool = False
+    address: str = "0.0.0.0"
+    port: int = 8000
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,6 +130,14 @@ class Settings:
             the value came through a Pulsar alias).
         warnings: human-readable warnings (unknown keys, conflicts), already formatted.
         conf_path: the properties file, when one was read.
+        ledger_manager: the ledger manager factory class the configuration names (the
+            ``metadataServiceUri`` scheme, ``ledgerManagerFactoryClass`` or ``ledgerManagerType``), or
+            None when it leaves the choice to ``LAYOUT``; checked against ``LAYOUT`` at start
+            (:func:`autorecovery.ledger.layout.require_matches`). ledger_manager_key: which key named it.
+        zk_security: ZooKeeper identity and ACL choice (``zkEnableSecurity``, ``zkDigestAuth[File]``).
+        stats: the upstream Prometheus listener (``statsProviderClass``, ``prometheusStatsHttp*``).
+        ignored: keys that were set but have no effect here (:data:`~autorecovery.config.keys.NO_EFFECT_KEYS`),
+            in the order they were seen.
     """
 
     zk_servers: str
@@ -106,6 +156,11 @@ class Settings:
     warnings: tuple[str, ...] = ()
     conf_path: str | None = None
     metadata_service_uri: str = field(default="")
+    ledger_manager: str | None = None
+    ledger_manager_key: str = ""
+    zk_security: ZkSecurity = field(default_factory=ZkSecurity)
+    stats: StatsSettings = field(default_factory=StatsSettings)
+    ignored: tuple[str, ...] = ()
 
     def get(self, name: str) -> Any:
         """Typed value of a key of the table.
@@ -127,7 +182,8 @@ class Settings:
             origin = key.origin
             if key.upstream_default is not None and key.origin == K.UPSTREAM:
                 origin += f", upstream default {key.render(key.upstream_default)}"
-            out.append(f"{key.name}={key.render(value)}  # {src}, {origin}")
+            shown = "******" if key.secret and value not in (None, "") else key.render(value)
+            out.append(f"{key.name}={shown}  # {src}, {origin}")
         extra = sorted(k for k in self.properties if k not in K.KEY_BY_NAME)
         for name in extra:
             out.append(f"{name}={self.properties[name]}  # {self.sources.get(name, '?')}, not in the key table")
@@ -171,11 +227,30 @@ def env_properties(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
-    """Split ``zk+hierarchical://h1:2181;h2:2181/ledgers`` into (``h1:2181,h2:2181``, ``/ledgers``).
+    """Split a metadata service URI into (ZooKeeper connect string, ledgers root).
 
-    Accepted schemes: ``zk``, ``zk+hierarchical``, ``zk+longhierarchical``, ``zk+null`` (upstream
-    ZKMetadataDriverBase; ``null`` = use the layout the cluster was formatted with). Hosts are separated
-    by ``;`` (upstream) or ``,``. An empty path means ``/ledgers``.
+    See :func:`parse_metadata_service_uri_manager` for the forms accepted.
+
+    Raises:
+        ConfigError: naming ``metadataServiceUri`` and the value.
+    """
+    hosts, root, _manager = parse_metadata_service_uri_manager(uri)
+    return hosts, root
+
+
+def parse_metadata_service_uri_manager(uri: str) -> tuple[str, str, str | None]:
+    """Split ``zk+hierarchical://h1:2181;h2:2181/ledgers`` into (``h1:2181,h2:2181``, ``/ledgers``,
+    ``"hierarchical"``).
+
+    Accepted forms:
+
+    * upstream ``ZKMetadataDriverBase``: ``zk://``, ``zk+hierarchical://``, ``zk+longhierarchical://``,
+      ``zk+legacyhierarchical://``, ``zk+null://`` (``null`` or plain ``zk`` = use the layout the
+      cluster was formatted with). Hosts are separated by ``;`` (upstream) or ``,``;
+    * Pulsar's ``metadata-store:zk:h1:2181,h2:2181/ledgers`` (``PulsarMetadataBookieDriver``; the
+      ``zk:`` part may be ``zk://``); other Pulsar metadata stores (etcd, rocksdb, memory) are refused.
+
+    An empty path means ``/ledgers``. The third item is the manager type the scheme names, or None.
 
     Raises:
         ConfigError: naming ``metadataServiceUri`` and the value.
@@ -183,16 +258,25 @@ def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
     def bad(why: str) -> ConfigError:
         return ConfigError(f"bad value for metadataServiceUri: {uri!r} ({why})")
 
+    text = uri.strip()
+    if text.lower().startswith("metadata-store:"):
+        rest = text[len("metadata-store:"):]
+        if not rest.lower().startswith("zk:"):
+            raise bad("only a ZooKeeper metadata store (metadata-store:zk:host:2181/ledgers) is supported")
+        rest = rest[3:]
+        if rest.startswith("//"):
+            rest = rest[2:]
+        text = "zk://" + rest
     try:
-        parts = urlsplit(uri.strip())
+        parts = urlsplit(text)
     except ValueError as exc:
         raise bad(str(exc)) from None
     scheme = parts.scheme.lower()
     base, _, manager = scheme.partition("+")
     if base != "zk":
         raise bad("expected a zk:// or zk+hierarchical:// URI; only ZooKeeper metadata stores are supported")
-    if manager not in ("", "hierarchical", "longhierarchical", "null"):
-        raise bad(f"ledger manager {manager!r} is not supported; use hierarchical")
+    if manager not in ("", "hierarchical", "longhierarchical", "legacyhierarchical", "null"):
+        raise bad(f"ledger manager {manager!r} is not supported; use hierarchical or longhierarchical")
     hosts = [h.strip() for h in parts.netloc.replace(";", ",").split(",") if h.strip()]
     if not hosts:
         raise bad("no ZooKeeper servers in the URI")
@@ -201,7 +285,25 @@ def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
         if not host or not port.isdigit():
             raise bad(f"server {h!r} is not host:port")
     root = parts.path.rstrip("/") or "/ledgers"
-    return ",".join(hosts), root
+    return ",".join(hosts), root, (manager if manager not in ("", "null") else None)
+
+
+def strip_pulsar_store_prefix(servers: str) -> str:
+    """Pulsar's ``metadataStoreUrl`` / ``zookeeperServers`` value as a ZooKeeper connect string:
+    ``zk:h1:2181,h2:2181/chroot`` → ``h1:2181,h2:2181/chroot``.
+
+    Raises:
+        ConfigError: another metadata store (``etcd:``, ``rocksdb:``, ``memory:``), naming the value.
+    """
+    text = servers.strip()
+    low = text.lower()
+    if low.startswith("metadata-store:"):
+        text, low = text[len("metadata-store:"):], low[len("metadata-store:"):]
+    if low.startswith("zk:"):
+        text = text[3:].lstrip("/")
+    elif any(low.startswith(p) for p in ("etcd:", "rocksdb:", "memory:", "oxia:")):
+        raise ConfigError(f"bad value for zkServers: {servers!r} (only a ZooKeeper metadata store is supported)")
+    return text
 
 
 def _validate_root(root: str, key: str) -> str:
@@ -216,11 +318,134 @@ def _default_bookie_id(values: Mapping[str, Any]) -> str:
         try:
             if values.get("useHostNameAsBookieID"):
                 host = socket.getfqdn()
+                if values.get("useShortHostName"):
+                    host = host.split(".", 1)[0]
             else:
                 host = socket.gethostbyname(socket.gethostname())
         except OSError:
             host = "127.0.0.1"
     return f"{host}:{values.get('bookiePort', 3181)}"
+
+
+SECRET_MASK = "******"
+
+PROMETHEUS_PROVIDER = "org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider"
+NULL_PROVIDER = "org.apache.bookkeeper.stats.NullStatsProvider"
+
+
+def _zk_security(values: Mapping[str, Any], errors: list[str]) -> ZkSecurity:
+    """``zkEnableSecurity`` + ``zkDigestAuth``/``zkDigestAuthFile`` → :class:`ZkSecurity`.
+
+    Appends to ``errors`` (never quoting the secret): both digest keys set; an unreadable or empty
+    digest file (naming the key and the path); a digest that is not ``user:password``;
+    ``zkEnableSecurity=true`` with no identity (ZooKeeper rejects a creator-all ACL from an
+    unauthenticated session with InvalidACL, so we refuse before connecting).
+    """
+    enabled = bool(values.get("zkEnableSecurity"))
+    inline = values.get("zkDigestAuth") or None
+    path = values.get("zkDigestAuthFile") or None
+    digest: str | None = None
+    source = ""
+    if inline and path:
+        errors.append("zkDigestAuth and zkDigestAuthFile are both set; set only one")
+        return ZkSecurity(enabled=enabled)
+    if path:
+        source = "zkDigestAuthFile"
+        try:
+            with open(path, encoding="utf-8") as f:
+                digest = f.readline().strip()
+        except OSError as exc:
+            errors.append(f"bad value for zkDigestAuthFile: cannot read {path}: {exc.strerror or exc}")
+            return ZkSecurity(enabled=enabled)
+        except UnicodeDecodeError:
+            errors.append(f"bad value for zkDigestAuthFile: {path} is not UTF-8 text")
+            return ZkSecurity(enabled=enabled)
+        if not digest:
+            errors.append(f"bad value for zkDigestAuthFile: {path} is empty (expected a first line user:password)")
+            return ZkSecurity(enabled=enabled)
+    elif inline:
+        source = "zkDigestAuth"
+        digest = str(inline).strip()
+    if digest is not None:
+        user, sep, _password = digest.partition(":")
+        if not sep or not user:
+            where = f" (from {path})" if source == "zkDigestAuthFile" else ""
+            errors.append(f"bad value for {source}{where}: expected user:password (the value is a secret and "
+                          f"is not shown)")
+            return ZkSecurity(enabled=enabled)
+    if enabled and not digest:
+        errors.append("zkEnableSecurity=true needs a ZooKeeper identity: set zkDigestAuth=user:password or "
+                      "zkDigestAuthFile=<file holding user:password> (ZooKeeper refuses creator-only ACLs "
+                      "from an unauthenticated session; SASL/Kerberos identities are not supported, see "
+                      "docs/security.md)")
+    return ZkSecurity(enabled=enabled, digest=digest, source=source)
+
+
+def zk_security(enabled: bool, digest: str | None = None, digest_file: str | None = None) -> ZkSecurity:
+    """:class:`ZkSecurity` from explicit values (the reference bookie's flags), validated as the keys are.
+
+    Raises:
+        ConfigError: the problems :func:`_zk_security` reports (never quoting the secret).
+    """
+    errors: list[str] = []
+    sec = _zk_security({"zkEnableSecurity": enabled, "zkDigestAuth": digest, "zkDigestAuthFile": digest_file},
+                       errors)
+    if errors:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
+    return sec
+
+
+def _provider_kind(name: str) -> str:
+    """``prometheus``, ``null`` or ``other`` for a ``statsProviderClass`` value (full or simple class name)."""
+    simple = name.strip().rsplit(".", 1)[-1]
+    if simple == "PrometheusMetricsProvider":
+        return "prometheus"
+    if simple == "NullStatsProvider":
+        return "null"
+    return "other"
+
+
+def _stats_settings(values: Mapping[str, Any], sources: Mapping[str, str], errors: list[str]) -> StatsSettings:
+    """Decide whether to open upstream's Prometheus listener (``PrometheusMetricsProvider.start``).
+
+    On when statistics are enabled (``enableStatistics``, default true), ``prometheusStatsHttpEnable``
+    is true (default) and either ``statsProviderClass`` names the Prometheus provider or it is unset
+    and ``prometheusStatsHttpPort``/``prometheusStatsHttpAddress`` was set explicitly. As upstream,
+    the provider opens no listener of its own when ``httpServerEnabled=true`` was set explicitly (the
+    BookKeeper HTTP server then serves ``/metrics`` on ``httpServerPort``, as ours does). The daemon
+    serves once when the listener's port equals the admin HTTP port.
+
+    Appends an error naming the key for a ``statsProviderClass`` other than Prometheus or
+    NullStatsProvider: the operator expects metrics we cannot produce (Codahale, OpenTelemetry...).
+    """
+    address = str(values.get("prometheusStatsHttpAddress") or "0.0.0.0")
+    port = int(values.get("prometheusStatsHttpPort", 8000))
+    cls = str(values.get("statsProviderClass") or "").strip()
+    kind = _provider_kind(cls) if cls else ""
+    if kind == "other":
+        errors.append(f"statsProviderClass={cls} is not supported: autorecovery exports Prometheus metrics only "
+                      f"(/metrics on httpServerPort; with {PROMETHEUS_PROVIDER} also on "
+                      f"prometheusStatsHttpAddress:prometheusStatsHttpPort). Set it to {PROMETHEUS_PROVIDER}, "
+                      f"{NULL_PROVIDER}, or remove it")
+        return StatsSettings(False, address, port, "refused")
+    explicit = [k for k in ("prometheusStatsHttpPort", "prometheusStatsHttpAddress")
+                if sources.get(k, "default") != "default"]
+
+    def off(why: str) -> StatsSettings:
+        return StatsSettings(False, address, port, why)
+
+    if kind == "null":
+        return off(f"statsProviderClass={cls}")
+    if not kind and not explicit:
+        return off("statsProviderClass unset (upstream default NullStatsProvider)")
+    if not values.get("enableStatistics", True):
+        return off("enableStatistics=false")
+    if not values.get("prometheusStatsHttpEnable", True):
+        return off("prometheusStatsHttpEnable=false")
+    if values.get("httpServerEnabled") and sources.get("httpServerEnabled", "default") != "default":
+        return off("httpServerEnabled=true: as upstream, /metrics is served by the HTTP server on httpServerPort")
+    why = f"statsProviderClass={cls}" if kind else "set explicitly: " + ", ".join(explicit)
+    return StatsSettings(True, address, port, why)
 
 
 def _import_provider(mod: str) -> Any:
@@ -281,8 +506,9 @@ class _Layer:
 
 def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
                out: dict[str, tuple[str, str]], switches: dict[str, tuple[bool, str]],
-               errors: list[str]) -> None:
-    """Map one layer's names to canonical keys and merge them into ``out`` (name → (raw, source))."""
+               errors: list[str], ignored: dict[str, str]) -> None:
+    """Map one layer's names to canonical keys and merge them into ``out`` (name → (raw, source));
+    keys of :data:`~autorecovery.config.keys.NO_EFFECT_KEYS` go to ``ignored`` (name → source)."""
     aliased: dict[str, tuple[str, str]] = {}
     direct: dict[str, tuple[str, str]] = {}
     where = {"file": "in the config file", "env": "in the environment (BK_...)", "flag": "on the command line"}
@@ -311,8 +537,8 @@ def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
                 errors.append(f"{name}={raw.strip()} {where[layer.source]} asks for a security feature this "
                               f"implementation does not provide yet (issue 15); refusing to start without it. "
                               f"Remove the key or set it to false/empty")
-        elif name in K.IGNORED_UPSTREAM_KEYS:
-            continue
+        elif name in K.NO_EFFECT_KEYS:
+            ignored.setdefault(name, layer.source)
         else:
             warnings.append(_unknown(name, where[layer.source], extra))
             direct[name] = (raw, layer.source)
@@ -360,8 +586,9 @@ def load_settings(
     errors: list[str] = []
     merged: dict[str, tuple[str, str]] = {}
     switches: dict[str, tuple[bool, str]] = {}
+    ignored: dict[str, str] = {}
     for layer in layers:
-        _normalise(layer, extra, warnings, merged, switches, errors)
+        _normalise(layer, extra, warnings, merged, switches, errors, ignored)
 
     # Pulsar's rack-/region-aware switches choose the policy unless ensemblePlacementPolicy is set.
     if switches:
@@ -397,9 +624,10 @@ def load_settings(
     zk_servers = ""
     root = values.get("zkLedgersRootPath") or "/ledgers"
     uri = values.get("metadataServiceUri")
+    uri_manager: str | None = None
     if uri:
         try:
-            zk_servers, root = parse_metadata_service_uri(uri)
+            zk_servers, root, uri_manager = parse_metadata_service_uri_manager(uri)
         except ConfigError as exc:
             errors.append(str(exc))
         else:
@@ -413,7 +641,12 @@ def load_settings(
             values["zkServers"], values["zkLedgersRootPath"] = zk_servers, root
             sources["zkServers"] = sources["zkLedgersRootPath"] = "derived (metadataServiceUri)"
     else:
-        zk_servers = (values.get("zkServers") or "").strip()
+        try:
+            zk_servers = strip_pulsar_store_prefix(values.get("zkServers") or "")
+        except ConfigError as exc:
+            errors.append(str(exc))
+            zk_servers = ""
+        values["zkServers"] = zk_servers or values.get("zkServers")
         try:
             _validate_root(root, "zkLedgersRootPath")
         except ConfigError as exc:
@@ -425,9 +658,25 @@ def load_settings(
         errors.append("no metadata store configured: set metadataServiceUri (zk+hierarchical://host:2181/ledgers) "
                       "or zkServers (and zkLedgersRootPath), or pass --zk")
 
-    lmf = values.get("ledgerManagerFactoryClass")
-    if lmf and not any(x in lmf.lower() for x in ("hierarchical", "longhierarchical")):
-        errors.append(f"bad value for ledgerManagerFactoryClass: {lmf!r} (only the hierarchical layout is supported)")
+    # the ledger manager the configuration asks for (checked against LAYOUT at start); a URI scheme
+    # wins over the older keys, and two that disagree are an error (upstream would fail at start too)
+    ledger_manager: str | None = None
+    manager_key = ""
+    named = [(k, v) for k, v in (("metadataServiceUri", uri_manager),
+                                 ("ledgerManagerFactoryClass", values.get("ledgerManagerFactoryClass")),
+                                 ("ledgerManagerType", values.get("ledgerManagerType"))) if v]
+    for key_name, value in named:
+        try:
+            cls = manager_from_config(str(value), key_name)
+        except CompatibilityError as exc:
+            errors.append(f"bad value for {key_name}: {value!r} ({str(exc).split(': ', 1)[-1]})")
+            continue
+        if cls is None:
+            continue
+        if ledger_manager is None:
+            ledger_manager, manager_key = cls, key_name
+        elif cls != ledger_manager:
+            errors.append(f"{key_name}={value} names another ledger manager than {manager_key} ({ledger_manager})")
 
     bookie_id = values.get("bookieId") or _default_bookie_id(values)
     try:
@@ -438,14 +687,24 @@ def load_settings(
         values["bookieId"] = bookie_id
         sources["bookieId"] = "derived (advertisedAddress/host, bookiePort)"
 
+    zk_security = _zk_security(values, errors)
+    stats = _stats_settings(values, sources, errors)
+
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
 
+    # the secret lives only in zk_security (kept out of its repr); the maps show a mask
+    if values.get("zkDigestAuth"):
+        values["zkDigestAuth"] = SECRET_MASK
+        if "zkDigestAuth" in merged:
+            merged["zkDigestAuth"] = (SECRET_MASK, merged["zkDigestAuth"][1])
     properties = {name: raw for name, (raw, _src) in merged.items()}
     for name in ("zkServers", "zkLedgersRootPath", "metadataServiceUri", "bookieId"):
         if values.get(name):
             properties[name] = str(values[name])
     for name, (_raw, src) in merged.items():
+        sources.setdefault(name, src)
+    for name, src in ignored.items():
         sources.setdefault(name, src)
 
     return Settings(
@@ -474,4 +733,9 @@ def load_settings(
         warnings=tuple(warnings),
         conf_path=str(conf_path) if conf_path is not None else None,
         metadata_service_uri=str(values.get("metadataServiceUri") or ""),
+        ledger_manager=ledger_manager,
+        ledger_manager_key=manager_key,
+        zk_security=zk_security,
+        stats=stats,
+        ignored=tuple(ignored),
     )

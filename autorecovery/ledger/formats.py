@@ -1,11 +1,19 @@
-"""Ledger metadata serialisation, upstream format versions 3 and 2 (PURE).
+"""Ledger metadata serialisation, upstream format versions 3, 2 and 1 (PURE).
 
 Source: upstream ``LedgerMetadataSerDe``. A metadata znode holds::
 
     b"BookieMetadataFormatVersion\t<v>\n" + body
 
-- v3 (what we write): body = varint32 length + binary ``LedgerMetadataFormat``.
-- v2 (read only): body = protobuf text format of ``LedgerMetadataFormat``.
+- v3 (new ledgers, 4.9+): body = varint32 length + binary ``LedgerMetadataFormat``, with ``cToken``.
+- v2 (4.2+): body = protobuf text format of ``LedgerMetadataFormat``, never ``cToken``.
+- v1 (4.0/4.1): body = lines ``<WQ>``, ``<E>``, ``<length>``, one ``<first entry>\t<bookie>...`` line
+  per segment, then ``<last entry id>\tCLOSED`` when closed (``-102\tCLOSED`` while in recovery).
+
+A rewrite keeps the version the znode was read in (upstream ``LedgerMetadataBuilder.from`` keeps
+``metadataFormatVersion``; ``serialize`` switches on it), and ``ctime`` is written only when the
+ledger stores one (upstream ``storingCreationTime``): an old ledger is never upgraded behind its
+owner's back and never gains an invented ctime. As upstream, ``lastEntryId`` and ``length`` are
+always written (``-1``/``0`` while open).
 """
 
 from __future__ import annotations
@@ -20,30 +28,36 @@ from autorecovery.proto import bookkeeper_formats_pb2 as pb
 
 HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
 CURRENT_VERSION = 3
+#: Versions this module reads and writes (upstream LOWEST_COMPAT .. MAXIMUM_METADATA_FORMAT_VERSION).
+SUPPORTED_VERSIONS = (1, 2, 3)
+_V1_CLOSED_TAG = "CLOSED"
+_V1_IN_RECOVERY_ENTRY_ID = -102
 
 
-def to_proto(md: LedgerMetadata) -> pb.LedgerMetadataFormat:
-    """Build the upstream LedgerMetadataFormat message for ``md``."""
+def to_proto(md: LedgerMetadata, *, include_ctoken: bool = True) -> pb.LedgerMetadataFormat:
+    """Build the upstream LedgerMetadataFormat message for ``md`` (upstream
+    ``LedgerMetadataSerDe.buildLedgerMetadataFormat``: ``cToken`` only for v3, ``ctime`` only when
+    ``md.store_ctime``)."""
     m = pb.LedgerMetadataFormat()
     m.quorumSize = md.write_quorum
-    m.ensembleSize = md.ensemble_size
     m.ackQuorumSize = md.ack_quorum
+    m.ensembleSize = md.ensemble_size
     m.length = md.length
+    m.lastEntryId = md.last_entry_id
     m.state = int(md.state)
-    if md.state == LedgerState.CLOSED:
-        m.lastEntryId = md.last_entry_id
-    for seg in md.segments:
-        s = m.segment.add()
-        s.ensembleMember.extend(seg.ensemble)
-        s.firstEntryId = seg.first_entry_id
+    if md.store_ctime:
+        m.ctime = md.ctime
     m.digestType = int(md.digest_type)
     m.password = md.password
-    m.ctime = md.ctime
     for k in sorted(md.custom_metadata):
         e = m.customMetadata.add()
         e.key = k
         e.value = md.custom_metadata[k]
-    if md.ctoken:
+    for seg in md.segments:
+        s = m.segment.add()
+        s.ensembleMember.extend(seg.ensemble)
+        s.firstEntryId = seg.first_entry_id
+    if include_ctoken:
         m.cToken = md.ctoken
     return m
 
@@ -73,25 +87,89 @@ def from_proto(m: pb.LedgerMetadataFormat, format_version: int) -> LedgerMetadat
         custom_metadata={e.key: e.value for e in m.customMetadata},
         ctoken=m.cToken if m.HasField("cToken") else 0,
         format_version=format_version,
+        store_ctime=m.HasField("ctime"),
     )
 
 
 def serialize(md: LedgerMetadata) -> bytes:
-    """Encode ``md`` in format version 3: header line, varint32 length, binary protobuf."""
+    """Encode ``md`` in the format version it was read in (``md.format_version``; 3 for new ledgers).
+
+    Raises:
+        ValueError: ``md.format_version`` is not 1, 2 or 3, or a v1 ledger carries what v1 cannot hold
+            (a password, custom metadata, an ack quorum below the write quorum): writing it would lose
+            data, so nothing is written.
+    """
+    if md.format_version == 3:
+        return serialize_v3(md)
+    if md.format_version == 2:
+        return serialize_v2(md)
+    if md.format_version == 1:
+        return serialize_v1(md)
+    raise ValueError(f"invalid metadata format version {md.format_version}")
+
+
+def serialize_v3(md: LedgerMetadata) -> bytes:
+    """Format version 3: header line, varint32 length, binary protobuf (with ``cToken``)."""
     body = to_proto(md).SerializeToString()
     return HEADER_PREFIX + b"3\n" + encoder._VarintBytes(len(body)) + body
 
 
 def serialize_v2(md: LedgerMetadata) -> bytes:
-    """Encode ``md`` in format version 2 (protobuf text); used only to test compatibility."""
-    return HEADER_PREFIX + b"2\n" + text_format.MessageToString(to_proto(md)).encode()
+    """Format version 2: header line, protobuf text format (no ``cToken``, as upstream)."""
+    return HEADER_PREFIX + b"2\n" + text_format.MessageToString(to_proto(md, include_ctoken=False)).encode()
+
+
+def serialize_v1(md: LedgerMetadata) -> bytes:
+    """Format version 1 (upstream ``serializeVersion1``): WQ, E, length, one line per segment, then
+    the CLOSED line when closed or in recovery.
+
+    Raises:
+        ValueError: the metadata holds a password, custom metadata or an AQ below WQ, which v1 cannot
+            carry.
+    """
+    if md.password or md.custom_metadata or md.ack_quorum != md.write_quorum:
+        raise ValueError("format version 1 cannot hold a password, custom metadata or AQ < WQ")
+    text = "".join(f"{x}\n" for x in (md.write_quorum, md.ensemble_size, md.length))
+    text += "".join("\t".join([str(seg.first_entry_id), *seg.ensemble]) + "\n" for seg in md.segments)
+    if md.state == LedgerState.IN_RECOVERY:
+        text += f"{_V1_IN_RECOVERY_ENTRY_ID}\t{_V1_CLOSED_TAG}"
+    elif md.state == LedgerState.CLOSED:
+        text += f"{md.last_entry_id}\t{_V1_CLOSED_TAG}"
+    return HEADER_PREFIX + b"1\n" + text.encode()
+
+
+def _parse_v1(body: bytes) -> LedgerMetadata:
+    """Upstream ``parseVersion1Config``: AQ = WQ, no password (digest CRC32), no ctime."""
+    lines = body.decode("utf-8").split("\n")
+    wq, e, length = int(lines[0]), int(lines[1]), int(lines[2])
+    segments: list[Segment] = []
+    state, last = LedgerState.OPEN, -1
+    for line in lines[3:]:
+        if not line:
+            continue
+        parts = line.split("\t")
+        if len(parts) < 2:
+            raise ValueError(f"bad v1 segment line {line!r}")
+        if parts[1] == _V1_CLOSED_TAG:
+            lid = int(parts[0])
+            if lid == _V1_IN_RECOVERY_ENTRY_ID:
+                state = LedgerState.IN_RECOVERY
+            else:
+                state, last = LedgerState.CLOSED, lid
+            break
+        segments.append(Segment(int(parts[0]), tuple(parts[1:])))
+    return LedgerMetadata(
+        ensemble_size=e, write_quorum=wq, ack_quorum=wq, segments=tuple(segments), state=state,
+        last_entry_id=last, length=length if state == LedgerState.CLOSED else 0,
+        digest_type=DigestType.CRC32, password=b"", ctime=0, format_version=1, store_ctime=False)
 
 
 def deserialize(data: bytes, path: str = "?") -> LedgerMetadata:
-    """Decode a metadata znode's bytes (format version 3 or 2).
+    """Decode a metadata znode's bytes (format version 3, 2 or 1, as upstream ``parseConfig``).
 
     Raises:
-        MalformedMetadataError: naming ``path`` when the header, length, protobuf or invariants are bad.
+        MalformedMetadataError: naming ``path`` when the header, version, length, protobuf or
+            invariants are bad (a version other than 1..3 says so).
     """
     try:
         if not data.startswith(HEADER_PREFIX):
@@ -107,8 +185,10 @@ def deserialize(data: bytes, path: str = "?") -> LedgerMetadata:
             m.ParseFromString(body[pos : pos + length])
         elif version == 2:
             text_format.Parse(body.decode(), m)
+        elif version == 1:
+            return _parse_v1(body)
         else:
-            raise ValueError(f"unsupported metadata format version {version}")
+            raise ValueError(f"metadata format version {version} is not supported (expected 1..{CURRENT_VERSION})")
         return from_proto(m, version)
     except (ValueError, DecodeError, IndexError, text_format.ParseError, UnicodeDecodeError) as exc:
         raise MalformedMetadataError(f"malformed ledger metadata at {path}: {exc}") from exc

@@ -45,14 +45,20 @@ def validate_ledger_id(ledger_id: int) -> int:
     return ledger_id
 
 
-def ledger_path(root: str, ledger_id: int) -> str:
+def ledger_path(root: str, ledger_id: int, long_only: bool = False) -> str:
     """Znode path of a ledger's metadata.
 
-    ``id < 2^31-1``: the id padded to 10 digits split 2-4-4 (ledger 1 → ``/ledgers/00/0000/L0001``);
-    otherwise padded to 19 digits split 3-4-4-4-4 (upstream LongHierarchicalLedgerManager).
+    ``HierarchicalLedgerManager`` (``long_only`` false, upstream ``getHybridHierarchicalLedgerPath``):
+    ``id < 2^31-1`` is padded to 10 digits and split 2-4-4 (ledger 1 → ``/ledgers/00/0000/L0001``),
+    larger ids are padded to 19 digits and split 3-4-4-4-4. ``LongHierarchicalLedgerManager``
+    (``long_only`` true, upstream ``getLongHierarchicalLedgerPath``): every id is split 3-4-4-4-4
+    (ledger 1 → ``/ledgers/000/0000/0000/0000/L0001``).
+
+    Raises:
+        ValueError: naming the ledger id when it is not 0..2^63-1.
     """
     validate_ledger_id(ledger_id)
-    if ledger_id < LONG_ID_THRESHOLD:
+    if ledger_id < LONG_ID_THRESHOLD and not long_only:
         d = f"{ledger_id:010d}"
         return f"{root}/{d[0:2]}/{d[2:6]}/L{d[6:10]}"
     d = f"{ledger_id:019d}"

@@ -47,8 +47,13 @@ class LedgerMetadata:
         state: OPEN, IN_RECOVERY or CLOSED. last_entry_id: -1 while open or empty.
         length: bytes of payload (set on close). segments: ensembles by first entry id, ascending.
         digest_type, password: entry digest settings (password doubles as the master key).
-        ctime: creation time in ms since the epoch. custom_metadata: user key → bytes.
-        format_version: the metadata format the znode was read in (3 when written by us).
+        ctime: creation time in ms since the epoch (0 when the znode carries none).
+        custom_metadata: user key → bytes.
+        format_version: the metadata format the znode was read in (1, 2 or 3; 3 for new ledgers). A
+            rewrite keeps it (upstream ``LedgerMetadataBuilder.from`` keeps ``metadataFormatVersion``):
+            a v2 ledger re-replicated by the worker is written back as v2.
+        store_ctime: whether ``ctime`` is written (upstream ``storingCreationTime``): true when the
+            znode carried a ctime or the ledger was created with one; a rewrite never invents a ctime.
     """
 
     ensemble_size: int
@@ -64,6 +69,7 @@ class LedgerMetadata:
     custom_metadata: dict[str, bytes] = field(default_factory=dict)
     ctoken: int = 0
     format_version: int = 3
+    store_ctime: bool = True
 
     def __post_init__(self) -> None:
         if not (self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1):

@@ -957,7 +957,8 @@ class Auditor:
                 buckets[v.bucket].append(lid)
                 if v.bucket != Bucket.OK:
                     log.error("ledger has entries with fewer replicas than WQ", ledger_id=lid, bucket=v.bucket.value,
-                              least_replicas=v.least_replicas, entries=sorted(v.missing_counts)[:20])
+                              least_replicas=v.least_replicas, missing_entries=v.missing_total,
+                              sample_entries=sorted(v.missing_counts))
                     if v.bookies_missing:
                         to_mark[lid] = v.bookies_missing
                 unanswered = [b for b in v.unavailable if b not in foreign]

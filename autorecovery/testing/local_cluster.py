@@ -91,8 +91,10 @@ class LocalCluster:
     """
 
     def __init__(self, base_dir: Path | str, *, bookies: int = 3, racks: int = 1,
-                 ledgers_root: str = "/ledgers") -> None:
+                 ledgers_root: str = "/ledgers", ledger_manager: str | None = None) -> None:
         self.base = Path(base_dir).resolve()
+        #: ledger manager factory class written to LAYOUT by :meth:`format` (None = hierarchical)
+        self.ledger_manager = ledger_manager
         self.num_bookies = bookies
         self.num_racks = max(1, racks)
         self.ledgers_root = ledgers_root
@@ -188,7 +190,10 @@ class LocalCluster:
         async def go() -> None:
             zk = await ZkClient(self.zk_connect).start()
             try:
-                await init_cluster(zk, Paths(self.ledgers_root))
+                if self.ledger_manager:
+                    await init_cluster(zk, Paths(self.ledgers_root), self.ledger_manager)
+                else:
+                    await init_cluster(zk, Paths(self.ledgers_root))
             finally:
                 await zk.stop()
 

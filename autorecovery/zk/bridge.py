@@ -33,7 +33,9 @@ from kazoo.exceptions import (  # noqa: F401  (re-exported: the rest of the code
 )
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat  # noqa: F401
 from kazoo.retry import KazooRetry
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
+from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
 
 
@@ -64,19 +66,29 @@ class ZkClient:
         hosts: connect string ``h1:2181,h2:2181`` (an optional ``/chroot`` suffix is honoured by kazoo).
         session_timeout_ms: requested session timeout in ms (upstream ``zkTimeout``, default 10000).
         max_concurrent_ops: bound on outstanding operations (semaphore).
+        security: identity and ACL (:class:`~autorecovery.config.load.ZkSecurity`; default: no
+            authentication, OPEN_ACL_UNSAFE). With ``security.digest`` the session authenticates with
+            the ``digest`` scheme on every (re)connect; with ``security.enabled`` every znode this client
+            creates — ``ensure_path`` parents, ``makepath`` intermediates and transaction creates
+            included — gets ``CREATOR_ALL_ACL``, as upstream's ``ZkUtils.getACLs``.
 
     Raises (from operations): ``NoNodeError``, ``NodeExistsError``, ``BadVersionError``,
     ``NotEmptyError`` (re-exported from kazoo), and :class:`ZooKeeperError` naming the path for others.
     """
 
-    def __init__(self, hosts: str, session_timeout_ms: int = 10000, max_concurrent_ops: int = 500) -> None:
+    def __init__(self, hosts: str, session_timeout_ms: int = 10000, max_concurrent_ops: int = 500,
+                 security: ZkSecurity | None = None) -> None:
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
+        self.security = security or ZkSecurity()
         self._kz = KazooClient(
             hosts=hosts,
             timeout=session_timeout_ms / 1000.0,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+            # kazoo applies default_acl to create(), makepath parents, ensure_path and transaction creates
+            default_acl=self.acl,
+            auth_data=[("digest", self.security.digest)] if self.security.digest else None,
         )
         self.max_concurrent_ops = max_concurrent_ops
         self._sem = asyncio.Semaphore(max_concurrent_ops)
@@ -86,6 +98,21 @@ class ZkClient:
         self.ops = 0
         self.connected = asyncio.Event()
         self.session_generation = 0
+
+    @property
+    def acl(self) -> list:
+        """The ACL of every znode this client creates: ``CREATOR_ALL_ACL`` when ``zkEnableSecurity``,
+        else ``OPEN_ACL_UNSAFE`` (upstream ``ZkUtils.getACLs``)."""
+        return list(CREATOR_ALL_ACL if self.security.enabled else OPEN_ACL_UNSAFE)
+
+    @classmethod
+    def from_settings(cls, settings: Any, **kw: Any) -> "ZkClient":
+        """A client for ``settings`` (:class:`~autorecovery.config.load.Settings`): its connect string,
+        session timeout and :attr:`~autorecovery.config.load.Settings.zk_security`; ``kw`` overrides
+        (e.g. ``max_concurrent_ops``)."""
+        kw.setdefault("session_timeout_ms", settings.zk_timeout_ms)
+        kw.setdefault("security", settings.zk_security)
+        return cls(settings.zk_servers, **kw)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, timeout_s: float = 30.0) -> "ZkClient":
@@ -132,7 +159,8 @@ class ZkClient:
             raise ZooKeeperError(f"no ZooKeeper session to expire on {self.hosts}")
 
         def expire() -> None:
-            other = KazooClient(hosts=self.hosts, client_id=cid, timeout=self.session_timeout_ms / 1000.0)
+            other = KazooClient(hosts=self.hosts, client_id=cid, timeout=self.session_timeout_ms / 1000.0,
+                                auth_data=[("digest", self.security.digest)] if self.security.digest else None)
             try:
                 other.start(10)
             finally:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from autorecovery.errors import BadVersionError as _OurBadVersion
-from autorecovery.errors import MalformedMetadataError, NoSuchLedgerError
+from autorecovery.errors import MalformedMetadataError, NoClusterError, NoSuchLedgerError
 from autorecovery.ledger import formats
 from autorecovery.ledger.ids import (
     LONG_ID_THRESHOLD,
@@ -21,9 +21,10 @@ from autorecovery.ledger.ids import (
     is_ledger_level_name,
     ledger_id_from_path,
 )
+from autorecovery.ledger.layout import HIERARCHICAL, Layout, layout_data, parse_layout, require_supported
 from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, ZkClient
-from autorecovery.zk.paths import LAYOUT_DATA, UR_LAYOUT_TEXT, Paths
+from autorecovery.zk.paths import UR_LAYOUT_TEXT, Paths
 
 #: Znodes directly under the ledgers root that are not part of the ledger tree.
 RESERVED = {"LAYOUT", "INSTANCEID", "available", "cookies", "idgen", "idgen-long", "underreplication", "ledgers"}
@@ -31,17 +32,39 @@ RESERVED = {"LAYOUT", "INSTANCEID", "available", "cookies", "idgen", "idgen-long
 Versioned = tuple[LedgerMetadata, int]
 
 
-async def init_cluster(zk: ZkClient, paths: Paths) -> bool:
+async def read_layout(zk: ZkClient, paths: Paths) -> Layout:
+    """Read and validate the cluster's ``LAYOUT`` (upstream ``LedgerLayout``); lay ledger paths out with
+    ``paths.with_layout(layout)``.
+
+    Raises:
+        NoClusterError: ``LAYOUT`` does not exist (wrong ledgers root, or not formatted), naming the
+            connect string and the znode.
+        CompatibilityError: a layout this version cannot lay ledger paths out for (names the znode).
+    """
+    try:
+        data, _stat = await zk.get(paths.layout)
+    except NoNodeError:
+        raise NoClusterError(f"no BookKeeper cluster at {zk.hosts}: {paths.layout} does not exist"
+                             " (wrong --ledgers-root / zkLedgersRootPath, or the cluster is not formatted)") from None
+    return require_supported(parse_layout(data, paths.layout), paths.layout)
+
+
+async def init_cluster(zk: ZkClient, paths: Paths, manager_factory: str = HIERARCHICAL) -> bool:
     """Format the cluster metadata if it is not yet (upstream ``shell metaformat`` without -force).
 
-    Creates the root, ``LAYOUT``, ``INSTANCEID`` (a random UUID), ``available``, ``available/readonly``,
-    ``cookies`` and the under-replication ``LAYOUT``. Returns True when it formatted, False when the
-    cluster was already formatted (nothing is overwritten).
+    Creates the root, ``LAYOUT`` (naming ``manager_factory``: hierarchical by default, as upstream),
+    ``INSTANCEID`` (a random UUID), ``available``, ``available/readonly``, ``cookies`` and the
+    under-replication ``LAYOUT``. Returns True when it formatted, False when the cluster was already
+    formatted (nothing is overwritten).
+
+    Raises:
+        CompatibilityError: ``manager_factory`` is not a manager this version lays out.
     """
+    data = layout_data(manager_factory)
     await zk.ensure_path(paths.root)
     formatted = False
     try:
-        await zk.create(paths.layout, LAYOUT_DATA)
+        await zk.create(paths.layout, data)
         formatted = True
     except NodeExistsError:
         pass

@@ -6,9 +6,10 @@ ZkLedgerAuditorManager. ``root`` is ``zkLedgersRootPath`` (default ``/ledgers``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autorecovery.ledger.ids import ledger_path, ur_leaf_name, ur_marker_path
+from autorecovery.ledger.layout import Layout
 
 LAYOUT_DATA = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
 UR_LAYOUT_TEXT = b'type: "BASIC"\nversion: 1\n'
@@ -16,13 +17,25 @@ UR_LAYOUT_TEXT = b'type: "BASIC"\nversion: 1\n'
 
 @dataclass(frozen=True)
 class Paths:
-    """All the znode paths of one BookKeeper cluster, derived from its ledgers root."""
+    """All the znode paths of one BookKeeper cluster, derived from its ledgers root.
+
+    Attributes:
+        root: the ledgers root (``zkLedgersRootPath``).
+        long_hierarchical: the cluster's ``LAYOUT`` names ``LongHierarchicalLedgerManagerFactory``, so
+            every ledger path is split 3-4-4-4-4 (see :func:`~autorecovery.ledger.ids.ledger_path`).
+            Set it from the layout read from ZooKeeper (:meth:`with_layout`), never from a guess.
+    """
 
     root: str = "/ledgers"
+    long_hierarchical: bool = False
 
     def __post_init__(self) -> None:
         if not self.root.startswith("/") or self.root.endswith("/") or "//" in self.root:
             raise ValueError(f"bad zkLedgersRootPath {self.root!r}: expected an absolute path like /ledgers")
+
+    def with_layout(self, layout: Layout) -> "Paths":
+        """These paths laid out for ``layout`` (the parsed, validated ``LAYOUT`` znode)."""
+        return replace(self, long_hierarchical=layout.long_paths)
 
     @property
     def layout(self) -> str:
@@ -62,7 +75,7 @@ class Paths:
         return f"{self.cookies}/{bookie_id}"
 
     def ledger(self, ledger_id: int) -> str:
-        return ledger_path(self.root, ledger_id)
+        return ledger_path(self.root, ledger_id, self.long_hierarchical)
 
     # under-replication
     @property

@@ -374,3 +374,54 @@ async def test_non_utf8_cookie_znode_instanceid_and_file_are_cookie_errors(start
     (d / "current" / "VERSION").write_bytes(b"4\n\xff\xfe")
     with pytest.raises(CookieError, match="VERSION is not UTF-8"):
         read_dir_cookie(d)
+
+
+async def test_adds_and_reads_over_the_in_progress_limits_get_etoomanyrequests(start_bookie, client) -> None:
+    """Issue 15: upstream maxAddsInProgressLimit / maxReadsInProgressLimit; ETOOMANYREQUESTS was never
+    produced. The budget is occupied from inside the bookie (same loop) so the refusal is deterministic."""
+    from autorecovery.bookie.admission import AdmissionLimits
+
+    srv = await start_bookie(limits=AdmissionLimits(max_adds=2, max_add_bytes=0, max_reads=1, stream_wait_s=0.3))
+    b = srv.bookie_id
+    adm = srv.service.admission
+    await client.add_entry(b, 5, 0, MK, entry(5, 0))
+    assert adm.try_add(10) and adm.try_add(10)  # two adds "in progress"
+    assert await status_of(client.add_entry(b, 5, 1, MK, entry(5, 1))) == "ETOOMANYREQUESTS"
+    with pytest.raises(BookieError) as ei:
+        await client.add_entries(b, 5, MK, [(1, entry(5, 1))])
+    assert ei.value.status == "ETOOMANYREQUESTS" and ei.value.failed_entry_id == 1
+    assert "maxAddsInProgressLimit=2" in str(ei.value)
+    assert adm.rejected_adds == 2
+    # a stream waits for room instead of failing when room appears in time
+    waiting = asyncio.ensure_future(client.add_entries(b, 5, MK, [(1, entry(5, 1)), (2, entry(5, 2))]))
+    await wait_for(lambda: adm.adds == 2, 5.0)  # nothing was admitted for the stream yet
+    adm.release_add(10)
+    assert await asyncio.wait_for(waiting, 10) == (2, 2 * len(entry(5, 1)))
+    adm.release_add(10)
+    assert (adm.adds, adm.add_bytes) == (0, 0)  # everything admitted was released
+    # reads: one in progress allowed
+    assert adm.try_read()
+    assert await status_of(client.read_entry(b, 5, 0)) == "ETOOMANYREQUESTS"
+    adm.release_read()
+    assert (await client.read_entry(b, 5, 0)).entry_id == 0
+    assert adm.reads == 0
+
+
+async def test_an_idle_add_stream_is_answered_and_closed(start_bookie, client) -> None:
+    """Issue 15: 1,000 idle streams were never closed. A stream that sends nothing for the idle timeout
+    is answered (what was written stays written) and closed; the bookie keeps serving."""
+    srv = await start_bookie(stream_idle_timeout_s=0.5)
+    b = srv.bookie_id
+    never = asyncio.Event()
+
+    async def one_then_idle():
+        yield 0, entry(6, 0)
+        await never.wait()  # the producer stalls; only the bookie's idle timeout ends this stream
+        yield 1, entry(6, 1)
+
+    with pytest.raises(BookieError) as ei:
+        await client.add_entries(b, 6, MK, one_then_idle())
+    assert ei.value.status == "EBADREQ" and "no add for 0.5 s" in str(ei.value)
+    assert ei.value.entries_written == 1
+    assert await client.get_list_of_entries(b, 6) == [(0, 0)]
+    assert srv.service.admission.adds == 0

@@ -131,7 +131,7 @@ def test_upstream_conf_env_and_sigint(cluster, procs, tmp_path):
         "httpServerEnabled": "true",
     })
     checked = cli("config", "check", "-c", str(conf), env={"BK_httpServerPort": "0"})
-    assert checked.exit_code == 0, checked.stderr
+    assert checked.exit_code == 1, checked.stderr  # the misspelt key has no effect: an error (issue 10)
     assert "zkTimeout=6000  # file, upstream" in checked.stdout
     assert "httpServerPort=0  # env, upstream" in checked.stdout
     assert "minNumRacksPerWriteQuorum=2  # file (alias bookkeeperClientMinNumRacksPerWriteQuorum)" in checked.stdout

@@ -97,9 +97,37 @@ def test_status_get_put_and_mutation_switch(env):
 def test_who_is_auditor(env):
     c, rw, ro = env
     code, body = rw.get("/api/v1/autorecovery/who_is_auditor")
-    host, port = c.bookie_id(0).rsplit(":", 1)
-    assert code == 200 and body.startswith("Auditor: ") and body.endswith(f"/{host}:{port}")
+    assert (code, body) == (200, f"Auditor: {c.bookie_id(0)}")  # upstream >= 4.12: "Auditor: " + BookieId
     assert ro.get("/api/v1/autorecovery/who_is_auditor") == (code, body)
+
+
+def test_heartbeat(env):
+    _c, rw, ro = env
+    assert rw.get("/heartbeat") == (200, "OK\n")  # upstream HeartbeatService
+    assert ro.get("/heartbeat") == (200, "OK\n")
+
+
+def test_list_bookies(env):
+    c, rw, _ro = env
+    ids = sorted(c.bookie_ids())
+    code, body = rw.get("/api/v1/bookie/list_bookies")
+    assert code == 200 and json.loads(body) == {b: None for b in ids}
+    assert json.loads(rw.get("/api/v1/bookie/list_bookies?type=rw")[1]) == {b: None for b in ids}
+    doc = json.loads(rw.get("/api/v1/bookie/list_bookies?type=rw&print_hostnames=true")[1])
+    assert doc == {b: b.rsplit(":", 1)[0] for b in ids}
+    assert rw.get("/api/v1/bookie/list_bookies?type=ro") == (200, "{}")
+
+
+def test_server_config(env):
+    _c, rw, ro = env
+    code, body = rw.get("/api/v1/config/server_config")
+    doc = json.loads(body)
+    assert code == 200 and all(isinstance(v, str) for v in doc.values())
+    assert doc["lostBookieRecoveryDelay"] == "0" and doc["httpAdminMutationsEnabled"] == "true"
+    assert json.loads(ro.get("/api/v1/config/server_config")[1]).get("httpAdminMutationsEnabled") != "true"
+    code, body = rw.put("/api/v1/config/server_config", {"lostBookieRecoveryDelay": "5"})
+    assert code == 405 and "restart" in body
+    assert json.loads(rw.get("/api/v1/config/server_config")[1])["lostBookieRecoveryDelay"] == "0"
 
 
 def test_lost_bookie_recovery_delay_and_trigger_audit(env):
@@ -167,9 +195,19 @@ def test_ledger_metadata(env):
     c, rw, _ro = env
     lid, ens = next(iter(arun(write_ledgers(c, 1, 3, 2, 2, 2)).items()))
     code, body = rw.get(f"/api/v1/ledger/metadata?ledger_id={lid}")
-    assert code == 200 and json.loads(body)["ensembles"] == {"0": list(ens)}
+    doc = json.loads(body)
+    assert code == 200 and list(doc) == [str(lid)]  # upstream: {"<ledgerId>": <LedgerMetadata as Jackson JSON>}
+    md = doc[str(lid)]
+    assert md["allEnsembles"] == {"0": [{"id": b} for b in ens]}
+    assert md["ledgerId"] == lid and md["lastEntryId"] == 2 and md["closed"] is True and md["state"] == "CLOSED"
+    assert (md["ensembleSize"], md["writeQuorumSize"], md["ackQuorumSize"]) == (2, 2, 2)
+    assert md["digestType"] in ("CRC32", "MAC", "CRC32C", "DUMMY") and isinstance(md["password"], str)
+    assert md["metadataFormatVersion"] == 3 and md["customMetadata"] == {}
+    ours = json.loads(rw.get(f"/api/v1/ledger/metadata?ledger_id={lid}&format=autorecovery")[1])
+    assert ours["ensembles"] == {"0": list(ens)} and ours["ledgerId"] == lid
     assert rw.get("/api/v1/ledger/metadata?ledger_id=987654")[0] == 404
     assert rw.get("/api/v1/ledger/metadata?ledger_id=abc")[0] == 400
+    assert rw.get("/api/v1/ledger/metadata")[0] == 400
 
 
 def test_progress_and_recover_job(env):
@@ -188,7 +226,14 @@ def test_progress_and_recover_job(env):
     assert ro.put("/api/v1/autorecovery/bookie", {"bookie_src": [src]})[0] == 403
     code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": ["nonsense"]})
     assert code == 400 and "bad bookie_src 'nonsense'" in body
-    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "delete_cookie": False})
+    # issue 15: a running (registered) source is refused unless forced, and its cookie is never deleted
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src]})
+    assert code == 409 and f"bookie {src} is still running" in body and '"force": true' in body
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "force": True, "delete_cookie": True})
+    assert code == 409 and "cookie is never deleted" in body
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "force": "yes"})
+    assert code == 400 and "bad force 'yes'" in body
+    code, body = rw.put("/api/v1/autorecovery/bookie", {"bookie_src": [src], "delete_cookie": False, "force": True})
     assert code == 200 and body.startswith("Success send recovery request command.")
 
     def job_state():
@@ -214,8 +259,15 @@ def test_decommission(env):
     written = arun(write_ledgers(c, 2, 10, 3, 3, 2))
     c.kill_bookie(3)
     wait_unregistered(c, victim)
-    code, body = rw.put("/api/v1/autorecovery/decommission", {"bookie_src": victim, "timeout_s": 60})
-    assert code == 200 and body.startswith(f"Success send decommission Bookie command {victim}")
+    answer = {}
+
+    def accepted() -> bool:  # the daemon's own watcher sees the bookie leave a moment after our session does
+        answer["r"] = rw.put("/api/v1/autorecovery/decommission", {"bookie_src": victim, "timeout_s": 60})
+        return not (answer["r"][0] == 409 and "is not shutdown yet" in answer["r"][1])
+
+    wait_until(accepted, 15, 0.1, "the daemon to see the killed bookie unregistered")
+    code, body = answer["r"]
+    assert code == 200 and body.startswith(f"Success send decommission Bookie command {victim}"), body
 
     def job():
         jobs = [j for j in json.loads(rw.get("/api/v1/autorecovery/progress")[1])["jobs"] if j["kind"] == "decommission"]

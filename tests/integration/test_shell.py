@@ -53,7 +53,7 @@ def test_whoisauditor(cluster):
 
 
 def test_clusterinfo_json(cluster):
-    info = json.loads(ok(shell(cluster, "clusterinfo")))
+    info = json.loads(ok(shell(cluster, "clusterinfo", "--json")))
     assert info == {
         "auditorElected": True, "auditorId": cluster.bookie_id(0), "clusterUnderReplicated": False,
         "ledgerReplicationEnabled": True, "totalBookiesCount": 4, "writableBookiesCount": 4,
@@ -62,12 +62,21 @@ def test_clusterinfo_json(cluster):
 
 
 def test_listbookies_with_racks(cluster):
-    out = ok(shell(cluster, "listbookies")).splitlines()
+    out = ok(shell(cluster, "listbookies", "--racks")).splitlines()
     ids = sorted(cluster.bookie_ids())
+
+    def upstream(b):  # CommandHelpers.getBookieSocketAddrStringRepresentation for an IP-literal bookie id
+        host, port = b.rsplit(":", 1)
+        return f"BookieID:{b}, IP:{host}, Port:{port}, Hostname:"
+
     assert out[0] == "ReadWrite Bookies :"
-    assert out[1:5] == [f"{b}\track={cluster.rack_of(cluster.bookie_ids().index(b))}" for b in ids]
+    for b, line in zip(ids, out[1:5], strict=True):
+        assert line.startswith(upstream(b)) and line.endswith(f"\track={cluster.rack_of(cluster.bookie_ids().index(b))}")
     assert out[5] == "All Bookies :"
-    assert out[6:10] == [f"{b}\tstate=writable\track={cluster.rack_of(cluster.bookie_ids().index(b))}" for b in ids]
+    for b, line in zip(ids, out[6:10], strict=True):
+        rack = cluster.rack_of(cluster.bookie_ids().index(b))
+        assert line.startswith(upstream(b)) and line.endswith(f"\track={rack}\tstate=writable")
+    assert not any("rack=" in line for line in ok(shell(cluster, "listbookies")).splitlines())
     only_rw = ok(shell(cluster, "listbookies", "-rw")).splitlines()
     assert only_rw[0] == "ReadWrite Bookies :" and "All Bookies :" not in only_rw
 
@@ -84,7 +93,8 @@ def test_bookieinfo_upstream_wording(cluster):
     rows = out[1:5]
     for i, b in enumerate(sorted(cluster.bookie_ids())):
         idx = cluster.bookie_ids().index(b)
-        assert rows[i] == f"{b}:\tFree: {1_234_567_890 + idx}(1.234GB)\tTotal: 2000000000(2GB)"
+        assert rows[i].startswith(f"BookieID:{b}, IP:")
+        assert rows[i].endswith(f": \tFree: {1_234_567_890 + idx}(1.234GB)\tTotal: 2000000000(2GB)")
     free = sum(1_234_567_890 + i for i in range(4))
     assert out[5] == f"Total free disk space in the cluster:\t{free}(4.938GB)"
     assert out[6] == "Total disk capacity in the cluster:\t8000000000(8GB)"
@@ -100,7 +110,7 @@ def test_autorecovery_toggle(cluster):
     finally:
         assert ok(shell(cluster, "autorecovery", "-enable")) == "Enabling autorecovery\n"
     res = shell(cluster, "autorecovery", "-enable", "-disable")
-    assert res.exit_code == 2 and "only one of -enable and -disable" in res.stderr
+    assert res.exit_code == 2 and "only one of -e/--enable and -d/--disable" in res.stderr
 
 
 def test_lostbookierecoverydelay(cluster):
@@ -112,7 +122,7 @@ def test_lostbookierecoverydelay(cluster):
     finally:
         ok(shell(cluster, "lostbookierecoverydelay", "-set", "0"))
     res = shell(cluster, "lostbookierecoverydelay")
-    assert res.exit_code == 2 and "exactly one of -get and -set" in res.stderr
+    assert res.exit_code == 2 and "exactly one of -g/--get and -s/--set" in res.stderr
     res = shell(cluster, "lostbookierecoverydelay", "-set", "-5")
     assert res.exit_code == 2 and "bad lostBookieRecoveryDelay '-5'" in res.stderr
 
@@ -178,7 +188,7 @@ def test_listunderreplicated_and_queryautorecoverystatus(cluster):
 
         out = ok(shell(cluster, "queryautorecoverystatus")).splitlines()
         assert out == ["CurrentRecoverLedgerInfo:", "\tLedgerId:900002\tBookieId:worker-host-1"]
-        assert json.loads(ok(shell(cluster, "clusterinfo")))["clusterUnderReplicated"] is True
+        assert json.loads(ok(shell(cluster, "clusterinfo", "--json")))["clusterUnderReplicated"] is True
     finally:
         arun(cleanup())
         ok(shell(cluster, "autorecovery", "-enable"))

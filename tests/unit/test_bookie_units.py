@@ -97,3 +97,18 @@ def test_disk_probe_fake_file_overrides(tmp_path: Path) -> None:
     write_fake_disk(tmp_path)
     real = DiskProbe(tmp_path).probe()
     assert real.total_bytes > 0 and 0 <= real.free_bytes <= real.total_bytes
+
+
+def test_cookie_of_a_4_16_bookie_with_index_dirs_is_accepted():
+    """Issue 10: cookies written by 4.16+ bookies carry ``indexDirs`` (CookieFormat field 5)."""
+    from autorecovery.bookie.cookie import Cookie
+
+    text = ('4\nbookieHost: "10.0.0.1:3181"\njournalDir: "/bk/journal"\nledgerDirs: "1\\t/bk/ledgers"\n'
+            'instanceId: "abc"\nindexDirs: "1\\t/bk/index"\n')
+    c = Cookie.parse(text, "/ledgers/cookies/10.0.0.1:3181")
+    assert c.index_dirs == "1\t/bk/index" and c.ledger_dirs == "1\t/bk/ledgers"
+    assert c.to_text() == text
+    # upstream Cookie.verifyInternal: no indexDirs means "the ledger directories"
+    plain = Cookie("10.0.0.1:3181", "/bk/journal", "1\t/bk/ledgers", "abc")
+    assert plain.mismatch(Cookie("10.0.0.1:3181", "/bk/journal", "1\t/bk/ledgers", "abc", 4, "1\t/bk/ledgers")) is None
+    assert "indexDirs" in (plain.mismatch(c) or "")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from autorecovery.audit import checker, decisions, replicas, schedule
 from autorecovery.audit.index import BookieLedgerIndex, bookie_holds_entries, holds_entries
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
@@ -194,3 +197,58 @@ def test_replicas_empty_segments_ignored():
     assert not replicas.should_check(md(3, 3, 2, [(0, b)], last=-1))
     assert not replicas.should_check(md(3, 3, 2, [(0, b)], state=LedgerState.OPEN))
     assert replicas.missing_entries(0, 9, 0, 3, 3, [(2, 3), (7, 20)]) == [0, 1, 4, 5, 6]
+
+
+def _brute_classify(m, answers):
+    """The old per-entry definition: every missing entry listed (fine for small ledgers)."""
+    counts: dict[int, int] = {}
+    for first, last, ens in replicas.segment_bounds(m):
+        for idx, bookie in enumerate(ens):
+            ans = answers.get(bookie, KeyError(bookie))
+            if isinstance(ans, Exception):
+                continue
+            for e in replicas.missing_entries(first, last, idx, m.ensemble_size, m.write_quorum, ans or ()):
+                counts[e] = counts.get(e, 0) + 1
+    return counts
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_replicas_range_classify_equals_the_per_entry_definition(data):
+    """Issue 15: classify now works on ranges; it must agree with the per-entry definition."""
+    E = data.draw(st.integers(1, 5))
+    WQ = data.draw(st.integers(1, E))
+    AQ = data.draw(st.integers(1, WQ))
+    last = data.draw(st.integers(0, 60))
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, last)), max_size=2))))
+    bookies = [f"b{i}:1" for i in range(E + 2)]
+    segs = [(0, bookies[:E])] + [(c, bookies[2:E + 2]) for c in cuts]
+    m = md(E, WQ, AQ, segs, last=last)
+    answers = {}
+    for b in bookies:
+        kind = data.draw(st.sampled_from(["ranges", "none", "error"]))
+        if kind == "none":
+            answers[b] = None
+        elif kind == "error":
+            answers[b] = RuntimeError("down")
+        else:
+            rs = data.draw(st.lists(st.tuples(st.integers(0, last), st.integers(0, 8)), max_size=4))
+            answers[b] = [(a, a + n) for a, n in rs]
+    counts = _brute_classify(m, answers)
+    v = replicas.classify(m, answers)
+    assert v.missing_total == len(counts)
+    assert v.missing_counts == dict(sorted(counts.items())[:replicas.SAMPLE_SIZE])
+    if counts:
+        assert v.least_replicas == WQ - max(counts.values())
+    else:
+        assert v.bucket == replicas.Bucket.OK
+
+
+def test_replicas_check_of_a_2_pow_31_entry_ledger_that_nobody_holds_is_bounded():
+    """Issue 15: a CLOSED ledger with lastEntryId 2^31 whose bookies answer nothing made the check build
+    a list of every missing entry id. Now it is classified from ranges, with a bounded sample."""
+    b = ["b0:1", "b1:1", "b2:1"]
+    m = md(3, 2, 2, [(0, b)], last=2**31)  # the per-entry version needed ~2^31 list items here
+    v = replicas.classify(m, {x: None for x in b})
+    assert v.bucket == replicas.Bucket.NO_REPLICA and v.missing_total == 2**31 + 1
+    assert len(v.missing_counts) == replicas.SAMPLE_SIZE and v.bookies_missing == b

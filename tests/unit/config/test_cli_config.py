@@ -15,12 +15,15 @@ def test_check_valid_prints_effective_config(tmp_path):
     conf = tmp_path / "bk_server.conf"
     conf.write_text("zkServers=127.0.0.1:2181\nzkTimeout=8000\nlostBookieRecovryDelay=5\n")
     res = run(["config", "check", "-c", str(conf)], env={"BK_rwRereplicateBackoffMs": "100"})
-    assert res.exit_code == 0, res.output
+    # issue 10: a key that is set but has no effect is an error (exit 1), not a warning
+    assert res.exit_code == 1, res.output
     assert "zkTimeout=8000  # file, upstream" in res.stdout
     assert "rwRereplicateBackoffMs=100  # env, upstream" in res.stdout
-    assert "did you mean lostBookieRecoveryDelay?" in res.stderr
-    # --strict turns warnings into a failure
+    assert "ERROR: no effect: unknown configuration key lostBookieRecovryDelay in the config file; " \
+           "did you mean lostBookieRecoveryDelay?" in res.stderr
     assert run(["config", "check", "-c", str(conf), "--strict"]).exit_code == 1
+    conf.write_text("zkServers=127.0.0.1:2181\nzkTimeout=8000\n")
+    assert run(["config", "check", "-c", str(conf)]).exit_code == 0
 
 
 def test_check_bad_value_exits_2_naming_key_and_value(tmp_path):

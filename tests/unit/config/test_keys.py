@@ -81,4 +81,4 @@ def test_pulsar_policy_switches():
     assert K.pulsar_policy(True, True) == K.REGIONAWARE_CLASS
     assert K.pulsar_policy(False, False) == K.DEFAULT_POLICY_CLASS
     for alias, target in K.PULSAR_ALIASES.items():
-        assert alias.startswith("bookkeeper") and target in K.KEY_BY_NAME
+        assert (alias.startswith("bookkeeper") or alias in ("metadataStoreUrl", "zookeeperServers")) and target in K.KEY_BY_NAME

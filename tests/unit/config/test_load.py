@@ -225,3 +225,45 @@ def test_a_role_module_that_fails_to_import_fails_loudly(tmp_path, monkeypatch):
         provider_keys(("broken_keys_provider",))
     with pytest.raises(ConfigError, match="broken_keys_provider"):
         provider_key_objects(("broken_keys_provider",))
+
+
+# -- issue 10: ledger managers named by the configuration, Pulsar metadata-store forms ------------------
+@pytest.mark.parametrize("uri, hosts, root, manager", [
+    ("zk+longhierarchical://h1:2181;h2:2181/ledgers", "h1:2181,h2:2181", "/ledgers", "longhierarchical"),
+    ("zk+null://h1:2181/ledgers", "h1:2181", "/ledgers", None),
+    ("zk://h1:2181/ledgers", "h1:2181", "/ledgers", None),
+    ("metadata-store:zk:h1:2181,h2:2181/ledgers", "h1:2181,h2:2181", "/ledgers", None),
+    ("metadata-store:zk://h1:2181/pulsar/ledgers", "h1:2181", "/pulsar/ledgers", None),
+])
+def test_metadata_service_uri_forms(uri, hosts, root, manager):
+    from autorecovery.config.load import parse_metadata_service_uri_manager
+    assert parse_metadata_service_uri_manager(uri) == (hosts, root, manager)
+
+
+def test_pulsar_non_zookeeper_metadata_store_is_refused():
+    from autorecovery.config.load import parse_metadata_service_uri_manager
+    with pytest.raises(ConfigError, match="only a ZooKeeper metadata store"):
+        parse_metadata_service_uri_manager("metadata-store:etcd:h1:2379/ledgers")
+
+
+def test_configured_ledger_manager_comes_from_uri_or_keys(tmp_path):
+    from autorecovery.ledger.layout import HIERARCHICAL, LONG_HIERARCHICAL
+    s = load_settings(write(tmp_path, "metadataServiceUri=zk+longhierarchical://a:1/ledgers\n"))
+    assert (s.ledger_manager, s.ledger_manager_key) == (LONG_HIERARCHICAL, "metadataServiceUri")
+    s = load_settings(write(tmp_path, "zkServers=a:1\nledgerManagerFactoryClass=" + HIERARCHICAL + "\n"))
+    assert (s.ledger_manager, s.ledger_manager_key) == (HIERARCHICAL, "ledgerManagerFactoryClass")
+    assert load_settings(write(tmp_path, "zkServers=a:1\n")).ledger_manager is None
+    with pytest.raises(ConfigError, match="ledgerManagerType"):
+        load_settings(write(tmp_path, "zkServers=a:1\nledgerManagerType=flat\n"))
+    with pytest.raises(ConfigError, match="names another ledger manager"):
+        load_settings(write(tmp_path, "metadataServiceUri=zk+longhierarchical://a:1/ledgers\n"
+                                      "ledgerManagerFactoryClass=hierarchical\n"))
+
+
+def test_pulsar_broker_metadata_store_keys_are_aliases(tmp_path):
+    s = load_settings(write(tmp_path, "metadataStoreUrl=zk:zk1:2181,zk2:2181/chroot\n"))
+    assert s.zk_servers == "zk1:2181,zk2:2181/chroot" and s.ledgers_root == "/ledgers"
+    s = load_settings(write(tmp_path, "zookeeperServers=zk9:2181\n"))
+    assert s.zk_servers == "zk9:2181" and "alias zookeeperServers" in s.sources["zkServers"]
+    with pytest.raises(ConfigError, match="only a ZooKeeper metadata store"):
+        load_settings(write(tmp_path, "metadataStoreUrl=etcd:e1:2379\n"))

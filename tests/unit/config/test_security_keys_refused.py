@@ -18,7 +18,6 @@ from autorecovery.config.load import load_settings
 from autorecovery.errors import ConfigError
 
 ASKING = {
-    "zkEnableSecurity": "true",
     "tlsProvider": "OpenSSL",
     "tlsProviderFactoryClass": "org.apache.bookkeeper.tls.TLSContextFactory",
     "tlsClientAuthentication": "true",
@@ -55,12 +54,12 @@ def test_a_value_that_asks_for_nothing_is_accepted_without_warning(tmp_path, raw
     assert not [w for w in settings.warnings if any(n in w for n in ASKING)]
 
 
-def test_config_check_strict_fails_naming_the_key(tmp_path):
+def test_config_check_fails_naming_the_key(tmp_path):
     conf = tmp_path / "bk_server.conf"
-    conf.write_text("zkServers=127.0.0.1:2181\nzkEnableSecurity=true\n")
-    res = CliRunner().invoke(main, ["config", "check", "-c", str(conf), "--strict"], env={})
+    conf.write_text("zkServers=127.0.0.1:2181\ntlsClientAuthentication=true\n")
+    res = CliRunner().invoke(main, ["config", "check", "-c", str(conf)], env={})
     assert res.exit_code == 2, res.output
-    assert "zkEnableSecurity=true" in res.stderr
+    assert "tlsClientAuthentication=true" in res.stderr
 
 
 def test_run_process_refuses_to_start(tmp_path):

@@ -14,13 +14,15 @@ from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState
 
 # Worked out by hand from upstream's LedgerMetadataSerDe (format version 3) and the
 # LedgerMetadataFormat field numbers: header line, varint32 body length, then fields in order.
+# buildLedgerMetadataFormat always sets lastEntryId (-1 while open, a 10-byte varint) and, for v3, cToken.
 GOLDEN_V3 = (
     b"BookieMetadataFormatVersion\t3\n"
-    b"\x20"                      # body length: 32 bytes
+    b"\x2d"                      # body length: 45 bytes
     b"\x08\x02"                  # 1 quorumSize = 2
     b"\x10\x02"                  # 2 ensembleSize = 2
     b"\x18\x00"                  # 3 length = 0
-    b"\x28\x01"                  # 5 state = OPEN (no lastEntryId while open)
+    b"\x20" + b"\xff" * 9 + b"\x01"  # 4 lastEntryId = -1 (open)
+    b"\x28\x01"                  # 5 state = OPEN
     b"\x32\x0c"                  # 6 segment, 12 bytes:
     b"\x0a\x03a:1"               #   ensembleMember "a:1"
     b"\x0a\x03b:1"               #   ensembleMember "b:1"
@@ -29,6 +31,7 @@ GOLDEN_V3 = (
     b"\x42\x02pw"                # 8 password "pw"
     b"\x48\x02"                  # 9 ackQuorumSize = 2
     b"\x50\x05"                  # 10 ctime = 5
+    b"\x60\x00"                  # 12 cToken = 0
 )
 
 
@@ -69,9 +72,59 @@ def test_v2_text_format_is_readable():
     assert back.segments == md.segments and back.write_quorum == 2
 
 
+def test_v2_ledger_rewritten_stays_v2_without_an_invented_ctime():
+    """Issue 10: upstream keeps metadataFormatVersion on a rewrite; a v2 ledger with no ctime that the
+    worker re-replicates must come back as v2 with no ctime (not v3 with ``ctime: 0``)."""
+    from dataclasses import replace
+    md = replace(golden_md(), store_ctime=False, ctime=0)
+    v2 = formats.serialize_v2(md)
+    assert b"ctime" not in v2 and b"cToken" not in v2
+    back = formats.deserialize(v2)
+    assert back.format_version == 2 and back.store_ctime is False
+    moved = back.with_segment_replaced(0, {"a:1": "c:1"})
+    again = formats.serialize(moved)
+    assert again.startswith(b"BookieMetadataFormatVersion\t2\n")
+    assert b"ctime" not in again and b'ensembleMember: "c:1"' in again
+    # a v2 ledger that does carry a ctime keeps exactly that ctime
+    with_ctime = formats.deserialize(formats.serialize_v2(replace(golden_md(), ctime=1234)))
+    assert with_ctime.store_ctime and b"ctime: 1234" in formats.serialize(with_ctime)
+
+
+def test_v3_without_ctime_is_rewritten_without_ctime():
+    from dataclasses import replace
+    md = formats.deserialize(formats.serialize(replace(golden_md(), store_ctime=False)))
+    assert md.format_version == 3 and not md.store_ctime
+    assert formats.to_proto(md).HasField("ctime") is False
+
+
+# upstream LedgerMetadataSerDe.serializeVersion1 for a closed E3/WQ2 ledger with two segments
+GOLDEN_V1 = (b"BookieMetadataFormatVersion\t1\n2\n3\n999\n0\ta:1\tb:1\tc:1\n10\ta:1\td:1\tc:1\n41\tCLOSED")
+
+
+def test_v1_is_read_as_upstream_and_rewritten_as_v1():
+    md = formats.deserialize(GOLDEN_V1, "/ledgers/00/0000/L0007")
+    assert md.format_version == 1 and md.state == LedgerState.CLOSED and md.last_entry_id == 41
+    assert (md.ensemble_size, md.write_quorum, md.ack_quorum, md.length) == (3, 2, 2, 999)
+    assert md.segments[1] == Segment(10, ("a:1", "d:1", "c:1")) and not md.store_ctime
+    assert formats.serialize(md) == GOLDEN_V1
+    moved = formats.deserialize(formats.serialize(md.with_segment_replaced(10, {"d:1": "e:1"})))
+    assert moved.format_version == 1 and moved.segments[1].ensemble == ("a:1", "e:1", "c:1")
+    recovering = formats.deserialize(b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0\ta:1\tb:1\tc:1\n-102\tCLOSED")
+    assert recovering.state == LedgerState.IN_RECOVERY and recovering.last_entry_id == -1
+    open_v1 = formats.deserialize(b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0\ta:1\tb:1\tc:1\n")
+    assert open_v1.state == LedgerState.OPEN and formats.serialize(open_v1).endswith(b"c:1\n")
+
+
+def test_v1_cannot_hold_a_password_so_nothing_is_written():
+    from dataclasses import replace
+    md = replace(formats.deserialize(GOLDEN_V1), password=b"pw")
+    with pytest.raises(ValueError, match="format version 1 cannot hold"):
+        formats.serialize(md)
+
+
 @pytest.mark.parametrize(
     "data",
-    [b"", b"garbage", b"BookieMetadataFormatVersion\t9\n", b"BookieMetadataFormatVersion\t3\n\x7f\x08",
+    [b"", b"garbage", b"BookieMetadataFormatVersion\t1\nx\n", b"BookieMetadataFormatVersion\t4\n", b"BookieMetadataFormatVersion\t9\n", b"BookieMetadataFormatVersion\t3\n\x7f\x08",
      b"BookieMetadataFormatVersion\t2\nnot protobuf text {"],
 )
 def test_malformed_metadata_names_the_path(data):

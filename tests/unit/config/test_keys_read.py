@@ -1,0 +1,184 @@
+"""Issue 10: no configuration key is accepted and ignored.
+
+Every key autorecovery accepts is either
+* in :data:`~autorecovery.config.keys.NO_EFFECT_KEYS` (accepted for compatibility, with a documented
+  reason, listed by ``config check``), or
+* proven to be read: setting it to a valid non-default value changes what the code builds from the
+  settings — the typed :class:`Settings` fields, ``AuditorSettings`` / ``WorkerSettings`` /
+  ``PlacementConfig`` parsed from the properties (how the provider modules read their keys) — or it
+  is refused with an error naming it when the value is one the code cannot honour, or, for the few
+  keys the daemon reads straight from ``Settings.get`` at run time, the call ``.get("<key>")`` exists
+  in the code outside the config package.
+
+This covers the table (:data:`KEYS`) and the keys declared by provider modules (``provider_keys``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from autorecovery.cli.main import main
+from autorecovery.config import keys as K
+from autorecovery.config.load import PROMETHEUS_PROVIDER, Settings, load_settings, provider_key_objects, provider_keys
+from autorecovery.errors import ConfigError
+from autorecovery.placement.config import PlacementConfig
+from autorecovery.roles.auditor import AuditorSettings
+from autorecovery.roles.worker_settings import WorkerSettings
+
+SRC = Path(__file__).resolve().parents[3] / "autorecovery"
+BASE = {"zkServers": "zk1:2181"}
+
+#: Keys whose effect only shows with another key set (the context is part of both sides of the diff).
+CONTEXT: dict[str, dict[str, str]] = {
+    "useShortHostName": {"useHostNameAsBookieID": "true"},
+    "zkEnableSecurity": {"zkDigestAuth": "ar:pw"},
+    "enableStatistics": {"statsProviderClass": PROMETHEUS_PROVIDER},
+    "prometheusStatsHttpEnable": {"statsProviderClass": PROMETHEUS_PROVIDER},
+    "prometheusStatsHttpAddress": {"statsProviderClass": PROMETHEUS_PROVIDER},
+    "prometheusStatsHttpPort": {"statsProviderClass": PROMETHEUS_PROVIDER},
+    "networkTopologyScriptNumberArgs": {"reppDnsResolverClass": "org.apache.bookkeeper.net.ScriptBasedMapping",
+                                        "networkTopologyScriptFileName": "/bin/true"},
+}
+
+#: Valid non-default values for string keys without choices (and a few numbers whose +1 would not do).
+VALUES: dict[str, str] = {
+    "metadataServiceUri": "zk+hierarchical://other:2181/bk",
+    "zkServers": "other:2181",
+    "ledgerManagerFactoryClass": "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory",
+    "ledgerManagerType": "longhierarchical",
+    "zkLedgersRootPath": "/bk",
+    "bookieId": "10.9.9.9:3181",
+    "advertisedAddress": "10.8.8.8",
+    "zkDigestAuth": "ar:pw",
+    "statsProviderClass": PROMETHEUS_PROVIDER,
+    "prometheusStatsHttpAddress": "127.0.0.1",
+    "httpServerAddress": "0.0.0.0",
+    "ensemblePlacementPolicy": "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy",
+    "reppDnsResolverClass": "org.apache.bookkeeper.net.ScriptBasedMapping",
+    "networkTopologyScriptFileName": "/bin/true",
+    "reppRegionsToWrite": "r1;r2",
+    "reppDisableDurabilityFeatureName": "my_feature",
+    "reppDisallowBookiePlacementInRegionFeatureName": "disallow_region",
+    "reppDisallowedRegions": "r2",
+    "disableEnsembleChangeFeatureName": "my_disable_feature",
+}
+
+#: Keys refused (ConfigError naming them) for a value the code cannot honour: reading = validating.
+REFUSED: dict[str, str] = {
+    "ledgerManagerFactoryClass": "org.apache.bookkeeper.meta.FlatLedgerManagerFactory",
+    "ledgerManagerType": "flat",
+}
+
+
+def _value(key: K.Key) -> str:
+    if key.name in VALUES:
+        return VALUES[key.name]
+    if key.type == "bool":
+        return "false" if key.default else "true"
+    if key.type in ("int", "float"):
+        base = key.default if key.default is not None else (key.min_value or 0)
+        cand = base + 1
+        if key.max_value is not None and cand > key.max_value:
+            cand = base - 1
+        return str(int(cand)) if key.type == "int" else str(float(cand) + 0.5)
+    if key.choices:
+        return next(c for c in key.choices if c != str(key.default).lower())
+    raise AssertionError(f"no test value for string key {key.name}: add one to VALUES")
+
+
+def _fingerprint(s: Settings) -> tuple[Any, ...]:
+    """Everything the code builds from settings, minus the raw maps (which any key would change)."""
+    typed = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
+             if f.name not in ("values", "properties", "sources", "warnings", "conf_path", "ignored")}
+    props = dict(s.properties)
+    return (typed, AuditorSettings.from_properties(props), WorkerSettings.from_properties(props),
+            PlacementConfig.from_properties(PlacementConfig.select(props)))
+
+
+def _read_via_get(name: str) -> bool:
+    pat = re.compile(r"""\.get\(\s*["']""" + re.escape(name) + r"""["']""")
+    for path in SRC.rglob("*.py"):
+        if path.parent.name == "config":
+            continue
+        if pat.search(path.read_text()):
+            return True
+    return False
+
+
+def _all_keys() -> list[K.Key]:
+    declared = {k.name: k for k in provider_key_objects()}
+    names = list(K.KEY_BY_NAME) + [n for n in provider_keys() if n not in K.KEY_BY_NAME]
+    out = []
+    for n in names:
+        key = K.KEY_BY_NAME.get(n) or declared.get(n)
+        assert key is not None, f"{n} is declared by a provider module without a Key object (type unknown)"
+        out.append(key)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _fqdn(monkeypatch):
+    monkeypatch.setattr("socket.getfqdn", lambda *a: "node1.rack1.example.com")
+
+
+def test_no_key_is_both_read_and_no_effect():
+    names = {k.name for k in _all_keys()}
+    assert not names & set(K.NO_EFFECT_KEYS)
+    assert not set(K.NO_EFFECT_KEYS) & set(K.UNIMPLEMENTED_SECURITY_KEYS)
+    assert all(reason.strip() for reason in K.NO_EFFECT_KEYS.values())
+
+
+@pytest.mark.parametrize("key", _all_keys(), ids=lambda k: k.name)
+def test_every_key_is_read(key, tmp_path):
+    if key.name == "zkDigestAuthFile":
+        secret = tmp_path / "digest"
+        secret.write_text("ar:pw\n")
+        raw = str(secret)
+    else:
+        raw = _value(key)
+    key.parse(raw)  # the test value itself is valid for the key
+    # metadataServiceUri replaces zkServers: its base is the other way of naming the store
+    ctx = {**(BASE if key.name != "metadataServiceUri" else {"metadataServiceUri": "zk+hierarchical://zk1:2181/ledgers"}),
+           **CONTEXT.get(key.name, {})}
+    base = load_settings(None, env={}, overrides=ctx)
+    if key.name in REFUSED:
+        with pytest.raises(ConfigError, match=key.name):
+            load_settings(None, env={}, overrides={**ctx, key.name: REFUSED[key.name]})
+    changed = load_settings(None, env={}, overrides={**ctx, key.name: raw})
+    assert not changed.warnings, changed.warnings
+    if _fingerprint(changed) != _fingerprint(base):
+        return
+    assert key.name in REFUSED or _read_via_get(key.name), (
+        f"{key.name}={raw} changes nothing the code builds from the settings and no code reads it with "
+        f".get({key.name!r}): it is accepted and ignored. Make it take effect, or move it to "
+        f"NO_EFFECT_KEYS with the reason")
+
+
+def test_config_check_lists_no_effect_keys_with_reason_and_errors_on_unknown(tmp_path):
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text("zkServers=zk1:2181\njournalDirectories=/data/journal\n")
+    res = CliRunner().invoke(main, ["config", "check", "-c", str(conf)], env={})
+    assert res.exit_code == 0, res.output
+    assert ("# journalDirectories: accepted for compatibility, no effect here: "
+            + K.NO_EFFECT_KEYS["journalDirectories"] + " [file]") in res.stdout
+    conf.write_text("zkServers=zk1:2181\njournalDirectorys=/data/journal\n")
+    res = CliRunner().invoke(main, ["config", "check", "-c", str(conf)], env={})
+    assert res.exit_code == 1, res.output
+    assert "ERROR: no effect: unknown configuration key journalDirectorys in the config file" in res.stderr
+
+
+def test_docs_list_every_no_effect_key_with_its_reason():
+    out = CliRunner().invoke(main, ["config", "keys", "--no-effect", "--markdown"])
+    assert out.exit_code == 0, out.output
+    rows = [line for line in out.output.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(K.NO_EFFECT_GROUPS)
+    doc = (SRC.parent / "docs" / "operators.md").read_text()
+    stale = [row for row in rows if row not in doc]
+    assert not stale, ("docs/operators.md no-effect table is stale; regenerate it with "
+                       "`autorecovery config keys --no-effect --markdown`:\n" + "\n".join(stale))

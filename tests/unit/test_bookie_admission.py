@@ -1,0 +1,49 @@
+"""Bookie back-pressure bookkeeping (issue 15): counts, byte budget, waiting streams (no servers)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from autorecovery.bookie.admission import Admission, AdmissionLimits
+
+
+def test_count_and_byte_limits_reject_and_release() -> None:
+    a = Admission(AdmissionLimits(max_adds=2, max_add_bytes=100, max_reads=1))
+    assert a.try_add(60) and not a.try_add(60)  # bytes: 120 > 100 with one in progress
+    assert a.try_add(40) and not a.try_add(1)  # count: 2 in progress
+    assert a.rejected_adds == 2 and (a.adds, a.add_bytes) == (2, 100)
+    a.release_add(60)
+    a.release_add(40)
+    assert (a.adds, a.add_bytes) == (0, 0)
+    # an entry bigger than the whole budget still goes through alone: never refused forever
+    assert a.try_add(1000)
+    a.release_add(1000)
+    assert a.try_read() and not a.try_read() and a.rejected_reads == 1
+    a.release_read()
+    assert a.try_read()
+    assert "maxAddsInProgressLimit=2" in a.describe_adds() and "maxReadsInProgressLimit=1" in a.describe_reads()
+
+
+def test_zero_means_unlimited() -> None:
+    a = Admission(AdmissionLimits(max_adds=0, max_add_bytes=0, max_reads=0))
+    assert all(a.try_add(10**9) for _ in range(1000)) and all(a.try_read() for _ in range(1000))
+
+
+def test_bad_limits_name_the_field() -> None:
+    with pytest.raises(ValueError, match="max_adds"):
+        AdmissionLimits(max_adds=-1)
+
+
+async def test_a_stream_waits_for_room_then_gives_up() -> None:
+    a = Admission(AdmissionLimits(max_adds=1, max_add_bytes=0, max_reads=0, stream_wait_s=5.0))
+    assert a.try_add(10)
+    waiter = asyncio.ensure_future(a.wait_add(10))
+    await asyncio.sleep(0)  # let the waiter block on the full budget
+    assert not waiter.done()
+    a.release_add(10)
+    assert await asyncio.wait_for(waiter, 5.0) is True and a.adds == 1
+    quick = Admission(AdmissionLimits(max_adds=1, stream_wait_s=0.05))
+    assert quick.try_add(1)
+    assert await quick.wait_add(1) is False and quick.rejected_adds == 1

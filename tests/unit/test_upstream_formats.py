@@ -1,0 +1,88 @@
+"""Pure formatting helpers behind the shell and HTTP upstream formats (issue 10): LedgerMetadata's
+``toString``, its Jackson JSON, the bookie address line and ``server_config`` masking."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from autorecovery.admin import ops
+from autorecovery.cli.shell import jackson_pretty
+from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
+
+
+def _md(**kw) -> LedgerMetadata:
+    base = dict(ensemble_size=3, write_quorum=2, ack_quorum=2,
+                segments=(Segment(0, ("a:1", "b:2", "c:3")), Segment(10, ("a:1", "d:4", "c:3"))),
+                digest_type=DigestType.CRC32C, password=b"", ctime=5)
+    base.update(kw)
+    return LedgerMetadata(**base)
+
+
+def test_tostring_closed_ledger_as_upstream():
+    md = _md(state=LedgerState.CLOSED, last_entry_id=19, length=2000, digest_type=DigestType.HMAC,
+             password=b"secret", custom_metadata={"z": b"\x00\xff", "a": b"x"})
+    assert ops.format_metadata(md) == (
+        "LedgerMetadata{formatVersion=3, ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED, "
+        "length=2000, lastEntryId=19, digestType=MAC, password=base64:c2VjcmV0, "
+        "ensembles={0=[a:1, b:2, c:3], 10=[a:1, d:4, c:3]}, customMetadata={a=base64:eA==, z=base64:AP8=}}")
+
+
+def test_tostring_open_ledger_has_no_length_nor_last_entry():
+    text = ops.format_metadata(_md(state=LedgerState.IN_RECOVERY))
+    assert "state=IN_RECOVERY, digestType=CRC32C, password=base64:, " in text
+    assert "length=" not in text and "lastEntryId=" not in text and "ctime" not in text
+
+
+def test_upstream_json_shape():
+    doc = ops.metadata_upstream_json(7, _md(state=LedgerState.OPEN, digest_type=DigestType.DUMMY,
+                                           custom_metadata={"k": b"v"}))
+    assert doc["allEnsembles"] == {"0": [{"id": "a:1"}, {"id": "b:2"}, {"id": "c:3"}],
+                                   "10": [{"id": "a:1"}, {"id": "d:4"}, {"id": "c:3"}]}
+    assert doc["lastEntryId"] == -1 and doc["length"] == 0 and doc["closed"] is False and doc["state"] == "OPEN"
+    assert doc["digestType"] == "DUMMY" and doc["password"] == "" and doc["customMetadata"] == {"k": "dg=="}
+    assert doc["ledgerId"] == 7 and doc["ctime"] == 5 and doc["metadataFormatVersion"] == 3 and doc["ctoken"] == 0
+
+
+def test_bookie_line_and_unresolvable_id():
+    assert ops.bookie_line("10.0.0.1:3181", ("10.0.0.1", 3181, "bk1.example")) == \
+        "BookieID:10.0.0.1:3181, IP:10.0.0.1, Port:3181, Hostname:bk1.example"
+    assert ops._resolve_address("not-a-host-port") == ("UNKNOWN", 0, "UNKNOWN")
+    ip, port, _name = ops._resolve_address("127.0.0.1:3181")
+    assert (ip, port) == ("127.0.0.1", 3181)
+
+
+def test_server_config_masks_secrets_only():
+    s = SimpleNamespace(properties={"zkServers": "zk:2181", "zkPassword": "hunter2", "tlsKeyStorePasswordPath": "/p",
+                                    "clientAuthToken": "t0k", "lostBookieRecoveryDelay": "0"})
+    assert ops.server_config(s) == {"clientAuthToken": "******", "lostBookieRecoveryDelay": "0",
+                                    "tlsKeyStorePasswordPath": "/p", "zkPassword": "******", "zkServers": "zk:2181"}
+    assert ops.server_config(None) == {}
+
+
+def test_jackson_pretty_matches_jacksons_default_printer():
+    text = jackson_pretty({"auditorElected": True, "auditorId": "h:1", "totalBookiesCount": 3})
+    assert text == '{\n  "auditorElected" : true,\n  "auditorId" : "h:1",\n  "totalBookiesCount" : 3\n}'
+    assert json.loads(text)["auditorId"] == "h:1"
+
+
+def test_bookie_addresses_bounded_when_the_resolver_hangs(monkeypatch):
+    import asyncio
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def stuck(bookie_id):
+        release.wait(30)
+        return ("never", 0, "never")
+
+    monkeypatch.setattr(ops, "_resolve_address", stuck)
+    t0 = time.monotonic()
+    try:
+        got = asyncio.run(ops.bookie_addresses(["10.1.2.3:3181", "bk.example:3181", "odd"], timeout_s=0.3))
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 5, "asyncio.run waited for the stuck lookups"
+    assert got == {"10.1.2.3:3181": ("10.1.2.3", 3181, "10.1.2.3"), "bk.example:3181": ("UNKNOWN", 3181, "bk.example"),
+                   "odd": ("UNKNOWN", 0, "UNKNOWN")}
