@@ -16,9 +16,9 @@ A znode that matches no upstream pattern fails the test unless it is one of our 
 (``underreplication/unrecoverable/*``, ``underreplication/maintenance/*``, ``maintenance-state``), which
 must decode as JSON and be documented.
 
-The cluster fixture takes a ledger layout parameter (``LAYOUTS``): "hierarchical" (2-4-4 ids below 2^31,
-upstream's hybrid HierarchicalLedgerManager) today; the path matcher already knows the 3-4-4-4-4 form of
-``LongHierarchicalLedgerManagerFactory``.
+The cluster fixture is parametrized by ledger layout (``LAYOUTS``): "hierarchical" (upstream's hybrid
+HierarchicalLedgerManager: 2-4-4 below 2^31, 3-4-4-4-4 from it on) and "longhierarchical"
+(``LongHierarchicalLedgerManagerFactory``: always 3-4-4-4-4); each is one cluster run (~10 s).
 """
 
 from __future__ import annotations
@@ -56,12 +56,18 @@ REPO = HERE.parent.parent
 UPSTREAM_PROTO = HERE / "upstream" / "DataFormats.proto"
 ROOT = "/ledgers"
 
-#: layout name → how the test formats the cluster, and the LAYOUT factory it must then find.
-#: The lead adds "longhierarchical" (ids split 3-4-4-4-4) and a v2-metadata case here.
+#: layout name → how the test formats the cluster (extra ``shell initnewcluster`` arguments), the LAYOUT
+#: factory it must then find and the metadata format version every ledger must decode as. Add cases
+#: here (a v2-metadata cluster, ...); ``drive`` and the tests take everything from this table.
 LAYOUTS = {
     "hierarchical": {
         "init_args": [],
         "factory": "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory",
+        "metadata_version": 3,
+    },
+    "longhierarchical": {  # every ledger id split 3-4-4-4-4, ids in idgen-long
+        "init_args": ["-D", "ledgerManagerType=longhierarchical"],
+        "factory": "org.apache.bookkeeper.meta.LongHierarchicalLedgerManagerFactory",
         "metadata_version": 3,
     },
 }
@@ -636,3 +642,48 @@ def test_upstream_classes_are_in_a_fresh_pool(upstream):
     cls = upstream.classes["LedgerMetadataFormat"]
     assert cls.DESCRIPTOR.full_name == "LedgerMetadataFormat" and cls.DESCRIPTOR.file.pool is upstream.pool
     assert set(upstream.classes) == set(ud.MESSAGES)
+
+
+# ---------------------------------------------------------------------------------------------------
+# ledger metadata written by upstream itself: the test vectors of upstream's TestLedgerMetadataSerDe
+# (version 1 from 4.0/4.1, version 2 from 4.2-4.3, version 2 + ctime from 4.4-4.8, version 3 from 4.9)
+# ---------------------------------------------------------------------------------------------------
+UPSTREAM_VECTORS = {
+    "v1": (b"BookieMetadataFormatVersion\t1\n2\n3\n0\n0\t192.0.2.1:1234\t192.0.2.2:1234\t192.0.2.3:1234\n"
+           b"-102\tCLOSED"),
+    "v2": (b'BookieMetadataFormatVersion\t2\nquorumSize: 2\nensembleSize: 3\nlength: 0\nlastEntryId: -1\n'
+           b'state: IN_RECOVERY\nsegment {\n  ensembleMember: "192.0.2.1:1234"\n  ensembleMember: "192.0.2.2:1234"\n'
+           b'  ensembleMember: "192.0.2.3:1234"\n  firstEntryId: 0\n}\ndigestType: CRC32\npassword: "passwd"\n'
+           b'ackQuorumSize: 2\n'),
+    "v2-ctime": (b'BookieMetadataFormatVersion\t2\nquorumSize: 2\nensembleSize: 3\nlength: 0\nlastEntryId: -1\n'
+                 b'state: IN_RECOVERY\nsegment {\n  ensembleMember: "192.0.2.1:1234"\n'
+                 b'  ensembleMember: "192.0.2.2:1234"\n  ensembleMember: "192.0.2.3:1234"\n  firstEntryId: 0\n}\n'
+                 b'digestType: CRC32\npassword: "passwd"\nackQuorumSize: 2\nctime: 1544002383075\n'),
+    "v3": (b"BookieMetadataFormatVersion\t3\n`\x08\x02\x10\x03\x18\x00 \xff\xff\xff\xff\xff\xff\xff\xff\xff\x01(\x01"
+           b"22\n\x0e192.0.2.1:3181\n\x0e192.0.2.2:3181\n\x0e192.0.2.3:3181\x10\x008\x03B\x06foobarH\x01"
+           b"P\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01`\x00"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UPSTREAM_VECTORS))
+def test_decoder_reads_upstreams_own_metadata(upstream, name):
+    """The decoder is checked against bytes upstream's Java SerDe wrote (not only against ours)."""
+    v = ud.decode_znode(upstream, "/ledgers/00/0000/L0059", UPSTREAM_VECTORS[name], ud.Layout()).value
+    assert v["version"] == int(name[1]) and v["ledger_id"] == 59 if name != "v1" else v["version"] == 1
+    assert (v["ensemble_size"], v["write_quorum"]) == (3, 2)
+    assert v["state"] == ("OPEN" if name == "v3" else "IN_RECOVERY")
+    assert len(v["segments"]) == 1 and v["segments"][0][0] == 0
+    if name == "v2-ctime":
+        assert v["ctime"] == 1544002383075
+    if name == "v3":
+        assert v["ack_quorum"] == 1 and v["digest"] == "CRC32C" and v["ctoken"] == 0
+
+
+@pytest.mark.parametrize("name", sorted(UPSTREAM_VECTORS))
+def test_our_codec_keeps_upstreams_metadata_byte_for_byte(name):
+    """The other direction: our codec reads what upstream wrote and writes it back unchanged, in the
+    same format version (upstream's own SerDe round-trip property)."""
+    from autorecovery.ledger import formats
+
+    data = UPSTREAM_VECTORS[name]
+    assert formats.serialize(formats.deserialize(data, "/ledgers/00/0000/L0059")) == data
