@@ -389,6 +389,7 @@ def _ledger_metadata_semantics(msg: Message, version: int, path: str, ledger_id:
         "ctime": msg.ctime if msg.HasField("ctime") else None,
         "ctoken": msg.cToken if msg.HasField("cToken") else None,
         "custom_metadata": {e.key: e.value for e in msg.customMetadata},
+        "message": msg,
     }
 
 
@@ -751,3 +752,141 @@ def decode_znode(fmts: UpstreamFormats, path: str, data: bytes, where: Layout) -
         raise UpstreamFormatError(f"{path}: matches no upstream znode pattern and is not a documented addition "
                                   f"(data {data[:80]!r})")
     return Decoded(path, rule.kind, rule.upstream, rule.ours, rule.decode(fmts, path, data))
+
+
+# ---------------------------------------------------------------------------------------------------
+# what upstream's writers emit for what its readers read (byte-for-byte comparison)
+# ---------------------------------------------------------------------------------------------------
+def _escape_text_bytes(raw: bytes) -> str:
+    """LightProto ``appendTextFormatEscapedByte``: ``\\b \\f \\n \\r \\t \\\\ \\' \\"``,
+    printable ASCII as is, every other byte as a three-digit octal escape (strings: their UTF-8 bytes)."""
+    named = {0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x5C: "\\\\", 0x27: "\\'",
+             0x22: '\\"'}
+    out = []
+    for b in raw:
+        if b in named:
+            out.append(named[b])
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def lightproto_text(msg: Message, indent: int = 0) -> str:
+    """The text format upstream's generated classes print (LightProto ``writeTextFormatTo``): present
+    fields in field-number order, ``name: value`` lines, enums by name, sub-messages as ``name {`` ...
+    ``}`` indented by two spaces per level. Map fields are not handled (none of the text znodes has one)."""
+    pad = "  " * indent
+    out = []
+    for fd, value in msg.ListFields():
+        values = list(value) if fd.is_repeated else [value]
+        for v in values:
+            if fd.message_type is not None:
+                out.append(f"{pad}{fd.name} {{\n{lightproto_text(v, indent + 1)}{pad}}}\n")
+            elif fd.enum_type is not None:
+                out.append(f"{pad}{fd.name}: {fd.enum_type.values_by_number[v].name}\n")
+            elif fd.type == fd.TYPE_STRING:
+                out.append(f"{pad}{fd.name}: {_escape_text_bytes(v.encode('utf-8'))}\n")
+            elif fd.type == fd.TYPE_BYTES:
+                out.append(f"{pad}{fd.name}: {_escape_text_bytes(v)}\n")
+            elif fd.type == fd.TYPE_BOOL:
+                out.append(f"{pad}{fd.name}: {'true' if v else 'false'}\n")
+            else:
+                out.append(f"{pad}{fd.name}: {v}\n")
+    return "".join(out)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        if n & ~0x7F == 0:
+            out.append(n)
+            return bytes(out)
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+
+
+def _upstream_metadata(fmts: UpstreamFormats, v: dict[str, Any]) -> bytes | None:
+    """``LedgerMetadataSerDe.serialize`` of what ``parseConfig`` read (``v`` from
+    :func:`decode_ledger_metadata`), in the version it was read in; None when upstream's output is not
+    determined (several custom metadata entries: a Java HashMap's order)."""
+    header = b"BookieMetadataFormatVersion\t%d\n" % v["version"]
+    closed = v["state"] == "CLOSED"
+    if v["version"] == 1:  # serializeVersion1
+        lines = [str(v["write_quorum"]), str(v["ensemble_size"]), str(v["length"] if closed else 0)]
+        lines += ["\t".join([str(first), *ens]) for first, ens in v["segments"]]
+        text = "".join(line + "\n" for line in lines)
+        if v["state"] == "IN_RECOVERY":
+            text += "-102\tCLOSED"
+        elif closed:
+            text += f"{v['last_entry_id']}\tCLOSED"
+        return header + text.encode("utf-8")
+    src = v["message"]
+    if len(src.customMetadata) > 1:
+        return None
+    m = fmts.new("LedgerMetadataFormat")  # buildLedgerMetadataFormat
+    m.quorumSize = v["write_quorum"]
+    m.ackQuorumSize = v["ack_quorum"]
+    m.ensembleSize = v["ensemble_size"]
+    m.length = v["length"] if closed else 0
+    m.lastEntryId = v["last_entry_id"] if closed else -1
+    m.state = src.state
+    if src.HasField("ctime"):
+        m.ctime = src.ctime
+    if not src.HasField("password"):
+        return None  # upstream cannot serialise a ledger without a digest type (getDigestType() is null)
+    m.digestType = src.digestType
+    m.password = src.password
+    for e in src.customMetadata:
+        m.customMetadata.add(key=e.key, value=e.value)
+    for first, ens in v["segments"]:
+        seg = m.segment.add()
+        seg.firstEntryId = first
+        seg.ensembleMember.extend(ens)
+    if v["version"] == 2:  # serializeVersion2: text, never cToken
+        return header + lightproto_text(m).encode("utf-8")
+    m.cToken = src.cToken if src.HasField("cToken") else 0
+    body = m.SerializeToString()
+    return header + _varint(len(body)) + body
+
+
+def upstream_rewrite(fmts: UpstreamFormats, d: Decoded, data: bytes) -> bytes | None:
+    """The bytes upstream's own writer produces for what upstream's reader read from ``data`` (the
+    decoded znode ``d``), or None where upstream's output is not determined or not upstream's to write
+    (registration data: a Java HashMap of properties; our additions; Pulsar's rack info).
+
+    Equal bytes mean the znode is byte for byte what upstream would have written; different bytes that
+    still decode are a difference, not an incompatibility.
+    """
+    k, v, p = d.kind, d.value, d.path
+    if d.ours or k in ("pulsar-racks", "registration", "registration-readonly"):
+        return None
+    if k == "container":
+        return b""
+    if k == "layout":  # LedgerLayout.serialize
+        return f"{v['format_version']}\n{v['factory']}:{v['manager_version']}".encode()
+    if k == "instanceid":
+        return v["instance_id"].encode()
+    if k == "lost-bookie-recovery-delay":  # Integer.toString
+        return str(v["seconds"]).encode()
+    if k == "ledger":
+        return _upstream_metadata(fmts, v)
+    if k == "ctime":  # toByteArray()
+        name = p.rsplit("/", 1)[1]
+        return fmts.parse_binary(CTIME_FORMATS[name][0], data, p).SerializeToString()
+    if k == "election" and not data:
+        return b""
+    names = {"ur-layout": "LedgerRereplicationLayoutFormat", "ur-marker": "UnderreplicatedLedgerFormat",
+             "lock": "LockDataFormat", "vote": "AuditorVoteFormat", "election": "AuditorVoteFormat"}
+    if k in names:
+        return lightproto_text(fmts.parse_text(names[k], data, p)).encode("utf-8")
+    if k == "cookie":  # Cookie.toString: CURRENT_COOKIE_LAYOUT_VERSION (5), then the text CookieFormat
+        c = fmts.new("CookieFormat")
+        c.bookieHost, c.journalDir, c.ledgerDirs = v["bookieHost"], v["journalDir"], v["ledgerDirs"]
+        if v.get("instanceId"):
+            c.instanceId = v["instanceId"]
+        if v.get("indexDirs"):
+            c.indexDirs = v["indexDirs"]
+        return ("5\n" + lightproto_text(c)).encode("utf-8")
+    raise AssertionError(f"{p}: no rewrite rule for kind {k!r}")
