@@ -27,9 +27,11 @@ import asyncio
 import json
 import queue
 import random
+import re
 import signal
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,6 +323,20 @@ def format_cluster(c: LocalCluster, layout: str) -> None:
     assert "Successfully initiated cluster" in r.output, r.output
 
 
+def auditor_sees_window(c: LocalCluster) -> bool:
+    """The elected auditor (one of the daemons) exports ``autorecovery_maintenance_windows`` >= 1."""
+    for info in c.daemons.values():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{info.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            continue
+        m = re.search(r"^autorecovery_maintenance_windows(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M)
+        if m and float(m.group(1)) >= 1:
+            return True
+    return False
+
+
 def ctime_after(upstream: ud.UpstreamFormats, kz: KazooClient, name: str, ms: float) -> bool:
     """The check ctime znode ``name`` exists and (read by upstream's rules) is later than ``ms``."""
     path = f"{ROOT}/underreplication/{name}"
@@ -386,6 +402,7 @@ def drive(base: Path, layout: str, upstream: ud.UpstreamFormats) -> Run:
                 run.maintained = c.bookie_id(3)
                 shell(c.zk_connect, "maintenance", "start", "--bookie", run.maintained, "--ttl", "1h",
                       "--reason", "compat test window")
+                wait_until(lambda: auditor_sees_window(c), 30, "the auditor to load the maintenance window")
                 c.kill_bookie(3, signal.SIGTERM)
                 wait_until(lambda: kz.exists(f"{ur}/maintenance-state"), 30, "the auditor's maintenance-state")
                 c.start_bookie(3)
