@@ -59,8 +59,10 @@ UPSTREAM_PROTO = HERE / "upstream" / "DataFormats.proto"
 ROOT = "/ledgers"
 
 #: layout name → how the test formats the cluster (extra ``shell initnewcluster`` arguments), the LAYOUT
-#: factory it must then find and the metadata format version every ledger must decode as. Add cases
-#: here (a v2-metadata cluster, ...); ``drive`` and the tests take everything from this table.
+#: factory it must then find and the metadata format version every ledger must decode as. Optional
+#: ``"prepare": fn(cluster, run)`` runs after the client wrote its ledgers and before the daemons start
+#: (e.g. to seed ledgers in another metadata format; add their roles to ``run.ledgers``). Add cases here
+#: (a v2-metadata cluster, ...); ``drive`` and the tests take everything from this table.
 LAYOUTS = {
     "hierarchical": {
         "init_args": [],
@@ -375,6 +377,8 @@ def drive(base: Path, layout: str, upstream: ud.UpstreamFormats) -> Run:
         try:
             run.lost, others = ids[0], ids[1:]
             run.ledgers = asyncio.run(write_ledgers(c, run.lost, others))
+            if "prepare" in LAYOUTS[layout]:
+                LAYOUTS[layout]["prepare"](c, run)
             # the shell backdates the check ctimes (3 weeks): the first auditor runs every check at once
             shell(c.zk_connect, "forceauditchecks", "-calc", "-ppc", "-rc")
             t_daemons_ms = time.time() * 1000
