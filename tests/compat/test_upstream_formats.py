@@ -69,7 +69,7 @@ LAYOUTS = {
         "factory": "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory",
         "metadata_version": 3,
     },
-    "longhierarchical": {  # every ledger id split 3-4-4-4-4, ids in idgen-long
+    "longhierarchical": {  # every ledger path split 3-4-4-4-4 (ids still from idgen below 2^31, as upstream)
         "init_args": ["-D", "ledgerManagerType=longhierarchical"],
         "factory": "org.apache.bookkeeper.meta.LongHierarchicalLedgerManagerFactory",
         "metadata_version": 3,
