@@ -6,9 +6,11 @@ bookie directory (``<dir>/current/VERSION``). Later starts must find both, equal
 whose disk was wiped or swapped from rejoining under its old id and silently serving "no such entry"
 for data that clients and the auditor believe it holds.
 
-Text format (upstream layout version 4, byte for byte what ``Cookie.toString()`` writes)::
+Text format (byte for byte what upstream ``Cookie.toString()`` writes: ``CURRENT_COOKIE_LAYOUT_VERSION``,
+5 since 4.16 (apache/bookkeeper#3372; 4 before), then the text ``CookieFormat``; every upstream version
+reads any layout >= 4 the same way)::
 
-    4
+    5
     bookieHost: "127.0.0.1:3181"
     journalDir: "/data/bk1"
     ledgerDirs: "1\\t/data/bk1"
@@ -36,7 +38,7 @@ from autorecovery.proto import bookkeeper_formats_pb2 as fmt
 from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
 
-COOKIE_LAYOUT_VERSION = 4
+COOKIE_LAYOUT_VERSION = 5
 VERSION_FILENAME = "VERSION"
 
 
@@ -66,7 +68,8 @@ class Cookie:
         return cls(bookie_host=bookie_id, journal_dirs=d, ledger_dirs=f"1\t{d}", instance_id=instance_id)
 
     def to_text(self) -> str:
-        """Upstream's text form (layout 4): ``"4\\n"`` + protobuf text format of ``CookieFormat``."""
+        """Upstream's text form: ``"5\\n"`` (``CURRENT_COOKIE_LAYOUT_VERSION``) + protobuf text format of
+        ``CookieFormat``."""
         msg = fmt.CookieFormat(bookieHost=self.bookie_host, journalDir=self.journal_dirs, ledgerDirs=self.ledger_dirs)
         if self.instance_id is not None:
             msg.instanceId = self.instance_id
@@ -76,7 +79,7 @@ class Cookie:
 
     @classmethod
     def parse(cls, text: str, source: str) -> "Cookie":
-        """Parse a cookie in upstream's layout 3 or 4 text form.
+        """Parse a cookie in upstream's layout 3 or 4+ text form (4 and 5 differ only by ``indexDirs``).
 
         Raises:
             CookieError: naming ``source`` (a znode path or file) when the text does not parse.

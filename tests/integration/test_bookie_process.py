@@ -57,7 +57,7 @@ async def test_sigterm_exits_zero_and_deregisters(spawn, cluster, tmp_path) -> N
     try:
         assert await zk.exists(f"/ledgers/available/{bookie_id}")
         assert await zk.exists(f"/ledgers/cookies/{bookie_id}")
-        assert (tmp_path / "d" / "current" / "VERSION").read_text().startswith("4\n")
+        assert (tmp_path / "d" / "current" / "VERSION").read_text().startswith("5\n")
         p.terminate()
         assert await p.await_exit() == 0
         # deleted by the bookie itself, not by session expiry: gone as soon as it exits

@@ -19,11 +19,12 @@ from autorecovery.rpc.convert import (
 )
 
 
-def test_cookie_text_is_upstream_layout_4() -> None:
+def test_cookie_text_is_upstream_layout_5() -> None:
     c = Cookie.for_bookie("127.0.0.1:3181", Path("/data/bk1"), "abc-123")
-    # exactly what upstream Cookie.toString() writes: "4\n" + TextFormat of CookieFormat
+    # exactly what upstream Cookie.toString() writes: "5\n" (CURRENT_COOKIE_LAYOUT_VERSION since 4.16)
+    # + TextFormat of CookieFormat
     assert c.to_text() == (
-        "4\n"
+        "5\n"
         'bookieHost: "127.0.0.1:3181"\n'
         'journalDir: "/data/bk1"\n'
         'ledgerDirs: "1\\t/data/bk1"\n'
@@ -103,11 +104,14 @@ def test_cookie_of_a_4_16_bookie_with_index_dirs_is_accepted():
     """Issue 10: cookies written by 4.16+ bookies carry ``indexDirs`` (CookieFormat field 5)."""
     from autorecovery.bookie.cookie import Cookie
 
-    text = ('4\nbookieHost: "10.0.0.1:3181"\njournalDir: "/bk/journal"\nledgerDirs: "1\\t/bk/ledgers"\n'
+    text = ('5\nbookieHost: "10.0.0.1:3181"\njournalDir: "/bk/journal"\nledgerDirs: "1\\t/bk/ledgers"\n'
             'instanceId: "abc"\nindexDirs: "1\\t/bk/index"\n')
     c = Cookie.parse(text, "/ledgers/cookies/10.0.0.1:3181")
     assert c.index_dirs == "1\t/bk/index" and c.ledger_dirs == "1\t/bk/ledgers"
     assert c.to_text() == text
+    # a layout-4 cookie (bookies before 4.16) reads the same and is written back as 5, as upstream does
+    old = Cookie.parse("4" + text[1:], "/ledgers/cookies/10.0.0.1:3181")
+    assert old.layout_version == 4 and old.mismatch(c) is None and old.to_text() == text
     # upstream Cookie.verifyInternal: no indexDirs means "the ledger directories"
     plain = Cookie("10.0.0.1:3181", "/bk/journal", "1\t/bk/ledgers", "abc")
     assert plain.mismatch(Cookie("10.0.0.1:3181", "/bk/journal", "1\t/bk/ledgers", "abc", 4, "1\t/bk/ledgers")) is None
