@@ -6,7 +6,7 @@ on one bookie; these slots make the bound hold for the whole cluster (issue 12).
 such bound (only ``replicationRateByBytes`` per worker).
 
 Layout (ours): ``<root>/underreplication/streams/<bookie id>/src-<n>`` and ``.../tgt-<n>``,
-``0 <= n < cap``, **ephemeral** znodes holding the owner's name. Taking a slot is creating the first
+``0 <= n < cap``, **ephemeral** znodes holding JSON ``{"owner": "<worker>"}``. Taking a slot is creating the first
 free one; releasing is deleting it; a worker that dies releases its slots with its session. A copy
 takes its source slot and every target slot all together or none (a partial hold would deadlock two
 workers waiting for each other's bookies); when one is full it gives back what it took and waits on
@@ -17,6 +17,7 @@ the watch fires before it is armed.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Collection
 
 from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
@@ -39,7 +40,7 @@ class ClusterStreamSlots:
     def __init__(self, zk: ZkClient, paths: Paths, max_per_source: int, max_per_target: int, owner: str) -> None:
         self.zk, self.paths = zk, paths
         self.caps = {SOURCE: max_per_source, TARGET: max_per_target}
-        self.owner = owner.encode()
+        self.owner = json.dumps({"owner": owner}, sort_keys=True).encode()
         self.waits = 0  # times an acquire had to wait (metrics/tests)
 
     def _dir(self, bookie: str) -> str:
@@ -120,6 +121,9 @@ class ClusterStreamSlots:
                 data, _ = await self.zk.get(f"{self._dir(bookie)}/{n}")
             except NoNodeError:
                 continue
-            out[n] = data.decode(errors="replace")
+            try:
+                out[n] = str(json.loads(data.decode()).get("owner", "?"))
+            except (ValueError, AttributeError):
+                out[n] = data.decode(errors="replace")
         return out
 

@@ -63,7 +63,39 @@ ROOT = "/ledgers"
 #: ``"prepare": fn(cluster, run)`` runs after the client wrote its ledgers and before the daemons start
 #: (e.g. to seed ledgers in another metadata format; add their roles to ``run.ledgers``). Add cases here
 #: (a v2-metadata cluster, ...); ``drive`` and the tests take everything from this table.
+def _seed_v2_metadata(c: LocalCluster, run: Run) -> None:
+    """Rewrite every ledger the client wrote as an old (4.2-4.8) client would have: format 2 (text), no
+    ctime, no cToken. The daemons then heal and repair them; a rewrite must keep format 2 (upstream
+    ``LedgerMetadataBuilder.from`` keeps the version) and must never invent a ctime."""
+    from dataclasses import replace
+
+    from autorecovery.ledger import formats
+    from autorecovery.zk.bridge import ZkClient
+    from autorecovery.zk.ledgers import LedgerStore
+    from autorecovery.zk.paths import Paths
+
+    async def go() -> None:
+        zk = await ZkClient(c.zk_connect).start()
+        try:
+            store = LedgerStore(zk, Paths(ROOT))
+            for lid in await store.list_ledger_ids():
+                md, version = await store.read(lid)
+                old = replace(md, format_version=2, store_ctime=False, ctime=0)
+                await zk.set(store.paths.ledger(lid), formats.serialize_v2(old), version)
+        finally:
+            await zk.stop()
+
+    asyncio.run(go())
+
+
 LAYOUTS = {
+    "v2-metadata": {  # hierarchical, with every ledger in metadata format 2 before the daemons start
+        "init_args": [],
+        "factory": "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory",
+        "metadata_version": 2,
+        "prepare": _seed_v2_metadata,
+        "paths": "hierarchical",
+    },
     "hierarchical": {
         "init_args": [],
         "factory": "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory",
@@ -75,6 +107,11 @@ LAYOUTS = {
         "metadata_version": 3,
     },
 }
+
+def paths_of(case: str) -> str:
+    """The ledger path layout (``hierarchical`` / ``longhierarchical``) of a ``LAYOUTS`` case."""
+    return LAYOUTS[case].get("paths", case)
+
 
 #: Daemon settings: react in seconds; every periodic check runs once at auditor start (no ctime yet).
 DAEMON = {
@@ -98,6 +135,7 @@ DOCUMENTED_ADDITIONS = {
     "unrecoverable": ("README.md", "underreplication/unrecoverable/urL<id>"),
     "maintenance": ("docs/operators.md", "underreplication/maintenance/<kind>:<target>"),
     "maintenance-state": ("docs/operators.md", "underreplication/maintenance-state"),
+    "stream-slot": ("docs/operators.md", "underreplication/streams/<bookie id>/src-<n>"),
 }
 
 #: Every kind of znode the run must have produced (and decoded).
@@ -356,8 +394,8 @@ def replaced(upstream: ud.UpstreamFormats, kz: KazooClient, run: Run, role: str)
     lid = run.ledgers[role]
     if kz.exists(f"{ROOT}/underreplication/ledgers{ud.ur_marker_path(lid)}"):
         return False
-    path = ROOT + ud.LEDGER_PATH_FUNCS[run.layout](lid)
-    md = ud.decode_znode(upstream, path, kz.get(path)[0], ud.Layout(ROOT, run.layout)).value
+    path = ROOT + ud.LEDGER_PATH_FUNCS[paths_of(run.layout)](lid)
+    md = ud.decode_znode(upstream, path, kz.get(path)[0], ud.Layout(ROOT, paths_of(run.layout))).value
     return all(run.lost not in ens for _, ens in md["segments"])
 
 
@@ -451,7 +489,7 @@ def decode_all(upstream: ud.UpstreamFormats, run: Run, final_only: bool = False
                ) -> tuple[list[ud.Decoded], list[str]]:
     """Decode the final walk and (unless ``final_only``) every version recorded during the run and the
     API lock; returns (decoded, errors)."""
-    layout = ud.Layout(ROOT, run.layout)
+    layout = ud.Layout(ROOT, paths_of(run.layout))
     decoded, errors = [], []
     items = [(p, d) for p, d in run.walk.items()]
     if not final_only:
@@ -482,7 +520,7 @@ def test_every_znode_is_byte_for_byte_what_upstream_writes(upstream, compat_run)
     """Stronger than decoding: re-encoding what upstream's reader read with upstream's writer rules
     (``upstream_decode.upstream_rewrite``: LedgerMetadataSerDe, LightProto's text printer, Cookie,
     LedgerLayout...) gives back exactly our bytes, for every znode where upstream's output is determined."""
-    layout = ud.Layout(ROOT, compat_run.layout)
+    layout = ud.Layout(ROOT, paths_of(compat_run.layout))
     items = list(compat_run.walk.items()) + [(p, d) for p, vs in compat_run.recorded.items() for d in vs]
     differ, compared = [], 0
     for path, data in items:
@@ -517,7 +555,7 @@ def test_layout_and_ledger_metadata_match_what_was_written(upstream, compat_run)
     assert set(L.values()) <= set(ledgers), (L, sorted(ledgers))
     for v in ledgers.values():
         assert v["version"] == spec["metadata_version"] and v["digest"] == "CRC32C"
-        path = ROOT + ud.LEDGER_PATH_FUNCS[compat_run.layout](v["ledger_id"])
+        path = ROOT + ud.LEDGER_PATH_FUNCS[paths_of(compat_run.layout)](v["ledger_id"])
         assert path in compat_run.walk
     assert ledgers[L["open"]]["state"] == "OPEN" and ledgers[L["open"]]["last_entry_id"] is None
     assert ledgers[L["empty"]]["state"] == "CLOSED" and ledgers[L["empty"]]["last_entry_id"] == -1
@@ -542,7 +580,7 @@ def test_underreplication_znodes_match_the_run(upstream, compat_run):
     assert {d.value["ledger_id"] for d in markers} <= on_lost
     for d in markers:
         assert d.value["replicas"] == [compat_run.lost] and d.value["ctime"] > 0, d
-    lock = ud.decode_znode(upstream, *compat_run.api_lock, ud.Layout(ROOT, compat_run.layout))
+    lock = ud.decode_znode(upstream, *compat_run.api_lock, ud.Layout(ROOT, paths_of(compat_run.layout)))
     assert lock.kind == "lock" and lock.value["bookieId"], lock
     votes = {d.value["bookieId"] for d in decoded if d.kind == "vote"}
     assert votes == set(compat_run.daemon_ids)

@@ -667,6 +667,8 @@ def classify(path: str, where: Layout) -> Rule | None:
                                               _empty("ours"), ours=True),
         "/underreplication/maintenance-state": Rule("maintenance-state", "ours (docs/operators.md: maintenance)",
                                                     lambda f, p, d: decode_json_addition(d, p), ours=True),
+        "/underreplication/streams": Rule("container", "ours (docs/operators.md: cluster-wide stream slots)",
+                                          _empty("ours"), ours=True),
     }
     if rel in fixed:
         return fixed[rel]
@@ -715,6 +717,12 @@ def classify(path: str, where: Layout) -> Rule | None:
     # ours: unrecoverable records and maintenance windows
     if len(parts) == 3 and parts[:2] == ["underreplication", "unrecoverable"] and _UR_LEAF.fullmatch(parts[2]):
         return Rule("unrecoverable", "ours (README: underreplication/unrecoverable/urL<id>, JSON)",
+                    lambda f, p, d: decode_json_addition(d, p), ours=True)
+    if len(parts) == 3 and parts[:2] == ["underreplication", "streams"]:
+        return Rule("container", "ours (docs/operators.md: underreplication/streams/<bookie id>)", _empty("ours"),
+                    ours=True)
+    if len(parts) == 4 and parts[:2] == ["underreplication", "streams"] and re.fullmatch(r"(src|tgt)-\d+", parts[3]):
+        return Rule("stream-slot", "ours (docs/operators.md: underreplication/streams/<bookie id>/src-<n>, JSON)",
                     lambda f, p, d: decode_json_addition(d, p), ours=True)
     if len(parts) == 3 and parts[:2] == ["underreplication", "maintenance"]:
         return Rule("maintenance", "ours (docs/operators.md: underreplication/maintenance/<kind>:<target>, JSON)",
