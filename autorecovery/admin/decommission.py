@@ -34,15 +34,8 @@ from typing import Any
 
 import structlog
 
-from autorecovery.admin.ops import (
-    AdminContext,
-    AdminError,
-    BadRequestError,
-    OpProgress,
-    check_bookie_id,
-    trigger_audit,
-    who_is_auditor,
-)
+from autorecovery.admin.context import AdminContext, AdminError, BadRequestError, OpProgress, check_bookie_id
+from autorecovery.admin.ops import trigger_audit, who_is_auditor
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError, UnavailableError
 from autorecovery.ledger.ids import ur_leaf_name
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, first_last_on_index

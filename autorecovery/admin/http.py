@@ -62,6 +62,8 @@ from aiohttp import web
 
 from autorecovery import metrics
 from autorecovery.admin import ops
+from autorecovery.admin.decommission import decommission_bookie
+from autorecovery.admin.recover import recover_bookies
 from autorecovery.errors import AutoRecoveryError, IllegalOpError
 
 log = structlog.get_logger("autorecovery.http")
@@ -334,7 +336,7 @@ def build_app(deps: HttpDeps) -> web.Application:
             raise IllegalOpError(f"bookie {live[0]} is still running (registered): {why}")
 
         async def run(job: Job) -> Any:
-            report = await ops.recover(ctx, sources, delete_cookie=delete_cookie, force=force,
+            report = await recover_bookies(ctx, sources, delete_cookie=delete_cookie, force=force,
                                        on_progress=lambda p: job.progress.update(_as_dict(p)))
             return _as_dict(report)
 
@@ -349,7 +351,7 @@ def build_app(deps: HttpDeps) -> web.Application:
         timeout = _timeout_s(body.get("timeout_s"))
 
         async def run(job: Job) -> Any:
-            report = await ops.decommission(ctx, bookie, timeout_s=timeout,
+            report = await decommission_bookie(ctx, bookie, timeout_s=timeout,
                                             on_progress=lambda p: job.progress.update(_as_dict(p)))
             return _as_dict(report)
 

@@ -1,5 +1,10 @@
 """One async function per admin command, shared by the shell (``autorecovery shell``) and the HTTP API.
 
+The context they work on and the admin errors are in :mod:`autorecovery.admin.context`; ``recover``
+and ``decommissionbookie`` are :mod:`autorecovery.admin.recover` / :mod:`autorecovery.admin.decommission`
+(callers import them directly: this module imports neither); the shell's text renderings are in
+:mod:`autorecovery.cli.formatting`.
+
 Each function takes an :class:`AdminContext` (a ZooKeeper session and the stores built on it) and
 returns plain data; the shell renders upstream's wording, the HTTP layer upstream's JSON. Errors are
 :class:`~autorecovery.errors.AutoRecoveryError` subclasses with a message that names what they are
@@ -18,226 +23,43 @@ import ipaddress
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+# the context, the errors and the argument checks live in admin/context.py; re-exported here because
+# every command and its callers use them through ``ops``
+from autorecovery.admin.context import (  # noqa: F401 (re-exported)
+    AdminContext,
+    AdminError,
+    BadRequestError,
+    OpProgress,
+    all_bookies,
+    build_placement,
+    check_bookie_id,
+    check_cluster,
+    check_ledger_id,
+    http_status,
+    open_admin,
+)
 from autorecovery.config.load import Settings
-from autorecovery.errors import (
+from autorecovery.errors import (  # noqa: F401 (NoClusterError re-exported)
     AutoRecoveryError,
-    BookieError,
     ConfigError,
     IllegalOpError,
     NoClusterError,
     NoSuchLedgerError,
-    NotEnoughBookiesError,
     UnavailableError,
-    ZooKeeperError,
 )
-from autorecovery.ledger.ids import validate_bookie_id, validate_ledger_id
-from autorecovery.ledger.layout import Layout, require_matches
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
-from autorecovery.zk.bookies import BookieWatcher
-from autorecovery.zk.topology_source import PlacementSetup, read_pulsar_racks  # noqa: F401
-from autorecovery.zk.topology_source import build_placement as _build_placement
-from autorecovery.zk.bridge import NoNodeError, ZkClient
+from autorecovery.zk.bridge import NoNodeError
 from autorecovery.zk.election import current_auditor
-from autorecovery.zk.ledgers import LedgerStore, read_layout
-from autorecovery.zk.paths import Paths
-from autorecovery.zk.underreplication import UNASSIGNED_CTIME, UnderreplicationManager
+from autorecovery.zk.topology_source import PlacementSetup, read_pulsar_racks  # noqa: F401
+from autorecovery.zk.underreplication import UNASSIGNED_CTIME
 
 log = structlog.get_logger("autorecovery.admin")
-
-
-# -- errors ---------------------------------------------------------------------------------------------
-class AdminError(AutoRecoveryError):
-    """An admin request that cannot be served as asked (HTTP 400 unless a subclass says otherwise)."""
-
-    upstream_name = "BKIllegalOpException"
-    http_status = 400
-
-
-class BadRequestError(AdminError):
-    """A malformed argument: bad bookie id, bad ledger id, contradictory options."""
-
-
-def http_status(exc: BaseException) -> int:
-    """HTTP status for an error raised by a command (400 bad input, 404 missing ledger, 409 illegal in
-    the current state, 503 unavailable / no auditor / ZooKeeper down, 500 otherwise)."""
-    if isinstance(exc, AdminError):
-        return exc.http_status
-    if isinstance(exc, (ValueError, ConfigError)):
-        return 400
-    if isinstance(exc, NoSuchLedgerError):
-        return 404
-    if isinstance(exc, NoClusterError):
-        return 503
-    if isinstance(exc, IllegalOpError):
-        return 409
-    if isinstance(exc, (UnavailableError, ZooKeeperError, NotEnoughBookiesError, BookieError)):
-        return 503
-    return 500
-
-
-def check_bookie_id(bookie_id: str, what: str = "bookie id") -> str:
-    """Validate ``host:port``.
-
-    Raises:
-        BadRequestError: ``bad bookie id 'x': expected host:port``.
-    """
-    try:
-        return validate_bookie_id((bookie_id or "").strip())
-    except ValueError:
-        raise BadRequestError(f"bad {what} {bookie_id!r}: expected host:port") from None
-
-
-def check_ledger_id(value: Any) -> int:
-    """Parse and validate a ledger id (decimal).
-
-    Raises:
-        BadRequestError: ``bad ledger id 'x'``.
-    """
-    try:
-        lid = int(str(value).strip(), 10)
-        return validate_ledger_id(lid)
-    except ValueError:
-        raise BadRequestError(f"bad ledger id {value!r}: expected a non-negative integer") from None
-
-
-# -- context ------------------------------------------------------------------------------------------
-@dataclass
-class AdminContext:
-    """What the commands work on. The daemon builds one from its own roles; the shell opens one with
-    :func:`open_admin`.
-
-    Attributes:
-        zk, paths, urm, ledgers: ZooKeeper session, znode paths, under-replication manager, metadata store.
-        settings: the effective configuration (placement keys, timeouts).
-        bookies: gRPC bookie client (created on first use when None and owned then).
-        watcher: bookie registrations (started on first use when None and owned then).
-        policy: placement policy (built from the settings on first use when None).
-        reader: the daemon's BookieInfoReader, or None.
-        progress_source: returns the local worker's :class:`~autorecovery.plan.progress.Progress`
-            (daemon only).
-    """
-
-    zk: ZkClient
-    paths: Paths
-    urm: UnderreplicationManager
-    ledgers: LedgerStore
-    settings: Settings | None = None
-    bookies: Any = None
-    watcher: BookieWatcher | None = None
-    policy: Any = None
-    reader: Any = None
-    progress_source: Callable[[], Any] | None = None
-    _owned: list[Callable[[], Any]] = field(default_factory=list)
-    _placement: Any = None
-
-    async def get_watcher(self) -> BookieWatcher:
-        if self.watcher is None:
-            self.watcher = BookieWatcher(self.zk, self.paths)
-            await self.watcher.start()
-            self._owned.append(self.watcher.stop)
-        return self.watcher
-
-    def get_bookies(self) -> Any:
-        if self.bookies is None:
-            from autorecovery.rpc.bookie_client import BookieClient
-
-            timeout = float(self.settings.bookie_info.timeout_s) if self.settings else 5.0
-            self.bookies = BookieClient(timeout_s=max(timeout, 5.0))
-            self._owned.append(self.bookies.close)
-        return self.bookies
-
-    async def get_policy(self) -> Any:
-        """The placement policy, fed with the current writable/read-only sets."""
-        if self.policy is None:
-            setup = await build_placement(self.settings, self.zk)
-            self._placement = setup
-            self.policy = setup.policy
-            w = await self.get_watcher()
-            self.policy.on_cluster_changed(set(w.writable), set(w.readonly))
-            w.add_listener(lambda wr, ro: self.policy.on_cluster_changed(set(wr), set(ro)))
-        return self.policy
-
-    async def close(self) -> None:
-        """Stop what this context created itself (never the daemon's shared roles). Idempotent."""
-        owned, self._owned = self._owned, []
-        for stop in reversed(owned):
-            with contextlib.suppress(Exception):
-                res = stop()
-                if asyncio.iscoroutine(res):
-                    await res
-
-
-async def check_cluster(zk: ZkClient, paths: Paths, settings: Settings | None = None) -> Layout:
-    """Make sure a BookKeeper cluster this version understands is formatted under ``paths.root``: read
-    and validate ``LAYOUT`` (upstream ``LedgerLayout``; issue 9: a wrong ledgers root is refused, not
-    served as an empty cluster). Returns the parsed layout; lay ledger paths out with
-    ``paths.with_layout(layout)``.
-
-    Args:
-        settings: when given, the ledger manager it names (``metadataServiceUri`` scheme,
-            ``ledgerManagerFactoryClass``, ``ledgerManagerType``) must be the one ``LAYOUT`` names.
-
-    Raises:
-        NoClusterError: naming the connect string and the missing ``LAYOUT`` znode.
-        CompatibilityError: ``LAYOUT`` names a format or ledger manager this version does not lay out
-            ledger paths for, or another one than the configuration (names the znode and the key).
-    """
-    layout = await read_layout(zk, paths)
-    if settings is not None:
-        require_matches(layout, settings.ledger_manager, settings.ledger_manager_key, paths.layout)
-    return layout
-
-
-@contextlib.asynccontextmanager
-async def open_admin(settings: Settings, *, connect_timeout_s: float | None = None) -> AsyncIterator[AdminContext]:
-    """Open a ZooKeeper session on the configured cluster and yield an :class:`AdminContext`.
-
-    Raises:
-        ZooKeeperError: ``cannot connect to ZooKeeper at <hosts>`` within ``connect_timeout_s``
-            (default: the session timeout ``zkTimeout``).
-        NoClusterError: nothing formatted under the ledgers root.
-    """
-    timeout = connect_timeout_s if connect_timeout_s is not None else max(1.0, settings.zk_timeout_ms / 1000.0)
-    zk = ZkClient.from_settings(settings)
-    try:
-        await zk.start(timeout_s=timeout)
-    except ZooKeeperError:
-        with contextlib.suppress(Exception):
-            await zk.stop()
-        raise
-    ctx = None
-    try:
-        paths = Paths(settings.ledgers_root)
-        paths = paths.with_layout(await check_cluster(zk, paths, settings))
-        urm = UnderreplicationManager(zk, paths, store_ctime=bool(settings.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
-        await urm.init()
-        ctx = AdminContext(zk=zk, paths=paths, urm=urm, ledgers=LedgerStore(zk, paths), settings=settings)
-        ctx._owned.append(urm.close)
-        yield ctx
-    finally:
-        if ctx is not None:
-            await ctx.close()
-        await zk.stop()
-
-
-# -- placement set-up (shared with the daemon, in zk/topology_source.py) ---------------------------------
-async def build_placement(settings: Settings | None, zk: ZkClient, *, watch: Callable[[Any], Any] | None = None
-                          ) -> PlacementSetup:
-    """The configured placement policy with its rack resolver (see :func:`topology_source.build_placement`).
-
-    Raises:
-        ConfigError: a bad placement key, or an ``ensemblePlacementPolicy`` class we do not know.
-    """
-    props = dict(settings.properties) if settings is not None else {}
-    explicit = settings is not None and settings.sources.get("reppDnsResolverClass", "default") != "default"
-    name = str(settings.get("ensemblePlacementPolicy")) if settings is not None else None
-    return await _build_placement(props, zk, explicit_resolver=explicit, policy_name=name, watch=watch)
 
 
 # -- listunderreplicated ----------------------------------------------------------------------------------
@@ -418,14 +240,6 @@ class BookieRow:
     rack: str | None = None
 
 
-async def all_bookies(ctx: AdminContext) -> set[str]:
-    """Every bookie that has a cookie (upstream ``getAllBookies``), plus any registered one."""
-    try:
-        cookies = set(await ctx.zk.get_children(ctx.paths.cookies))
-    except NoNodeError:
-        cookies = set()
-    w = await ctx.get_watcher()
-    return cookies | set(w.writable) | set(w.readonly)
 
 
 async def list_bookies(ctx: AdminContext, with_racks: bool = True) -> list[BookieRow]:
@@ -534,11 +348,6 @@ async def bookie_addresses(bookie_ids: Iterable[str], timeout_s: float = 2.0) ->
     return dict(zip(ids, await asyncio.gather(*(one(b) for b in ids))))
 
 
-def bookie_line(bookie_id: str, address: tuple[str, int, str]) -> str:
-    """Upstream ``CommandHelpers.getBookieSocketAddrStringRepresentation``:
-    ``BookieID:<id>, IP:<ip>, Port:<port>, Hostname:<hostname>``."""
-    ip, port, name = address
-    return f"BookieID:{bookie_id}, IP:{ip}, Port:{port}, Hostname:{name}"
 
 
 @dataclass(frozen=True)
@@ -692,35 +501,6 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(bytes(data)).decode("ascii")
 
 
-def format_metadata(md: LedgerMetadata) -> str:
-    """Upstream ``LedgerMetadataImpl.toString()`` (4.17), field for field::
-
-        LedgerMetadata{formatVersion=3, ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED,
-        length=1280, lastEntryId=4, digestType=CRC32C, password=base64:cHc=, ensembles={0=[a:1, b:2, c:3]},
-        customMetadata={key=base64:dmFsdWU=}}
-
-    ``length``/``lastEntryId`` only for a closed ledger (as upstream); the password in base64 (upstream's
-    ``toString``, not ``toSafeString``); custom metadata values in base64, keys sorted (upstream's order
-    is a HashMap's). ``ctime`` is not part of upstream's text; see ``ledgermetadata --json``.
-    """
-    ens = ", ".join(f"{s.first_entry_id}=[{', '.join(s.ensemble)}]" for s in md.segments)
-    custom = ", ".join(f"{k}=base64:{_b64(v)}" for k, v in sorted(md.custom_metadata.items()))
-    parts = [
-        f"formatVersion={md.format_version}",
-        f"ensembleSize={md.ensemble_size}",
-        f"writeQuorumSize={md.write_quorum}",
-        f"ackQuorumSize={md.ack_quorum}",
-        f"state={md.state.name}",
-    ]
-    if md.state == LedgerState.CLOSED:
-        parts += [f"length={md.length}", f"lastEntryId={md.last_entry_id}"]
-    parts += [
-        f"digestType={upstream_digest_name(md)}",
-        f"password=base64:{_b64(md.password)}",
-        f"ensembles={{{ens}}}",
-        f"customMetadata={{{custom}}}",
-    ]
-    return "LedgerMetadata{" + ", ".join(parts) + "}"
 
 
 def metadata_upstream_json(ledger_id: int, md: LedgerMetadata) -> dict[str, Any]:
@@ -837,78 +617,6 @@ async def placement_check(ctx: AdminContext, policy: Any = None, policy_name: st
     return PlacementReport(name, counts, open_skipped, unreadable, tuple(bad))
 
 
-# -- progress of long admin operations (recover, decommission) --------------------------------------------
-@dataclass(frozen=True)
-class OpProgress:
-    """Where a recover/decommission run stands.
-
-    Attributes:
-        ledgers_total / ledgers_left: ledgers in scope and not done yet.
-        bytes_total / bytes_left: estimated bytes to copy (closed ledgers: average entry size × entries
-            the lost bookie stored; open ledgers count 0 until closed).
-        rate_bytes_per_s: recent copy rate (sliding window). eta_s: bytes_left / rate, None when unknown.
-        blocked: ledger id → why it is not progressing now.
-        phase: short description of what the command is doing.
-    """
-
-    ledgers_total: int
-    ledgers_left: int
-    bytes_total: int
-    bytes_left: int
-    rate_bytes_per_s: float
-    eta_s: float | None
-    blocked: dict[int, str] = field(default_factory=dict)
-    phase: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "ledgers_total": self.ledgers_total,
-            "ledgers_left": self.ledgers_left,
-            "bytes_total": self.bytes_total,
-            "bytes_left": self.bytes_left,
-            "rate_bytes_per_s": round(self.rate_bytes_per_s, 1),
-            "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
-            "blocked": {str(k): v for k, v in sorted(self.blocked.items())},
-        }
-
-
-def human_bytes(n: float) -> str:
-    """``1.5 MB`` style (powers of 1000, as upstream's shell)."""
-    units = ["B", "KB", "MB", "GB", "TB", "PB"]
-    x = float(n)
-    i = 0
-    while abs(x) >= 1000 and i < len(units) - 1:
-        x /= 1000
-        i += 1
-    return f"{x:.0f} {units[i]}" if i == 0 else f"{x:.1f} {units[i]}"
-
-
-def human_duration(s: float | None) -> str:
-    if s is None:
-        return "?"
-    s = int(round(s))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s" if m else f"{sec}s"
-
-
-def progress_line(p: OpProgress, width: int = 24) -> str:
-    """One-line progress bar: ``[#####.....] 3/10 ledgers left, 1.2 MB/4.0 MB left, 350.0 KB/s, ETA 8s``."""
-    done_frac = 1.0
-    if p.bytes_total > 0:
-        done_frac = 1.0 - p.bytes_left / p.bytes_total
-    elif p.ledgers_total > 0:
-        done_frac = 1.0 - p.ledgers_left / p.ledgers_total
-    done_frac = min(1.0, max(0.0, done_frac))
-    filled = int(round(done_frac * width))
-    bar = "#" * filled + "." * (width - filled)
-    rate = f"{human_bytes(p.rate_bytes_per_s)}/s"
-    blocked = f", {len(p.blocked)} blocked" if p.blocked else ""
-    return (f"[{bar}] {p.ledgers_left}/{p.ledgers_total} ledgers left, {human_bytes(p.bytes_left)}/"
-            f"{human_bytes(p.bytes_total)} left, {rate}, ETA {human_duration(p.eta_s)}{blocked}")
-
-
 # -- progress (daemon) ------------------------------------------------------------------------------------
 def worker_progress(ctx: AdminContext) -> dict[str, Any] | None:
     """The local node's progress as JSON ``{"cluster": {...}, "worker": {...}}`` (``plan.progress.Progress``), or
@@ -921,27 +629,36 @@ def worker_progress(ctx: AdminContext) -> dict[str, Any] | None:
     return p.as_dict() if hasattr(p, "as_dict") else dict(p)
 
 
-# -- recover / decommission entry points ------------------------------------------------------------------
-async def recover(ctx: AdminContext, sources: Iterable[str], **kwargs: Any) -> Any:
-    """``recover``: see :func:`autorecovery.admin.recover.recover_bookies`."""
-    from autorecovery.admin.recover import recover_bookies
-
-    return await recover_bookies(ctx, list(sources), **kwargs)
-
-
-async def decommission(ctx: AdminContext, bookie_id: str, **kwargs: Any) -> Any:
-    """``decommissionbookie``: see :func:`autorecovery.admin.decommission.decommission_bookie`."""
-    from autorecovery.admin.decommission import decommission_bookie
-
-    return await decommission_bookie(ctx, bookie_id, **kwargs)
-
-
 __all__ = [
-    "AdminContext", "AdminError", "BadRequestError", "NoClusterError", "open_admin", "http_status",
-    "list_underreplicated", "who_is_auditor", "trigger_audit", "autorecovery_enabled", "set_autorecovery",
-    "get_lost_bookie_recovery_delay", "set_lost_bookie_recovery_delay", "query_autorecovery_status",
-    "force_audit_checks", "list_bookies", "bookie_info", "cluster_info", "ledger_metadata", "placement_check",
-    "worker_progress", "recover", "decommission", "bookie_addresses", "bookie_line", "server_config",
-    "format_metadata", "metadata_upstream_json", "ledger_metadata_bytes", "restore_ledger_metadata", "ledgers_containing", "upstream_digest_name", "build_placement", "UNASSIGNED_CTIME", "OpProgress",
-    "progress_line", "human_bytes", "human_duration",
+    "AdminContext",
+    "AdminError",
+    "BadRequestError",
+    "NoClusterError",
+    "open_admin",
+    "http_status",
+    "list_underreplicated",
+    "who_is_auditor",
+    "trigger_audit",
+    "autorecovery_enabled",
+    "set_autorecovery",
+    "get_lost_bookie_recovery_delay",
+    "set_lost_bookie_recovery_delay",
+    "query_autorecovery_status",
+    "force_audit_checks",
+    "list_bookies",
+    "bookie_info",
+    "cluster_info",
+    "ledger_metadata",
+    "placement_check",
+    "worker_progress",
+    "bookie_addresses",
+    "server_config",
+    "metadata_upstream_json",
+    "ledger_metadata_bytes",
+    "restore_ledger_metadata",
+    "ledgers_containing",
+    "upstream_digest_name",
+    "build_placement",
+    "UNASSIGNED_CTIME",
+    "OpProgress",
 ]

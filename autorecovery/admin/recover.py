@@ -32,7 +32,7 @@ from typing import Any
 
 import structlog
 
-from autorecovery.admin.ops import (
+from autorecovery.admin.context import (
     AdminContext,
     BadRequestError,
     OpProgress,

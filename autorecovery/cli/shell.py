@@ -30,6 +30,9 @@ import click
 
 from autorecovery import logs
 from autorecovery.admin import ops
+from autorecovery.admin.decommission import decommission_bookie
+from autorecovery.admin.recover import recover_bookies
+from autorecovery.cli import formatting as fmt
 from autorecovery.admin.http import readable_bytes
 from autorecovery.cli.config import parse_sets, settings_from_cli
 from autorecovery.errors import AutoRecoveryError, ConfigError
@@ -263,7 +266,7 @@ def bookieinfo(conf, zk, ledgers_root, sets):
         click.echo("Free disk space info:")
         addresses = await ops.bookie_addresses(report.infos)
         for b, (free, total) in sorted(report.infos.items()):
-            click.echo(f"{ops.bookie_line(b, addresses[b])}: \tFree: {free}{readable_bytes(free)}"
+            click.echo(f"{fmt.bookie_line(b, addresses[b])}: \tFree: {free}{readable_bytes(free)}"
                        f"\tTotal: {total}{readable_bytes(total)}")
         tf, tt = report.total_free, report.total_capacity
         click.echo(f"Total free disk space in the cluster:\t{tf}{readable_bytes(tf)}")
@@ -304,7 +307,7 @@ def listbookies(conf, zk, ledgers_root, sets, readwrite, readonly, all_, hostnam
         addresses = await ops.bookie_addresses(r.bookie_id for r in rows)
 
         def line(r, with_state=False):
-            text = ops.bookie_line(r.bookie_id, addresses[r.bookie_id])
+            text = fmt.bookie_line(r.bookie_id, addresses[r.bookie_id])
             if racks:
                 text += f"\track={r.rack or '(default)'}"
                 if with_state:
@@ -375,7 +378,7 @@ def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from
             click.echo(json.dumps(ops.metadata_json(lid, md, version), indent=2))
         else:
             click.echo(f"ledgerID: {lid}")
-            click.echo(ops.format_metadata(md))
+            click.echo(fmt.format_metadata(md))
     _execute(conf, zk, ledgers_root, sets, body)
 
 
@@ -437,7 +440,7 @@ class _ProgressPrinter:
         if not self.tty and not final and now - self._last < self.every_s:
             return
         self._last = now
-        line = ops.progress_line(p)
+        line = fmt.progress_line(p)
         if self.tty:
             pad = " " * max(0, self._width - len(line))
             sys.stderr.write("\r" + line + pad + ("\n" if final else ""))
@@ -494,7 +497,7 @@ def recover(conf, zk, ledgers_root, sets, bookies, ignored_dest, query, dry_run,
             extra = f": {o.detail}" if o.detail else ""
             click.echo(f"ledger {o.ledger_id}: {o.status}{' (fenced and closed)' if o.fenced else ''}{extra}")
 
-        report = await ops.recover(
+        report = await recover_bookies(
             ctx, sources, dry_run=dry_run, targets=target_list, ledger=ledger, skip_open_ledgers=skip_open,
             rate_bytes_per_s=rate, delete_cookie=delete_cookie, skip_unrecoverable=skip_unrecoverable,
             force=True,  # -f or a "Y" at the prompt: the operator confirmed (a running source is a migration)
@@ -566,7 +569,7 @@ def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
 
         target = bookieid or ctx.settings.bookie_id
         try:
-            report = await ops.decommission(ctx, target, timeout_s=timeout, poll_s=poll,
+            report = await decommission_bookie(ctx, target, timeout_s=timeout, poll_s=poll,
                                             on_progress=_ProgressPrinter())
         except DecommissionTimeoutError as exc:
             click.echo(f"Decommission of {exc.bookie_id} did not complete within {timeout:g}s. "

@@ -7,6 +7,7 @@ import json
 from types import SimpleNamespace
 
 from autorecovery.admin import ops
+from autorecovery.cli import formatting as fmt
 from autorecovery.cli.shell import jackson_pretty
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 
@@ -22,14 +23,14 @@ def _md(**kw) -> LedgerMetadata:
 def test_tostring_closed_ledger_as_upstream():
     md = _md(state=LedgerState.CLOSED, last_entry_id=19, length=2000, digest_type=DigestType.HMAC,
              password=b"secret", custom_metadata={"z": b"\x00\xff", "a": b"x"})
-    assert ops.format_metadata(md) == (
+    assert fmt.format_metadata(md) == (
         "LedgerMetadata{formatVersion=3, ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED, "
         "length=2000, lastEntryId=19, digestType=MAC, password=base64:c2VjcmV0, "
         "ensembles={0=[a:1, b:2, c:3], 10=[a:1, d:4, c:3]}, customMetadata={a=base64:eA==, z=base64:AP8=}}")
 
 
 def test_tostring_open_ledger_has_no_length_nor_last_entry():
-    text = ops.format_metadata(_md(state=LedgerState.IN_RECOVERY))
+    text = fmt.format_metadata(_md(state=LedgerState.IN_RECOVERY))
     assert "state=IN_RECOVERY, digestType=CRC32C, password=base64:, " in text
     assert "length=" not in text and "lastEntryId=" not in text and "ctime" not in text
 
@@ -45,7 +46,7 @@ def test_upstream_json_shape():
 
 
 def test_bookie_line_and_unresolvable_id():
-    assert ops.bookie_line("10.0.0.1:3181", ("10.0.0.1", 3181, "bk1.example")) == \
+    assert fmt.bookie_line("10.0.0.1:3181", ("10.0.0.1", 3181, "bk1.example")) == \
         "BookieID:10.0.0.1:3181, IP:10.0.0.1, Port:3181, Hostname:bk1.example"
     assert ops._resolve_address("not-a-host-port") == ("UNKNOWN", 0, "UNKNOWN")
     ip, port, _name = ops._resolve_address("127.0.0.1:3181")
