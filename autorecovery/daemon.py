@@ -39,6 +39,7 @@ from autorecovery.admin import ops
 from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer
 from autorecovery.config.load import Settings
 from autorecovery.roles.bookie_info import BookieInfoReader
+from autorecovery.roles.role import Role
 from autorecovery.roles.cluster_gauges import NodeGauges
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.topology_source import RackInfoWatcher
@@ -56,7 +57,8 @@ READY_MARKER = "AUTORECOVERY_READY"
 #: expired and rejoin is off (upstream ``ExitCode.ZK_EXPIRED`` is 4; ours keeps small numbers).
 EXIT_OK, EXIT_ROLE_DIED, EXIT_CONFIG, EXIT_ZK_EXPIRED = 0, 1, 2, 3
 
-RoleFactory = Callable[..., Any]
+#: ``factory(zk, paths, settings, policy, bookies, <bookie id | watcher>) -> Role``
+RoleFactory = Callable[..., Role]
 
 
 def default_auditor_factory(zk: ZkClient, paths: Paths, settings: Settings, policy: Any, bookies: Any,
@@ -65,7 +67,7 @@ def default_auditor_factory(zk: ZkClient, paths: Paths, settings: Settings, poli
     from autorecovery.roles.auditor import Auditor, AuditorSettings
 
     return Auditor(zk, paths, AuditorSettings.from_properties(dict(settings.properties)), policy, bookies,
-                   bookie_id=bookie_id)
+                   bookie_id=bookie_id, update_policy=False)  # the daemon keeps the policy current
 
 
 def default_worker_factory(zk: ZkClient, paths: Paths, settings: Settings, policy: Any, bookies: Any,
@@ -74,26 +76,19 @@ def default_worker_factory(zk: ZkClient, paths: Paths, settings: Settings, polic
     from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
 
     return ReplicationWorker(zk, paths, WorkerSettings.from_properties(dict(settings.properties)), policy, bookies,
-                             watcher)
-
-
-def _role_running(role: Any) -> bool:
-    """A role is running unless it says otherwise (``is_running()`` or ``running``)."""
-    if role is None:
-        return False
-    probe = getattr(role, "is_running", None)
-    if callable(probe):
-        return bool(probe())
-    if probe is not None:
-        return bool(probe)
-    run = getattr(role, "running", None)
-    return True if run is None else bool(run() if callable(run) else run)
+                             watcher, update_policy=False)  # the daemon keeps the policy current
 
 
 async def _maybe_await(x: Any) -> Any:
+    """Teardown steps mix coroutine and plain stop functions of the daemon's own parts."""
     if asyncio.iscoroutine(x) or isinstance(x, asyncio.Future):
         return await x
     return x
+
+
+def _role_running(role: Role | None) -> bool:
+    """A role is running while it says so (:class:`~autorecovery.roles.role.Role` ``running``)."""
+    return role is not None and bool(role.running)
 
 
 class Daemon:
@@ -194,7 +189,7 @@ class Daemon:
             await self.reader.start()
 
             self.worker = self.worker_factory(self.zk, self.paths, s, self.policy, self.bookies, self.watcher)
-            await _maybe_await(self.worker.start())
+            await self.worker.start()
 
             self._tasks["election"] = asyncio.ensure_future(elector_loop(
                 self.zk, self.paths, self.bookie_id, self._on_elected, self._on_lost,
@@ -252,7 +247,7 @@ class Daemon:
             log.info("this node is the auditor", bookie_id=self.bookie_id)
             auditor = self.auditor_factory(self.zk, self.paths, self.settings, self.policy, self.bookies,
                                            self.bookie_id)
-            await _maybe_await(auditor.start())
+            await auditor.start()
             self.auditor = auditor
             if self.node_gauges is not None:
                 self.node_gauges.set_elected(True)
@@ -264,7 +259,7 @@ class Daemon:
                 self.node_gauges.set_elected(False)
             if auditor is not None:
                 log.info("stopping the auditor", bookie_id=self.bookie_id)
-                await _maybe_await(auditor.stop())
+                await auditor.stop()
 
     async def _on_session_lost(self) -> None:
         """The ZooKeeper session expired: locks and the vote are gone. Restart the worker on the new
@@ -283,25 +278,17 @@ class Daemon:
             old, self.worker = self.worker, None
             if old is not None:
                 with contextlib.suppress(Exception):
-                    await _maybe_await(old.stop())
-                self._drop_listener(getattr(old, "_on_membership", None))
+                    await old.stop()
             if self._stopping:
                 return
             await self.zk.connected.wait()
             self.worker = self.worker_factory(self.zk, self.paths, self.settings, self.policy, self.bookies,
                                               self.watcher)
-            await _maybe_await(self.worker.start())
-
-    def _drop_listener(self, listener: Any) -> None:
-        """Detach a stopped role's membership listener from the shared BookieWatcher."""
-        if listener is None or self.watcher is None:
-            return
-        self.watcher.remove_listener(listener)
+            await self.worker.start()
 
     def _progress(self) -> Any:
         w = self.worker
-        fn = getattr(w, "progress", None) if w is not None else None
-        return fn() if callable(fn) else None
+        return w.progress() if w is not None else None
 
     # -- health ---------------------------------------------------------------------------------------
     def liveness(self) -> dict[str, Any]:
@@ -418,13 +405,7 @@ class Daemon:
             # let in-flight copies finish for half of what is left, then the worker aborts them
             drain = max(0.5, (deadline - loop.time()) * 0.5)
 
-            def stop_worker() -> Any:
-                try:
-                    return worker.stop(drain_timeout_s=drain)
-                except TypeError:  # a worker without a drain bound
-                    return worker.stop()
-
-            await step("worker", stop_worker, 0.9)
+            await step("worker", lambda: worker.stop(drain_timeout_s=drain), 0.9)
         if self.reader is not None:
             await step("bookie-info-reader", self.reader.stop)
         for name in list(self._tasks):

@@ -106,6 +106,37 @@ class PlacementResult:
         return len(self.replaced)
 
 
+@dataclass
+class RepairJob:
+    """A BP-54 repair split so that its expensive part can run off the event loop.
+
+    :meth:`PlacementPolicy.plan_replace_to_adhere` does everything that reads the policy's live state
+    (membership, racks, weights) and returns either a finished ``result`` or a ``solve`` function that
+    works only on a snapshot of that state (plain data): the caller may run :meth:`run` in a worker
+    thread while the policy keeps changing on the loop.
+
+    Attributes:
+        result: the answer when no search is needed (already adheres, impossible shape).
+        solve: ``() -> outcome`` on the snapshot (may raise the search's budget error), or None.
+        finish: ``outcome -> PlacementResult`` (pure).
+    """
+
+    result: PlacementResult | None = None
+    solve: Callable[[], Any] | None = None
+    finish: Callable[[Any], PlacementResult] | None = None
+
+    @property
+    def needs_search(self) -> bool:
+        return self.result is None
+
+    def run(self) -> PlacementResult:
+        """The repair's result (runs ``solve`` when needed; safe in a worker thread)."""
+        if self.result is not None:
+            return self.result
+        assert self.solve is not None and self.finish is not None
+        return self.finish(self.solve())
+
+
 class PlacementPolicy(abc.ABC):
     """Base of every placement policy. PURE: no I/O; time comes from the injected ``clock``.
 
@@ -256,6 +287,12 @@ class PlacementPolicy(abc.ABC):
     def replace_to_adhere(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
                           exclude: Iterable[str], current_ensemble: Sequence[str]) -> PlacementResult:
         """BP-54: a minimum-swap repair of a non-adhering ensemble (upstream ``replaceToAdherePlacementPolicy``)."""
+
+    def plan_replace_to_adhere(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
+                               exclude: Iterable[str], current_ensemble: Sequence[str]) -> RepairJob:
+        """:meth:`replace_to_adhere` as a :class:`RepairJob` (default: computed at once, no search)."""
+        return RepairJob(result=self.replace_to_adhere(ensemble_size, write_quorum_size, ack_quorum_size,
+                                                       exclude, current_ensemble))
 
     # -- reads ----------------------------------------------------------------------------------------
     def reorder_read_sequence(self, ensemble: Sequence[str], health: BookiesHealthInfo,

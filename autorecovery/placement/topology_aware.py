@@ -14,7 +14,7 @@ from typing import Callable, ClassVar, Hashable, Iterable, Mapping, Sequence
 from autorecovery.errors import ConfigError, NotEnoughBookiesError
 
 from .config import PlacementConfig
-from .policy import Adherence, BookieInfo, BookiesHealthInfo, PlacementPolicy, PlacementResult
+from .policy import Adherence, BookieInfo, BookiesHealthInfo, PlacementPolicy, PlacementResult, RepairJob
 from .repair import DEFAULT_MAX_NODES, LabelGroups, RepairOutcome, SearchBudgetExceeded, solve_min_swaps
 from .resolvers import Resolver, ScriptResolver
 from .schedule import ensemble_write_sets
@@ -327,6 +327,13 @@ class TopologyAwarePolicy(PlacementPolicy):
     def _solve(self, current: Sequence[str | None], write_quorum_size: int, ack_quorum_size: int,
                exclude: Iterable[str]) -> RepairOutcome | None:
         """Minimum-swap adhering ensemble from ``current`` (None slots must be filled). Raises SearchBudgetExceeded."""
+        return self._solver(current, write_quorum_size, ack_quorum_size, exclude)()
+
+    def _solver(self, current: Sequence[str | None], write_quorum_size: int, ack_quorum_size: int,
+                exclude: Iterable[str]) -> Callable[[], RepairOutcome | None]:
+        """:meth:`_solve` split: the snapshot is taken now (the repair index of this membership version,
+        labels, pool, groups, the judge); the returned function runs the search on it alone, so it may
+        run in a worker thread (raises SearchBudgetExceeded)."""
         idx = self._repair_index()
         excl = set(exclude)
         labels = [idx.label.get(b) if (b is not None and b not in excl) else None for b in current]
@@ -340,11 +347,13 @@ class TopologyAwarePolicy(PlacementPolicy):
         groups = idx.groups.get(e)
         if groups is None:
             groups = idx.groups[e] = LabelGroups(idx.by_label, e, self._two_level)
-        return solve_min_swaps(current, write_quorum_size, labels, pool,
-                               self._judge_fn(write_quorum_size, ack_quorum_size),
-                               two_level=self._two_level, soft_possible=self._soft_possible, rng=self.rng,
-                               prefer_order=self.weighted, max_nodes=self.repair_max_nodes, groups=groups,
-                               special=hit)
+        current = list(current)
+        judge = self._judge_fn(write_quorum_size, ack_quorum_size)
+        two_level, soft, rng, weighted, budget = (self._two_level, self._soft_possible, self.rng, self.weighted,
+                                                  self.repair_max_nodes)
+        return lambda: solve_min_swaps(current, write_quorum_size, labels, pool, judge, two_level=two_level,
+                                       soft_possible=soft, rng=rng, prefer_order=weighted, max_nodes=budget,
+                                       groups=groups, special=hit)
 
     def replace_to_adhere(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
                           exclude: Iterable[str], current_ensemble: Sequence[str]) -> PlacementResult:
@@ -366,21 +375,41 @@ class TopologyAwarePolicy(PlacementPolicy):
         Raises:
             ValueError: ``len(current_ensemble) != ensemble_size``.
         """
+        return self.plan_replace_to_adhere(ensemble_size, write_quorum_size, ack_quorum_size, exclude,
+                                           current_ensemble).run()
+
+    def plan_replace_to_adhere(self, ensemble_size: int, write_quorum_size: int, ack_quorum_size: int,
+                               exclude: Iterable[str], current_ensemble: Sequence[str]) -> RepairJob:
+        """:meth:`replace_to_adhere` as a :class:`~.policy.RepairJob`: the checks and the snapshot now, the
+        exact search in :meth:`RepairJob.run` (which the ReplicationWorker runs off the event loop).
+
+        Raises:
+            ValueError: ``len(current_ensemble) != ensemble_size``.
+        """
         current = list(current_ensemble)
         if len(current) != ensemble_size:
             raise ValueError(f"ensemble has {len(current)} bookies, expected E={ensemble_size}")
         adherence = self.is_ensemble_adhering(current, write_quorum_size, ack_quorum_size)
         if adherence != Adherence.FAIL or ensemble_size == 0:
-            return PlacementResult(current, adherence)
+            return RepairJob(result=PlacementResult(current, adherence))
         if not self._shape_ok(ensemble_size, write_quorum_size):
-            return PlacementResult(current, Adherence.FAIL)
-        try:
-            out = self._solve(current, write_quorum_size, ack_quorum_size, exclude)
-        except SearchBudgetExceeded:
-            return PlacementResult(current, Adherence.FAIL, exact=False)
-        if out is None:
-            return PlacementResult(current, Adherence.FAIL)
-        return PlacementResult(out.ensemble, out.adherence, replaced=out.changed)
+            return RepairJob(result=PlacementResult(current, Adherence.FAIL))
+        search = self._solver(current, write_quorum_size, ack_quorum_size, exclude)
+
+        def solve() -> RepairOutcome | None | SearchBudgetExceeded:
+            try:
+                return search()
+            except SearchBudgetExceeded as exc:
+                return exc
+
+        def finish(out: RepairOutcome | None | SearchBudgetExceeded) -> PlacementResult:
+            if isinstance(out, SearchBudgetExceeded):
+                return PlacementResult(current, Adherence.FAIL, exact=False)
+            if out is None:
+                return PlacementResult(current, Adherence.FAIL)
+            return PlacementResult(out.ensemble, out.adherence, replaced=out.changed)
+
+        return RepairJob(solve=solve, finish=finish)
 
     def _make_adhere(self, ensemble: Sequence[str | None], write_quorum_size: int, ack_quorum_size: int,
                      exclude: Iterable[str]) -> RepairOutcome | None:

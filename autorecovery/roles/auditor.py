@@ -198,6 +198,8 @@ class Auditor:
         clock: monotonic seconds (injectable).
         wall_ms: wall clock in ms since the epoch (ctime znodes).
         registry: metrics registry (default: the process registry).
+        update_policy: keep ``policy`` told about membership itself (standalone use). The daemon
+            passes False: it owns the one membership → policy subscription (``roles/role.py``).
 
     Properties for admin/progress: :attr:`index`, :attr:`pending_audit_at`, :attr:`last_audit`,
     :attr:`last_results`, :attr:`running`.
@@ -205,11 +207,12 @@ class Auditor:
 
     def __init__(self, zk: ZkClient, paths: Paths, settings: AuditorSettings, policy, bookies, *, bookie_id: str,
                  clock: Callable[[], float] | None = None, wall_ms: Callable[[], int] | None = None,
-                 registry: metrics.MetricsRegistry | None = None) -> None:
+                 registry: metrics.MetricsRegistry | None = None, update_policy: bool = True) -> None:
         self.zk = zk
         self.paths = paths
         self.settings = settings
         self.policy = policy
+        self.update_policy = update_policy
         self.bookies = bookies
         self.bookie_id = bookie_id
         self.clock = clock or time.monotonic
@@ -371,8 +374,10 @@ class Auditor:
                         "index_reconcile")
         log.info("auditor started", bookie_id=self.bookie_id)
 
-    async def stop(self) -> None:
-        """Cancel every task and watch consumer; idempotent. Markers already written stay."""
+    async def stop(self, drain_timeout_s: float = 10.0) -> None:
+        """Cancel every task and watch consumer; idempotent. Markers already written stay (each marker
+        write is atomic, so nothing needs draining: ``drain_timeout_s`` is accepted for the
+        :class:`~autorecovery.roles.role.Role` protocol)."""
         if self._stopped:
             return
         self._stopped = True
@@ -414,7 +419,7 @@ class Auditor:
 
     # -- watches ----------------------------------------------------------------------------
     def _on_bookies(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
-        if self.policy is not None:
+        if self.policy is not None and self.update_policy:
             try:
                 self.policy.on_cluster_changed(set(writable), set(readonly))
             except Exception as exc:  # noqa: BLE001

@@ -149,6 +149,8 @@ class ReplicationWorker:
         clock: monotonic seconds (backoff, throttles, progress); default ``time.monotonic``.
         registry: metrics registry (default: the process registry).
         lock_owner: data written into lock znodes (default: host name, as upstream).
+        update_policy: keep ``policy`` told about membership itself (standalone use). The daemon passes
+            False: it owns the one membership → policy subscription (``roles/role.py``).
 
     Attributes (read by tests and the admin API):
         memory: :class:`~autorecovery.plan.backoff.FailureMemory` (failure counts, delays handed out,
@@ -160,8 +162,10 @@ class ReplicationWorker:
     def __init__(self, zk: ZkClient, paths: Paths, settings: WorkerSettings, policy, bookies, watcher, *,
                  clock: Callable[[], float] | None = None, registry: metrics_mod.MetricsRegistry | None = None,
                  lock_owner: str | None = None, checker: LedgerChecker | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, rng: random.Random | None = None) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, rng: random.Random | None = None,
+                 update_policy: bool = True) -> None:
         self.zk, self.paths, self.settings = zk, paths, settings
+        self.update_policy = update_policy
         self.policy, self.bookies, self.watcher = policy, bookies, watcher
         self.clock = clock or time.monotonic
         self.sleep = sleep
@@ -214,7 +218,8 @@ class ReplicationWorker:
         self._started = True
         await self.um.init()
         await self.zk.ensure_path(self.paths.unrecoverable)
-        self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
+        if self.update_policy:
+            self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
         self.watcher.add_listener(self._on_membership)
         self.m.bytes_remaining.set_function(lambda: self.tracker.snapshot().worker_bytes_remaining)
         self.m.ledgers_remaining.set_function(lambda: len(self.um.held))
@@ -244,6 +249,8 @@ class ReplicationWorker:
         self._stopped = asyncio.get_running_loop().create_future()
         try:
             self._stopping = True
+            with contextlib.suppress(Exception):  # the shared watcher outlives this worker
+                self.watcher.remove_listener(self._on_membership)
             self._wake.set()
             self._refresh_wanted.set()
             if self._refresh_task is not None:
@@ -302,14 +309,13 @@ class ReplicationWorker:
     def _on_membership(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
         if self._stopping:
             return
-        self.policy.on_cluster_changed(set(writable), set(readonly))
+        if self.update_policy:
+            self.policy.on_cluster_changed(set(writable), set(readonly))
         self._refresh_wanted.set()
         self._wake.set()
 
     def _check_policy_config(self) -> None:
-        if self.settings.repair_placement and not hasattr(self.policy, "replace_to_adhere"):
-            log.warning("repairedPlacementPolicyNotAdheringBookieEnabled=true but the placement policy has no "
-                        "replace_to_adhere; placement marks will not be repaired", policy=type(self.policy).__name__)
+        """Every placement policy implements ``replace_to_adhere`` (``placement.policy``); nothing to check."""
 
     def check_auditor_config(self, auditor_properties: Mapping[str, str]) -> list[str]:
         """Compare the BP-54 switch with the auditor's configuration (hook for the daemon); returns and
@@ -707,7 +713,7 @@ class ReplicationWorker:
     # -- BP-54 -----------------------------------------------------------------------------------
     def _placement_segments(self, md: LedgerMetadata) -> list[int]:
         """First entry ids of the closed ledger's segments that FAIL the placement policy (BP-54 on)."""
-        if not self.settings.repair_placement or not md.is_closed or not hasattr(self.policy, "replace_to_adhere"):
+        if not self.settings.repair_placement or not md.is_closed:
             return []
         out = []
         for seg in md.segments:
@@ -720,8 +726,11 @@ class ReplicationWorker:
         if seg_i is None:
             return md
         seg = md.segments[seg_i]
-        res = self.policy.replace_to_adhere(md.ensemble_size, md.write_quorum, md.ack_quorum,
-                                            frozenset(self._excluded_targets()), list(seg.ensemble))
+        # the exact minimum-swap search runs in a worker thread on a snapshot of the policy's state
+        # (RepairJob): the event loop keeps serving while it searches
+        job = self.policy.plan_replace_to_adhere(md.ensemble_size, md.write_quorum, md.ack_quorum,
+                                                 frozenset(self._excluded_targets()), list(seg.ensemble))
+        res = await asyncio.to_thread(job.run) if job.needs_search else job.run()
         new_ens = list(res.ensemble)
         changed = [i for i in range(len(seg.ensemble)) if i < len(new_ens) and new_ens[i] != seg.ensemble[i]]
         if res.adherence == Adherence.FAIL or not changed or any(new_ens[i] in self.watcher.readonly for i in changed):
