@@ -140,6 +140,7 @@ class Daemon:
         self._stop_lock = asyncio.Lock()
         self._role_lock = asyncio.Lock()
         self.racks: RackInfoWatcher | None = None
+        self._rack_prefetch: asyncio.Future | None = None
         self._started_at = time.time()
         self.stop_reason = ""
 
@@ -173,8 +174,10 @@ class Daemon:
             await self.watcher.start()
             self.placement = await ops.build_placement(s, self.zk)
             self.policy = self.placement.policy
+            # the one membership -> policy subscription (roles do not subscribe for it)
+            await self._prefetch_racks()
             self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
-            self.watcher.add_listener(lambda w, r: self.policy.on_cluster_changed(set(w), set(r)))
+            self.watcher.add_listener(self._on_membership)
             self.racks = await RackInfoWatcher(self.zk, self.placement).start()
 
             from autorecovery.rpc.bookie_client import BookieClient
@@ -285,6 +288,35 @@ class Daemon:
             self.worker = self.worker_factory(self.zk, self.paths, self.settings, self.policy, self.bookies,
                                               self.watcher)
             await self.worker.start()
+
+    def _on_membership(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
+        """Tell the placement policy about membership. When a new bookie's rack needs the topology script
+        (``ScriptResolver.pending``), the script runs in a worker thread first and the policy is told
+        afterwards (with the membership current then): the event loop never waits for the script."""
+        pending = getattr(self.placement.resolver, "pending", None) if self.placement is not None else None
+        if pending is not None and pending(sorted(set(writable) | set(readonly))):
+            if self._rack_prefetch is None or self._rack_prefetch.done():
+                self._rack_prefetch = asyncio.ensure_future(self._prefetch_then_update())
+            return
+        self.policy.on_cluster_changed(set(writable), set(readonly))
+
+    async def _prefetch_racks(self) -> None:
+        """Resolve the racks of bookies the topology script has not answered for, off the event loop."""
+        resolver = self.placement.resolver if self.placement is not None else None
+        pending = getattr(resolver, "pending", None)
+        if pending is None or self.watcher is None:
+            return
+        todo = pending(sorted(set(self.watcher.writable) | set(self.watcher.readonly)))
+        if todo:
+            await asyncio.to_thread(resolver.resolve, todo)
+
+    async def _prefetch_then_update(self) -> None:
+        try:
+            await self._prefetch_racks()
+        except Exception as exc:  # noqa: BLE001 - a failed lookup is the default rack, as upstream
+            log.warning("rack lookup failed", error=str(exc))
+        if self.watcher is not None and not self._stopping:
+            self.policy.on_cluster_changed(set(self.watcher.writable), set(self.watcher.readonly))
 
     def _progress(self) -> Any:
         w = self.worker

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from autorecovery.errors import ConfigError, MalformedMetadataError
@@ -194,7 +195,12 @@ class ScriptResolver:
     The command is called with up to ``max_args`` host names as arguments and must print one location per
     host, separated by whitespace (one per line is conventional). If the script fails, times out or prints
     the wrong number of locations, the hosts of that call resolve to ``None`` (default rack), as upstream.
-    Successful answers are cached per host (upstream ``CachedDNSToSwitchMapping``).
+    Successful answers are cached per host (upstream ``CachedDNSToSwitchMapping``); a failed host is not
+    asked again for ``retry_after_s`` (ours: upstream runs the script again on every lookup).
+
+    Running the script blocks: the daemon calls :meth:`resolve` for :meth:`pending` hosts in a worker
+    thread before it tells the policy about new bookies, so the policy's own (event-loop) lookups hit
+    the cache and never run the script.
 
     Args:
         script: the command (a path, or argv list). None: not configured; every bookie resolves to None
@@ -206,7 +212,8 @@ class ScriptResolver:
     """
 
     def __init__(self, script: str | Sequence[str] | None, max_args: int = 100, timeout_s: float = 10.0,
-                 runner: Runner | None = None) -> None:
+                 runner: Runner | None = None, retry_after_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if script is None or (isinstance(script, str) and not script.strip()):
             self._argv: list[str] | None = None
         elif isinstance(script, str):
@@ -217,6 +224,10 @@ class ScriptResolver:
         self.timeout_s = timeout_s
         self._runner = runner or _run_script
         self._cache: dict[str, str] = {}
+        self._failed: dict[str, float] = {}  # host -> clock time of its last failed lookup
+        self.retry_after_s = retry_after_s
+        self._clock = clock
+        self.script_runs = 0
 
     @property
     def configured(self) -> bool:
@@ -225,24 +236,39 @@ class ScriptResolver:
     def clear_cache(self) -> None:
         """Forget cached answers (upstream ``reloadCachedMappings``)."""
         self._cache.clear()
+        self._failed.clear()
+
+    def pending(self, bookie_ids: Sequence[str]) -> list[str]:
+        """The bookies whose lookup would run the script now (not cached, not failed recently)."""
+        if self._argv is None:
+            return []
+        now = self._clock()
+        return [b for b in bookie_ids if (h := host_of(b)) not in self._cache
+                and now - self._failed.get(h, -1e18) >= self.retry_after_s]
 
     def resolve(self, bookie_ids: Sequence[str]) -> list[str | None]:
         hosts = [host_of(b) for b in bookie_ids]
         if self._argv is not None:
-            todo = list(dict.fromkeys(h for h in hosts if h not in self._cache))
+            todo = list(dict.fromkeys(host_of(b) for b in self.pending(bookie_ids)))
             for i in range(0, len(todo), self.max_args):
                 batch = todo[i:i + self.max_args]
+                self.script_runs += 1
                 try:
                     out = self._runner(self._argv + batch, self.timeout_s)
+                    tokens = out.split()
                 except (OSError, subprocess.SubprocessError, ValueError):
-                    continue
-                tokens = out.split()
+                    tokens = []
                 if len(tokens) != len(batch):
+                    now = self._clock()
+                    self._failed.update((h, now) for h in batch)
                     continue
                 for h, tok in zip(batch, tokens):
                     loc = _norm_or_none(tok)
                     if loc is not None:
                         self._cache[h] = loc
+                        self._failed.pop(h, None)
+                    else:
+                        self._failed[h] = self._clock()
         return [self._cache.get(h) for h in hosts]
 
 

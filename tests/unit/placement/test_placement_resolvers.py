@@ -118,3 +118,24 @@ def test_resolver_from_config():
     assert isinstance(resolver_from_config(PlacementConfig()), ScriptResolver)
     with pytest.raises(ConfigError, match="reppDnsResolverClass"):
         resolver_from_config(PlacementConfig.from_properties({"reppDnsResolverClass": "com.example.Nope"}))
+
+
+def test_script_resolver_pending_and_failures_not_retried_at_once():
+    """Issue 12: ``pending`` names what a lookup would run the script for (the daemon runs those off the
+    event loop); a failed host is not asked again within ``retry_after_s``."""
+    now = [0.0]
+    runs = []
+
+    def runner(argv, timeout_s):
+        runs.append(argv[1:])
+        if "bad" in argv:
+            raise OSError("boom")
+        return "\n".join(f"/r-{h}" for h in argv[1:])
+
+    r = ScriptResolver("topo.sh", runner=runner, retry_after_s=60, clock=lambda: now[0])
+    assert r.pending(["a:1", "bad:1"]) == ["a:1", "bad:1"]
+    assert r.resolve(["a:1"]) == ["/r-a"] and r.pending(["a:1"]) == []
+    assert r.resolve(["bad:1"]) == [None] and r.pending(["bad:1"]) == []
+    assert r.resolve(["bad:1"]) == [None] and len(runs) == 2  # not run again within 60 s
+    now[0] = 61.0
+    assert r.pending(["bad:1"]) == ["bad:1"]
