@@ -20,7 +20,8 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, first_last_on_index, write_set
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.ledger.striping import entries_on_index, first_last_on_index, index_stores, write_set
 
 #: Bookie answers that prove an entry absent (the probe of a one-entry last fragment).
 ABSENT_STATUSES = frozenset({"ENOENTRY", "ENOLEDGER"})
@@ -122,12 +123,12 @@ def entries_to_read(first_b: int, last_b: int, index: int, ensemble_size: int, w
         return [first_b]
 
     def stored(e: int) -> bool:
-        return (index - e) % ensemble_size < write_quorum
+        return index_stores(index, e, ensemble_size, write_quorum)
 
     length = last_b - first_b + 1
     n = length * percentage // 100
     if n >= length:
-        return [e for e in range(first_b, last_b + 1) if stored(e)]
+        return list(entries_on_index(first_b, last_b, index, ensemble_size, write_quorum))
     picked = {first_b, last_b}
     if n > 0:
         rng = rng or random.Random()

@@ -197,7 +197,7 @@ def count_on_index(first: int, last: int, index: int, ensemble_size: int, write_
             - _stored_below(first + shift, index, ensemble_size, write_quorum))
 
 
-def segment_holds_entries(md: "LedgerMetadata", segment_index: int, bookie_index: int) -> bool:
+def segment_holds_entries(md: LedgerMetadata, segment_index: int, bookie_index: int) -> bool:
     """Whether ensemble index ``bookie_index`` of segment ``segment_index`` stores (or may store) ≥1 entry.
 
     The last segment of a ledger that is not CLOSED always counts: entries may still arrive, and
@@ -212,7 +212,7 @@ def segment_holds_entries(md: "LedgerMetadata", segment_index: int, bookie_index
     return first_last_on_index(first, last, bookie_index, md.ensemble_size, md.write_quorum)[0] != -1
 
 
-def bookie_holds_entries(md: "LedgerMetadata", bookie: str) -> bool:
+def bookie_holds_entries(md: LedgerMetadata, bookie: str) -> bool:
     """Whether ``bookie`` stores (or may store) ≥1 entry of the ledger in any segment, at any index it
     holds there (see :func:`segment_holds_entries`; upstream
     ``BookKeeperAdmin.areEntriesOfLedgerStoredInTheBookie``)."""
