@@ -45,8 +45,6 @@ class Fragment:
 
     def stored_range(self, index: int) -> tuple[int, int]:
         """First and last entry stored on ``index`` inside the fragment; ``(-1, -1)`` when none."""
-        if self.last_entry_id < self.first_entry_id:
-            return -1, -1
         return first_last_on_index(self.first_entry_id, self.last_entry_id, index, self.ensemble_size, self.write_quorum)
 
 

@@ -8,9 +8,10 @@ bookie are known with **no metadata reads**; a slow full reconcile (:meth:`Booki
 checks it against ZooKeeper.
 
 Precise marking, also better than upstream (which marks every ledger whose ensembles list the lost
-bookie): :func:`holds_entries` (:func:`autorecovery.ledger.striping.segment_holds_entries`) says whether a bookie index of a segment stores any entry. A CLOSED
-ledger's segment whose entry range puts nothing on that index (an empty segment, or fewer entries than
-E−WQ+1 with E > WQ) is not marked; the last segment of a ledger that is not CLOSED always counts.
+bookie): :func:`holds_entries` (the rule is :func:`autorecovery.ledger.striping.segment_holds_entries`)
+says whether a bookie index of a segment stores any entry. A CLOSED ledger's segment whose entry range
+puts nothing on that index (an empty segment, or fewer entries than E−WQ+1 with E > WQ) is not marked;
+the last segment of a ledger that is not CLOSED always counts.
 """
 
 from __future__ import annotations
