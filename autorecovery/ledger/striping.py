@@ -20,6 +20,7 @@ can answer wrongly for entry ids >= 2**31; Python integers do not overflow, so t
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -120,9 +121,13 @@ def runs_on_index(first: int, last: int, index: int, ensemble_size: int, write_q
     runs are yielded lazily, one per E ids.
 
     Raises:
-        ValueError: E < 1 or WQ < 1.
+        ValueError: E < 1 or WQ < 1 (at the call, not at the first ``next``).
     """
     _check(ensemble_size, write_quorum)
+    return _runs(first, last, index, ensemble_size, write_quorum)
+
+
+def _runs(first: int, last: int, index: int, ensemble_size: int, write_quorum: int) -> Iterator[range]:
     if last < first or not 0 <= index < ensemble_size:
         return
     if write_quorum >= ensemble_size:
@@ -142,10 +147,9 @@ def entries_on_index(first: int, last: int, index: int, ensemble_size: int, writ
     """The entry ids of ``[first, last]`` stored on ``index``, ascending, yielded lazily.
 
     Raises:
-        ValueError: E < 1 or WQ < 1.
+        ValueError: E < 1 or WQ < 1 (at the call).
     """
-    for run in runs_on_index(first, last, index, ensemble_size, write_quorum):
-        yield from run
+    return itertools.chain.from_iterable(runs_on_index(first, last, index, ensemble_size, write_quorum))
 
 
 def first_last_on_index(first: int, last: int, index: int, ensemble_size: int, write_quorum: int) -> tuple[int, int]:

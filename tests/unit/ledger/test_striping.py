@@ -75,7 +75,9 @@ def test_no_list_is_materialised_for_a_huge_range():
 
 def test_bad_schedule_is_refused():
     for fn in (lambda: striping.write_set(0, 0, 1), lambda: striping.index_stores(0, 0, 3, 0),
-               lambda: striping.first_last_on_index(0, 5, 0, 0, 1), lambda: striping.count_on_index(0, 5, 0, 3, 0)):
+               lambda: striping.first_last_on_index(0, 5, 0, 0, 1), lambda: striping.count_on_index(0, 5, 0, 3, 0),
+               lambda: striping.entries_on_index(0, 5, 0, 3, 0), lambda: striping.runs_on_index(0, 5, 0, 0, 1),
+               lambda: striping.residues_on_index(0, 0, 1)):
         with pytest.raises(ValueError, match="bad striping schedule"):
             fn()
 
