@@ -38,7 +38,8 @@ from autorecovery.admin.context import AdminContext, AdminError, BadRequestError
 from autorecovery.admin.ops import trigger_audit, who_is_auditor
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError, UnavailableError
 from autorecovery.ledger.ids import ur_leaf_name
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, first_last_on_index
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.ledger.striping import bookie_holds_entries
 from autorecovery.plan.progress import ClusterRate, estimate_copy_bytes
 from autorecovery.zk.bridge import NoNodeError
 
@@ -85,22 +86,9 @@ class DecommissionReport:
 
 def stores_entries(md: LedgerMetadata, bookie_id: str) -> bool:
     """Whether ``bookie_id`` stores (or, for an open ledger's last segment, may store) entries of the
-    ledger (upstream ``BookKeeperAdmin.areEntriesOfLedgerStoredInTheBookie``)."""
-    n = len(md.segments)
-    for i, seg in enumerate(md.segments):
-        if bookie_id not in seg.ensemble:
-            continue
-        if i == n - 1 and md.state != LedgerState.CLOSED:
-            return True
-        first, last = seg.first_entry_id, md.segment_end(i)
-        if last < first:
-            continue
-        if md.ensemble_size == md.write_quorum:
-            return True
-        for idx, b in enumerate(seg.ensemble):
-            if b == bookie_id and first_last_on_index(first, last, idx, md.ensemble_size, md.write_quorum)[0] != -1:
-                return True
-    return False
+    ledger (upstream ``BookKeeperAdmin.areEntriesOfLedgerStoredInTheBookie``); the rule is
+    :func:`autorecovery.ledger.striping.bookie_holds_entries`."""
+    return bookie_holds_entries(md, bookie_id)
 
 
 async def precheck(ctx: AdminContext, bookie_id: str) -> str:

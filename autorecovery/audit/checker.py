@@ -20,7 +20,8 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, first_last_on_index, write_set
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.ledger.striping import entries_on_index, first_last_on_index, index_stores, write_set
 
 #: Bookie answers that prove an entry absent (the probe of a one-entry last fragment).
 ABSENT_STATUSES = frozenset({"ENOENTRY", "ENOLEDGER"})
@@ -44,8 +45,6 @@ class Fragment:
 
     def stored_range(self, index: int) -> tuple[int, int]:
         """First and last entry stored on ``index`` inside the fragment; ``(-1, -1)`` when none."""
-        if self.last_entry_id < self.first_entry_id:
-            return -1, -1
         return first_last_on_index(self.first_entry_id, self.last_entry_id, index, self.ensemble_size, self.write_quorum)
 
 
@@ -122,12 +121,12 @@ def entries_to_read(first_b: int, last_b: int, index: int, ensemble_size: int, w
         return [first_b]
 
     def stored(e: int) -> bool:
-        return (index - e) % ensemble_size < write_quorum
+        return index_stores(index, e, ensemble_size, write_quorum)
 
     length = last_b - first_b + 1
     n = length * percentage // 100
     if n >= length:
-        return [e for e in range(first_b, last_b + 1) if stored(e)]
+        return list(entries_on_index(first_b, last_b, index, ensemble_size, write_quorum))
     picked = {first_b, last_b}
     if n > 0:
         rng = rng or random.Random()

@@ -8,9 +8,10 @@ bookie are known with **no metadata reads**; a slow full reconcile (:meth:`Booki
 checks it against ZooKeeper.
 
 Precise marking, also better than upstream (which marks every ledger whose ensembles list the lost
-bookie): :func:`holds_entries` says whether a bookie index of a segment stores any entry. A CLOSED
-ledger's segment whose entry range puts nothing on that index (an empty segment, or fewer entries than
-E−WQ+1 with E > WQ) is not marked; the last segment of a ledger that is not CLOSED always counts.
+bookie): :func:`holds_entries` (the rule is :func:`autorecovery.ledger.striping.segment_holds_entries`)
+says whether a bookie index of a segment stores any entry. A CLOSED ledger's segment whose entry range
+puts nothing on that index (an empty segment, or fewer entries than E−WQ+1 with E > WQ) is not marked;
+the last segment of a ledger that is not CLOSED always counts.
 """
 
 from __future__ import annotations
@@ -19,32 +20,14 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment, first_last_on_index
+from autorecovery.ledger.metadata import LedgerMetadata, Segment
+from autorecovery.ledger.striping import bookie_holds_entries, segment_holds_entries
 
 
-def holds_entries(md: LedgerMetadata, segment_index: int, bookie_index: int) -> bool:
-    """Whether ensemble index ``bookie_index`` of segment ``segment_index`` stores ≥1 entry.
-
-    The last segment of a ledger that is not CLOSED always counts (entries may still arrive).
-    """
-    segs = md.segments
-    first = segs[segment_index].first_entry_id
-    last_segment = segment_index == len(segs) - 1
-    if last_segment and md.state != LedgerState.CLOSED:
-        return True
-    end = segs[segment_index + 1].first_entry_id - 1 if not last_segment else md.last_entry_id
-    if end < first:
-        return False
-    return first_last_on_index(first, end, bookie_index, md.ensemble_size, md.write_quorum) != (-1, -1)
-
-
-def bookie_holds_entries(md: LedgerMetadata, bookie: str) -> bool:
-    """Whether ``bookie`` stores ≥1 entry of the ledger in any segment (see :func:`holds_entries`)."""
-    for si, seg in enumerate(md.segments):
-        for bi, b in enumerate(seg.ensemble):
-            if b == bookie and holds_entries(md, si, bi):
-                return True
-    return False
+#: Whether ensemble index ``bookie_index`` of segment ``segment_index`` stores ≥1 entry (the last
+#: segment of a ledger that is not CLOSED always counts); the rule is
+#: :func:`autorecovery.ledger.striping.segment_holds_entries`.
+holds_entries = segment_holds_entries
 
 
 @dataclass

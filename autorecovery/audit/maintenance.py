@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from autorecovery.errors import ConfigError, MalformedMetadataError
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.ledger.striping import residues_in_range, write_set
 
 KINDS = ("bookie", "rack", "override")
 #: values of ``autorecoveryDownOutSubtreeLimit``: the failure-domain level the guard watches
@@ -183,7 +184,7 @@ def endangered(md: LedgerMetadata, lost: set[str]) -> bool:
     """Whether the ``lost`` bookies leave some stored entry of ``md`` with fewer than AQ readable copies.
 
     Every write set of every segment that stores entries is counted (the last segment of a ledger
-    that is not CLOSED stores all of them); the round-robin rule is :func:`ledger.metadata.write_set`.
+    that is not CLOSED stores all of them); the round-robin rule is :mod:`autorecovery.ledger.striping`.
     """
     e_size, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
     segs = md.segments
@@ -194,10 +195,7 @@ def endangered(md: LedgerMetadata, lost: set[str]) -> bool:
             residues = range(e_size)
         else:
             end = segs[i + 1].first_entry_id - 1 if not last_seg else md.last_entry_id
-            n = end - first + 1
-            if n <= 0:
-                continue
-            residues = range(first, first + min(n, e_size))
+            residues = residues_in_range(first, end, e_size)
         for r in residues:
             members = {seg.ensemble[j] for j in write_set(r, e_size, wq)}
             if len(members - lost) < aq:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.ledger.striping import count_with_residue, entries_on_index, residues_in_range, write_set
 
 Ranges = Sequence[tuple[int, int]]
 
@@ -97,17 +98,8 @@ def missing_entries(first: int, last: int, index: int, ensemble_size: int, write
     """Entries of ``[first, last]`` that ensemble index ``index`` should store but ``have`` lacks."""
     out = []
     for a, b in _gaps(first, last, have):
-        if ensemble_size == write_quorum:
-            out.extend(range(a, b + 1))
-        else:
-            out.extend(e for e in range(a, b + 1) if (index - e) % ensemble_size < write_quorum)
+        out.extend(entries_on_index(a, b, index, ensemble_size, write_quorum))
     return out
-
-
-def _count_in_residue(x: int, y: int, r: int, e: int) -> int:
-    """How many ids in ``[x, y]`` are ``≡ r (mod e)``."""
-    first = x + ((r - x) % e)
-    return 0 if first > y else (y - first) // e + 1
 
 
 def classify(md: LedgerMetadata, answers: Mapping[str, Ranges | None | Exception]) -> ReplicasVerdict:
@@ -129,7 +121,7 @@ def classify(md: LedgerMetadata, answers: Mapping[str, Ranges | None | Exception
     total = 0
     worst = 0
     E, WQ, AQ = md.ensemble_size, md.write_quorum, md.ack_quorum
-    write_sets = [frozenset((r + k) % E for k in range(WQ)) for r in range(E)]
+    write_sets = [frozenset(write_set(r, E, WQ)) for r in range(E)]
     for first, last, ensemble in segment_bounds(md):
         events: dict[int, list[int]] = {}
         for idx, bookie in enumerate(ensemble):
@@ -154,13 +146,12 @@ def classify(md: LedgerMetadata, answers: Mapping[str, Ranges | None | Exception
                 continue
             y = points[i + 1] - 1
             g = frozenset(lacking)
-            residues = range(E) if y - x + 1 >= E else sorted({e % E for e in range(x, y + 1)})
-            for r in residues:
+            for r in residues_in_range(x, y, E):
                 hit = write_sets[r] & g
                 if not hit:
                     continue
                 worst = max(worst, len(hit))
-                total += _count_in_residue(x, y, r, E)
+                total += count_with_residue(x, y, r, E)
                 missing_on.update(ensemble[k] for k in hit)
             if len(sample) < SAMPLE_SIZE:
                 for e in range(x, min(y, x + SAMPLE_SIZE * E) + 1):

@@ -4,13 +4,20 @@ Source: upstream ``LedgerMetadata`` / ``LedgerMetadataBuilder`` and ``LedgerFrag
 one or more *segments*; each segment is an ensemble (list of bookie ids, size E) that stores the
 entries from its ``first_entry_id`` up to the next segment's first entry id minus one (the last segment
 up to the last entry). Within a segment, entry ``e`` is stored on the WQ ensemble indexes
-``(e + k) mod E`` for ``k < WQ`` (round robin).
+``(e + k) mod E`` for ``k < WQ`` (round robin; the rule itself is in :mod:`autorecovery.ledger.striping`).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+
+# The striping rule lives in ledger/striping.py; these names are re-exported for existing importers.
+from autorecovery.ledger.striping import entries_on_index, first_last_on_index, write_set
+from autorecovery.ledger.striping import index_stores as bookie_index_stores
+
+__all__ = ["LedgerState", "DigestType", "Segment", "LedgerMetadata", "write_set", "bookie_index_stores",
+           "entries_on_index", "first_last_on_index"]
 
 
 class LedgerState(enum.IntEnum):
@@ -154,40 +161,3 @@ class LedgerMetadata:
                 raise ValueError(f"new segment at {first_entry_id} before last segment {segs[-1].first_entry_id}")
             segs.append(Segment(first_entry_id, tuple(ensemble)))
         return replace(self, segments=tuple(segs))
-
-
-def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> list[int]:
-    """Ensemble indexes storing ``entry_id``: ``[(entry_id + k) % E for k < WQ]`` (upstream
-    RoundRobinDistributionSchedule)."""
-    return [(entry_id + k) % ensemble_size for k in range(write_quorum)]
-
-
-def bookie_index_stores(index: int, entry_id: int, ensemble_size: int, write_quorum: int) -> bool:
-    """True when ensemble index ``index`` stores ``entry_id`` under round robin."""
-    return (index - entry_id) % ensemble_size < write_quorum
-
-
-def entries_on_index(first: int, last: int, index: int, ensemble_size: int, write_quorum: int) -> list[int]:
-    """Entry ids in ``[first, last]`` that ensemble index ``index`` stores."""
-    if ensemble_size == write_quorum:
-        return list(range(first, last + 1))
-    return [e for e in range(first, last + 1) if bookie_index_stores(index, e, ensemble_size, write_quorum)]
-
-
-def first_last_on_index(first: int, last: int, index: int, ensemble_size: int, write_quorum: int) -> tuple[int, int]:
-    """First and last entry ids in ``[first, last]`` stored on ``index``; ``(-1, -1)`` when none.
-
-    Scans at most E entries from each end (upstream LedgerFragment.getFirstStoredEntryId).
-    """
-    lo = hi = -1
-    for e in range(first, min(last, first + ensemble_size - 1) + 1):
-        if bookie_index_stores(index, e, ensemble_size, write_quorum):
-            lo = e
-            break
-    if lo == -1:
-        return -1, -1
-    for e in range(last, max(first, last - ensemble_size + 1) - 1, -1):
-        if bookie_index_stores(index, e, ensemble_size, write_quorum):
-            hi = e
-            break
-    return lo, hi

@@ -15,6 +15,8 @@ A bookie already in the ensemble is always rejected (the caller checks identity)
 
 from __future__ import annotations
 
+from autorecovery.ledger.striping import residues_on_index
+
 __all__ = ["CoverageTracker"]
 
 
@@ -34,8 +36,9 @@ class CoverageTracker:
         self.counts = [0] * ensemble_size
         self.racks: list[set[str]] = [set() for _ in range(ensemble_size)]
         self.size = 0
-        self._starts = [sorted({(p - d) % ensemble_size for d in range(write_quorum_size)})
-                        for p in range(ensemble_size)] if ensemble_size else []
+        # write sets containing position p start at the residues p stores (ledger/striping.py)
+        self._starts = [residues_on_index(p, ensemble_size, write_quorum_size)
+                        for p in range(ensemble_size)] if ensemble_size and write_quorum_size >= 1 else []
 
     def accepts(self, rack: str) -> bool:
         """Would a bookie in ``rack`` be acceptable at the next position?"""

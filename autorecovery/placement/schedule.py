@@ -1,8 +1,9 @@
 """Round-robin distribution schedule: which ensemble indexes store an entry (PURE).
 
-Upstream ``RoundRobinDistributionSchedule``. The write set of entry ``e`` in an ensemble of size E with
-write quorum WQ is the WQ consecutive ensemble indexes starting at ``e mod E``, wrapping around:
-``[(e + w) mod E for w in 0..WQ-1]``. Example E=3, WQ=2: entry 0 -> [0, 1], entry 1 -> [1, 2],
+Upstream ``RoundRobinDistributionSchedule``. The rule itself lives in :mod:`autorecovery.ledger.striping`;
+this module keeps the placement-side names and the per-ensemble write-set tables. The write set of
+entry ``e`` in an ensemble of size E with write quorum WQ is the WQ consecutive ensemble indexes
+starting at ``e mod E``, wrapping around: ``[(e + w) mod E for w in 0..WQ-1]``. Example E=3, WQ=2: entry 0 -> [0, 1], entry 1 -> [1, 2],
 entry 2 -> [2, 0].
 
 Difference from upstream: upstream's ``hasEntry`` helper casts ``e + w`` to 32 bits before taking the
@@ -13,6 +14,8 @@ modulus, so it can give wrong answers for entry ids >= 2**31. Python integers do
 from __future__ import annotations
 
 from functools import lru_cache
+
+from autorecovery.ledger import striping
 
 __all__ = [
     "write_set",
@@ -25,34 +28,26 @@ __all__ = [
 def write_set(entry_id: int, ensemble_size: int, write_quorum_size: int) -> list[int]:
     """Ensemble indexes that store ``entry_id``, in write order (upstream ``getWriteSet``).
 
-    Args:
-        entry_id: entry id (>= 0).
-        ensemble_size: E (>= 1).
-        write_quorum_size: WQ (>= 1). If WQ > E (only in adherence checks of short lists) indexes repeat,
-            as upstream.
+    The rule is :func:`autorecovery.ledger.striping.write_set` (WQ > E, only in adherence checks of
+    short lists, repeats indexes as upstream).
 
     Raises:
         ValueError: E < 1 or WQ < 1.
     """
-    if ensemble_size < 1 or write_quorum_size < 1:
-        raise ValueError(f"bad schedule E={ensemble_size} WQ={write_quorum_size}")
-    start = entry_id % ensemble_size
-    return [(start + w) % ensemble_size for w in range(write_quorum_size)]
+    return striping.write_set(entry_id, ensemble_size, write_quorum_size)
 
 
 def bookie_has_entry(index: int, entry_id: int, ensemble_size: int, write_quorum_size: int) -> bool:
     """True iff ensemble index ``index`` is in the write set of ``entry_id`` (upstream ``hasEntry``).
 
-    Correct for every entry id (upstream overflows for ids >= 2**31, see the module docstring).
+    The rule is :func:`autorecovery.ledger.striping.index_stores`: an index outside ``[0, E)`` stores
+    nothing, and with WQ >= E every index of the ensemble stores every entry. Correct for every entry
+    id (upstream overflows for ids >= 2**31, see the module docstring).
 
     Raises:
         ValueError: E < 1 or WQ < 1.
     """
-    if ensemble_size < 1 or write_quorum_size < 1:
-        raise ValueError(f"bad schedule E={ensemble_size} WQ={write_quorum_size}")
-    if write_quorum_size >= ensemble_size:
-        return 0 <= index < ensemble_size
-    return (index - entry_id) % ensemble_size < write_quorum_size
+    return striping.index_stores(index, entry_id, ensemble_size, write_quorum_size)
 
 
 @lru_cache(maxsize=512)
@@ -68,7 +63,7 @@ def ensemble_write_sets(ensemble_size: int, write_quorum_size: int) -> tuple[tup
     seen: set[tuple[int, ...]] = set()
     out: list[tuple[int, ...]] = []
     for start in range(ensemble_size):
-        ws = tuple((start + w) % ensemble_size for w in range(write_quorum_size))
+        ws = tuple(striping.write_set(start, ensemble_size, write_quorum_size))
         key = tuple(sorted(ws))
         if key in seen:
             continue

@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from autorecovery.ledger.metadata import LedgerMetadata
+from autorecovery.ledger.striping import residues_in_range, write_set
 
 
 class WorkKind(enum.IntEnum):
@@ -89,9 +90,8 @@ def min_copies_left(md: LedgerMetadata, lost: Collection[str]) -> int:
             last = first + e_size - 1  # open: assume the writer may have stored any residue
         if last < first:
             continue
-        residues = range(e_size) if last - first + 1 >= e_size else [e % e_size for e in range(first, last + 1)]
-        for r in residues:
-            alive = sum(1 for k in range(wq) if seg.ensemble[(r + k) % e_size] not in lost)
+        for r in residues_in_range(first, last, e_size):
+            alive = sum(1 for j in write_set(r, e_size, wq) if seg.ensemble[j] not in lost)
             best = min(best, alive)
     return best
 
@@ -172,9 +172,8 @@ def fragment_copies_left(
     best = write_quorum
     if last < first:
         return best
-    residues = range(e_size) if last - first + 1 >= e_size else [e % e_size for e in range(first, last + 1)]
-    for r in residues:
-        ws = [(r + k) % e_size for k in range(write_quorum)]
+    for r in residues_in_range(first, last, e_size):
+        ws = write_set(r, e_size, write_quorum)
         if not bad.intersection(ws):
             continue
         best = min(best, sum(1 for j in ws if j not in bad and ensemble[j] in readable))

@@ -37,6 +37,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from autorecovery.ledger.metadata import LedgerMetadata
+from autorecovery.ledger.striping import count_on_index
 
 Now = Callable[[], float]
 
@@ -62,14 +63,8 @@ def estimate_copy_bytes(md: LedgerMetadata, lost: Collection[str]) -> int:
         bad = [i for i, b in enumerate(seg.ensemble) if b in lost]
         if not bad:
             continue
-        n = last - first + 1
         for i in bad:
-            full = n // e_size
-            count = full * wq
-            for e in range(first + full * e_size, last + 1):
-                if (i - e) % e_size < wq:
-                    count += 1
-            pairs += count
+            pairs += count_on_index(first, last, i, e_size, wq)
     return int(round(pairs * avg))
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from autorecovery.errors import NotEnoughBookiesError
+from autorecovery.ledger.striping import count_with_residue, entries_on_index, entries_with_residue, index_stores, write_set
 
 ReplaceFn = Callable[..., object]
 
@@ -60,14 +61,17 @@ class StreamSpec:
     entries: int
 
     def residues(self) -> list[int]:
+        """The residues of the arc, in arc order (``arc_end - arc_len + 1`` first, mod E)."""
         return [(self.arc_end - k) % self.ensemble_size for k in range(self.arc_len - 1, -1, -1)]
 
     def covers(self, entry_id: int) -> bool:
-        return (self.arc_end - entry_id) % self.ensemble_size < self.arc_len
+        """Whether the stream delivers ``entry_id``: the bookie's filter with ``bookie_index=arc_end``,
+        ``write_quorum=arc_len`` (:func:`autorecovery.ledger.striping.index_stores`)."""
+        return index_stores(self.arc_end, entry_id, self.ensemble_size, self.arc_len)
 
     def entry_ids(self) -> list[int]:
         """The entry ids this stream should deliver, ascending."""
-        return [e for e in range(self.first, self.last + 1) if self.covers(e)]
+        return list(entries_on_index(self.first, self.last, self.arc_end, self.ensemble_size, self.arc_len))
 
 
 @dataclass(frozen=True)
@@ -89,14 +93,9 @@ class FragmentPlan:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def residue_count(first: int, last: int, residue: int, ensemble_size: int) -> int:
-    """How many entry ids in ``[first, last]`` are ``≡ residue (mod ensemble_size)``."""
-    if last < first:
-        return 0
-    start = first + ((residue - first) % ensemble_size)
-    if start > last:
-        return 0
-    return (last - start) // ensemble_size + 1
+#: How many entry ids in ``[first, last]`` are ``≡ residue (mod ensemble_size)`` (0 when empty);
+#: :func:`autorecovery.ledger.striping.count_with_residue`.
+residue_count = count_with_residue
 
 
 def plan_fragment_copy(
@@ -141,9 +140,9 @@ def plan_fragment_copy(
     # residue -> (targets, candidate source indexes)
     needs: dict[int, tuple[tuple[str, ...], list[int]]] = {}
     for r in range(e_size):
-        ws = [(r + k) % e_size for k in range(write_quorum)]
+        ws = write_set(r, e_size, write_quorum)
         targets = tuple(sorted({replacements[i] for i in ws if i in replacements}))
-        if not targets or residue_count(first, last, r, e_size) == 0:
+        if not targets or count_with_residue(first, last, r, e_size) == 0:
             continue
         # a bookie being written to must not be its own source unless it is an in-place rewrite target
         in_place = {j for j in ws if j in replacements and replacements[j] == ensemble[j]}
@@ -186,7 +185,7 @@ def plan_fragment_copy(
         src = choice[g[0]]
         assert src is not None
         targets = needs[g[0]][0]
-        n = sum(residue_count(first, last, r, e_size) for r in g)
+        n = sum(count_with_residue(first, last, r, e_size) for r in g)
         alts: list[str] = []
         for r in g:
             for j in needs[r][1]:
@@ -201,7 +200,7 @@ def plan_fragment_copy(
         to_write += n * len(targets)
     unsourced = sorted(
         e for r, c in choice.items() if c is None
-        for e in range(first + ((r - first) % e_size), last + 1, e_size)
+        for e in entries_with_residue(first, last, r, e_size)
     )
     return FragmentPlan(tuple(streams), tuple(unsourced), dict(replacements), to_write, to_read)
 

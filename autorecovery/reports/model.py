@@ -4,7 +4,7 @@ The Spark jobs (``reports/jobs.py``) run these functions inside executors, and t
 baseline of ``bench/reports.py`` runs the same functions over the whole snapshot, so every number in a
 report comes from here. No I/O, no Spark, no pandas.
 
-Conventions (upstream round-robin striping, ``ledger/metadata.py``): entry ``e`` of a segment with
+Conventions (upstream round-robin striping, ``ledger/striping.py``): entry ``e`` of a segment with
 ensemble size E and write quorum WQ is stored on ensemble indexes ``(e + k) mod E`` for ``k < WQ``. A
 ledger's bytes are spread evenly over its entries (``length / (lastEntryId + 1)``: metadata records the
 total length, not per-entry sizes).
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autorecovery.ledger.metadata import bookie_index_stores
+from autorecovery.ledger.striping import count_on_index, count_with_residue, write_set
 
 #: Outcome of losing a failure domain, worst first. A ledger takes its worst segment's outcome.
 LOSS, BELOW_AQ, COPY, NONE = 3, 2, 1, 0
@@ -63,22 +63,15 @@ def segments_of(first_ids: Sequence[int], ensembles: Sequence[Sequence[str]], la
 
 def residue_counts(first: int, last: int, ensemble_size: int) -> list[int]:
     """``counts[s]`` = number of entries ``e`` in ``first..last`` with ``e mod E == s`` (zeros when empty)."""
-    counts = [0] * ensemble_size
-    n = last - first + 1
-    if n <= 0:
-        return counts
-    full, rem = divmod(n, ensemble_size)
-    for s in range(ensemble_size):
-        counts[s] = full
-    for k in range(rem):
-        counts[(first + k) % ensemble_size] += 1
-    return counts
+    if last < first:
+        return [0] * ensemble_size
+    return [count_with_residue(first, last, s, ensemble_size) for s in range(ensemble_size)]
 
 
 def entries_on_index(first: int, last: int, ensemble_size: int, write_quorum: int, index: int) -> int:
-    """How many entries of ``first..last`` ensemble index ``index`` stores (round robin)."""
-    counts = residue_counts(first, last, ensemble_size)
-    return sum(c for s, c in enumerate(counts) if bookie_index_stores(index, s, ensemble_size, write_quorum))
+    """How many entries of ``first..last`` ensemble index ``index`` stores (round robin; the rule is
+    :func:`autorecovery.ledger.striping.count_on_index`)."""
+    return count_on_index(first, last, index, ensemble_size, write_quorum)
 
 
 def bytes_per_bookie(ledger: LedgerView) -> dict[str, float]:
@@ -124,7 +117,7 @@ def domain_loss(ledger: LedgerView, dead: set[str] | frozenset[str]) -> DomainLo
         for s, cnt in enumerate(counts):
             if cnt == 0:
                 continue
-            copies_dead = sum(1 for k in range(WQ) if (s + k) % E in dead_idx)
+            copies_dead = sum(1 for j in write_set(s, E, WQ) if j in dead_idx)
             if copies_dead == 0:
                 continue
             left = WQ - copies_dead
@@ -197,7 +190,7 @@ def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
         ens = seg.ensemble
         for s, cnt in enumerate(counts):
             if cnt:
-                groups.append((cnt, tuple(seen[ens[(s + k) % E]] for k in range(WQ))))
+                groups.append((cnt, tuple(seen[ens[j]] for j in write_set(s, E, WQ))))
 
     def evaluate(k: int, names: tuple[str, ...]) -> DomainLoss:
         outcome = NONE

@@ -42,7 +42,7 @@ import structlog
 
 from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import unpack_entry
-from autorecovery.ledger.metadata import write_set
+from autorecovery.ledger.striping import index_stores, write_set
 from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
 from autorecovery.plan.targets import FragmentPlan, StreamSpec
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
@@ -291,7 +291,7 @@ class FragmentCopier:
         try:
             reg = set(registered())
             sources = [spec.source] + [a for a in spec.alternates
-                                       if all((ensemble.index(a) - r) % e_size < wq for r in spec.residues())]
+                                       if all(index_stores(ensemble.index(a), r, e_size, wq) for r in spec.residues())]
             for source in sources:
                 if not missing:
                     break
@@ -349,7 +349,7 @@ class FragmentCopier:
                     # bookies the checker flagged (skip_sources) are tried too: they may hold this entry
                     if reasons.get(b) in DEFINITIVE:
                         continue
-                    if not (ensemble.index(b) - eid) % e_size < wq:
+                    if not index_stores(ensemble.index(b), eid, e_size, wq):
                         continue
                     if b not in reg:
                         reasons[b] = "NOT_REGISTERED"

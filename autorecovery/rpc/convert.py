@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from autorecovery.ledger.striping import index_stores
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookkeeper_formats_pb2 as fmt
 
@@ -41,13 +42,16 @@ def status_code(name: str) -> int:
 def stored_on(entry_id: int, ensemble_size: int, write_quorum: int, bookie_index: int) -> bool:
     """Whether ensemble index ``bookie_index`` stores ``entry_id`` under round-robin striping.
 
-    Upstream ``RoundRobinDistributionSchedule``: the write set of entry ``e`` is the ``write_quorum``
-    indexes ``e mod E, e+1 mod E, ...``, so index ``i`` stores ``e`` iff ``(i - e) mod E < WQ``.
-    ``ensemble_size <= 0`` means "no striping": every index stores every entry.
+    Upstream ``RoundRobinDistributionSchedule``: index ``i`` stores ``e`` iff ``(i - e) mod E < WQ``
+    (the rule is :func:`autorecovery.ledger.striping.index_stores`). ``ensemble_size <= 0`` means "no
+    striping" (the protocol's unset filter): every index stores every entry.
+
+    Raises:
+        ValueError: ``ensemble_size >= 1`` with ``write_quorum < 1``.
     """
     if ensemble_size <= 0:
         return True
-    return (bookie_index - entry_id) % ensemble_size < write_quorum
+    return index_stores(bookie_index, entry_id, ensemble_size, write_quorum)
 
 
 def compact_ranges(entry_ids: Iterable[int]) -> list[tuple[int, int]]:

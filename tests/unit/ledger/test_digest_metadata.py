@@ -48,7 +48,7 @@ def test_index_predicates_agree_with_write_set(e_size, data):
     last = data.draw(st.integers(first - 1, first + 30))
     for idx in range(e_size):
         expected = [e for e in range(first, last + 1) if idx in write_set(e, e_size, wq)]
-        assert entries_on_index(first, last, idx, e_size, wq) == expected
+        assert list(entries_on_index(first, last, idx, e_size, wq)) == expected
         assert all(bookie_index_stores(idx, e, e_size, wq) for e in expected)
         lo, hi = first_last_on_index(first, last, idx, e_size, wq)
         assert (lo, hi) == ((expected[0], expected[-1]) if expected else (-1, -1))

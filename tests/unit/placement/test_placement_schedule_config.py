@@ -34,6 +34,18 @@ def test_has_entry_is_correct_beyond_32_bits():
     assert write_set(2**63 - 1, 7, 3) == [(2**63 - 1 + k) % 7 for k in range(3)]
 
 
+def test_has_entry_uses_one_rule_for_every_write_quorum():
+    """Regression (issue 12): the WQ < E branch used to answer true for an index outside the ensemble
+    (index 5 of E5/WQ3 'stored' entry 0, index -1 'stored' entry 2) while the WQ >= E branch said false.
+    Upstream hasEntry compares with the write set's indexes, so an outside index stores nothing."""
+    assert not bookie_has_entry(5, 0, 5, 3)
+    assert not bookie_has_entry(-1, 2, 5, 3)
+    assert not bookie_has_entry(3, 0, 3, 3)
+    # WQ == E: every index stores every entry; WQ > E (invalid metadata) reads the same way
+    assert all(bookie_has_entry(i, e, 3, 3) for i in range(3) for e in range(7))
+    assert all(bookie_has_entry(i, e, 2, 3) for i in range(2) for e in range(7))
+
+
 def test_write_set_rejects_bad_sizes():
     with pytest.raises(ValueError):
         write_set(0, 0, 1)
