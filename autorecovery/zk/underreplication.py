@@ -52,6 +52,9 @@ from autorecovery.zk.paths import UR_LAYOUT_TEXT, Paths
 
 log = structlog.get_logger("autorecovery.underreplication")
 
+#: ``held`` value of a lock taken without a marker (admin ``recover``); -1 keeps meaning "any version".
+_NO_MARKER = -2
+
 #: Values of ``which`` for the ctime znodes, mapped to (Paths attribute, protobuf message, field).
 CTIME_KINDS = {
     "checkallledgers": ("check_all_ledgers_ctime", pb.CheckAllLedgersFormat, "checkAllLedgersCTime"),
@@ -470,7 +473,7 @@ class UnderreplicationManager:
         """
         if ledger_id in self.held:
             return True
-        version = -1
+        version = _NO_MARKER
         if require_marker:
             stat = await self.zk.exists(self.paths.ur_marker(ledger_id))
             if stat is None:
@@ -589,7 +592,7 @@ class UnderreplicationManager:
         version = self.held.get(ledger_id)
         if version is None:
             return False
-        if version < 0:  # locked without a marker (admin): nothing to delete
+        if version == _NO_MARKER:  # locked without a marker (admin): nothing to delete
             await self.release(ledger_id)
             return False
         path = self.paths.ur_marker(ledger_id)
