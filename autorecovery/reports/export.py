@@ -128,7 +128,7 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
     mw.close()
 
     s = ctx.settings
-    from autorecovery.placement.config import _KEYS as placement_keys
+    from autorecovery.placement.config import _FIELDS as placement_keys
 
     placement = {k: str(s.get(k)) for k in placement_keys if s is not None and s.get(k) is not None}
     throttle = {k: str(s.get(k)) for k in THROTTLE_KEYS if s is not None and s.get(k) is not None}
