@@ -97,7 +97,8 @@ def test_a_bad_value_is_refused_once_naming_the_key():
 def test_validate_roles_checks_the_policy_of_the_tree():
     ok = load_settings(None, env={}, overrides={"zkServers": "zk1:2181"})
     assert validate_roles(ok) == []
-    bad = load_settings(None, env={}, overrides={"zkServers": "zk1:2181", "ensemblePlacementPolicy": "com.example.Nope"})
+    bad = load_settings(None, env={},
+                        overrides={"zkServers": "zk1:2181", "ensemblePlacementPolicy": "com.example.Nope"})
     errors = validate_roles(bad)
     assert errors and "Nope" in errors[0]
 

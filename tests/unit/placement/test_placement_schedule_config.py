@@ -111,12 +111,11 @@ def test_placement_defaults_come_from_the_key_table():
     to Pulsar /bookies rack info or the default rack; resolver_from_config reads unset as upstream's
     ScriptBasedMapping)."""
     from autorecovery.config.keys import KEY_BY_NAME
-    from autorecovery.placement.config import _FIELDS
     from autorecovery.placement.resolvers import ScriptResolver, resolver_from_config
 
     d = PlacementConfig()
     assert d.get_bookie_info_interval_s == KEY_BY_NAME["getBookieInfoIntervalSeconds"].default == 60
-    diffs = {k: (getattr(d, f), KEY_BY_NAME[k].default) for k, f in _FIELDS.items()
+    diffs = {k: (getattr(d, f), KEY_BY_NAME[k].default) for k, f in PlacementConfig.KEY_FIELDS.items()
              if getattr(d, f) != KEY_BY_NAME[k].default}
     assert diffs == {}
     assert PlacementConfig.from_properties({}).get_bookie_info_interval_s == 60
