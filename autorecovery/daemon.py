@@ -63,20 +63,20 @@ RoleFactory = Callable[..., Role]
 
 def default_auditor_factory(zk: ZkClient, paths: Paths, settings: Settings, policy: Any, bookies: Any,
                             bookie_id: str) -> Any:
-    """Build the Auditor (``autorecovery.roles.auditor``) from the settings' raw properties."""
-    from autorecovery.roles.auditor import Auditor, AuditorSettings
+    """Build the Auditor (``autorecovery.roles.auditor``) with ``settings.auditor``."""
+    from autorecovery.roles.auditor import Auditor
 
-    return Auditor(zk, paths, AuditorSettings.from_properties(dict(settings.properties)), policy, bookies,
-                   bookie_id=bookie_id, update_policy=False)  # the daemon keeps the policy current
+    return Auditor(zk, paths, settings.auditor, policy, bookies, bookie_id=bookie_id,
+                   update_policy=False)  # the daemon keeps the policy current
 
 
 def default_worker_factory(zk: ZkClient, paths: Paths, settings: Settings, policy: Any, bookies: Any,
                            watcher: BookieWatcher) -> Any:
-    """Build the ReplicationWorker (``autorecovery.roles.worker``) from the settings' raw properties."""
-    from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
+    """Build the ReplicationWorker (``autorecovery.roles.worker``) with ``settings.worker``."""
+    from autorecovery.roles.worker import ReplicationWorker
 
-    return ReplicationWorker(zk, paths, WorkerSettings.from_properties(dict(settings.properties)), policy, bookies,
-                             watcher, update_policy=False)  # the daemon keeps the policy current
+    return ReplicationWorker(zk, paths, settings.worker, policy, bookies, watcher,
+                             update_policy=False)  # the daemon keeps the policy current
 
 
 async def _maybe_await(x: Any) -> Any:
@@ -159,7 +159,7 @@ class Daemon:
             # the client's bound on outstanding ZooKeeper operations follows the auditor's own bound on
             # concurrent ledger reads (upstream's key), so raising one does not silently stall at the other
             self.zk = ZkClient.from_settings(
-                s, max_concurrent_ops=int(s.get("auditorMaxNumberOfConcurrentOpenLedgerOperations")))
+                s, max_concurrent_ops=s.auditor.auditor_max_number_of_concurrent_open_ledger_operations)
             await self.zk.start(timeout_s=max(10.0, s.zk_timeout_ms / 1000.0))
             # refuse a wrong ledgers root or a layout we cannot lay out ledger paths for before anything
             # is created under it (the under-replication tree, a vote) — issue 9

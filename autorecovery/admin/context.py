@@ -203,7 +203,8 @@ async def open_admin(settings: Settings, *, connect_timeout_s: float | None = No
     try:
         paths = Paths(settings.ledgers_root)
         paths = paths.with_layout(await check_cluster(zk, paths, settings))
-        urm = UnderreplicationManager(zk, paths, store_ctime=bool(settings.get("storeSystemTimeAsLedgerUnderreplicatedMarkTime")))
+        urm = UnderreplicationManager(
+            zk, paths, store_ctime=settings.auditor.store_system_time_as_ledger_underreplicated_mark_time)
         await urm.init()
         ctx = AdminContext(zk=zk, paths=paths, urm=urm, ledgers=LedgerStore(zk, paths), settings=settings)
         ctx._owned.append(urm.close)
@@ -222,10 +223,11 @@ async def build_placement(settings: Settings | None, zk: ZkClient, *, watch: Cal
     Raises:
         ConfigError: a bad placement key, or an ``ensemblePlacementPolicy`` class we do not know.
     """
-    props = dict(settings.properties) if settings is not None else {}
-    explicit = settings is not None and settings.sources.get("reppDnsResolverClass", "default") != "default"
-    name = str(settings.get("ensemblePlacementPolicy")) if settings is not None else None
-    return await _build_placement(props, zk, explicit_resolver=explicit, policy_name=name, watch=watch)
+    if settings is None:
+        return await _build_placement({}, zk, watch=watch)
+    explicit = settings.sources.get("reppDnsResolverClass", "default") != "default"
+    return await _build_placement({}, zk, config=settings.placement, explicit_resolver=explicit,
+                                  policy_name=settings.placement.ensemble_placement_policy, watch=watch)
 
 
 async def all_bookies(ctx: AdminContext) -> set[str]:

@@ -36,6 +36,7 @@ import structlog
 
 from autorecovery.admin.context import AdminContext, AdminError, BadRequestError, OpProgress, check_bookie_id
 from autorecovery.admin.ops import trigger_audit, who_is_auditor
+from autorecovery.config.sections import WorkerSettings
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError, UnavailableError
 from autorecovery.ledger.ids import ur_leaf_name
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
@@ -226,7 +227,7 @@ async def decommission_bookie(
         report.ledgers_marked = len(to_mark)
         log.info("marked the bookie's ledgers under-replicated", bookie_id=b, ledgers=len(to_mark))
 
-    grace_ms = int(ctx.settings.get("openLedgerRereplicationGracePeriod")) if ctx.settings else 30000
+    grace_ms = (ctx.settings.worker if ctx.settings is not None else WorkerSettings()).open_ledger_grace_ms
     estimates = {lid: (estimate_copy_bytes(md, {b}) if md is not None else 0) for lid, md in remaining.items()}
     bytes_total = sum(estimates.values())
     # the smoothed completion rate of plan.progress (the same ETA as the daemon's progress endpoint)

@@ -281,7 +281,7 @@ async def recover_bookies(
 
     rate = rate_bytes_per_s
     if rate is None and ctx.settings is not None:
-        rate = int(ctx.settings.get("replicationRateByBytes"))
+        rate = ctx.settings.worker.rate_bytes_per_s
     copier = None
     if not dry_run and scope:
         from autorecovery.plan.throttle import StreamCaps, TokenBucket
@@ -291,8 +291,7 @@ async def recover_bookies(
         from autorecovery.zk.stream_slots import ClusterStreamSlots
         from autorecovery.roles.worker_settings import WorkerSettings
 
-        ws = WorkerSettings.from_properties(dict(ctx.settings.properties)) if ctx.settings is not None \
-            else WorkerSettings()
+        ws = ctx.settings.worker if ctx.settings is not None else WorkerSettings()
         copier = FragmentCopier(ctx.get_bookies(), byte_bucket=TokenBucket(float(rate or -1), time.monotonic),
                                 caps=StreamCaps(ws.max_streams_per_source, ws.max_streams_per_target),
                                 caps_changed=asyncio.Condition(), window_entries=max(ws.batch_size, 256),

@@ -84,39 +84,22 @@ def settings_from_cli(conf: str | None, zk: str | None, ledgers_root: str | None
 
 
 def validate_roles(settings: Settings) -> list[str]:
-    """Parse the auditor, worker and placement settings the daemon will use; return their errors.
+    """Check what the loader cannot check alone: that the placement policy ``settings.placement``
+    names can be built. The auditor, worker and placement sections themselves were built (and their
+    values checked) once by :func:`~autorecovery.config.load.load_settings`.
 
-    Modules that are not installed are skipped (nothing to validate). Each error names the key.
+    Returns:
+        the errors, each naming the key (empty when the daemon would start).
     """
-    errors: list[str] = []
-    props = dict(settings.properties)
+    from autorecovery.placement import StaticResolver, policy_from_name
 
-    def attempt(mod: str, attr: str, call: Callable[[Any], Any]) -> Any:
-        try:
-            m = __import__(mod, fromlist=[attr])
-            obj = getattr(m, attr)
-        except (ImportError, AttributeError):
-            return None
-        try:
-            return call(obj)
-        except ConfigError as exc:
-            errors.append(str(exc))
-        except ValueError as exc:
-            errors.append(f"{attr}: {exc}")
-        return None
-
-    attempt("autorecovery.roles.auditor", "AuditorSettings", lambda c: c.from_properties(props))
-    attempt("autorecovery.roles.worker", "WorkerSettings", lambda c: c.from_properties(props))
-    pconf = attempt("autorecovery.placement.config", "PlacementConfig",
-                    lambda c: c.from_properties(c.select(props)))
-    if pconf is not None:
-        def build(policy_from_name):
-            from autorecovery.placement import StaticResolver  # type: ignore[attr-defined]
-
-            return policy_from_name(str(settings.get("ensemblePlacementPolicy")), pconf, StaticResolver({}))
-
-        attempt("autorecovery.placement", "policy_from_name", build)
-    return errors
+    try:
+        policy_from_name(settings.placement.ensemble_placement_policy, settings.placement, StaticResolver({}))
+    except ConfigError as exc:
+        return [str(exc)]
+    except ValueError as exc:
+        return [f"ensemblePlacementPolicy: {exc}"]
+    return []
 
 
 @click.group("config")
@@ -213,8 +196,6 @@ def _check_against_cluster(settings: Settings) -> None:
               help="List the upstream keys accepted for compatibility that have no effect here, with the reason.")
 def keys_cmd(markdown: bool, no_effect: bool) -> None:
     """List every configuration key: name, type, unit, default, origin, meaning."""
-    from autorecovery.config.load import provider_key_objects, provider_keys
-
     if no_effect:
         if markdown:
             click.echo("| keys | why they have no effect here |")
@@ -230,8 +211,7 @@ def keys_cmd(markdown: bool, no_effect: bool) -> None:
     if markdown:
         click.echo("| key | type | unit | default | origin | meaning |")
         click.echo("|---|---|---|---|---|---|")
-    declared = provider_key_objects()
-    for key in (*K.KEYS, *declared):
+    for key in K.KEYS:
         default = key.render(key.default) or "(unset)"
         origin = key.origin
         if key.upstream_default is not None:
@@ -240,9 +220,3 @@ def keys_cmd(markdown: bool, no_effect: bool) -> None:
             click.echo(f"| `{key.name}` | {key.type} | {key.unit or ''} | {default} | {origin} | {key.doc} |")
         else:
             click.echo(f"{key.name}\t{key.type}\t{key.unit or '-'}\t{default}\t{origin}\t{key.doc}")
-    listed = {k.name for k in (*K.KEYS, *declared)}
-    for name in sorted(set(provider_keys()) - listed):
-        if markdown:
-            click.echo(f"| `{name}` | | | | declared by a role module | see that module |")
-        else:
-            click.echo(f"{name}\t-\t-\t-\tdeclared by a role module\t-")

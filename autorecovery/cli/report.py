@@ -49,7 +49,7 @@ def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, le
     from autorecovery.admin import ops
     from autorecovery.reports.export import export, print_progress
 
-    limit = concurrency or int(settings.get("auditorMaxNumberOfConcurrentOpenLedgerOperations") or 500)
+    limit = concurrency or settings.auditor.auditor_max_number_of_concurrent_open_ledger_operations
 
     async def go():
         async with ops.open_admin(settings) as ctx:

@@ -16,11 +16,18 @@ by ``config check`` instead of being reported as unknown).
 Parsing one raw string value is :meth:`Key.parse`; it raises :class:`~autorecovery.errors.ConfigError`
 naming the key and the value. No I/O here: :mod:`autorecovery.config.load` reads files and the
 environment.
+
+The typed settings sections (``AuditorSettings``, ``WorkerSettings``, ``PlacementConfig``) derive from
+:class:`Section`: each maps table keys to its fields and is built from the values the loader parsed
+once (:meth:`Section.from_values`); :meth:`Section.from_properties` (tests, tools) parses raw strings
+with the same :meth:`Key.parse` and fills the table's defaults, so there is one parser and one default
+per key.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,6 +258,16 @@ KEYS: tuple[Key, ...] = (
     _k("replicationRateByBytes", "int", -1, "bytes/s", "worker", "copy throttle; -1 off", min_value=-1),
     _k("zkReplicationTaskRateLimit", "float", 0.0, "tasks/s", "worker",
        "rate limit of ledger acquisitions from ZooKeeper; 0 off", min_value=0),
+    # the worker keys that are ours (declared in roles/worker_settings.py before issue 12)
+    _k("replicationWorkerConcurrentLedgers", "int", 4, "count", "worker",
+       "ledgers one worker re-replicates at the same time (upstream: 1)", origin=OURS, min_value=1),
+    _k("replicationMaxStreamsPerSourceBookie", "int", 4, "count", "worker",
+       "concurrent copy streams one worker reads from a single bookie; <= 0 unlimited", origin=OURS),
+    _k("replicationMaxStreamsPerTargetBookie", "int", 4, "count", "worker",
+       "concurrent copy streams one worker writes to a single bookie; <= 0 unlimited", origin=OURS),
+    _k("replicationStreamWindowBytes", "int", 16 * 1024 * 1024, "bytes", "worker",
+       "body bytes queued per target between a copy stream's read and its write (memory bound; at least "
+       "one entry, at most max(rereplicationEntryBatchSize, 256) entries)", origin=OURS, min_value=1),
     # -- placement ---------------------------------------------------------------------------------
     _k("ensemblePlacementPolicy", "str", "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", "",
        "placement", "placement policy class (upstream class names map to ours)"),
@@ -278,7 +295,7 @@ KEYS: tuple[Key, ...] = (
     _k("bookieMaxMultipleForWeightBasedPlacement", "int", 3, "count", "placement",
        "cap of a bookie's weight as a multiple of the median; <= 0 no cap"),
     _k("minNumZonesPerWriteQuorum", "int", 2, "count", "placement", "zone-aware: minimum zones per write set",
-       min_value=1),
+       min_value=0),
     _k("desiredNumZonesPerWriteQuorum", "int", 3, "count", "placement", "zone-aware: desired zones per write set",
        min_value=1),
     _k("enforceStrictZoneawarePlacement", "bool", True, "", "placement", "zone-aware strict mode"),
@@ -459,3 +476,109 @@ def pulsar_policy(rackaware: bool | None, regionaware: bool | None) -> str | Non
 
 def keys_in_group(group: str) -> tuple[Key, ...]:
     return tuple(k for k in KEYS if k.group == group)
+
+
+# -- typed sections ---------------------------------------------------------------------------------
+def typed_value(key: Key, value: Any) -> Any:
+    """``value`` as the typed value of ``key``: a string goes through :meth:`Key.parse`; an already
+    typed value (``True``, ``2``, ``0.5``, as tests and tools pass them) is checked the same way
+    (type, bounds, choices).
+
+    Raises:
+        ConfigError: ``bad value for <key>: <value!r> (...)``.
+    """
+    if isinstance(value, str):
+        return key.parse(value)
+    if key.type == "bool" and isinstance(value, bool):
+        return value
+    if key.type in ("int", "float") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key.type == "int" and isinstance(value, float):
+            if not value.is_integer():
+                raise ConfigError(f"bad value for {key.name}: {value!r} (expected an integer)")
+            value = int(value)
+        return key.parse(str(value))
+    expected = {"bool": "true or false", "int": "an integer", "float": "a number"}.get(key.type, "a string")
+    raise ConfigError(f"bad value for {key.name}: {value!r} (expected {expected})")
+
+
+def typed_values(props: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """Typed value of every key of ``names``: parsed from ``props`` when set there, else the table's
+    default.
+
+    Raises:
+        ConfigError: naming every key with a bad value (``; ``-separated), or a name that is not in
+            :data:`KEYS`.
+    """
+    out: dict[str, Any] = {}
+    errors: list[str] = []
+    for name in names:
+        key = KEY_BY_NAME.get(name)
+        if key is None:
+            raise ConfigError(f"{name} is not a configuration key of autorecovery")
+        if name not in props:
+            out[name] = key.default
+            continue
+        try:
+            out[name] = typed_value(key, props[name])
+        except ConfigError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ConfigError("; ".join(errors))
+    return out
+
+
+class Section:
+    """Base of the typed settings dataclasses built from the key table.
+
+    Subclasses (frozen dataclasses) set, as plain class attributes:
+
+    * ``KEY_FIELDS``: table key → field name (every key must be in :data:`KEYS`);
+    * ``CONVERT``: table key → function from the typed value to the field value (e.g. ``;``-separated
+      regions → tuple); keys without one are stored as parsed;
+    * ``STRICT``: True when :meth:`from_properties` refuses keys that are not the section's
+      (PlacementConfig), False when it ignores them (a whole ``bk_server.conf`` may be passed).
+
+    Field defaults must equal ``CONVERT(table default)`` (tests/unit/config/test_settings_tree.py).
+    """
+
+    KEY_FIELDS: Mapping[str, str] = {}
+    CONVERT: Mapping[str, Callable[[Any], Any]] = {}
+    STRICT = False
+    SECTION = ""  # name used in messages (default: the class name)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> Any:
+        """The section from typed values by key name (what the loader parsed); keys missing from
+        ``values`` keep the field default.
+
+        Raises:
+            ConfigError: a converter or the dataclass's own checks refuse a value (naming the key).
+        """
+        kw: dict[str, Any] = {}
+        for key, fname in cls.KEY_FIELDS.items():
+            if key in values:
+                conv = cls.CONVERT.get(key)
+                kw[fname] = conv(values[key]) if conv is not None else values[key]
+        return cls(**kw)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any] | None = None) -> Any:
+        """The section from raw ``bk_server.conf`` strings (or typed values) by upstream key name,
+        parsed by :meth:`Key.parse`; unset keys take the table's default.
+
+        Raises:
+            ConfigError: naming every key with a bad value; with ``STRICT``, a key that is not the
+                section's (``unknown <section> config key 'x'``).
+        """
+        props = dict(props or {})
+        if cls.STRICT:
+            for name in props:
+                if name not in cls.KEY_FIELDS:
+                    raise ConfigError(f"unknown {cls.SECTION or cls.__name__} config key {name!r}")
+        mine = {k: v for k, v in props.items() if k in cls.KEY_FIELDS}
+        return cls.from_values(typed_values(mine, cls.KEY_FIELDS))
+
+    @classmethod
+    def key_map(cls) -> dict[str, str]:
+        """config key → field name."""
+        return dict(cls.KEY_FIELDS)

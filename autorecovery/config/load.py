@@ -13,14 +13,18 @@ layer wins over its alias.
 Unknown keys produce a warning naming them, with "did you mean <key>?" when a known key is close.
 Bad values raise :class:`~autorecovery.errors.ConfigError` naming every bad key and its value.
 
-The result is a frozen :class:`Settings`: typed values for the daemon's own keys plus the raw property
-map that the auditor, worker and placement modules parse with their ``from_properties``. Nothing else
+Every key is in one table (:data:`~autorecovery.config.keys.KEYS`); each value is parsed once, here,
+by :meth:`~autorecovery.config.keys.Key.parse`. The result is a frozen :class:`Settings` tree built
+from those typed values: ``.zk`` (connect string, ledgers root, session timeout, security), ``.http``,
+``.auditor`` (:class:`~autorecovery.config.sections.AuditorSettings`), ``.worker``
+(:class:`~autorecovery.config.sections.WorkerSettings`), ``.placement``
+(:class:`~autorecovery.placement.config.PlacementConfig`), ``.bookie_info``, ``.stats``; the daemon,
+the admin commands and ``config check`` hand these down instead of re-parsing raw strings. Nothing else
 in the code reads the environment.
 """
 
 from __future__ import annotations
 
-import importlib
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -32,21 +36,13 @@ from urllib.parse import urlsplit
 import javaproperties
 
 from autorecovery.config import keys as K
+from autorecovery.config.sections import AuditorSettings, WorkerSettings
 from autorecovery.errors import CompatibilityError, ConfigError
 from autorecovery.ledger.ids import validate_bookie_id
 from autorecovery.ledger.layout import manager_from_config
+from autorecovery.placement.config import PlacementConfig
 
 ENV_PREFIX = "BK_"
-
-#: Modules that may declare extra keys of their own in a module-level ``CONFIG_KEYS`` (names or
-#: :class:`~autorecovery.config.keys.Key` objects; placement's ``PLACEMENT_KEYS`` too); those names are
-#: then not reported as unknown.
-KEY_PROVIDERS = (
-    "autorecovery.roles.auditor",
-    "autorecovery.roles.worker_settings",
-    "autorecovery.placement",
-    "autorecovery.placement.config",
-)
 
 
 @dataclass(frozen=True)
@@ -84,6 +80,24 @@ class ZkSecurity:
 
 
 @dataclass(frozen=True)
+class ZkSettings:
+    """The metadata store: what :meth:`autorecovery.zk.bridge.ZkClient.from_settings` connects with.
+
+    Attributes:
+        connect: ZooKeeper connect string ``h1:2181,h2:2181`` (from ``metadataServiceUri`` or
+            ``zkServers``; "" when none is configured and ``require_metadata`` was off).
+        root: ledgers root znode (``/ledgers``).
+        timeout_ms: session timeout (``zkTimeout``, ms).
+        security: identity and ACL choice (``zkEnableSecurity``, ``zkDigestAuth[File]``).
+    """
+
+    connect: str
+    root: str = "/ledgers"
+    timeout_ms: int = 10000
+    security: ZkSecurity = field(default_factory=lambda: ZkSecurity())
+
+
+@dataclass(frozen=True)
 class StatsSettings:
     """The upstream ``PrometheusMetricsProvider`` listener (``/metrics`` only), served in addition to
     the admin HTTP server so that scrape jobs written for an upstream AutoRecovery keep working.
@@ -112,20 +126,25 @@ class BookieInfoSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The effective configuration, parsed once.
+    """The effective configuration, parsed once: a typed tree built from the key table.
 
     Attributes:
-        zk_servers: ZooKeeper connect string ``h1:2181,h2:2181``.
-        ledgers_root: ledgers root znode (``/ledgers``).
-        zk_timeout_ms: session timeout in ms.
+        zk: :class:`ZkSettings` (connect string, ledgers root, session timeout, security); the older
+            flat names ``zk_servers``, ``ledgers_root``, ``zk_timeout_ms`` and ``zk_security`` are
+            properties reading it.
         bookie_id: this node's id (election vote, ``decommissionbookie`` default).
         http, bookie_info: sub-settings.
+        auditor: :class:`~autorecovery.config.sections.AuditorSettings` (what the daemon's Auditor runs with).
+        worker: :class:`~autorecovery.config.sections.WorkerSettings` (the ReplicationWorker, ``recover``'s
+            copy caps).
+        placement: :class:`~autorecovery.placement.config.PlacementConfig` (the placement policy).
         log_level, log_format: logging (``auto``/``json``/``console``).
         shutdown_timeout_s: bound on the graceful stop.
         session_rejoin: rejoin after a session expiry instead of exiting.
-        values: typed value of every key of the table (defaults filled in).
+        values: typed value of every key of the table (defaults filled in); the sections above are
+            built from it.
         properties: raw string of every key that was set (canonical names, unknown ones included) —
-            what ``AuditorSettings.from_properties`` and friends read.
+            what ``server_config`` (upstream ``asJson``) shows; no code parses it again.
         sources: key → ``file``/``env``/``flag``/``default``/``derived`` (``(alias X)`` appended when
             the value came through a Pulsar alias).
         warnings: human-readable warnings (unknown keys, conflicts), already formatted.
@@ -134,18 +153,18 @@ class Settings:
             ``metadataServiceUri`` scheme, ``ledgerManagerFactoryClass`` or ``ledgerManagerType``), or
             None when it leaves the choice to ``LAYOUT``; checked against ``LAYOUT`` at start
             (:func:`autorecovery.ledger.layout.require_matches`). ledger_manager_key: which key named it.
-        zk_security: ZooKeeper identity and ACL choice (``zkEnableSecurity``, ``zkDigestAuth[File]``).
         stats: the upstream Prometheus listener (``statsProviderClass``, ``prometheusStatsHttp*``).
         ignored: keys that were set but have no effect here (:data:`~autorecovery.config.keys.NO_EFFECT_KEYS`),
             in the order they were seen.
     """
 
-    zk_servers: str
-    ledgers_root: str
-    zk_timeout_ms: int
+    zk: ZkSettings
     bookie_id: str
     http: HttpSettings
     bookie_info: BookieInfoSettings
+    auditor: AuditorSettings
+    worker: WorkerSettings
+    placement: PlacementConfig
     log_level: str
     log_format: str
     shutdown_timeout_s: float
@@ -158,9 +177,28 @@ class Settings:
     metadata_service_uri: str = field(default="")
     ledger_manager: str | None = None
     ledger_manager_key: str = ""
-    zk_security: ZkSecurity = field(default_factory=ZkSecurity)
     stats: StatsSettings = field(default_factory=StatsSettings)
     ignored: tuple[str, ...] = ()
+
+    @property
+    def zk_servers(self) -> str:
+        """ZooKeeper connect string (``zk.connect``)."""
+        return self.zk.connect
+
+    @property
+    def ledgers_root(self) -> str:
+        """Ledgers root znode (``zk.root``)."""
+        return self.zk.root
+
+    @property
+    def zk_timeout_ms(self) -> int:
+        """Session timeout in ms (``zk.timeout_ms``)."""
+        return self.zk.timeout_ms
+
+    @property
+    def zk_security(self) -> ZkSecurity:
+        """ZooKeeper identity and ACL choice (``zk.security``)."""
+        return self.zk.security
 
     def get(self, name: str) -> Any:
         """Typed value of a key of the table.
@@ -448,56 +486,6 @@ def _stats_settings(values: Mapping[str, Any], sources: Mapping[str, str], error
     return StatsSettings(True, address, port, why)
 
 
-def _import_provider(mod: str) -> Any:
-    """Import a key-providing module; a failure is a broken installation, never "no keys".
-
-    Raises:
-        ConfigError: "cannot load the configuration keys of <module>: <error>" (chained).
-    """
-    try:
-        return importlib.import_module(mod)
-    except Exception as exc:
-        raise ConfigError(f"cannot load the configuration keys of {mod}: {type(exc).__name__}: {exc}") from exc
-
-
-def provider_keys(modules: Iterable[str] = KEY_PROVIDERS) -> tuple[str, ...]:
-    """Key names declared by other modules in ``CONFIG_KEYS`` (and the roles' ``KEYS`` tables).
-
-    Raises:
-        ConfigError: naming the module when one of ``modules`` cannot be imported (its keys would
-            otherwise be reported as "unknown key", hiding the real failure).
-    """
-    names: list[str] = []
-    for mod in modules:
-        m = _import_provider(mod)
-        items: list = list(getattr(m, "CONFIG_KEYS", ()) or ()) + list(getattr(m, "PLACEMENT_KEYS", ()) or ())
-        for cls_name in ("AuditorSettings", "WorkerSettings"):
-            cls = getattr(m, cls_name, None)
-            keys = getattr(cls, "KEYS", None)
-            if isinstance(keys, dict):
-                items.extend(keys)
-            key_map = getattr(cls, "key_map", None)
-            if callable(key_map):
-                try:
-                    items.extend(key_map())
-                except Exception:  # noqa: BLE001 - a provider that cannot list keys declares nothing
-                    pass
-        for item in items:
-            names.append(item if isinstance(item, str) else getattr(item, "name", str(item)))
-    return tuple(dict.fromkeys(names))
-
-
-def provider_key_objects(modules: Iterable[str] = KEY_PROVIDERS) -> tuple[K.Key, ...]:
-    """The :class:`~autorecovery.config.keys.Key` objects other modules declare (for docs)."""
-    out: dict[str, K.Key] = {}
-    for mod in modules:
-        m = _import_provider(mod)
-        for item in getattr(m, "CONFIG_KEYS", ()) or ():
-            if isinstance(item, K.Key) and item.name not in K.KEY_BY_NAME:
-                out.setdefault(item.name, item)
-    return tuple(out.values())
-
-
 @dataclass
 class _Layer:
     source: str
@@ -566,14 +554,15 @@ def load_settings(
         conf_path: a bk_server.conf (Java properties) or None.
         env: the process environment (the CLI passes ``os.environ``); only ``BK_<key>`` is read.
         overrides: key → raw value from command-line flags (highest precedence).
-        extra_keys: further known key names (default: :func:`provider_keys`).
+        extra_keys: further key names not to report as unknown (their raw values stay in
+            ``properties``); every key autorecovery reads is in the table, so the default is none.
         require_metadata: raise when neither metadataServiceUri nor zkServers is set.
 
     Raises:
         ConfigError: listing every bad value (each line names the key and the value), a missing
             metadata store, or an unreadable file.
     """
-    extra = frozenset(provider_keys() if extra_keys is None else extra_keys)
+    extra = frozenset(extra_keys or ())
     layers = []
     if conf_path is not None:
         layers.append(_Layer("file", read_properties_file(conf_path)))
@@ -690,6 +679,14 @@ def load_settings(
     zk_security = _zk_security(values, errors)
     stats = _stats_settings(values, sources, errors)
 
+    # the role sections, from the values parsed above (never from the raw strings)
+    sections: dict[str, Any] = {}
+    for attr, cls in (("auditor", AuditorSettings), ("worker", WorkerSettings), ("placement", PlacementConfig)):
+        try:
+            sections[attr] = cls.from_values(values)
+        except (ConfigError, ValueError) as exc:
+            errors.append(str(exc))
+
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
 
@@ -708,9 +705,7 @@ def load_settings(
         sources.setdefault(name, src)
 
     return Settings(
-        zk_servers=zk_servers,
-        ledgers_root=root,
-        zk_timeout_ms=int(values["zkTimeout"]),
+        zk=ZkSettings(connect=zk_servers, root=root, timeout_ms=int(values["zkTimeout"]), security=zk_security),
         bookie_id=bookie_id,
         http=HttpSettings(
             enabled=bool(values["httpServerEnabled"]),
@@ -723,6 +718,9 @@ def load_settings(
             retry_interval_s=float(values["getBookieInfoRetryIntervalSeconds"]),
             timeout_s=float(values["getBookieInfoTimeoutSecs"]),
         ),
+        auditor=sections["auditor"],
+        worker=sections["worker"],
+        placement=sections["placement"],
         log_level={"WARN": "WARNING"}.get(str(values["logLevel"]).upper(), str(values["logLevel"]).upper()),
         log_format=str(values["logFormat"]).lower(),
         shutdown_timeout_s=float(values["shutdownTimeoutSeconds"]),
@@ -735,7 +733,6 @@ def load_settings(
         metadata_service_uri=str(values.get("metadataServiceUri") or ""),
         ledger_manager=ledger_manager,
         ledger_manager_key=manager_key,
-        zk_security=zk_security,
         stats=stats,
         ignored=tuple(ignored),
     )

@@ -1,11 +1,14 @@
-"""Placement configuration, parsed from upstream BookKeeper key names (PURE).
+"""Placement configuration, by upstream BookKeeper key names (PURE).
 
-:meth:`PlacementConfig.from_properties` takes a mapping of **upstream key names** (``minNumRacksPerWriteQuorum``,
-``reppRegionsToWrite`` ...) to values (``str``, ``int``, ``bool`` or ``float``; strings are parsed like
-upstream's commons-configuration: ``true``/``false``/``yes``/``no``/``on``/``off`` for booleans). Missing keys
-take upstream's defaults (upstream ``ClientConfiguration`` / ``AbstractConfiguration`` /
-``RegionAwareEnsemblePlacementPolicy``; the two BP-54 server keys come from ``ServerConfiguration``).
-An unknown key or a value of the wrong type raises :class:`~autorecovery.errors.ConfigError` naming the key.
+Every key is in :data:`autorecovery.config.keys.KEYS` (type, bounds, default); this module only maps
+them to :class:`PlacementConfig` fields. The loader parses each value once with
+:meth:`~autorecovery.config.keys.Key.parse` and builds ``Settings.placement`` with
+:meth:`PlacementConfig.from_values`; :meth:`PlacementConfig.from_properties` takes upstream key names
+to raw strings (parsed by the same :meth:`Key.parse`: ``true``/``false``/``yes``/``no``/``on``/``off``
+for booleans, as commons-configuration) or typed values (``2``, ``True``). Unset keys take the table's
+default (upstream ``ClientConfiguration`` / ``AbstractConfiguration`` / ``RegionAwareEnsemblePlacementPolicy``
+defaults unless the table documents otherwise). An unknown key or a bad value raises
+:class:`~autorecovery.errors.ConfigError` naming the key.
 
 Units: keys ending in ``Seconds``/``Secs`` are seconds, ``MSec`` milliseconds, as upstream.
 """
@@ -13,147 +16,98 @@ Units: keys ending in ``Seconds``/``Secs`` are seconds, ``MSec`` milliseconds, a
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from autorecovery.config.keys import KEY_BY_NAME
-from autorecovery.errors import ConfigError
+from autorecovery.config.keys import KEY_BY_NAME, Section
 
 __all__ = ["PlacementConfig", "PLACEMENT_KEYS"]
 
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
+
+def _opt_str(value: str | None) -> str | None:
+    return (value or "").strip() or None
 
 
-def _parse_bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        v = value.strip().lower()
-        if v in _TRUE:
-            return True
-        if v in _FALSE:
-            return False
-    raise ConfigError(f"config key {key}: expected a boolean, got {value!r}")
-
-
-def _parse_int(key: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(f"config key {key}: expected an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise ConfigError(f"config key {key}: expected an integer, got {value!r}")
-
-
-def _parse_float(key: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise ConfigError(f"config key {key}: expected a number, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            pass
-    raise ConfigError(f"config key {key}: expected a number, got {value!r}")
-
-
-def _parse_str(key: str, value: Any) -> str:
-    if isinstance(value, str):
-        return value.strip()
-    raise ConfigError(f"config key {key}: expected a string, got {value!r}")
-
-
-def _parse_opt_str(key: str, value: Any) -> str | None:
-    s = _parse_str(key, value)
-    return s or None
-
-
-def _parse_regions(key: str, value: Any) -> tuple[str, ...] | None:
+def _regions(value: Any) -> tuple[str, ...] | None:
     """``reppRegionsToWrite``: regions separated by ``;`` (upstream format), e.g. ``region1;region2``."""
+    if value is None:
+        return None
     if isinstance(value, (list, tuple)):
         parts = [str(v).strip() for v in value]
-    elif isinstance(value, str):
-        parts = [p.strip() for p in value.split(";")]
     else:
-        raise ConfigError(f"config key {key}: expected regions separated by ';', got {value!r}")
+        parts = [p.strip() for p in str(value).split(";")]
     parts = [p for p in parts if p]
     return tuple(parts) or None
 
 
-def _non_negative(key: str, value: int) -> int:
-    if value < 0:
-        raise ConfigError(f"config key {key}: must be >= 0, got {value}")
-    return value
-
-
-# upstream key -> (dataclass field, parser, checker or None)
-_KEYS: dict[str, tuple[str, Callable[[str, Any], Any], Callable[[str, Any], Any] | None]] = {
-    "ensemblePlacementPolicy": ("ensemble_placement_policy", _parse_str, None),
-    "reppDnsResolverClass": ("repp_dns_resolver_class", _parse_str, None),
-    "networkTopologyScriptFileName": ("network_topology_script_file_name", _parse_opt_str, None),
-    "networkTopologyScriptNumberArgs": ("network_topology_script_number_args", _parse_int, None),
-    "minNumRacksPerWriteQuorum": ("min_num_racks_per_write_quorum", _parse_int, _non_negative),
-    "enforceMinNumRacksPerWriteQuorum": ("enforce_min_num_racks_per_write_quorum", _parse_bool, None),
-    "enforceMinNumFaultDomainsForWrite": ("enforce_min_num_fault_domains_for_write", _parse_bool, None),
-    "ignoreLocalNodeInPlacementPolicy": ("ignore_local_node_in_placement_policy", _parse_bool, None),
-    "useHostnameResolveLocalNodePlacementPolicy": ("use_hostname_resolve_local_node", _parse_bool, None),
-    "ensembleRandomReadReordering": ("ensemble_random_read_reordering", _parse_bool, None),
-    "readReorderThresholdPendingRequests": ("read_reorder_threshold_pending_requests", _parse_int, None),
-    "reorderReadSequenceEnabled": ("reorder_read_sequence_enabled", _parse_bool, None),
-    "enableBookieFailureTracking": ("enable_bookie_failure_tracking", _parse_bool, None),
-    "bookieFailureHistoryExpirationMSec": ("bookie_failure_history_expiration_ms", _parse_int, _non_negative),
-    "networkTopologyStabilizePeriodSeconds": ("network_topology_stabilize_period_s", _parse_int, _non_negative),
-    "diskWeightBasedPlacementEnabled": ("disk_weight_based_placement_enabled", _parse_bool, None),
-    "bookieMaxMultipleForWeightBasedPlacement": ("bookie_max_multiple_for_weight_based_placement", _parse_float, None),
-    "getBookieInfoIntervalSeconds": ("get_bookie_info_interval_s", _parse_int, _non_negative),
-    "getBookieInfoRetryIntervalSeconds": ("get_bookie_info_retry_interval_s", _parse_int, _non_negative),
-    "getBookieInfoTimeoutSecs": ("get_bookie_info_timeout_s", _parse_int, _non_negative),
-    "minNumZonesPerWriteQuorum": ("min_num_zones_per_write_quorum", _parse_int, _non_negative),
-    "desiredNumZonesPerWriteQuorum": ("desired_num_zones_per_write_quorum", _parse_int, _non_negative),
-    "enforceStrictZoneawarePlacement": ("enforce_strict_zoneaware_placement", _parse_bool, None),
-    "reppRegionsToWrite": ("repp_regions_to_write", _parse_regions, None),
-    "reppMinimumRegionsForDurability": ("repp_minimum_regions_for_durability", _parse_int, _non_negative),
-    "reppEnableDurabilityEnforcementInReplace": ("repp_enable_durability_enforcement_in_replace", _parse_bool, None),
-    "reppDisableDurabilityFeatureName": ("repp_disable_durability_feature_name", _parse_str, None),
-    "reppDisallowBookiePlacementInRegionFeatureName": (
-        "repp_disallow_bookie_placement_in_region_feature_name", _parse_opt_str, None),
-    "reppEnableValidation": ("repp_enable_validation", _parse_bool, None),
+#: upstream key -> PlacementConfig field
+_FIELDS: dict[str, str] = {
+    "ensemblePlacementPolicy": "ensemble_placement_policy",
+    "reppDnsResolverClass": "repp_dns_resolver_class",
+    "networkTopologyScriptFileName": "network_topology_script_file_name",
+    "networkTopologyScriptNumberArgs": "network_topology_script_number_args",
+    "minNumRacksPerWriteQuorum": "min_num_racks_per_write_quorum",
+    "enforceMinNumRacksPerWriteQuorum": "enforce_min_num_racks_per_write_quorum",
+    "enforceMinNumFaultDomainsForWrite": "enforce_min_num_fault_domains_for_write",
+    "ignoreLocalNodeInPlacementPolicy": "ignore_local_node_in_placement_policy",
+    "useHostnameResolveLocalNodePlacementPolicy": "use_hostname_resolve_local_node",
+    "ensembleRandomReadReordering": "ensemble_random_read_reordering",
+    "readReorderThresholdPendingRequests": "read_reorder_threshold_pending_requests",
+    "reorderReadSequenceEnabled": "reorder_read_sequence_enabled",
+    "enableBookieFailureTracking": "enable_bookie_failure_tracking",
+    "bookieFailureHistoryExpirationMSec": "bookie_failure_history_expiration_ms",
+    "networkTopologyStabilizePeriodSeconds": "network_topology_stabilize_period_s",
+    "diskWeightBasedPlacementEnabled": "disk_weight_based_placement_enabled",
+    "bookieMaxMultipleForWeightBasedPlacement": "bookie_max_multiple_for_weight_based_placement",
+    "getBookieInfoIntervalSeconds": "get_bookie_info_interval_s",
+    "getBookieInfoRetryIntervalSeconds": "get_bookie_info_retry_interval_s",
+    "getBookieInfoTimeoutSecs": "get_bookie_info_timeout_s",
+    "minNumZonesPerWriteQuorum": "min_num_zones_per_write_quorum",
+    "desiredNumZonesPerWriteQuorum": "desired_num_zones_per_write_quorum",
+    "enforceStrictZoneawarePlacement": "enforce_strict_zoneaware_placement",
+    "reppRegionsToWrite": "repp_regions_to_write",
+    "reppMinimumRegionsForDurability": "repp_minimum_regions_for_durability",
+    "reppEnableDurabilityEnforcementInReplace": "repp_enable_durability_enforcement_in_replace",
+    "reppDisableDurabilityFeatureName": "repp_disable_durability_feature_name",
+    "reppDisallowBookiePlacementInRegionFeatureName": "repp_disallow_bookie_placement_in_region_feature_name",
+    "reppEnableValidation": "repp_enable_validation",
     # ours: static presets of upstream's two region-aware feature switches (see placement/features.py)
-    "reppDisallowedRegions": ("repp_disallowed_regions", _parse_regions, None),
-    "reppDisableDurability": ("repp_disable_durability", _parse_bool, None),
-    "delayEnsembleChange": ("delay_ensemble_change", _parse_bool, None),
-    "disableEnsembleChangeFeatureName": ("disable_ensemble_change_feature_name", _parse_str, None),
-    "stickyReadSEnabled": ("sticky_reads_enabled", _parse_bool, None),
-    "auditorPeriodicPlacementPolicyCheckInterval": (
-        "auditor_periodic_placement_policy_check_interval_s", _parse_int, _non_negative),
-    "repairedPlacementPolicyNotAdheringBookieEnabled": (
-        "repaired_placement_policy_not_adhering_bookie_enabled", _parse_bool, None),
+    "reppDisallowedRegions": "repp_disallowed_regions",
+    "reppDisableDurability": "repp_disable_durability",
+    "delayEnsembleChange": "delay_ensemble_change",
+    "disableEnsembleChangeFeatureName": "disable_ensemble_change_feature_name",
+    "stickyReadSEnabled": "sticky_reads_enabled",
+    "auditorPeriodicPlacementPolicyCheckInterval": "auditor_periodic_placement_policy_check_interval_s",
+    "repairedPlacementPolicyNotAdheringBookieEnabled": "repaired_placement_policy_not_adhering_bookie_enabled",
+}
+
+#: typed value -> field value, for the keys whose field is not the parsed value itself
+_CONVERT = {
+    "reppDnsResolverClass": _opt_str,
+    "networkTopologyScriptFileName": _opt_str,
+    "reppDisallowBookiePlacementInRegionFeatureName": _opt_str,
+    "reppRegionsToWrite": _regions,
+    "reppDisallowedRegions": _regions,
+    "bookieMaxMultipleForWeightBasedPlacement": float,
 }
 
 #: Every upstream key :meth:`PlacementConfig.from_properties` accepts.
-PLACEMENT_KEYS: frozenset[str] = frozenset(_KEYS)
+PLACEMENT_KEYS: frozenset[str] = frozenset(_FIELDS)
 
 
 @dataclass(frozen=True)
-class PlacementConfig:
-    """Frozen placement settings. Field defaults are upstream's defaults; build it with :meth:`from_properties`.
+class PlacementConfig(Section):
+    """Frozen placement settings. Field defaults equal the key table's (tests/unit/config/test_settings_tree.py);
+    the loader builds it with :meth:`from_values`, tests and tools with :meth:`from_properties`.
 
     Fields map one to one to upstream keys (see ``PLACEMENT_KEYS``); the upstream key is given per field.
     """
 
     ensemble_placement_policy: str = "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy"
     """``ensemblePlacementPolicy``: policy class. NB upstream's client default is rack-aware."""
-    repp_dns_resolver_class: str = "org.apache.bookkeeper.net.ScriptBasedMapping"
-    """``reppDnsResolverClass``: bookie -> network location resolver class."""
+    repp_dns_resolver_class: str | None = None
+    """``reppDnsResolverClass``: bookie -> network location resolver class. None (unset): the daemon uses
+    Pulsar's ``/bookies`` rack info when present, else the default rack; :func:`~autorecovery.placement.
+    resolvers.resolver_from_config` takes None as upstream's default ``ScriptBasedMapping``."""
     network_topology_script_file_name: str | None = None
     """``networkTopologyScriptFileName``: the script of ``ScriptBasedMapping``."""
     network_topology_script_number_args: int = 100
@@ -223,25 +177,10 @@ class PlacementConfig:
     repaired_placement_policy_not_adhering_bookie_enabled: bool = False
     """``repairedPlacementPolicyNotAdheringBookieEnabled`` (server key, BP-54)."""
 
-    @classmethod
-    def from_properties(cls, props: Mapping[str, str | int | bool | float] | None = None) -> "PlacementConfig":
-        """Build a config from upstream key names; missing keys take upstream defaults.
-
-        Raises:
-            ConfigError: a key is not a placement key, or its value cannot be parsed (the message names
-                the key and the value).
-        """
-        kwargs: dict[str, Any] = {}
-        for key, value in (props or {}).items():
-            spec = _KEYS.get(key)
-            if spec is None:
-                raise ConfigError(f"unknown placement config key {key!r}")
-            attr, parse, check = spec
-            parsed = parse(key, value)
-            if check is not None:
-                parsed = check(key, parsed)
-            kwargs[attr] = parsed
-        return cls(**kwargs)
+    KEY_FIELDS = _FIELDS
+    CONVERT = _CONVERT
+    SECTION = "placement"
+    STRICT = True  # from_properties refuses a key that is not a placement key (a typo would be ignored)
 
     @staticmethod
     def known_keys() -> frozenset[str]:
@@ -255,7 +194,7 @@ class PlacementConfig:
 
     def to_properties(self) -> dict[str, Any]:
         """The config as upstream key -> value (round-trips through :meth:`from_properties`)."""
-        by_attr = {attr: key for key, (attr, _p, _c) in _KEYS.items()}
+        by_attr = {attr: key for key, attr in _FIELDS.items()}
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)

@@ -294,7 +294,7 @@ def resolver_from_config(config: Any, *, pulsar_data: bytes | str | Mapping[str,
     Raises:
         ConfigError: unknown resolver class (names ``reppDnsResolverClass``).
     """
-    name = config.repp_dns_resolver_class
+    name = config.repp_dns_resolver_class or _SCRIPT  # unset: upstream default ScriptBasedMapping
     if name in (_SCRIPT, "script"):
         return ScriptResolver(config.network_topology_script_file_name, config.network_topology_script_number_args,
                               runner=script_runner)

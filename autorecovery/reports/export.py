@@ -128,9 +128,9 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
     mw.close()
 
     s = ctx.settings
-    from autorecovery.placement.config import _KEYS as placement_keys
+    from autorecovery.placement.config import PlacementConfig
 
-    placement = {k: str(s.get(k)) for k in placement_keys if s is not None and s.get(k) is not None}
+    placement = {k: str(s.get(k)) for k in PlacementConfig.KEY_FIELDS if s is not None and s.get(k) is not None}
     throttle = {k: str(s.get(k)) for k in THROTTLE_KEYS if s is not None and s.get(k) is not None}
     manifest = {"time_ms": started, "instance_id": instance, "ledgers_root": ctx.paths.root,
                 "layout": layout.decode("utf-8", "replace"), "placement": placement, "throttles": throttle,

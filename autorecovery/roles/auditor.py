@@ -27,7 +27,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -35,10 +35,11 @@ import structlog
 from autorecovery import metrics
 from autorecovery.audit.decisions import Decision, LostBookieTracker
 from autorecovery.audit.index import BookieLedgerIndex
-from autorecovery.audit.maintenance import Holds, Window, data_first, guard_level, holds
+from autorecovery.audit.maintenance import Holds, Window, data_first, holds
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.audit.schedule import first_run_s, next_run_s
-from autorecovery.errors import BookieError, ConfigError, is_retriable
+from autorecovery.config.sections import AuditorSettings  # noqa: F401 (re-exported)
+from autorecovery.errors import BookieError, is_retriable
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.roles.checker import LedgerChecker
 from autorecovery.roles.cluster_gauges import ClusterGauges
@@ -57,98 +58,6 @@ SCOPE = "auditor"
 # ------------------------------------------------------------------------------------------------
 # settings
 # ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class AuditorSettings:
-    """Auditor configuration; field names are upstream keys in snake_case, with upstream defaults.
-
-    Units: ``*_interval``, ``lost_bookie_recovery_delay``, ``*_grace_period`` in seconds;
-    ``*_msec`` in ms. Keys marked (ours) are not upstream's.
-    """
-
-    auditor_periodic_check_interval: int = 604800
-    auditor_periodic_bookie_check_interval: int = 86400
-    auditor_periodic_placement_policy_check_interval: int = 0
-    auditor_replicas_check_interval: int = 0
-    auditor_ledger_verification_percentage: int = 0
-    lost_bookie_recovery_delay: int = 0
-    underreplicated_ledger_recovery_grace_period: int = 0
-    repaired_placement_policy_not_adhering_bookie_enabled: bool = False
-    auditor_max_number_of_concurrent_open_ledger_operations: int = 500
-    auditor_acquire_concurrent_open_ledger_operations_time_out_msec: int = 120000
-    in_flight_read_entry_num_in_ledger_checker: int = -1
-    store_system_time_as_ledger_underreplicated_mark_time: bool = True
-    #: (ours) the replicas check also marks ledgers with an entry below WQ copies.
-    auditor_replicas_check_mark_under_replicated: bool = False
-    #: (ours) seconds between full reconciles of the incremental index with ZooKeeper; 0 disables.
-    auditor_ledger_index_reconcile_interval: int = 21600
-    #: (ours) seconds between cheap consistency checks of the index (ids count + digest); 0 disables.
-    auditor_ledger_index_check_interval: int = 60
-    #: (ours) rack-loss guard level: "" (off, upstream), "rack", "zone" or "region".
-    autorecovery_down_out_subtree_limit: str = ""
-
-    #: upstream (or our) key → field name
-    KEYS = {
-        "auditorPeriodicCheckInterval": "auditor_periodic_check_interval",
-        "auditorPeriodicBookieCheckInterval": "auditor_periodic_bookie_check_interval",
-        "auditorPeriodicPlacementPolicyCheckInterval": "auditor_periodic_placement_policy_check_interval",
-        "auditorReplicasCheckInterval": "auditor_replicas_check_interval",
-        "auditorLedgerVerificationPercentage": "auditor_ledger_verification_percentage",
-        "lostBookieRecoveryDelay": "lost_bookie_recovery_delay",
-        "underreplicatedLedgerRecoveryGracePeriod": "underreplicated_ledger_recovery_grace_period",
-        "repairedPlacementPolicyNotAdheringBookieEnabled": "repaired_placement_policy_not_adhering_bookie_enabled",
-        "auditorMaxNumberOfConcurrentOpenLedgerOperations": "auditor_max_number_of_concurrent_open_ledger_operations",
-        "auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec":
-            "auditor_acquire_concurrent_open_ledger_operations_time_out_msec",
-        "inFlightReadEntryNumInLedgerChecker": "in_flight_read_entry_num_in_ledger_checker",
-        "storeSystemTimeAsLedgerUnderreplicatedMarkTime": "store_system_time_as_ledger_underreplicated_mark_time",
-        "auditorReplicasCheckMarkUnderReplicated": "auditor_replicas_check_mark_under_replicated",
-        "auditorLedgerIndexReconcileInterval": "auditor_ledger_index_reconcile_interval",
-        "auditorLedgerIndexCheckInterval": "auditor_ledger_index_check_interval",
-        "autorecoveryDownOutSubtreeLimit": "autorecovery_down_out_subtree_limit",
-    }
-
-    def __post_init__(self) -> None:
-        if self.auditor_max_number_of_concurrent_open_ledger_operations <= 0:
-            raise ConfigError("auditorMaxNumberOfConcurrentOpenLedgerOperations must be > 0 "
-                              f"(got {self.auditor_max_number_of_concurrent_open_ledger_operations})")
-        if self.auditor_acquire_concurrent_open_ledger_operations_time_out_msec < 0:
-            raise ConfigError("auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec must be >= 0")
-        guard_level(self.autorecovery_down_out_subtree_limit)
-        if not 0 <= self.auditor_ledger_verification_percentage <= 100:
-            raise ConfigError("auditorLedgerVerificationPercentage must be within 0..100 "
-                              f"(got {self.auditor_ledger_verification_percentage})")
-
-    @classmethod
-    def from_properties(cls, props: dict[str, Any]) -> "AuditorSettings":
-        """Build from upstream key names (``bk_server.conf`` style); other keys are ignored.
-
-        Raises:
-            ConfigError: naming the key and value when a value does not parse.
-        """
-        types = {f.name: f.type for f in fields(cls)}
-        kw: dict[str, Any] = {}
-        for key, name in cls.KEYS.items():
-            if key not in props:
-                continue
-            raw = props[key]
-            try:
-                if types[name] in ("str", str):
-                    kw[name] = guard_level(str(raw)) if name == "autorecovery_down_out_subtree_limit" else str(raw)
-                    continue
-                if types[name] in ("bool", bool):
-                    if isinstance(raw, bool):
-                        kw[name] = raw
-                    elif str(raw).strip().lower() in ("true", "false"):
-                        kw[name] = str(raw).strip().lower() == "true"
-                    else:
-                        raise ValueError(raw)
-                else:
-                    kw[name] = int(str(raw).strip())
-            except ValueError as exc:
-                raise ConfigError(f"bad value {raw!r} for {key}") from exc
-        return cls(**kw)
-
-
 # ------------------------------------------------------------------------------------------------
 # the auditor
 # ------------------------------------------------------------------------------------------------

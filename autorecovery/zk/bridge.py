@@ -107,12 +107,13 @@ class ZkClient:
 
     @classmethod
     def from_settings(cls, settings: Any, **kw: Any) -> "ZkClient":
-        """A client for ``settings`` (:class:`~autorecovery.config.load.Settings`): its connect string,
-        session timeout and :attr:`~autorecovery.config.load.Settings.zk_security`; ``kw`` overrides
+        """A client for ``settings`` (:class:`~autorecovery.config.load.Settings`): its ``zk`` section
+        (connect string, session timeout, security); ``kw`` overrides
         (e.g. ``max_concurrent_ops``)."""
-        kw.setdefault("session_timeout_ms", settings.zk_timeout_ms)
-        kw.setdefault("security", settings.zk_security)
-        return cls(settings.zk_servers, **kw)
+        zk = settings.zk
+        kw.setdefault("session_timeout_ms", zk.timeout_ms)
+        kw.setdefault("security", zk.security)
+        return cls(zk.connect, **kw)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, timeout_s: float = 30.0) -> "ZkClient":

@@ -48,15 +48,17 @@ async def read_pulsar_racks(zk: ZkClient, watch: Callable[[Any], Any] | None = N
 
 
 async def build_placement(props: Mapping[str, Any], zk: ZkClient, *, explicit_resolver: bool = False,
-                          policy_name: str | None = None, watch: Callable[[Any], Any] | None = None
-                          ) -> PlacementSetup:
+                          policy_name: str | None = None, watch: Callable[[Any], Any] | None = None,
+                          config: Any = None) -> PlacementSetup:
     """Build the placement policy named by ``ensemblePlacementPolicy`` with its rack resolver.
 
     Args:
-        props: upstream config keys (only the placement keys are used).
+        props: upstream config keys (only the placement keys are used); ignored when ``config`` is given.
         explicit_resolver: ``reppDnsResolverClass`` was set by the operator; otherwise Pulsar's
             ``/bookies`` document is used when present, else every bookie is in the default rack.
         policy_name: overrides ``ensemblePlacementPolicy``.
+        config: an already built :class:`~autorecovery.placement.config.PlacementConfig` (the daemon
+            and the admin shell pass ``Settings.placement``, parsed once by the loader).
 
     Raises:
         ConfigError: a bad placement key, or an ``ensemblePlacementPolicy`` class we do not know.
@@ -69,7 +71,7 @@ async def build_placement(props: Mapping[str, Any], zk: ZkClient, *, explicit_re
         resolver_from_config,
     )
 
-    pconf = PlacementConfig.from_properties(PlacementConfig.select(dict(props)))
+    pconf = config if config is not None else PlacementConfig.from_properties(PlacementConfig.select(dict(props)))
     pulsar = await read_pulsar_racks(zk, watch)
     if explicit_resolver:
         resolver, source = resolver_from_config(pconf, pulsar_data=pulsar), "config"
@@ -77,7 +79,8 @@ async def build_placement(props: Mapping[str, Any], zk: ZkClient, *, explicit_re
         resolver, source = PulsarRackResolver(pulsar), "pulsar"
     else:
         resolver, source = PulsarRackResolver(None), "default"  # becomes live if /bookies appears
-    name = policy_name or props.get("ensemblePlacementPolicy") or pconf.ensemble_placement_policy
+    name = policy_name or (None if config is not None else props.get("ensemblePlacementPolicy")) \
+        or pconf.ensemble_placement_policy
     policy = policy_from_name(str(name), pconf, resolver)
     if _one_level_racks(pulsar) and type(policy) is RackawarePolicy:
         # Racks like "/rack1" are one level deep: unknown bookies must land in a one-level default

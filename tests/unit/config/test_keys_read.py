@@ -4,13 +4,12 @@ Every key autorecovery accepts is either
 * in :data:`~autorecovery.config.keys.NO_EFFECT_KEYS` (accepted for compatibility, with a documented
   reason, listed by ``config check``), or
 * proven to be read: setting it to a valid non-default value changes what the code builds from the
-  settings — the typed :class:`Settings` fields, ``AuditorSettings`` / ``WorkerSettings`` /
-  ``PlacementConfig`` parsed from the properties (how the provider modules read their keys) — or it
-  is refused with an error naming it when the value is one the code cannot honour, or, for the few
+  settings — the typed :class:`Settings` tree (``.zk``, ``.http``, ``.auditor``, ``.worker``,
+  ``.placement``, ...), which is all the roles are handed — or it is refused with an error naming it when the value is one the code cannot honour, or, for the few
   keys the daemon reads straight from ``Settings.get`` at run time, the call ``.get("<key>")`` exists
   in the code outside the config package.
 
-This covers the table (:data:`KEYS`) and the keys declared by provider modules (``provider_keys``).
+Every key is in the one table (:data:`KEYS`); no module declares keys of its own (issue 12).
 """
 
 from __future__ import annotations
@@ -25,11 +24,8 @@ from click.testing import CliRunner
 
 from autorecovery.cli.main import main
 from autorecovery.config import keys as K
-from autorecovery.config.load import PROMETHEUS_PROVIDER, Settings, load_settings, provider_key_objects, provider_keys
+from autorecovery.config.load import PROMETHEUS_PROVIDER, Settings, load_settings
 from autorecovery.errors import ConfigError
-from autorecovery.placement.config import PlacementConfig
-from autorecovery.roles.auditor import AuditorSettings
-from autorecovery.roles.worker_settings import WorkerSettings
 
 SRC = Path(__file__).resolve().parents[3] / "autorecovery"
 BASE = {"zkServers": "zk1:2181"}
@@ -93,12 +89,10 @@ def _value(key: K.Key) -> str:
 
 
 def _fingerprint(s: Settings) -> tuple[Any, ...]:
-    """Everything the code builds from settings, minus the raw maps (which any key would change)."""
-    typed = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
-             if f.name not in ("values", "properties", "sources", "warnings", "conf_path", "ignored")}
-    props = dict(s.properties)
-    return (typed, AuditorSettings.from_properties(props), WorkerSettings.from_properties(props),
-            PlacementConfig.from_properties(PlacementConfig.select(props)))
+    """Everything the code builds from settings — the typed tree, including ``.auditor``, ``.worker``
+    and ``.placement`` — minus the raw maps (which any key would change)."""
+    return tuple((f.name, getattr(s, f.name)) for f in dataclasses.fields(s)
+                 if f.name not in ("values", "properties", "sources", "warnings", "conf_path", "ignored"))
 
 
 def _read_via_get(name: str) -> bool:
@@ -112,14 +106,7 @@ def _read_via_get(name: str) -> bool:
 
 
 def _all_keys() -> list[K.Key]:
-    declared = {k.name: k for k in provider_key_objects()}
-    names = list(K.KEY_BY_NAME) + [n for n in provider_keys() if n not in K.KEY_BY_NAME]
-    out = []
-    for n in names:
-        key = K.KEY_BY_NAME.get(n) or declared.get(n)
-        assert key is not None, f"{n} is declared by a provider module without a Key object (type unknown)"
-        out.append(key)
-    return out
+    return list(K.KEYS)
 
 
 @pytest.fixture(autouse=True)

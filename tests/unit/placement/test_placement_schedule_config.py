@@ -118,16 +118,17 @@ def test_round_trip_and_select():
 
 def test_placement_defaults_come_from_the_key_table():
     """One default per key: PlacementConfig's defaults equal config/keys.py's (issue 9: placement said
-    getBookieInfoIntervalSeconds=86400 while the key table and docs said 60).
-
-    ``reppDnsResolverClass`` is the one documented difference: the key table's None means "detect Pulsar
-    /bookies rack info", which the daemon resolves before building the PlacementConfig."""
+    getBookieInfoIntervalSeconds=86400 while the key table and docs said 60; issue 12:
+    reppDnsResolverClass said ScriptBasedMapping where the table says unset, which the daemon resolves
+    to Pulsar /bookies rack info or the default rack; resolver_from_config reads unset as upstream's
+    ScriptBasedMapping)."""
     from autorecovery.config.keys import KEY_BY_NAME
-    from autorecovery.placement.config import _KEYS
+    from autorecovery.placement.resolvers import ScriptResolver, resolver_from_config
 
     d = PlacementConfig()
     assert d.get_bookie_info_interval_s == KEY_BY_NAME["getBookieInfoIntervalSeconds"].default == 60
-    diffs = {k: (getattr(d, f), KEY_BY_NAME[k].default) for k, (f, *_rest) in _KEYS.items()
-             if k in KEY_BY_NAME and getattr(d, f) != KEY_BY_NAME[k].default}
-    assert diffs == {"reppDnsResolverClass": ("org.apache.bookkeeper.net.ScriptBasedMapping", None)}
+    diffs = {k: (getattr(d, f), KEY_BY_NAME[k].default) for k, f in PlacementConfig.KEY_FIELDS.items()
+             if getattr(d, f) != KEY_BY_NAME[k].default}
+    assert diffs == {}
     assert PlacementConfig.from_properties({}).get_bookie_info_interval_s == 60
+    assert isinstance(resolver_from_config(d), ScriptResolver)

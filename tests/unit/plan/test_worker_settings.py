@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.config.load import provider_keys
+from autorecovery.config.keys import KEY_BY_NAME
 from autorecovery.errors import ConfigError
 from autorecovery.roles.worker import CONFIG_KEYS, WorkerSettings
 
@@ -39,10 +39,10 @@ def test_bad_values_name_every_key():
     assert "rwRereplicateBackoffMs" in str(exc.value) and "replicationWorkerConcurrentLedgers" in str(exc.value)
 
 
-def test_our_keys_are_declared_to_the_config_loader():
-    names = set(provider_keys(("autorecovery.roles.worker",)))
-    assert {k.name for k in CONFIG_KEYS} <= names
-    assert "replicationMaxStreamsPerSourceBookie" in names
+def test_our_keys_are_in_the_key_table():
+    assert {k.name for k in CONFIG_KEYS} == {"replicationWorkerConcurrentLedgers", "replicationMaxStreamsPerSourceBookie",
+                                             "replicationMaxStreamsPerTargetBookie", "replicationStreamWindowBytes"}
+    assert all(KEY_BY_NAME[k.name] is k for k in CONFIG_KEYS)
 
 
 def test_direct_construction_is_validated():

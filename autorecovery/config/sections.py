@@ -1,0 +1,162 @@
+"""The role sections of the settings tree: :class:`AuditorSettings` and :class:`WorkerSettings` (PURE).
+
+They live in the config package (not in ``roles/``) so that :func:`autorecovery.config.load.load_settings`
+can build ``Settings.auditor`` / ``Settings.worker`` without importing the roles (layer rule: config
+must not import roles; ``roles/auditor.py`` and ``roles/worker_settings.py`` re-export them).
+
+Every key is in :data:`autorecovery.config.keys.KEYS`; each section only maps keys to fields
+(:class:`~autorecovery.config.keys.Section`). Field defaults equal the table's defaults
+(tests/unit/config/test_settings_tree.py); the loader builds the sections from the values it parsed
+once, so a default written here never overrides the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autorecovery.audit.maintenance import guard_level
+from autorecovery.config.keys import Section
+from autorecovery.errors import ConfigError
+
+__all__ = ["AuditorSettings", "WorkerSettings"]
+
+
+@dataclass(frozen=True)
+class AuditorSettings(Section):
+    """Auditor configuration; field names are upstream keys in snake_case, with the table's defaults.
+
+    Units: ``*_interval``, ``lost_bookie_recovery_delay``, ``*_grace_period`` in seconds;
+    ``*_msec`` in ms. Keys marked (ours) are not upstream's. ``autorecovery_down_out_subtree_limit``
+    holds the level with ``none`` stored as ``""`` (guard off).
+    """
+
+    auditor_periodic_check_interval: int = 604800
+    auditor_periodic_bookie_check_interval: int = 86400
+    auditor_periodic_placement_policy_check_interval: int = 0
+    auditor_replicas_check_interval: int = 0
+    auditor_ledger_verification_percentage: int = 0
+    lost_bookie_recovery_delay: int = 0
+    underreplicated_ledger_recovery_grace_period: int = 0
+    repaired_placement_policy_not_adhering_bookie_enabled: bool = False
+    auditor_max_number_of_concurrent_open_ledger_operations: int = 500
+    auditor_acquire_concurrent_open_ledger_operations_time_out_msec: int = 120000
+    in_flight_read_entry_num_in_ledger_checker: int = -1
+    store_system_time_as_ledger_underreplicated_mark_time: bool = True
+    #: (ours) the replicas check also marks ledgers with an entry below WQ copies.
+    auditor_replicas_check_mark_under_replicated: bool = False
+    #: (ours) seconds between full reconciles of the incremental index with ZooKeeper; 0 disables.
+    auditor_ledger_index_reconcile_interval: int = 21600
+    #: (ours) seconds between cheap consistency checks of the index (ids count + digest); 0 disables.
+    auditor_ledger_index_check_interval: int = 60
+    #: (ours) rack-loss guard level: "" (off, upstream; the key's ``none``), "rack", "zone" or "region".
+    autorecovery_down_out_subtree_limit: str = ""
+
+    #: upstream (or our) key → field name
+    KEY_FIELDS = {
+        "auditorPeriodicCheckInterval": "auditor_periodic_check_interval",
+        "auditorPeriodicBookieCheckInterval": "auditor_periodic_bookie_check_interval",
+        "auditorPeriodicPlacementPolicyCheckInterval": "auditor_periodic_placement_policy_check_interval",
+        "auditorReplicasCheckInterval": "auditor_replicas_check_interval",
+        "auditorLedgerVerificationPercentage": "auditor_ledger_verification_percentage",
+        "lostBookieRecoveryDelay": "lost_bookie_recovery_delay",
+        "underreplicatedLedgerRecoveryGracePeriod": "underreplicated_ledger_recovery_grace_period",
+        "repairedPlacementPolicyNotAdheringBookieEnabled": "repaired_placement_policy_not_adhering_bookie_enabled",
+        "auditorMaxNumberOfConcurrentOpenLedgerOperations": "auditor_max_number_of_concurrent_open_ledger_operations",
+        "auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec":
+            "auditor_acquire_concurrent_open_ledger_operations_time_out_msec",
+        "inFlightReadEntryNumInLedgerChecker": "in_flight_read_entry_num_in_ledger_checker",
+        "storeSystemTimeAsLedgerUnderreplicatedMarkTime": "store_system_time_as_ledger_underreplicated_mark_time",
+        "auditorReplicasCheckMarkUnderReplicated": "auditor_replicas_check_mark_under_replicated",
+        "auditorLedgerIndexReconcileInterval": "auditor_ledger_index_reconcile_interval",
+        "auditorLedgerIndexCheckInterval": "auditor_ledger_index_check_interval",
+        "autorecoveryDownOutSubtreeLimit": "autorecovery_down_out_subtree_limit",
+    }
+    #: older name of :attr:`KEY_FIELDS`
+    KEYS = KEY_FIELDS
+    CONVERT = {"autorecoveryDownOutSubtreeLimit": guard_level}
+
+    def __post_init__(self) -> None:
+        if self.auditor_max_number_of_concurrent_open_ledger_operations <= 0:
+            raise ConfigError("auditorMaxNumberOfConcurrentOpenLedgerOperations must be > 0 "
+                              f"(got {self.auditor_max_number_of_concurrent_open_ledger_operations})")
+        if self.auditor_acquire_concurrent_open_ledger_operations_time_out_msec < 0:
+            raise ConfigError("auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec must be >= 0")
+        guard_level(self.autorecovery_down_out_subtree_limit or "none")
+        if not 0 <= self.auditor_ledger_verification_percentage <= 100:
+            raise ConfigError("auditorLedgerVerificationPercentage must be within 0..100 "
+                              f"(got {self.auditor_ledger_verification_percentage})")
+
+
+@dataclass(frozen=True)
+class WorkerSettings(Section):
+    """Settings of one ReplicationWorker (upstream key → field; units in the field names).
+
+    | key | field | default |
+    |---|---|---|
+    | openLedgerRereplicationGracePeriod | open_ledger_grace_ms | 30000 |
+    | lockReleaseOfFailedLedgerGracePeriod | lock_release_grace_ms | 300000 |
+    | rwRereplicateBackoffMs | backoff_ms | 5000 |
+    | rereplicationEntryBatchSize | batch_size | 10 |
+    | replicationRateByBytes | rate_bytes_per_s | -1 (off) |
+    | zkReplicationTaskRateLimit | task_rate_per_s | 0 (off) |
+    | repairedPlacementPolicyNotAdheringBookieEnabled | repair_placement | false |
+    | auditorLedgerVerificationPercentage | verification_percentage | 0 |
+    | inFlightReadEntryNumInLedgerChecker | checker_in_flight | -1 |
+    | replicationWorkerConcurrentLedgers (ours) | concurrent_ledgers | 4 |
+    | replicationMaxStreamsPerSourceBookie (ours) | max_streams_per_source | 4 |
+    | replicationMaxStreamsPerTargetBookie (ours) | max_streams_per_target | 4 |
+    | replicationStreamWindowBytes (ours) | stream_window_bytes | 16 MiB |
+
+    ``rereplicationEntryBatchSize`` keeps its meaning as the unit of work in flight: a copy stream
+    queues up to ``max(batch_size, 256)`` entries and ``stream_window_bytes`` bytes per target (upstream
+    copies one batch at a time and waits for it; we stream, so the window hides the target's fsync).
+    """
+
+    open_ledger_grace_ms: int = 30000
+    lock_release_grace_ms: int = 300000
+    backoff_ms: int = 5000
+    batch_size: int = 10
+    rate_bytes_per_s: int = -1
+    task_rate_per_s: float = 0.0
+    repair_placement: bool = False
+    verification_percentage: int = 0
+    checker_in_flight: int = -1
+    concurrent_ledgers: int = 4
+    max_streams_per_source: int = 4
+    max_streams_per_target: int = 4
+    stream_window_bytes: int = 16 * 1024 * 1024
+
+    KEY_FIELDS = {
+        "openLedgerRereplicationGracePeriod": "open_ledger_grace_ms",
+        "lockReleaseOfFailedLedgerGracePeriod": "lock_release_grace_ms",
+        "rwRereplicateBackoffMs": "backoff_ms",
+        "rereplicationEntryBatchSize": "batch_size",
+        "replicationRateByBytes": "rate_bytes_per_s",
+        "zkReplicationTaskRateLimit": "task_rate_per_s",
+        "repairedPlacementPolicyNotAdheringBookieEnabled": "repair_placement",
+        "auditorLedgerVerificationPercentage": "verification_percentage",
+        "inFlightReadEntryNumInLedgerChecker": "checker_in_flight",
+        "replicationWorkerConcurrentLedgers": "concurrent_ledgers",
+        "replicationMaxStreamsPerSourceBookie": "max_streams_per_source",
+        "replicationMaxStreamsPerTargetBookie": "max_streams_per_target",
+        "replicationStreamWindowBytes": "stream_window_bytes",
+    }
+
+    def __post_init__(self) -> None:
+        bad = []
+        for name, low in (("concurrent_ledgers", 1), ("batch_size", 1), ("stream_window_bytes", 1),
+                          ("open_ledger_grace_ms", 0), ("lock_release_grace_ms", 0), ("backoff_ms", 0)):
+            if getattr(self, name) < low:
+                bad.append(f"{name}={getattr(self, name)} (must be >= {low})")
+        if not 0 <= self.verification_percentage <= 100:
+            bad.append(f"verification_percentage={self.verification_percentage} (must be within 0..100)")
+        if bad:
+            raise ConfigError("bad worker settings: " + ", ".join(bad))
+
+    def to_properties(self) -> dict[str, str]:
+        """The settings as ``bk_server.conf`` strings by key (round-trips through ``from_properties``)."""
+        out = {}
+        for key_name, fname in self.KEY_FIELDS.items():
+            v = getattr(self, fname)
+            out[key_name] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        return out
