@@ -262,9 +262,9 @@ KEYS: tuple[Key, ...] = (
     _k("replicationWorkerConcurrentLedgers", "int", 4, "count", "worker",
        "ledgers one worker re-replicates at the same time (upstream: 1)", origin=OURS, min_value=1),
     _k("replicationMaxStreamsPerSourceBookie", "int", 4, "count", "worker",
-       "concurrent copy streams one worker reads from a single bookie; <= 0 unlimited", origin=OURS),
+       "copy streams reading from one bookie, cluster-wide (ZooKeeper slots); <= 0 unlimited", origin=OURS),
     _k("replicationMaxStreamsPerTargetBookie", "int", 4, "count", "worker",
-       "concurrent copy streams one worker writes to a single bookie; <= 0 unlimited", origin=OURS),
+       "copy streams writing to one bookie, cluster-wide (ZooKeeper slots); <= 0 unlimited", origin=OURS),
     _k("replicationStreamWindowBytes", "int", 16 * 1024 * 1024, "bytes", "worker",
        "body bytes queued per target between a copy stream's read and its write (memory bound; at least "
        "one entry, at most max(rereplicationEntryBatchSize, 256) entries)", origin=OURS, min_value=1),
