@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration proto zookeeper venv bench clean
+.PHONY: demo test test-unit test-integration lint proto zookeeper venv bench clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,13 @@ demo: venv zookeeper
 
 test: venv zookeeper
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# ruff (pyflakes rules), mypy on the PURE packages, and the import-linter layers contract (.importlinter:
+# pure < edge < roles < admin < cli)
+lint: venv
+	$(BIN)/ruff check autorecovery tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test-unit: venv
 	$(BIN)/python -m pytest -q tests/unit

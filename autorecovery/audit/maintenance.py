@@ -191,6 +191,7 @@ def endangered(md: LedgerMetadata, lost: set[str]) -> bool:
     for i, seg in enumerate(segs):
         first = seg.first_entry_id
         last_seg = i == len(segs) - 1
+        residues: Iterable[int]
         if last_seg and md.state != LedgerState.CLOSED:
             residues = range(e_size)
         else:

@@ -96,7 +96,7 @@ def _gaps(first: int, last: int, have: Ranges) -> list[tuple[int, int]]:
 def missing_entries(first: int, last: int, index: int, ensemble_size: int, write_quorum: int,
                     have: Ranges) -> list[int]:
     """Entries of ``[first, last]`` that ensemble index ``index`` should store but ``have`` lacks."""
-    out = []
+    out: list[int] = []
     for a, b in _gaps(first, last, have):
         out.extend(entries_on_index(a, b, index, ensemble_size, write_quorum))
     return out

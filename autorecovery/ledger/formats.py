@@ -44,10 +44,10 @@ def to_proto(md: LedgerMetadata, *, include_ctoken: bool = True) -> pb.LedgerMet
     m.ensembleSize = md.ensemble_size
     m.length = md.length
     m.lastEntryId = md.last_entry_id
-    m.state = int(md.state)
+    m.state = int(md.state)  # type: ignore[assignment]  # protobuf enums are ints at run time
     if md.store_ctime:
         m.ctime = md.ctime
-    m.digestType = int(md.digest_type)
+    m.digestType = int(md.digest_type)  # type: ignore[assignment]  # (the stub wants the enum type)
     m.password = md.password
     for k in sorted(md.custom_metadata):
         e = m.customMetadata.add()

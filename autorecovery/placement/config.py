@@ -16,7 +16,7 @@ Units: keys ending in ``Seconds``/``Secs`` are seconds, ``MSec`` milliseconds, a
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from autorecovery.config.keys import KEY_BY_NAME, Section
 
@@ -81,7 +81,7 @@ _FIELDS: dict[str, str] = {
 }
 
 #: typed value -> field value, for the keys whose field is not the parsed value itself
-_CONVERT = {
+_CONVERT: dict[str, Callable[[Any], Any]] = {
     "reppDnsResolverClass": _opt_str,
     "networkTopologyScriptFileName": _opt_str,
     "reppDisallowBookiePlacementInRegionFeatureName": _opt_str,

@@ -326,8 +326,10 @@ class RackawarePolicy(TopologyAwarePolicy):
             pools.append((scope, False))
             chosen = None
             for racks, not_in_p in pools:
-                chosen = self._pick_from_racks(
-                    topo, racks, xx, (lambda b, nip=not_in_p: ok(b) and (not nip or b not in in_p)))
+                def accept(b: str, nip: bool = not_in_p) -> bool:
+                    return ok(b) and (not nip or b not in in_p)
+
+                chosen = self._pick_from_racks(topo, racks, xx, accept)
                 if chosen is not None:
                     break
             if chosen is None:

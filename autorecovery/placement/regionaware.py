@@ -302,9 +302,10 @@ class RegionawarePolicy(TopologyAwarePolicy):
             near = {topo.rack_of(ens[q % e]) for q in range(p - wq + 1, p + wq) if q != p and q % e < len(ens)}
             fresh = [r for r in racks if r not in near]
             b = None
-            if local_rack in racks and region == self.my_region:
-                local_rack = None  # only the local region's first pick starts at the local rack (upstream)
-                b = self._pick_from_racks(topo, [self._local_rack], excl, accept)
+            if local_rack is not None and local_rack in racks and region == self.my_region:
+                # only the local region's first pick starts at the local rack (upstream)
+                first_rack, local_rack = local_rack, None
+                b = self._pick_from_racks(topo, [first_rack], excl, accept)
             if b is None:
                 b = self._pick_from_racks(topo, fresh, excl, accept)
             if b is None:
@@ -361,7 +362,7 @@ class RegionawarePolicy(TopologyAwarePolicy):
                 def accept(b: str) -> bool:
                     trial = list(labels)
                     rack = topo.rack_of(b)
-                    trial[idx] = (region_of_location(rack), rack)
+                    trial[idx] = (region_of_location(rack), rack)  # type: ignore[assignment]  # b is in topo: it has a rack
                     return not _durability_broken(self, trial, idx, wq, aq, skip_idx=False)
             cand = self._pick_from_racks(topo, topo.racks(), excl, accept, weights_over_leaves=False)
         if cand is None:

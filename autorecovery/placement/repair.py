@@ -49,14 +49,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 from .policy import Adherence
 from .schedule import ensemble_write_sets
 
 __all__ = ["RepairOutcome", "SearchBudgetExceeded", "solve_min_swaps", "LabelGroups", "DEFAULT_MAX_NODES"]
 
-Label = Hashable
+#: a fault domain: a rack (str), or a (region, rack) tuple in two-level mode; any hashable value
+Label = Any
 Judge = Callable[[tuple], Adherence]
 DEFAULT_MAX_NODES = 1_000_000
 
@@ -168,7 +169,7 @@ class _Search:
         self.groups = groups if groups is not None and groups.e == E else LabelGroups(pool, E, two_level)
         self._offsets: dict[int, int] = {}
         # verdict of each write set with its current members (None when it has a forced position)
-        self.orig = []
+        self.orig: list[Adherence | None] = []
         for ws, m in zip(self.sets, self.set_masks):
             if m & self.forced_mask:
                 self.orig.append(None)
@@ -182,9 +183,10 @@ class _Search:
         if self.prefer_order or n < 2:
             start = 0
         else:
-            start = self._offsets.get(id(group))
-            if start is None:
-                start = self._offsets[id(group)] = self.rng.randrange(n)
+            got = self._offsets.get(id(group))
+            if got is None:
+                got = self._offsets[id(group)] = self.rng.randrange(n)
+            start = got
         for i in range(n):
             x = group[(start + i) % n]
             if not skip(x):
@@ -322,7 +324,7 @@ class _Search:
 
     def _finish(self, changed: list[int], lab: list) -> RepairOutcome:
         in_s = set(changed)
-        taken = {self.current[p] for p in range(self.E) if p not in in_s}  # type: ignore[misc]
+        taken: set[str] = {b for p in range(self.E) if p not in in_s and (b := self.current[p]) is not None}
         out: list[str] = list(self.current)  # type: ignore[arg-type]
         for p in changed:
             b = self._pick(lab[p], taken)

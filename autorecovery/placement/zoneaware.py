@@ -230,11 +230,11 @@ class ZoneawarePolicy(TopologyAwarePolicy):
             slots: list = [None] * e
             try:
                 for i in range(e):
-                    b = self._pick_position(i, slots, cands, wq)
-                    if b is None:
+                    picked = self._pick_position(i, slots, cands, wq)
+                    if picked is None:
                         raise _Stuck(slots)
-                    slots[i] = b
-                    cands.remove(b)
+                    slots[i] = picked
+                    cands.remove(picked)
             except _Stuck as stuck:
                 if primary:
                     fixed = self._make_adhere(list(stuck.partial), wq, aq, excl)

@@ -30,7 +30,6 @@ Units: bytes, seconds (monotonic, from the injected ``now``), bytes per second.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping
@@ -152,7 +151,8 @@ class ClusterRate:
         self._events.append((t, self._episode_done))
         while len(self._events) >= 2 and self._events[1][0] <= t - self.window_s:
             self._events.popleft()
-        base_t, base_done = self._events[0]
+        base_t, first_done = self._events[0]
+        base_done = float(first_done)
         if base_t < t - self.window_s:  # interpolate the count at the window's start
             nxt_t, nxt_done = self._events[1]
             frac = (t - self.window_s - base_t) / max(nxt_t - base_t, 1e-9)

@@ -41,6 +41,8 @@ def _prepare(zk_connect: str) -> None:
     kz.start(10)
     try:
         kz.ensure_path("/ledgers/available/readonly")
+        # the client reads LAYOUT to lay ledger paths out (issue 10): a formatted cluster
+        kz.create("/ledgers/LAYOUT", b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1")
         racks = {"default": {"127.0.0.10:3181": {"rack": "/rack1", "hostname": "127.0.0.10"}}}
         kz.create("/bookies", json.dumps(racks).encode())
     finally:

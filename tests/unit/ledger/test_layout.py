@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autorecovery.errors import CompatibilityError
-from autorecovery.ledger.ids import ledger_id_from_path, ledger_path
+from autorecovery.ledger.ids import ledger_id_from_path
 from autorecovery.ledger.layout import (
     HIERARCHICAL,
     LONG_HIERARCHICAL,
