@@ -66,13 +66,18 @@ def from_proto(m: pb.LedgerMetadataFormat, format_version: int) -> LedgerMetadat
     """Build :class:`LedgerMetadata` from the upstream message.
 
     Raises:
-        ValueError: when the message violates metadata invariants (quorums, segment sizes).
+        ValueError: when the message violates metadata invariants (quorums, segment sizes) or a
+            bookie id or custom metadata key is not UTF-8 text.
     """
     for s in m.segment:
         for member in s.ensembleMember:
             # proto2 string fields with invalid UTF-8 come back as bytes: never let a bytes bookie id through
             if not isinstance(member, str):
                 raise ValueError(f"ensemble member {member!r} of segment {s.firstEntryId} is not UTF-8 text")
+    for e in m.customMetadata:
+        # same for a custom metadata key: a bytes key used to break every later rewrite of the ledger
+        if not isinstance(e.key, str):
+            raise ValueError(f"custom metadata key {e.key[:100]!r} is not UTF-8 text")
     return LedgerMetadata(
         ensemble_size=m.ensembleSize,
         write_quorum=m.quorumSize,
@@ -191,4 +196,5 @@ def deserialize(data: bytes, path: str = "?") -> LedgerMetadata:
             raise ValueError(f"metadata format version {version} is not supported (expected 1..{CURRENT_VERSION})")
         return from_proto(m, version)
     except (ValueError, DecodeError, IndexError, text_format.ParseError, UnicodeDecodeError) as exc:
-        raise MalformedMetadataError(f"malformed ledger metadata at {path}: {exc}") from exc
+        # bounded: a parse error quotes the offending text, which may be a whole 1 MB znode
+        raise MalformedMetadataError(f"malformed ledger metadata at {path}: {str(exc)[:500]}") from exc

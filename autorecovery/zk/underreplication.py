@@ -96,7 +96,7 @@ def decode_marker(data: bytes, path: str = "?") -> pb.UnderreplicatedLedgerForma
     try:
         text_format.Parse(data.decode(), m)
     except (text_format.ParseError, UnicodeDecodeError) as exc:
-        raise CompatibilityError(f"under-replication marker {path} is not a text UnderreplicatedLedgerFormat: {exc}") from exc
+        raise CompatibilityError(f"under-replication marker {path} is not a text UnderreplicatedLedgerFormat: {str(exc)[:500]}") from exc
     return m
 
 
@@ -175,7 +175,7 @@ class UnderreplicationManager:
             try:
                 text_format.Parse(data.decode(), m)
             except (text_format.ParseError, UnicodeDecodeError) as exc:
-                raise CompatibilityError(f"{self.paths.ur_layout}: unreadable layout {data!r}: {exc}") from exc
+                raise CompatibilityError(f"{self.paths.ur_layout}: unreadable layout {data[:200]!r}: {str(exc)[:500]}") from exc
             if m.type != "BASIC" or m.version != 1:
                 raise CompatibilityError(
                     f"{self.paths.ur_layout}: layout type {m.type!r} version {m.version} is not supported"
@@ -654,7 +654,7 @@ class UnderreplicationManager:
         try:
             return int(data.decode().strip())
         except ValueError as exc:
-            raise UnavailableError(f"{self.paths.lost_bookie_recovery_delay} holds {data!r}, not seconds") from exc
+            raise UnavailableError(f"{self.paths.lost_bookie_recovery_delay} holds {data[:100]!r}, not seconds") from exc
 
     async def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
         """setData (any version) or create: the auditor's watch sees every write, even the same value."""
