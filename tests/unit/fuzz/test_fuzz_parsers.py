@@ -25,6 +25,7 @@ from autorecovery.errors import (
     ConfigError,
     CookieError,
     MalformedMetadataError,
+    UnavailableError,
 )
 from autorecovery.ledger import formats
 from autorecovery.ledger.layout import layout_data, parse_layout
@@ -261,6 +262,9 @@ def test_fuzz_ctime_znodes(which, data):
     raw = data.draw(mutated(st.builds(lambda ms: encode_ctime(which, ms), I64)))
     v = decode_ctime(which, raw)
     assert isinstance(v, int)
+    path = f"/ledgers/underreplication/{which}Ctime"
+    strict = check(lambda d: decode_ctime(which, d, path), raw, UnavailableError, path)
+    assert strict is None or strict == v
 
 
 @FUZZ
