@@ -481,3 +481,35 @@ def test_regression_error_messages_stay_bounded(call):
     with pytest.raises(AutoRecoveryError) as ei:
         call()
     assert len(str(ei.value)) < 2000
+
+
+def _v3_with(segments: list[tuple[int, list[str]]]) -> bytes:
+    m = pb.LedgerMetadataFormat(quorumSize=1, ensembleSize=1, length=0, state=1)
+    for first, members in segments:
+        s = m.segment.add()
+        s.firstEntryId = first
+        s.ensembleMember.extend(members)
+    return _v3(m)
+
+
+@pytest.mark.parametrize("data", [
+    _v3_with([(0, ["a:1"]), (0, ["b:1"])]),  # two segments starting at the same entry
+    _v3_with([(0, ["a:1"]), (5, ["b:1"]), (5, ["c:1"])]),
+    formats.HEADER_PREFIX + b"1\n1\n1\n0\n0\ta:1\n0\tb:1\n",
+    _v3_with([(0, [""])]),  # members upstream's BookieId.parse refuses
+    _v3_with([(0, ["a b:1"])]),
+    _v3_with([(0, ["h/x:1"])]),
+    _v3_with([(0, ["readonly"])]),
+    _v3_with([(0, ["h\u00e9:1"])]),
+    formats.HEADER_PREFIX + b"1\n1\n1\n0\n0\t\n",
+])
+def test_regression_ledger_metadata_upstream_parse_invariants(data):
+    # decoded fine but upstream's parse (newEnsembleEntry of BookieId.parse) refuses these: a rewrite
+    # would have carried them on, and with_segment_replaced only ever touched the first duplicate
+    with pytest.raises(MalformedMetadataError, match=ZNODE):
+        formats.deserialize(data, ZNODE)
+
+
+def test_upstream_bookie_id_charset_still_accepted():
+    md = formats.deserialize(_v3_with([(0, ["[::1]:3181"]), (3, ["bk-1.example_x:3181"])]), ZNODE)
+    assert md.segments[1].ensemble == ("bk-1.example_x:3181",)
