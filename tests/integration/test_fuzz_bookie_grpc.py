@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from autorecovery.bookie.server import BookieConfig, BookieServer
@@ -117,6 +117,7 @@ def assert_still_serving(stub) -> None:
 def assert_answer(resp) -> None:
     """A protocol status, and a message whenever it is not EOK."""
     assert resp.status in STATUSES, resp
+    event(pb.StatusCode.Name(resp.status))  # --hypothesis-show-statistics: which answers were reached
     # the disk is healthy: EIO here would be an unexpected exception caught by a handler's catch-all
     assert resp.status != pb.EIO, f"EIO (an unexpected error inside the bookie): {resp.message}"
     if resp.status != pb.EOK and resp.status != pb.ENOENTRY and hasattr(resp, "message"):
@@ -287,4 +288,25 @@ def test_negative_and_unknown_ledgers(stub, lid):
         for a in answers:
             assert_answer(a)
         assert len(answers) <= 1
+    assert_still_serving(stub)
+
+
+def test_hundreds_of_concurrent_streams(stub):
+    """200 AddEntries and 200 ReadEntries streams in flight at once on one connection."""
+    lid = CANARY_LEDGER + 2
+    adds = []
+    for i in range(200):
+        reqs = [pb.AddRequest(ledger_id=lid, entry_id=i * 3 + k, master_key=MK,
+                              body=pack_entry(lid, i * 3 + k, -1, 0, b"s")) for k in range(3)]
+        adds.append(stub.AddEntries.future(iter(reqs), timeout=60))
+    reads = [stub.ReadEntries(pb.ReadRangeRequest(ledger_id=lid, first_entry_id=i, last_entry_id=i + 50),
+                              timeout=60) for i in range(200)]
+    for f in adds:
+        r = f.result()
+        assert r.status == pb.EOK and r.entries_written == 3, r
+    for stream in reads:
+        for resp in stream:
+            assert_answer(resp)
+    lst = call(stub.GetListOfEntriesOfLedger, pb.GetListOfEntriesOfLedgerRequest(ledger_id=lid))
+    assert [(x.first, x.last) for x in lst.ranges] == [(0, 599)]
     assert_still_serving(stub)

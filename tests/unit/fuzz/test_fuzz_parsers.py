@@ -513,3 +513,28 @@ def test_regression_ledger_metadata_upstream_parse_invariants(data):
 def test_upstream_bookie_id_charset_still_accepted():
     md = formats.deserialize(_v3_with([(0, ["[::1]:3181"]), (3, ["bk-1.example_x:3181"])]), ZNODE)
     assert md.segments[1].ensemble == ("bk-1.example_x:3181",)
+
+
+@FUZZ
+@given(st.data())
+def test_fuzz_config_file_and_env(data):
+    """A bk_server.conf of mutated bytes and BK_ environment variables: ConfigError or Settings."""
+    import tempfile
+
+    from autorecovery.config.load import load_settings
+    keys = _config_keys()
+    valid = "".join(f"{k}={v}\n" for k, v in data.draw(st.dictionaries(
+        st.sampled_from(keys), st.sampled_from([t.decode("latin-1") for t in TOKENS] + ["true", "1", "h:1"]),
+        max_size=5)).items()).encode("latin-1") + b"zkServers=127.0.0.1:2181\n"
+    raw = data.draw(mutated(st.just(valid)))
+    env = {f"BK_{k}": v for k, v in data.draw(st.dictionaries(
+        st.sampled_from(keys), st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12),
+        max_size=3)).items()}
+    with tempfile.TemporaryDirectory() as d:
+        conf = os.path.join(d, "bk_server.conf")
+        with open(conf, "wb") as f:
+            f.write(raw)
+        try:
+            load_settings(conf, env=env, require_metadata=False)
+        except ConfigError as exc:
+            assert str(exc)
