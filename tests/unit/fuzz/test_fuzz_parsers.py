@@ -538,3 +538,20 @@ def test_fuzz_config_file_and_env(data):
             load_settings(conf, env=env, require_metadata=False)
         except ConfigError as exc:
             assert str(exc)
+
+
+@FUZZ
+@given(mutated(_cookies))
+def test_fuzz_cookie_file_and_instance_id_bytes(data):
+    """The cookie file's and INSTANCEID znode's raw bytes (read_dir_cookie, _utf8)."""
+    import tempfile
+    from pathlib import Path
+
+    from autorecovery.bookie.cookie import _utf8, dir_cookie_path, read_dir_cookie
+    with tempfile.TemporaryDirectory() as d:
+        path = dir_cookie_path(Path(d))
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
+        check(read_dir_cookie, Path(d), CookieError, str(path))
+    text = check(lambda raw: _utf8(raw, "/ledgers/INSTANCEID"), data, CookieError, "/ledgers/INSTANCEID")
+    assert text is None or isinstance(text, str)
