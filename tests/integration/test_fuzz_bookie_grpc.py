@@ -30,7 +30,12 @@ from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.testing.bookie_proc import format_test_cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    # the bookie's own threads (ZooKeeper client, gRPC) use the random module while hypothesis draws
+    # in the test thread; hypothesis then suspects the strategies
+    pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies"),
+]
 
 N = int(os.environ.get("FUZZ_EXAMPLES_GRPC", "50"))
 FUZZ = settings(max_examples=N, deadline=None, database=None,
