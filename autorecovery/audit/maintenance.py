@@ -71,8 +71,9 @@ class Window:
             d = json.loads(data.decode("utf-8"))
             w = cls(str(d["kind"]), str(d["target"]), str(d.get("reason", "")), int(d["started_ms"]),
                     int(d["expires_ms"]), str(d.get("by", "")))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise MalformedMetadataError(f"{where}: not a maintenance window record: {exc}") from exc
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+            # OverflowError: a time of 1e999 (JSON infinity); RecursionError: nesting too deep
+            raise MalformedMetadataError(f"{where}: not a maintenance window record: {str(exc)[:200]}") from exc
         if w.kind not in KINDS:
             raise MalformedMetadataError(f"{where}: unknown maintenance kind {w.kind!r} (expected {KINDS})")
         return w

@@ -88,7 +88,7 @@ class Cookie:
         try:
             version = int(first.strip())
         except ValueError:
-            raise CookieError(f"cookie {source}: invalid layout version line {first.strip()!r}") from None
+            raise CookieError(f"cookie {source}: invalid layout version line {first.strip()[:100]!r}") from None
         if version == 3:
             lines = rest.split("\n")
             if len(lines) < 3:
@@ -100,7 +100,7 @@ class Cookie:
         try:
             text_format.Parse(rest, msg)
         except text_format.ParseError as exc:
-            raise CookieError(f"cookie {source}: cannot parse: {exc}") from exc
+            raise CookieError(f"cookie {source}: cannot parse: {str(exc)[:500]}") from exc
         return cls(
             bookie_host=msg.bookieHost,
             journal_dirs=msg.journalDir,

@@ -18,6 +18,8 @@ always written (``-1``/``0`` while open).
 
 from __future__ import annotations
 
+import re
+
 from google.protobuf import text_format
 from google.protobuf.internal import decoder, encoder
 from google.protobuf.message import DecodeError
@@ -62,17 +64,46 @@ def to_proto(md: LedgerMetadata, *, include_ctoken: bool = True) -> pb.LedgerMet
     return m
 
 
+#: upstream ``BookieId.validateBookieId`` (Java ``String.matches``, so a full match; ``:-_`` is a range)
+_UPSTREAM_BOOKIE_ID = re.compile(r"[a-zA-Z0-9:-_.\-]+")
+
+
+def _check_segments(segments: list[tuple[int, list]]) -> None:
+    """Upstream's parse (``LedgerMetadataBuilder.newEnsembleEntry`` of ``BookieId.parse``'d members)
+    refuses an ensemble member that is not a valid bookie id (or is ``readonly``) and segments whose
+    first entry ids do not strictly increase.
+
+    Raises:
+        ValueError: naming the member or the segment.
+    """
+    prev = None
+    for first, members in segments:
+        if prev is not None and first <= prev:
+            raise ValueError(f"segment at entry {first} does not start after the segment at entry {prev}")
+        prev = first
+        for member in members:
+            if not _UPSTREAM_BOOKIE_ID.fullmatch(member) or member.lower() == "readonly":
+                raise ValueError(f"ensemble member {member[:100]!r} of segment {first} is not a valid bookie id")
+
+
 def from_proto(m: pb.LedgerMetadataFormat, format_version: int) -> LedgerMetadata:
     """Build :class:`LedgerMetadata` from the upstream message.
 
     Raises:
-        ValueError: when the message violates metadata invariants (quorums, segment sizes).
+        ValueError: when the message violates metadata invariants (quorums, segment sizes, strictly
+            increasing segment starts, upstream-valid bookie ids) or a bookie id or custom metadata key
+            is not UTF-8 text.
     """
     for s in m.segment:
         for member in s.ensembleMember:
             # proto2 string fields with invalid UTF-8 come back as bytes: never let a bytes bookie id through
             if not isinstance(member, str):
                 raise ValueError(f"ensemble member {member!r} of segment {s.firstEntryId} is not UTF-8 text")
+    _check_segments([(s.firstEntryId, list(s.ensembleMember)) for s in m.segment])
+    for e in m.customMetadata:
+        # same for a custom metadata key: a bytes key used to break every later rewrite of the ledger
+        if not isinstance(e.key, str):
+            raise ValueError(f"custom metadata key {e.key[:100]!r} is not UTF-8 text")
     return LedgerMetadata(
         ensemble_size=m.ensembleSize,
         write_quorum=m.quorumSize,
@@ -158,6 +189,7 @@ def _parse_v1(body: bytes) -> LedgerMetadata:
                 state, last = LedgerState.CLOSED, lid
             break
         segments.append(Segment(int(parts[0]), tuple(parts[1:])))
+    _check_segments([(seg.first_entry_id, list(seg.ensemble)) for seg in segments])
     return LedgerMetadata(
         ensemble_size=e, write_quorum=wq, ack_quorum=wq, segments=tuple(segments), state=state,
         last_entry_id=last, length=length if state == LedgerState.CLOSED else 0,
@@ -191,4 +223,5 @@ def deserialize(data: bytes, path: str = "?") -> LedgerMetadata:
             raise ValueError(f"metadata format version {version} is not supported (expected 1..{CURRENT_VERSION})")
         return from_proto(m, version)
     except (ValueError, DecodeError, IndexError, text_format.ParseError, UnicodeDecodeError) as exc:
-        raise MalformedMetadataError(f"malformed ledger metadata at {path}: {exc}") from exc
+        # bounded: a parse error quotes the offending text, which may be a whole 1 MB znode
+        raise MalformedMetadataError(f"malformed ledger metadata at {path}: {str(exc)[:500]}") from exc

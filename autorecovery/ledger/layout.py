@@ -25,6 +25,7 @@ must agree with ``LAYOUT`` (upstream ``AbstractZkLedgerManagerFactory.newLedgerM
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from autorecovery.errors import CompatibilityError
@@ -112,6 +113,10 @@ def require_matches(layout: Layout, configured: str | None, key: str, path: str)
     return layout
 
 
+#: a LAYOUT number: ASCII decimal digits, at most 18 (fits a Java long, as upstream parses it)
+_DECIMAL = re.compile(r"[0-9]{1,18}")
+
+
 def parse_layout(data: bytes, path: str) -> Layout:
     """Parse the ``LAYOUT`` znode's data (upstream ``LedgerLayout.parseLayout``).
 
@@ -124,16 +129,18 @@ def parse_layout(data: bytes, path: str) -> Layout:
     except UnicodeDecodeError as exc:
         raise CompatibilityError(f"{path}: LAYOUT is not UTF-8 text ({exc})") from exc
     lines = [ln.strip() for ln in text.strip().split("\n")]
-    if len(lines) != 2 or not lines[0].isdigit():
-        raise CompatibilityError(f"{path}: cannot parse LAYOUT {text!r} (expected '<format version>\\n"
+    # ASCII digits only and a bounded length: str.isdigit() also accepts "²" or "١", which int()
+    # refuses, and int() refuses more than 4300 digits (both used to escape as ValueError)
+    if len(lines) != 2 or not _DECIMAL.fullmatch(lines[0]):
+        raise CompatibilityError(f"{path}: cannot parse LAYOUT {text[:200]!r} (expected '<format version>\\n"
                                  f"<ledger manager factory>:<version>')")
     fmt = int(lines[0])
     if fmt > LAYOUT_FORMAT_VERSION:
         raise CompatibilityError(f"{path}: LAYOUT format version {fmt} is newer than this version understands "
                                  f"({LAYOUT_FORMAT_VERSION})")
     name, sep, ver = lines[1].rpartition(":")
-    if not sep or not name or not ver.isdigit():
-        raise CompatibilityError(f"{path}: cannot parse the ledger manager {lines[1]!r} in LAYOUT "
+    if not sep or not name or not _DECIMAL.fullmatch(ver):
+        raise CompatibilityError(f"{path}: cannot parse the ledger manager {lines[1][:200]!r} in LAYOUT "
                                  f"(expected '<class>:<version>')")
     return Layout(fmt, name, int(ver))
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from google.protobuf.message import DecodeError
+
+from autorecovery.errors import MalformedMetadataError
 from autorecovery.ledger.striping import index_stores
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookkeeper_formats_pb2 as fmt
@@ -103,9 +106,11 @@ def decode_service_properties(data: bytes) -> dict[str, str]:
     info = fmt.BookieServiceInfoFormat()
     try:
         info.ParseFromString(data)
-    except Exception:  # noqa: BLE001 - DecodeError; foreign data is simply "no properties"
+        # a map entry with non-UTF-8 text only fails when read (upb decodes map strings lazily)
+        props = dict(info.properties)
+    except (DecodeError, UnicodeDecodeError):  # foreign data is simply "no properties"
         return {}
-    return dict(info.properties)
+    return {k: v for k, v in props.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def advertised_protocols(data: bytes) -> tuple[str, ...]:
@@ -120,9 +125,11 @@ def advertised_protocols(data: bytes) -> tuple[str, ...]:
     info = fmt.BookieServiceInfoFormat()
     try:
         info.ParseFromString(data)
-    except Exception:  # noqa: BLE001 - DecodeError: foreign data
+        protocols = [ep.protocol for ep in info.endpoints]
+    except (DecodeError, UnicodeDecodeError):  # foreign data
         return ("<undecodable>",)
-    return tuple(ep.protocol or "<unnamed>" for ep in info.endpoints)
+    # a proto2 string that is not UTF-8 comes back as bytes: name it, never return bytes
+    return tuple((p if isinstance(p, str) else "<undecodable>") or "<unnamed>" for p in protocols)
 
 
 def speaks_grpc(data: bytes) -> bool:
@@ -130,19 +137,30 @@ def speaks_grpc(data: bytes) -> bool:
     return ENDPOINT_PROTOCOL in advertised_protocols(data)
 
 
-def decode_service_info(data: bytes) -> tuple[str, int] | None:
+def decode_service_info(data: bytes, path: str = "?") -> tuple[str, int] | None:
     """``(host, port)`` of the gRPC endpoint in a registration znode's data, or ``None`` if absent.
 
     Empty data (upstream bookies before 4.12 wrote none) gives ``None``.
 
+    Args:
+        data: the znode's bytes. path: the registration znode (``<root>/available/<bookie id>``),
+            named in the error.
+
     Raises:
-        google.protobuf.message.DecodeError: when ``data`` is not a ``BookieServiceInfoFormat``.
+        MalformedMetadataError: naming ``path`` when ``data`` is not a ``BookieServiceInfoFormat``
+            (or its gRPC endpoint's host is not UTF-8 text).
     """
     if not data:
         return None
     info = fmt.BookieServiceInfoFormat()
-    info.ParseFromString(data)
-    for ep in info.endpoints:
-        if ep.protocol == ENDPOINT_PROTOCOL:
-            return ep.host, ep.port
+    try:
+        info.ParseFromString(data)
+        endpoints = [(ep.protocol, ep.host, ep.port) for ep in info.endpoints]
+    except (DecodeError, UnicodeDecodeError) as exc:
+        raise MalformedMetadataError(f"bookie registration {path} is not a BookieServiceInfoFormat: {exc}") from exc
+    for protocol, host, port in endpoints:
+        if protocol == ENDPOINT_PROTOCOL:
+            if not isinstance(host, str):
+                raise MalformedMetadataError(f"bookie registration {path}: endpoint host {host!r} is not UTF-8 text")
+            return host, port
     return None

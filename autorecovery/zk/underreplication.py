@@ -99,7 +99,7 @@ def decode_marker(data: bytes, path: str = "?") -> pb.UnderreplicatedLedgerForma
     try:
         text_format.Parse(data.decode(), m)
     except (text_format.ParseError, UnicodeDecodeError) as exc:
-        raise CompatibilityError(f"under-replication marker {path} is not a text UnderreplicatedLedgerFormat: {exc}") from exc
+        raise CompatibilityError(f"under-replication marker {path} is not a text UnderreplicatedLedgerFormat: {str(exc)[:500]}") from exc
     return m
 
 
@@ -111,13 +111,22 @@ def encode_ctime(which: str, ms: int) -> bytes:
     return m.SerializeToString()
 
 
-def decode_ctime(which: str, data: bytes) -> int:
+def decode_ctime(which: str, data: bytes, path: str | None = None) -> int:
+    """The ms stored in a ``which`` ctime znode (-1 when the field is absent).
+
+    Raises:
+        UnavailableError: naming ``path`` when ``path`` is given and ``data`` is not the binary
+            ``<which>Format`` (upstream ``getCheckAllLedgersCTime``: "Error while parsing ZK protobuf
+            binary data"). Without ``path``, undecodable data gives -1.
+    """
     _, cls, fname = CTIME_KINDS[which]
     m = cls()
     try:
         m.ParseFromString(data)
-    except DecodeError:
-        return -1
+    except DecodeError as exc:
+        if path is None:
+            return -1
+        raise UnavailableError(f"{path}: cannot parse the {which} ctime ({len(data)} bytes): {exc}") from exc
     return getattr(m, fname) if m.HasField(fname) else -1
 
 
@@ -178,7 +187,7 @@ class UnderreplicationManager:
             try:
                 text_format.Parse(data.decode(), m)
             except (text_format.ParseError, UnicodeDecodeError) as exc:
-                raise CompatibilityError(f"{self.paths.ur_layout}: unreadable layout {data!r}: {exc}") from exc
+                raise CompatibilityError(f"{self.paths.ur_layout}: unreadable layout {data[:200]!r}: {str(exc)[:500]}") from exc
             if m.type != "BASIC" or m.version != 1:
                 raise CompatibilityError(
                     f"{self.paths.ur_layout}: layout type {m.type!r} version {m.version} is not supported"
@@ -676,7 +685,7 @@ class UnderreplicationManager:
         try:
             return int(data.decode().strip())
         except ValueError as exc:
-            raise UnavailableError(f"{self.paths.lost_bookie_recovery_delay} holds {data!r}, not seconds") from exc
+            raise UnavailableError(f"{self.paths.lost_bookie_recovery_delay} holds {data[:100]!r}, not seconds") from exc
 
     async def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
         """setData (any version) or create: the auditor's watch sees every write, even the same value."""
@@ -721,12 +730,19 @@ class UnderreplicationManager:
         return getattr(self.paths, CTIME_KINDS[which][0])
 
     async def get_check_ctime(self, which: str) -> int:
-        """Last completed run of ``which`` in ms since the epoch; -1 when never run or unreadable."""
+        """Last completed run of ``which`` in ms since the epoch; -1 when never run or unreadable
+        (an unreadable znode is logged naming it, as upstream's auditor logs the UnavailableException
+        and treats the check as never run; the next run overwrites it)."""
+        path = self._ctime_path(which)
         try:
-            data, _ = await self.zk.get(self._ctime_path(which))
+            data, _ = await self.zk.get(path)
         except NoNodeError:
             return -1
-        return decode_ctime(which, data)
+        try:
+            return decode_ctime(which, data, path)
+        except UnavailableError as exc:
+            log.error("unreadable check ctime; treating the check as never run", check=which, error=str(exc))
+            return -1
 
     async def set_check_ctime(self, which: str, ms: int) -> None:
         path = self._ctime_path(which)

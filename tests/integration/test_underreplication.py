@@ -195,3 +195,26 @@ async def test_list_with_predicate(urm):
     assert got == [1, 3]
     got = [m.ledger_id async for m in urm.list_underreplicated(lambda r: "a:1" not in r)]
     assert got == [2]
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xff\xff", b"\x08", b"\x0a\x80"])
+async def test_hostile_ctime_znode_reads_as_never_run(urm, zk, raw):
+    # issue 15 fuzzing: garbage used to be swallowed silently; now decode_ctime with a path raises
+    # UnavailableError naming the znode and get_check_ctime logs it and answers -1 (upstream auditor)
+    path = "/ledgers/underreplication/checkallledgersctime"
+    await zk.create(path, raw, makepath=True)
+    with pytest.raises(UnavailableError, match=path):
+        decode_ctime("checkallledgers", raw, path)
+    assert await urm.get_check_ctime("checkallledgers") == -1
+    await urm.set_check_ctime("checkallledgers", 42)  # the next run overwrites it
+    assert await urm.get_check_ctime("checkallledgers") == 42
+
+
+@pytest.mark.parametrize("raw", [b"\xff", b"9" * 5000, b"\xc2\xb2", b"", b"1e3"])
+async def test_hostile_lost_bookie_recovery_delay(urm, zk, raw):
+    path = "/ledgers/underreplication/lostBookieRecoveryDelay"
+    await urm.init_lost_bookie_recovery_delay(10)
+    await zk.set(path, raw)
+    with pytest.raises(UnavailableError, match=path) as ei:
+        await urm.get_lost_bookie_recovery_delay()
+    assert len(str(ei.value)) < 500
