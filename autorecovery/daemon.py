@@ -184,7 +184,7 @@ class Daemon:
 
             from autorecovery.rpc.bookie_client import BookieClient
 
-            self.bookies = BookieClient()
+            self.bookies = BookieClient(tls=s.tls)
             bi = s.bookie_info
             self.reader = BookieInfoReader(
                 self.bookies, self.watcher, consumers=[self.policy], interval_s=bi.interval_s,
