@@ -141,7 +141,7 @@ def tls_failure(details: str) -> str | None:
     connecting.
     """
     low = (details or "").lower()
-    if any(s in low for s in ("handshake", "ssl_error", "certificate", "tsi_", "ssl routines")):
+    if any(s in low for s in ("handshake", "ssl_error", "certificate", "tsi_", "ssl routines", "verification check")):
         return details
     if "failed to connect" in low and ("socket closed" in low or "connection reset" in low):
         return ("the bookie closed the connection during the handshake: it did not accept our client "
