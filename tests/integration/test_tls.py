@@ -11,6 +11,7 @@ certificates (a test CA made with ``cryptography``), real in-process bookies and
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import pytest
@@ -201,3 +202,114 @@ def test_bookie_tls_flags_are_checked(tmp_path, pki):
     res = CliRunner().invoke(bookie_command, [*common, "--tls-cert", pki["bookie"].cert, "--tls-key",
                                               pki["bookie"].cert])
     assert res.exit_code == 2 and "--tls-key" in res.output and "no PEM private key" in res.output
+
+
+# -- the admin HTTP server: HTTPS, bearer token, client certificates ----------------------------------------
+def _https(port: int, method: str, path: str, ca: str, *, token: str | None = None, body: bytes | None = None,
+           cert: tuple[str, str] | None = None) -> tuple[int, str, dict]:
+    import http.client
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=ca)
+    if cert:
+        ctx.load_cert_chain(*cert)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode("utf-8", "replace"), dict(resp.getheaders())
+    finally:
+        conn.close()
+
+
+async def _https_daemon(cluster, tmp_path, pki, **extra) -> tuple[Daemon, str]:
+    token = "s3cret-Token-42"
+    (tmp_path / "token").write_text(token + "\n")
+    srv = pki["ca"].issue("http")
+    settings = load_settings(None, env={}, overrides={
+        "zkServers": cluster, "bookieId": "127.0.0.1:2", "httpServerPort": "0", "zkTimeout": "4000",
+        "httpAdminMutationsEnabled": "true", "httpServerTlsEnable": "true",
+        "httpServerCertificatePath": srv.cert, "httpServerKeyPath": srv.key,
+        "httpAdminTokenFile": str(tmp_path / "token"), **extra})
+    assert token not in repr(settings)
+    d = Daemon(settings, out=io.StringIO())
+    await d.start()
+    assert await wait_for(lambda: d.readiness()[0], 20), d.readiness()
+    return d, token
+
+
+async def test_https_admin_answers_with_the_test_ca_and_mutations_need_the_token(cluster, tmp_path, pki):
+    d, token = await _https_daemon(cluster, tmp_path, pki)
+    port = d.http_port
+    ca = pki["ca"].path
+    path = "/api/v1/autorecovery/lost_bookie_recovery_delay"
+    try:
+        async def delay_seeded() -> bool:  # the elected auditor seeds the znode
+            return (await asyncio.to_thread(_https, port, "GET", path, ca))[0] == 200
+
+        assert await wait_for(delay_seeded, 20, interval_s=0.1)
+        code, body, _ = await asyncio.to_thread(_https, port, "GET", path, ca)
+        assert code == 200 and "lostBookieRecoveryDelay value" in body, (code, body)
+        for tok in (None, "wrong", token + "x", ""):
+            code, body, headers = await asyncio.to_thread(_https, port, "PUT", path, ca, token=tok,
+                                                          body=b'{"delay_seconds": 7}')
+            assert code == 401, (tok, code, body)
+            assert token not in body and "Bearer" in headers.get("WWW-Authenticate", "")
+        code, body, _ = await asyncio.to_thread(_https, port, "PUT", path, ca, token=token,
+                                                body=b'{"delay_seconds": 7}')
+        assert code == 200, body
+        code, body, _ = await asyncio.to_thread(_https, port, "GET", path, ca)
+        assert "7" in body
+        # a body over the limit is refused before any handler; no traceback in any answer
+        code, body, _ = await asyncio.to_thread(_https, port, "PUT", path, ca, token=token,
+                                                body=b"{" + b" " * (128 * 1024) + b"}")
+        assert code == 413 and "Traceback" not in body
+        # plain HTTP on the HTTPS port gets no API answer
+        import urllib.error
+        import urllib.request
+
+        def plain() -> int:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+            except (urllib.error.URLError, ConnectionError, OSError):
+                return -1
+
+        assert await asyncio.to_thread(plain) in (-1, 400)
+    finally:
+        await d.stop()
+
+
+async def test_https_admin_with_client_certificates(cluster, tmp_path, pki):
+    d, token = await _https_daemon(cluster, tmp_path, pki, httpServerClientCaPath=pki["ca"].path)
+    port = d.http_port
+    ca = pki["ca"].path
+    try:
+        code, _body, _ = await asyncio.to_thread(_https, port, "GET", "/heartbeat", ca,
+                                                 cert=(pki["client"].cert, pki["client"].key))
+        assert code == 200
+        import ssl
+
+        for cert in (None, (pki["rogue"].cert, pki["rogue"].key)):
+            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+                await asyncio.to_thread(_https, port, "GET", "/heartbeat", ca, cert=cert)
+    finally:
+        await d.stop()
+
+
+def test_mutations_on_a_public_bind_need_authentication(tmp_path, pki):
+    base = {"zkServers": "zk1:2181", "httpAdminMutationsEnabled": "true", "httpServerAddress": "0.0.0.0"}
+    with pytest.raises(ConfigError, match="needs authentication: set httpAdminTokenFile"):
+        load_settings(None, env={}, overrides=base)
+    (tmp_path / "token").write_text("t\n")
+    assert load_settings(None, env={}, overrides={**base, "httpAdminTokenFile": str(tmp_path / "token")}).http.token
+    with pytest.raises(ConfigError, match="httpServerTlsEnable=true needs httpServerKeyPath"):
+        load_settings(None, env={}, overrides={**base, "httpServerTlsEnable": "true",
+                                               "httpServerCertificatePath": pki["client"].cert})
+    with pytest.raises(ConfigError, match="httpServerKeyStorePath is set: JKS") as err:
+        load_settings(None, env={}, overrides={"zkServers": "zk1:2181", "httpServerKeyStorePath": "/x.jks",
+                                               "httpServerKeyStorePassword": "hunter2"})
+    assert "hunter2" not in str(err.value)
