@@ -313,3 +313,28 @@ def test_mutations_on_a_public_bind_need_authentication(tmp_path, pki):
         load_settings(None, env={}, overrides={"zkServers": "zk1:2181", "httpServerKeyStorePath": "/x.jks",
                                                "httpServerKeyStorePassword": "hunter2"})
     assert "hunter2" not in str(err.value)
+
+
+async def test_bookie_process_serves_mtls_from_its_flags(cluster, tmp_path, pki):
+    """``autorecovery bookie --tls-cert --tls-key --tls-trust-store --tls-client-auth`` as a real process:
+    an mTLS client stores and reads an entry; a plaintext client is refused."""
+    from autorecovery.testing.bookie_proc import BookieProcess
+
+    p = BookieProcess(["--zk", cluster, "--data-dir", str(tmp_path / "pd"), "--port", "0", "--log-format", "json",
+                       "--tls-cert", pki["bookie"].cert, "--tls-key", pki["bookie"].key,
+                       "--tls-trust-store", pki["ca"].path, "--tls-client-auth"], tmp_path / "bookie.log")
+    try:
+        bookie_id = await p.await_ready()
+        good = BookieClient(timeout_s=5, tls=_client_tls(pki))
+        plain = BookieClient(timeout_s=3)
+        try:
+            await good.add_entry(bookie_id, 3, 0, MK, pack_entry(3, 0, -1, 2, b"hi"))
+            assert (await good.read_entry(bookie_id, 3, 0)).body.endswith(b"hi")
+            with pytest.raises(BookieUnavailableError):
+                await plain.read_entry(bookie_id, 3, 0)
+        finally:
+            await good.close()
+            await plain.close()
+    finally:
+        p.stop()
+        await p.await_exit(30)
