@@ -486,6 +486,27 @@ def _bookie_tls(values: Mapping[str, Any], errors: list[str]) -> BookieTls:
     return tls
 
 
+def _tls_off_warnings(values: Mapping[str, Any], sources: Mapping[str, str]) -> list[str]:
+    """Warnings for TLS keys that were set while their switch is off (they change nothing then):
+    ``tlsClientAuthentication``/``tlsCertificatePath``/``tlsKeyStore``/``tlsTrustStore`` without
+    ``tlsProviderFactoryClass``, and the HTTPS files without ``httpServerTlsEnable``."""
+    out = []
+    groups = (
+        (K.asks_for_security(str(values.get("tlsProviderFactoryClass") or "")), "tlsProviderFactoryClass",
+         ("tlsClientAuthentication", "tlsCertificatePath", "tlsKeyStore", "tlsTrustStore"),
+         "bookie connections stay plaintext"),
+        (bool(values.get("httpServerTlsEnable")), "httpServerTlsEnable=true",
+         ("httpServerCertificatePath", "httpServerKeyPath", "httpServerClientCaPath"), "the admin port serves plain HTTP"),
+    )
+    for on, switch, names, what in groups:
+        if on:
+            continue
+        set_ = [n for n in names if sources.get(n, "default") != "default" and values.get(n)]
+        if set_:
+            out.append(f"{', '.join(set_)} set without {switch}: no effect, {what}")
+    return out
+
+
 def _http_settings(values: Mapping[str, Any], errors: list[str]) -> HttpSettings:
     """The admin HTTP server's keys → :class:`HttpSettings` (issue 15 checks).
 
@@ -834,6 +855,7 @@ def load_settings(
     stats = _stats_settings(values, sources, errors)
     bookie_tls = _bookie_tls(values, errors)
     http = _http_settings(values, errors)
+    warnings.extend(_tls_off_warnings(values, sources))
 
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))

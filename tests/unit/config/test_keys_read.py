@@ -40,10 +40,19 @@ BASE = {"zkServers": "zk1:2181"}
 _TLS = {"tlsProviderFactoryClass": TLS_CONTEXT_FACTORY}
 _MTLS = {**_TLS, "tlsClientAuthentication": "true", "tlsCertificatePath": "{tmp}/cert.pem",
          "tlsKeyStore": "{tmp}/key.pem"}
+_HTTPS = {"httpServerTlsEnable": "true", "httpServerCertificatePath": "{tmp}/cert.pem",
+          "httpServerKeyPath": "{tmp}/key.pem"}
 
 #: Keys whose effect only shows with another key set (the context is part of both sides of the diff).
 CONTEXT: dict[str, dict[str, str]] = {
     "httpServerTlsEnable": {"httpServerCertificatePath": "{tmp}/cert.pem", "httpServerKeyPath": "{tmp}/key.pem"},
+    "httpServerCertificatePath": _HTTPS,
+    "httpServerKeyPath": _HTTPS,
+    "httpServerClientCaPath": _HTTPS,
+    "tlsClientAuthentication": {**_MTLS, "tlsClientAuthentication": "false"},
+    "tlsCertificatePath": _MTLS,
+    "tlsKeyStore": _MTLS,
+    "tlsTrustStore": _TLS,
     "tlsKeyStoreType": _MTLS,
     "tlsTrustStoreType": _TLS,
     "tlsKeyStorePasswordPath": _TLS,
@@ -79,8 +88,8 @@ VALUES: dict[str, str] = {
     "reppDisallowBookiePlacementInRegionFeatureName": "disallow_region",
     "reppDisallowedRegions": "r2",
     "disableEnsembleChangeFeatureName": "my_disable_feature",
-    "httpServerCertificatePath": "{tmp}/cert.pem",
-    "httpServerKeyPath": "{tmp}/key.pem",
+    "httpServerCertificatePath": "{tmp}/cert2.pem",
+    "httpServerKeyPath": "{tmp}/key2.pem",
     "httpServerClientCaPath": "{tmp}/cert.pem",
     "httpAdminTokenFile": "{tmp}/token",
     "httpServerKeyStorePath": "",
@@ -90,8 +99,8 @@ VALUES: dict[str, str] = {
     "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY,
     "tlsKeyStoreType": "PEM",
     "tlsTrustStoreType": "PEM",
-    "tlsKeyStore": "{tmp}/key.pem",
-    "tlsCertificatePath": "{tmp}/cert.pem",
+    "tlsKeyStore": "{tmp}/key2.pem",
+    "tlsCertificatePath": "{tmp}/cert2.pem",
     "tlsTrustStore": "{tmp}/cert.pem",
     "tlsKeyStorePasswordPath": "",
     "tlsHostnameVerificationEnabled": "true",
@@ -115,8 +124,10 @@ REFUSED: dict[str, str] = {
 
 def _files(tmp_path: Path) -> None:
     """Placeholder PEM files (only their markers are checked when settings load) and a token file."""
-    (tmp_path / "cert.pem").write_text("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n")
-    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n")
+    for name in ("cert.pem", "cert2.pem"):
+        (tmp_path / name).write_text("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n")
+    for name in ("key.pem", "key2.pem"):
+        (tmp_path / name).write_text("-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n")
     (tmp_path / "token").write_text("t0ken\n")
 
 
@@ -210,6 +221,15 @@ def test_every_key_is_read(key, tmp_path):
         f"{key.name}={raw} changes nothing the code builds from the settings and no code reads it with "
         f".get({key.name!r}): it is accepted and ignored. Make it take effect, or move it to "
         f"NO_EFFECT_KEYS with the reason")
+
+
+def test_tls_files_without_their_switch_warn(tmp_path):
+    _files(tmp_path)
+    s = load_settings(None, env={}, overrides={**BASE, "tlsTrustStore": f"{tmp_path}/cert.pem",
+                                               "httpServerKeyPath": f"{tmp_path}/key.pem"})
+    assert "tlsTrustStore set without tlsProviderFactoryClass: no effect, bookie connections stay plaintext" in s.warnings
+    assert ("httpServerKeyPath set without httpServerTlsEnable=true: no effect, the admin port serves plain HTTP"
+            in s.warnings)
 
 
 def test_config_check_lists_no_effect_keys_with_reason_and_errors_on_unknown(tmp_path):
