@@ -36,7 +36,7 @@ import structlog
 
 from autorecovery import metrics
 from autorecovery.admin import ops
-from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer
+from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer, server_ssl_context
 from autorecovery.config.load import Settings
 from autorecovery.roles.bookie_info import BookieInfoReader
 from autorecovery.roles.role import Role
@@ -182,7 +182,7 @@ class Daemon:
 
             from autorecovery.rpc.bookie_client import BookieClient
 
-            self.bookies = BookieClient()
+            self.bookies = BookieClient(tls=s.tls)
             bi = s.bookie_info
             self.reader = BookieInfoReader(
                 self.bookies, self.watcher, consumers=[self.policy], interval_s=bi.interval_s,
@@ -205,8 +205,10 @@ class Daemon:
             if s.http.enabled:
                 deps = HttpDeps(ctx=self.ctx, mutations_enabled=s.http.mutations_enabled,
                                 liveness=self.liveness, readiness=self.readiness, registry=self.registry,
-                                jobs=Jobs())
-                self.http = AdminHttpServer(deps, s.http.address, s.http.port)
+                                jobs=Jobs(), token=s.http.token)
+                tls_ctx = (server_ssl_context(s.http.cert_path, s.http.key_path, s.http.client_ca_path)
+                           if s.http.tls else None)
+                self.http = AdminHttpServer(deps, s.http.address, s.http.port, ssl_context=tls_ctx)
                 await self.http.start()
                 self.http_port = self.http.port
             await self._start_prometheus()

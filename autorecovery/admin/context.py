@@ -136,7 +136,7 @@ class AdminContext:
             from autorecovery.rpc.bookie_client import BookieClient
 
             timeout = float(self.settings.bookie_info.timeout_s) if self.settings else 5.0
-            self.bookies = BookieClient(timeout_s=max(timeout, 5.0))
+            self.bookies = BookieClient(timeout_s=max(timeout, 5.0), tls=getattr(self.settings, "tls", None))
             self._owned.append(self.bookies.close)
         return self.bookies
 

@@ -39,7 +39,12 @@ path                                                        method  body / answe
 ==========================================================  ======  =========================================
 
 Mutating requests (every PUT) answer 403 unless ``httpAdminMutationsEnabled=true`` (ours; upstream has
-no switch and binds every interface). Upstream answers most errors with 404 and a text body; we keep
+no switch and binds every interface). With ``httpAdminTokenFile`` (issue 15) every PUT/POST/DELETE/PATCH
+must carry ``Authorization: Bearer <token>`` (compared in constant time) or is answered 401 before
+anything else; the configuration refuses mutations on a non-loopback bind without a token or client
+certificates. ``httpServerTlsEnable`` serves HTTPS (PEM certificate and key), with
+``httpServerClientCaPath`` requiring client certificates. Request bodies over
+:data:`MAX_REQUEST_BYTES` answer 413; an unexpected error answers 500 with one line, never a traceback. Upstream answers most errors with 404 and a text body; we keep
 its success bodies and use precise codes for errors (400 bad input, 403 mutations off, 404 missing,
 409 illegal state, 503 unavailable), with the error text as body.
 """
@@ -48,9 +53,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import itertools
 import json
 import math
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -69,6 +76,13 @@ from autorecovery.errors import AutoRecoveryError, IllegalOpError
 log = structlog.get_logger("autorecovery.http")
 
 API = "/api/v1"
+
+#: Largest request body accepted, bytes (aiohttp ``client_max_size``; the admin bodies are small JSON
+#: documents): larger ones answer 413 before any handler runs.
+MAX_REQUEST_BYTES = 64 * 1024
+
+#: Methods that change something; with a token configured each must carry it.
+MUTATING_METHODS = frozenset({"PUT", "POST", "DELETE", "PATCH"})
 
 
 def readable_bytes(value: int) -> str:
@@ -229,6 +243,8 @@ class HttpDeps:
         readiness: ``() -> (ready, details)`` for /readyz.
         registry: metrics registry served on /metrics.
         jobs: owner of background recover/decommission jobs.
+        token: bearer token every mutating request must carry (``httpAdminTokenFile``); None = no
+            token check. Never logged, never in ``repr``.
     """
 
     ctx: ops.AdminContext
@@ -237,6 +253,59 @@ class HttpDeps:
     readiness: Callable[[], tuple[bool, dict[str, Any]]] = lambda: (True, {})
     registry: metrics.MetricsRegistry = field(default_factory=lambda: metrics.REGISTRY)
     jobs: Jobs = field(default_factory=Jobs)
+    token: str | None = field(default=None, repr=False)
+
+
+def _token_check(token: str) -> Callable:
+    """A middleware answering 401 to a mutating request without ``Authorization: Bearer <token>``.
+
+    The comparison is constant-time (``hmac.compare_digest`` on bytes); the answer names neither the
+    expected nor the presented token.
+    """
+    want = token.encode("utf-8")
+
+    @web.middleware
+    async def check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        if request.method in MUTATING_METHODS:
+            scheme, _, got = request.headers.get("Authorization", "").partition(" ")
+            ok = scheme.lower() == "bearer" and hmac.compare_digest(got.strip().encode("utf-8"), want)
+            if not ok:
+                log.warning("admin request refused: missing or wrong bearer token", method=request.method,
+                            path=request.path, remote=request.remote)
+                resp = _text("401 Unauthorized: this request changes the cluster and needs "
+                             "'Authorization: Bearer <token>' with the token of httpAdminTokenFile", 401)
+                resp.headers["WWW-Authenticate"] = 'Bearer realm="autorecovery"'
+                return resp
+        return await handler(request)
+
+    return check
+
+
+def server_ssl_context(cert_path: str, key_path: str, client_ca_path: str | None = None) -> ssl.SSLContext:
+    """The HTTPS context of the admin server (``httpServerTlsEnable``): TLS 1.2+, the PEM certificate
+    chain and key, and with ``client_ca_path`` a required client certificate signed by those CAs.
+
+    Raises:
+        ConfigError: naming the key when a file cannot be loaded (the key's content is never quoted).
+    """
+    from autorecovery.errors import ConfigError
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert_path, key_path)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"bad value for httpServerCertificatePath/httpServerKeyPath: cannot load {cert_path} "
+                          f"with its key: {getattr(exc, 'strerror', None) or type(exc).__name__}") from None
+    if client_ca_path:
+        try:
+            ctx.load_verify_locations(cafile=client_ca_path)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"bad value for httpServerClientCaPath: cannot load {client_ca_path}: "
+                              f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
 
 
 def build_app(deps: HttpDeps) -> web.Application:
@@ -413,7 +482,8 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _text("changing the configuration at run time is not supported by autorecovery: "
                      "edit bk_server.conf (or BK_<key>) and restart the daemon", 405)
 
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES,
+                          middlewares=[_token_check(deps.token)] if deps.token else [])
     r = app.router
     r.add_get("/metrics", metrics_h)
     r.add_get("/healthz", healthz)
@@ -484,12 +554,17 @@ async def _loopback_host_check(request: web.Request, handler: Callable[[web.Requ
 
 
 class AdminHttpServer:
-    """Runs :func:`build_app` on ``address:port``; :attr:`port` is the bound port (useful with port 0)."""
+    """Runs :func:`build_app` on ``address:port``; :attr:`port` is the bound port (useful with port 0).
 
-    def __init__(self, deps: HttpDeps, address: str = "127.0.0.1", port: int = 8080) -> None:
+    ``ssl_context`` (:func:`server_ssl_context`) serves HTTPS; None = plain HTTP.
+    """
+
+    def __init__(self, deps: HttpDeps, address: str = "127.0.0.1", port: int = 8080, *,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.deps = deps
         self.address = address
         self.requested_port = port
+        self.ssl_context = ssl_context
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
 
@@ -498,13 +573,22 @@ class AdminHttpServer:
 
         Raises:
             OSError: naming the address when it cannot be bound (port in use...).
+            ConfigError: mutations on a non-loopback address with neither a token nor required client
+                certificates (issue 15; the configuration refuses this first).
         """
+        client_certs = self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED
+        if self.deps.mutations_enabled and not _loopback(self.address) and not self.deps.token and not client_certs:
+            from autorecovery.errors import ConfigError
+
+            raise ConfigError(f"refusing to serve mutating admin endpoints on {self.address} without "
+                              f"authentication: set httpAdminTokenFile or httpServerClientCaPath")
         app = build_app(self.deps)
         if _loopback(self.address):
             app.middlewares.append(_loopback_host_check)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0)
+        site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0,
+                           ssl_context=self.ssl_context)
         try:
             await site.start()
         except OSError as exc:

@@ -27,6 +27,7 @@ from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, BookieService, a
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.config.load import ZkSecurity
 from autorecovery.rpc.convert import decode_service_properties, encode_service_info
+from autorecovery.rpc.tls import ServerTls
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.registration import BookieRegistration
@@ -109,6 +110,7 @@ class BookieConfig:
         max_concurrent_streams: gRPC streams per client connection (HTTP/2 SETTINGS; more wait).
         zk_security: ZooKeeper identity and ACL (``zkEnableSecurity``): the registration znodes and
             the cookie are created with ``CREATOR_ALL_ACL`` when enabled (default: open, no auth).
+        tls: serve the gRPC port with TLS (and mTLS with ``client_auth``); None = plaintext (issue 15).
     """
 
     zk: str
@@ -127,6 +129,7 @@ class BookieConfig:
     stream_idle_timeout_s: float = 120.0
     max_concurrent_streams: int = 1000
     zk_security: ZkSecurity = field(default_factory=ZkSecurity)
+    tls: ServerTls | None = None
 
 
 class BookieServer:
@@ -167,7 +170,7 @@ class BookieServer:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._server, self.port = build_grpc_server(cfg.host, cfg.port, cfg.max_entry_size,
-                                                        max_concurrent_streams=cfg.max_concurrent_streams)
+                                                        max_concurrent_streams=cfg.max_concurrent_streams, tls=cfg.tls)
             self.bookie_id = f"{cfg.host}:{self.port}"
             log.info("starting bookie", bookie_id=self.bookie_id, data_dir=str(self.data_dir), zk=cfg.zk)
             self.zk = ZkClient(cfg.zk, session_timeout_ms=cfg.zk_session_timeout_ms, security=cfg.zk_security)

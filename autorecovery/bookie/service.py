@@ -39,6 +39,7 @@ from autorecovery.ledger.digest import HEADER_SIZE, peek_ids
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.convert import ranges_to_proto, status_code
+from autorecovery.rpc.tls import ServerTls
 
 log = structlog.get_logger("autorecovery.bookie.service")
 
@@ -403,19 +404,28 @@ class BookieService(pb_grpc.BookieServicer):
         )
 
 
-def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurrent_streams: int = 1000
-                      ) -> tuple[grpc.aio.Server, int]:
+def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurrent_streams: int = 1000,
+                      tls: ServerTls | None = None) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server bound (not yet started, no servicer yet) to ``host:port``; returns it and the
     bound port (``port=0`` picks a free one). Add the servicer with :func:`add_service` before
     ``start()``. Binding first lets the bookie learn its id (``host:port``) before the cookie check.
 
+    ``tls`` (issue 15): serve TLS with the bookie's PEM certificate and key, and with
+    ``client_auth`` require a client certificate signed by its trust store (mTLS); None = plaintext.
+
     Raises:
         RuntimeError: naming the address when it cannot be bound (e.g. the port is in use).
+        ConfigError: a TLS file cannot be read or is not PEM (naming the flag).
     """
     server = grpc.aio.server(options=grpc_server_options(max_entry_size, max_concurrent_streams))
     addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(addr)
+        if tls is not None:
+            from autorecovery.rpc.tls import server_credentials
+
+            bound = server.add_secure_port(addr, server_credentials(tls))
+        else:
+            bound = server.add_insecure_port(addr)
     except RuntimeError as exc:
         raise RuntimeError(f"cannot bind the bookie gRPC server to {addr}: {exc}") from exc
     if bound == 0:

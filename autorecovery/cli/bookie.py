@@ -26,6 +26,7 @@ from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE
 from autorecovery.config.load import zk_security
 from autorecovery.errors import ConfigError
+from autorecovery.rpc.tls import ServerTls, server_credentials
 
 log = structlog.get_logger("autorecovery.cli.bookie")
 
@@ -110,6 +111,14 @@ async def run_bookie(config: BookieConfig) -> int:
                    "(needs --zk-digest-auth-file)")
 @click.option("--zk-digest-auth-file", type=click.Path(dir_okay=False), default=None,
               help="zkDigestAuthFile: file whose first line is the ZooKeeper digest identity user:password")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
+              help="tlsCertificatePath: serve TLS with this PEM certificate chain (needs --tls-key)")
+@click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
+              help="tlsKeyStore (tlsKeyStoreType=PEM): the bookie's unencrypted PEM private key")
+@click.option("--tls-trust-store", type=click.Path(dir_okay=False), default=None,
+              help="tlsTrustStore (tlsTrustStoreType=PEM): PEM CA certificates that sign client certificates")
+@click.option("--tls-client-auth", is_flag=True,
+              help="tlsClientAuthentication: require a client certificate signed by --tls-trust-store (mTLS)")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto",
@@ -137,6 +146,10 @@ def bookie_command(
     max_concurrent_streams: int,
     zk_enable_security: bool,
     zk_digest_auth_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_trust_store: str | None,
+    tls_client_auth: bool,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -155,6 +168,7 @@ def bookie_command(
         security = zk_security(zk_enable_security, digest_file=zk_digest_auth_file)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
+    tls = _server_tls(tls_cert, tls_key, tls_trust_store, tls_client_auth)
     config = BookieConfig(
         zk=zk,
         data_dir=data_dir,
@@ -173,6 +187,29 @@ def bookie_command(
         max_concurrent_streams=max_concurrent_streams,
         shutdown_grace_s=shutdown_grace_ms / 1000.0,
         zk_security=security,
+        tls=tls,
     )
     rc = asyncio.run(run_bookie(config))
     sys.exit(rc)
+
+
+def _server_tls(cert: str | None, key: str | None, trust: str | None, client_auth: bool) -> ServerTls | None:
+    """The ``--tls-*`` flags as :class:`ServerTls` (None = plaintext), the files checked now.
+
+    Raises:
+        click.UsageError: a certificate without a key (or the reverse), ``--tls-client-auth`` or
+            ``--tls-trust-store`` without a certificate, client auth without a trust store, or a file
+            that cannot be read or is not PEM (naming the flag).
+    """
+    if not cert and not key:
+        if client_auth or trust:
+            raise click.UsageError("--tls-client-auth/--tls-trust-store need --tls-cert and --tls-key")
+        return None
+    if not cert or not key:
+        raise click.UsageError("TLS needs both --tls-cert and --tls-key")
+    tls = ServerTls(cert_path=cert, key_path=key, trust_path=trust, client_auth=client_auth)
+    try:
+        server_credentials(tls)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    return tls

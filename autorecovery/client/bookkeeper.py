@@ -18,6 +18,7 @@ from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import BookieError, NoSuchLedgerError, NotEnoughBookiesError
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.tls import BookieTls
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import NodeExistsError, ZkClient
 from autorecovery.zk.ledgers import LedgerStore, now_ms, read_layout
@@ -59,7 +60,8 @@ class BookKeeper:
     @classmethod
     async def connect(cls, zk_hosts: str, ledgers_root: str = "/ledgers", *, policy=None,
                       placement_properties: dict[str, str] | None = None,
-                      session_timeout_ms: int = 10000, security: ZkSecurity | None = None) -> "BookKeeper":
+                      session_timeout_ms: int = 10000, security: ZkSecurity | None = None,
+                      tls: BookieTls | None = None) -> "BookKeeper":
         """Open a ZooKeeper session and start watching bookies.
 
         Args:
@@ -68,6 +70,7 @@ class BookKeeper:
                 racks from ``/bookies``, kept current by a watch.
             security: ZooKeeper identity and ACL (``zkEnableSecurity``): ledger metadata znodes are
                 then created with ``CREATOR_ALL_ACL``; default open and unauthenticated.
+            tls: TLS (mTLS) to the bookies (``Settings.tls``); default plaintext.
 
         Raises:
             ZooKeeperError: naming the connect string when ZooKeeper cannot be reached.
@@ -86,7 +89,9 @@ class BookKeeper:
         except Exception:
             await zk.stop()
             raise
-        bk = cls(zk, paths, policy=policy, own_zk=True)
+        bk = cls(zk, paths, policy=policy, own_zk=True,
+                 bookies=BookieClient(tls=tls) if tls is not None and tls.enabled else None)
+        bk._own_bookies = True
         bk.racks = racks
         await bk.start()
         return bk

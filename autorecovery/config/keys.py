@@ -51,7 +51,7 @@ class Key:
         unit: ``ms``, ``s``, ``bytes``, ``bytes/s``, ``%``, ``count``, ``tasks/s`` or ``""``.
         doc: one line for ``config check`` and docs/operators.md.
         origin: :data:`UPSTREAM` or :data:`OURS`.
-        group: ``metadata``, ``daemon``, ``http``, ``stats``, ``logging``, ``auditor``, ``worker``, ``placement``,
+        group: ``metadata``, ``daemon``, ``http``, ``tls``, ``stats``, ``logging``, ``auditor``, ``worker``, ``placement``,
             ``bookieinfo``.
         min_value / max_value: inclusive bounds for numbers (None = unbounded).
         choices: allowed values for strings (lower-cased comparison), None = any.
@@ -189,6 +189,51 @@ KEYS: tuple[Key, ...] = (
     _k("httpAdminMutationsEnabled", "bool", False, "", "http",
        "allow the mutating admin endpoints (PUT status/bookie/trigger_audit/lost_bookie_recovery_delay/decommission)",
        origin=OURS),
+    _k("httpServerTlsEnable", "bool", False, "", "http",
+       "serve HTTPS with httpServerCertificatePath/httpServerKeyPath (PEM; upstream's JKS "
+       "httpServerKeyStorePath is refused)"),
+    _k("httpServerCertificatePath", "str", None, "", "http",
+       "with httpServerTlsEnable: PEM certificate chain of the HTTPS server", origin=OURS),
+    _k("httpServerKeyPath", "str", None, "", "http",
+       "with httpServerTlsEnable: unencrypted PEM private key of the HTTPS server", origin=OURS),
+    _k("httpServerClientCaPath", "str", None, "", "http",
+       "with httpServerTlsEnable: PEM CA certificates; every HTTPS client must present a certificate they "
+       "sign (mTLS)", origin=OURS),
+    _k("httpAdminTokenFile", "str", None, "", "http",
+       "file whose first line is the bearer token every PUT/POST/DELETE must carry (Authorization: Bearer "
+       "<token>); required with mutations on a non-loopback bind unless httpServerClientCaPath is set",
+       origin=OURS),
+    _k("httpServerKeyStorePath", "str", None, "", "http",
+       "upstream's JKS key store of the HTTPS server: refused when set (use httpServerCertificatePath and "
+       "httpServerKeyPath)"),
+    _k("httpServerKeyStorePassword", "str", None, "", "http",
+       "password of the JKS key store: refused when set (PEM keys here are unencrypted)", secret=True),
+    _k("httpServerTrustStorePath", "str", None, "", "http",
+       "upstream's JKS trust store of the HTTPS server: refused when set (use httpServerClientCaPath)"),
+    _k("httpServerTrustStorePassword", "str", None, "", "http",
+       "password of the JKS trust store: refused when set", secret=True),
+    # -- TLS to bookies (upstream TLSContextFactory, PEM only) -----------------------------------------
+    _k("tlsProviderFactoryClass", "str", None, "", "tls",
+       "org.apache.bookkeeper.tls.TLSContextFactory: talk TLS to every bookie; unset = plaintext; any other "
+       "class is refused"),
+    _k("tlsClientAuthentication", "bool", False, "", "tls",
+       "with TLS: present our certificate (tlsCertificatePath + tlsKeyStore) to the bookies (mTLS)"),
+    _k("tlsKeyStoreType", "str", "PEM", "", "tls",
+       "format of tlsKeyStore: PEM only (JKS and PKCS12 are refused when TLS is on)",
+       choices=("pem", "jks", "pkcs12"), upstream_default="JKS"),
+    _k("tlsKeyStore", "str", None, "", "tls",
+       "with tlsKeyStoreType=PEM: our unencrypted PEM private key"),
+    _k("tlsKeyStorePasswordPath", "str", None, "", "tls",
+       "password file of an encrypted key: refused when TLS is on (gRPC needs an unencrypted PEM key)"),
+    _k("tlsCertificatePath", "str", None, "", "tls", "our PEM certificate chain (with tlsClientAuthentication)"),
+    _k("tlsTrustStoreType", "str", "PEM", "", "tls",
+       "format of tlsTrustStore: PEM only (JKS and PKCS12 are refused when TLS is on)",
+       choices=("pem", "jks", "pkcs12"), upstream_default="JKS"),
+    _k("tlsTrustStore", "str", None, "", "tls",
+       "PEM CA certificates that sign the bookies' certificates; unset = gRPC's default roots"),
+    _k("tlsHostnameVerificationEnabled", "bool", True, "", "tls",
+       "the bookie's certificate must name the host of its bookie id (an IP SAN for 127.0.0.1:3181); gRPC "
+       "always checks this, so false is refused", upstream_default=False),
     # -- stats (upstream PrometheusMetricsProvider) -----------------------------------------------------
     _k("enableStatistics", "bool", True, "", "stats",
        "false: no stats provider, so no prometheusStatsHttpPort listener (/metrics on httpServerPort stays)"),
@@ -409,6 +454,13 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("bookieAddressResolverEnabled",)),
     ("batch reads while copying: our worker already reads each fragment as one gRPC stream, so there is "
      "no separate batch-read mode to turn on", ("recoveryBatchReadEnabled",)),
+    ("TLS engine details of the Java client (OpenSSL or JDK engine, Java cipher-suite and protocol names, "
+     "periodic re-reading of the key files): gRPC uses its bundled BoringSSL with TLS 1.2/1.3 and its own "
+     "cipher list, and reads the PEM files once at start (restart to pick up renewed certificates)", (
+        "tlsProvider", "tlsEnabledCipherSuites", "tlsEnabledProtocols", "tlsCertFilesRefreshDurationSeconds",
+    )),
+    ("password of a JKS/PKCS12 trust store: only PEM trust stores are read here and they carry no password "
+     "(tlsTrustStoreType=JKS or PKCS12 is refused)", ("tlsTrustStorePasswordPath",)),
     ("Prometheus latency rollover: our OpStats quantiles come from a sliding window of the latest 1024 "
      "values per series, not from a window rotated every N seconds", ("prometheusStatsLatencyRolloverSeconds",)),
 )
@@ -420,12 +472,13 @@ NO_EFFECT_KEYS: dict[str, str] = {name: reason for reason, names in NO_EFFECT_GR
 IGNORED_UPSTREAM_KEYS: frozenset[str] = frozenset(NO_EFFECT_KEYS)
 
 
-#: Upstream security keys not implemented here (issue 15; ``zkEnableSecurity`` is implemented since issue 10). A config that *asks* for one (a true flag,
-#: a non-empty class or provider name) must not start: running without the security the operator asked
-#: for would be worse than not running. A value that asks for nothing (empty, false, 0, none) is accepted.
+#: Upstream security keys not implemented here (issue 15): the authentication plugins (SASL,
+#: ``BookieAuthZFactory`` and custom providers) have no equivalent in the gRPC protocol of this
+#: implementation; TLS and mTLS (``tlsProviderFactoryClass``...) are implemented. A config that *asks* for
+#: one (a non-empty class name) must not start: running without the security the operator asked for would
+#: be worse than not running. A value that asks for nothing (empty, false, 0, none) is accepted.
 UNIMPLEMENTED_SECURITY_KEYS: frozenset[str] = frozenset({
-    "tlsProvider", "tlsProviderFactoryClass", "tlsClientAuthentication",
-    "httpServerTlsEnable", "clientAuthProviderFactoryClass", "bookieAuthProviderFactoryClass",
+    "clientAuthProviderFactoryClass", "bookieAuthProviderFactoryClass",
 })
 
 

@@ -41,6 +41,7 @@ from autorecovery.errors import CompatibilityError, ConfigError
 from autorecovery.ledger.ids import validate_bookie_id
 from autorecovery.ledger.layout import manager_from_config
 from autorecovery.placement.config import PlacementConfig
+from autorecovery.config.tls import TLS_CONTEXT_FACTORY, BookieTls, read_pem
 
 ENV_PREFIX = "BK_"
 
@@ -48,12 +49,25 @@ ENV_PREFIX = "BK_"
 @dataclass(frozen=True)
 class HttpSettings:
     """The daemon's HTTP server: ``enabled``, bind ``address``, ``port`` (0 = any free port), and whether
-    the mutating admin endpoints are served (``mutations_enabled``)."""
+    the mutating admin endpoints are served (``mutations_enabled``).
+
+    Issue 15 (all optional):
+        tls: ``httpServerTlsEnable``: serve HTTPS with ``cert_path``/``key_path`` (PEM).
+        client_ca_path: ``httpServerClientCaPath``: with TLS, require client certificates this CA signs.
+        token: the bearer token of ``httpAdminTokenFile`` (first line) that every PUT/POST/DELETE must
+            carry; None = no token check. Never part of ``repr`` and never logged.
+    """
 
     enabled: bool
     address: str
     port: int
     mutations_enabled: bool
+    tls: bool = False
+    cert_path: str | None = None
+    key_path: str | None = None
+    client_ca_path: str | None = None
+    token: str | None = field(default=None, repr=False)
+    token_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,7 @@ class Settings:
         stats: the upstream Prometheus listener (``statsProviderClass``, ``prometheusStatsHttp*``).
         ignored: keys that were set but have no effect here (:data:`~autorecovery.config.keys.NO_EFFECT_KEYS`),
             in the order they were seen.
+        tls: TLS to the bookies (``tlsProviderFactoryClass``, ``tlsClientAuthentication``, PEM files).
     """
 
     zk: ZkSettings
@@ -179,6 +194,7 @@ class Settings:
     ledger_manager_key: str = ""
     stats: StatsSettings = field(default_factory=StatsSettings)
     ignored: tuple[str, ...] = ()
+    tls: BookieTls = field(default_factory=BookieTls)
 
     @property
     def zk_servers(self) -> str:
@@ -433,6 +449,152 @@ def zk_security(enabled: bool, digest: str | None = None, digest_file: str | Non
     return sec
 
 
+_JKS_HTTP_KEYS = ("httpServerKeyStorePath", "httpServerKeyStorePassword", "httpServerTrustStorePath",
+                  "httpServerTrustStorePassword")
+
+
+def _is_loopback(address: str) -> bool:
+    """True for a loopback bind address (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    import ipaddress
+
+    if address.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_pem(path: str, key: str, errors: list[str], *, private_key: bool = False) -> None:
+    try:
+        read_pem(path, key, private_key=private_key)
+    except ConfigError as exc:
+        errors.append(str(exc))
+
+
+def _bookie_tls(values: Mapping[str, Any], errors: list[str]) -> BookieTls:
+    """``tlsProviderFactoryClass`` and the PEM keys → :class:`~autorecovery.rpc.tls.BookieTls`.
+
+    TLS is on when ``tlsProviderFactoryClass`` names upstream's ``TLSContextFactory`` (full or simple
+    name). With TLS on, appends to ``errors`` (each naming the key): another factory class; a JKS or
+    PKCS12 trust store (``tlsTrustStoreType``), or key store with client authentication
+    (``tlsKeyStoreType``); ``tlsKeyStorePasswordPath`` (encrypted keys); ``tlsHostnameVerificationEnabled
+    =false`` (gRPC cannot turn the check off); client authentication without ``tlsCertificatePath`` /
+    ``tlsKeyStore``; a named file that is unreadable or not PEM.
+    """
+    cls = str(values.get("tlsProviderFactoryClass") or "").strip()
+    enabled = K.asks_for_security(cls)
+    client_auth = bool(values.get("tlsClientAuthentication"))
+    cert = values.get("tlsCertificatePath") or None
+    key = values.get("tlsKeyStore") or None
+    trust = values.get("tlsTrustStore") or None
+    tls = BookieTls(enabled=enabled, client_auth=client_auth, cert_path=cert, key_path=key, trust_path=trust)
+    if not enabled:
+        return tls
+    if cls.rsplit(".", 1)[-1] != "TLSContextFactory":
+        errors.append(f"tlsProviderFactoryClass={cls} is not supported: only {TLS_CONTEXT_FACTORY} (PEM files) "
+                      f"is; unset it for plaintext")
+        return tls
+    if str(values.get("tlsTrustStoreType") or "PEM").upper() != "PEM":
+        errors.append(f"tlsTrustStoreType={values.get('tlsTrustStoreType')} is not supported: only PEM trust "
+                      f"stores are read (convert with `keytool -exportcert -rfc`)")
+    elif trust:
+        _check_pem(str(trust), "tlsTrustStore", errors)
+    if values.get("tlsHostnameVerificationEnabled") is False:
+        errors.append("tlsHostnameVerificationEnabled=false is not supported: gRPC always checks that the bookie's "
+                      "certificate names the host of its bookie id (give bookie certificates an IP or DNS SAN "
+                      "for it)")
+    if values.get("tlsKeyStorePasswordPath"):
+        errors.append("tlsKeyStorePasswordPath is set: encrypted private keys are not supported; give tlsKeyStore "
+                      "an unencrypted PEM key readable by the service user only")
+    if client_auth:
+        if str(values.get("tlsKeyStoreType") or "PEM").upper() != "PEM":
+            errors.append(f"tlsKeyStoreType={values.get('tlsKeyStoreType')} is not supported: only PEM keys are "
+                          f"read (tlsKeyStore = PEM private key, tlsCertificatePath = PEM certificate chain)")
+        else:
+            if not cert:
+                errors.append("tlsClientAuthentication=true needs tlsCertificatePath (our PEM certificate chain)")
+            else:
+                _check_pem(str(cert), "tlsCertificatePath", errors)
+            if not key:
+                errors.append("tlsClientAuthentication=true needs tlsKeyStore (our PEM private key, "
+                              "tlsKeyStoreType=PEM)")
+            else:
+                _check_pem(str(key), "tlsKeyStore", errors, private_key=True)
+    return tls
+
+
+def _tls_off_warnings(values: Mapping[str, Any], sources: Mapping[str, str]) -> list[str]:
+    """Warnings for TLS keys that were set while their switch is off (they change nothing then):
+    ``tlsClientAuthentication``/``tlsCertificatePath``/``tlsKeyStore``/``tlsTrustStore`` without
+    ``tlsProviderFactoryClass``, and the HTTPS files without ``httpServerTlsEnable``."""
+    out = []
+    groups = (
+        (K.asks_for_security(str(values.get("tlsProviderFactoryClass") or "")), "tlsProviderFactoryClass",
+         ("tlsClientAuthentication", "tlsCertificatePath", "tlsKeyStore", "tlsTrustStore"),
+         "bookie connections stay plaintext"),
+        (bool(values.get("httpServerTlsEnable")), "httpServerTlsEnable=true",
+         ("httpServerCertificatePath", "httpServerKeyPath", "httpServerClientCaPath"), "the admin port serves plain HTTP"),
+    )
+    for on, switch, names, what in groups:
+        if on:
+            continue
+        set_ = [n for n in names if sources.get(n, "default") != "default" and values.get(n)]
+        if set_:
+            out.append(f"{', '.join(set_)} set without {switch}: no effect, {what}")
+    return out
+
+
+def _http_settings(values: Mapping[str, Any], errors: list[str]) -> HttpSettings:
+    """The admin HTTP server's keys → :class:`HttpSettings` (issue 15 checks).
+
+    Appends to ``errors``: an upstream JKS key (``httpServerKeyStorePath``... named, value never quoted);
+    ``httpServerTlsEnable=true`` without PEM certificate and key, or with unreadable ones; an
+    unreadable or empty ``httpAdminTokenFile``; mutations enabled on a non-loopback bind with neither a
+    token nor client certificates (``httpServerClientCaPath``).
+    """
+    for name in _JKS_HTTP_KEYS:
+        if values.get(name):
+            errors.append(f"{name} is set: JKS key/trust stores are not supported for the HTTP server; use "
+                          f"httpServerCertificatePath and httpServerKeyPath (PEM) and httpServerClientCaPath")
+    address = str(values["httpServerAddress"])
+    tls = bool(values.get("httpServerTlsEnable"))
+    cert = values.get("httpServerCertificatePath") or None
+    key = values.get("httpServerKeyPath") or None
+    ca = values.get("httpServerClientCaPath") or None
+    if tls:
+        for name, path, private in (("httpServerCertificatePath", cert, False), ("httpServerKeyPath", key, True)):
+            if not path:
+                errors.append(f"httpServerTlsEnable=true needs {name} (PEM)")
+            else:
+                _check_pem(str(path), name, errors, private_key=private)
+        if ca:
+            _check_pem(str(ca), "httpServerClientCaPath", errors)
+    token_path = values.get("httpAdminTokenFile") or None
+    token: str | None = None
+    if token_path:
+        try:
+            with open(token_path, encoding="utf-8") as f:
+                token = f.readline().strip() or None
+        except OSError as exc:
+            errors.append(f"bad value for httpAdminTokenFile: cannot read {token_path}: {exc.strerror or exc}")
+        except UnicodeDecodeError:
+            errors.append(f"bad value for httpAdminTokenFile: {token_path} is not UTF-8 text")
+        else:
+            if token is None:
+                errors.append(f"bad value for httpAdminTokenFile: {token_path} is empty (expected the token on "
+                              f"the first line)")
+    mutations = bool(values["httpAdminMutationsEnabled"])
+    if (mutations and values.get("httpServerEnabled") and not _is_loopback(address) and not token_path
+            and not (tls and ca)):
+        errors.append(f"httpAdminMutationsEnabled=true on a non-loopback bind (httpServerAddress={address}) needs "
+                      f"authentication: set httpAdminTokenFile (bearer token) or httpServerTlsEnable=true with "
+                      f"httpServerClientCaPath (client certificates)")
+    return HttpSettings(enabled=bool(values["httpServerEnabled"]), address=address,
+                        port=int(values["httpServerPort"]), mutations_enabled=mutations, tls=tls,
+                        cert_path=cert, key_path=key, client_ca_path=ca, token=token, token_path=token_path)
+
+
 def _provider_kind(name: str) -> str:
     """``prometheus``, ``null`` or ``other`` for a ``statsProviderClass`` value (full or simple class name)."""
     simple = name.strip().rsplit(".", 1)[-1]
@@ -522,9 +684,11 @@ def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
                 direct[name] = (raw, layer.source)
         elif name in K.UNIMPLEMENTED_SECURITY_KEYS:
             if K.asks_for_security(raw):
-                errors.append(f"{name}={raw.strip()} {where[layer.source]} asks for a security feature this "
-                              f"implementation does not provide yet (issue 15); refusing to start without it. "
-                              f"Remove the key or set it to false/empty")
+                errors.append(f"{name}={raw.strip()} {where[layer.source]} asks for an authentication plugin "
+                              f"(SASL, BookieAuthZFactory or another AuthProviderFactory) that this "
+                              f"implementation does not provide (issue 15); refusing to start without it. "
+                              f"Authenticate with TLS client certificates instead (tlsProviderFactoryClass, "
+                              f"tlsClientAuthentication; see docs/security.md), and remove the key or set it empty")
         elif name in K.NO_EFFECT_KEYS:
             ignored.setdefault(name, layer.source)
         else:
@@ -603,6 +767,8 @@ def load_settings(
                 values[key.name] = key.parse(raw)
             except ConfigError as exc:
                 errors.append(f"{exc} [{src}]")
+                # the default stands in while the remaining checks run (every error is reported together)
+                values[key.name] = key.default
                 continue
             sources[key.name] = src
         else:
@@ -678,6 +844,9 @@ def load_settings(
 
     zk_security = _zk_security(values, errors)
     stats = _stats_settings(values, sources, errors)
+    bookie_tls = _bookie_tls(values, errors)
+    http = _http_settings(values, errors)
+    warnings.extend(_tls_off_warnings(values, sources))
 
     # the role sections, from the values parsed above (never from the raw strings)
     sections: dict[str, Any] = {}
@@ -691,10 +860,11 @@ def load_settings(
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
 
     # the secret lives only in zk_security (kept out of its repr); the maps show a mask
-    if values.get("zkDigestAuth"):
-        values["zkDigestAuth"] = SECRET_MASK
-        if "zkDigestAuth" in merged:
-            merged["zkDigestAuth"] = (SECRET_MASK, merged["zkDigestAuth"][1])
+    for secret in (k.name for k in K.KEYS if k.secret):
+        if values.get(secret):
+            values[secret] = SECRET_MASK
+            if secret in merged:
+                merged[secret] = (SECRET_MASK, merged[secret][1])
     properties = {name: raw for name, (raw, _src) in merged.items()}
     for name in ("zkServers", "zkLedgersRootPath", "metadataServiceUri", "bookieId"):
         if values.get(name):
@@ -707,12 +877,7 @@ def load_settings(
     return Settings(
         zk=ZkSettings(connect=zk_servers, root=root, timeout_ms=int(values["zkTimeout"]), security=zk_security),
         bookie_id=bookie_id,
-        http=HttpSettings(
-            enabled=bool(values["httpServerEnabled"]),
-            address=str(values["httpServerAddress"]),
-            port=int(values["httpServerPort"]),
-            mutations_enabled=bool(values["httpAdminMutationsEnabled"]),
-        ),
+        http=http,
         bookie_info=BookieInfoSettings(
             interval_s=float(values["getBookieInfoIntervalSeconds"]),
             retry_interval_s=float(values["getBookieInfoRetryIntervalSeconds"]),
@@ -735,4 +900,5 @@ def load_settings(
         ledger_manager_key=manager_key,
         stats=stats,
         ignored=tuple(ignored),
+        tls=bookie_tls,
     )

@@ -10,7 +10,10 @@ Error mapping (every error names the bookie):
   ``"ENOLEDGER"``, ``"EUA"``, ``"EBADREQ"``, ``"EREADONLY"``, ``"EIO"``...), ``EFENCED`` →
   :class:`LedgerFencedError`;
 * gRPC ``UNAVAILABLE`` (cannot connect, connection lost), ``DEADLINE_EXCEEDED`` or our idle timeout →
-  :class:`BookieUnavailableError` with status ``"UNAVAILABLE"``;
+  :class:`BookieUnavailableError` with status ``"UNAVAILABLE"``; with TLS, a failed handshake (the
+  bookie's certificate is not trusted or does not name it, or the bookie closed the connection during
+  the handshake because it did not accept ours) says ``TLS handshake failed: ...`` and is logged with
+  the bookie id;
 * gRPC ``RESOURCE_EXHAUSTED`` (a message over a size limit on either side) → :class:`BookieError`
   ``"EBADREQ"``;
 * any other gRPC failure (``UNKNOWN``, ``INTERNAL``, ``UNIMPLEMENTED``...) → :class:`BookieError` ``"EIO"``.
@@ -25,11 +28,15 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 import grpc
+import structlog
 
 from autorecovery.errors import BookieError, BookieUnavailableError, LedgerFencedError
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.convert import ranges_from_proto, status_name
+from autorecovery.rpc.tls import BookieTls, channel_credentials, tls_failure
+
+log = structlog.get_logger(__name__)
 
 TOTAL_DISK_CAPACITY = pb.TOTAL_DISK_CAPACITY
 FREE_DISK_SPACE = pb.FREE_DISK_SPACE
@@ -65,9 +72,13 @@ def _status_error(bookie_id: str, code: int, message: str) -> BookieError:
     return BookieError(bookie_id, name, message)
 
 
-def _rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError, what: str) -> BookieError:
+def _rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError, what: str, tls: bool = False) -> BookieError:
     code = exc.code()
     detail = f"{what}: gRPC {code.name}: {exc.details()}"
+    why = tls_failure(exc.details() or "") if tls and code == grpc.StatusCode.UNAVAILABLE else None
+    if why is not None:
+        detail = f"{what}: TLS handshake failed: {why}"
+        log.warning("TLS handshake failed", bookie_id=bookie_id, error=why)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return BookieUnavailableError(bookie_id, "UNAVAILABLE", detail)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -82,11 +93,20 @@ class BookieClient:
         timeout_s: deadline of each unary call, and the idle timeout of streaming calls, in seconds.
         max_message_bytes: max gRPC message size sent and received, in bytes (an entry plus ~100 bytes
             must fit; the bookie's default max entry size is 5 MiB).
+        tls: TLS to the bookies (``tlsProviderFactoryClass``, see :mod:`autorecovery.rpc.tls`); None or
+            disabled = plaintext. The credentials are built here, so a missing or malformed file
+            raises at construction.
+
+    Raises:
+        ConfigError: a TLS file cannot be read or is not PEM (naming the key).
     """
 
-    def __init__(self, *, timeout_s: float = 10.0, max_message_bytes: int = 8 * 1024 * 1024) -> None:
+    def __init__(self, *, timeout_s: float = 10.0, max_message_bytes: int = 8 * 1024 * 1024,
+                 tls: BookieTls | None = None) -> None:
         self.timeout_s = timeout_s
         self.max_message_bytes = max_message_bytes
+        self.tls = tls if tls is not None and tls.enabled else None
+        self._credentials = channel_credentials(self.tls) if self.tls is not None else None
         self._channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.BookieStub]] = {}
         self._closed = False
 
@@ -106,7 +126,10 @@ class BookieClient:
             raise RuntimeError("BookieClient is closed")
         ch = self._channels.get(bookie_id)
         if ch is None:
-            channel = grpc.aio.insecure_channel(bookie_id, options=self._options())
+            if self._credentials is not None:
+                channel = grpc.aio.secure_channel(bookie_id, self._credentials, options=self._options())
+            else:
+                channel = grpc.aio.insecure_channel(bookie_id, options=self._options())
             ch = (channel, pb_grpc.BookieStub(channel))
             self._channels[bookie_id] = ch
         return ch[1]
@@ -131,7 +154,7 @@ class BookieClient:
         try:
             return await getattr(stub, method)(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as exc:
-            raise _rpc_error(bookie_id, exc, what) from None
+            raise _rpc_error(bookie_id, exc, what, self.tls is not None) from None
 
     # -- writes --------------------------------------------------------------------------------
     async def add_entry(
@@ -273,7 +296,7 @@ class BookieClient:
                 raise producer_error[0] from None
             if timed_out:
                 raise self._stream_timeout(bookie_id, what) from None
-            err = _rpc_error(bookie_id, exc, what)
+            err = _rpc_error(bookie_id, exc, what, self.tls is not None)
             err.failed_entry_id = -1  # type: ignore[attr-defined]
             err.entries_written = -1  # type: ignore[attr-defined]
             err.bytes_written = -1  # type: ignore[attr-defined]
@@ -368,7 +391,7 @@ class BookieClient:
                         bookie_id, "UNAVAILABLE", f"{what}: no response for {self.timeout_s}s"
                     ) from None
                 except grpc.aio.AioRpcError as exc:
-                    raise _rpc_error(bookie_id, exc, what) from None
+                    raise _rpc_error(bookie_id, exc, what, self.tls is not None) from None
                 if resp is grpc.aio.EOF:
                     return
                 if resp.status == pb.EOK:

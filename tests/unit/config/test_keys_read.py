@@ -26,12 +26,33 @@ from autorecovery.cli.main import main
 from autorecovery.config import keys as K
 from autorecovery.config.load import PROMETHEUS_PROVIDER, Settings, load_settings
 from autorecovery.errors import ConfigError
+from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY
 
 SRC = Path(__file__).resolve().parents[3] / "autorecovery"
 BASE = {"zkServers": "zk1:2181"}
 
+#: TLS on, with our (placeholder PEM) certificate and key for client authentication; ``{tmp}`` is the
+#: test's tmp_path, where :func:`_files` writes them.
+_TLS = {"tlsProviderFactoryClass": TLS_CONTEXT_FACTORY}
+_MTLS = {**_TLS, "tlsClientAuthentication": "true", "tlsCertificatePath": "{tmp}/cert.pem",
+         "tlsKeyStore": "{tmp}/key.pem"}
+_HTTPS = {"httpServerTlsEnable": "true", "httpServerCertificatePath": "{tmp}/cert.pem",
+          "httpServerKeyPath": "{tmp}/key.pem"}
+
 #: Keys whose effect only shows with another key set (the context is part of both sides of the diff).
 CONTEXT: dict[str, dict[str, str]] = {
+    "httpServerTlsEnable": {"httpServerCertificatePath": "{tmp}/cert.pem", "httpServerKeyPath": "{tmp}/key.pem"},
+    "httpServerCertificatePath": _HTTPS,
+    "httpServerKeyPath": _HTTPS,
+    "httpServerClientCaPath": _HTTPS,
+    "tlsClientAuthentication": {**_MTLS, "tlsClientAuthentication": "false"},
+    "tlsCertificatePath": _MTLS,
+    "tlsKeyStore": _MTLS,
+    "tlsTrustStore": _TLS,
+    "tlsKeyStoreType": _MTLS,
+    "tlsTrustStoreType": _TLS,
+    "tlsKeyStorePasswordPath": _TLS,
+    "tlsHostnameVerificationEnabled": _TLS,
     "useShortHostName": {"useHostNameAsBookieID": "true"},
     "zkEnableSecurity": {"zkDigestAuth": "ar:pw"},
     "enableStatistics": {"statsProviderClass": PROMETHEUS_PROVIDER},
@@ -63,13 +84,51 @@ VALUES: dict[str, str] = {
     "reppDisallowBookiePlacementInRegionFeatureName": "disallow_region",
     "reppDisallowedRegions": "r2",
     "disableEnsembleChangeFeatureName": "my_disable_feature",
+    "httpServerCertificatePath": "{tmp}/cert2.pem",
+    "httpServerKeyPath": "{tmp}/key2.pem",
+    "httpServerClientCaPath": "{tmp}/cert.pem",
+    "httpAdminTokenFile": "{tmp}/token",
+    "httpServerKeyStorePath": "",
+    "httpServerKeyStorePassword": "",
+    "httpServerTrustStorePath": "",
+    "httpServerTrustStorePassword": "",
+    "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY,
+    "tlsKeyStoreType": "PEM",
+    "tlsTrustStoreType": "PEM",
+    "tlsKeyStore": "{tmp}/key2.pem",
+    "tlsCertificatePath": "{tmp}/cert2.pem",
+    "tlsTrustStore": "{tmp}/cert.pem",
+    "tlsKeyStorePasswordPath": "",
+    "tlsHostnameVerificationEnabled": "true",
 }
 
 #: Keys refused (ConfigError naming them) for a value the code cannot honour: reading = validating.
 REFUSED: dict[str, str] = {
     "ledgerManagerFactoryClass": "org.apache.bookkeeper.meta.FlatLedgerManagerFactory",
     "ledgerManagerType": "flat",
+    "httpServerKeyStorePath": "/etc/bk/http.jks",
+    "httpServerKeyStorePassword": "changeit",
+    "httpServerTrustStorePath": "/etc/bk/trust.jks",
+    "httpServerTrustStorePassword": "changeit",
+    "tlsProviderFactoryClass": "com.example.MyTlsFactory",
+    "tlsKeyStoreType": "JKS",
+    "tlsTrustStoreType": "PKCS12",
+    "tlsKeyStorePasswordPath": "{tmp}/token",
+    "tlsHostnameVerificationEnabled": "false",
 }
+
+
+def _files(tmp_path: Path) -> None:
+    """Placeholder PEM files (only their markers are checked when settings load) and a token file."""
+    for name in ("cert.pem", "cert2.pem"):
+        (tmp_path / name).write_text("-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n")
+    for name in ("key.pem", "key2.pem"):
+        (tmp_path / name).write_text("-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n")
+    (tmp_path / "token").write_text("t0ken\n")
+
+
+def _fmt(props: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    return {k: v.replace("{tmp}", str(tmp_path)) for k, v in props.items()}
 
 
 def _value(key: K.Key) -> str:
@@ -123,20 +182,24 @@ def test_no_key_is_both_read_and_no_effect():
 
 @pytest.mark.parametrize("key", _all_keys(), ids=lambda k: k.name)
 def test_every_key_is_read(key, tmp_path):
+    _files(tmp_path)
     if key.name == "zkDigestAuthFile":
         secret = tmp_path / "digest"
         secret.write_text("ar:pw\n")
         raw = str(secret)
     else:
-        raw = _value(key)
+        raw = _value(key).replace("{tmp}", str(tmp_path))
     key.parse(raw)  # the test value itself is valid for the key
     # metadataServiceUri replaces zkServers: its base is the other way of naming the store
     ctx = {**(BASE if key.name != "metadataServiceUri" else {"metadataServiceUri": "zk+hierarchical://zk1:2181/ledgers"}),
-           **CONTEXT.get(key.name, {})}
+           **_fmt(CONTEXT.get(key.name, {}), tmp_path)}
     base = load_settings(None, env={}, overrides=ctx)
     if key.name in REFUSED:
-        with pytest.raises(ConfigError, match=key.name):
-            load_settings(None, env={}, overrides={**ctx, key.name: REFUSED[key.name]})
+        refused = REFUSED[key.name].replace("{tmp}", str(tmp_path))
+        with pytest.raises(ConfigError, match=key.name) as err:
+            load_settings(None, env={}, overrides={**ctx, key.name: refused})
+        if key.secret:
+            assert refused not in str(err.value)
     changed = load_settings(None, env={}, overrides={**ctx, key.name: raw})
     assert not changed.warnings, changed.warnings
     if _fingerprint(changed) != _fingerprint(base):
@@ -145,6 +208,15 @@ def test_every_key_is_read(key, tmp_path):
         f"{key.name}={raw} changes nothing the code builds from the settings and no code reads it with "
         f".get({key.name!r}): it is accepted and ignored. Make it take effect, or move it to "
         f"NO_EFFECT_KEYS with the reason")
+
+
+def test_tls_files_without_their_switch_warn(tmp_path):
+    _files(tmp_path)
+    s = load_settings(None, env={}, overrides={**BASE, "tlsTrustStore": f"{tmp_path}/cert.pem",
+                                               "httpServerKeyPath": f"{tmp_path}/key.pem"})
+    assert "tlsTrustStore set without tlsProviderFactoryClass: no effect, bookie connections stay plaintext" in s.warnings
+    assert ("httpServerKeyPath set without httpServerTlsEnable=true: no effect, the admin port serves plain HTTP"
+            in s.warnings)
 
 
 def test_config_check_lists_no_effect_keys_with_reason_and_errors_on_unknown(tmp_path):

@@ -1,4 +1,5 @@
-"""Issue 15 step 1: upstream security keys we do not implement refuse to start when they ask for security.
+"""Issue 15: upstream security keys we do not implement (the authentication plugins) refuse to start
+when they ask for security; TLS keys we cannot honour (JKS stores, missing files) refuse too.
 
 ``run`` is exercised as a real process (it must exit before touching ZooKeeper: the configured
 server does not exist), ``config check`` through click's runner.
@@ -18,10 +19,6 @@ from autorecovery.config.load import load_settings
 from autorecovery.errors import ConfigError
 
 ASKING = {
-    "tlsProvider": "OpenSSL",
-    "tlsProviderFactoryClass": "org.apache.bookkeeper.tls.TLSContextFactory",
-    "tlsClientAuthentication": "true",
-    "httpServerTlsEnable": "true",
     "clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory",
     "bookieAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory",
 }
@@ -56,20 +53,26 @@ def test_a_value_that_asks_for_nothing_is_accepted_without_warning(tmp_path, raw
 
 def test_config_check_fails_naming_the_key(tmp_path):
     conf = tmp_path / "bk_server.conf"
-    conf.write_text("zkServers=127.0.0.1:2181\ntlsClientAuthentication=true\n")
+    conf.write_text("zkServers=127.0.0.1:2181\ntlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory\n"
+                    "tlsTrustStoreType=JKS\ntlsTrustStore=/etc/bk/trust.jks\n"
+                    "bookieAuthProviderFactoryClass=org.apache.bookkeeper.tls.BookieAuthZFactory\n")
     res = CliRunner().invoke(main, ["config", "check", "-c", str(conf)], env={})
     assert res.exit_code == 2, res.output
-    assert "tlsClientAuthentication=true" in res.stderr
+    assert "tlsTrustStoreType=JKS is not supported" in res.stderr
+    assert "bookieAuthProviderFactoryClass=org.apache.bookkeeper.tls.BookieAuthZFactory" in res.stderr
 
 
 def test_run_process_refuses_to_start(tmp_path):
     conf = tmp_path / "bk_server.conf"
     # a port nobody listens on: the process must fail on the config, not on ZooKeeper
-    conf.write_text("zkServers=127.0.0.1:1\ntlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory\n")
+    conf.write_text("zkServers=127.0.0.1:1\ntlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory\n"
+                    f"tlsTrustStore={tmp_path / 'missing-ca.pem'}\n"
+                    "clientAuthProviderFactoryClass=org.apache.bookkeeper.sasl.SASLClientProviderFactory\n")
     proc = subprocess.run([sys.executable, "-m", "autorecovery.cli.main", "run", "-c", str(conf)],
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "tlsProviderFactoryClass" in proc.stderr
+    assert "bad value for tlsTrustStore: cannot read" in proc.stderr
+    assert "clientAuthProviderFactoryClass" in proc.stderr
 
 
 def test_huge_integer_in_every_key_is_a_config_error_or_a_value(tmp_path):
