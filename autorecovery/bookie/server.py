@@ -108,7 +108,8 @@ class BookieConfig:
             ``maxAddsInProgressLimit`` / ``maxReadsInProgressLimit``; see ``bookie.admission``).
         stream_idle_timeout_s: an AddEntries stream idle this long is answered and closed, s.
         max_concurrent_streams: gRPC streams per client connection (HTTP/2 SETTINGS; more wait).
-        zk_security: ZooKeeper identity and ACL (``zkEnableSecurity``): the registration znodes and
+        zk_security: ZooKeeper identity, ACL and transport (``zkEnableSecurity``, digest or SASL,
+            ``zookeeper.client.secure`` TLS): the registration znodes and
             the cookie are created with ``CREATOR_ALL_ACL`` when enabled (default: open, no auth).
         tls: serve the gRPC port with TLS (and mTLS with ``client_auth``); None = plaintext (issue 15).
     """

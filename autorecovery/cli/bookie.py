@@ -108,9 +108,23 @@ async def run_bookie(config: BookieConfig) -> int:
               help="(ours) gRPC streams per client connection")
 @click.option("--zk-enable-security", is_flag=True,
               help="zkEnableSecurity: create the registration and cookie znodes with CREATOR_ALL_ACL "
-                   "(needs --zk-digest-auth-file)")
+                   "(needs --zk-digest-auth-file or --zk-sasl-*)")
 @click.option("--zk-digest-auth-file", type=click.Path(dir_okay=False), default=None,
               help="zkDigestAuthFile: file whose first line is the ZooKeeper digest identity user:password")
+@click.option("--zk-sasl-mechanism", type=click.Choice(["DIGEST-MD5"], case_sensitive=False), default=None,
+              help="zkSaslMechanism: authenticate the ZooKeeper session with SASL (needs --zk-sasl-username "
+                   "and --zk-sasl-password-file)")
+@click.option("--zk-sasl-username", default=None, help="zkSaslUsername: the SASL user name")
+@click.option("--zk-sasl-password-file", type=click.Path(dir_okay=False), default=None,
+              help="zkSaslPasswordFile: file whose first line is the SASL password")
+@click.option("--zk-tls", is_flag=True,
+              help="zookeeper.client.secure: talk TLS to ZooKeeper (its secureClientPort)")
+@click.option("--zk-tls-trust-store", type=click.Path(dir_okay=False), default=None,
+              help="zookeeper.ssl.trustStore.location: PEM CA certificates of the ZooKeeper servers")
+@click.option("--zk-tls-key-store", type=click.Path(dir_okay=False), default=None,
+              help="zookeeper.ssl.keyStore.location: one PEM file with our certificate chain and unencrypted key")
+@click.option("--zk-tls-no-hostname-verification", is_flag=True,
+              help="zookeeper.ssl.hostnameVerification=false: check the CA only, not the host name")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
               help="tlsCertificatePath: serve TLS with this PEM certificate chain (needs --tls-key)")
 @click.option("--tls-key", type=click.Path(dir_okay=False), default=None,
@@ -146,6 +160,13 @@ def bookie_command(
     max_concurrent_streams: int,
     zk_enable_security: bool,
     zk_digest_auth_file: str | None,
+    zk_sasl_mechanism: str | None,
+    zk_sasl_username: str | None,
+    zk_sasl_password_file: str | None,
+    zk_tls: bool,
+    zk_tls_trust_store: str | None,
+    zk_tls_key_store: str | None,
+    zk_tls_no_hostname_verification: bool,
     tls_cert: str | None,
     tls_key: str | None,
     tls_trust_store: str | None,
@@ -165,7 +186,12 @@ def bookie_command(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     try:
-        security = zk_security(zk_enable_security, digest_file=zk_digest_auth_file)
+        security = zk_security(zk_enable_security, digest_file=zk_digest_auth_file, extra={
+            "zkSaslMechanism": zk_sasl_mechanism, "zkSaslUsername": zk_sasl_username,
+            "zkSaslPasswordFile": zk_sasl_password_file, "zookeeper.client.secure": zk_tls,
+            "zookeeper.ssl.trustStore.location": zk_tls_trust_store,
+            "zookeeper.ssl.keyStore.location": zk_tls_key_store,
+            "zookeeper.ssl.hostnameVerification": not zk_tls_no_hostname_verification})
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     tls = _server_tls(tls_cert, tls_key, tls_trust_store, tls_client_auth)

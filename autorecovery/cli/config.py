@@ -138,8 +138,7 @@ def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tupl
     click.echo(f"# effective configuration ({settings.conf_path or 'no file'}; BK_<key> env and flags applied)")
     click.echo(f"# metadata store: {settings.metadata_service_uri}  bookie id: {settings.bookie_id}")
     sec = settings.zk_security
-    click.echo(f"# zookeeper: acl={'CREATOR_ALL_ACL' if sec.enabled else 'OPEN_ACL_UNSAFE'} auth="
-               + (f"digest user {sec.user} ({sec.source})" if sec.digest else "none"))
+    click.echo(f"# zookeeper: {sec.describe()}")
     st = settings.stats
     click.echo("# prometheus listener: "
                + (f"{st.address}:{st.port}/metrics ({st.reason})" if st.prometheus_enabled else f"off ({st.reason})"))

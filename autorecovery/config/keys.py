@@ -165,6 +165,33 @@ KEYS: tuple[Key, ...] = (
     _k("zkDigestAuthFile", "str", None, "", "metadata",
        "file whose first line is the zkDigestAuth user:password (keeps the secret out of the config file)",
        origin=OURS),
+    _k("zkSaslMechanism", "str", None, "", "metadata",
+       "authenticate every ZooKeeper session with SASL: DIGEST-MD5 only (the server's JAAS Server section "
+       "holds the user); GSSAPI/Kerberos is refused; unset = no SASL", origin=OURS),
+    _k("zkSaslUsername", "str", None, "", "metadata", "with zkSaslMechanism: the SASL user name", origin=OURS),
+    _k("zkSaslPasswordFile", "str", None, "", "metadata",
+       "with zkSaslMechanism: file whose first line is the SASL password (a secret: never printed)", origin=OURS),
+    _k("zookeeper.client.secure", "bool", False, "", "metadata",
+       "ZooKeeper's client property: talk TLS to ZooKeeper (its secureClientPort); unset/false = plaintext"),
+    _k("zookeeper.ssl.keyStore.location", "str", None, "", "metadata",
+       "with zookeeper.client.secure: one PEM file holding our certificate chain and unencrypted private key "
+       "(ZooKeeper's PEM key store), presented when the server asks (ssl.clientAuth); unset = no certificate"),
+    _k("zookeeper.ssl.keyStore.type", "str", None, "", "metadata",
+       "format of zookeeper.ssl.keyStore.location: PEM only (JKS, PKCS12 and BCFKS are refused)",
+       choices=("pem", "jks", "pkcs12", "bcfks")),
+    _k("zookeeper.ssl.keyStore.password", "str", None, "", "metadata",
+       "password of an encrypted key store: refused when set (the PEM key must be unencrypted)", secret=True),
+    _k("zookeeper.ssl.keyStore.passwordPath", "str", None, "", "metadata",
+       "file holding the key store password: refused when set (the PEM key must be unencrypted)"),
+    _k("zookeeper.ssl.trustStore.location", "str", None, "", "metadata",
+       "with zookeeper.client.secure: PEM CA certificates that sign the ZooKeeper servers' certificates; "
+       "unset = the system's default roots"),
+    _k("zookeeper.ssl.trustStore.type", "str", None, "", "metadata",
+       "format of zookeeper.ssl.trustStore.location: PEM only (JKS, PKCS12 and BCFKS are refused)",
+       choices=("pem", "jks", "pkcs12", "bcfks")),
+    _k("zookeeper.ssl.hostnameVerification", "bool", True, "", "metadata",
+       "with zookeeper.client.secure: the server's certificate must name the host of the connect string "
+       "(an IP SAN for 10.0.0.1:2281); false still checks the CA"),
     _k("bookieId", "str", None, "", "metadata",
        "this node's id in the auditor election; default <advertisedAddress or host IP>:<bookiePort>"),
     _k("bookiePort", "int", 3181, "", "metadata", "port part of the default bookie id", min_value=0, max_value=65535),
@@ -459,6 +486,11 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      "cipher list, and reads the PEM files once at start (restart to pick up renewed certificates)", (
         "tlsProvider", "tlsEnabledCipherSuites", "tlsEnabledProtocols", "tlsCertFilesRefreshDurationSeconds",
     )),
+    ("ZooKeeper client socket class of the Java client (TLS needs ClientCnxnSocketNetty there): our "
+     "client (kazoo) has one socket implementation, which speaks TLS when zookeeper.client.secure=true",
+     ("zookeeper.clientCnxnSocket",)),
+    ("password of a PEM trust store: CA certificates carry no password (a JKS/PKCS12 trust store is "
+     "refused)", ("zookeeper.ssl.trustStore.password", "zookeeper.ssl.trustStore.passwordPath")),
     ("password of a JKS/PKCS12 trust store: only PEM trust stores are read here and they carry no password "
      "(tlsTrustStoreType=JKS or PKCS12 is refused)", ("tlsTrustStorePasswordPath",)),
     ("Prometheus latency rollover: our OpStats quantiles come from a sliding window of the latest 1024 "

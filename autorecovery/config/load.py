@@ -71,6 +71,43 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class ZkTls:
+    """TLS to ZooKeeper (``zookeeper.client.secure=true``; ZooKeeper's own client property names).
+
+    Attributes:
+        trust_path: ``zookeeper.ssl.trustStore.location``: PEM CA certificates that sign the servers'
+            certificates; None = the system's default roots.
+        keystore_path: ``zookeeper.ssl.keyStore.location``: one PEM file holding our certificate chain
+            and our unencrypted private key (ZooKeeper's PEM key store layout), presented when the
+            server asks for a client certificate; None = no client certificate.
+        hostname_verification: ``zookeeper.ssl.hostnameVerification``: the server certificate must
+            name the host of the connect string (DNS or IP SAN). The CA is checked either way.
+    """
+
+    trust_path: str | None = None
+    keystore_path: str | None = None
+    hostname_verification: bool = True
+
+
+@dataclass(frozen=True)
+class ZkSasl:
+    """SASL authentication of every ZooKeeper session (``zkSaslMechanism``..., keys of ours: upstream
+    reads a JAAS ``Client`` section instead).
+
+    Attributes:
+        mechanism: ``DIGEST-MD5`` (the only one supported).
+        username: ``zkSaslUsername``.
+        password: the first line of ``zkSaslPasswordFile``; never part of ``repr`` and never logged.
+        password_file: the file it came from (for messages).
+    """
+
+    mechanism: str
+    username: str
+    password: str = field(repr=False)
+    password_file: str = ""
+
+
+@dataclass(frozen=True)
 class ZkSecurity:
     """How we authenticate to ZooKeeper and which ACL our znodes get (upstream ``ZkUtils.getACLs``).
 
@@ -81,16 +118,37 @@ class ZkSecurity:
             line of ``zkDigestAuthFile``), sent on every (re)connect; None = no authentication.
             Never part of ``repr`` and never logged.
         source: the key the digest came from (``zkDigestAuth``/``zkDigestAuthFile``), for messages.
+        sasl: SASL identity (``zkSaslMechanism``/``zkSaslUsername``/``zkSaslPasswordFile``); None = no
+            SASL. With ``enabled`` the creator-all ACL names this identity (``sasl:<user>``).
+        tls: TLS to ZooKeeper (``zookeeper.client.secure``); None = plaintext.
     """
 
     enabled: bool = False
     digest: str | None = field(default=None, repr=False)
     source: str = ""
+    sasl: ZkSasl | None = None
+    tls: ZkTls | None = None
 
     @property
     def user(self) -> str | None:
-        """The user part of the digest identity (not secret), or None."""
-        return self.digest.partition(":")[0] if self.digest else None
+        """The user part of the digest identity, else the SASL user name (not secret), or None."""
+        if self.digest:
+            return self.digest.partition(":")[0]
+        return self.sasl.username if self.sasl else None
+
+    def describe(self) -> str:
+        """One line for ``config check``: ACL, identity and transport, never a secret."""
+        auth = "none"
+        if self.digest:
+            auth = f"digest user {self.user} ({self.source})"
+        elif self.sasl:
+            auth = f"sasl {self.sasl.mechanism} user {self.sasl.username}"
+        tls = "off"
+        if self.tls:
+            tls = ("on (trust " + (self.tls.trust_path or "system roots")
+                   + (f", certificate {self.tls.keystore_path}" if self.tls.keystore_path else "")
+                   + ("" if self.tls.hostname_verification else ", no hostname verification") + ")")
+        return f"acl={'CREATOR_ALL_ACL' if self.enabled else 'OPEN_ACL_UNSAFE'} auth={auth} tls={tls}"
 
 
 @dataclass(frozen=True)
@@ -427,23 +485,117 @@ def _zk_security(values: Mapping[str, Any], errors: list[str]) -> ZkSecurity:
             errors.append(f"bad value for {source}{where}: expected user:password (the value is a secret and "
                           f"is not shown)")
             return ZkSecurity(enabled=enabled)
-    if enabled and not digest:
+    sasl = _zk_sasl(values, errors)
+    tls = _zk_tls(values, errors)
+    if digest and sasl is not None:
+        errors.append(f"{source} and zkSaslMechanism are both set: set one ZooKeeper identity")
+    if enabled and not digest and sasl is None and not _sasl_asked(values):
         errors.append("zkEnableSecurity=true needs a ZooKeeper identity: set zkDigestAuth=user:password or "
-                      "zkDigestAuthFile=<file holding user:password> (ZooKeeper refuses creator-only ACLs "
-                      "from an unauthenticated session; SASL/Kerberos identities are not supported, see "
-                      "docs/security.md)")
-    return ZkSecurity(enabled=enabled, digest=digest, source=source)
+                      "zkDigestAuthFile=<file holding user:password>, or zkSaslMechanism=DIGEST-MD5 with "
+                      "zkSaslUsername and zkSaslPasswordFile (ZooKeeper refuses creator-only ACLs from an "
+                      "unauthenticated session)")
+    return ZkSecurity(enabled=enabled, digest=digest, source=source, sasl=sasl, tls=tls)
 
 
-def zk_security(enabled: bool, digest: str | None = None, digest_file: str | None = None) -> ZkSecurity:
+def _sasl_asked(values: Mapping[str, Any]) -> bool:
+    return any(values.get(k) for k in ("zkSaslMechanism", "zkSaslUsername", "zkSaslPasswordFile"))
+
+
+def _zk_sasl(values: Mapping[str, Any], errors: list[str]) -> ZkSasl | None:
+    """``zkSaslMechanism`` + ``zkSaslUsername`` + ``zkSaslPasswordFile`` → :class:`ZkSasl` (None when
+    none is set).
+
+    Appends to ``errors`` (never quoting the password): a mechanism other than DIGEST-MD5 (GSSAPI
+    needs a Kerberos KDC and the ``kerberos`` module, which this project neither ships nor tests);
+    a user name or password file without the mechanism, or the mechanism without them; an
+    unreadable or empty password file.
+    """
+    mech = str(values.get("zkSaslMechanism") or "").strip()
+    user = str(values.get("zkSaslUsername") or "").strip()
+    path = str(values.get("zkSaslPasswordFile") or "").strip()
+    if not (mech or user or path):
+        return None
+    if not mech:
+        errors.append("zkSaslUsername/zkSaslPasswordFile set without zkSaslMechanism: set "
+                      "zkSaslMechanism=DIGEST-MD5 to authenticate with SASL")
+        return None
+    if mech.upper() != "DIGEST-MD5":
+        errors.append(f"bad value for zkSaslMechanism: {mech!r} (only DIGEST-MD5 is supported; GSSAPI/Kerberos "
+                      f"is not: see docs/security.md)")
+        return None
+    missing = [k for k, v in (("zkSaslUsername", user), ("zkSaslPasswordFile", path)) if not v]
+    if missing:
+        errors.append(f"zkSaslMechanism={mech} needs {' and '.join(missing)}")
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            password = f.readline().rstrip("\r\n")
+    except OSError as exc:
+        errors.append(f"bad value for zkSaslPasswordFile: cannot read {path}: {exc.strerror or exc}")
+        return None
+    except UnicodeDecodeError:
+        errors.append(f"bad value for zkSaslPasswordFile: {path} is not UTF-8 text")
+        return None
+    if not password:
+        errors.append(f"bad value for zkSaslPasswordFile: {path} is empty (expected the password on its first line)")
+        return None
+    return ZkSasl(mechanism="DIGEST-MD5", username=user, password=password, password_file=path)
+
+
+_ZK_TLS_FILES = ("zookeeper.ssl.keyStore.location", "zookeeper.ssl.trustStore.location")
+
+
+def _zk_tls(values: Mapping[str, Any], errors: list[str]) -> ZkTls | None:
+    """``zookeeper.client.secure`` and the ``zookeeper.ssl.*`` keys → :class:`ZkTls` (None = plaintext).
+
+    Appends to ``errors`` when TLS is on: a key or trust store type other than PEM; a key store
+    password (``zookeeper.ssl.keyStore.password``/``passwordPath``: the PEM key must be unencrypted,
+    the value is never quoted); a key store file that is not PEM, lacks the certificate or the
+    private key, or holds an encrypted key; a trust store that is not a PEM certificate file.
+    """
+    if not values.get("zookeeper.client.secure"):
+        return None
+    ok = True
+    for kind in ("keyStore", "trustStore"):
+        t = values.get(f"zookeeper.ssl.{kind}.type")
+        if t and str(t).strip().upper() != "PEM":
+            errors.append(f"bad value for zookeeper.ssl.{kind}.type: {t!r} (only PEM files are supported; "
+                          f"convert the store with keytool/openssl)")
+            ok = False
+    for name in ("zookeeper.ssl.keyStore.password", "zookeeper.ssl.keyStore.passwordPath"):
+        if values.get(name):
+            errors.append(f"{name} is set: encrypted key stores are not supported; give an unencrypted PEM key "
+                          f"(decrypt it with `openssl pkey`, keep the file readable by the service user only)")
+            ok = False
+    keystore = str(values.get("zookeeper.ssl.keyStore.location") or "") or None
+    trust = str(values.get("zookeeper.ssl.trustStore.location") or "") or None
+    if ok:
+        try:
+            if keystore:
+                read_pem(keystore, "zookeeper.ssl.keyStore.location")  # the certificate chain
+                read_pem(keystore, "zookeeper.ssl.keyStore.location", private_key=True)  # and the key
+            if trust:
+                read_pem(trust, "zookeeper.ssl.trustStore.location")
+        except ConfigError as exc:
+            errors.append(str(exc))
+    return ZkTls(trust_path=trust, keystore_path=keystore,
+                 hostname_verification=bool(values.get("zookeeper.ssl.hostnameVerification", True)))
+
+
+def zk_security(enabled: bool, digest: str | None = None, digest_file: str | None = None, *,
+                extra: Mapping[str, Any] | None = None) -> ZkSecurity:
     """:class:`ZkSecurity` from explicit values (the reference bookie's flags), validated as the keys are.
+
+    Args:
+        extra: further typed key values (``zkSaslMechanism``, ``zookeeper.client.secure``,
+            ``zookeeper.ssl.*``...), as the loader would have parsed them.
 
     Raises:
         ConfigError: the problems :func:`_zk_security` reports (never quoting the secret).
     """
     errors: list[str] = []
-    sec = _zk_security({"zkEnableSecurity": enabled, "zkDigestAuth": digest, "zkDigestAuthFile": digest_file},
-                       errors)
+    sec = _zk_security({"zkEnableSecurity": enabled, "zkDigestAuth": digest, "zkDigestAuthFile": digest_file,
+                        **(extra or {})}, errors)
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
     return sec
@@ -533,6 +685,9 @@ def _tls_off_warnings(values: Mapping[str, Any], sources: Mapping[str, str]) -> 
         (K.asks_for_security(str(values.get("tlsProviderFactoryClass") or "")), "tlsProviderFactoryClass",
          ("tlsClientAuthentication", "tlsCertificatePath", "tlsKeyStore", "tlsTrustStore"),
          "bookie connections stay plaintext"),
+        (bool(values.get("zookeeper.client.secure")), "zookeeper.client.secure=true",
+         ("zookeeper.ssl.keyStore.location", "zookeeper.ssl.trustStore.location"),
+         "ZooKeeper connections stay plaintext"),
         (bool(values.get("httpServerTlsEnable")), "httpServerTlsEnable=true",
          ("httpServerCertificatePath", "httpServerKeyPath", "httpServerClientCaPath"), "the admin port serves plain HTTP"),
     )

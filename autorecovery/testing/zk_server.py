@@ -50,18 +50,37 @@ def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) ->
     return b"".join(chunks).decode(errors="replace")
 
 
-def _classpath() -> str:
+def _classpath(netty: bool = False) -> str:
     if not ZOOKEEPER_JAR.exists():
         raise ZooKeeperNotInstalled(
             f"{ZOOKEEPER_JAR} not found: install Debian's zookeeper package (make zookeeper)"
         )
     parts = [str(ZOOKEEPER_JAR)]
+    if netty:  # the jar's manifest lists netty's handler/transport but not the codec/resolver they need
+        parts += [str(ZOOKEEPER_JAR.parent / j) for j in ("netty-codec.jar", "netty-resolver.jar")
+                  if (ZOOKEEPER_JAR.parent / j).exists()]
     for name in _LOG_BACKENDS:
         jar = ZOOKEEPER_JAR.parent / name
         if jar.exists():
             parts.append(str(jar))
             break
     return ":".join(parts)
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS of the server's ``secureClientPort`` (ZooKeeper 3.8 PEM stores, Netty connection factory).
+
+    Attributes:
+        keystore_path: one PEM file with the server's certificate chain and unencrypted private key.
+        truststore_path: PEM CA certificates that sign client certificates.
+        client_auth: ``ssl.clientAuth``: ``need`` (a client certificate is required), ``want`` or
+            ``none``.
+    """
+
+    keystore_path: str
+    truststore_path: str
+    client_auth: str = "none"
 
 
 @dataclass
@@ -71,20 +90,61 @@ class ZooKeeperServer:
     Attributes:
         data_dir: directory for snapshots, transaction logs, the config and the log file.
         host: loopback address to bind (``127.0.0.1`` by default).
-        port: client port; 0 picks a free one at start.
+        port: client port (plaintext; readiness is checked on it); 0 picks a free one at start.
         tick_time_ms: ZooKeeper tickTime; the minimum session timeout is 2 ticks.
+        tls: also serve TLS on ``secure_port`` (:class:`ServerTls`); None = plaintext only.
+        secure_port: the TLS client port (0 picks a free one at start; only with ``tls``).
+        sasl_users: DIGEST-MD5 users (name → password) of a JAAS ``Server`` section; when set the
+            server requires SASL authentication of every session (``zookeeper.enforce.auth.enabled``
+            with the ``sasl`` scheme, ZooKeeper 3.8): unauthenticated sessions are closed.
     """
 
     data_dir: Path
     host: str = "127.0.0.1"
     port: int = 0
     tick_time_ms: int = 250
+    tls: ServerTls | None = None
+    secure_port: int = 0
+    sasl_users: dict[str, str] | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
     def connect_string(self) -> str:
         """``host:port`` for clients."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def secure_connect_string(self) -> str:
+        """``host:secure_port`` for TLS clients (only with ``tls``)."""
+        return f"{self.host}:{self.secure_port}"
+
+    def _tls_lines(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return [
+            f"secureClientPort={self.secure_port}",
+            f"secureClientPortAddress={self.host}",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={self.tls.keystore_path}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.tls.truststore_path}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={self.tls.client_auth}",
+        ]
+
+    def _sasl_jvm_args(self) -> list[str]:
+        if not self.sasl_users:
+            return []
+        jaas = self.data_dir / "jaas.conf"
+        users = "\n".join(f'    user_{u}="{p}"' for u, p in self.sasl_users.items())
+        jaas.write_text("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+                        f"{users};\n}};\n")
+        return [
+            f"-Djava.security.auth.login.config={jaas}",
+            "-Dzookeeper.authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
+            "-Dzookeeper.enforce.auth.enabled=true",
+            "-Dzookeeper.enforce.auth.schemes=sasl",
+        ]
 
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -104,6 +164,7 @@ class ZooKeeperServer:
                     "snapCount=100000",
                     "preAllocSize=4096",
                     "forceSync=no",
+                    *self._tls_lines(),
                     "",
                 ]
             )
@@ -123,6 +184,8 @@ class ZooKeeperServer:
             raise ZooKeeperNotInstalled("java not found on PATH (ZooKeeper needs a JRE)")
         if self.port == 0:
             self.port = free_port(self.host)
+        if self.tls is not None and self.secure_port == 0:
+            self.secure_port = free_port(self.host)
         cfg = self._write_config()
         log = open(self.data_dir / "zookeeper.log", "ab")
         self.proc = subprocess.Popen(
@@ -133,8 +196,9 @@ class ZooKeeperServer:
                 "-Dzookeeper.jmx.log4j.disable=true",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                 "-Dzookeeper.4lw.commands.whitelist=*",
+                *self._sasl_jvm_args(),
                 "-cp",
-                _classpath(),
+                _classpath(netty=self.tls is not None),
                 "org.apache.zookeeper.server.ZooKeeperServerMain",
                 str(cfg),
             ],

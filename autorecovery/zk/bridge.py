@@ -59,6 +59,58 @@ class Op:
 WatchCallback = Callable[[WatchedEvent], Any]
 
 
+def kazoo_security_kwargs(security: ZkSecurity) -> dict[str, Any]:
+    """The ``KazooClient`` arguments for ``security``: ``auth_data`` (digest scheme), ``sasl_options``
+    (DIGEST-MD5 via pure-sasl, service ``zookeeper``: the server's default) and the TLS options
+    (``use_ssl``, ``ca``, ``certfile``/``keyfile`` = ZooKeeper's one-file PEM key store,
+    ``verify_certs`` always on, ``check_hostname`` from ``zookeeper.ssl.hostnameVerification``).
+    Empty for the default (no authentication, plaintext), so that path is unchanged."""
+    kw: dict[str, Any] = {}
+    if security.digest:
+        kw["auth_data"] = [("digest", security.digest)]
+    else:
+        kw["auth_data"] = None
+    if security.sasl is not None:
+        kw["sasl_options"] = {"mechanism": security.sasl.mechanism, "username": security.sasl.username,
+                              "password": security.sasl.password}
+    if security.tls is not None:
+        kw.update(use_ssl=True, ca=security.tls.trust_path, certfile=security.tls.keystore_path,
+                  keyfile=security.tls.keystore_path, verify_certs=True,
+                  check_hostname=security.tls.hostname_verification)
+    return kw
+
+
+def _tls_probe(hosts: str, security: ZkSecurity, timeout_s: float = 3.0) -> str:
+    """Why a TLS handshake with the servers of ``hosts`` fails, one ``host:port: reason`` per server
+    ("" when one succeeds): the detail kazoo only logs before retrying forever."""
+    import socket
+    import ssl
+
+    tls = security.tls
+    assert tls is not None
+    reasons = []
+    for hp in hosts.split("/", 1)[0].split(","):
+        host, _, port = hp.strip().rpartition(":")
+        host = host.strip("[]")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = tls.hostname_verification
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        try:
+            if tls.trust_path:
+                ctx.load_verify_locations(tls.trust_path)
+            else:
+                ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+            if tls.keystore_path:
+                ctx.load_cert_chain(tls.keystore_path, tls.keystore_path)
+            with socket.create_connection((host, int(port)), timeout=timeout_s) as raw:
+                with ctx.wrap_socket(raw, server_hostname=host) as s:
+                    s.do_handshake()
+            return ""
+        except (OSError, ValueError) as exc:
+            reasons.append(f"{hp.strip()}: TLS handshake failed: {exc}")
+    return "; ".join(reasons)
+
+
 class ZkClient:
     """An asyncio ZooKeeper client on top of kazoo.
 
@@ -88,7 +140,7 @@ class ZkClient:
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
             # kazoo applies default_acl to create(), makepath parents, ensure_path and transaction creates
             default_acl=self.acl,
-            auth_data=[("digest", self.security.digest)] if self.security.digest else None,
+            **kazoo_security_kwargs(self.security),
         )
         self.max_concurrent_ops = max_concurrent_ops
         self._sem = asyncio.Semaphore(max_concurrent_ops)
@@ -127,9 +179,27 @@ class ZkClient:
         try:
             await asyncio.to_thread(self._kz.start, timeout_s)
         except Exception as exc:  # kazoo raises its own timeout error
-            raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: {exc}") from exc
+            detail = ""
+            if self.security.tls is not None:
+                detail = await asyncio.to_thread(_tls_probe, self.hosts, self.security)
+            raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: {exc}"
+                                 + (f" ({detail})" if detail else "")) from exc
+        if self.security.sasl is not None:
+            # kazoo reports CONNECTED before the SASL exchange; a refused identity shows on the first
+            # request (or its connection thread ends), so make one before the caller relies on the session
+            try:
+                await asyncio.to_thread(self._sasl_check, min(timeout_s, 10.0))
+            except Exception as exc:  # noqa: BLE001 - kazoo's AuthFailed/SessionClosedRequireSasl/timeout
+                await self.stop()
+                raise ZooKeeperError(
+                    f"cannot connect to ZooKeeper at {self.hosts}: SASL authentication of user "
+                    f"{self.security.sasl.username} failed (wrong user or password, or the server does not "
+                    f"accept {self.security.sasl.mechanism}): {type(exc).__name__} {exc}".rstrip()) from exc
         self.connected.set()
         return self
+
+    def _sasl_check(self, timeout_s: float) -> None:  # worker thread
+        self._kz.exists_async("/").get(timeout=timeout_s)
 
     async def stop(self) -> None:
         """Close the session (ephemeral znodes are deleted by the server). Idempotent."""
@@ -161,7 +231,7 @@ class ZkClient:
 
         def expire() -> None:
             other = KazooClient(hosts=self.hosts, client_id=cid, timeout=self.session_timeout_ms / 1000.0,
-                                auth_data=[("digest", self.security.digest)] if self.security.digest else None)
+                                **kazoo_security_kwargs(self.security))
             try:
                 other.start(10)
             finally:

@@ -39,6 +39,10 @@ _MTLS = {**_TLS, "tlsClientAuthentication": "true", "tlsCertificatePath": "{tmp}
 _HTTPS = {"httpServerTlsEnable": "true", "httpServerCertificatePath": "{tmp}/cert.pem",
           "httpServerKeyPath": "{tmp}/key.pem"}
 
+#: SASL to ZooKeeper with a password file, and TLS to ZooKeeper (issue 15).
+_SASL = {"zkSaslMechanism": "DIGEST-MD5", "zkSaslUsername": "ar", "zkSaslPasswordFile": "{tmp}/token"}
+_ZK_TLS = {"zookeeper.client.secure": "true"}
+
 #: Keys whose effect only shows with another key set (the context is part of both sides of the diff).
 CONTEXT: dict[str, dict[str, str]] = {
     "httpServerTlsEnable": {"httpServerCertificatePath": "{tmp}/cert.pem", "httpServerKeyPath": "{tmp}/key.pem"},
@@ -54,6 +58,12 @@ CONTEXT: dict[str, dict[str, str]] = {
     "tlsKeyStorePasswordPath": _TLS,
     "tlsHostnameVerificationEnabled": _TLS,
     "useShortHostName": {"useHostNameAsBookieID": "true"},
+    "zkSaslUsername": _SASL,
+    "zkSaslPasswordFile": _SASL,
+    **{name: _ZK_TLS for name in ("zookeeper.ssl.keyStore.location", "zookeeper.ssl.keyStore.type",
+                                  "zookeeper.ssl.keyStore.password", "zookeeper.ssl.keyStore.passwordPath",
+                                  "zookeeper.ssl.trustStore.location", "zookeeper.ssl.trustStore.type",
+                                  "zookeeper.ssl.hostnameVerification")},
     "zkEnableSecurity": {"zkDigestAuth": "ar:pw"},
     "enableStatistics": {"statsProviderClass": PROMETHEUS_PROVIDER},
     "prometheusStatsHttpEnable": {"statsProviderClass": PROMETHEUS_PROVIDER},
@@ -100,6 +110,15 @@ VALUES: dict[str, str] = {
     "tlsTrustStore": "{tmp}/cert.pem",
     "tlsKeyStorePasswordPath": "",
     "tlsHostnameVerificationEnabled": "true",
+    "zkSaslMechanism": "",
+    "zkSaslUsername": "ar2",
+    "zkSaslPasswordFile": "{tmp}/cert.pem",
+    "zookeeper.ssl.keyStore.location": "{tmp}/zk-keystore.pem",
+    "zookeeper.ssl.keyStore.type": "PEM",
+    "zookeeper.ssl.keyStore.password": "",
+    "zookeeper.ssl.keyStore.passwordPath": "",
+    "zookeeper.ssl.trustStore.location": "{tmp}/cert.pem",
+    "zookeeper.ssl.trustStore.type": "PEM",
 }
 
 #: Keys refused (ConfigError naming them) for a value the code cannot honour: reading = validating.
@@ -115,6 +134,11 @@ REFUSED: dict[str, str] = {
     "tlsTrustStoreType": "PKCS12",
     "tlsKeyStorePasswordPath": "{tmp}/token",
     "tlsHostnameVerificationEnabled": "false",
+    "zkSaslMechanism": "GSSAPI",
+    "zookeeper.ssl.keyStore.type": "JKS",
+    "zookeeper.ssl.keyStore.password": "changeit",
+    "zookeeper.ssl.keyStore.passwordPath": "{tmp}/token",
+    "zookeeper.ssl.trustStore.type": "PKCS12",
 }
 
 
@@ -125,6 +149,8 @@ def _files(tmp_path: Path) -> None:
     for name in ("key.pem", "key2.pem"):
         (tmp_path / name).write_text("-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n")
     (tmp_path / "token").write_text("t0ken\n")
+    # ZooKeeper's PEM key store: the certificate chain and the key in one file
+    (tmp_path / "zk-keystore.pem").write_text((tmp_path / "cert.pem").read_text() + (tmp_path / "key.pem").read_text())
 
 
 def _fmt(props: dict[str, str], tmp_path: Path) -> dict[str, str]:
