@@ -90,7 +90,9 @@ def _tls_probe(hosts: str, security: ZkSecurity, timeout_s: float = 3.0) -> str:
     assert tls is not None
     reasons = []
     for hp in hosts.split("/", 1)[0].split(","):
-        host, _, port = hp.strip().rpartition(":")
+        host, sep, port = hp.strip().rpartition(":")
+        if not sep or host.endswith(":") and not host.startswith("["):  # no port (kazoo's default is 2181)
+            host, port = hp.strip(), "2181"
         host = host.strip("[]")
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = tls.hostname_verification

@@ -28,6 +28,7 @@ from autorecovery.cli.main import main
 from autorecovery.config.load import ZkSecurity, ZkTls, load_settings, zk_security
 from autorecovery.daemon import Daemon
 from autorecovery.errors import ConfigError, ZooKeeperError
+from autorecovery.testing.bookie_proc import BookieProcess
 from autorecovery.testing.zk_server import ServerTls, ZooKeeperServer
 from autorecovery.zk.bridge import ZkClient, kazoo_security_kwargs, wait_for
 from autorecovery.zk.paths import Paths
@@ -156,6 +157,60 @@ def test_daemon_shell_and_bookie_over_tls(tls_zk, pki, tmp_path):
                                          "zookeeper.ssl.keyStore.location": pki["client_ks"]})
     connect = _chroot(tls_zk.secure_connect_string, security)
     _run_daemon_flow(connect, props, security, tmp_path)
+
+
+def test_reference_bookie_process_registers_over_tls(tls_zk, pki, tmp_path):
+    props = _tls_keys(pki)
+    security = zk_security(False, extra={"zookeeper.client.secure": True,
+                                         "zookeeper.ssl.trustStore.location": pki["ca"],
+                                         "zookeeper.ssl.keyStore.location": pki["client_ks"]})
+    connect = _chroot(tls_zk.secure_connect_string, security)
+    res = CliRunner().invoke(main, ["shell", "initnewcluster", "--zk", connect, *_flags(props)], env={})
+    assert res.exit_code == 0, res.output
+    p = BookieProcess(["--zk", connect, "--data-dir", str(tmp_path / "b"), "--port", "0",
+                       "--zk-tls", "--zk-tls-trust-store", pki["ca"], "--zk-tls-key-store", pki["client_ks"]],
+                      tmp_path / "bookie.log")
+    try:
+        bookie_id = p.wait_ready(30)
+
+        async def registered() -> list[str]:
+            zk = await ZkClient(connect, security=security).start()
+            try:
+                return await zk.get_children(Paths("/ledgers").available)
+            finally:
+                await zk.stop()
+
+        assert bookie_id in asyncio.run(registered())
+    finally:
+        p.stop()
+
+
+def test_hostname_verification(tmp_path):
+    """A server whose certificate names another host: refused by default (upstream's default too),
+    accepted with zookeeper.ssl.hostnameVerification=false (the CA is still checked)."""
+    ca = make_ca(tmp_path / "pki", "hn")
+    wrong = _keystore(ca.issue("elsewhere", ips=("10.9.9.9",), dns=("zk.elsewhere.example",), client=False),
+                      tmp_path / "wrong-ks.pem")
+    client_ks = _keystore(ca.issue("client", server=False), tmp_path / "client-ks.pem")
+    server = ZooKeeperServer(tmp_path / "zk", tls=ServerTls(wrong, ca.path, client_auth="none")).start()
+    try:
+        async def go() -> str:
+            strict = ZkSecurity(tls=ZkTls(trust_path=ca.path, keystore_path=client_ks))
+            with pytest.raises(ZooKeeperError) as err:
+                await ZkClient(server.secure_connect_string, security=strict).start(timeout_s=3)
+            lax = ZkSecurity(tls=ZkTls(trust_path=ca.path, keystore_path=client_ks, hostname_verification=False))
+            zk = await ZkClient(server.secure_connect_string, security=lax).start(timeout_s=10)
+            try:
+                assert "zookeeper" in await zk.get_children("/")
+            finally:
+                await zk.stop()
+            return str(err.value)
+
+        msg = asyncio.run(go())
+        assert f"{server.secure_connect_string}: TLS handshake failed" in msg
+        assert "mismatch" in msg or "hostname" in msg.lower()
+    finally:
+        server.stop()
 
 
 def test_plaintext_client_cannot_use_the_secure_port(tls_zk):
