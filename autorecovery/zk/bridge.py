@@ -124,7 +124,9 @@ class ZkClient:
             authentication, OPEN_ACL_UNSAFE). With ``security.digest`` the session authenticates with
             the ``digest`` scheme on every (re)connect; with ``security.enabled`` every znode this client
             creates — ``ensure_path`` parents, ``makepath`` intermediates and transaction creates
-            included — gets ``CREATOR_ALL_ACL``, as upstream's ``ZkUtils.getACLs``.
+            included — gets ``CREATOR_ALL_ACL``, as upstream's ``ZkUtils.getACLs``. ``security.sasl``
+            authenticates with SASL DIGEST-MD5 (checked by one request before :meth:`start` returns);
+            ``security.tls`` makes every connection TLS (see :func:`kazoo_security_kwargs`).
 
     Raises (from operations): ``NoNodeError``, ``NodeExistsError``, ``BadVersionError``,
     ``NotEmptyError`` (re-exported from kazoo), and :class:`ZooKeeperError` naming the path for others.
