@@ -585,28 +585,14 @@ class AdminHttpServer:
         app = build_app(self.deps)
         if _loopback(self.address):
             app.middlewares.append(_loopback_host_check)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0,
-                           ssl_context=self.ssl_context)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise OSError(exc.errno, f"cannot serve HTTP on {self.address}:{self.requested_port}: {exc.strerror}") from exc
-        self._runner = runner
-        server = getattr(site, "_server", None)
-        socks = getattr(server, "sockets", None) or []
-        self.port = socks[0].getsockname()[1] if socks else self.requested_port
+        self._runner, self.port = await _serve(app, self.address, self.requested_port, "HTTP", self.ssl_context)
         return self
 
     async def stop(self) -> None:
         """Stop background jobs, then the server. Idempotent."""
         await self.deps.jobs.stop()
         runner, self._runner = self._runner, None
-        if runner is not None:
-            with contextlib.suppress(Exception):
-                await runner.cleanup()
+        await _unserve(runner)
 
 
 class PrometheusHttpServer:
@@ -635,24 +621,38 @@ class PrometheusHttpServer:
 
         app = web.Application()
         app.router.add_get("/metrics", metrics_h)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.address, self.requested_port, shutdown_timeout=2.0)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise OSError(exc.errno, f"cannot serve Prometheus /metrics on {self.address}:{self.requested_port} "
-                                     f"(prometheusStatsHttpAddress:prometheusStatsHttpPort): {exc.strerror}") from exc
-        self._runner = runner
-        server = getattr(site, "_server", None)
-        socks = getattr(server, "sockets", None) or []
-        self.port = socks[0].getsockname()[1] if socks else self.requested_port
+        self._runner, self.port = await _serve(
+            app, self.address, self.requested_port,
+            "Prometheus /metrics (prometheusStatsHttpAddress:prometheusStatsHttpPort)")
         return self
 
     async def stop(self) -> None:
         """Stop serving. Idempotent."""
         runner, self._runner = self._runner, None
-        if runner is not None:
-            with contextlib.suppress(Exception):
-                await runner.cleanup()
+        await _unserve(runner)
+
+
+async def _serve(app: web.Application, address: str, port: int, what: str,
+                 ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, int]:
+    """Bind ``app`` to ``address:port`` (0 = any free port) and serve; returns the runner and the bound port.
+
+    Raises:
+        OSError: ``cannot serve <what> on <address>:<port>: <reason>`` (nothing is left running).
+    """
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, address, port, shutdown_timeout=2.0, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(exc.errno, f"cannot serve {what} on {address}:{port}: {exc.strerror}") from exc
+    server = getattr(site, "_server", None)
+    socks = getattr(server, "sockets", None) or []
+    return runner, (socks[0].getsockname()[1] if socks else port)
+
+
+async def _unserve(runner: web.AppRunner | None) -> None:
+    if runner is not None:
+        with contextlib.suppress(Exception):
+            await runner.cleanup()

@@ -13,18 +13,18 @@ import time
 import pytest
 
 from autorecovery.bookie.disk import write_fake_disk
-from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.underreplication import UnderreplicationManager
 from test_shell_support import (
     arun,
     cli,
+    cluster_with_daemon,
     create_metadata_ledger,
     metadata,
+    ok,
     read_all,
     shell,
     snapshot,
-    start_daemon,
     write_ledgers,
     zk_session,
 )
@@ -34,17 +34,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(tmp_path_factory.mktemp("shell"), bookies=4, racks=2).up()
-    try:
-        start_daemon(c, 0)
+    with cluster_with_daemon(tmp_path_factory.mktemp("shell"), racks=2) as c:
         yield c
-    finally:
-        c.down()
-
-
-def ok(res, code=0):
-    assert res.exit_code == code, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
-    return res.stdout
 
 
 def test_whoisauditor(cluster):

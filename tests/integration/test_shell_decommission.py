@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.ledgers import LedgerStore
 from test_shell_support import (
     arun,
     bookie_index,
+    cluster_with_daemon,
     metadata,
     read_all,
     shell,
-    start_daemon,
     wait_unregistered,
     write_ledgers,
     zk_session,
@@ -25,12 +24,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(tmp_path_factory.mktemp("decom"), bookies=4, racks=1).up()
-    try:
-        start_daemon(c, 0)
+    with cluster_with_daemon(tmp_path_factory.mktemp("decom"), racks=1) as c:
         yield c
-    finally:
-        c.down()
 
 
 async def cookie_exists(cluster, bookie_id) -> bool:

@@ -195,3 +195,20 @@ def wait_unregistered(cluster: LocalCluster, bookie_id: str, timeout_s: float = 
             await zk.stop()
 
     wait_until(lambda: not arun(registered()), timeout_s, 0.2, f"{bookie_id} to leave available/")
+
+
+@contextlib.contextmanager
+def cluster_with_daemon(base: Path, bookies: int = 4, racks: int = 2):
+    """A started local cluster with daemon 0 running (the shell tests' module fixture); always torn down."""
+    c = LocalCluster(base, bookies=bookies, racks=racks).up()
+    try:
+        start_daemon(c, 0)
+        yield c
+    finally:
+        c.down()
+
+
+def ok(res, code=0) -> str:
+    """``res.stdout`` after asserting the exit code (the output is in the failure message)."""
+    assert res.exit_code == code, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+    return res.stdout

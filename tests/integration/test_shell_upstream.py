@@ -16,10 +16,9 @@ import pytest
 
 from autorecovery.admin import ops
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
-from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.ledgers import LedgerStore
-from test_shell_support import P, arun, cli, shell, snapshot, start_daemon, write_ledgers, zk_session
+from test_shell_support import P, arun, cli, cluster_with_daemon, ok, shell, snapshot, write_ledgers, zk_session
 
 pytestmark = pytest.mark.integration
 
@@ -28,17 +27,8 @@ BOOKIE_LINE = re.compile(r"^BookieID:(\S+), IP:(\S+), Port:(\d+), Hostname:(\S+)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(tmp_path_factory.mktemp("shell-upstream"), bookies=4, racks=2).up()
-    try:
-        start_daemon(c, 0)
+    with cluster_with_daemon(tmp_path_factory.mktemp("shell-upstream"), racks=2) as c:
         yield c
-    finally:
-        c.down()
-
-
-def ok(res, code=0):
-    assert res.exit_code == code, f"exit {res.exit_code}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
-    return res.stdout
 
 
 def expected_line(bookie_id: str) -> str:
