@@ -194,10 +194,12 @@ class BookieService(pb_grpc.BookieServicer):
         try:
             while True:
                 try:
-                    req = await asyncio.wait_for(requests.__anext__(), self.stream_idle_timeout_s)
+                    # asyncio.timeout, not wait_for: no task per message on the hot path
+                    async with asyncio.timeout(self.stream_idle_timeout_s):
+                        req = await requests.__anext__()
                 except StopAsyncIteration:
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if failure is None:
                         failure = (-1, BookieStatusError(
                             "EBADREQ", f"bookie {self.bookie_id}: no add for {self.stream_idle_timeout_s:g} s on "
