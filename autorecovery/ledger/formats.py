@@ -146,8 +146,51 @@ def serialize_v3(md: LedgerMetadata) -> bytes:
 
 
 def serialize_v2(md: LedgerMetadata) -> bytes:
-    """Format version 2: header line, protobuf text format (no ``cToken``, as upstream)."""
-    return HEADER_PREFIX + b"2\n" + text_format.MessageToString(to_proto(md, include_ctoken=False)).encode()
+    """Format version 2: header line, protobuf text format (no ``cToken``, as upstream), printed the way
+    upstream's generated classes print it (:func:`_text`)."""
+    return HEADER_PREFIX + b"2\n" + _text(to_proto(md, include_ctoken=False)).encode("ascii")
+
+
+#: Named escapes of upstream's text format writer (LightProto ``appendTextFormatEscapedByte``); Python's
+#: ``text_format`` writes ``\010``/``\014`` where upstream writes ``\b``/``\f``.
+_NAMED_ESCAPES = {0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x5C: "\\\\",
+                  0x27: "\\'", 0x22: '\\"'}
+
+
+def _quote(raw: bytes) -> str:
+    out = []
+    for b in raw:
+        esc = _NAMED_ESCAPES.get(b)
+        if esc is not None:
+            out.append(esc)
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _text(msg, indent: int = 0) -> str:
+    """Protobuf text format as upstream's writer prints it: set fields in field-number order,
+    ``name: value`` lines, enums by name, sub-messages as ``name {`` … ``}`` indented two spaces per level,
+    strings and bytes quoted with :data:`_NAMED_ESCAPES` and three-digit octal for other bytes."""
+    pad = "  " * indent
+    out = []
+    for fd, value in msg.ListFields():
+        for v in (list(value) if fd.is_repeated else [value]):
+            if fd.message_type is not None:
+                out.append(f"{pad}{fd.name} {{\n{_text(v, indent + 1)}{pad}}}\n")
+            elif fd.enum_type is not None:
+                out.append(f"{pad}{fd.name}: {fd.enum_type.values_by_number[v].name}\n")
+            elif fd.type == fd.TYPE_STRING:
+                out.append(f"{pad}{fd.name}: {_quote(v.encode('utf-8'))}\n")
+            elif fd.type == fd.TYPE_BYTES:
+                out.append(f"{pad}{fd.name}: {_quote(v)}\n")
+            elif fd.type == fd.TYPE_BOOL:
+                out.append(f"{pad}{fd.name}: {'true' if v else 'false'}\n")
+            else:
+                out.append(f"{pad}{fd.name}: {v}\n")
+    return "".join(out)
 
 
 def serialize_v1(md: LedgerMetadata) -> bytes:

@@ -158,3 +158,16 @@ def test_ur_marker_path_is_four_hex_levels():
     p = ur_marker_path("/r", lid)
     assert p.split("/")[2:6] == [f"{(lid >> 48) & 0xffff:04x}", "beef", "0000", "feed"]
     assert ledger_id_from_ur_leaf(p.rsplit("/", 1)[1]) == lid
+
+
+def test_v2_text_escapes_bytes_as_upstreams_writer_does():
+    """Upstream's text writer (LightProto) escapes 0x08/0x0C as ``\\b``/``\\f`` where Python's text_format
+    writes ``\\010``/``\\014``; a v2 ledger whose password held such a byte was not byte for byte upstream's
+    (found by tests/compat with a random master key)."""
+    from dataclasses import replace
+    md = replace(golden_md(), password=b"\x08\x0c\n\x00'\"\\\xff", custom_metadata={"k": b"\t\r"})
+    v2 = formats.serialize_v2(md)
+    assert b'password: "\\b\\f\\n\\000\\\'\\"\\\\\\377"\n' in v2
+    assert b'value: "\\t\\r"' in v2
+    back = formats.deserialize(v2)
+    assert back.password == md.password and back.custom_metadata == md.custom_metadata
