@@ -49,7 +49,19 @@ def spark_session(master: str | None = None, app: str = "autorecovery-report", c
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
     for k, v in (conf or {}).items():
         b = b.config(k, v)
-    spark = b.getOrCreate()
+    try:
+        spark = b.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - only the JVM-start failure below is retried
+        # the JVM is started by fork+exec; in a process where gRPC's poller threads run (the test suite;
+        # an embedding program) the child can die before it reports its port ("JAVA_GATEWAY_EXITED",
+        # seen once in CI with an epoll "Bad file descriptor" from gRPC). One more start, then give up.
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        import structlog
+
+        structlog.get_logger("autorecovery.reports").warning("Spark's JVM exited at start; starting it once more",
+                                                             error=str(exc)[:300])
+        spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
