@@ -133,4 +133,5 @@ class Admission:
                 f"{lim.max_adds or 'none'}, max add bytes in progress={lim.max_add_bytes or 'none'}")
 
     def describe_reads(self) -> str:
+        """``"<n> reads in progress; limit maxReadsInProgressLimit=<n>"`` (for ETOOMANYREQUESTS messages)."""
         return f"{self.reads} reads in progress; limit maxReadsInProgressLimit={self.limits.max_reads or 'none'}"

@@ -65,21 +65,18 @@ class ReplicateResult:
     bad_target: str | None = None
     cause: BaseException | None = None
 
-    @property
-    def swapped(self) -> bool:
-        return self.status == SWAPPED
-
 
 class _Refused(Exception):
     pass
 
 
 def swap_members(cur: LedgerMetadata, seg_first: int, old_ensemble: tuple[str, ...],
-                 replacements: dict[int, str]) -> LedgerMetadata | None:
+                 replacements: dict[int, str]) -> tuple[LedgerMetadata, dict[str, str]] | None:
     """The guarded ensemble swap (PURE): ``cur`` with ``replacements`` (ensemble index → new bookie)
     applied to the segment starting at ``seg_first``, where the member is still ``old_ensemble``'s.
 
-    Returns None when there is nothing left to swap.
+    Returns ``(new metadata, old bookie → new bookie actually swapped)``, or None when there is nothing
+    left to swap.
 
     Raises:
         _Refused: the segment is gone, is the open last segment, or the swap would duplicate a bookie.
@@ -97,7 +94,7 @@ def swap_members(cur: LedgerMetadata, seg_first: int, old_ensemble: tuple[str, .
     out = cur.with_segment_replaced(seg_first, swap)
     if len(set(out.segments[i].ensemble)) != len(out.segments[i].ensemble):
         raise _Refused(f"replacement would duplicate a bookie in segment {seg_first}")
-    return out
+    return out, swap
 
 
 class SegmentReplicator:
@@ -151,14 +148,12 @@ class SegmentReplicator:
         if not res.complete:
             return ReplicateResult(INCOMPLETE, md, res, detail=f"{len(res.unreadable)} entries could not be read")
         repl = dict(plan.replacements)
-        applied: list[dict[str, str]] = [{}]
+        applied: list[dict[str, str]] = [{}]  # what the last run of the CAS loop swapped
 
         def transform(cur: LedgerMetadata) -> LedgerMetadata | None:
-            out = swap_members(cur, seg_first, ensemble, repl)
-            cur_ens = next(s.ensemble for s in cur.segments if s.first_entry_id == seg_first)
-            applied[0] = {ensemble[j]: new for j, new in repl.items()
-                          if out is not None and cur_ens[j] == ensemble[j] and new != ensemble[j]}
-            return out
+            res = swap_members(cur, seg_first, ensemble, repl)
+            applied[0] = res[1] if res is not None else {}
+            return res[0] if res is not None else None
 
         try:
             new_md, _version = await self.store.update(ledger_id, transform)

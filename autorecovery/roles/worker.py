@@ -224,7 +224,6 @@ class ReplicationWorker:
         self.m.bytes_remaining.set_function(lambda: self.tracker.snapshot().worker_bytes_remaining)
         self.m.ledgers_remaining.set_function(lambda: len(self.um.held))
         self.m.ledgers_blocked.set_function(self._own_blocked_count)
-        self._check_policy_config()
         try:
             await self._refresh()
         except Exception as exc:  # noqa: BLE001 - the refresh loop retries
@@ -314,8 +313,6 @@ class ReplicationWorker:
         self._refresh_wanted.set()
         self._wake.set()
 
-    def _check_policy_config(self) -> None:
-        """Every placement policy implements ``replace_to_adhere`` (``placement.policy``); nothing to check."""
 
     def check_auditor_config(self, auditor_properties: Mapping[str, str]) -> list[str]:
         """Compare the BP-54 switch with the auditor's configuration (hook for the daemon); returns and

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autorecovery.ledger.ids import ledger_path, ur_leaf_name, ur_marker_path
-from autorecovery.ledger.layout import Layout
+from autorecovery.ledger.layout import Layout, layout_data
 
-LAYOUT_DATA = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
+#: ``LAYOUT`` of a cluster formatted with upstream's default manager (see ``ledger.layout.layout_data``)
+LAYOUT_DATA = layout_data()
 UR_LAYOUT_TEXT = b'type: "BASIC"\nversion: 1\n'
 
 

@@ -138,6 +138,9 @@ DOCUMENTED_ADDITIONS = {
     "stream-slot": ("docs/operators.md", "underreplication/streams/<bookie id>/src-<n>"),
 }
 
+#: Documented additions that exist only for a moment (a copy stream's cluster-wide slot).
+TRANSIENT_ADDITIONS = {"stream-slot"}
+
 #: Every kind of znode the run must have produced (and decoded).
 EXPECTED_KINDS = {
     "container", "layout", "instanceid", "registration", "registration-readonly", "cookie", "ledger",
@@ -624,7 +627,11 @@ def test_our_additions_are_json_and_documented(upstream, compat_run):
     """The znodes upstream does not know are exactly our documented additions, JSON, and documented."""
     decoded, _ = decode_all(upstream, compat_run)
     ours = [d for d in decoded if d.ours]
-    assert {d.kind for d in ours} - {"container"} == set(DOCUMENTED_ADDITIONS)
+    kinds = {d.kind for d in ours} - {"container"}
+    # every addition we find is a documented one; all of them but the stream slots must be there (the slots
+    # are ephemeral, held only while a copy stream runs: the recorder sees them only when it is quick enough)
+    assert kinds <= set(DOCUMENTED_ADDITIONS), kinds - set(DOCUMENTED_ADDITIONS)
+    assert set(DOCUMENTED_ADDITIONS) - TRANSIENT_ADDITIONS <= kinds
     for kind, (doc, needle) in DOCUMENTED_ADDITIONS.items():
         assert needle in (REPO / doc).read_text(), f"{kind}: {doc} does not document {needle!r}"
     unrec = [d.value for d in ours if d.kind == "unrecoverable"]

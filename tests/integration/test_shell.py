@@ -231,7 +231,12 @@ def test_placementcheck(cluster):
 def test_recover_dry_run_changes_nothing(cluster):
     src = cluster.bookie_id(3)
     written = arun(write_ledgers(cluster, 3, 20, 3, 2, 2, size=100))
+    for _ in range(20):  # E3 of 4 bookies: make sure at least one ledger has data on the source
+        if any(src in ens for ens in written.values()):
+            break
+        written.update(arun(write_ledgers(cluster, 1, 20, 3, 2, 2, size=100)))
     mine = {lid for lid, ens in written.items() if src in ens}
+    assert mine
     before = arun(snapshot(cluster))
     res = shell(cluster, "recover", src, "--dry-run")
     out = ok(res)

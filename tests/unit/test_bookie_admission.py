@@ -40,8 +40,8 @@ async def test_a_stream_waits_for_room_then_gives_up() -> None:
     a = Admission(AdmissionLimits(max_adds=1, max_add_bytes=0, max_reads=0, stream_wait_s=5.0))
     assert a.try_add(10)
     waiter = asyncio.ensure_future(a.wait_add(10))
-    await asyncio.sleep(0)  # let the waiter block on the full budget
-    assert not waiter.done()
+    done, _ = await asyncio.wait({waiter}, timeout=0.2)  # it stays blocked while the budget is full
+    assert not done
     a.release_add(10)
     assert await asyncio.wait_for(waiter, 5.0) is True and a.adds == 1
     quick = Admission(AdmissionLimits(max_adds=1, stream_wait_s=0.05))

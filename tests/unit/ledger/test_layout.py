@@ -23,6 +23,7 @@ P = "/ledgers/LAYOUT"
 
 
 def test_what_we_write_is_what_upstream_writes_and_is_supported() -> None:
+    assert LAYOUT_DATA == b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"  # upstream's bytes
     lay = parse_layout(LAYOUT_DATA, P)
     assert lay == Layout(2, HIERARCHICAL, 1)
     assert require_supported(lay, P) is lay
