@@ -1,7 +1,9 @@
 """A bookie that stores nothing, run in its own process: the raw-gRPC baseline of the benchmarks.
 
-``AddEntries`` swallows the stream and answers EOK; ``ReadEntries`` streams ready-made bodies of
-``--entry-size`` bytes. Each server runs in a child process (``spawn_null``) so that a baseline pays
+``AddEntries`` / ``AddEntryBatches`` swallow the stream and answer EOK; ``ReadEntries`` /
+``ReadEntryBatches`` stream bodies of ``--entry-size`` bytes packed as real entries (batches of at most
+``max_batch_bytes``, as the reference bookie does); GetBookieInfo reports ``BATCHED_ENTRIES``, so a
+client uses the same framing with a null bookie as with a real one. Each server runs in a child process (``spawn_null``) so that a baseline pays
 the same process boundary, kernel loopback and serialisation as the bookies it is compared with
 (issue 13: a baseline server inside the client's own process is not a fair baseline).
 
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc  # noqa: E402
 
+from autorecovery.bookie.service import FEATURES, MAX_READ_BATCH_BYTES  # noqa: E402
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
 from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
 from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
@@ -45,12 +48,39 @@ class NullBookie(pbg.BookieServicer):
             b += len(req.body)
         return pb.AddEntriesResponse(status=pb.EOK, entries_written=n, bytes_written=b, failed_entry_id=-1)
 
-    async def ReadEntries(self, request, context):
+    async def AddEntryBatches(self, request_iterator, context):
+        n = b = 0
+        async for batch in request_iterator:
+            for req in batch.entries:
+                n += 1
+                b += len(req.body)
+        return pb.AddEntriesResponse(status=pb.EOK, entries_written=n, bytes_written=b, failed_entry_id=-1)
+
+    def _responses(self, request):
         size = self.entry_size
         for e in range(request.first_entry_id, request.last_entry_id + 1):
             payload = e.to_bytes(8, "big") + self.blob[8:]
             body = pack_entry(request.ledger_id, e, e - 1, (e + 1) * size, payload)
             yield pb.ReadResponse(status=pb.EOK, ledger_id=request.ledger_id, entry_id=e, body=body, lac=e - 1)
+
+    async def ReadEntries(self, request, context):
+        for resp in self._responses(request):
+            yield resp
+
+    async def ReadEntryBatches(self, request, context):
+        limit = request.max_batch_bytes or MAX_READ_BATCH_BYTES
+        batch, size = [], 0
+        for resp in self._responses(request):
+            if batch and size + len(resp.body) > limit:
+                yield pb.ReadBatch(entries=batch)
+                batch, size = [], 0
+            batch.append(resp)
+            size += len(resp.body)
+        if batch:
+            yield pb.ReadBatch(entries=batch)
+
+    async def GetBookieInfo(self, request, context):
+        return pb.GetBookieInfoResponse(status=pb.EOK, features=FEATURES)
 
 
 async def serve(port: int, entry_size: int) -> None:

@@ -9,9 +9,11 @@ Timed, in the same run:
 
 * **worker**: an in-process ReplicationWorker (default settings: 4 ledgers at once) from start until
   every marker is gone — re-check, stream read from bookie 1, CRC32C verification of every entry,
-  RECOVERY_ADD stream to bookie 2 (SQLite WAL, fsync per group commit), ensemble CAS;
-* **raw gRPC**: the same bytes through the same pipeline shape (ReadEntries stream from one process →
-  AddEntries stream to another, as many pipelines as the worker ran), servers that store nothing;
+  RECOVERY_ADD stream to bookie 2 (entry log fdatasync + index commit per group commit), ensemble CAS;
+* **raw gRPC**: the same bytes through the same pipeline shape and the same framing (ReadEntryBatches
+  stream from one process → AddEntryBatches stream to another, up to 1 MiB per message, as many
+  pipelines as the worker ran), servers that store nothing; the one-entry-per-message rate (the framing
+  before issue 13) is printed too, for context;
 * **storage write**: the same bytes written by one BookieStorage (the bookie's SQLite store, group
   commit, 256 adds in flight like an AddEntries stream) in its own process, no network.
 
@@ -92,26 +94,41 @@ def spawn(args: list[str], ready: str | None) -> subprocess.Popen:
 
 
 # -- measurements ---------------------------------------------------------------------------------
-async def raw_grpc(total_entries: int, pipelines: int) -> float:
-    """MB/s of entry bodies moved ReadEntries(process A) → AddEntries(process B), ``pipelines`` at once."""
+async def raw_grpc(total_entries: int, pipelines: int, batching: bool = True) -> float:
+    """MB/s of entry bodies moved ReadEntries(process A) → AddEntries(process B), ``pipelines`` at once.
+
+    The pipeline has the copier's shape: a reader task fills a bounded queue, the writer sends what has
+    queued up. ``batching`` uses the batched framing (``ReadEntryBatches`` / ``AddEntryBatches``, up to
+    1 MiB per message) exactly as the worker does with bookies that report it; False sends one entry
+    per message (the framing before issue 13, printed for context).
+    """
     a, src = spawn_null(ENTRY)
     b, dst = spawn_null(ENTRY)
-    client = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
+    client = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG, batching=batching)
     try:
         await client.add_entries(dst, 9, MK, [])  # connect both channels before timing
         async for _ in client.read_entries(src, 9, 0, 0):
             pass
         per = total_entries // pipelines
         moved = [0]
+        limit = client.batch_bytes
 
         async def pipe(i: int) -> None:
-            q: asyncio.Queue = asyncio.Queue(maxsize=64)
+            q: asyncio.Queue = asyncio.Queue(maxsize=256)
 
-            async def gen():
+            async def batches():
                 while (item := await q.get()) is not None:
-                    yield item
+                    batch, size = [item], len(item[1])
+                    while not q.empty() and size < limit:
+                        nxt = q.get_nowait()
+                        if nxt is None:
+                            yield batch
+                            return
+                        batch.append(nxt)
+                        size += len(nxt[1])
+                    yield batch
 
-            writer = asyncio.create_task(client.add_entries(dst, 100 + i, MK, gen()))
+            writer = asyncio.create_task(client.add_entry_batches(dst, 100 + i, MK, batches()))
             async for r in client.read_entries(src, 100 + i, 0, per - 1):
                 await q.put((r.entry_id, r.body))
                 moved[0] += len(r.body)
@@ -211,6 +228,8 @@ async def run_worker(cluster, ledger_ids: list[int]) -> tuple[float, int, float,
     await w.start()
 
     async def done() -> bool:
+        if not w.running:
+            raise SystemExit("the replication worker stopped (a slot failed); see its log")
         return not await um.list_marked_ids()
 
     ok = await wait_for(done, 3600, interval_s=0.02)
@@ -253,8 +272,11 @@ async def main_async(mib: int, ledgers: int, keep: bool) -> None:
     finally:
         await asyncio.to_thread(cluster.down)
     raw = await raw_grpc(nbytes // ENTRY, max(1, peak))
-    print(f"raw gRPC:      {raw:8.1f} MB/s  (ReadEntries -> AddEntries between two no-storage processes, "
-          f"{max(1, peak)} pipelines)")
+    print(f"raw gRPC:      {raw:8.1f} MB/s  (ReadEntryBatches -> AddEntryBatches between two no-storage processes, "
+          f"{max(1, peak)} pipelines: the worker's framing)")
+    raw1 = await raw_grpc(nbytes // ENTRY, max(1, peak), batching=False)
+    print(f"raw gRPC 1/msg:{raw1:8.1f} MB/s  (the same with one entry per message, the framing before issue 13; "
+          f"context: worker/this = {worker / raw1:.2f})")
     await asyncio.to_thread(os.sync)
     store, commits = await asyncio.to_thread(storage_write, mib, base)
     print(f"storage write: {store:8.1f} MB/s  (one BookieStorage, {commits} group commits: entry log fdatasync + index commit)")

@@ -30,6 +30,11 @@ class ReadFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     READ_NONE: _ClassVar[ReadFlag]
     FENCE_LEDGER: _ClassVar[ReadFlag]
 
+class BookieFeature(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FEATURE_NONE: _ClassVar[BookieFeature]
+    BATCHED_ENTRIES: _ClassVar[BookieFeature]
+
 class BookieInfoFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     INFO_NONE: _ClassVar[BookieInfoFlag]
@@ -49,6 +54,8 @@ ADD_NONE: AddFlag
 RECOVERY_ADD: AddFlag
 READ_NONE: ReadFlag
 FENCE_LEDGER: ReadFlag
+FEATURE_NONE: BookieFeature
+BATCHED_ENTRIES: BookieFeature
 INFO_NONE: BookieInfoFlag
 TOTAL_DISK_CAPACITY: BookieInfoFlag
 FREE_DISK_SPACE: BookieInfoFlag
@@ -122,20 +129,34 @@ class ReadResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., body: _Optional[bytes] = ..., lac: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReadRangeRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "ensemble_size", "write_quorum", "bookie_index")
+    __slots__ = ("ledger_id", "first_entry_id", "last_entry_id", "ensemble_size", "write_quorum", "bookie_index", "max_batch_bytes")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     ENSEMBLE_SIZE_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUORUM_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
     ensemble_size: int
     write_quorum: int
     bookie_index: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., ensemble_size: _Optional[int] = ..., write_quorum: _Optional[int] = ..., bookie_index: _Optional[int] = ...) -> None: ...
+    max_batch_bytes: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., ensemble_size: _Optional[int] = ..., write_quorum: _Optional[int] = ..., bookie_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
+
+class AddBatch(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[AddRequest]
+    def __init__(self, entries: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ...) -> None: ...
+
+class ReadBatch(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[ReadResponse]
+    def __init__(self, entries: _Optional[_Iterable[_Union[ReadResponse, _Mapping]]] = ...) -> None: ...
 
 class ReadLacRequest(_message.Message):
     __slots__ = ("ledger_id",)
@@ -162,14 +183,16 @@ class GetBookieInfoRequest(_message.Message):
     def __init__(self, requested: _Optional[int] = ...) -> None: ...
 
 class GetBookieInfoResponse(_message.Message):
-    __slots__ = ("status", "total_disk_capacity", "free_disk_space")
+    __slots__ = ("status", "total_disk_capacity", "free_disk_space", "features")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_DISK_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     FREE_DISK_SPACE_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     total_disk_capacity: int
     free_disk_space: int
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., total_disk_capacity: _Optional[int] = ..., free_disk_space: _Optional[int] = ...) -> None: ...
+    features: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., total_disk_capacity: _Optional[int] = ..., free_disk_space: _Optional[int] = ..., features: _Optional[int] = ...) -> None: ...
 
 class GetListOfEntriesOfLedgerRequest(_message.Message):
     __slots__ = ("ledger_id",)

@@ -44,6 +44,11 @@ class BookieStub:
                 request_serializer=autorecovery_dot_proto_dot_bookie__pb2.AddRequest.SerializeToString,
                 response_deserializer=autorecovery_dot_proto_dot_bookie__pb2.AddEntriesResponse.FromString,
                 _registered_method=True)
+        self.AddEntryBatches = channel.stream_unary(
+                '/autorecovery.bookie.Bookie/AddEntryBatches',
+                request_serializer=autorecovery_dot_proto_dot_bookie__pb2.AddBatch.SerializeToString,
+                response_deserializer=autorecovery_dot_proto_dot_bookie__pb2.AddEntriesResponse.FromString,
+                _registered_method=True)
         self.ReadEntry = channel.unary_unary(
                 '/autorecovery.bookie.Bookie/ReadEntry',
                 request_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
@@ -53,6 +58,11 @@ class BookieStub:
                 '/autorecovery.bookie.Bookie/ReadEntries',
                 request_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
                 response_deserializer=autorecovery_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
+                _registered_method=True)
+        self.ReadEntryBatches = channel.unary_stream(
+                '/autorecovery.bookie.Bookie/ReadEntryBatches',
+                request_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
+                response_deserializer=autorecovery_dot_proto_dot_bookie__pb2.ReadBatch.FromString,
                 _registered_method=True)
         self.ReadLac = channel.unary_unary(
                 '/autorecovery.bookie.Bookie/ReadLac',
@@ -86,6 +96,13 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddEntryBatches(self, request_iterator, context):
+        """needs BATCHED_ENTRIES
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReadEntry(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -94,6 +111,13 @@ class BookieServicer:
 
     def ReadEntries(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadEntryBatches(self, request, context):
+        """needs BATCHED_ENTRIES
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -129,6 +153,11 @@ def add_BookieServicer_to_server(servicer, server):
                     request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.AddRequest.FromString,
                     response_serializer=autorecovery_dot_proto_dot_bookie__pb2.AddEntriesResponse.SerializeToString,
             ),
+            'AddEntryBatches': grpc.stream_unary_rpc_method_handler(
+                    servicer.AddEntryBatches,
+                    request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.AddBatch.FromString,
+                    response_serializer=autorecovery_dot_proto_dot_bookie__pb2.AddEntriesResponse.SerializeToString,
+            ),
             'ReadEntry': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadEntry,
                     request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRequest.FromString,
@@ -138,6 +167,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.ReadEntries,
                     request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.FromString,
                     response_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadResponse.SerializeToString,
+            ),
+            'ReadEntryBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadEntryBatches,
+                    request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.FromString,
+                    response_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadBatch.SerializeToString,
             ),
             'ReadLac': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadLac,
@@ -220,6 +254,33 @@ class Bookie:
             _registered_method=True)
 
     @staticmethod
+    def AddEntryBatches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/autorecovery.bookie.Bookie/AddEntryBatches',
+            autorecovery_dot_proto_dot_bookie__pb2.AddBatch.SerializeToString,
+            autorecovery_dot_proto_dot_bookie__pb2.AddEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ReadEntry(request,
             target,
             options=(),
@@ -263,6 +324,33 @@ class Bookie:
             '/autorecovery.bookie.Bookie/ReadEntries',
             autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
             autorecovery_dot_proto_dot_bookie__pb2.ReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadEntryBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/autorecovery.bookie.Bookie/ReadEntryBatches',
+            autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
+            autorecovery_dot_proto_dot_bookie__pb2.ReadBatch.FromString,
             options,
             channel_credentials,
             insecure,

@@ -234,16 +234,16 @@ class FragmentCopier:
         failed: dict[str, BaseException] = {}
         sizes: dict[str, list[int]] = {t: [] for t in spec.targets}
 
-        async def drain(q: asyncio.Queue):
-            while True:
-                item = await q.get()
-                if item is None:
-                    return
-                yield item
+        async def drain(q: _Window):
+            # everything queued meanwhile leaves in one message (batched framing, issue 13)
+            limit = self.bookies.batch_bytes
+            while (batch := await q.get_batch(limit)) is not None:
+                yield batch
 
         async def write(target: str) -> tuple[int, int]:
             t0 = time.monotonic()
-            n, nbytes = await self.bookies.add_entries(target, ledger_id, master_key, drain(queues[target]), recovery=True)
+            n, nbytes = await self.bookies.add_entry_batches(target, ledger_id, master_key, drain(queues[target]),
+                                                             recovery=True)
             if self.m is not None:
                 self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
             return n, nbytes
@@ -439,6 +439,26 @@ class _Window:
             self._bytes -= len(item[1])
         self._notify()
         return item
+
+    async def get_batch(self, max_bytes: int) -> list | None:
+        """Everything queued now, in order, up to ``max_bytes`` of bodies (at least one entry, waiting
+        for it); None at the end-of-stream marker."""
+        await self._wait(lambda: bool(self._items))
+        if self._items[0] is None:
+            self._items.popleft()
+            self._notify()
+            return None
+        batch: list = []
+        size = 0
+        while self._items and self._items[0] is not None:
+            n = len(self._items[0][1])
+            if batch and size + n > max_bytes:
+                break
+            batch.append(self._items.popleft())
+            size += n
+        self._bytes -= size
+        self._notify()
+        return batch
 
     def discard(self) -> None:
         self._dead = True

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -37,6 +37,12 @@ from autorecovery.rpc.convert import ranges_from_proto, status_name
 from autorecovery.rpc.tls import BookieTls, channel_credentials, tls_failure
 
 log = structlog.get_logger(__name__)
+
+#: Default most body bytes / entries per batch message (BATCHED_ENTRIES framing, issue 13).
+DEFAULT_BATCH_BYTES = 1024 * 1024
+DEFAULT_BATCH_ENTRIES = 512
+#: Room kept in a message for the protobuf framing of a batch around its bodies (ids, keys, tags).
+GRPC_FRAMING_BYTES = 64 * 1024
 
 TOTAL_DISK_CAPACITY = pb.TOTAL_DISK_CAPACITY
 FREE_DISK_SPACE = pb.FREE_DISK_SPACE
@@ -96,15 +102,25 @@ class BookieClient:
         tls: TLS to the bookies (``tlsProviderFactoryClass``, see :mod:`autorecovery.rpc.tls`); None or
             disabled = plaintext. The credentials are built here, so a missing or malformed file
             raises at construction.
+        batching: use the batched framing (``AddEntryBatches`` / ``ReadEntryBatches``) with bookies that
+            report ``BATCHED_ENTRIES``; False = one entry per message always (benchmarks' baseline).
+        batch_bytes / batch_entries: most body bytes / entries per batch message (adds; reads ask the
+            bookie for ``batch_bytes``). An entry larger than ``batch_bytes`` travels alone.
 
     Raises:
         ConfigError: a TLS file cannot be read or is not PEM (naming the key).
     """
 
     def __init__(self, *, timeout_s: float = 10.0, max_message_bytes: int = 8 * 1024 * 1024,
-                 tls: BookieTls | None = None) -> None:
+                 tls: BookieTls | None = None, batching: bool = True,
+                 batch_bytes: int = DEFAULT_BATCH_BYTES, batch_entries: int = DEFAULT_BATCH_ENTRIES) -> None:
         self.timeout_s = timeout_s
         self.max_message_bytes = max_message_bytes
+        self.batching = batching
+        # a batch (plus its framing) must fit in one message whatever the caller asks for
+        self.batch_bytes = max(1, min(batch_bytes, max_message_bytes - GRPC_FRAMING_BYTES))
+        self.batch_entries = max(1, batch_entries)
+        self._features: dict[str, int] = {}
         self.tls = tls if tls is not None and tls.enabled else None
         self._credentials = channel_credentials(self.tls) if self.tls is not None else None
         self._channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.BookieStub]] = {}
@@ -144,6 +160,7 @@ class BookieClient:
 
     async def forget(self, bookie_id: str) -> None:
         """Close the channel to one bookie (e.g. after it was decommissioned)."""
+        self._features.pop(bookie_id, None)
         ch = self._channels.pop(bookie_id, None)
         if ch is not None:
             with contextlib.suppress(Exception):
@@ -154,7 +171,34 @@ class BookieClient:
         try:
             return await getattr(stub, method)(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as exc:
-            raise _rpc_error(bookie_id, exc, what, self.tls is not None) from None
+            raise self._failed(bookie_id, exc, what) from None
+
+    def _failed(self, bookie_id: str, exc: grpc.aio.AioRpcError, what: str) -> BookieError:
+        """Map a gRPC failure; a bookie that went away may come back as another version, so what it
+        reported about its features is forgotten."""
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED):
+            self._features.pop(bookie_id, None)
+        return _rpc_error(bookie_id, exc, what, self.tls is not None)
+
+    # -- capabilities ---------------------------------------------------------------------------
+    async def features(self, bookie_id: str) -> int:
+        """The ``BookieFeature`` bits the bookie reports (GetBookieInfo ``features``; 0 for a bookie
+        that predates the field), asked once and remembered until the bookie fails a call as
+        unavailable or unimplemented, or :meth:`forget`.
+
+        Raises:
+            BookieUnavailableError: the bookie cannot be reached (nothing is remembered).
+        """
+        f = self._features.get(bookie_id)
+        if f is None:
+            resp = await self._unary(bookie_id, "GetBookieInfo", pb.GetBookieInfoRequest(requested=0),
+                                     "get bookie features")
+            f = int(resp.features) if resp.status == pb.EOK else 0
+            self._features[bookie_id] = f
+        return f
+
+    async def _batched(self, bookie_id: str) -> bool:
+        return self.batching and bool(await self.features(bookie_id) & pb.BATCHED_ENTRIES)
 
     # -- writes --------------------------------------------------------------------------------
     async def add_entry(
@@ -195,12 +239,63 @@ class BookieClient:
         *,
         recovery: bool = True,
     ) -> tuple[int, int]:
-        """Stream ``(entry_id, body)`` pairs to one bookie in a single AddEntries call.
+        """Stream ``(entry_id, body)`` pairs to one bookie in a single call (see
+        :meth:`add_entry_batches`, which this is with batches the client forms itself).
 
-        The bookie applies them in order and stops at the first failure; everything it reports as
-        written is durable. ``entries`` is consumed lazily (gRPC flow control), so memory stays bounded.
-        The stream is cancelled if the bookie does not take the next message, or does not answer after
-        the last one, within ``timeout_s`` (time spent producing ``entries`` does not count).
+        A plain iterable is cut into batches of ``batch_bytes`` / ``batch_entries``; each item of an
+        async iterable is sent as soon as it arrives (a batch of one: nothing waits for company; use
+        :meth:`add_entry_batches` to send what has queued up together).
+        """
+        if isinstance(entries, AsyncIterable):
+            async def singles() -> AsyncIterator[list[tuple[int, bytes]]]:
+                async for item in entries:
+                    yield [item]
+
+            gen = singles()
+            try:
+                return await self.add_entry_batches(bookie_id, ledger_id, master_key, gen, recovery=recovery)
+            finally:
+                with contextlib.suppress(Exception):
+                    await gen.aclose()
+                aclose = getattr(entries, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose()
+        return await self.add_entry_batches(bookie_id, ledger_id, master_key, self._cut(entries),
+                                            recovery=recovery)
+
+    def _cut(self, entries: Iterable[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
+        """Consecutive runs of ``entries`` within ``batch_bytes`` / ``batch_entries`` (one entry at least)."""
+        batch: list[tuple[int, bytes]] = []
+        size = 0
+        for item in entries:
+            n = len(item[1])
+            if batch and (size + n > self.batch_bytes or len(batch) >= self.batch_entries):
+                yield batch
+                batch, size = [], 0
+            batch.append(item)
+            size += n
+        if batch:
+            yield batch
+
+    async def add_entry_batches(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        master_key: bytes,
+        batches: AsyncIterable[Sequence[tuple[int, bytes]]] | Iterable[Sequence[tuple[int, bytes]]],
+        *,
+        recovery: bool = True,
+    ) -> tuple[int, int]:
+        """Stream batches of ``(entry_id, body)`` pairs to one bookie in a single call.
+
+        With a bookie that reports ``BATCHED_ENTRIES`` each batch travels as one ``AddBatch`` message
+        (``AddEntryBatches``; a batch over ``batch_bytes`` / ``batch_entries`` is split); otherwise every
+        entry is its own message on ``AddEntries``. Either way the bookie applies the entries in order
+        and stops at the first failure; everything it reports as written is durable. ``batches`` is
+        consumed lazily (gRPC flow control), so memory stays bounded. The call is cancelled if the
+        bookie does not take the next message, or does not answer after the last one, within
+        ``timeout_s`` (time spent producing ``batches`` does not count).
 
         Returns:
             ``(entries_written, bytes_written)``.
@@ -210,9 +305,10 @@ class BookieClient:
                 ``failed_entry_id``, ``entries_written`` and ``bytes_written`` attributes.
             BookieUnavailableError: transport failure or timeout (``failed_entry_id`` is -1: which
                 entries were stored is unknown).
-            Exception: whatever iterating ``entries`` raised, unchanged (the call is cancelled; entries
+            Exception: whatever iterating ``batches`` raised, unchanged (the call is cancelled; entries
                 sent before may or may not be stored).
         """
+        batched = await self._batched(bookie_id)
         stub = self._stub(bookie_id)
         flags = pb.RECOVERY_ADD if recovery else pb.ADD_NONE
         loop = asyncio.get_running_loop()
@@ -224,28 +320,41 @@ class BookieClient:
         # blocked in ``entries`` after the bookie died, and was later destroyed pending, closing the
         # generator under it (issue 9: "Task was destroyed but it is pending!", "aclose(): asynchronous
         # generator is already running").
-        call = stub.AddEntries()
+        call = stub.AddEntryBatches() if batched else stub.AddEntries()
 
-        async def send(eid: int, body: bytes) -> bool:
+        async def write(msg) -> bool:
             waiting_since[0] = loop.time()
             try:
-                await call.write(pb.AddRequest(ledger_id=ledger_id, entry_id=eid, master_key=master_key, body=body,
-                                               flags=flags))
+                await call.write(msg)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 return False  # the call ended: its outcome comes with the response
             waiting_since[0] = None
             return True
 
+        def request(eid: int, body: bytes) -> pb.AddRequest:
+            return pb.AddRequest(ledger_id=ledger_id, entry_id=eid, master_key=master_key, body=body, flags=flags)
+
+        async def send(batch: Sequence[tuple[int, bytes]]) -> bool:
+            if not batched:
+                for eid, body in batch:
+                    if not await write(request(eid, body)):
+                        return False
+                return True
+            for part in (self._cut(batch) if len(batch) > 1 else (batch,)):
+                if not await write(pb.AddBatch(entries=[request(eid, body) for eid, body in part])):
+                    return False
+            return True
+
         async def pump() -> None:
             waiting_since[0] = None
             try:
-                if isinstance(entries, AsyncIterable):
-                    async for eid, body in entries:
-                        if not await send(eid, body):
+                if isinstance(batches, AsyncIterable):
+                    async for batch in batches:
+                        if batch and not await send(batch):
                             return
                 else:
-                    for eid, body in entries:
-                        if not await send(eid, body):
+                    for batch in batches:
+                        if batch and not await send(batch):
                             return
             except (asyncio.CancelledError, GeneratorExit):
                 raise
@@ -254,7 +363,7 @@ class BookieClient:
                 call.cancel()
                 return
             finally:
-                aclose = getattr(entries, "aclose", None)
+                aclose = getattr(batches, "aclose", None)
                 if aclose is not None:
                     with contextlib.suppress(Exception):
                         await aclose()
@@ -296,7 +405,7 @@ class BookieClient:
                 raise producer_error[0] from None
             if timed_out:
                 raise self._stream_timeout(bookie_id, what) from None
-            err = _rpc_error(bookie_id, exc, what, self.tls is not None)
+            err = self._failed(bookie_id, exc, what)
             err.failed_entry_id = -1  # type: ignore[attr-defined]
             err.entries_written = -1  # type: ignore[attr-defined]
             err.bytes_written = -1  # type: ignore[attr-defined]
@@ -378,30 +487,42 @@ class BookieClient:
             ensemble_size=ensemble_size,
             write_quorum=write_quorum,
             bookie_index=bookie_index,
+            max_batch_bytes=self.batch_bytes,
         )
-        stub = self._stub(bookie_id)
-        call = stub.ReadEntries(req)
         what = f"read ledger {ledger_id} entries {first}..{last}"
+        batched = await self._batched(bookie_id)
+        stub = self._stub(bookie_id)
+        call = stub.ReadEntryBatches(req) if batched else stub.ReadEntries(req)
+        started = False  # something came back: a fallback would repeat it
         try:
             while True:
                 try:
-                    resp = await asyncio.wait_for(call.read(), self.timeout_s)
+                    msg = await asyncio.wait_for(call.read(), self.timeout_s)
                 except TimeoutError:
                     raise BookieUnavailableError(
                         bookie_id, "UNAVAILABLE", f"{what}: no response for {self.timeout_s}s"
                     ) from None
                 except grpc.aio.AioRpcError as exc:
-                    raise _rpc_error(bookie_id, exc, what, self.tls is not None) from None
-                if resp is grpc.aio.EOF:
+                    if batched and not started and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        # the bookie was replaced by one without the feature since we asked: start over
+                        self._features[bookie_id] = 0
+                        call.cancel()
+                        batched, started = False, False
+                        call = stub.ReadEntries(req)
+                        continue
+                    raise self._failed(bookie_id, exc, what) from None
+                if msg is grpc.aio.EOF:
                     return
-                if resp.status == pb.EOK:
-                    yield ReadResult(resp.entry_id, resp.body, resp.lac)
-                elif resp.status == pb.ENOENTRY:
-                    missing = BookieError(bookie_id, "ENOENTRY", resp.message)
-                    missing.entry_id = resp.entry_id
-                    yield missing
-                else:
-                    _raise(_status_error(bookie_id, resp.status, resp.message))
+                started = True
+                for resp in (msg.entries if batched else (msg,)):
+                    if resp.status == pb.EOK:
+                        yield ReadResult(resp.entry_id, resp.body, resp.lac)
+                    elif resp.status == pb.ENOENTRY:
+                        missing = BookieError(bookie_id, "ENOENTRY", resp.message)
+                        missing.entry_id = resp.entry_id
+                        yield missing
+                    else:
+                        _raise(_status_error(bookie_id, resp.status, resp.message))
         finally:
             call.cancel()
 
