@@ -404,25 +404,41 @@ class BookieService(pb_grpc.BookieServicer):
     async def _read_range(self, lid: int, first: int, last: int, E: int, WQ: int, idx: int
                           ) -> AsyncIterator[list[pb.ReadResponse]]:
         """The answers of a validated, admitted range read, one list per storage chunk (at most 256
-        entries / 4 MiB); a storage failure is a last list holding one response with its status."""
+        entries / 4 MiB); a storage failure is a last list holding one response with its status.
+
+        The next chunk is read while the current one is being sent (one chunk of read-ahead per
+        stream, so disk and network overlap; memory per stream stays at two chunks)."""
+
+        def read(start: int) -> asyncio.Future:
+            return asyncio.ensure_future(self.storage.read_range_chunk(
+                lid, start, last, ensemble_size=E, write_quorum=WQ, bookie_index=idx))
+
         start = first
-        while start <= last:
-            try:
-                items, start, lac = await self.storage.read_range_chunk(
-                    lid, start, last, ensemble_size=E, write_quorum=WQ, bookie_index=idx
-                )
-            except BookieStatusError as exc:
-                yield [pb.ReadResponse(
-                    status=status_code(exc.status), ledger_id=lid, entry_id=start, lac=-1, message=exc.detail
-                )]
-                return
-            yield [
-                pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=it.entry_id, body=it.body, lac=lac)
-                if it.body is not None else
-                pb.ReadResponse(status=pb.ENOENTRY, ledger_id=lid, entry_id=it.entry_id, lac=lac,
-                                message=f"ledger {lid} entry {it.entry_id} not found")
-                for it in items
-            ]
+        pending: asyncio.Future | None = read(start) if start <= last else None
+        try:
+            while pending is not None:
+                try:
+                    items, nxt, lac = await pending
+                except BookieStatusError as exc:
+                    pending = None
+                    yield [pb.ReadResponse(
+                        status=status_code(exc.status), ledger_id=lid, entry_id=start, lac=-1, message=exc.detail
+                    )]
+                    return
+                start = nxt
+                pending = read(start) if start <= last else None
+                yield [
+                    pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=it.entry_id, body=it.body, lac=lac)
+                    if it.body is not None else
+                    pb.ReadResponse(status=pb.ENOENTRY, ledger_id=lid, entry_id=it.entry_id, lac=lac,
+                                    message=f"ledger {lid} entry {it.entry_id} not found")
+                    for it in items
+                ]
+        finally:
+            if pending is not None:  # the reader went away: drop the read-ahead
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
 
     async def ReadLac(self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext) -> pb.ReadLacResponse:
         """The ledger's LAC on this bookie: the largest piggy-backed LAC of its stored entries
