@@ -46,15 +46,29 @@ class ClusterStreamSlots:
     def _dir(self, bookie: str) -> str:
         return f"{self.paths.underreplication}/streams/{bookie}"
 
+    async def _held(self, bookie: str) -> list[str] | None:
+        """Slot names held on ``bookie`` now (None when its directory does not exist yet)."""
+        try:
+            return await self.zk.get_children(self._dir(bookie))
+        except NoNodeError:
+            return None
+
+    def _free(self, held: Collection[str] | None, kind: str) -> list[str]:
+        names = set(held or ())
+        return [f"{kind}-{n}" for n in range(self.caps[kind]) if f"{kind}-{n}" not in names]
+
     async def _take(self, bookie: str, kind: str) -> str | None:
-        """Create the first free ``<kind>-<n>`` slot of ``bookie``; None when all are taken."""
+        """Create a free ``<kind>-<n>`` slot of ``bookie``; None when all are taken.
+
+        The directory is read first and only slots seen free are tried, so a full bookie costs one
+        read, not ``cap`` failed creates (every create is a ZooKeeper write)."""
         base = self._dir(bookie)
-        for n in range(self.caps[kind]):
-            path = f"{base}/{kind}-{n}"
+        for name in self._free(await self._held(bookie), kind):
+            path = f"{base}/{name}"
             try:
                 await self.zk.create(path, self.owner, ephemeral=True, makepath=True)
                 return path
-            except NodeExistsError:
+            except NodeExistsError:  # taken since the read
                 continue
         return None
 
@@ -62,39 +76,56 @@ class ClusterStreamSlots:
         """Take a source slot on ``source`` and a target slot on every target, all or none; waits while
         a bookie is full. Returns the slot paths to pass to :meth:`release`.
 
+        While any bookie is full nothing is written: every wanted bookie is checked with a read first,
+        and the caller waits on the full one's child watch. Without this, every release woke each
+        waiter into taking (and giving back) its source slot and trying every target slot: a burst of
+        ZooKeeper writes, each synced to its log, per release (seen as slow heals into one bookie).
+
         Raises:
             ZooKeeperError: ZooKeeper unreachable (nothing is held).
         """
         wanted = [(source, SOURCE)] + [(t, TARGET) for t in sorted(set(targets))]
         wanted = [(b, k) for b, k in wanted if self.caps[k] > 0]
         while True:
-            taken: list[str] = []
-            full: str | None = None
-            try:
-                for bookie, kind in wanted:
-                    path = await self._take(bookie, kind)
-                    if path is None:
-                        full = bookie
-                        break
-                    taken.append(path)
-            except BaseException:
-                await self.release(taken)
-                raise
+            full: tuple[str, str] | None = None
+            for bookie, kind in wanted:
+                if not self._free(await self._held(bookie), kind):
+                    full = (bookie, kind)
+                    break
             if full is None:
-                return taken
-            await self.release(taken)
+                taken: list[str] = []
+                try:
+                    for bookie, kind in wanted:
+                        path = await self._take(bookie, kind)
+                        if path is None:
+                            full = (bookie, kind)
+                            break
+                        taken.append(path)
+                except BaseException:
+                    await self.release(taken)
+                    raise
+                if full is None:
+                    return taken
+                await self.release(taken)  # lost a race for the last slot: give back, then wait
             self.waits += 1
-            await self._wait_for_release(full)
+            await self._wait_for_release(*full)
+            # the bookie that was full is the contended one: try it first, so that losing the race for
+            # its freed slot costs one failed create and no slot taken and given back elsewhere
+            wanted.sort(key=lambda bk: bk != full)
 
-    async def _wait_for_release(self, bookie: str) -> None:
+    async def _wait_for_release(self, bookie: str, kind: str) -> None:
+        """Wait until a slot of ``bookie`` may be free: a child watch fires, the listing that arms the
+        watch already shows a free slot, or :data:`FALLBACK_WAIT_S` passes."""
         changed = asyncio.Event()
 
         def on_event(_e) -> None:  # the bridge runs watch callbacks on the event loop
             changed.set()
 
         try:
-            await self.zk.get_children(self._dir(bookie), watch=on_event)
+            held = await self.zk.get_children(self._dir(bookie), watch=on_event)
         except NoNodeError:
+            return
+        if self._free(held, kind):
             return
         try:
             await asyncio.wait_for(changed.wait(), FALLBACK_WAIT_S)

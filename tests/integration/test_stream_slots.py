@@ -53,3 +53,46 @@ async def test_zero_cap_means_unlimited_and_writes_nothing(zk_connect):
         assert await zk.exists("/ledgers/underreplication/streams") is None
     finally:
         await zk.stop()
+
+
+
+async def test_waiters_on_a_full_bookie_write_nothing_and_wake_on_the_release(zk_connect):
+    """Five workers wait for the one target slot of T1. While it is full none of them writes (no source
+    slot taken and given back: reads, and at most a failed create on T1 when it loses the race for a
+    freed slot), and each release hands the slot on through the child watch, well before the fallback
+    wait."""
+    zks = [await ZkClient(zk_connect).start() for _ in range(6)]
+    creates = [0] * 6
+    for n, z in enumerate(zks):  # count the creates (ZooKeeper writes) each worker sends
+        def counting(orig, n=n):
+            async def create(*a, **kw):
+                path = await orig(*a, **kw)
+                creates[n] += 1  # slots created (a create that finds the slot taken raises)
+                return path
+            return create
+        z.create = counting(z.create)
+    try:
+        paths = Paths("/ledgers")
+        slots = [ClusterStreamSlots(z, paths, 4, 1, f"worker-{n}") for n, z in enumerate(zks)]
+        held = await slots[0].acquire(S, [T1])
+        waiting = {asyncio.ensure_future(slots[n].acquire(f"10.0.1.{n}:3181", [T1])): n for n in range(1, 6)}
+        assert await wait_for(lambda: all(s.waits >= 1 for s in slots[1:]), 10)
+        loop = asyncio.get_running_loop()
+        for _ in range(5):
+            t = loop.time()
+            await slots[0].release(held)
+            done, _ = await asyncio.wait(list(waiting), timeout=10, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1 and loop.time() - t < 2.0  # the watch, not the 5 s fallback
+            winner = done.pop()
+            n = waiting.pop(winner)
+            held = winner.result()
+            assert await slots[0].holders(T1) == {"tgt-0": f"worker-{n}"}
+            for other in waiting.values():  # nobody else holds its source slot meanwhile
+                assert await slots[0].holders(f"10.0.1.{other}:3181") == {}
+        assert not waiting
+        # each waiter created its two slots once, however many releases it saw while waiting: losing a
+        # race for T1 costs a failed create on T1, never a source slot taken and given back
+        assert creates[1:] == [2] * 5, creates
+    finally:
+        for z in zks:
+            await z.stop()
