@@ -55,7 +55,7 @@ MAX_RANGE_ENTRIES = 1_000_000
 #: Default and largest body bytes per ReadBatch message (ReadEntryBatches).
 MAX_READ_BATCH_BYTES = 1024 * 1024
 #: The BookieFeature bits this bookie serves (reported by GetBookieInfo).
-FEATURES = pb.BATCHED_ENTRIES
+FEATURES = pb.BATCHED_ENTRIES | pb.ADD_STREAM
 _OK = pb.StatusCode.EOK
 
 
@@ -203,6 +203,119 @@ class BookieService(pb_grpc.BookieServicer):
             return await self._apply_adds(gen)
         finally:
             await gen.aclose()
+
+    async def AddStream(
+        self, request_iterator: AsyncIterator[pb.AddBatch], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.AddAck]:
+        """A long-lived add stream (feature ``ADD_STREAM``, issue 13): batches of adds applied in order
+        with the same checks, admission and window as :meth:`AddEntries`, acknowledged *as they become
+        durable* by :class:`AddAck` messages carrying the count of the stream's first entries that are
+        durable (one ack may cover many entries). The first failure is answered by a last ack with its
+        status, after every entry submitted before it has settled; the stream then ends. A stream
+        with no add for ``stream_idle_timeout_s`` ends the same way (``EBADREQ``, nothing pending)."""
+        stream = self.storage.new_stream()
+        inflight: deque[tuple[int, asyncio.Future, int]] = deque()
+        arrived = asyncio.Event()
+        failure: list[tuple[int, BookieStatusError]] = []
+        ended = [False]
+        pending_bytes = [0]  # body bytes in ``inflight``
+        room = asyncio.Event()  # set whenever entries settle (the intake waits on it when the window is full)
+
+        async def intake() -> None:
+            requests = request_iterator.__aiter__()
+            try:
+                while True:
+                    try:
+                        async with asyncio.timeout(self.stream_idle_timeout_s):
+                            batch = await requests.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    except TimeoutError:
+                        failure.append((-1, BookieStatusError(
+                            "EBADREQ", f"bookie {self.bookie_id}: no add for {self.stream_idle_timeout_s:g} s on "
+                                       f"this stream; closing it")))
+                        return
+                    for req in batch.entries:
+                        if failure or stream.failed:
+                            return
+                        try:
+                            self._check_add(req)
+                        except BookieStatusError as exc:
+                            failure.append((req.entry_id, exc))
+                            return
+                        n = len(req.body)
+                        while inflight and (pending_bytes[0] + n > self.stream_window_bytes
+                                            or len(inflight) >= 256):
+                            room.clear()
+                            await room.wait()  # the acker settles the oldest entries
+                        if not await self.admission.wait_add(n):
+                            failure.append((req.entry_id, BookieStatusError(
+                                "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}")))
+                            return
+                        try:
+                            fut = self.storage.submit_add(req.ledger_id, req.entry_id, req.master_key, req.body,
+                                                          recovery=bool(req.flags & pb.RECOVERY_ADD), stream=stream)
+                        except BaseException:
+                            self.admission.release_add(n)
+                            raise
+                        inflight.append((req.entry_id, fut, n))
+                        pending_bytes[0] += n
+                        arrived.set()
+            finally:
+                ended[0] = True
+                arrived.set()
+
+        written = 0
+        written_bytes = 0
+        task = asyncio.ensure_future(intake())
+        try:
+            while True:
+                if not inflight:
+                    if ended[0] or failure:  # after a failure, do not wait for the client's next batch
+                        break
+                    arrived.clear()
+                    await arrived.wait()
+                    continue
+                progressed = False
+                while inflight and (not progressed or inflight[0][1].done()):
+                    eid, fut, n = inflight[0]
+                    res = await fut
+                    inflight.popleft()
+                    pending_bytes[0] -= n
+                    self.admission.release_add(n)
+                    progressed = True
+                    if res is None:
+                        written += 1
+                        written_bytes += n
+                    elif isinstance(res, BookieStatusError) and res is not SKIPPED and not failure:
+                        failure.append((eid, res))
+                room.set()
+                if not failure:
+                    yield pb.AddAck(status=_OK, entries_written=written, bytes_written=written_bytes,
+                                    failed_entry_id=-1)
+            if not failure or task.done():
+                await task  # re-raises what broke the intake (after a failure it is cancelled below)
+        except Exception as exc:  # noqa: BLE001 - answered as EIO after pending writes settle
+            log.exception("AddStream failed")
+            if not failure:
+                failure.append((-1, BookieStatusError("EIO", f"bookie {self.bookie_id}: {exc}")))
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            while inflight:  # never answer (or leave) before submitted writes settle
+                eid, fut, n = inflight.popleft()
+                with contextlib.suppress(BaseException):
+                    res = await fut
+                    if res is None:
+                        written += 1
+                        written_bytes += n
+                self.admission.release_add(n)
+        if failure:
+            eid, err = failure[0]
+            yield pb.AddAck(status=status_code(err.status), entries_written=written, bytes_written=written_bytes,
+                            failed_entry_id=eid, message=err.detail)
 
     async def _apply_adds(self, requests: AsyncIterator[pb.AddRequest]) -> pb.AddEntriesResponse:
         stream = self.storage.new_stream()

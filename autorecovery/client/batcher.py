@@ -1,9 +1,17 @@
-"""Group send: concurrent adds to the same bookie and ledger travel in one AddEntries stream (EDGE).
+"""Group send: concurrent adds to the same bookie and ledger travel together (EDGE).
 
 A writer with many adds in flight (a window per ledger, many ledgers) would otherwise pay one unary
-gRPC call per entry per replica. The batcher keeps at most one call in flight per (bookie, ledger); adds
-that arrive meanwhile queue up and leave together in the next call, so small entries share the per-call
-cost while a lone add still goes out at once as a plain ``AddEntry``.
+gRPC call per entry per replica. Adds that arrive while the previous ones are being sent queue up and
+leave together as one batch.
+
+* With a bookie that reports ``ADD_STREAM`` (issue 13) each (bookie, ledger) has one long-lived
+  :class:`~autorecovery.rpc.bookie_client.AddStream`: a batch is written to it as soon as the previous
+  one is handed to gRPC, without waiting for acknowledgements, and each add completes when the bookie
+  acknowledges it durable. No call set-up per batch, several batches in flight. A stream with nothing
+  sent for ``idle_close_s`` is closed (well before the bookie's own idle timeout, so that an idle close
+  by the bookie never fails an add).
+* Otherwise the batcher keeps at most one call in flight per (bookie, ledger); a lone add goes out as
+  a plain ``AddEntry``, queued adds as one ``AddEntries`` call.
 
 Error semantics follow the bookie protocol: a stream stops at its first failure, every entry before it
 is durable (``entries_written``), and the failed entry and the ones after it receive the error, which
@@ -16,8 +24,20 @@ import asyncio
 from dataclasses import dataclass, field
 
 from autorecovery.errors import BookieError
+from autorecovery.rpc.bookie_client import AddStream
 
 Key = tuple[str, int, bytes, bool]  # bookie id, ledger id, master key, recovery flag
+
+
+def _chain(src: asyncio.Future, dst: asyncio.Future) -> None:
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+    elif src.exception() is not None:
+        dst.set_exception(src.exception())
+    else:
+        dst.set_result(None)
 
 
 @dataclass
@@ -31,15 +51,21 @@ class AddBatcher:
 
     Args:
         bookies: the gRPC :class:`~autorecovery.rpc.bookie_client.BookieClient`.
-        max_entries: most entries in one call. max_bytes: most body bytes in one call.
+        max_entries: most entries in one call or message. max_bytes: most body bytes in one.
+        idle_close_s: an add stream with nothing sent for this long is closed, s.
     """
 
-    def __init__(self, bookies, *, max_entries: int = 256, max_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(self, bookies, *, max_entries: int = 256, max_bytes: int = 4 * 1024 * 1024,
+                 idle_close_s: float = 10.0) -> None:
         self.bookies = bookies
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.idle_close_s = idle_close_s
         self._queues: dict[Key, _Queue] = {}
+        self._streams: dict[Key, AddStream] = {}
+        self._reaper: asyncio.Task | None = None
         self.calls = 0
+        self.streams_opened = 0
 
     async def add(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
                   recovery: bool = False) -> None:
@@ -68,12 +94,63 @@ class AddBatcher:
             size += len(item[1])
         return batch
 
+    async def _stream(self, key: Key) -> AddStream | None:
+        """The usable add stream of ``key``, opened if needed; None when the bookie has none."""
+        st = self._streams.get(key)
+        if st is not None and st.usable:
+            return st
+        if st is not None:
+            self._streams.pop(key, None)
+            await st.close()
+        bookie_id, ledger_id, master_key, recovery = key
+        st = await self.bookies.open_add_stream(bookie_id, ledger_id, master_key, recovery=recovery)
+        if st is not None:
+            self._streams[key] = st
+            self.streams_opened += 1
+            if self._reaper is None or self._reaper.done():
+                self._reaper = asyncio.ensure_future(self._reap())
+        return st
+
+    async def _reap(self) -> None:
+        """Close streams idle for ``idle_close_s`` (nothing pending); ends when none is left."""
+        loop = asyncio.get_running_loop()
+        while self._streams:
+            await asyncio.sleep(self.idle_close_s / 2)  # a housekeeping period, not synchronisation
+            now = loop.time()
+            for key, st in list(self._streams.items()):
+                if not st.pending and (now - st.last_used >= self.idle_close_s or not st.usable):
+                    if self._streams.get(key) is st:
+                        del self._streams[key]
+                    await st.close()
+
+    async def close(self) -> None:
+        """Close every add stream (pending adds are acknowledged or fail). Idempotent."""
+        streams, self._streams = list(self._streams.values()), {}
+        for st in streams:
+            await st.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
+            await asyncio.gather(self._reaper, return_exceptions=True)
+            self._reaper = None
+
     async def _send(self, key: Key, q: _Queue) -> None:
         bookie_id, ledger_id, master_key, recovery = key
         try:
             while q.items:
                 batch = self._take(q)
                 self.calls += 1
+                try:
+                    stream = await self._stream(key)
+                    if stream is not None:
+                        futs = await stream.send([(eid, body) for eid, body, _ in batch])
+                        for (_, _, fut), sf in zip(batch, futs):
+                            sf.add_done_callback(lambda sf, fut=fut: _chain(sf, fut))
+                        continue  # the next batch goes at once; acks complete the adds
+                except BookieError as exc:
+                    for _, _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
                 try:
                     if len(batch) == 1:
                         eid, body, _ = batch[0]

@@ -105,6 +105,8 @@ class BookKeeper:
         return self
 
     async def close(self) -> None:
+        """Close the add streams, the watchers, and the bookie client and ZooKeeper session if owned."""
+        await self.adds.close()
         if self.racks:
             await self.racks.stop()
         if self.watcher:

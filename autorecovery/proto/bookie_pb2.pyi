@@ -34,6 +34,7 @@ class BookieFeature(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FEATURE_NONE: _ClassVar[BookieFeature]
     BATCHED_ENTRIES: _ClassVar[BookieFeature]
+    ADD_STREAM: _ClassVar[BookieFeature]
 
 class BookieInfoFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -56,6 +57,7 @@ READ_NONE: ReadFlag
 FENCE_LEDGER: ReadFlag
 FEATURE_NONE: BookieFeature
 BATCHED_ENTRIES: BookieFeature
+ADD_STREAM: BookieFeature
 INFO_NONE: BookieInfoFlag
 TOTAL_DISK_CAPACITY: BookieInfoFlag
 FREE_DISK_SPACE: BookieInfoFlag
@@ -151,6 +153,20 @@ class AddBatch(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[AddRequest]
     def __init__(self, entries: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ...) -> None: ...
+
+class AddAck(_message.Message):
+    __slots__ = ("status", "entries_written", "bytes_written", "failed_entry_id", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    entries_written: int
+    bytes_written: int
+    failed_entry_id: int
+    message: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., entries_written: _Optional[int] = ..., bytes_written: _Optional[int] = ..., failed_entry_id: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReadBatch(_message.Message):
     __slots__ = ("entries",)

@@ -49,6 +49,11 @@ class BookieStub:
                 request_serializer=autorecovery_dot_proto_dot_bookie__pb2.AddBatch.SerializeToString,
                 response_deserializer=autorecovery_dot_proto_dot_bookie__pb2.AddEntriesResponse.FromString,
                 _registered_method=True)
+        self.AddStream = channel.stream_stream(
+                '/autorecovery.bookie.Bookie/AddStream',
+                request_serializer=autorecovery_dot_proto_dot_bookie__pb2.AddBatch.SerializeToString,
+                response_deserializer=autorecovery_dot_proto_dot_bookie__pb2.AddAck.FromString,
+                _registered_method=True)
         self.ReadEntry = channel.unary_unary(
                 '/autorecovery.bookie.Bookie/ReadEntry',
                 request_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRequest.SerializeToString,
@@ -98,6 +103,13 @@ class BookieServicer:
 
     def AddEntryBatches(self, request_iterator, context):
         """needs BATCHED_ENTRIES
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddStream(self, request_iterator, context):
+        """needs ADD_STREAM
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -157,6 +169,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.AddEntryBatches,
                     request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.AddBatch.FromString,
                     response_serializer=autorecovery_dot_proto_dot_bookie__pb2.AddEntriesResponse.SerializeToString,
+            ),
+            'AddStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AddStream,
+                    request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.AddBatch.FromString,
+                    response_serializer=autorecovery_dot_proto_dot_bookie__pb2.AddAck.SerializeToString,
             ),
             'ReadEntry': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadEntry,
@@ -270,6 +287,33 @@ class Bookie:
             '/autorecovery.bookie.Bookie/AddEntryBatches',
             autorecovery_dot_proto_dot_bookie__pb2.AddBatch.SerializeToString,
             autorecovery_dot_proto_dot_bookie__pb2.AddEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/autorecovery.bookie.Bookie/AddStream',
+            autorecovery_dot_proto_dot_bookie__pb2.AddBatch.SerializeToString,
+            autorecovery_dot_proto_dot_bookie__pb2.AddAck.FromString,
             options,
             channel_credentials,
             insecure,

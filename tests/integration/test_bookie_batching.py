@@ -1,4 +1,5 @@
-"""Batched framing of the bookie protocol (feature BATCHED_ENTRIES, issue 13) over real gRPC.
+"""Batched framing (feature BATCHED_ENTRIES) and long-lived add streams (ADD_STREAM) of the bookie
+protocol (issue 13), over real gRPC.
 
 * The reference bookie reports the feature and serves ``AddEntryBatches`` / ``ReadEntryBatches`` with the
   same semantics as the one-entry-per-message RPCs (order, first failure, ENOENTRY gaps, striping).
@@ -10,17 +11,21 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
 from autorecovery.bookie.disk import DiskProbe
 from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
-from autorecovery.errors import BookieError
+from autorecovery.client.batcher import AddBatcher
+from autorecovery.errors import BookieError, LedgerFencedError
 from autorecovery.ledger.digest import pack_entry
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.zk.bridge import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +51,7 @@ class OldBookieService(BookieService):
 
     AddEntryBatches = pb_grpc.BookieServicer.AddEntryBatches
     ReadEntryBatches = pb_grpc.BookieServicer.ReadEntryBatches
+    AddStream = pb_grpc.BookieServicer.AddStream
 
     async def AddEntries(self, request_iterator, context):
         self.calls["AddEntries"] += 1
@@ -179,3 +185,97 @@ async def test_a_bookie_replaced_by_an_older_release_is_renegotiated(serve, clie
     assert b not in client._features  # ... and the next call asks the bookie again
     assert await client.add_entries(b, 4, MK, [(5, entry(4, 5))], recovery=False) == (1, len(entry(4, 5)))
     assert await client.features(b) == 0
+
+
+# -- AddStream (feature ADD_STREAM): one long-lived stream, acknowledged as entries become durable -----
+async def test_add_stream_acknowledges_each_batch_before_the_next_is_sent_and_ends_at_the_first_failure(
+        serve, client) -> None:
+    b = (await serve()).bookie_id
+    assert await client.features(b) & pb.ADD_STREAM
+
+    def batch(items):
+        return pb.AddBatch(entries=[pb.AddRequest(ledger_id=11, entry_id=e, master_key=MK, body=body)
+                                    for e, body in items])
+
+    async with grpc.aio.insecure_channel(b) as ch:
+        call = pb_grpc.BookieStub(ch).AddStream()
+        await call.write(batch([(0, entry(11, 0)), (1, entry(11, 1))]))
+        acked = 0
+        while acked < 2:  # acknowledged while the stream is still open: nothing else was sent
+            ack = await asyncio.wait_for(call.read(), 10)
+            assert ack.status == pb.EOK
+            acked = ack.entries_written
+        assert acked == 2 and ack.bytes_written == len(entry(11, 0)) + len(entry(11, 1))
+        await call.write(batch([(2, entry(11, 2)), (3, entry(11, 99)), (4, entry(11, 4))]))
+        acks = []
+        while (m := await asyncio.wait_for(call.read(), 10)) is not grpc.aio.EOF:
+            acks.append(m)
+    last = acks[-1]
+    assert (last.status, last.entries_written, last.failed_entry_id) == (pb.EBADREQ, 3, 3)
+    assert all(a.status == pb.EOK for a in acks[:-1])
+    got = [r.entry_id async for r in client.read_entries(b, 11, 0, 4) if not isinstance(r, BookieError)]
+    assert got == [0, 1, 2]
+
+
+async def test_client_add_stream_resolves_adds_and_fails_pending_ones_with_the_bookies_status(serve, client) -> None:
+    b = (await serve()).bookie_id
+    st = await client.open_add_stream(b, 12, MK)
+    futs = await st.send([(e, entry(12, e)) for e in range(5)])
+    futs += await st.send([(e, entry(12, e)) for e in range(5, 8)])
+    await asyncio.wait_for(asyncio.gather(*futs), 10)
+    assert st.usable and st.pending == 0
+    # the ledger is fenced meanwhile (a recovery took it over): the next adds fail EFENCED, the stream ends
+    await client.read_entry(b, 12, 0, fence=True, master_key=MK)
+    futs = await st.send([(8, entry(12, 8)), (9, entry(12, 9))])
+    for f in futs:
+        with pytest.raises(LedgerFencedError):
+            await asyncio.wait_for(f, 10)
+    assert not st.usable
+    with pytest.raises(LedgerFencedError):
+        await st.send([(10, entry(12, 10))])
+    await st.close()
+
+
+async def test_an_idle_add_stream_is_ended_by_the_bookie_without_failing_anything(tmp_path, client) -> None:
+    storage = BookieStorage(tmp_path / "idle", name="idle")
+    storage.open()
+    server, port = build_grpc_server("127.0.0.1", 0, 5 * 1024 * 1024)
+    add_service(server, BookieService(storage, f"127.0.0.1:{port}", disk=DiskProbe(tmp_path / "idle"),
+                                      stream_idle_timeout_s=0.3))
+    await server.start()
+    try:
+        b = f"127.0.0.1:{port}"
+        st = await client.open_add_stream(b, 13, MK)
+        await asyncio.wait_for(asyncio.gather(*await st.send([(0, entry(13, 0))])), 10)
+        # idle past the bookie's timeout: the bookie ends the stream; the client notices without sending
+        assert await wait_for(lambda: not st.usable, 10)
+        assert st.pending == 0
+        await st.close()
+    finally:
+        await server.stop(None)
+        await storage.close()
+
+
+async def test_batcher_uses_one_stream_per_bookie_and_ledger_and_closes_it_when_idle(serve, client) -> None:
+    b = (await serve()).bookie_id
+    batcher = AddBatcher(client, idle_close_s=0.4)
+    try:
+        await asyncio.gather(*(batcher.add(b, 14, e, MK, entry(14, e)) for e in range(50)))
+        await asyncio.gather(*(batcher.add(b, 14, e, MK, entry(14, e)) for e in range(50, 80)))
+        assert batcher.streams_opened == 1
+        assert await wait_for(lambda: not batcher._streams, 10)  # closed after idle_close_s
+        await batcher.add(b, 14, 80, MK, entry(14, 80))  # a new stream
+        assert batcher.streams_opened == 2
+        assert [r.entry_id async for r in client.read_entries(b, 14, 0, 80)] == list(range(81))
+    finally:
+        await batcher.close()
+
+
+async def test_batcher_falls_back_to_calls_with_a_bookie_without_add_streams(serve, client) -> None:
+    old = await serve(OldBookieService)
+    batcher = AddBatcher(client)
+    try:
+        await asyncio.gather(*(batcher.add(old.bookie_id, 15, e, MK, entry(15, e)) for e in range(20)))
+        assert batcher.streams_opened == 0 and old.calls["AddEntries"] >= 1
+    finally:
+        await batcher.close()

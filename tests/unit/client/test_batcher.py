@@ -17,6 +17,9 @@ class ScriptedBookies:
         self.fail_after: int | None = None
         self.error: BookieError | None = None
 
+    async def open_add_stream(self, bookie, ledger, key, *, recovery=False):
+        return None  # a bookie without ADD_STREAM: one call at a time
+
     async def add_entry(self, bookie, ledger, eid, key, body, *, recovery=False):
         self.calls.append(("one", [eid]))
         await self.gate.wait()
