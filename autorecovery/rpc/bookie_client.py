@@ -650,6 +650,8 @@ class AddStream:
             await self._call.write(msg)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             pass  # the call ended: the reader fails what is pending with the call's outcome
+        if self._reader.done():  # it ended before these were queued: nobody else will resolve them
+            self._fail(self._error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "add stream ended"))
         return futs
 
     def _fail(self, err: BookieError) -> None:
