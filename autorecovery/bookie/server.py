@@ -248,6 +248,8 @@ class BookieServer:
                 await self._monitor
         if self.registration is not None:
             await self.registration.stop()
+        if self.service is not None:
+            self.service.begin_shutdown()  # idle long-lived add streams must not hold the grace period
         if self._server is not None:
             try:
                 await self._server.stop(self.config.shutdown_grace_s if self._server_started else None)

@@ -113,6 +113,16 @@ class BookieService(pb_grpc.BookieServicer):
         self.stream_window_bytes = max(stream_window_bytes, max_entry_size)
         self.admission = Admission(limits)
         self.stream_idle_timeout_s = stream_idle_timeout_s
+        self._closing = False
+        self._intakes: set[asyncio.Task] = set()
+
+    def begin_shutdown(self) -> None:
+        """Stop reading every open AddStream (call before stopping the gRPC server): each settles and
+        acknowledges what it took, then ends, so a long-lived stream left open by a client does not hold
+        the server's shutdown grace period. New AddStreams end at once."""
+        self._closing = True
+        for t in list(self._intakes):
+            t.cancel()
 
     # -- adds ----------------------------------------------------------------------------------
     def _check_add(self, req: pb.AddRequest) -> None:
@@ -224,7 +234,7 @@ class BookieService(pb_grpc.BookieServicer):
         async def intake() -> None:
             requests = request_iterator.__aiter__()
             try:
-                while True:
+                while not self._closing:
                     try:
                         async with asyncio.timeout(self.stream_idle_timeout_s):
                             batch = await requests.__anext__()
@@ -261,6 +271,10 @@ class BookieService(pb_grpc.BookieServicer):
                         inflight.append((req.entry_id, fut, n))
                         pending_bytes[0] += n
                         arrived.set()
+            except asyncio.CancelledError:
+                if not self._closing:
+                    raise  # the call itself is being cancelled
+                # the bookie is shutting down: take nothing more; what was taken is settled and acked
             finally:
                 ended[0] = True
                 arrived.set()
@@ -268,6 +282,8 @@ class BookieService(pb_grpc.BookieServicer):
         written = 0
         written_bytes = 0
         task = asyncio.ensure_future(intake())
+        self._intakes.add(task)
+        task.add_done_callback(self._intakes.discard)
         try:
             while True:
                 if not inflight:

@@ -425,3 +425,18 @@ async def test_an_idle_add_stream_is_answered_and_closed(start_bookie, client) -
     assert ei.value.entries_written == 1
     assert await client.get_list_of_entries(b, 6) == [(0, 0)]
     assert srv.service.admission.adds == 0
+
+
+async def test_an_idle_add_stream_does_not_hold_the_bookies_shutdown(start_bookie, client) -> None:
+    """A client keeps an AddStream open (idle); stopping the bookie ends it at once instead of waiting
+    out the gRPC grace period, after acknowledging what it took."""
+    srv = await start_bookie(shutdown_grace_s=30.0)
+    st = await client.open_add_stream(srv.bookie_id, 21, MK)
+    assert st is not None
+    await asyncio.wait_for(asyncio.gather(*await st.send([(0, entry(21, 0))])), 10)
+    loop = asyncio.get_running_loop()
+    t = loop.time()
+    await srv.stop()
+    assert loop.time() - t < 10.0, "the idle stream held the 30 s grace period"
+    assert await wait_for(lambda: not st.usable, 10)
+    await st.close()
