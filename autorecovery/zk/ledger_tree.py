@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import structlog
 
 from autorecovery.audit.index import BookieLedgerIndex, IdDigest, ReconcileReport
-from autorecovery.errors import MalformedMetadataError
+from autorecovery.errors import MalformedMetadataError, ZooKeeperError
 from autorecovery.ledger.ids import is_ledger_leaf_name, is_ledger_level_name, ledger_id_from_path
-from autorecovery.zk.bridge import EventType, NoNodeError, ServerTooOld, SessionEvent, ZkClient
+from autorecovery.zk.bridge import ConnectionLoss, EventType, NoNodeError, ServerTooOld, SessionEvent, ZkClient
 from autorecovery.zk.ledgers import RESERVED
 from autorecovery.zk.paths import Paths
 
@@ -279,7 +279,7 @@ class LedgerTreeWatcher:
         self._follow_session()
         if self.persistent is not False:
             try:
-                await self.zk.add_watch(self.paths.root, self._on_event, recursive=True)
+                await self._add_persistent_watch()
                 self._watch_added = True
                 self.persistent = True
             except ServerTooOld as exc:
@@ -292,7 +292,17 @@ class LedgerTreeWatcher:
         if self.persistent:
             await self._full_read()
         else:
-            await self._walk(self.paths.root, 0)
+            # after a refused addWatch an older server also closes the connection: a walk that loses it
+            # is redone once connected (it is idempotent)
+            for attempt in range(1, 4):
+                try:
+                    await self._walk(self.paths.root, 0)
+                    break
+                except ZooKeeperError as exc:
+                    if not isinstance(exc.__cause__, ConnectionLoss) or attempt == 3:
+                        raise
+                    await asyncio.sleep(0)  # let the SUSPENDED state published with the loss land
+                    await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000 * 3)
         await self.settle()
         return len(self.index)
 
@@ -380,6 +390,29 @@ class LedgerTreeWatcher:
         self.changed.set()
 
     # -- persistent mode ----------------------------------------------------------------------
+    async def _add_persistent_watch(self, attempts: int = 3) -> None:
+        """addWatch on the root. A server before 3.6 answers UNIMPLEMENTED and closes the connection
+        (``UnimplementedRequestProcessor``): the answer or the connection loss may come first. A
+        connection lost right at this request ``attempts`` times in a row is taken for that answer.
+
+        Raises:
+            ServerTooOld: as above. ZooKeeperError: any other failure.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                await self.zk.add_watch(self.paths.root, self._on_event, recursive=True)
+                return
+            except ServerTooOld:
+                raise
+            except ZooKeeperError as exc:
+                if not isinstance(exc.__cause__, ConnectionLoss):
+                    raise
+                if attempt == attempts:
+                    raise ServerTooOld(f"ZooKeeper at {self.zk.hosts} dropped the connection on addWatch "
+                                       f"{attempts} times in a row (a server before 3.6 does)") from exc
+                await asyncio.sleep(0)  # let the SUSPENDED state published with the loss land
+                await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000 * 3)
+
     def _on_event(self, etype: str, path: str) -> None:
         """A notification of the persistent watch (event loop, in server order)."""
         if self._stopped or not self._watch_added:
