@@ -360,13 +360,17 @@ class ZkClient:
                 raise ServerTooOld(f"ZooKeeper at {self.hosts} has no multiRead (needs 3.6+)") from exc
             raise
 
-    async def add_watch(self, path: str, callback: Callable[[str, str], Any], *, recursive: bool = True) -> None:
+    async def add_watch(self, path: str, callback: Callable[[str, str], Any], *, recursive: bool = True,
+                        accept: Callable[[str], bool] | None = None) -> None:
         """A persistent watch on ``path`` (and, ``recursive``, every znode below it): ``callback(type,
         path)`` runs on the event loop for each CREATED/DELETED/CHANGED (and CHILD, non-recursive only)
         notification, in the order the server sent them, and the watch stays (ZooKeeper 3.6+
-        ``addWatch``). It lives on the server *connection*: after a connection loss (SUSPENDED) the
-        server has dropped it and changes made meanwhile are not notified; the owner calls this again
-        once CONNECTED and re-reads what it covers. Calling it again for ``path`` replaces the callback.
+        ``addWatch``). ``accept(path)``, when given, runs on kazoo's thread and drops the notifications
+        it refuses before they cross to the loop (keep it a cheap, pure string test); accepted ones are
+        handed over in bursts (one loop wake-up per burst, not per notification). It lives on the
+        server *connection*: after a connection loss (SUSPENDED) the server has dropped it and changes
+        made meanwhile are not notified; the owner calls this again once CONNECTED and re-reads what it
+        covers. Calling it again for ``path`` replaces the callback.
 
         Raises:
             ServerTooOld: the server has no addWatch (before 3.6); nothing stays registered.
@@ -374,10 +378,24 @@ class ZkClient:
         """
         loop = self._loop
         assert loop is not None, "ZkClient.start() was not awaited"
+        burst: list[tuple[str, str]] = []
+        lock = threading.Lock()
 
-        def deliver(etype: str, p: str) -> None:  # kazoo thread: only enqueue
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(callback, etype, p)
+        def drain() -> None:  # event loop
+            with lock:
+                events = burst[:]
+                burst.clear()
+            for etype, p in events:
+                callback(etype, p)
+
+        def deliver(etype: str, p: str) -> None:  # kazoo thread: only filter and enqueue
+            if accept is not None and not accept(p):
+                return
+            with lock:
+                burst.append((etype, p))
+                wake = len(burst) == 1
+            if wake and not loop.is_closed():
+                loop.call_soon_threadsafe(drain)
 
         chroot = self._kz.chroot
         full = (chroot + path if path != "/" else chroot) if chroot else path

@@ -124,7 +124,9 @@ class LedgerTreeWatcher:
         self._last_warn = 0.0
         self._suppressed = 0
         # persistent mode
-        self._watch_added = False
+        self._following = False  # persistent mode set up
+        self._tops: set[str] = set()  # top-level ledger directories with a persistent recursive watch
+        self._root_armed = False  # the one-shot child watch on the root (new top-level directories)
         self._watch_lost = False
         self._pending: set[int] = set()  # ledgers notified CREATED/CHANGED, not yet re-read
         self._flusher: asyncio.Task | None = None
@@ -136,9 +138,10 @@ class LedgerTreeWatcher:
 
     @property
     def watches_held(self) -> int:
-        """ZooKeeper watches this watcher holds: 1 in persistent mode, else one per directory and ledger."""
+        """ZooKeeper watches this watcher holds: in persistent mode one per top-level ledger directory
+        (``00``, ``01``...) plus the root's child watch, else one per directory and ledger."""
         if self.persistent:
-            return 1 if self._watch_added and not self._watch_lost else 0
+            return 0 if self._watch_lost else len(self._tops) + int(self._root_armed)
         return len(self._dir_armed) + len(self._armed)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -167,12 +170,14 @@ class LedgerTreeWatcher:
         if self._session_q is not None:
             self.zk.unsubscribe(self._session_q)
             self._session_q = None
-        if self._watch_added:
-            # no callback from now on; the server drops the watch (best effort, awaited by settle())
-            self._watch_added = False
-            t = asyncio.ensure_future(self.zk.remove_watch(self.paths.root))
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
+        if self._following:
+            # no callback from now on; the server drops the watches (best effort, awaited by settle())
+            self._following = False
+            for top in sorted(self._tops):
+                t = asyncio.ensure_future(self.zk.remove_watch(top))
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
+            self._tops.clear()
 
     @property
     def lost_watches(self) -> int:
@@ -190,8 +195,8 @@ class LedgerTreeWatcher:
                 ev = await q.get()
                 if ev == SessionEvent.CONNECTED:
                     self._schedule_rearm()
-                elif self.persistent and self._watch_added:
-                    # SUSPENDED or LOST: the server dropped the persistent watch with the connection
+                elif self.persistent and self._following:
+                    # SUSPENDED or LOST: the server dropped the persistent watches with the connection
                     self._watch_lost = True
 
         self._session_task = asyncio.ensure_future(follow())
@@ -279,9 +284,10 @@ class LedgerTreeWatcher:
         self._follow_session()
         if self.persistent is not False:
             try:
-                await self._add_persistent_watch()
-                self._watch_added = True
+                await self._probe()
                 self.persistent = True
+                self._following = True
+                await self._arm_tops()
             except ServerTooOld as exc:
                 if self.persistent:
                     raise
@@ -390,17 +396,18 @@ class LedgerTreeWatcher:
         self.changed.set()
 
     # -- persistent mode ----------------------------------------------------------------------
-    async def _add_persistent_watch(self, attempts: int = 3) -> None:
-        """addWatch on the root. A server before 3.6 answers UNIMPLEMENTED and closes the connection
-        (``UnimplementedRequestProcessor``): the answer or the connection loss may come first. A
-        connection lost right at this request ``attempts`` times in a row is taken for that answer.
+    async def _probe(self, attempts: int = 3) -> None:
+        """Whether the server has ZooKeeper 3.6's requests: a multiRead of the root. A server before 3.6
+        answers UNIMPLEMENTED and closes the connection (``UnimplementedRequestProcessor``): the answer
+        or the connection loss may come first; a connection lost right at this request ``attempts``
+        times in a row is taken for that answer.
 
         Raises:
             ServerTooOld: as above. ZooKeeperError: any other failure.
         """
         for attempt in range(1, attempts + 1):
             try:
-                await self.zk.add_watch(self.paths.root, self._on_event, recursive=True)
+                await self.zk.get_many([self.paths.root])
                 return
             except ServerTooOld:
                 raise
@@ -408,14 +415,68 @@ class LedgerTreeWatcher:
                 if not isinstance(exc.__cause__, ConnectionLoss):
                     raise
                 if attempt == attempts:
-                    raise ServerTooOld(f"ZooKeeper at {self.zk.hosts} dropped the connection on addWatch "
+                    raise ServerTooOld(f"ZooKeeper at {self.zk.hosts} dropped the connection on multiRead "
                                        f"{attempts} times in a row (a server before 3.6 does)") from exc
                 await asyncio.sleep(0)  # let the SUSPENDED state published with the loss land
                 await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000 * 3)
 
+    async def _arm_tops(self, again: bool = False) -> list[str]:
+        """List the root with a one-shot child watch and keep a persistent recursive watch on every
+        top-level ledger directory (``00``, ``01``... and ``000``... for long ids); not on the root
+        itself, so the markers, locks and stream slots under ``underreplication`` (busy while workers
+        replicate) never send this session a notification. ``again``: re-add every watch (after a
+        connection loss). Returns the directories whose watch is new (their ledgers still to be read).
+
+        Raises:
+            ZooKeeperError: the root could not be listed or a watch not added.
+        """
+        watch = None
+        if not self._root_armed:
+            self._root_armed = True
+            watch = self._root_watch
+        try:
+            kids = await self.zk.get_children(self.paths.root, watch=watch)
+        except BaseException:
+            if watch is not None:
+                self._root_armed = False
+            raise
+        tops = {f"{self.paths.root}/{n}" for n in self._split(kids, 0)[0]}
+        new = []
+        for top in sorted(tops):
+            if again or top not in self._tops:
+                await self.zk.add_watch(top, self._on_event, recursive=True, accept=_leaf_path)
+                if top not in self._tops:
+                    new.append(top)
+                self._tops.add(top)
+        for top in sorted(self._tops - tops):
+            self._tops.discard(top)  # emptied and deleted: every ledger below sent its DELETED already
+            await self.zk.remove_watch(top)
+        return new
+
+    def _root_watch(self, event) -> None:
+        self._root_armed = False
+        if self._stopped or event.type == EventType.NONE:
+            return  # a connection loss: the resync after it re-arms everything
+        self._spawn(self._refresh_tops())
+
+    async def _refresh_tops(self) -> None:
+        """A top-level directory appeared (or went): watch it first, then read what it already holds."""
+        try:
+            new = await self._arm_tops()
+            ids: set[int] = set()
+            for top in new:
+                await self._tree_ids(ids, top)
+            await self._read_batches(sorted(ids))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a full resync re-does it, never silent
+            self._read_failed(self.paths.root, exc)
+            self._watch_lost = True
+            self._schedule_rearm()
+
     def _on_event(self, etype: str, path: str) -> None:
-        """A notification of the persistent watch (event loop, in server order)."""
-        if self._stopped or not self._watch_added:
+        """A notification of a persistent watch (event loop, in server order)."""
+        if self._stopped:
             return
         lid = self._leaf_id(path)
         if lid is None:
@@ -513,7 +574,7 @@ class LedgerTreeWatcher:
         if self._watch_lost:
             self._watch_lost = False
             try:
-                await self.zk.add_watch(self.paths.root, self._on_event, recursive=True)
+                await self._arm_tops(again=True)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - retried with back-off, never silent
@@ -529,9 +590,9 @@ class LedgerTreeWatcher:
                 self._read_failed(self.paths.root, exc)
                 self._watch_lost = True  # redo the whole resync
                 return False
-            self.rearmed += 1
+            self.rearmed += len(self._tops) + 1
             self.resyncs += 1
-            log.info("re-added the persistent ledger tree watch after a connection loss and re-read the tree",
+            log.info("re-added the persistent ledger tree watches after a connection loss and re-read the tree",
                      ledgers=len(self.index), failed=len(self._lost_ledgers))
         lids, self._lost_ledgers = sorted(self._lost_ledgers), set()
         if lids:
@@ -620,9 +681,9 @@ class LedgerTreeWatcher:
             self._malformed_ids.discard(lid)
 
     # -- consistency check ------------------------------------------------------------------
-    async def _tree_ids(self, collect: set[int] | None) -> IdDigest:
+    async def _tree_ids(self, collect: set[int] | None, start: str | None = None) -> IdDigest:
         """List the tree (children only, no data reads, no watches) into a digest of ledger ids;
-        also into ``collect`` when given."""
+        also into ``collect`` when given. ``start``: only below this directory."""
         digest = IdDigest()
 
         async def walk(path: str, depth: int) -> None:
@@ -640,7 +701,10 @@ class LedgerTreeWatcher:
                         collect.add(lid)
             await asyncio.gather(*(walk(f"{path}/{n}", depth + 1) for n in subdirs))
 
-        await walk(self.paths.root, 0)
+        if start is None:
+            await walk(self.paths.root, 0)
+        else:
+            await walk(start, self._depth(start))
         return digest
 
     def _index_digest(self) -> IdDigest:
@@ -758,6 +822,12 @@ class LedgerTreeWatcher:
             log.warning("ledger index differed from ZooKeeper", added=len(rep.added), removed=len(rep.removed),
                         changed=len(rep.changed))
         return rep
+
+
+def _leaf_path(path: str) -> bool:
+    """Whether ``path``'s last name looks like a ledger metadata leaf (``L`` + 4 digits): the test that
+    keeps notifications of markers, locks, directories and bookies on kazoo's thread."""
+    return is_ledger_leaf_name(path[path.rfind("/") + 1:])
 
 
 async def _chunked(fn, items: list, size: int = 2000) -> None:

@@ -76,9 +76,13 @@ async def test_an_older_server_is_refused_loudly_and_the_tree_falls_back_to_per_
     store = LedgerStore(zk, P)
     await store.create(1, closed(B[:2]))
     monkeypatch.setattr(kazoo_ext.AddWatch, "type", 9999)
+    monkeypatch.setattr(kazoo_ext.MultiRead, "type", 9998)
     # the UNIMPLEMENTED answer (ServerTooOld) or the connection loss right after it, whichever kazoo sees first
     with pytest.raises(ZooKeeperError):
         await zk.add_watch(P.root, lambda t, p: None)
+    assert await wait_for(lambda: zk.connected.is_set(), 15)
+    with pytest.raises(ZooKeeperError):
+        await zk.get_many([P.root])
     assert await wait_for(lambda: zk.connected.is_set(), 15)
     index = BookieLedgerIndex()
     tree = LedgerTreeWatcher(zk, P, index)
@@ -103,7 +107,8 @@ async def test_persistent_tree_ignores_markers_and_survives_a_deletion_racing_it
     index = BookieLedgerIndex()
     tree = LedgerTreeWatcher(zk, P, index, concurrency=8)  # batches of 2: many reads in flight
     try:
-        assert await tree.build() == 39 and tree.persistent and tree.watches_held == 1
+        # one persistent recursive watch on the only top-level directory (00) + the root's child watch
+        assert await tree.build() == 39 and tree.persistent and tree.watches_held == 2
         assert tree.requests < 39  # batched
         # a burst of changes and deletions: every change is re-read, no deleted ledger comes back
         await asyncio.gather(*(store.update(lid, lambda md: closed(B[2:])) for lid in range(1, 40, 2)))
@@ -119,6 +124,13 @@ async def test_persistent_tree_ignores_markers_and_survives_a_deletion_racing_it
         await tree.settle()
         assert sorted(index.ledger_ids()) == list(range(1, 40, 2))
         assert tree.malformed == 0
+        # new top-level directories (01 for 10^8, 002 for a long id) are watched when they appear
+        await store.create(10**8, closed(B[:2]))
+        await store.create(2**31 + 7, closed(B[:2]))
+        assert await wait_for(lambda: 10**8 in index and 2**31 + 7 in index, 10)
+        assert tree.watches_held == 4
+        await store.update(2**31 + 7, lambda md: closed(B[2:]))
+        assert await wait_for(lambda: index.get(2**31 + 7).segments[0].ensemble == tuple(B[2:]), 10)
     finally:
         tree.stop()
         await tree.settle()
