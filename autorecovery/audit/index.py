@@ -37,7 +37,7 @@ from google.protobuf.message import DecodeError
 
 from autorecovery.ledger import formats
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
-from autorecovery.ledger.striping import bookie_holds_entries, segment_holds_entries
+from autorecovery.ledger.striping import bookie_holds_entries, first_last_on_index, segment_holds_entries  # noqa: F401 (bookie_holds_entries re-exported)
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 
 #: Whether ensemble index ``bookie_index`` of segment ``segment_index`` stores ≥1 entry (the last
@@ -365,9 +365,30 @@ class BookieLedgerIndex:
             if n is None:
                 continue
             for lid in self._by_bookie.get(n, ()):
-                if bookie_holds_entries(self._decode(self._rec[lid]), b):
+                if self._holds(self._rec[lid], n):
                     out.setdefault(lid, []).append(b)
         return out
+
+    def _holds(self, rec: bytes, n: int) -> bool:
+        """:func:`autorecovery.ledger.striping.bookie_holds_entries` on a packed record, for bookie
+        number ``n`` (the rule is :func:`~autorecovery.ledger.striping.segment_holds_entries`: the last
+        segment of a ledger that is not CLOSED always counts, otherwise the segment's entry range must
+        put an entry on the index), without decoding the ledger."""
+        _, state, e, wq, _aq, last_entry, _length, nseg = _HEAD.unpack_from(rec, 0)
+        ss = _seg_struct(e)
+        off = _HEAD.size
+        segs = [ss.unpack_from(rec, off + i * ss.size) for i in range(nseg)]
+        for si, seg in enumerate(segs):
+            if n not in seg[1:]:
+                continue
+            if si == nseg - 1 and state != LedgerState.CLOSED:
+                return True
+            first = seg[0]
+            last = segs[si + 1][0] - 1 if si + 1 < nseg else last_entry
+            for bi, b in enumerate(seg[1:]):
+                if b == n and first_last_on_index(first, last, bi, e, wq)[0] != -1:
+                    return True
+        return False
 
     def total_length(self, ledger_ids: Iterable[int]) -> int:
         """Sum of metadata ``length`` (bytes) of the given ledgers (UNDER_REPLICATED_LEDGERS_TOTAL_SIZE)."""

@@ -6,22 +6,25 @@ compact :class:`~autorecovery.audit.index.BookieLedgerIndex`. A full reconcile c
 
 Two ways to follow the tree:
 
-* **Persistent** (ZooKeeper 3.6+, the default; issue 13): ONE persistent recursive watch on the ledgers
-  root (:meth:`~autorecovery.zk.bridge.ZkClient.add_watch`) instead of a watch per ledger and per
-  directory, and reads batched into ``multiRead`` requests (:meth:`~autorecovery.zk.bridge.ZkClient.get_many`)
-  instead of a request per ledger: the build is a listing of the directories plus one request per
-  batch of ledgers. A CREATED or CHANGED notification of a ledger znode queues it for a batched
-  re-read, DELETED drops it; notifications of anything else under the root (directories, the
-  ``underreplication`` markers, locks and stream slots, ``available``, ``idgen``) are ignored by path.
+* **Persistent** (ZooKeeper 3.6+, the default; issue 13): a persistent recursive watch per top-level
+  ledger directory (``00``, ``01``..., and ``000``... for long ids: a handful) plus a one-shot child
+  watch on the root for new top-level directories (:meth:`~autorecovery.zk.bridge.ZkClient.add_watch`),
+  instead of a watch per ledger and per directory; reads batched into ``multiRead`` requests
+  (:meth:`~autorecovery.zk.bridge.ZkClient.get_many`) instead of a request per ledger: the build is a
+  listing of the directories plus one request per batch of ledgers. Not on the root itself, so the
+  markers, locks and stream slots under ``underreplication`` (busy while workers replicate) never
+  notify this session (measured: a recursive watch on the root made marker writes ~4x slower).
+  A CREATED or CHANGED notification of a ledger znode queues it for a batched re-read, DELETED drops
+  it; notifications of directories are filtered on kazoo's thread by the leaf name (``L`` + 4 digits).
   Every record keeps the znode's ``mzxid``: a read older than what the index holds is ignored, and a
   read issued before a deletion was seen never brings the ledger back (a tombstone per deletion, kept
-  while older reads are in flight). After a connection loss the server has dropped the watch and
-  nothing tells what changed meanwhile: once connected the watch is added again *first*, then the tree
-  is listed and every ledger re-read in batches (unchanged ``mzxid``: no decode), ledgers no longer in
-  the tree are re-read to confirm and dropped. That is the build's cost, once per connection loss; the
-  per-ledger watches below paid a single read per ledger for the same, 1M requests at 1M ledgers.
-* **Per-ledger watches** (the fallback, for servers older than 3.6, whose answer to ``addWatch`` is
-  UNIMPLEMENTED; logged as an error): child watches on every hierarchy level and a data watch on every
+  while older reads are in flight). After a connection loss the server has dropped the watches and
+  nothing tells what changed meanwhile: once connected the watches are added again *first*, then the
+  tree is listed and every ledger re-read in batches (unchanged ``mzxid``: no decode), ledgers no longer
+  in the tree are re-read to confirm and dropped. That is the build's cost, once per connection loss;
+  the per-ledger watches below paid a single read per ledger for the same, 1M requests at 1M ledgers.
+* **Per-ledger watches** (the fallback, for servers older than 3.6, whose answer to the ``multiRead``
+  probe is UNIMPLEMENTED or a dropped connection; logged as an error): child watches on every hierarchy level and a data watch on every
   ledger znode, one read per ledger.
 
 Connection losses, per-ledger mode (issue 9): on SUSPENDED kazoo fires every watch once with ``EventType.NONE`` and
@@ -75,8 +78,8 @@ class ConsistencyReport:
 class LedgerTreeWatcher:
     """Keeps a :class:`BookieLedgerIndex` equal to the ledger metadata in ZooKeeper.
 
-    Persistent mode (ZooKeeper 3.6+): one persistent recursive watch on the root, batched
-    ``multiRead`` reads. Per-ledger mode (older servers): child watches on the root and every hierarchy
+    Persistent mode (ZooKeeper 3.6+): a persistent recursive watch per top-level ledger directory and
+    a child watch on the root, batched ``multiRead`` reads. Per-ledger mode (older servers): child watches on the root and every hierarchy
     level notice created and deleted ledgers; a data watch on every ledger znode notices closes and
     ensemble changes; each is one-shot and re-armed by the read that follows it. ZooKeeper work is
     bounded by ``concurrency`` (``auditorMaxNumberOfConcurrentOpenLedgerOperations``): at most that
