@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import random
 import resource
 import sys
@@ -58,6 +59,17 @@ def bookie_ids(n: int) -> list[str]:
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def rss_mb() -> float:
+    """Current resident set (MB) of this process (Linux /proc), 0 when unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
 
 
 async def load_metadata(zk: ZkClient, n: int, rng: random.Random, bookies: list[str]) -> None:
@@ -142,7 +154,8 @@ async def run(n: int, n_bookies: int, zk_hosts: str | None, watch_mode: str) -> 
                              auditor_ledger_index_reconcile_interval=0)
         auditor = Auditor(auditor_zk, P, st, None, None, bookie_id="bench:1", registry=metrics.MetricsRegistry())
         auditor.tree.persistent = False if watch_mode == "per-ledger" else None
-        rss0 = peak_rss_mb()
+        gc.collect()
+        rss0 = rss_mb()
         t = time.monotonic()
         cpu0 = time.process_time()
         ops_start = auditor_zk.ops
@@ -150,7 +163,8 @@ async def run(n: int, n_bookies: int, zk_hosts: str | None, watch_mode: str) -> 
         build_s = time.monotonic() - t
         build_cpu = time.process_time() - cpu0
         build_ops = auditor_zk.ops - ops_start
-        rss_build = peak_rss_mb()
+        gc.collect()
+        rss_build = rss_mb()
         index_mb = auditor.index.memory_bytes() / 2**20
         watches = auditor.tree.watches_held
         mode = ("persistent recursive watches per top-level directory + multiRead" if auditor.tree.persistent
@@ -159,7 +173,7 @@ async def run(n: int, n_bookies: int, zk_hosts: str | None, watch_mode: str) -> 
               f"({build_cpu:.1f} s CPU in this process), {build_ops} ZooKeeper requests carrying "
               f"{auditor.tree.reads} metadata reads; once per election")
         print(f"index: {index_mb:.0f} MB ({index_mb * 2**20 / max(1, len(auditor.index)):.0f} B/ledger); "
-              f"peak RSS after the build {rss_build:.0f} MB (before it {rss0:.0f} MB); "
+              f"RSS after the build {rss_build:.0f} MB (before it {rss0:.0f} MB, peak so far {peak_rss_mb():.0f} MB); "
               f"watches held: {watches} (upstream holds none)")
         await asyncio.sleep(0.2)  # let the start-up bookie event pass (nothing is lost yet)
         assert auditor.last_audit is None or auditor.last_audit.ledgers == 0

@@ -361,7 +361,7 @@ class ZkClient:
             raise
 
     async def add_watch(self, path: str, callback: Callable[[str, str], Any], *, recursive: bool = True,
-                        accept: Callable[[str], bool] | None = None) -> None:
+                        accept: Callable[[str], bool] | None = None) -> Callable[[str, str], None]:
         """A persistent watch on ``path`` (and, ``recursive``, every znode below it): ``callback(type,
         path)`` runs on the event loop for each CREATED/DELETED/CHANGED (and CHILD, non-recursive only)
         notification, in the order the server sent them, and the watch stays (ZooKeeper 3.6+
@@ -370,7 +370,8 @@ class ZkClient:
         handed over in bursts (one loop wake-up per burst, not per notification). It lives on the
         server *connection*: after a connection loss (SUSPENDED) the server has dropped it and changes
         made meanwhile are not notified; the owner calls this again once CONNECTED and re-reads what it
-        covers. Calling it again for ``path`` replaces the callback.
+        covers. Calling it again for ``path`` replaces the callback. Returns the registration, for
+        :meth:`remove_watch`.
 
         Raises:
             ServerTooOld: the server has no addWatch (before 3.6); nothing stays registered.
@@ -404,19 +405,30 @@ class ZkClient:
         try:
             await self._call(path, lambda: self._raw(kazoo_ext.AddWatch(full, mode)))
         except ZooKeeperError as exc:
-            self._persistent.remove(path)
+            self._persistent.remove(path, deliver)
             if isinstance(exc.__cause__, UnimplementedError):
                 raise ServerTooOld(f"ZooKeeper at {self.hosts} has no persistent watches (addWatch needs 3.6+)") from exc
             raise
         except BaseException:
-            self._persistent.remove(path)
+            self._persistent.remove(path, deliver)
             raise
+        return deliver
 
-    async def remove_watch(self, path: str, *, recursive: bool = True) -> None:
-        """Forget the persistent watch on ``path``: no callback runs from now on, and the server drops it
+    def forget_watch(self, path: str, registration: Callable[[str, str], None] | None = None) -> bool:
+        """Stop calling back for the persistent watch on ``path`` at once (client side only), if it is
+        still ``registration`` (from :meth:`add_watch`) when given; True if it was forgotten."""
+        return self._persistent.remove(path, registration)
+
+    async def remove_watch(self, path: str, registration: Callable[[str, str], None] | None = None, *,
+                           recursive: bool = True) -> None:
+        """Forget the persistent watch on ``path`` (see :meth:`forget_watch`) and have the server drop it
         (best effort: a missing watch or a lost connection is fine, the server drops it with the
-        connection anyway)."""
-        self._persistent.remove(path)
+        connection anyway). With ``registration``, only that registration is forgotten; whenever
+        ``path`` is registered again (by anyone) by the time the request would go, the server's watch
+        is theirs now and is left alone (a later addWatch is queued behind this request: FIFO)."""
+        self._persistent.remove(path, registration)
+        if path in self._persistent:
+            return
         chroot = self._kz.chroot
         full = (chroot + path if path != "/" else chroot) if chroot else path
         kind = kazoo_ext.WATCHER_TYPE_PERSISTENT_RECURSIVE if recursive else kazoo_ext.WATCHER_TYPE_PERSISTENT

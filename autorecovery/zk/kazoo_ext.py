@@ -158,12 +158,20 @@ class PersistentWatches:
         with self._lock:
             self._watches[path] = (recursive, deliver)
 
-    def remove(self, path: str) -> None:
+    def remove(self, path: str, deliver: Callable[[str, str], None] | None = None) -> bool:
+        """Forget the watch on ``path`` (only if it is still ``deliver``'s, when given); True if it was."""
         with self._lock:
-            self._watches.pop(path, None)
+            got = self._watches.get(path)
+            if got is None or (deliver is not None and got[1] is not deliver):
+                return False
+            del self._watches[path]
+            return True
 
     def __len__(self) -> int:
         return len(self._watches)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._watches
 
     def offer(self, etype: str, path: str) -> None:
         with self._lock:

@@ -128,7 +128,7 @@ class LedgerTreeWatcher:
         self._suppressed = 0
         # persistent mode
         self._following = False  # persistent mode set up
-        self._tops: set[str] = set()  # top-level ledger directories with a persistent recursive watch
+        self._tops: dict[str, object] = {}  # top-level ledger directory → its persistent recursive watch
         self._root_armed = False  # the one-shot child watch on the root (new top-level directories)
         self._watch_lost = False
         self._pending: set[int] = set()  # ledgers notified CREATED/CHANGED, not yet re-read
@@ -176,8 +176,9 @@ class LedgerTreeWatcher:
         if self._following:
             # no callback from now on; the server drops the watches (best effort, awaited by settle())
             self._following = False
-            for top in sorted(self._tops):
-                t = asyncio.ensure_future(self.zk.remove_watch(top))
+            for top, reg in sorted(self._tops.items()):
+                self.zk.forget_watch(top, reg)  # at once: a successor may add its own right after
+                t = asyncio.ensure_future(self.zk.remove_watch(top, reg))
                 self._tasks.add(t)
                 t.add_done_callback(self._tasks.discard)
             self._tops.clear()
@@ -434,7 +435,7 @@ class LedgerTreeWatcher:
             ZooKeeperError: the root could not be listed or a watch not added.
         """
         watch = None
-        if not self._root_armed:
+        if again or not self._root_armed:  # again: kazoo's NONE for the lost one may still be on its way
             self._root_armed = True
             watch = self._root_watch
         try:
@@ -447,13 +448,13 @@ class LedgerTreeWatcher:
         new = []
         for top in sorted(tops):
             if again or top not in self._tops:
-                await self.zk.add_watch(top, self._on_event, recursive=True, accept=_leaf_path)
+                reg = await self.zk.add_watch(top, self._on_event, recursive=True, accept=_leaf_path)
                 if top not in self._tops:
                     new.append(top)
-                self._tops.add(top)
-        for top in sorted(self._tops - tops):
-            self._tops.discard(top)  # emptied and deleted: every ledger below sent its DELETED already
-            await self.zk.remove_watch(top)
+                self._tops[top] = reg
+        for top in sorted(set(self._tops) - tops):
+            # emptied and deleted: every ledger below sent its DELETED already
+            await self.zk.remove_watch(top, self._tops.pop(top))
         return new
 
     def _root_watch(self, event) -> None:
@@ -744,6 +745,7 @@ class LedgerTreeWatcher:
                 self._malformed_ids.discard(lid)
                 self._armed.discard(lid)
             if self.persistent:
+                await self._arm_tops()  # a top-level directory whose watch went missing is watched again
                 await self._read_batches(missing)
             else:
                 await _chunked(lambda lid: self._load(self.paths.ledger(lid)), missing)

@@ -134,3 +134,24 @@ async def test_persistent_tree_ignores_markers_and_survives_a_deletion_racing_it
     finally:
         tree.stop()
         await tree.settle()
+
+
+async def test_a_successor_keeps_its_watches_when_the_predecessor_stops(zk):
+    """Auditors come and go on one session (election): the old watcher's removal of its watches,
+    still in flight when the new one adds the same ones, must not take the new one's away."""
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(B[:2]))
+    old = LedgerTreeWatcher(zk, P, BookieLedgerIndex())
+    await old.build()
+    old.stop()  # its server-side removals are still queued
+    index = BookieLedgerIndex()
+    new = LedgerTreeWatcher(zk, P, index)
+    try:
+        assert await new.build() == 1 and new.persistent
+        await old.settle()
+        await store.update(1, lambda md: closed(B[2:]))
+        await store.create(2, closed(B[:2]))
+        assert await wait_for(lambda: 2 in index and index.get(1).segments[0].ensemble == tuple(B[2:]), 10)
+    finally:
+        new.stop()
+        await new.settle()
