@@ -37,6 +37,7 @@ from kazoo.exceptions import (  # noqa: F401  (re-exported: the rest of the code
     UnimplementedError,
     ZookeeperError,
 )
+from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat  # noqa: F401
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
@@ -351,7 +352,7 @@ class ZkClient:
         if not paths:
             return []
         chroot = self._kz.chroot
-        ops = [(kazoo_ext.GET_DATA, (chroot + p) if chroot else p) for p in paths]
+        ops = [(kazoo_ext.GET_DATA, _prefix_root(chroot, p)) for p in paths]
         self.multi_read_items += len(paths)
         try:
             return await self._call(paths[0], lambda: self._raw(kazoo_ext.MultiRead(ops)))
@@ -398,8 +399,7 @@ class ZkClient:
             if wake and not loop.is_closed():
                 loop.call_soon_threadsafe(drain)
 
-        chroot = self._kz.chroot
-        full = (chroot + path if path != "/" else chroot) if chroot else path
+        full = _prefix_root(self._kz.chroot, path)
         self._persistent.add(path, recursive, deliver)
         mode = kazoo_ext.MODE_PERSISTENT_RECURSIVE if recursive else kazoo_ext.MODE_PERSISTENT
         try:
@@ -429,8 +429,7 @@ class ZkClient:
         self._persistent.remove(path, registration)
         if path in self._persistent:
             return
-        chroot = self._kz.chroot
-        full = (chroot + path if path != "/" else chroot) if chroot else path
+        full = _prefix_root(self._kz.chroot, path)
         kind = kazoo_ext.WATCHER_TYPE_PERSISTENT_RECURSIVE if recursive else kazoo_ext.WATCHER_TYPE_PERSISTENT
         try:
             await self._call(path, lambda: self._raw(kazoo_ext.RemoveWatches(full, kind)))
