@@ -352,7 +352,8 @@ class ZkClient:
         if not paths:
             return []
         chroot = self._kz.chroot
-        ops = [(kazoo_ext.GET_DATA, _prefix_root(chroot, p)) for p in paths]
+        # our paths are absolute and normalised: kazoo's _prefix_root (normpath per path) only for "/"
+        ops = [(kazoo_ext.GET_DATA, chroot + p if p != "/" else _prefix_root(chroot, p)) for p in paths]
         self.multi_read_items += len(paths)
         try:
             return await self._call(paths[0], lambda: self._raw(kazoo_ext.MultiRead(ops)))
