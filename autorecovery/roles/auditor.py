@@ -8,9 +8,11 @@ out what they say.
 Better than upstream:
 
 * **Incremental index.** :class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher` builds the bookie → ledgers index once (on
-  election) and keeps it current from watches on the ledger tree (child watches on every hierarchy
-  level, a data watch on every ledger znode). A bookie loss is turned into markers with **no metadata
-  reads**; a full reconcile runs on a slow schedule (``auditorLedgerIndexReconcileInterval``, ours).
+  election) and keeps it current from watches on the ledger tree (ZooKeeper 3.6+: one persistent
+  recursive watch and batched multiRead reads; older servers: child watches on every hierarchy level
+  and a data watch on every ledger znode). The index is compact (a packed record per ledger, bookie ids
+  interned). A bookie loss is turned into markers with **no metadata reads**; a full reconcile runs on a
+  slow schedule (``auditorLedgerIndexReconcileInterval``, ours).
 * **Precise marking**: only ledgers whose lost bookie stores entries of some segment are marked.
 * **Batched markers** in ZooKeeper ``multi`` transactions.
 * **Independent tasks.** Bookie-change handling and each periodic check run in their own asyncio task
@@ -24,6 +26,7 @@ Better than upstream:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -784,16 +787,21 @@ class Auditor:
             finally:
                 sem.release()
 
-        items = self.index.items()
-        for i in range(0, len(items), 1000):
+        items = self.index.items()  # decoded a chunk at a time (compact index: issue 13)
+        checked = 0
+        while True:
             if not self._enabled:
                 aborted = True
                 log.info("aborting periodic check: AutoRecovery was disabled")
                 break
-            await asyncio.gather(*(one(lid, md) for lid, md in items[i:i + 1000]))
+            chunk = list(itertools.islice(items, 1000))
+            if not chunk:
+                break
+            checked += len(chunk)
+            await asyncio.gather(*(one(lid, md) for lid, md in chunk))
         ok = failed == 0 and timed_out == 0
         op.record((self.clock() - t0) * 1000, success=ok)
-        return {"ok": ok, "checked": len(items), "marked": marked, "failed": failed, "timed_out": timed_out,
+        return {"ok": ok, "checked": checked, "marked": marked, "failed": failed, "timed_out": timed_out,
                 "aborted": aborted}
 
     async def _placement_check(self) -> dict:
@@ -879,9 +887,11 @@ class Auditor:
                 if unanswered:
                     log.warning("bookies did not answer the replicas check", ledger_id=lid, bookies=unanswered)
 
-        items = [(lid, md) for lid, md in self.index.items() if should_check(md) and lid not in marked_ids]
-        for i in range(0, len(items), 1000):
-            await asyncio.gather(*(one(lid, md) for lid, md in items[i:i + 1000]))
+        items = ((lid, md) for lid, md in self.index.items() if should_check(md) and lid not in marked_ids)
+        checked = 0
+        while chunk := list(itertools.islice(items, 1000)):
+            checked += len(chunk)
+            await asyncio.gather(*(one(lid, md) for lid, md in chunk))
         self._m["NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY"].set(len(buckets[Bucket.NO_REPLICA]))
         self._m["NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"].set(len(buckets[Bucket.LESS_THAN_AQ]))
         self._m["NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"].set(len(buckets[Bucket.LESS_THAN_WQ]))
@@ -891,7 +901,7 @@ class Auditor:
                 await self.urm.mark_many(to_mark)
             marked = len(to_mark)
         self._m["REPLICAS_CHECK_TIME"].record((self.clock() - t0) * 1000)
-        return {"checked": len(items), "no_replica": sorted(buckets[Bucket.NO_REPLICA]),
+        return {"checked": checked, "no_replica": sorted(buckets[Bucket.NO_REPLICA]),
                 "less_than_aq": sorted(buckets[Bucket.LESS_THAN_AQ]),
                 "less_than_wq": sorted(buckets[Bucket.LESS_THAN_WQ]), "marked": marked}
 

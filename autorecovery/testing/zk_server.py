@@ -97,6 +97,7 @@ class ZooKeeperServer:
         sasl_users: DIGEST-MD5 users (name → password) of a JAAS ``Server`` section; when set the
             server requires SASL authentication of every session (``zookeeper.enforce.auth.enabled``
             with the ``sasl`` scheme, ZooKeeper 3.8): unauthenticated sessions are closed.
+        heap_mb: the JVM's maximum heap (``-Xmx``, MB); 1M ledger znodes need ~1 GB (bench/audit.py).
     """
 
     data_dir: Path
@@ -106,6 +107,7 @@ class ZooKeeperServer:
     tls: ServerTls | None = None
     secure_port: int = 0
     sasl_users: dict[str, str] | None = None
+    heap_mb: int = 256
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -191,7 +193,7 @@ class ZooKeeperServer:
         self.proc = subprocess.Popen(
             [
                 java,
-                "-Xmx256m",
+                f"-Xmx{self.heap_mb}m",
                 "-XX:+UseSerialGC",
                 "-Dzookeeper.jmx.log4j.disable=true",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",

@@ -1,10 +1,15 @@
-"""The only module that imports kazoo: ZooKeeper operations as asyncio coroutines (EDGE).
+"""ZooKeeper operations as asyncio coroutines (EDGE); with :mod:`autorecovery.zk.kazoo_ext` the only
+module that imports kazoo.
 
 kazoo runs its own threads. Every ``*_async`` result and every watch callback is handed to the event
 loop with ``loop.call_soon_threadsafe``; callbacks only enqueue, so no kazoo thread ever runs our code
 and the loop is never blocked. Concurrency of outstanding operations is bounded by a semaphore
 (upstream ``auditorMaxNumberOfConcurrentOpenLedgerOperations``, default 500, #2802) and every
 operation is counted (``ops``) so audits can report the ZooKeeper operations they cost.
+
+ZooKeeper 3.6+ extensions kazoo 2.11 lacks (:mod:`autorecovery.zk.kazoo_ext`): :meth:`ZkClient.add_watch`
+(a persistent, optionally recursive, watch) and :meth:`ZkClient.get_many` (``multiRead``: many getData
+in one request). Against an older server both raise :class:`ServerTooOld`.
 
 Session states are published as :class:`SessionEvent` values on ``session_events()`` subscribers:
 ``CONNECTED``, ``SUSPENDED`` (connection lost, session may survive) and ``LOST`` (session expired:
@@ -29,14 +34,18 @@ from kazoo.exceptions import (  # noqa: F401  (re-exported: the rest of the code
     NoNodeError,
     NotEmptyError,
     SessionExpiredError as KazooSessionExpired,
+    UnimplementedError,
     ZookeeperError,
 )
+from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat  # noqa: F401
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
+from autorecovery.zk import kazoo_ext
+from autorecovery.zk.kazoo_ext import ServerTooOld  # noqa: F401  (re-exported)
 
 
 class SessionEvent(enum.Enum):
@@ -152,6 +161,9 @@ class ZkClient:
         self._subscribers: list[asyncio.Queue[SessionEvent]] = []
         self._lock = threading.Lock()
         self.ops = 0
+        self.multi_read_items = 0  # reads carried by get_many requests (each request is one of ``ops``)
+        self._persistent = kazoo_ext.PersistentWatches()
+        kazoo_ext.install_event_hook(self._kz, self._persistent)
         self.connected = asyncio.Event()
         self.session_generation = 0
 
@@ -327,6 +339,109 @@ class ZkClient:
 
     async def exists(self, path: str, watch: WatchCallback | None = None) -> ZnodeStat | None:
         return await self._call(path, lambda: self._kz.exists_async(path, watch=self._watch(watch)))
+
+    async def get_many(self, paths: list[str]) -> list[tuple[bytes, ZnodeStat] | Exception]:
+        """getData of every path in ONE ``multiRead`` request (ZooKeeper 3.6+; no watches): per path
+        ``(data, stat)`` or the exception of that read (``NoNodeError``...), in order. One request, one
+        response packet: the per-operation cost of kazoo's connection thread is paid once per batch.
+        Keep batches to a few thousand small znodes (the answer is one packet).
+
+        Raises:
+            ServerTooOld: the server has no multiRead (before 3.6). ZooKeeperError: the request failed.
+        """
+        if not paths:
+            return []
+        chroot = self._kz.chroot
+        # our paths are absolute and normalised: kazoo's _prefix_root (normpath per path) only for "/"
+        ops = [(kazoo_ext.GET_DATA, chroot + p if p != "/" else _prefix_root(chroot, p)) for p in paths]
+        self.multi_read_items += len(paths)
+        try:
+            return await self._call(paths[0], lambda: self._raw(kazoo_ext.MultiRead(ops)))
+        except ZooKeeperError as exc:
+            if isinstance(exc.__cause__, UnimplementedError):
+                raise ServerTooOld(f"ZooKeeper at {self.hosts} has no multiRead (needs 3.6+)") from exc
+            raise
+
+    async def add_watch(self, path: str, callback: Callable[[str, str], Any], *, recursive: bool = True,
+                        accept: Callable[[str], bool] | None = None) -> Callable[[str, str], None]:
+        """A persistent watch on ``path`` (and, ``recursive``, every znode below it): ``callback(type,
+        path)`` runs on the event loop for each CREATED/DELETED/CHANGED (and CHILD, non-recursive only)
+        notification, in the order the server sent them, and the watch stays (ZooKeeper 3.6+
+        ``addWatch``). ``accept(path)``, when given, runs on kazoo's thread and drops the notifications
+        it refuses before they cross to the loop (keep it a cheap, pure string test); accepted ones are
+        handed over in bursts (one loop wake-up per burst, not per notification). It lives on the
+        server *connection*: after a connection loss (SUSPENDED) the server has dropped it and changes
+        made meanwhile are not notified; the owner calls this again once CONNECTED and re-reads what it
+        covers. Calling it again for ``path`` replaces the callback. Returns the registration, for
+        :meth:`remove_watch`.
+
+        Raises:
+            ServerTooOld: the server has no addWatch (before 3.6); nothing stays registered.
+            ZooKeeperError: the request failed.
+        """
+        loop = self._loop
+        assert loop is not None, "ZkClient.start() was not awaited"
+        burst: list[tuple[str, str]] = []
+        lock = threading.Lock()
+
+        def drain() -> None:  # event loop
+            with lock:
+                events = burst[:]
+                burst.clear()
+            for etype, p in events:
+                callback(etype, p)
+
+        def deliver(etype: str, p: str) -> None:  # kazoo thread: only filter and enqueue
+            if accept is not None and not accept(p):
+                return
+            with lock:
+                burst.append((etype, p))
+                wake = len(burst) == 1
+            if wake and not loop.is_closed():
+                loop.call_soon_threadsafe(drain)
+
+        full = _prefix_root(self._kz.chroot, path)
+        self._persistent.add(path, recursive, deliver)
+        mode = kazoo_ext.MODE_PERSISTENT_RECURSIVE if recursive else kazoo_ext.MODE_PERSISTENT
+        try:
+            await self._call(path, lambda: self._raw(kazoo_ext.AddWatch(full, mode)))
+        except ZooKeeperError as exc:
+            self._persistent.remove(path, deliver)
+            if isinstance(exc.__cause__, UnimplementedError):
+                raise ServerTooOld(f"ZooKeeper at {self.hosts} has no persistent watches (addWatch needs 3.6+)") from exc
+            raise
+        except BaseException:
+            self._persistent.remove(path, deliver)
+            raise
+        return deliver
+
+    def forget_watch(self, path: str, registration: Callable[[str, str], None] | None = None) -> bool:
+        """Stop calling back for the persistent watch on ``path`` at once (client side only), if it is
+        still ``registration`` (from :meth:`add_watch`) when given; True if it was forgotten."""
+        return self._persistent.remove(path, registration)
+
+    async def remove_watch(self, path: str, registration: Callable[[str, str], None] | None = None, *,
+                           recursive: bool = True) -> None:
+        """Forget the persistent watch on ``path`` (see :meth:`forget_watch`) and have the server drop it
+        (best effort: a missing watch or a lost connection is fine, the server drops it with the
+        connection anyway). With ``registration``, only that registration is forgotten; whenever
+        ``path`` is registered again (by anyone) by the time the request would go, the server's watch
+        is theirs now and is left alone (a later addWatch is queued behind this request: FIFO)."""
+        self._persistent.remove(path, registration)
+        if path in self._persistent:
+            return
+        full = _prefix_root(self._kz.chroot, path)
+        kind = kazoo_ext.WATCHER_TYPE_PERSISTENT_RECURSIVE if recursive else kazoo_ext.WATCHER_TYPE_PERSISTENT
+        try:
+            await self._call(path, lambda: self._raw(kazoo_ext.RemoveWatches(full, kind)))
+        except Exception:  # noqa: BLE001 - best effort, see above
+            pass
+
+    def _raw(self, request: Any):
+        """Queue a request record on kazoo's connection (as kazoo's own ``*_async`` do)."""
+        result = self._kz.handler.async_result()
+        self._kz._call(request, result)
+        return result
 
     async def create(
         self,

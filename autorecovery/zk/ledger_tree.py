@@ -1,11 +1,33 @@
 """The ledger tree as an incremental bookie → ledgers index, kept current by ZooKeeper watches (EDGE).
 
 Better than upstream's ``BookieLedgerIndexer``, which re-reads every ledger's metadata on each audit:
-:class:`LedgerTreeWatcher` reads the tree once (on election), then follows child watches on every
-hierarchy level and a data watch on every ledger znode, feeding the pure
-:class:`~autorecovery.audit.index.BookieLedgerIndex`. A full reconcile checks it against ZooKeeper.
+:class:`LedgerTreeWatcher` reads the tree once (on election), then follows changes, feeding the pure,
+compact :class:`~autorecovery.audit.index.BookieLedgerIndex`. A full reconcile checks it against ZooKeeper.
 
-Connection losses (issue 9): on SUSPENDED kazoo fires every watch once with ``EventType.NONE`` and
+Two ways to follow the tree:
+
+* **Persistent** (ZooKeeper 3.6+, the default; issue 13): a persistent recursive watch per top-level
+  ledger directory (``00``, ``01``..., and ``000``... for long ids: a handful) plus a one-shot child
+  watch on the root for new top-level directories (:meth:`~autorecovery.zk.bridge.ZkClient.add_watch`),
+  instead of a watch per ledger and per directory; reads batched into ``multiRead`` requests
+  (:meth:`~autorecovery.zk.bridge.ZkClient.get_many`) instead of a request per ledger: the build is a
+  listing of the directories plus one request per batch of ledgers. Not on the root itself, so the
+  markers, locks and stream slots under ``underreplication`` (busy while workers replicate) never
+  notify this session (measured: a recursive watch on the root made marker writes ~4x slower).
+  A CREATED or CHANGED notification of a ledger znode queues it for a batched re-read, DELETED drops
+  it; notifications of directories are filtered on kazoo's thread by the leaf name (``L`` + 4 digits).
+  Every record keeps the znode's ``mzxid``: a read older than what the index holds is ignored, and a
+  read issued before a deletion was seen never brings the ledger back (a tombstone per deletion, kept
+  while older reads are in flight). After a connection loss the server has dropped the watches and
+  nothing tells what changed meanwhile: once connected the watches are added again *first*, then the
+  tree is listed and every ledger re-read in batches (unchanged ``mzxid``: no decode), ledgers no longer
+  in the tree are re-read to confirm and dropped. That is the build's cost, once per connection loss;
+  the per-ledger watches below paid a single read per ledger for the same, 1M requests at 1M ledgers.
+* **Per-ledger watches** (the fallback, for servers older than 3.6, whose answer to the ``multiRead``
+  probe is UNIMPLEMENTED or a dropped connection; logged as an error): child watches on every hierarchy level and a data watch on every
+  ledger znode, one read per ledger.
+
+Connection losses, per-ledger mode (issue 9): on SUSPENDED kazoo fires every watch once with ``EventType.NONE`` and
 forgets it. Like kazoo's own ``ChildrenWatch``, the watcher remembers which directories and ledgers lost
 their watch and, once the connection is back, re-reads exactly those (re-arming their watches): a
 directory re-listed shows ledgers created or deleted meanwhile, a ledger re-read shows a close or an
@@ -24,11 +46,9 @@ from dataclasses import dataclass
 import structlog
 
 from autorecovery.audit.index import BookieLedgerIndex, IdDigest, ReconcileReport
-from autorecovery.errors import MalformedMetadataError
-from autorecovery.ledger import formats
+from autorecovery.errors import MalformedMetadataError, ZooKeeperError
 from autorecovery.ledger.ids import is_ledger_leaf_name, is_ledger_level_name, ledger_id_from_path
-from autorecovery.ledger.metadata import LedgerMetadata
-from autorecovery.zk.bridge import EventType, NoNodeError, SessionEvent, ZkClient
+from autorecovery.zk.bridge import ConnectionLoss, EventType, NoNodeError, ServerTooOld, SessionEvent, ZkClient
 from autorecovery.zk.ledgers import RESERVED
 from autorecovery.zk.paths import Paths
 
@@ -38,6 +58,9 @@ log = structlog.get_logger("autorecovery.auditor")
 REARM_BACKOFF_S = (0.2, 30.0)
 #: At most one warning per this many seconds about failed ledger-tree reads (the rest are counted).
 WARN_EVERY_S = 10.0
+#: Most ledgers read by one multiRead request (persistent mode); the answer is one packet of roughly
+#: this many metadata znodes (~100-300 bytes each for typical ensembles).
+MAX_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -55,21 +78,34 @@ class ConsistencyReport:
 class LedgerTreeWatcher:
     """Keeps a :class:`BookieLedgerIndex` equal to the ledger metadata in ZooKeeper.
 
-    Child watches on the root and every hierarchy level notice created and deleted ledgers; a data
-    watch on every ledger znode notices closes and ensemble changes. Each watch is one-shot and
-    re-armed by the read that follows it. ZooKeeper work is bounded by ``concurrency``
-    (``auditorMaxNumberOfConcurrentOpenLedgerOperations``).
+    Persistent mode (ZooKeeper 3.6+): a persistent recursive watch per top-level ledger directory and
+    a child watch on the root, batched ``multiRead`` reads. Per-ledger mode (older servers): child watches on the root and every hierarchy
+    level notice created and deleted ledgers; a data watch on every ledger znode notices closes and
+    ensemble changes; each is one-shot and re-armed by the read that follows it. ZooKeeper work is
+    bounded by ``concurrency`` (``auditorMaxNumberOfConcurrentOpenLedgerOperations``): at most that
+    many ledger reads in flight, as single reads or in batches.
+
+    Args:
+        persistent: None (default) probes the server and falls back to per-ledger watches when it is
+            older than 3.6; True insists (:meth:`build` raises ``ServerTooOld``); False forces per-ledger
+            watches. After :meth:`build` it says which mode runs.
 
     Attributes:
         malformed: ledgers whose metadata did not decode (skipped, logged).
-        reads: metadata reads done (build + updates + reconciles).
+        reads: metadata reads done (build + updates + reconciles), batched or not.
+        requests: ZooKeeper requests those reads took (a batch is one).
     """
 
-    def __init__(self, zk: ZkClient, paths: Paths, index: BookieLedgerIndex, *, concurrency: int = 500) -> None:
+    def __init__(self, zk: ZkClient, paths: Paths, index: BookieLedgerIndex, *, concurrency: int = 500,
+                 persistent: bool | None = None) -> None:
         self.zk = zk
         self.paths = paths
         self.index = index
+        self.persistent = persistent
         self._sem = asyncio.Semaphore(concurrency)
+        # persistent mode: batches of ``_batch`` reads, at most concurrency // _batch of them in flight
+        self._batch = max(1, min(MAX_BATCH, concurrency // 4))
+        self._batch_sem = asyncio.Semaphore(max(1, concurrency // self._batch))
         self._dirs: dict[str, set[str]] = {}
         self._dir_armed: set[str] = set()
         self._armed: set[int] = set()
@@ -78,6 +114,7 @@ class LedgerTreeWatcher:
         self.malformed = 0
         self._malformed_ids: set[int] = set()
         self.reads = 0
+        self.requests = 0
         self.changed = asyncio.Event()  # set after each applied update (tests wait on it)
         # watches lost on a connection loss (or a failed read), re-armed once connected
         self._lost_dirs: set[str] = set()
@@ -89,6 +126,26 @@ class LedgerTreeWatcher:
         self.read_failures = 0  # failed tree reads (each retried)
         self._last_warn = 0.0
         self._suppressed = 0
+        # persistent mode
+        self._following = False  # persistent mode set up
+        self._tops: dict[str, object] = {}  # top-level ledger directory → its persistent recursive watch
+        self._root_armed = False  # the one-shot child watch on the root (new top-level directories)
+        self._watch_lost = False
+        self._pending: set[int] = set()  # ledgers notified CREATED/CHANGED, not yet re-read
+        self._flusher: asyncio.Task | None = None
+        self._gen = 0  # numbers the read batches, in issue order
+        self._in_flight: dict[int, int] = {}  # batch number → ledgers being read
+        self._tombs: dict[int, int] = {}  # ledger → newest batch number issued before its deletion was seen
+        self.events = 0  # ledger notifications handled (persistent mode)
+        self.resyncs = 0  # full re-reads after a connection loss (persistent mode)
+
+    @property
+    def watches_held(self) -> int:
+        """ZooKeeper watches this watcher holds: in persistent mode one per top-level ledger directory
+        (``00``, ``01``...) plus the root's child watch, else one per directory and ledger."""
+        if self.persistent:
+            return 0 if self._watch_lost else len(self._tops) + int(self._root_armed)
+        return len(self._dir_armed) + len(self._armed)
 
     # -- plumbing ---------------------------------------------------------------------------
     def _spawn(self, coro) -> None:
@@ -116,11 +173,21 @@ class LedgerTreeWatcher:
         if self._session_q is not None:
             self.zk.unsubscribe(self._session_q)
             self._session_q = None
+        if self._following:
+            # no callback from now on; the server drops the watches (best effort, awaited by settle())
+            self._following = False
+            for top, reg in sorted(self._tops.items()):
+                self.zk.forget_watch(top, reg)  # at once: a successor may add its own right after
+                t = asyncio.ensure_future(self.zk.remove_watch(top, reg))
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
+            self._tops.clear()
 
     @property
     def lost_watches(self) -> int:
-        """Directories and ledgers whose watch is lost and not yet re-armed."""
-        return len(self._lost_dirs) + len(self._lost_ledgers)
+        """Watches lost and not yet re-armed: the persistent watch (0 or 1) plus directories and
+        ledgers (per-ledger mode) or ledgers whose read failed (persistent mode)."""
+        return int(self._watch_lost) + len(self._lost_dirs) + len(self._lost_ledgers)
 
     def _follow_session(self) -> None:
         if self._session_q is not None or self._stopped:
@@ -132,6 +199,9 @@ class LedgerTreeWatcher:
                 ev = await q.get()
                 if ev == SessionEvent.CONNECTED:
                     self._schedule_rearm()
+                elif self.persistent and self._following:
+                    # SUSPENDED or LOST: the server dropped the persistent watches with the connection
+                    self._watch_lost = True
 
         self._session_task = asyncio.ensure_future(follow())
 
@@ -146,7 +216,7 @@ class LedgerTreeWatcher:
         self._schedule_rearm()
 
     def _schedule_rearm(self) -> None:
-        if self._stopped or not (self._lost_dirs or self._lost_ledgers):
+        if self._stopped or not (self._lost_dirs or self._lost_ledgers or self._watch_lost):
             return
         if self._rearm_task is None or self._rearm_task.done():
             self._rearm_task = asyncio.ensure_future(self._rearm_loop())
@@ -155,8 +225,15 @@ class LedgerTreeWatcher:
         """Re-read every directory and ledger whose watch was lost, once connected; repeat with
         back-off while reads fail. Directories first: a re-listed directory also loads new ledgers."""
         backoff = REARM_BACKOFF_S[0]
-        while not self._stopped and (self._lost_dirs or self._lost_ledgers):
+        while not self._stopped and (self._lost_dirs or self._lost_ledgers or self._watch_lost):
             await self.zk.connected.wait()
+            if self.persistent:
+                if not await self._rearm_persistent():
+                    await asyncio.sleep(backoff)  # back-off between retries, not synchronisation
+                    backoff = min(REARM_BACKOFF_S[1], backoff * 2)
+                else:
+                    backoff = REARM_BACKOFF_S[0]
+                continue
             dirs, self._lost_dirs = sorted(self._lost_dirs), set()
             lids, self._lost_ledgers = sorted(self._lost_ledgers), set()
             await _chunked(self._refresh_dir, dirs)
@@ -200,14 +277,42 @@ class LedgerTreeWatcher:
 
     # -- build ------------------------------------------------------------------------------
     async def build(self) -> int:
-        """Walk the whole tree, arming every watch, and follow the session from now on (re-arming
-        lost watches on reconnect); returns the number of ledgers indexed.
+        """Read the whole tree and start following it (persistent watch, or every per-ledger watch
+        armed), and follow the session from now on (re-arming lost watches on reconnect); returns the
+        number of ledgers indexed.
 
         Raises:
             ZooKeeperError: a directory could not be listed (the build is incomplete).
+            ServerTooOld: ``persistent=True`` and the server is older than 3.6.
         """
         self._follow_session()
-        await self._walk(self.paths.root, 0)
+        if self.persistent is not False:
+            try:
+                await self._probe()
+                self.persistent = True
+                self._following = True
+                await self._arm_tops()
+            except ServerTooOld as exc:
+                if self.persistent:
+                    raise
+                log.error("ZooKeeper is older than 3.6 (no persistent watches / multiRead): falling back to a "
+                          "data watch per ledger and a read per ledger; upgrade ZooKeeper for a 1M-ledger "
+                          "auditor", error=str(exc))
+                self.persistent = False
+        if self.persistent:
+            await self._full_read()
+        else:
+            # after a refused addWatch an older server also closes the connection: a walk that loses it
+            # is redone once connected (it is idempotent)
+            for attempt in range(1, 4):
+                try:
+                    await self._walk(self.paths.root, 0)
+                    break
+                except ZooKeeperError as exc:
+                    if not isinstance(exc.__cause__, ConnectionLoss) or attempt == 3:
+                        raise
+                    await asyncio.sleep(0)  # let the SUSPENDED state published with the loss land
+                    await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000 * 3)
         await self.settle()
         return len(self.index)
 
@@ -261,7 +366,8 @@ class LedgerTreeWatcher:
         try:
             async with self._sem:
                 self.reads += 1
-                data, _ = await self.zk.get(path, watch=watch)
+                self.requests += 1
+                data, stat = await self.zk.get(path, watch=watch)
         except NoNodeError:
             self._armed.discard(lid)
             self._malformed_ids.discard(lid)
@@ -276,17 +382,227 @@ class LedgerTreeWatcher:
             self._read_failed(path, exc)
             self._lose_ledger(lid)
             return
+        self._apply_data(lid, data, stat.mzxid, path)
+
+    def _apply_data(self, lid: int, data: bytes, mzxid: int, path: str) -> None:
+        if self.index.version(lid) == mzxid:
+            return  # unchanged since the read that indexed it (e.g. a re-read after a connection loss)
         try:
-            md = formats.deserialize(data, path)
+            self.index.put_znode(lid, data, mzxid, path)
         except MalformedMetadataError as exc:
-            self.malformed += 1
+            if lid not in self._malformed_ids:
+                self.malformed += 1
+                log.warning("skipping malformed ledger metadata", path=path, error=str(exc))
             self._malformed_ids.add(lid)
             self.index.remove(lid)
-            log.warning("skipping malformed ledger metadata", path=path, error=str(exc))
             return
         self._malformed_ids.discard(lid)
-        self.index.put(lid, md)
         self.changed.set()
+
+    # -- persistent mode ----------------------------------------------------------------------
+    async def _probe(self, attempts: int = 3) -> None:
+        """Whether the server has ZooKeeper 3.6's requests: a multiRead of the root. A server before 3.6
+        answers UNIMPLEMENTED and closes the connection (``UnimplementedRequestProcessor``): the answer
+        or the connection loss may come first; a connection lost right at this request ``attempts``
+        times in a row is taken for that answer.
+
+        Raises:
+            ServerTooOld: as above. ZooKeeperError: any other failure.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                await self.zk.get_many([self.paths.root])
+                return
+            except ServerTooOld:
+                raise
+            except ZooKeeperError as exc:
+                if not isinstance(exc.__cause__, ConnectionLoss):
+                    raise
+                if attempt == attempts:
+                    raise ServerTooOld(f"ZooKeeper at {self.zk.hosts} dropped the connection on multiRead "
+                                       f"{attempts} times in a row (a server before 3.6 does)") from exc
+                await asyncio.sleep(0)  # let the SUSPENDED state published with the loss land
+                await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000 * 3)
+
+    async def _arm_tops(self, again: bool = False) -> list[str]:
+        """List the root with a one-shot child watch and keep a persistent recursive watch on every
+        top-level ledger directory (``00``, ``01``... and ``000``... for long ids); not on the root
+        itself, so the markers, locks and stream slots under ``underreplication`` (busy while workers
+        replicate) never send this session a notification. ``again``: re-add every watch (after a
+        connection loss). Returns the directories whose watch is new (their ledgers still to be read).
+
+        Raises:
+            ZooKeeperError: the root could not be listed or a watch not added.
+        """
+        watch = None
+        if again or not self._root_armed:  # again: kazoo's NONE for the lost one may still be on its way
+            self._root_armed = True
+            watch = self._root_watch
+        try:
+            kids = await self.zk.get_children(self.paths.root, watch=watch)
+        except BaseException:
+            if watch is not None:
+                self._root_armed = False
+            raise
+        tops = {f"{self.paths.root}/{n}" for n in self._split(kids, 0)[0]}
+        new = []
+        for top in sorted(tops):
+            if again or top not in self._tops:
+                reg = await self.zk.add_watch(top, self._on_event, recursive=True, accept=_leaf_path)
+                if top not in self._tops:
+                    new.append(top)
+                self._tops[top] = reg
+        for top in sorted(set(self._tops) - tops):
+            # emptied and deleted: every ledger below sent its DELETED already
+            await self.zk.remove_watch(top, self._tops.pop(top))
+        return new
+
+    def _root_watch(self, event) -> None:
+        self._root_armed = False
+        if self._stopped or event.type == EventType.NONE:
+            return  # a connection loss: the resync after it re-arms everything
+        self._spawn(self._refresh_tops())
+
+    async def _refresh_tops(self) -> None:
+        """A top-level directory appeared (or went): watch it first, then read what it already holds."""
+        try:
+            new = await self._arm_tops()
+            ids: set[int] = set()
+            for top in new:
+                await self._tree_ids(ids, top)
+            await self._read_batches(sorted(ids))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a full resync re-does it, never silent
+            self._read_failed(self.paths.root, exc)
+            self._watch_lost = True
+            self._schedule_rearm()
+
+    def _on_event(self, etype: str, path: str) -> None:
+        """A notification of a persistent watch (event loop, in server order)."""
+        if self._stopped:
+            return
+        lid = self._leaf_id(path)
+        if lid is None:
+            return  # a directory, a marker, a lock, a stream slot, a bookie... not ledger metadata
+        self.events += 1
+        if etype == "DELETED":
+            if self._in_flight:
+                self._tombs[lid] = self._gen
+            self._pending.discard(lid)
+            self._malformed_ids.discard(lid)
+            self._lost_ledgers.discard(lid)
+            if self.index.remove(lid):
+                self.changed.set()
+        elif etype in ("CREATED", "CHANGED"):
+            self._pending.add(lid)
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.ensure_future(self._flush())
+                self._tasks.add(self._flusher)
+                self._flusher.add_done_callback(self._task_done)
+
+    async def _flush(self) -> None:
+        """Re-read notified ledgers in batches until none is pending."""
+        while self._pending and not self._stopped:
+            lids = sorted(self._pending)
+            self._pending.clear()
+            await self._read_batches(lids)
+
+    async def _read_batches(self, lids: list[int]) -> None:
+        """Read ``lids`` in multiRead batches (several in flight) and apply what they say; ledgers whose
+        read failed go to the lost set (re-read once connected)."""
+        async def one(chunk: list[int]) -> None:
+            async with self._batch_sem:
+                await self._read_batch(chunk)
+
+        b = self._batch
+        await _chunked(one, [lids[i:i + b] for i in range(0, len(lids), b)], size=64)
+
+    async def _read_batch(self, lids: list[int]) -> None:
+        self._gen += 1
+        gen = self._gen
+        self._in_flight[gen] = len(lids)
+        paths = [self.paths.ledger(lid) for lid in lids]
+        try:
+            try:
+                self.requests += 1
+                results: list = await self.zk.get_many(paths)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - connection loss etc.: retried, never silent
+                self._read_failed(paths[0], exc)
+                self._lost_ledgers.update(lids)
+                self._schedule_rearm()
+                return
+            self.reads += len(lids)
+            tombs = self._tombs
+            for lid, path, res in zip(lids, paths, results):
+                t = tombs.get(lid)
+                if t is not None and t >= gen:
+                    continue  # read before its deletion was seen: it must not come back
+                if isinstance(res, tuple):
+                    self._apply_data(lid, res[0], res[1].mzxid, path)
+                elif isinstance(res, NoNodeError):
+                    self._malformed_ids.discard(lid)
+                    if self.index.remove(lid):
+                        self.changed.set()
+                else:
+                    self._read_failed(path, res)
+                    self._lost_ledgers.add(lid)
+                    self._schedule_rearm()
+        finally:
+            del self._in_flight[gen]
+            if not self._in_flight:
+                self._tombs.clear()
+            elif self._tombs:
+                oldest = min(self._in_flight)
+                for lid in [lid for lid, t in self._tombs.items() if t < oldest]:
+                    del self._tombs[lid]
+
+    async def _full_read(self) -> None:
+        """List the tree and read every ledger in it in batches; ledgers of the index that the listing
+        does not show are re-read (a ledger created after the listing must not be dropped) and dropped
+        when gone. The build, and the resync after a connection loss.
+
+        Raises:
+            ZooKeeperError: a directory could not be listed.
+        """
+        ids: set[int] = set()
+        await self._tree_ids(ids)
+        missing = [lid for lid in self.index.ledger_ids() if lid not in ids]
+        await self._read_batches(sorted(ids) + missing)
+
+    async def _rearm_persistent(self) -> bool:
+        """Add the persistent watch again (after a connection loss), then resync; re-read ledgers whose
+        read failed. Returns False when something failed (retried with back-off)."""
+        if self._watch_lost:
+            self._watch_lost = False
+            try:
+                await self._arm_tops(again=True)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried with back-off, never silent
+                self._watch_lost = True
+                self._read_failed(self.paths.root, exc)
+                return False
+            self._lost_ledgers.clear()  # the resync reads everything
+            try:
+                await self._full_read()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                self._read_failed(self.paths.root, exc)
+                self._watch_lost = True  # redo the whole resync
+                return False
+            self.rearmed += len(self._tops) + 1
+            self.resyncs += 1
+            log.info("re-added the persistent ledger tree watches after a connection loss and re-read the tree",
+                     ledgers=len(self.index), failed=len(self._lost_ledgers))
+        lids, self._lost_ledgers = sorted(self._lost_ledgers), set()
+        if lids:
+            await self._read_batches(lids)
+            self.rearmed += len(lids) - len(self._lost_ledgers)
+        return not (self._lost_ledgers or self._watch_lost)
 
     # -- watches ----------------------------------------------------------------------------
     def _dir_watch(self, path: str):
@@ -369,9 +685,9 @@ class LedgerTreeWatcher:
             self._malformed_ids.discard(lid)
 
     # -- consistency check ------------------------------------------------------------------
-    async def _tree_ids(self, collect: set[int] | None) -> IdDigest:
+    async def _tree_ids(self, collect: set[int] | None, start: str | None = None) -> IdDigest:
         """List the tree (children only, no data reads, no watches) into a digest of ledger ids;
-        also into ``collect`` when given."""
+        also into ``collect`` when given. ``start``: only below this directory."""
         digest = IdDigest()
 
         async def walk(path: str, depth: int) -> None:
@@ -389,7 +705,10 @@ class LedgerTreeWatcher:
                         collect.add(lid)
             await asyncio.gather(*(walk(f"{path}/{n}", depth + 1) for n in subdirs))
 
-        await walk(self.paths.root, 0)
+        if start is None:
+            await walk(self.paths.root, 0)
+        else:
+            await walk(start, self._depth(start))
         return digest
 
     def _index_digest(self) -> IdDigest:
@@ -425,58 +744,95 @@ class LedgerTreeWatcher:
                 self.index.remove(lid)
                 self._malformed_ids.discard(lid)
                 self._armed.discard(lid)
-            await _chunked(lambda lid: self._load(self.paths.ledger(lid)), missing)
-            # directory watches may be what was lost: re-list every known directory once
-            for d in list(self._dirs):
-                self._lost_dirs.add(d)
-            self._schedule_rearm()
+            if self.persistent:
+                await self._arm_tops()  # a top-level directory whose watch went missing is watched again
+                await self._read_batches(missing)
+            else:
+                await _chunked(lambda lid: self._load(self.paths.ledger(lid)), missing)
+                # directory watches may be what was lost: re-list every known directory once
+                for d in list(self._dirs):
+                    self._lost_dirs.add(d)
+                self._schedule_rearm()
             self.changed.set()
         return ConsistencyReport(tree.count, len(known), len(missing) + len(extra), tuple(missing), tuple(extra))
 
     # -- reconcile --------------------------------------------------------------------------
-    async def scan(self) -> dict[int, LedgerMetadata]:
-        """Read every ledger's metadata (no watches): the upstream-style full rescan."""
-        out: dict[int, LedgerMetadata] = {}
+    async def scan(self) -> dict[int, bytes]:
+        """Read every ledger's metadata (no watches): the upstream-style full rescan. Returns ledger id →
+        compact record of the index (:meth:`BookieLedgerIndex.record_from_znode`, version 0), so a 1M
+        ledger scan holds records, not metadata objects; malformed and vanished ledgers are left out.
+        Batched ``multiRead`` in persistent mode, a read per ledger otherwise.
 
-        async def walk(path: str, depth: int) -> None:
+        Raises:
+            ZooKeeperError: the tree could not be listed.
+        """
+        out: dict[int, bytes] = {}
+        ids: set[int] = set()
+        await self._tree_ids(ids)
+        lids = sorted(ids)
+
+        def keep(lid: int, path: str, data: bytes) -> None:
             try:
-                async with self._sem:
-                    kids = await self.zk.get_children(path)
-            except NoNodeError:
-                return
-            subdirs, leaves = self._split(kids, depth)
-            await asyncio.gather(_chunked(lambda n: read(f"{path}/{n}"), leaves),
-                                 _chunked(lambda n: walk(f"{path}/{n}", depth + 1), subdirs))
+                out[lid] = self.index.record_from_znode(data, path)
+            except MalformedMetadataError:
+                pass
 
-        async def read(path: str) -> None:
-            lid = self._leaf_id(path)
-            if lid is None:
-                return
+        if self.persistent:
+            async def batch(chunk: list[int]) -> None:
+                paths = [self.paths.ledger(lid) for lid in chunk]
+                async with self._batch_sem:
+                    self.requests += 1
+                    results = await self.zk.get_many(paths)
+                self.reads += len(chunk)
+                for lid, path, res in zip(chunk, paths, results):
+                    if isinstance(res, tuple):
+                        keep(lid, path, res[0])
+                    elif not isinstance(res, NoNodeError):
+                        raise res
+
+            b = self._batch
+            await _chunked(batch, [lids[i:i + b] for i in range(0, len(lids), b)], size=64)
+            return out
+
+        async def read(lid: int) -> None:
+            path = self.paths.ledger(lid)
             try:
                 async with self._sem:
                     self.reads += 1
+                    self.requests += 1
                     data, _ = await self.zk.get(path)
-                out[lid] = formats.deserialize(data, path)
-            except (NoNodeError, MalformedMetadataError):
+            except NoNodeError:
                 return
+            keep(lid, path, data)
 
-        await walk(self.paths.root, 0)
+        await _chunked(read, lids)
         return out
 
     async def reconcile(self) -> ReconcileReport:
-        """Full rescan; fix the index where it differs and re-arm watches on the differing ledgers."""
+        """Full rescan; fix the index where it differs and re-read (per-ledger mode: re-arm the watches
+        of) the differing ledgers, which may have changed again while the scan ran."""
         await self.settle()
         scan = await self.scan()
         rep = self.index.reconcile(scan)
-        for lid in rep.added + rep.changed:
-            self._spawn(self._load(self.paths.ledger(lid)))
-        # re-arm directory watches that may have been lost (e.g. on a reconnect)
-        self._spawn(self._walk_safe(self.paths.root, 0))
+        del scan
+        if self.persistent:
+            await self._read_batches(rep.added + rep.changed)
+        else:
+            for lid in rep.added + rep.changed:
+                self._spawn(self._load(self.paths.ledger(lid)))
+            # re-arm directory watches that may have been lost (e.g. on a reconnect)
+            self._spawn(self._walk_safe(self.paths.root, 0))
         await self.settle()
         if rep.mismatches:
             log.warning("ledger index differed from ZooKeeper", added=len(rep.added), removed=len(rep.removed),
                         changed=len(rep.changed))
         return rep
+
+
+def _leaf_path(path: str) -> bool:
+    """Whether ``path``'s last name looks like a ledger metadata leaf (``L`` + 4 digits): the test that
+    keeps notifications of markers, locks, directories and bookies on kazoo's thread."""
+    return is_ledger_leaf_name(path[path.rfind("/") + 1:])
 
 
 async def _chunked(fn, items: list, size: int = 2000) -> None:

@@ -1,6 +1,9 @@
 """Issue 9: the Auditor's incremental index across a *connection* loss (the session survives).
 
-kazoo fires every watch once with ``EventType.NONE`` on SUSPENDED and forgets it. A TCP proxy between
+kazoo fires every watch once with ``EventType.NONE`` on SUSPENDED and forgets it; the server drops a
+persistent watch with the connection (issue 13's mode, ZooKeeper 3.6+). Both modes of the ledger tree
+watcher run every test here (``persistent``: one persistent recursive watch; ``per-ledger``: the
+fallback for older servers, a watch per directory and per ledger). A TCP proxy between
 the auditor and ZooKeeper is cut and restored; ledgers created and re-ensembled during the outage must
 be in the index afterwards, and the bookie they live on must get them marked when it dies. The
 consistency check (count + digest of ledger ids vs the tree) must see and heal drift.
@@ -71,7 +74,12 @@ def proxy(zk_server):
     p.close()
 
 
-async def test_ledgers_created_and_changed_during_a_connection_loss_are_marked(zk_connect, direct, proxy):
+@pytest.fixture(params=[True, False], ids=["persistent", "per-ledger"])
+def persistent(request) -> bool:
+    return request.param
+
+
+async def test_ledgers_created_and_changed_during_a_connection_loss_are_marked(zk_connect, direct, proxy, persistent):
     chroot = zk_connect[zk_connect.index("/"):]
     for b in B[:5]:
         await register(direct, b)
@@ -82,7 +90,9 @@ async def test_ledgers_created_and_changed_during_a_connection_loss_are_marked(z
     reg = metrics.MetricsRegistry()
     a = Auditor(zk, P, AuditorSettings(auditor_periodic_check_interval=0, auditor_periodic_bookie_check_interval=0),
                 None, NoReads(), bookie_id="auditor:1", registry=reg)
+    a.tree.persistent = persistent
     await a.start()
+    assert a.tree.persistent is persistent
     events = zk.session_events()
     try:
         assert a.index.get(1) is not None
@@ -107,14 +117,19 @@ async def test_ledgers_created_and_changed_during_a_connection_loss_are_marked(z
         assert (await urm.get_marker(2)).replicas == [B[2]]
         assert (await urm.get_marker(1)).replicas == [B[3]]
         assert await urm.get_marker(3) is None
-        assert a.tree.rearmed >= 2, "the lost watches were counted as re-armed"
+        if persistent:
+            assert a.tree.rearmed >= 1 and a.tree.resyncs == 1, "the persistent watch was re-added, the tree re-read"
+            assert a.tree.watches_held == 2  # the top-level directory 00, and the root's child watch
+        else:
+            assert a.tree.rearmed >= 2, "the lost watches were counted as re-armed"
+        assert a.tree.lost_watches == 0
     finally:
         zk.unsubscribe(events)
         await a.stop()
         await zk.stop()
 
 
-async def test_consistency_check_finds_and_heals_index_drift(direct):
+async def test_consistency_check_finds_and_heals_index_drift(direct, persistent):
     for b in B[:3]:
         await register(direct, b)
     store = LedgerStore(direct, P)
@@ -124,6 +139,7 @@ async def test_consistency_check_finds_and_heals_index_drift(direct):
     reg = metrics.MetricsRegistry()
     a = Auditor(direct, P, AuditorSettings(auditor_periodic_check_interval=0, auditor_periodic_bookie_check_interval=0),
                 None, NoReads(), bookie_id="auditor:1", registry=reg)
+    a.tree.persistent = persistent
     await a.start()
     try:
         rep = await a.run_check("index_consistency")
