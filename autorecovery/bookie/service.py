@@ -151,6 +151,21 @@ class BookieService(pb_grpc.BookieServicer):
                 f"request for ledger {req.ledger_id} entry {req.entry_id} carries a body for ledger {lid} entry {eid}",
             )
 
+    def _idle_error(self, written: int | None = None) -> BookieStatusError:
+        """The answer to an add stream idle for ``stream_idle_timeout_s``."""
+        done = f" ({written} entries written)" if written is not None else ""
+        return BookieStatusError("EBADREQ", f"bookie {self.bookie_id}: no add for {self.stream_idle_timeout_s:g} s on "
+                                            f"this stream; closing it{done}")
+
+    def _submit(self, req: pb.AddRequest, stream) -> asyncio.Future:
+        """Queue an admitted add on ``stream`` (its admission is released if queueing fails)."""
+        try:
+            return self.storage.submit_add(req.ledger_id, req.entry_id, req.master_key, req.body,
+                                           recovery=bool(req.flags & pb.RECOVERY_ADD), stream=stream)
+        except BaseException:
+            self.admission.release_add(len(req.body))
+            raise
+
     async def AddEntry(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddResponse:
         """Store one entry; answered after its transaction is durable (upstream WriteEntryProcessorV3).
         Statuses: EOK, EREADONLY, EBADREQ (size, short body, ids differ), EUA, EFENCED (unless
@@ -241,9 +256,7 @@ class BookieService(pb_grpc.BookieServicer):
                     except StopAsyncIteration:
                         return
                     except TimeoutError:
-                        failure.append((-1, BookieStatusError(
-                            "EBADREQ", f"bookie {self.bookie_id}: no add for {self.stream_idle_timeout_s:g} s on "
-                                       f"this stream; closing it")))
+                        failure.append((-1, self._idle_error()))
                         return
                     for req in batch.entries:
                         if failure or stream.failed:
@@ -262,12 +275,7 @@ class BookieService(pb_grpc.BookieServicer):
                             failure.append((req.entry_id, BookieStatusError(
                                 "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}")))
                             return
-                        try:
-                            fut = self.storage.submit_add(req.ledger_id, req.entry_id, req.master_key, req.body,
-                                                          recovery=bool(req.flags & pb.RECOVERY_ADD), stream=stream)
-                        except BaseException:
-                            self.admission.release_add(n)
-                            raise
+                        fut = self._submit(req, stream)
                         inflight.append((req.entry_id, fut, n))
                         pending_bytes[0] += n
                         arrived.set()
@@ -360,9 +368,7 @@ class BookieService(pb_grpc.BookieServicer):
                     break
                 except TimeoutError:
                     if failure is None:
-                        failure = (-1, BookieStatusError(
-                            "EBADREQ", f"bookie {self.bookie_id}: no add for {self.stream_idle_timeout_s:g} s on "
-                                       f"this stream; closing it ({written} entries written)"))
+                        failure = (-1, self._idle_error(written))
                     break
                 if failure is not None or stream.failed:
                     break
@@ -384,18 +390,7 @@ class BookieService(pb_grpc.BookieServicer):
                         "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
                     break
                 n = len(req.body)
-                try:
-                    fut = self.storage.submit_add(
-                        req.ledger_id,
-                        req.entry_id,
-                        req.master_key,
-                        req.body,
-                        recovery=bool(req.flags & pb.RECOVERY_ADD),
-                        stream=stream,
-                    )
-                except BaseException:
-                    self.admission.release_add(n)
-                    raise
+                fut = self._submit(req, stream)
                 inflight.append((req, fut, n))
                 inflight_bytes += n
                 while inflight and (inflight_bytes > self.stream_window_bytes or len(inflight) > 256):
