@@ -170,8 +170,11 @@ class Jobs:
                 job.state = "cancelled"
                 raise
             except Exception as exc:  # noqa: BLE001 - reported in /progress
-                job.state, job.error = "failed", str(exc)
-                log.error("admin job failed", job=job.id, kind=kind, target=target, error=str(exc))
+                # an exception without a message (kazoo's, asyncio's) is named by its type
+                why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                job.state, job.error = "failed", why
+                log.error("admin job failed", job=job.id, kind=kind, target=target, error=why,
+                          exc_info=not isinstance(exc, AutoRecoveryError))
 
         job.task = asyncio.ensure_future(body())
         self._prune()

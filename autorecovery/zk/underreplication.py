@@ -276,6 +276,11 @@ class UnderreplicationManager:
                 return 1
             except NodeExistsError:
                 pass
+            except NoNodeError:
+                # a worker removed the now-empty parent levels of another marker between kazoo's
+                # ensure_path and its create (mark_replicated cleans them up): make them again
+                self._known_dirs.discard(path.rsplit("/", 2)[0])
+                continue
             try:
                 data, stat = await self.zk.get(path)
             except NoNodeError:

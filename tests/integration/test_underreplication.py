@@ -218,3 +218,25 @@ async def test_hostile_lost_bookie_recovery_delay(urm, zk, raw):
     with pytest.raises(UnavailableError, match=path) as ei:
         await urm.get_lost_bookie_recovery_delay()
     assert len(str(ei.value)) < 500
+
+
+async def test_marking_survives_a_worker_removing_the_empty_parent_levels(chroot, zk, urm):
+    """Two "workers" (sessions) mark and finish ledgers that share a leaf level, as an auditor or a
+    decommission marks while a worker's mark_replicated removes the levels it emptied: kazoo's create
+    with makepath can then find the parent gone between its ensure_path and its create. Marking must
+    make the levels again, never fail with NoNodeError (seen in CI as a decommission job failing with
+    an empty error)."""
+    other_zk = await ZkClient(chroot).start()
+    other = UnderreplicationManager(other_zk, Paths("/ledgers"))
+    await other.init()
+    try:
+        async def churn(m: UnderreplicationManager, lid: int) -> None:
+            for _ in range(150):
+                await m.mark_underreplicated(lid, ["b:1"])
+                assert await m.acquire(lid)
+                assert await m.mark_replicated(lid)  # deletes the marker and the levels it emptied
+
+        await asyncio.gather(churn(urm, 0x70), churn(other, 0x71))
+    finally:
+        await other.close()
+        await other_zk.stop()
