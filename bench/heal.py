@@ -10,8 +10,9 @@ Timed, in the same run:
   marked under-replicated and no ensemble references the dead bookie. The bytes to heal are the
   entries whose write set held the dead bookie (computed from the metadata before the kill). The
   per-worker rate is each surviving daemon's ``bytes_copied`` (its progress endpoint) over the heal time.
-* **raw copy**: the same bytes through ReadEntries → AddEntries between two null bookies in their own
-  processes (``bench/nullbookie.py``), with as many pipelines as workers copied (issue 13's baseline).
+* **raw copy**: the same bytes through ReadEntryBatches → AddEntryBatches (the workers' framing) between
+  two null bookies in their own processes (``bench/nullbookie.py``), with as many pipelines as workers
+  copied (issue 13's baseline).
 
 Prints MB/s (10^6 bytes/s of entry bodies), the ratio heal / raw copy, and the CPU each kind of process
 (daemons, bookies, ZooKeeper, this bench) used from the kill to the end. The bench waits on the marker
@@ -171,7 +172,7 @@ async def run(base: Path, mib: int, ledgers: int) -> None:
         f"{k} {v:.1f}" for k, v in sorted(groups.items(), key=lambda kv: -kv[1])) +
           f"; {sum(cpu.values()) / (to_heal / 1e6) * 1000:.0f} core-ms per MB healed")
     raw = await raw_grpc(to_heal // ENTRY, max(1, len(workers)))
-    print(f"raw copy:  {raw:8.1f} MB/s  (same bytes, ReadEntries -> AddEntries between two null-bookie "
+    print(f"raw copy:  {raw:8.1f} MB/s  (same bytes, ReadEntryBatches -> AddEntryBatches between two null-bookie "
           f"processes, {max(1, len(workers))} pipelines)")
     best = max(copied.values()) / copy_s / 1e6
     print(f"ratio: heal/raw copy = {heal / raw:.2f} (issue 13 goal: per-worker >= 100 MB/s; best worker "

@@ -333,7 +333,7 @@ class BookieClient:
             return True
 
         def request(eid: int, body: bytes) -> pb.AddRequest:
-            return pb.AddRequest(ledger_id=ledger_id, entry_id=eid, master_key=master_key, body=body, flags=flags)
+            return _add_request(ledger_id, eid, master_key, body, flags)
 
         async def send(batch: Sequence[tuple[int, bytes]]) -> bool:
             if not batched:
@@ -584,6 +584,10 @@ class BookieClient:
         return ranges_from_proto(resp.ranges)
 
 
+def _add_request(ledger_id: int, entry_id: int, master_key: bytes, body: bytes, flags: int) -> pb.AddRequest:
+    return pb.AddRequest(ledger_id=ledger_id, entry_id=entry_id, master_key=master_key, body=body, flags=flags)
+
+
 def _raise(err: BookieError) -> NoReturn:
     raise err
 
@@ -644,8 +648,8 @@ class AddStream:
             self._pending.append((eid, fut))
         self._has_pending.set()
         self.last_used = loop.time()
-        msg = pb.AddBatch(entries=[pb.AddRequest(ledger_id=self.ledger_id, entry_id=eid, master_key=self.master_key,
-                                                 body=body, flags=self.flags) for eid, body in entries])
+        msg = pb.AddBatch(entries=[_add_request(self.ledger_id, eid, self.master_key, body, self.flags)
+                                   for eid, body in entries])
         try:
             await self._call.write(msg)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):

@@ -84,13 +84,6 @@ async def serve(tmp_path):
         await storage.close()
 
 
-@pytest.fixture
-async def client():
-    c = BookieClient(timeout_s=5.0)
-    yield c
-    await c.close()
-
-
 async def test_bookie_reports_the_feature_and_batches_read_answers_within_the_byte_limit(serve, client) -> None:
     svc = await serve()
     b = svc.bookie_id

@@ -42,13 +42,6 @@ async def zk(cluster):
 
 
 @pytest.fixture
-async def client():
-    c = BookieClient(timeout_s=5.0)
-    yield c
-    await c.close()
-
-
-@pytest.fixture
 async def start_bookie(cluster, tmp_path):
     started: list[BookieServer] = []
 
