@@ -79,6 +79,24 @@ def cpu_s(p) -> float:
         return 0.0
 
 
+def zk_counts(connect: str) -> dict[str, int]:
+    """ZooKeeper's request counters (``mntr``): packets received, and write requests so far."""
+    import socket
+
+    host, port = connect.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"mntr")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    out = {}
+    for line in data.decode().splitlines():
+        k, _, v = line.partition("\t")
+        if k in ("zk_packets_received", "zk_watch_count", "zk_outstanding_requests"):
+            out[k] = int(float(v))
+    return out
+
+
 def progress(port: int) -> dict:
     """The daemon's ``/api/v1/autorecovery/progress`` document."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/autorecovery/progress", timeout=5) as r:
@@ -141,6 +159,8 @@ async def run(base: Path, mib: int, ledgers: int) -> None:
                 marked = await urm.watched_marked_ids()
                 if marked and marked_at is None:
                     marked_at = time.perf_counter()
+                    cpu_marked = {k: cpu_s(p) for k, p in procs.items()}
+                    zk_marked = zk_counts(cluster.zk_connect)
                 if marked_at is not None and not marked and not await references_dead():
                     break
                 if time.perf_counter() > deadline:
@@ -148,7 +168,10 @@ async def run(base: Path, mib: int, ledgers: int) -> None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), 1.0)
             dt = time.perf_counter() - t0
-            cpu = {k: cpu_s(p) - cpu0[k] for k, p in procs.items()}
+            cpu_end = {k: cpu_s(p) for k, p in procs.items()}
+            zk_end = zk_counts(cluster.zk_connect)
+            cpu = {k: cpu_end[k] - cpu0[k] for k, p in procs.items()}
+            cpu_copy = {k: cpu_end[k] - cpu_marked.get(k, cpu0[k]) for k in procs} if marked_at else cpu
             detect = (marked_at or t0) - t0
             copy_s = dt - detect
             copied = {i: progress(p)["worker"]["bytes_copied"] - before[i] for i, p in ports.items() if i != victim}
@@ -165,12 +188,18 @@ async def run(base: Path, mib: int, ledgers: int) -> None:
           f"{len(workers)} workers copied; {to_heal / dt / 1e6:.1f} MB/s counting from the kill)")
     for i in sorted(copied):
         print(f"  worker {i}: {copied[i] / 2**20:7.1f} MiB, {copied[i] / copy_s / 1e6:6.1f} MB/s")
-    groups: dict[str, float] = {}
-    for k, v in cpu.items():
-        groups[k.split("-")[0]] = groups.get(k.split("-")[0], 0.0) + v
-    print(f"CPU from the kill to the end ({dt:.2f}s x 2 cores = {2 * dt:.1f} core-s): " + ", ".join(
-        f"{k} {v:.1f}" for k, v in sorted(groups.items(), key=lambda kv: -kv[1])) +
-          f"; {sum(cpu.values()) / (to_heal / 1e6) * 1000:.0f} core-ms per MB healed")
+    def by_kind(c: dict) -> str:
+        groups: dict[str, float] = {}
+        for k, v in c.items():
+            groups[k.split("-")[0]] = groups.get(k.split("-")[0], 0.0) + v
+        return ", ".join(f"{k} {v:.2f}" for k, v in sorted(groups.items(), key=lambda kv: -kv[1]))
+
+    print(f"CPU from the kill to the end ({dt:.2f}s x 2 cores = {2 * dt:.1f} core-s): {by_kind(cpu)}; "
+          f"{sum(cpu.values()) / (to_heal / 1e6) * 1000:.0f} core-ms per MB healed")
+    print("ZooKeeper while copying: " + ", ".join(f"{k} {zk_end[k] - zk_marked.get(k, 0)}" for k in zk_end))
+    print("per process while copying: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu_copy.items())))
+    print(f"CPU while copying ({copy_s:.2f}s x 2 cores = {2 * copy_s:.1f} core-s): {by_kind(cpu_copy)}; "
+          f"{sum(cpu_copy.values()) / copy_s:.2f} cores busy")
     raw = await raw_grpc(to_heal // ENTRY, max(1, len(workers)))
     print(f"raw copy:  {raw:8.1f} MB/s  (same bytes, ReadEntryBatches -> AddEntryBatches between two null-bookie "
           f"processes, {max(1, len(workers))} pipelines)")

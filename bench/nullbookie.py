@@ -2,8 +2,10 @@
 
 ``AddEntries`` / ``AddEntryBatches`` swallow the stream and answer EOK; ``ReadEntries`` /
 ``ReadEntryBatches`` stream bodies of ``--entry-size`` bytes packed as real entries (batches of at most
-``max_batch_bytes``, as the reference bookie does); GetBookieInfo reports ``BATCHED_ENTRIES``, so a
-client uses the same framing with a null bookie as with a real one. Each server runs in a child process (``spawn_null``) so that a baseline pays
+``max_batch_bytes``, as the reference bookie does); ``PullEntries`` reads the range from the source with
+the batched framing and reports every entry stored without storing it (the raw one-hop baseline of a
+bookie-to-bookie copy); GetBookieInfo reports ``BATCHED_ENTRIES`` and ``PULL_ENTRIES``, so a client
+uses the same framing with a null bookie as with a real one. Each server runs in a child process (``spawn_null``) so that a baseline pays
 the same process boundary, kernel loopback and serialisation as the bookies it is compared with
 (issue 13: a baseline server inside the client's own process is not a fair baseline).
 
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc  # noqa: E402
 
-from autorecovery.bookie.service import FEATURES, MAX_READ_BATCH_BYTES  # noqa: E402
+from autorecovery.bookie.service import FEATURES, MAX_READ_BATCH_BYTES, PULL_REPORT_BYTES  # noqa: E402
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
 from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
 from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
@@ -40,6 +42,22 @@ class NullBookie(pbg.BookieServicer):
     def __init__(self, entry_size: int) -> None:
         self.blob = os.urandom(entry_size)
         self.entry_size = entry_size
+        self.peers = None
+
+    async def PullEntries(self, request, context):
+        from autorecovery.rpc.bookie_client import BookieClient
+
+        if self.peers is None:
+            self.peers = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
+        ids, nbytes = [], 0
+        async for item in self.peers.read_entries(request.source_bookie_id, request.ledger_id,
+                                                  request.first_entry_id, request.last_entry_id):
+            ids.append(item.entry_id)
+            nbytes += len(item.body)
+            if nbytes >= PULL_REPORT_BYTES:
+                yield pb.PullProgress(status=pb.EOK, stored_entry_ids=ids, bytes_stored=nbytes, failed_entry_id=-1)
+                ids, nbytes = [], 0
+        yield pb.PullProgress(status=pb.EOK, stored_entry_ids=ids, bytes_stored=nbytes, done=True, failed_entry_id=-1)
 
     async def AddEntries(self, request_iterator, context):
         n = b = 0
@@ -80,7 +98,7 @@ class NullBookie(pbg.BookieServicer):
             yield pb.ReadBatch(entries=batch)
 
     async def GetBookieInfo(self, request, context):
-        return pb.GetBookieInfoResponse(status=pb.EOK, features=FEATURES)
+        return pb.GetBookieInfoResponse(status=pb.EOK, features=FEATURES | pb.PULL_ENTRIES)
 
 
 async def serve(port: int, entry_size: int) -> None:

@@ -9,7 +9,11 @@ Timed, in the same run:
 
 * **worker**: an in-process ReplicationWorker (default settings: 4 ledgers at once) from start until
   every marker is gone — re-check, stream read from bookie 1, CRC32C verification of every entry,
-  RECOVERY_ADD stream to bookie 2 (entry log fdatasync + index commit per group commit), ensemble CAS;
+  RECOVERY_ADD stream to bookie 2 (entry log fdatasync + index commit per group commit), ensemble CAS.
+  By default the target bookie pulls each stream's range from the source itself (``PullEntries``,
+  the bytes cross the network once); ``--no-pull`` copies through the worker as upstream does;
+* **raw gRPC pull**: the same bytes pulled by one no-storage process from another with PullEntries,
+  as many calls as the worker ran streams (the one-hop baseline of the default path);
 * **raw gRPC**: the same bytes through the same pipeline shape and the same framing (ReadEntryBatches
   stream from one process → AddEntryBatches stream to another, up to 1 MiB per message, as many
   pipelines as the worker ran), servers that store nothing; the one-entry-per-message rate (the framing
@@ -145,6 +149,33 @@ async def raw_grpc(total_entries: int, pipelines: int, batching: bool = True) ->
         stop(b)
 
 
+async def raw_pull(total_entries: int, pipelines: int) -> float:
+    """MB/s of entry bodies a null bookie (process B) pulls from another (process A) with
+    ``PullEntries``, ``pipelines`` calls at once: the raw one-hop baseline of the worker's
+    bookie-to-bookie copy (B reads A with the batched framing and stores nothing)."""
+    a, src = spawn_null(ENTRY)
+    b, dst = spawn_null(ENTRY)
+    client = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
+    try:
+        async for _ in client.pull_entries(dst, src, 9, MK, 0, 0):  # connect every channel before timing
+            pass
+        per = total_entries // pipelines
+        moved = [0]
+
+        async def pipe(i: int) -> None:
+            async for rep in client.pull_entries(dst, src, 100 + i, MK, 0, per - 1):
+                moved[0] += rep.bytes_stored
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(pipe(i) for i in range(pipelines)))
+        dt = time.perf_counter() - t0
+        return moved[0] / dt / 1e6
+    finally:
+        await client.close()
+        stop(a)
+        stop(b)
+
+
 def storage_write(mib: int, base: Path) -> tuple[float, int]:
     proc = spawn(["--storage-only", str(base / "store-only"), "--mib", str(mib)], None)
     out, _ = proc.communicate(timeout=3600)
@@ -186,7 +217,7 @@ async def load(cluster, mib: int, ledgers: int) -> tuple[list[int], int]:
     return ids, total
 
 
-async def run_worker(cluster, ledger_ids: list[int]) -> tuple[float, int, float, int]:
+async def run_worker(cluster, ledger_ids: list[int], pull: bool = True) -> tuple[float, int, float, int]:
     """(seconds, bytes written to targets, peak concurrent streams, entries verified)."""
     from autorecovery.placement import PlacementConfig, RackawarePolicy
     from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
@@ -209,6 +240,7 @@ async def run_worker(cluster, ledger_ids: list[int]) -> tuple[float, int, float,
     settings = WorkerSettings(**{k: int(v) for k, v in (x.split("=") for x in os.environ.get("BENCH_WS", "").split(",") if x)})
     w = ReplicationWorker(zk, paths, settings, RackawarePolicy(PlacementConfig()), bookies, watcher,
                           registry=reg)
+    w.copier.pull = pull
     peak = [0]
     orig = w.caps.try_start
 
@@ -247,7 +279,7 @@ async def run_worker(cluster, ledger_ids: list[int]) -> tuple[float, int, float,
     return dt, written, peak[0], verified
 
 
-async def main_async(mib: int, ledgers: int, keep: bool) -> None:
+async def main_async(mib: int, ledgers: int, keep: bool, pull: bool = True) -> None:
     import logging
 
     import structlog
@@ -264,11 +296,12 @@ async def main_async(mib: int, ledgers: int, keep: bool) -> None:
         print(f"set-up: {len(ids)} ledgers E2/WQ2, {nbytes / 2**20:.0f} MiB of {ENTRY // 1024} KiB entries per "
               f"replica, loaded in {time.perf_counter() - t:.1f}s; bookie 0 lost, copy 1 -> 2")
         await asyncio.to_thread(os.sync)  # the load's dirty pages must not be flushed during the copy
-        dt, written, peak, verified = await run_worker(cluster, ids)
+        dt, written, peak, verified = await run_worker(cluster, ids, pull)
         assert written >= nbytes, (written, nbytes)
         worker = written / dt / 1e6
+        how = "the target bookie pulls from the source" if pull else "through the worker (--no-pull)"
         print(f"worker:        {worker:8.1f} MB/s  ({written / 2**20:.0f} MiB in {dt:.2f}s, {verified} entries "
-              f"digest-verified, {peak} concurrent streams)")
+              f"digest-verified, {peak} concurrent streams; {how})")
     finally:
         await asyncio.to_thread(cluster.down)
     raw = await raw_grpc(nbytes // ENTRY, max(1, peak))
@@ -277,10 +310,14 @@ async def main_async(mib: int, ledgers: int, keep: bool) -> None:
     raw1 = await raw_grpc(nbytes // ENTRY, max(1, peak), batching=False)
     print(f"raw gRPC 1/msg:{raw1:8.1f} MB/s  (the same with one entry per message, the framing before issue 13; "
           f"context: worker/this = {worker / raw1:.2f})")
+    rawp = await raw_pull(nbytes // ENTRY, max(1, peak))
+    print(f"raw gRPC pull: {rawp:8.1f} MB/s  (PullEntries: a no-storage process reads another with ReadEntryBatches, "
+          f"{max(1, peak)} calls: the one-hop path of the worker's bookie-to-bookie copy)")
     await asyncio.to_thread(os.sync)
     store, commits = await asyncio.to_thread(storage_write, mib, base)
     print(f"storage write: {store:8.1f} MB/s  (one BookieStorage, {commits} group commits: entry log fdatasync + index commit)")
-    print(f"ratio: worker/raw gRPC = {worker / raw:.2f} (target >= 0.60, issue 13); "
+    print(f"ratio: worker/raw gRPC = {worker / raw:.2f} (target >= 0.60, issue 13: raw = the two-hop pipeline); "
+          f"worker/raw gRPC pull = {worker / rawp:.2f} (the one-hop path); "
           f"worker/storage write = {worker / store:.2f} (context: the bookie's own write rate)")
     if not keep:
         import shutil
@@ -293,12 +330,14 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=512, help="MiB of entry bodies to re-replicate (default 512)")
     ap.add_argument("--ledgers", type=int, default=8, help="ledgers the data is spread over (default 8)")
     ap.add_argument("--keep", action="store_true", help="keep the data directories")
+    ap.add_argument("--no-pull", action="store_true",
+                    help="copy through the worker (ReadEntryBatches -> AddEntryBatches), not bookie to bookie")
     ap.add_argument("--storage-only", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.storage_only:
         asyncio.run(storage_only(a.storage_only, a.mib))
     else:
-        asyncio.run(main_async(a.mib, a.ledgers, a.keep))
+        asyncio.run(main_async(a.mib, a.ledgers, a.keep, pull=not a.no_pull))
 
 
 if __name__ == "__main__":

@@ -23,9 +23,11 @@ import structlog
 from autorecovery.bookie.cookie import check_and_stamp_cookie
 from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe, DiskThresholds
-from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, BookieService, add_service, build_grpc_server
+from autorecovery.bookie.service import (DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM, BookieService, add_service,
+                                         build_grpc_server)
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.config.load import ZkSecurity
+from autorecovery.rpc.bookie_client import BookieClient
 from autorecovery.rpc.convert import decode_service_properties, encode_service_info
 from autorecovery.rpc.tls import ServerTls
 from autorecovery.zk.bridge import ZkClient
@@ -112,6 +114,10 @@ class BookieConfig:
             ``zookeeper.client.secure`` TLS): the registration znodes and
             the cookie are created with ``CREATOR_ALL_ACL`` when enabled (default: open, no auth).
         tls: serve the gRPC port with TLS (and mTLS with ``client_auth``); None = plaintext (issue 15).
+        pull_entries: serve PullEntries (feature ``PULL_ENTRIES``): copy ranges from other bookies
+            when a replication worker asks, so the data crosses the network once. Needs plaintext
+            peers: a TLS bookie does not pull (it has no client identity for its peers) and the
+            workers copy through themselves, as upstream does.
     """
 
     zk: str
@@ -131,6 +137,12 @@ class BookieConfig:
     max_concurrent_streams: int = 1000
     zk_security: ZkSecurity = field(default_factory=ZkSecurity)
     tls: ServerTls | None = None
+    pull_entries: bool = True
+
+
+#: Timeout of the client a bookie reads its peers with for PullEntries, s (see
+#: ``rpc.bookie_client.PULL_SOURCE_GRACE_S``: the worker waits longer than this for a report).
+PEER_TIMEOUT_S = 10.0
 
 
 class BookieServer:
@@ -157,6 +169,7 @@ class BookieServer:
         self.readonly = False
         self.storage: BookieStorage | None = None
         self.service: BookieService | None = None
+        self.peers: BookieClient | None = None
         self.registration: BookieRegistration | None = None
         self.zk: ZkClient | None = None
         self._server: grpc.aio.Server | None = None
@@ -181,6 +194,9 @@ class BookieServer:
             await asyncio.to_thread(self.storage.open)
             usage = await asyncio.to_thread(self.disk.probe)
             self.readonly = cfg.thresholds.readonly(usage, currently_readonly=False)
+            if cfg.pull_entries and cfg.tls is None:
+                self.peers = BookieClient(timeout_s=PEER_TIMEOUT_S,
+                                          max_message_bytes=cfg.max_entry_size + GRPC_HEADROOM)
             self.service = BookieService(
                 self.storage,
                 self.bookie_id,
@@ -189,6 +205,7 @@ class BookieServer:
                 max_entry_size=cfg.max_entry_size,
                 limits=cfg.limits,
                 stream_idle_timeout_s=cfg.stream_idle_timeout_s,
+                peers=self.peers,
             )
             add_service(self._server, self.service)
             await self._server.start()
@@ -255,6 +272,8 @@ class BookieServer:
                 await self._server.stop(self.config.shutdown_grace_s if self._server_started else None)
             except Exception as exc:  # noqa: BLE001 - stopping a never-started server
                 log.debug("gRPC server stop", error=str(exc))
+        if self.peers is not None:
+            await self.peers.close()
         if self.storage is not None:
             await self.storage.close()
         if self.zk is not None:

@@ -41,7 +41,8 @@ import structlog
 from autorecovery.bookie.admission import Admission, AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe
 from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
-from autorecovery.ledger.digest import HEADER_SIZE, peek_ids
+from autorecovery.errors import BookieError, DigestMismatchError
+from autorecovery.ledger.digest import HEADER_SIZE, peek_ids, unpack_entry
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.convert import ranges_to_proto, status_code
@@ -54,8 +55,11 @@ GRPC_HEADROOM = 1024 * 1024
 MAX_RANGE_ENTRIES = 1_000_000
 #: Default and largest body bytes per ReadBatch message (ReadEntryBatches).
 MAX_READ_BATCH_BYTES = 1024 * 1024
-#: The BookieFeature bits this bookie serves (reported by GetBookieInfo).
+#: The BookieFeature bits every bookie serves (reported by GetBookieInfo); ``PULL_ENTRIES`` is added
+#: when the bookie has a client to reach its peers with (see ``BookieService(peers=...)``).
 FEATURES = pb.BATCHED_ENTRIES | pb.ADD_STREAM
+#: A PullEntries call reports what became durable at least every this many body bytes.
+PULL_REPORT_BYTES = 4 * 1024 * 1024
 _OK = pb.StatusCode.EOK
 
 
@@ -89,6 +93,9 @@ class BookieService(pb_grpc.BookieServicer):
         limits: adds/reads in progress across all requests (``ETOOMANYREQUESTS`` beyond).
         stream_idle_timeout_s: an AddEntries stream with no message for this long is answered and
             closed, s.
+        peers: a :class:`~autorecovery.rpc.bookie_client.BookieClient` this bookie reads other bookies
+            with, to serve PullEntries (feature ``PULL_ENTRIES``); None = the bookie does not pull
+            (the worker then copies through itself). The service does not close it.
     """
 
     def __init__(
@@ -103,6 +110,7 @@ class BookieService(pb_grpc.BookieServicer):
         stream_window_bytes: int = 16 * 1024 * 1024,
         limits: AdmissionLimits | None = None,
         stream_idle_timeout_s: float = 120.0,
+        peers=None,
     ) -> None:
         self.storage = storage
         self.bookie_id = bookie_id
@@ -115,6 +123,8 @@ class BookieService(pb_grpc.BookieServicer):
         self.stream_idle_timeout_s = stream_idle_timeout_s
         self._closing = False
         self._intakes: set[asyncio.Task] = set()
+        self.peers = peers
+        self.features = FEATURES | (pb.PULL_ENTRIES if peers is not None else 0)
 
     def begin_shutdown(self) -> None:
         """Stop reading every open AddStream (call before stopping the gRPC server): each settles and
@@ -127,28 +137,31 @@ class BookieService(pb_grpc.BookieServicer):
     # -- adds ----------------------------------------------------------------------------------
     def _check_add(self, req: pb.AddRequest) -> None:
         """Validation before the store sees an add (upstream: read-only first, then the frame)."""
+        self._check_entry(req.ledger_id, req.entry_id, req.body)
+
+    def _check_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
         if self.is_readonly():
             raise BookieStatusError("EREADONLY", f"bookie {self.bookie_id} is read-only")
-        n = len(req.body)
+        n = len(body)
         if n > self.max_entry_size:
             raise BookieStatusError(
                 "EBADREQ",
-                f"ledger {req.ledger_id} entry {req.entry_id}: entry of {n} bytes exceeds the bookie's "
+                f"ledger {ledger_id} entry {entry_id}: entry of {n} bytes exceeds the bookie's "
                 f"max entry size of {self.max_entry_size} bytes",
             )
-        if req.ledger_id < 0 or req.entry_id < 0:
-            raise BookieStatusError("EBADREQ", f"invalid ledger id {req.ledger_id} / entry id {req.entry_id}")
+        if ledger_id < 0 or entry_id < 0:
+            raise BookieStatusError("EBADREQ", f"invalid ledger id {ledger_id} / entry id {entry_id}")
         if n < HEADER_SIZE:
             raise BookieStatusError(
                 "EBADREQ",
-                f"ledger {req.ledger_id} entry {req.entry_id}: body of {n} bytes is shorter than the "
+                f"ledger {ledger_id} entry {entry_id}: body of {n} bytes is shorter than the "
                 f"{HEADER_SIZE}-byte entry header",
             )
-        lid, eid, _lac = peek_ids(req.body)
-        if lid != req.ledger_id or eid != req.entry_id:
+        lid, eid, _lac = peek_ids(body)
+        if lid != ledger_id or eid != entry_id:
             raise BookieStatusError(
                 "EBADREQ",
-                f"request for ledger {req.ledger_id} entry {req.entry_id} carries a body for ledger {lid} entry {eid}",
+                f"request for ledger {ledger_id} entry {entry_id} carries a body for ledger {lid} entry {eid}",
             )
 
     def _idle_error(self, written: int | None = None) -> BookieStatusError:
@@ -564,6 +577,126 @@ class BookieService(pb_grpc.BookieServicer):
                 with contextlib.suppress(BaseException):
                     await pending
 
+    async def PullEntries(self, request: pb.PullRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.PullProgress]:
+        """Copy a range of a ledger from another bookie into this one (feature ``PULL_ENTRIES``, ours;
+        upstream's replicator always reads to itself and writes out, so every byte crosses the network
+        twice). Reads ``source_bookie_id`` with the range's striping filter, verifies each entry's
+        CRC32C (a corrupt copy is reported ``DIGEST`` and never stored), and stores each entry as a
+        ``RECOVERY_ADD`` with the same checks, admission and window as an AddEntries stream. Progress
+        reports list the entry ids that became durable; the last has ``done``. Statuses: EOK (the
+        source's own failures are reported per entry or in ``source_status``), EBADREQ (bad range, a
+        source that is this bookie, no peer client), EREADONLY, EUA, EIO, ETOOMANYREQUESTS.
+        """
+        lid, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
+        source = request.source_bookie_id
+
+        def refuse(status: str, detail: str) -> pb.PullProgress:
+            return pb.PullProgress(status=status_code(status), done=True, failed_entry_id=-1,
+                                   message=f"bookie {self.bookie_id}: {detail}")
+
+        if self.peers is None:
+            yield refuse("EBADREQ", "does not pull entries from other bookies (no peer client)")
+            return
+        if lid < 0 or first < 0 or last < first or last - first + 1 > self.max_range_entries or not source:
+            yield refuse("EBADREQ", f"bad pull of ledger {lid} entries {first}..{last} from {source!r} "
+                                    f"(at most {self.max_range_entries} ids)")
+            return
+        if source == self.bookie_id:
+            yield refuse("EBADREQ", f"ledger {lid}: cannot pull from itself")
+            return
+        stream = self.storage.new_stream()
+        inflight: deque[tuple[int, asyncio.Future, int]] = deque()
+        inflight_bytes = 0
+        stored: list[int] = []
+        stored_bytes = 0
+        failed: list[pb.PullFailure] = []
+        failure: tuple[int, BookieStatusError] | None = None
+        source_status = source_message = ""
+
+        async def settle_head() -> None:
+            nonlocal inflight_bytes, stored_bytes, failure
+            eid, fut, n = inflight.popleft()
+            inflight_bytes -= n
+            try:
+                res = await fut
+            finally:
+                self.admission.release_add(n)
+            if res is None:
+                stored.append(eid)
+                stored_bytes += n
+            elif failure is None and isinstance(res, BookieStatusError) and res is not SKIPPED:
+                failure = (eid, res)
+
+        def report(done: bool = False) -> pb.PullProgress:
+            nonlocal stored, stored_bytes, failed
+            msg = pb.PullProgress(status=_OK, stored_entry_ids=stored, bytes_stored=stored_bytes, failed=failed,
+                                  done=done, failed_entry_id=-1)
+            stored, stored_bytes, failed = [], 0, []
+            return msg
+
+        reader = self.peers.read_entries(source, lid, first, last, ensemble_size=request.ensemble_size,
+                                         write_quorum=request.write_quorum, bookie_index=request.bookie_index)
+        try:
+            async with contextlib.aclosing(reader):
+                async for item in reader:
+                    if self._closing:
+                        failure = (-1, BookieStatusError("EIO", f"bookie {self.bookie_id} is shutting down"))
+                        break
+                    if isinstance(item, BookieError):
+                        failed.append(pb.PullFailure(entry_id=getattr(item, "entry_id", -1), reason=item.status))
+                        continue
+                    eid, body = item.entry_id, item.body
+                    try:
+                        unpack_entry(body, lid, eid, source=source)
+                    except DigestMismatchError as exc:
+                        log.error("corrupt replica not pulled", ledger_id=lid, entry_id=eid, bookie_id=source,
+                                  error=str(exc))
+                        failed.append(pb.PullFailure(entry_id=eid, reason="DIGEST"))
+                        continue
+                    try:
+                        self._check_entry(lid, eid, body)
+                    except BookieStatusError as exc:
+                        failure = (eid, exc)
+                        break
+                    n = len(body)
+                    if not await self.admission.wait_add(n):
+                        failure = (eid, BookieStatusError(
+                            "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
+                        break
+                    try:
+                        fut = self.storage.submit_add(lid, eid, request.master_key, body, recovery=True, stream=stream)
+                    except BaseException:
+                        self.admission.release_add(n)
+                        raise
+                    inflight.append((eid, fut, n))
+                    inflight_bytes += n
+                    while inflight and (inflight[0][1].done() or inflight_bytes > self.stream_window_bytes
+                                        or len(inflight) > 256):
+                        await settle_head()
+                    if failure is not None:
+                        break
+                    if stored_bytes >= PULL_REPORT_BYTES:
+                        yield report()
+        except BookieError as exc:  # the source stream failed: report it, keep what was stored
+            source_status, source_message = exc.status, str(exc)
+        except Exception as exc:  # noqa: BLE001 - answered as EIO after pending writes settle
+            log.exception("PullEntries failed", ledger_id=lid, source=source)
+            if failure is None:
+                failure = (-1, BookieStatusError("EIO", f"bookie {self.bookie_id}: {exc}"))
+        finally:
+            while inflight:  # never answer (or leave) before submitted writes settle
+                with contextlib.suppress(Exception):
+                    await settle_head()
+        if failure is not None:
+            eid, err = failure
+            msg = report(done=True)
+            msg.status, msg.failed_entry_id, msg.message = status_code(err.status), eid, err.detail
+            yield msg
+            return
+        msg = report(done=True)
+        msg.source_status, msg.message = source_status, source_message
+        yield msg
+
     async def ReadLac(self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext) -> pb.ReadLacResponse:
         """The ledger's LAC on this bookie: the largest piggy-backed LAC of its stored entries
         (upstream ReadLacProcessorV3). Statuses: EOK, ENOLEDGER, EIO."""
@@ -585,7 +718,7 @@ class BookieService(pb_grpc.BookieServicer):
         except OSError as exc:
             log.error("disk probe failed", error=str(exc))
             return pb.GetBookieInfoResponse(status=pb.EIO)
-        resp = pb.GetBookieInfoResponse(status=_OK, features=FEATURES)
+        resp = pb.GetBookieInfoResponse(status=_OK, features=self.features)
         if request.requested & pb.TOTAL_DISK_CAPACITY:
             resp.total_disk_capacity = usage.total_bytes
         if request.requested & pb.FREE_DISK_SPACE:

@@ -133,6 +133,9 @@ async def run_bookie(config: BookieConfig) -> int:
               help="tlsTrustStore (tlsTrustStoreType=PEM): PEM CA certificates that sign client certificates")
 @click.option("--tls-client-auth", is_flag=True,
               help="tlsClientAuthentication: require a client certificate signed by --tls-trust-store (mTLS)")
+@click.option("--no-pull-entries", is_flag=True,
+              help="(ours) do not serve PullEntries: replication workers then copy through themselves "
+                   "(a TLS bookie never pulls)")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto",
@@ -171,6 +174,7 @@ def bookie_command(
     tls_key: str | None,
     tls_trust_store: str | None,
     tls_client_auth: bool,
+    no_pull_entries: bool,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -214,6 +218,7 @@ def bookie_command(
         shutdown_grace_s=shutdown_grace_ms / 1000.0,
         zk_security=security,
         tls=tls,
+        pull_entries=not no_pull_entries,
     )
     rc = asyncio.run(run_bookie(config))
     sys.exit(rc)

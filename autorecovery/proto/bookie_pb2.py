@@ -24,23 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61utorecovery/proto/bookie.proto\x12\x13\x61utorecovery.bookie\"b\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\r\n\x05\x66lags\x18\x05 \x01(\r\"t\n\x0b\x41\x64\x64Response\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t\"\x9f\x01\n\x12\x41\x64\x64\x45ntriesResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x17\n\x0f\x65ntries_written\x18\x02 \x01(\x03\x12\x15\n\rbytes_written\x18\x03 \x01(\x03\x12\x17\n\x0f\x66\x61iled_entry_id\x18\x04 \x01(\x03\x12\x0f\n\x07message\x18\x05 \x01(\t\"U\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\r\n\x05\x66lags\x18\x03 \x01(\r\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\"\x90\x01\n\x0cReadResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x0b\n\x03lac\x18\x05 \x01(\x03\x12\x0f\n\x07message\x18\x06 \x01(\t\"\xb0\x01\n\x10ReadRangeRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x15\n\rensemble_size\x18\x04 \x01(\x05\x12\x14\n\x0cwrite_quorum\x18\x05 \x01(\x05\x12\x14\n\x0c\x62ookie_index\x18\x06 \x01(\x05\x12\x17\n\x0fmax_batch_bytes\x18\x07 \x01(\x05\"<\n\x08\x41\x64\x64\x42\x61tch\x12\x30\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1f.autorecovery.bookie.AddRequest\"\x93\x01\n\x06\x41\x64\x64\x41\x63k\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x17\n\x0f\x65ntries_written\x18\x02 \x01(\x03\x12\x15\n\rbytes_written\x18\x03 \x01(\x03\x12\x17\n\x0f\x66\x61iled_entry_id\x18\x04 \x01(\x03\x12\x0f\n\x07message\x18\x05 \x01(\t\"?\n\tReadBatch\x12\x32\n\x07\x65ntries\x18\x01 \x03(\x0b\x32!.autorecovery.bookie.ReadResponse\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"s\n\x0fReadLacResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t\")\n\x14GetBookieInfoRequest\x12\x11\n\trequested\x18\x01 \x01(\x04\"\x90\x01\n\x15GetBookieInfoResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x1b\n\x13total_disk_capacity\x18\x02 \x01(\x03\x12\x17\n\x0f\x66ree_disk_space\x18\x03 \x01(\x03\x12\x10\n\x08\x66\x65\x61tures\x18\x04 \x01(\x04\"4\n\x1fGetListOfEntriesOfLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\")\n\nEntryRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\x0c\n\x04last\x18\x02 \x01(\x03\"\x97\x01\n GetListOfEntriesOfLedgerResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12/\n\x06ranges\x18\x03 \x03(\x0b\x32\x1f.autorecovery.bookie.EntryRange*\x9d\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x94\x03\x12\x08\n\x03\x45IO\x10\xf5\x03\x12\x08\n\x03\x45UA\x10\xf6\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\xf7\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\xf8\x03\x12\x0e\n\tEREADONLY\x10\xf9\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\xfa\x03*)\n\x07\x41\x64\x64\x46lag\x12\x0c\n\x08\x41\x44\x44_NONE\x10\x00\x12\x10\n\x0cRECOVERY_ADD\x10\x01*+\n\x08ReadFlag\x12\r\n\tREAD_NONE\x10\x00\x12\x10\n\x0c\x46\x45NCE_LEDGER\x10\x01*F\n\rBookieFeature\x12\x10\n\x0c\x46\x45\x41TURE_NONE\x10\x00\x12\x13\n\x0f\x42\x41TCHED_ENTRIES\x10\x01\x12\x0e\n\nADD_STREAM\x10\x02*M\n\x0e\x42ookieInfoFlag\x12\r\n\tINFO_NONE\x10\x00\x12\x17\n\x13TOTAL_DISK_CAPACITY\x10\x01\x12\x13\n\x0f\x46REE_DISK_SPACE\x10\x02\x32\xad\x07\n\x06\x42ookie\x12M\n\x08\x41\x64\x64\x45ntry\x12\x1f.autorecovery.bookie.AddRequest\x1a .autorecovery.bookie.AddResponse\x12X\n\nAddEntries\x12\x1f.autorecovery.bookie.AddRequest\x1a\'.autorecovery.bookie.AddEntriesResponse(\x01\x12[\n\x0f\x41\x64\x64\x45ntryBatches\x12\x1d.autorecovery.bookie.AddBatch\x1a\'.autorecovery.bookie.AddEntriesResponse(\x01\x12K\n\tAddStream\x12\x1d.autorecovery.bookie.AddBatch\x1a\x1b.autorecovery.bookie.AddAck(\x01\x30\x01\x12P\n\tReadEntry\x12 .autorecovery.bookie.ReadRequest\x1a!.autorecovery.bookie.ReadResponse\x12Y\n\x0bReadEntries\x12%.autorecovery.bookie.ReadRangeRequest\x1a!.autorecovery.bookie.ReadResponse0\x01\x12[\n\x10ReadEntryBatches\x12%.autorecovery.bookie.ReadRangeRequest\x1a\x1e.autorecovery.bookie.ReadBatch0\x01\x12T\n\x07ReadLac\x12#.autorecovery.bookie.ReadLacRequest\x1a$.autorecovery.bookie.ReadLacResponse\x12\x66\n\rGetBookieInfo\x12).autorecovery.bookie.GetBookieInfoRequest\x1a*.autorecovery.bookie.GetBookieInfoResponse\x12\x87\x01\n\x18GetListOfEntriesOfLedger\x12\x34.autorecovery.bookie.GetListOfEntriesOfLedgerRequest\x1a\x35.autorecovery.bookie.GetListOfEntriesOfLedgerResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61utorecovery/proto/bookie.proto\x12\x13\x61utorecovery.bookie\"b\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\r\n\x05\x66lags\x18\x05 \x01(\r\"t\n\x0b\x41\x64\x64Response\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t\"\x9f\x01\n\x12\x41\x64\x64\x45ntriesResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x17\n\x0f\x65ntries_written\x18\x02 \x01(\x03\x12\x15\n\rbytes_written\x18\x03 \x01(\x03\x12\x17\n\x0f\x66\x61iled_entry_id\x18\x04 \x01(\x03\x12\x0f\n\x07message\x18\x05 \x01(\t\"U\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\r\n\x05\x66lags\x18\x03 \x01(\r\x12\x12\n\nmaster_key\x18\x04 \x01(\x0c\"\x90\x01\n\x0cReadResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\x03\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\x12\x0b\n\x03lac\x18\x05 \x01(\x03\x12\x0f\n\x07message\x18\x06 \x01(\t\"\xb0\x01\n\x10ReadRangeRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x16\n\x0e\x66irst_entry_id\x18\x02 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x03 \x01(\x03\x12\x15\n\rensemble_size\x18\x04 \x01(\x05\x12\x14\n\x0cwrite_quorum\x18\x05 \x01(\x05\x12\x14\n\x0c\x62ookie_index\x18\x06 \x01(\x05\x12\x17\n\x0fmax_batch_bytes\x18\x07 \x01(\x05\"<\n\x08\x41\x64\x64\x42\x61tch\x12\x30\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1f.autorecovery.bookie.AddRequest\"\x93\x01\n\x06\x41\x64\x64\x41\x63k\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x17\n\x0f\x65ntries_written\x18\x02 \x01(\x03\x12\x15\n\rbytes_written\x18\x03 \x01(\x03\x12\x17\n\x0f\x66\x61iled_entry_id\x18\x04 \x01(\x03\x12\x0f\n\x07message\x18\x05 \x01(\t\"?\n\tReadBatch\x12\x32\n\x07\x65ntries\x18\x01 \x03(\x0b\x32!.autorecovery.bookie.ReadResponse\"\xc0\x01\n\x0bPullRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x18\n\x10source_bookie_id\x18\x03 \x01(\t\x12\x16\n\x0e\x66irst_entry_id\x18\x04 \x01(\x03\x12\x15\n\rlast_entry_id\x18\x05 \x01(\x03\x12\x15\n\rensemble_size\x18\x06 \x01(\x05\x12\x14\n\x0cwrite_quorum\x18\x07 \x01(\x05\x12\x14\n\x0c\x62ookie_index\x18\x08 \x01(\x05\"/\n\x0bPullFailure\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xf0\x01\n\x0cPullProgress\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x18\n\x10stored_entry_ids\x18\x02 \x03(\x03\x12\x14\n\x0c\x62ytes_stored\x18\x03 \x01(\x03\x12\x30\n\x06\x66\x61iled\x18\x04 \x03(\x0b\x32 .autorecovery.bookie.PullFailure\x12\x0c\n\x04\x64one\x18\x05 \x01(\x08\x12\x15\n\rsource_status\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x17\n\x0f\x66\x61iled_entry_id\x18\x08 \x01(\x03\"#\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"s\n\x0fReadLacResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0f\n\x07message\x18\x04 \x01(\t\")\n\x14GetBookieInfoRequest\x12\x11\n\trequested\x18\x01 \x01(\x04\"\x90\x01\n\x15GetBookieInfoResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x1b\n\x13total_disk_capacity\x18\x02 \x01(\x03\x12\x17\n\x0f\x66ree_disk_space\x18\x03 \x01(\x03\x12\x10\n\x08\x66\x65\x61tures\x18\x04 \x01(\x04\"4\n\x1fGetListOfEntriesOfLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\")\n\nEntryRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\x0c\n\x04last\x18\x02 \x01(\x03\"\x97\x01\n GetListOfEntriesOfLedgerResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.autorecovery.bookie.StatusCode\x12\x11\n\tledger_id\x18\x02 \x01(\x03\x12/\n\x06ranges\x18\x03 \x03(\x0b\x32\x1f.autorecovery.bookie.EntryRange*\x9d\x01\n\nStatusCode\x12\x07\n\x03\x45OK\x10\x00\x12\x0e\n\tENOLEDGER\x10\x92\x03\x12\r\n\x08\x45NOENTRY\x10\x93\x03\x12\x0c\n\x07\x45\x42\x41\x44REQ\x10\x94\x03\x12\x08\n\x03\x45IO\x10\xf5\x03\x12\x08\n\x03\x45UA\x10\xf6\x03\x12\x10\n\x0b\x45\x42\x41\x44VERSION\x10\xf7\x03\x12\x0c\n\x07\x45\x46\x45NCED\x10\xf8\x03\x12\x0e\n\tEREADONLY\x10\xf9\x03\x12\x15\n\x10\x45TOOMANYREQUESTS\x10\xfa\x03*)\n\x07\x41\x64\x64\x46lag\x12\x0c\n\x08\x41\x44\x44_NONE\x10\x00\x12\x10\n\x0cRECOVERY_ADD\x10\x01*+\n\x08ReadFlag\x12\r\n\tREAD_NONE\x10\x00\x12\x10\n\x0c\x46\x45NCE_LEDGER\x10\x01*X\n\rBookieFeature\x12\x10\n\x0c\x46\x45\x41TURE_NONE\x10\x00\x12\x13\n\x0f\x42\x41TCHED_ENTRIES\x10\x01\x12\x0e\n\nADD_STREAM\x10\x02\x12\x10\n\x0cPULL_ENTRIES\x10\x04*M\n\x0e\x42ookieInfoFlag\x12\r\n\tINFO_NONE\x10\x00\x12\x17\n\x13TOTAL_DISK_CAPACITY\x10\x01\x12\x13\n\x0f\x46REE_DISK_SPACE\x10\x02\x32\x83\x08\n\x06\x42ookie\x12M\n\x08\x41\x64\x64\x45ntry\x12\x1f.autorecovery.bookie.AddRequest\x1a .autorecovery.bookie.AddResponse\x12X\n\nAddEntries\x12\x1f.autorecovery.bookie.AddRequest\x1a\'.autorecovery.bookie.AddEntriesResponse(\x01\x12[\n\x0f\x41\x64\x64\x45ntryBatches\x12\x1d.autorecovery.bookie.AddBatch\x1a\'.autorecovery.bookie.AddEntriesResponse(\x01\x12K\n\tAddStream\x12\x1d.autorecovery.bookie.AddBatch\x1a\x1b.autorecovery.bookie.AddAck(\x01\x30\x01\x12P\n\tReadEntry\x12 .autorecovery.bookie.ReadRequest\x1a!.autorecovery.bookie.ReadResponse\x12Y\n\x0bReadEntries\x12%.autorecovery.bookie.ReadRangeRequest\x1a!.autorecovery.bookie.ReadResponse0\x01\x12[\n\x10ReadEntryBatches\x12%.autorecovery.bookie.ReadRangeRequest\x1a\x1e.autorecovery.bookie.ReadBatch0\x01\x12T\n\x0bPullEntries\x12 .autorecovery.bookie.PullRequest\x1a!.autorecovery.bookie.PullProgress0\x01\x12T\n\x07ReadLac\x12#.autorecovery.bookie.ReadLacRequest\x1a$.autorecovery.bookie.ReadLacResponse\x12\x66\n\rGetBookieInfo\x12).autorecovery.bookie.GetBookieInfoRequest\x1a*.autorecovery.bookie.GetBookieInfoResponse\x12\x87\x01\n\x18GetListOfEntriesOfLedger\x12\x34.autorecovery.bookie.GetListOfEntriesOfLedgerRequest\x1a\x35.autorecovery.bookie.GetListOfEntriesOfLedgerResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'autorecovery.proto.bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=1722
-  _globals['_STATUSCODE']._serialized_end=1879
-  _globals['_ADDFLAG']._serialized_start=1881
-  _globals['_ADDFLAG']._serialized_end=1922
-  _globals['_READFLAG']._serialized_start=1924
-  _globals['_READFLAG']._serialized_end=1967
-  _globals['_BOOKIEFEATURE']._serialized_start=1969
-  _globals['_BOOKIEFEATURE']._serialized_end=2039
-  _globals['_BOOKIEINFOFLAG']._serialized_start=2041
-  _globals['_BOOKIEINFOFLAG']._serialized_end=2118
+  _globals['_STATUSCODE']._serialized_start=2209
+  _globals['_STATUSCODE']._serialized_end=2366
+  _globals['_ADDFLAG']._serialized_start=2368
+  _globals['_ADDFLAG']._serialized_end=2409
+  _globals['_READFLAG']._serialized_start=2411
+  _globals['_READFLAG']._serialized_end=2454
+  _globals['_BOOKIEFEATURE']._serialized_start=2456
+  _globals['_BOOKIEFEATURE']._serialized_end=2544
+  _globals['_BOOKIEINFOFLAG']._serialized_start=2546
+  _globals['_BOOKIEINFOFLAG']._serialized_end=2623
   _globals['_ADDREQUEST']._serialized_start=56
   _globals['_ADDREQUEST']._serialized_end=154
   _globals['_ADDRESPONSE']._serialized_start=156
@@ -59,20 +59,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ADDACK']._serialized_end=1059
   _globals['_READBATCH']._serialized_start=1061
   _globals['_READBATCH']._serialized_end=1124
-  _globals['_READLACREQUEST']._serialized_start=1126
-  _globals['_READLACREQUEST']._serialized_end=1161
-  _globals['_READLACRESPONSE']._serialized_start=1163
-  _globals['_READLACRESPONSE']._serialized_end=1278
-  _globals['_GETBOOKIEINFOREQUEST']._serialized_start=1280
-  _globals['_GETBOOKIEINFOREQUEST']._serialized_end=1321
-  _globals['_GETBOOKIEINFORESPONSE']._serialized_start=1324
-  _globals['_GETBOOKIEINFORESPONSE']._serialized_end=1468
-  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_start=1470
-  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_end=1522
-  _globals['_ENTRYRANGE']._serialized_start=1524
-  _globals['_ENTRYRANGE']._serialized_end=1565
-  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_start=1568
-  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_end=1719
-  _globals['_BOOKIE']._serialized_start=2121
-  _globals['_BOOKIE']._serialized_end=3062
+  _globals['_PULLREQUEST']._serialized_start=1127
+  _globals['_PULLREQUEST']._serialized_end=1319
+  _globals['_PULLFAILURE']._serialized_start=1321
+  _globals['_PULLFAILURE']._serialized_end=1368
+  _globals['_PULLPROGRESS']._serialized_start=1371
+  _globals['_PULLPROGRESS']._serialized_end=1611
+  _globals['_READLACREQUEST']._serialized_start=1613
+  _globals['_READLACREQUEST']._serialized_end=1648
+  _globals['_READLACRESPONSE']._serialized_start=1650
+  _globals['_READLACRESPONSE']._serialized_end=1765
+  _globals['_GETBOOKIEINFOREQUEST']._serialized_start=1767
+  _globals['_GETBOOKIEINFOREQUEST']._serialized_end=1808
+  _globals['_GETBOOKIEINFORESPONSE']._serialized_start=1811
+  _globals['_GETBOOKIEINFORESPONSE']._serialized_end=1955
+  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_start=1957
+  _globals['_GETLISTOFENTRIESOFLEDGERREQUEST']._serialized_end=2009
+  _globals['_ENTRYRANGE']._serialized_start=2011
+  _globals['_ENTRYRANGE']._serialized_end=2052
+  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_start=2055
+  _globals['_GETLISTOFENTRIESOFLEDGERRESPONSE']._serialized_end=2206
+  _globals['_BOOKIE']._serialized_start=2626
+  _globals['_BOOKIE']._serialized_end=3653
 # @@protoc_insertion_point(module_scope)

@@ -35,6 +35,7 @@ class BookieFeature(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FEATURE_NONE: _ClassVar[BookieFeature]
     BATCHED_ENTRIES: _ClassVar[BookieFeature]
     ADD_STREAM: _ClassVar[BookieFeature]
+    PULL_ENTRIES: _ClassVar[BookieFeature]
 
 class BookieInfoFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -58,6 +59,7 @@ FENCE_LEDGER: ReadFlag
 FEATURE_NONE: BookieFeature
 BATCHED_ENTRIES: BookieFeature
 ADD_STREAM: BookieFeature
+PULL_ENTRIES: BookieFeature
 INFO_NONE: BookieInfoFlag
 TOTAL_DISK_CAPACITY: BookieInfoFlag
 FREE_DISK_SPACE: BookieInfoFlag
@@ -173,6 +175,54 @@ class ReadBatch(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[ReadResponse]
     def __init__(self, entries: _Optional[_Iterable[_Union[ReadResponse, _Mapping]]] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("ledger_id", "master_key", "source_bookie_id", "first_entry_id", "last_entry_id", "ensemble_size", "write_quorum", "bookie_index")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ENSEMBLE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUORUM_FIELD_NUMBER: _ClassVar[int]
+    BOOKIE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    master_key: bytes
+    source_bookie_id: str
+    first_entry_id: int
+    last_entry_id: int
+    ensemble_size: int
+    write_quorum: int
+    bookie_index: int
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., source_bookie_id: _Optional[str] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., ensemble_size: _Optional[int] = ..., write_quorum: _Optional[int] = ..., bookie_index: _Optional[int] = ...) -> None: ...
+
+class PullFailure(_message.Message):
+    __slots__ = ("entry_id", "reason")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    reason: str
+    def __init__(self, entry_id: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PullProgress(_message.Message):
+    __slots__ = ("status", "stored_entry_ids", "bytes_stored", "failed", "done", "source_status", "message", "failed_entry_id")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STORED_ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_STORED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    stored_entry_ids: _containers.RepeatedScalarFieldContainer[int]
+    bytes_stored: int
+    failed: _containers.RepeatedCompositeFieldContainer[PullFailure]
+    done: bool
+    source_status: str
+    message: str
+    failed_entry_id: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., stored_entry_ids: _Optional[_Iterable[int]] = ..., bytes_stored: _Optional[int] = ..., failed: _Optional[_Iterable[_Union[PullFailure, _Mapping]]] = ..., done: _Optional[bool] = ..., source_status: _Optional[str] = ..., message: _Optional[str] = ..., failed_entry_id: _Optional[int] = ...) -> None: ...
 
 class ReadLacRequest(_message.Message):
     __slots__ = ("ledger_id",)

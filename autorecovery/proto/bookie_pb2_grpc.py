@@ -69,6 +69,11 @@ class BookieStub:
                 request_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
                 response_deserializer=autorecovery_dot_proto_dot_bookie__pb2.ReadBatch.FromString,
                 _registered_method=True)
+        self.PullEntries = channel.unary_stream(
+                '/autorecovery.bookie.Bookie/PullEntries',
+                request_serializer=autorecovery_dot_proto_dot_bookie__pb2.PullRequest.SerializeToString,
+                response_deserializer=autorecovery_dot_proto_dot_bookie__pb2.PullProgress.FromString,
+                _registered_method=True)
         self.ReadLac = channel.unary_unary(
                 '/autorecovery.bookie.Bookie/ReadLac',
                 request_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadLacRequest.SerializeToString,
@@ -134,6 +139,13 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PullEntries(self, request, context):
+        """needs PULL_ENTRIES
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReadLac(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -189,6 +201,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.ReadEntryBatches,
                     request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.FromString,
                     response_serializer=autorecovery_dot_proto_dot_bookie__pb2.ReadBatch.SerializeToString,
+            ),
+            'PullEntries': grpc.unary_stream_rpc_method_handler(
+                    servicer.PullEntries,
+                    request_deserializer=autorecovery_dot_proto_dot_bookie__pb2.PullRequest.FromString,
+                    response_serializer=autorecovery_dot_proto_dot_bookie__pb2.PullProgress.SerializeToString,
             ),
             'ReadLac': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadLac,
@@ -395,6 +412,33 @@ class Bookie:
             '/autorecovery.bookie.Bookie/ReadEntryBatches',
             autorecovery_dot_proto_dot_bookie__pb2.ReadRangeRequest.SerializeToString,
             autorecovery_dot_proto_dot_bookie__pb2.ReadBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/autorecovery.bookie.Bookie/PullEntries',
+            autorecovery_dot_proto_dot_bookie__pb2.PullRequest.SerializeToString,
+            autorecovery_dot_proto_dot_bookie__pb2.PullProgress.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,15 @@ source feeds one client-streamed ``AddEntries`` call per target through a bounde
 writes overlap; memory per stream is bounded by ``window_entries`` entries and ``window_bytes`` bytes
 per target, whichever comes first: enough in flight to hide the target's group-commit fsync).
 
+* **Bookie to bookie (ours, issue 13).** When a stream has a single target and that bookie reports
+  ``PULL_ENTRIES``, the worker asks the *target* to read the range from the source itself
+  (``PullEntries``): the target verifies every entry's CRC32C, stores it as a ``RECOVERY_ADD`` and
+  reports the entry ids as they become durable. The bytes cross the network once instead of twice
+  (upstream's replicator reads every entry to itself and writes it out), and the worker's host carries
+  none of them. What the pull could not get (missing, corrupt, a failed source) is copied through this
+  process exactly as below. Not used while ``replicationRateByBytes`` limits the worker (the bucket is
+  charged per entry here), nor towards a bookie that does not pull (TLS, ``--no-pull-entries``, an
+  older version).
 * Every entry's CRC32C is verified with :func:`~autorecovery.ledger.digest.unpack_entry` *before* it
   is handed to a target, and the **same body bytes** are written (the body carries ledger id, entry
   id, LAC, cumulative length and CRC; upstream re-packs with the handle's current LAC, we do not need
@@ -110,13 +119,17 @@ class FragmentCopier:
             writing (one entry is always allowed, whatever its size).
         metrics: object with the worker's metric handles (see ``roles/worker.py``), or None.
         sleep: awaitable sleep (injected for tests).
+        pull: let a single target bookie that reports ``PULL_ENTRIES`` copy a stream's range from the
+            source itself (the first source tried, no byte rate limit set); the entries it cannot get
+            are then copied through this process like any other fallback.
         cluster_slots: :class:`~autorecovery.zk.stream_slots.ClusterStreamSlots` making the stream caps
             hold across every worker of the cluster (None: this process's caps only).
     """
 
     def __init__(self, bookies, *, byte_bucket: TokenBucket, caps: StreamCaps, caps_changed: asyncio.Condition,
                  window_entries: int = 256, window_bytes: int = 16 * 1024 * 1024, metrics=None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, cluster_slots=None) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, cluster_slots=None,
+                 pull: bool = True) -> None:
         self.bookies = bookies
         self.bucket = byte_bucket
         self.caps = caps
@@ -126,6 +139,9 @@ class FragmentCopier:
         self.m = metrics
         self.sleep = sleep
         self.cluster_slots = cluster_slots
+        self.pull = pull
+        #: PullEntries calls that completed (a target copied a range from its source itself)
+        self.pulls = 0
 
     # -- stream slots ------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -256,7 +272,17 @@ class FragmentCopier:
             if target in failed:  # unblock a reader waiting on this full window
                 queues[target].discard()
 
+        writers: dict[str, asyncio.Task] = {}
+
+        def start_writers() -> None:
+            # opened with the first entry copied through this process (none when a pull did it all)
+            for t in spec.targets:
+                if t not in writers:
+                    writers[t] = task = asyncio.create_task(write(t))
+                    task.add_done_callback(lambda tk, t=t: on_writer_done(t, tk))
+
         async def emit(eid: int, body: bytes) -> None:
+            start_writers()
             wait = self.bucket.reserve(len(body) * len(spec.targets))
             if wait > 0:
                 await self.sleep(wait)
@@ -285,9 +311,73 @@ class FragmentCopier:
                 self.m.read_latency.record(t_read * 1000.0)
             return True
 
-        writers = {t: asyncio.create_task(write(t)) for t in spec.targets}
-        for t, task in writers.items():
-            task.add_done_callback(lambda tk, t=t: on_writer_done(t, tk))
+        pulled = [0, 0]  # entries, bytes stored on the target by PullEntries
+
+        async def pull(source: str, a: int, b: int) -> str | None:
+            """Have the single target copy ``a..b`` from ``source`` itself (PullEntries): the bytes cross
+            the network once. Returns None when it cannot (the caller copies through this process), else
+            the source's failure status (``""``: the source served the whole range)."""
+            target = spec.targets[0]
+            if not self.pull or len(spec.targets) != 1 or not self.bucket.unlimited or target in writers:
+                return None
+            try:
+                if not await self.bookies.pulls(target):
+                    return None
+            except BookieError:
+                return None  # the target is unreachable: the local path reports it as a target failure
+            source_failed = ""
+            t0 = t_prev = time.monotonic()
+            try:
+                async with contextlib.aclosing(self.bookies.pull_entries(
+                    target, source, ledger_id, master_key, a, b, ensemble_size=e_size,
+                    write_quorum=spec.arc_len, bookie_index=spec.arc_end,
+                )) as reports:
+                    async for rep in reports:
+                        now = time.monotonic()
+                        for eid, why in rep.failed.items():
+                            tried.setdefault(eid, {})[source] = why
+                            if why == "DIGEST":
+                                res.corrupt.append((eid, source))
+                                if self.m is not None:
+                                    self.m.corrupt_source_entries.inc()
+                                log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid,
+                                          bookie_id=source, target=target)
+                        n = len(rep.stored)
+                        if n:
+                            missing.difference_update(rep.stored)
+                            pulled[0] += n
+                            pulled[1] += rep.bytes_stored
+                            res.entries_read += n
+                            res.bytes_read += rep.bytes_stored
+                            if self.m is not None:
+                                per_entry_ms = (now - t_prev) * 1000.0 / n
+                                self.m.entries_read.inc(n)
+                                self.m.entries_written.inc(n)
+                                for _ in range(n):
+                                    self.m.read_latency.record(per_entry_ms)
+                                mean = rep.bytes_stored // n
+                                for _ in range(n):
+                                    self.m.bytes_read.record(mean)
+                                    self.m.bytes_written.record(mean)
+                            on_bytes(rep.bytes_stored)
+                        t_prev = now
+                        if rep.source_status:
+                            source_failed = rep.source_status
+                            log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source, target=target,
+                                        status=rep.source_status, error=rep.source_message)
+                            for eid in missing:
+                                if a <= eid <= b:
+                                    tried.setdefault(eid, {}).setdefault(source, rep.source_status)
+                        why = should_abort()
+                        if why:
+                            raise _Aborted(why)
+            except BookieError as exc:
+                raise TargetWriteError(target, exc) from exc
+            if self.m is not None:
+                self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
+            self.pulls += 1
+            return source_failed
+
         try:
             reg = set(registered())
             sources = [spec.source] + [a for a in spec.alternates
@@ -302,9 +392,15 @@ class FragmentCopier:
                         tried.setdefault(eid, {})[source] = "NOT_REGISTERED"
                     continue
                 lo, hi = min(missing), max(missing)
+                untouched = len(missing) == spec.entries  # nothing copied or tried yet: a pull copies exactly these
                 async with self._slot(source, spec.targets):
                     for a in range(lo, hi + 1, MAX_STREAM_IDS):
                         b = min(hi, a + MAX_STREAM_IDS - 1)
+                        pulled_from = await pull(source, a, b) if untouched else None
+                        if pulled_from is not None:
+                            if pulled_from:  # the source failed: its other chunks are not tried either
+                                break
+                            continue
                         try:
                             t_prev = time.monotonic()
                             # aclosing: leaving the loop early (abort, a dead target) closes the stream
@@ -374,7 +470,7 @@ class FragmentCopier:
                     res.unreadable[eid] = dict(reasons)
                     if self.m is not None:
                         self.m.unable_to_read.inc()
-            for t in spec.targets:
+            for t in writers:
                 if t not in failed:
                     await queues[t].put(None)
             results = await asyncio.gather(*writers.values(), return_exceptions=True)
@@ -383,6 +479,8 @@ class FragmentCopier:
                 task.cancel()
             await asyncio.gather(*writers.values(), return_exceptions=True)
             raise
+        res.entries_written += pulled[0]
+        res.bytes_written += pulled[1]
         for t, r in zip(writers, results):
             if isinstance(r, BaseException):
                 raise TargetWriteError(t, r)

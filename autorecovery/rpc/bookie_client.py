@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,33 @@ class ReadResult:
     entry_id: int
     body: bytes
     lac: int
+
+
+@dataclass(frozen=True)
+class PullReport:
+    """One progress message of a PullEntries call (see :meth:`BookieClient.pull_entries`).
+
+    Attributes:
+        stored: entry ids newly durable on the target since the previous report, ascending.
+        bytes_stored: body bytes of those, bytes.
+        failed: entry id → why the source did not serve it (a status name such as ``ENOENTRY``, or
+            ``DIGEST`` when the source's copy failed its checksum and was not stored).
+        source_status: a status name when the source stream itself failed (the rest of the range was
+            not read), else ``""``; source_message: its detail.
+        done: the last report of the call.
+    """
+
+    stored: tuple[int, ...]
+    bytes_stored: int
+    failed: dict[int, str]
+    source_status: str = ""
+    source_message: str = ""
+    done: bool = False
+
+
+#: Extra time the worker waits for a pull report beyond its own timeout: the target itself waits up
+#: to its peer client's timeout (10 s) for the source before it reports the source as failed, s.
+PULL_SOURCE_GRACE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -536,6 +564,73 @@ class BookieClient:
                         yield missing
                     else:
                         _raise(_status_error(bookie_id, resp.status, resp.message))
+        finally:
+            call.cancel()
+
+    async def pulls(self, bookie_id: str) -> bool:
+        """Whether ``bookie_id`` serves :meth:`pull_entries` (feature ``PULL_ENTRIES``; False with
+        ``batching=False``, the benchmarks' old framing).
+
+        Raises:
+            BookieUnavailableError: the bookie cannot be reached.
+        """
+        return self.batching and bool(await self.features(bookie_id) & pb.PULL_ENTRIES)
+
+    async def pull_entries(
+        self,
+        target: str,
+        source: str,
+        ledger_id: int,
+        master_key: bytes,
+        first: int,
+        last: int,
+        *,
+        ensemble_size: int = 0,
+        write_quorum: int = 0,
+        bookie_index: int = 0,
+    ) -> AsyncIterator[PullReport]:
+        """Have ``target`` copy entries ``first..last`` of the ledger from ``source`` itself (feature
+        ``PULL_ENTRIES``): the target reads them with the striping filter of :meth:`read_entries`,
+        verifies each entry's digest and stores it as a ``RECOVERY_ADD`` under ``master_key``. Yields a
+        :class:`PullReport` as entries become durable on the target; the last one has ``done``. Break
+        out of the loop (or ``aclose()``) to cancel: what was reported stored stays stored.
+
+        Each report is waited for at most ``timeout_s`` + :data:`PULL_SOURCE_GRACE_S` seconds.
+
+        Raises:
+            BookieError: the *target* refused (``EUA`` other master key, ``EREADONLY``, ``EIO``,
+                ``EBADREQ`` bad range or a target that does not pull, ``ETOOMANYREQUESTS``); its
+                ``entry_id`` (or None) names the entry refused, every entry reported before is durable.
+            BookieUnavailableError: the target cannot be reached or stopped answering.
+        """
+        req = pb.PullRequest(ledger_id=ledger_id, master_key=master_key, source_bookie_id=source,
+                             first_entry_id=first, last_entry_id=last, ensemble_size=ensemble_size,
+                             write_quorum=write_quorum, bookie_index=bookie_index)
+        what = f"pull ledger {ledger_id} entries {first}..{last} from {source}"
+        call = self._stub(target).PullEntries(req)
+        wait_s = self.timeout_s + PULL_SOURCE_GRACE_S
+        try:
+            while True:
+                try:
+                    msg = await asyncio.wait_for(call.read(), wait_s)
+                except TimeoutError:
+                    raise BookieUnavailableError(target, "UNAVAILABLE", f"{what}: no progress for {wait_s:g}s") from None
+                except grpc.aio.AioRpcError as exc:
+                    raise self._failed(target, exc, what) from None
+                if msg is grpc.aio.EOF:
+                    raise BookieUnavailableError(target, "UNAVAILABLE", f"{what}: the stream ended without a last report")
+                report = PullReport(tuple(msg.stored_entry_ids), msg.bytes_stored,
+                                    {f.entry_id: f.reason for f in msg.failed}, msg.source_status,
+                                    msg.message if msg.source_status else "", msg.done)
+                if msg.status != pb.EOK:
+                    if report.stored or report.failed:
+                        yield dataclasses.replace(report, done=False)
+                    err = _status_error(target, msg.status, msg.message)
+                    err.entry_id = msg.failed_entry_id if msg.failed_entry_id >= 0 else None
+                    raise err
+                yield report
+                if msg.done:
+                    return
         finally:
             call.cancel()
 

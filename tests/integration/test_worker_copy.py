@@ -24,7 +24,11 @@ def corrupt(cluster, bookie_id: str, ledger_id: int, entry_ids: list[int]) -> in
     return flip_entry_bytes(data_dir, ledger_id, entry_ids, at=40, count=4)
 
 
-async def test_corrupt_source_entry_is_never_copied(cluster_factory):
+@pytest.mark.parametrize("pull", [True, False], ids=["target-pulls", "through-worker"])
+async def test_corrupt_source_entry_is_never_copied(cluster_factory, pull):
+    """Both copy paths: the new bookie pulls from the source itself (PullEntries, reports the corrupt
+    copies as DIGEST and the worker fetches them from the other replica), or, started with
+    ``--no-pull-entries``, the worker copies through itself."""
     cluster = await asyncio.to_thread(cluster_factory, bookies=3)
     env = await open_env(cluster)
     try:
@@ -33,12 +37,13 @@ async def test_corrupt_source_entry_is_never_copied(cluster_factory):
         # entries 3, 4, 5 (one of each residue) are corrupt on b1; b1's first and last entries are fine,
         # so the checker does not flag b1 and it is used as a source for at least one residue
         assert corrupt(cluster, b[1], lh.ledger_id, [3, 4, 5]) == 3
-        new = await env.start_bookie(3)
+        new = await env.start_bookie(3, None if pull else ["--no-pull-entries"])
         await env.stop_bookie(b[0])
         await env.um.mark_underreplicated(lh.ledger_id, [b[0]])
         w = await env.start_worker()
         await wait_marker_gone(env, lh.ledger_id)
         assert await entries_on(env, new, lh.ledger_id) == list(range(10))
+        assert (w.copier.pulls > 0) == pull
         for e in range(10):  # every copy on the target verifies
             r = await env.bk.bookies.read_entry(new, lh.ledger_id, e)
             unpack_entry(r.body, lh.ledger_id, e, source=new)

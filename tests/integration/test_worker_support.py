@@ -114,8 +114,8 @@ class Env:
         await asyncio.to_thread(self.cluster.kill_bookie, i, signal.SIGTERM)
         await self.wait_available(lambda w: bookie_id not in w.available)
 
-    async def start_bookie(self, i: int) -> str:
-        bid = await asyncio.to_thread(self.cluster.start_bookie, i)
+    async def start_bookie(self, i: int, extra_args: list[str] | None = None) -> str:
+        bid = await asyncio.to_thread(self.cluster.start_bookie, i, 30.0, extra_args)
         await self.wait_available(lambda w: bid in w.writable)
         return bid
 

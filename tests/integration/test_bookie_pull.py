@@ -1,0 +1,146 @@
+"""Bookie-to-bookie copy (feature PULL_ENTRIES, issue 13) over real gRPC: a target bookie reads a range
+from a source bookie itself, verifies every entry's digest, stores it as a RECOVERY_ADD and reports the
+entry ids as they become durable.
+
+* Only a bookie with a peer client reports the feature; one without refuses the call (EBADREQ).
+* The striping filter is honoured, so the target stores exactly the ids of its ensemble index.
+* What the source cannot serve is reported per entry (ENOENTRY; DIGEST for a corrupt copy) and never
+  stored; a source that cannot be reached is reported as ``source_status``; the target's own refusal
+  (read-only) ends the call with its status.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autorecovery.bookie.disk import DiskProbe
+from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
+from autorecovery.bookie.storage import BookieStorage
+from autorecovery.errors import BookieError
+from autorecovery.ledger.digest import pack_entry
+from autorecovery.ledger.striping import index_stores
+from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.testing.zk_server import free_port
+
+pytestmark = pytest.mark.integration
+
+MK = b"master-key"
+LID = 7
+
+
+def entry(eid: int, size: int = 3000) -> bytes:
+    return pack_entry(LID, eid, eid - 1, (eid + 1) * size, bytes([eid % 251]) * size)
+
+
+@pytest.fixture
+async def bookies(tmp_path):
+    """``start(name, pulls=True, readonly=False)`` → a running BookieService (peer client when ``pulls``)."""
+    running = []
+
+    async def start(name: str, pulls: bool = True, readonly: bool = False) -> BookieService:
+        storage = BookieStorage(tmp_path / name, name=name)
+        storage.open()
+        server, port = build_grpc_server("127.0.0.1", 0, 5 * 1024 * 1024)
+        peers = BookieClient(timeout_s=5.0) if pulls else None
+        service = BookieService(storage, f"127.0.0.1:{port}", disk=DiskProbe(tmp_path / name), peers=peers,
+                                is_readonly=lambda: readonly)
+        add_service(server, service)
+        await server.start()
+        running.append((server, storage, peers))
+        return service
+
+    yield start
+    for server, storage, peers in running:
+        await server.stop(None)
+        if peers is not None:
+            await peers.close()
+        await storage.close()
+
+
+async def pull_all(client: BookieClient, target: str, source: str, first: int, last: int, **kw):
+    """Every report of one pull: (stored ids in report order, bytes, failures, last report)."""
+    stored, nbytes, failed, last_rep = [], 0, {}, None
+    async for rep in client.pull_entries(target, source, LID, MK, first, last, **kw):
+        stored.extend(rep.stored)
+        nbytes += rep.bytes_stored
+        failed.update(rep.failed)
+        last_rep = rep
+    return stored, nbytes, failed, last_rep
+
+
+async def test_only_a_bookie_with_peers_pulls(bookies, client):
+    with_peers = await bookies("a")
+    without = await bookies("b", pulls=False)
+    assert await client.pulls(with_peers.bookie_id)
+    assert not await client.pulls(without.bookie_id)
+    with pytest.raises(BookieError) as exc:
+        await pull_all(client, without.bookie_id, with_peers.bookie_id, 0, 0)
+    assert exc.value.status == "EBADREQ" and "does not pull" in str(exc.value)
+    with pytest.raises(BookieError) as exc:  # a bookie never pulls from itself
+        await pull_all(client, with_peers.bookie_id, with_peers.bookie_id, 0, 0)
+    assert exc.value.status == "EBADREQ"
+
+
+async def test_pull_stores_exactly_the_striped_ids_and_reports_them_durable(bookies, client):
+    source = await bookies("src", pulls=False)
+    target = await bookies("tgt")
+    # 3,000 entries of 3,000 bytes: more than one 4 MiB report, more than one 1 MiB read batch
+    await client.add_entries(source.bookie_id, LID, MK, [(e, entry(e)) for e in range(3000)])
+    stored, nbytes, failed, last = await pull_all(client, target.bookie_id, source.bookie_id, 0, 2999,
+                                                  ensemble_size=3, write_quorum=2, bookie_index=1)
+    want = [e for e in range(3000) if index_stores(1, e, 3, 2)]
+    assert stored == want and not failed and last.done and last.source_status == ""
+    assert nbytes == sum(len(entry(e)) for e in want)
+    on_target = [e for a, b in await client.get_list_of_entries(target.bookie_id, LID) for e in range(a, b + 1)]
+    assert on_target == want  # nothing the filter excludes
+    for e in (want[0], want[1], want[-1]):  # the very bytes, stored durably on the target
+        r = await client.read_entry(target.bookie_id, LID, e)
+        assert r.body == entry(e)
+
+
+async def test_missing_and_corrupt_entries_are_reported_and_not_stored(bookies, client):
+    source = await bookies("src", pulls=False)
+    target = await bookies("tgt")
+    bad = bytearray(entry(7))
+    bad[-1] ^= 0xFF  # payload flipped: the CRC32C no longer matches
+    entries = [(e, entry(e)) for e in range(10) if e != 5]
+    entries[6] = (7, bytes(bad))
+    await client.add_entries(source.bookie_id, LID, MK, entries)
+    stored, _nbytes, failed, last = await pull_all(client, target.bookie_id, source.bookie_id, 0, 9)
+    assert failed == {5: "ENOENTRY", 7: "DIGEST"}
+    assert stored == [0, 1, 2, 3, 4, 6, 8, 9] and last.done
+    for e in (5, 7):
+        with pytest.raises(BookieError) as exc:
+            await client.read_entry(target.bookie_id, LID, e)
+        assert exc.value.status == "ENOENTRY"
+
+
+async def test_unreachable_source_is_reported_as_the_source_status(bookies, client):
+    target = await bookies("tgt")
+    gone = f"127.0.0.1:{free_port()}"
+    stored, _nbytes, failed, last = await pull_all(client, target.bookie_id, gone, 0, 9)
+    assert stored == [] and failed == {} and last.done
+    assert last.source_status == "UNAVAILABLE" and gone in last.source_message
+
+
+async def test_target_refusal_ends_the_pull_with_its_status(bookies, client):
+    source = await bookies("src", pulls=False)
+    target = await bookies("tgt", readonly=True)
+    await client.add_entries(source.bookie_id, LID, MK, [(e, entry(e)) for e in range(5)])
+    with pytest.raises(BookieError) as exc:
+        await pull_all(client, target.bookie_id, source.bookie_id, 0, 4)
+    assert exc.value.status == "EREADONLY" and exc.value.entry_id == 0
+    with pytest.raises(BookieError) as exc:
+        await client.read_entry(target.bookie_id, LID, 0)
+    assert exc.value.status == "ENOLEDGER"
+
+
+async def test_wrong_master_key_on_the_target_is_refused(bookies, client):
+    source = await bookies("src", pulls=False)
+    target = await bookies("tgt")
+    await client.add_entries(source.bookie_id, LID, MK, [(e, entry(e)) for e in range(3)])
+    await client.add_entries(target.bookie_id, LID, b"other-key", [(0, entry(0))])
+    with pytest.raises(BookieError) as exc:
+        await pull_all(client, target.bookie_id, source.bookie_id, 0, 2)
+    assert exc.value.status == "EUA"
+    assert [e for a, b in await client.get_list_of_entries(target.bookie_id, LID) for e in range(a, b + 1)] == [0]
