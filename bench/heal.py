@@ -12,13 +12,15 @@ Timed, in the same run:
   per-worker rate is each surviving daemon's ``bytes_copied`` (its progress endpoint) over the heal time.
 * **raw copy**: the same bytes through ReadEntryBatches → AddEntryBatches (the workers' framing) between
   two null bookies in their own processes (``bench/nullbookie.py``), with as many pipelines as workers
-  copied (issue 13's baseline).
+  copied (issue 13's baseline);
+* **raw pull**: the same bytes pulled by one null bookie from another (``PullEntries``, one hop: the
+  path the bookies take when the workers let the target pull).
 
 Prints MB/s (10^6 bytes/s of entry bodies), the ratio heal / raw copy, and the CPU each kind of process
 (daemons, bookies, ZooKeeper, this bench) used from the kill to the end. The bench waits on the marker
 tree's watches (no polling), so it adds next to no load to the cluster it measures. Not a test.
 
-    .venv/bin/python bench/heal.py              # 256 MiB
+    .venv/bin/python bench/heal.py              # 1024 MiB (about a third of it is healed)
     .venv/bin/python bench/heal.py --mib 32     # quick run
 """
 
@@ -47,7 +49,7 @@ from autorecovery.ledger.metadata import bookie_index_stores  # noqa: E402
 from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
 from autorecovery.workload import write_ledgers  # noqa: E402
 from autorecovery.zk.underreplication import UnderreplicationManager  # noqa: E402
-from replication import ENTRY, raw_grpc  # noqa: E402
+from replication import ENTRY, raw_grpc, raw_pull  # noqa: E402
 
 
 def cpu_procs(cluster: LocalCluster, victim: int) -> dict:
@@ -203,14 +205,17 @@ async def run(base: Path, mib: int, ledgers: int) -> None:
     raw = await raw_grpc(to_heal // ENTRY, max(1, len(workers)))
     print(f"raw copy:  {raw:8.1f} MB/s  (same bytes, ReadEntryBatches -> AddEntryBatches between two null-bookie "
           f"processes, {max(1, len(workers))} pipelines)")
+    rawp = await raw_pull(to_heal // ENTRY, max(1, len(workers)))
+    print(f"raw pull:  {rawp:8.1f} MB/s  (same bytes, PullEntries: one null-bookie process reads another, "
+          f"{max(1, len(workers))} calls: the one-hop path the workers' bookies use)")
     best = max(copied.values()) / copy_s / 1e6
-    print(f"ratio: heal/raw copy = {heal / raw:.2f} (issue 13 goal: per-worker >= 100 MB/s; best worker "
+    print(f"ratio: heal/raw copy = {heal / raw:.2f}, heal/raw pull = {heal / rawp:.2f} (issue 13 goal: per-worker >= 100 MB/s; best worker "
           f"{best:.1f} MB/s)")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mib", type=int, default=256, help="MiB of entry bodies written (default 256)")
+    ap.add_argument("--mib", type=int, default=1024, help="MiB of entry bodies written (default 1024)")
     ap.add_argument("--ledgers", type=int, default=24, help="ledgers the data is spread over (default 24)")
     a = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))

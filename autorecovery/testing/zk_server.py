@@ -195,6 +195,9 @@ class ZooKeeperServer:
                 java,
                 f"-Xmx{self.heap_mb}m",
                 "-XX:+UseSerialGC",
+                # C1 only: a short-lived test/demo server spent ~half its CPU in the C2 compiler during
+                # a heal on 2 cores (issue 13's heal bench); C1 code is fast enough for it
+                "-XX:TieredStopAtLevel=1",
                 "-Dzookeeper.jmx.log4j.disable=true",
                 "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                 "-Dzookeeper.4lw.commands.whitelist=*",
