@@ -1,7 +1,7 @@
 """Benchmark: end-to-end heal in a real local cluster against the raw copy rate of the same bytes.
 
 Set-up (not timed): a local cluster of 6 bookie processes in 3 racks, an autorecovery daemon next to
-each (``lostBookieRecoveryDelay=0``), and ``--mib`` MiB of 64 KiB entries written with the ledger
+each (``lostBookieRecoveryDelay=0``; ``--daemons 1`` keeps one surviving daemon: a single worker heals), and ``--mib`` MiB of 64 KiB entries written with the ledger
 client into ``--ledgers`` ledgers E3/WQ2/AQ2.
 
 Timed, in the same run:
@@ -119,11 +119,13 @@ async def bytes_on(bk: BookKeeper, ledger_ids, bookie: str) -> int:
     return total
 
 
-async def run(base: Path, mib: int, ledgers: int) -> None:
+async def run(base: Path, mib: int, ledgers: int, daemons: int = 5) -> None:
     cluster = LocalCluster(base / "heal", bookies=6, racks=3)
     try:
         await asyncio.to_thread(cluster.up)
-        ports = await asyncio.to_thread(start_daemons, cluster, range(6), {})
+        # host 1 is the victim; the surviving daemons run on the first ``daemons`` other hosts
+        hosts = sorted({1, *[0, 2, 3, 4, 5][:daemons]})
+        ports = await asyncio.to_thread(start_daemons, cluster, hosts, {})
         bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
         try:
             await writable_bookies(bk.watcher, 6, "set-up")
@@ -217,10 +219,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mib", type=int, default=1024, help="MiB of entry bodies written (default 1024)")
     ap.add_argument("--ledgers", type=int, default=24, help="ledgers the data is spread over (default 24)")
+    ap.add_argument("--daemons", type=int, choices=range(1, 6), default=5,
+                    help="surviving hosts that run an autorecovery daemon (default 5: all; 1 = a single worker heals)")
     a = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     base = Path(tempfile.mkdtemp(prefix="bench-heal-"))
-    asyncio.run(run(base, a.mib, a.ledgers))
+    asyncio.run(run(base, a.mib, a.ledgers, a.daemons))
 
 
 if __name__ == "__main__":

@@ -206,6 +206,7 @@ class BookieServer:
                 limits=cfg.limits,
                 stream_idle_timeout_s=cfg.stream_idle_timeout_s,
                 peers=self.peers,
+                peer_check=self._registered,
             )
             add_service(self._server, self.service)
             await self._server.start()
@@ -224,6 +225,14 @@ class BookieServer:
             raise
         log.info("bookie started", bookie_id=self.bookie_id, readonly=self.readonly)
         return self
+
+    async def _registered(self, bookie_id: str) -> bool:
+        """Whether ``bookie_id`` is registered now, writable or read-only (a PullEntries source)."""
+        zk = self.zk
+        if zk is None or "/" in bookie_id:
+            return False
+        return (await zk.exists(self.paths.available_bookie(bookie_id)) is not None
+                or await zk.exists(self.paths.readonly_bookie(bookie_id)) is not None)
 
     async def _disk_monitor(self) -> None:
         """Re-check the disk periodically; move between writable and read-only (upstream

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import structlog
@@ -96,6 +96,9 @@ class BookieService(pb_grpc.BookieServicer):
         peers: a :class:`~autorecovery.rpc.bookie_client.BookieClient` this bookie reads other bookies
             with, to serve PullEntries (feature ``PULL_ENTRIES``); None = the bookie does not pull
             (the worker then copies through itself). The service does not close it.
+        peer_check: ``async (bookie id) -> bool``, whether a PullEntries source is a bookie of the cluster
+            (the server checks its registration in ZooKeeper), so a caller cannot point this bookie at
+            an arbitrary address; None = no check (tests).
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class BookieService(pb_grpc.BookieServicer):
         limits: AdmissionLimits | None = None,
         stream_idle_timeout_s: float = 120.0,
         peers=None,
+        peer_check: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.storage = storage
         self.bookie_id = bookie_id
@@ -124,6 +128,7 @@ class BookieService(pb_grpc.BookieServicer):
         self._closing = False
         self._intakes: set[asyncio.Task] = set()
         self.peers = peers
+        self.peer_check = peer_check
         self.features = FEATURES | (pb.PULL_ENTRIES if peers is not None else 0)
 
     def begin_shutdown(self) -> None:
@@ -603,6 +608,9 @@ class BookieService(pb_grpc.BookieServicer):
             return
         if source == self.bookie_id:
             yield refuse("EBADREQ", f"ledger {lid}: cannot pull from itself")
+            return
+        if self.peer_check is not None and not await self.peer_check(source):
+            yield refuse("EBADREQ", f"ledger {lid}: source {source} is not a registered bookie of this cluster")
             return
         stream = self.storage.new_stream()
         inflight: deque[tuple[int, asyncio.Future, int]] = deque()

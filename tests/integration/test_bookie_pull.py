@@ -34,16 +34,17 @@ def entry(eid: int, size: int = 3000) -> bytes:
 
 @pytest.fixture
 async def bookies(tmp_path):
-    """``start(name, pulls=True, readonly=False)`` → a running BookieService (peer client when ``pulls``)."""
+    """``start(name, pulls=True, readonly=False, peer_check=None)`` → a running BookieService (peer client
+    when ``pulls``)."""
     running = []
 
-    async def start(name: str, pulls: bool = True, readonly: bool = False) -> BookieService:
+    async def start(name: str, pulls: bool = True, readonly: bool = False, peer_check=None) -> BookieService:
         storage = BookieStorage(tmp_path / name, name=name)
         storage.open()
         server, port = build_grpc_server("127.0.0.1", 0, 5 * 1024 * 1024)
         peers = BookieClient(timeout_s=5.0) if pulls else None
         service = BookieService(storage, f"127.0.0.1:{port}", disk=DiskProbe(tmp_path / name), peers=peers,
-                                is_readonly=lambda: readonly)
+                                is_readonly=lambda: readonly, peer_check=peer_check)
         add_service(server, service)
         await server.start()
         running.append((server, storage, peers))
@@ -144,3 +145,19 @@ async def test_wrong_master_key_on_the_target_is_refused(bookies, client):
         await pull_all(client, target.bookie_id, source.bookie_id, 0, 2)
     assert exc.value.status == "EUA"
     assert [e for a, b in await client.get_list_of_entries(target.bookie_id, LID) for e in range(a, b + 1)] == [0]
+
+
+async def test_a_source_that_is_not_a_registered_bookie_is_refused(bookies, client):
+    source = await bookies("src", pulls=False)
+    asked = []
+
+    async def registered(bookie_id: str) -> bool:
+        asked.append(bookie_id)
+        return False
+
+    target = await bookies("tgt", peer_check=registered)
+    await client.add_entries(source.bookie_id, LID, MK, [(0, entry(0))])
+    with pytest.raises(BookieError) as exc:
+        await pull_all(client, target.bookie_id, source.bookie_id, 0, 0)
+    assert exc.value.status == "EBADREQ" and "not a registered bookie" in str(exc.value)
+    assert asked == [source.bookie_id]
