@@ -43,6 +43,7 @@ from autorecovery.bookie.disk import DiskProbe
 from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
 from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import HEADER_SIZE, peek_ids, unpack_entry
+from autorecovery.ledger.striping import index_stores
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.convert import ranges_to_proto, status_code
@@ -602,9 +603,12 @@ class BookieService(pb_grpc.BookieServicer):
         if self.peers is None:
             yield refuse("EBADREQ", "does not pull entries from other bookies (no peer client)")
             return
-        if lid < 0 or first < 0 or last < first or last - first + 1 > self.max_range_entries or not source:
+        bad_striping = request.ensemble_size < 0 or (request.ensemble_size > 0 and request.write_quorum < 1)
+        if lid < 0 or first < 0 or last < first or last - first + 1 > self.max_range_entries or not source \
+                or bad_striping:
             yield refuse("EBADREQ", f"bad pull of ledger {lid} entries {first}..{last} from {source!r} "
-                                    f"(at most {self.max_range_entries} ids)")
+                                    f"(at most {self.max_range_entries} ids; ensemble size "
+                                    f"{request.ensemble_size}, write quorum {request.write_quorum})")
             return
         if source == self.bookie_id:
             yield refuse("EBADREQ", f"ledger {lid}: cannot pull from itself")
@@ -654,6 +658,9 @@ class BookieService(pb_grpc.BookieServicer):
                         failed.append(pb.PullFailure(entry_id=getattr(item, "entry_id", -1), reason=item.status))
                         continue
                     eid, body = item.entry_id, item.body
+                    if not first <= eid <= last or (request.ensemble_size and not index_stores(
+                            request.bookie_index, eid, request.ensemble_size, request.write_quorum)):
+                        continue  # not asked for (a source that ignores the filter): never stored
                     try:
                         unpack_entry(body, lid, eid, source=source)
                     except DigestMismatchError as exc:

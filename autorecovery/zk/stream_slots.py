@@ -12,6 +12,13 @@ takes its source slot and every target slot all together or none (a partial hold
 workers waiting for each other's bookies); when one is full it gives back what it took and waits on
 a child watch of the full bookie's directory (a release wakes it), with a bounded fallback wait in case
 the watch fires before it is armed.
+
+One process runs many copies at once (``replicationWorkerConcurrentLedgers``), so it shares its ZooKeeper
+work among them: each bookie's slot listing is read once per change (the read arms the child watch; the
+listing is kept until the watch fires, or :data:`FALLBACK_WAIT_S` at most in case the watch was lost)
+and the process's waiters wait on that one watch; attempts to take slots are made one at a time per
+process. A release then costs each waiting process one read, not one read per waiting copy (seen as
+hundreds of reads and failed creates per second in a heal with five workers).
 """
 
 from __future__ import annotations
@@ -42,16 +49,41 @@ class ClusterStreamSlots:
         self.caps = {SOURCE: max_per_source, TARGET: max_per_target}
         self.owner = json.dumps({"owner": owner}, sort_keys=True).encode()
         self.waits = 0  # times an acquire had to wait (metrics/tests)
+        #: bookie → (slot names when read, event set when its child watch fired, monotonic read time)
+        self._views: dict[str, tuple[list[str] | None, asyncio.Event, float]] = {}
+        self._attempt = asyncio.Lock()  # one attempt to take slots at a time in this process
 
     def _dir(self, bookie: str) -> str:
         return f"{self.paths.underreplication}/streams/{bookie}"
 
     async def _held(self, bookie: str) -> list[str] | None:
-        """Slot names held on ``bookie`` now (None when its directory does not exist yet)."""
+        """Slot names held on ``bookie`` (None when its directory does not exist yet): this process's
+        view, read again (arming a child watch) once the watch fired or the view is
+        :data:`FALLBACK_WAIT_S` old."""
+        return (await self._view(bookie))[0]
+
+    async def _view(self, bookie: str) -> tuple[list[str] | None, asyncio.Event, float]:
+        loop = asyncio.get_running_loop()
+        view = self._views.get(bookie)
+        if view is not None and not view[1].is_set() and loop.time() - view[2] < FALLBACK_WAIT_S:
+            return view
+        changed = asyncio.Event()
+
+        def on_event(_e) -> None:  # the bridge runs watch callbacks on the event loop
+            changed.set()
+
         try:
-            return await self.zk.get_children(self._dir(bookie))
+            held: list[str] | None = await self.zk.get_children(self._dir(bookie), watch=on_event)
         except NoNodeError:
-            return None
+            held = None
+            changed.set()  # no directory, no watch: read again next time
+        view = (held, changed, loop.time())
+        self._views[bookie] = view
+        return view
+
+    def _forget(self, bookie: str) -> None:
+        """Drop the view of ``bookie`` after this process changed its slots."""
+        self._views.pop(bookie, None)
 
     def _free(self, held: Collection[str] | None, kind: str) -> list[str]:
         names = set(held or ())
@@ -65,6 +97,7 @@ class ClusterStreamSlots:
         base = self._dir(bookie)
         for name in self._free(await self._held(bookie), kind):
             path = f"{base}/{name}"
+            self._forget(bookie)
             try:
                 await self.zk.create(path, self.owner, ephemeral=True, makepath=True)
                 return path
@@ -88,25 +121,26 @@ class ClusterStreamSlots:
         wanted = [(b, k) for b, k in wanted if self.caps[k] > 0]
         while True:
             full: tuple[str, str] | None = None
-            for bookie, kind in wanted:
-                if not self._free(await self._held(bookie), kind):
-                    full = (bookie, kind)
-                    break
-            if full is None:
-                taken: list[str] = []
-                try:
-                    for bookie, kind in wanted:
-                        path = await self._take(bookie, kind)
-                        if path is None:
-                            full = (bookie, kind)
-                            break
-                        taken.append(path)
-                except BaseException:
-                    await self.release(taken)
-                    raise
+            async with self._attempt:
+                for bookie, kind in wanted:
+                    if not self._free(await self._held(bookie), kind):
+                        full = (bookie, kind)
+                        break
                 if full is None:
-                    return taken
-                await self.release(taken)  # lost a race for the last slot: give back, then wait
+                    taken: list[str] = []
+                    try:
+                        for bookie, kind in wanted:
+                            path = await self._take(bookie, kind)
+                            if path is None:
+                                full = (bookie, kind)
+                                break
+                            taken.append(path)
+                    except BaseException:
+                        await self.release(taken)
+                        raise
+                    if full is None:
+                        return taken
+                    await self.release(taken)  # lost a race for the last slot: give back, then wait
             self.waits += 1
             await self._wait_for_release(*full)
             # the bookie that was full is the contended one: try it first, so that losing the race for
@@ -114,27 +148,20 @@ class ClusterStreamSlots:
             wanted.sort(key=lambda bk: bk != full)
 
     async def _wait_for_release(self, bookie: str, kind: str) -> None:
-        """Wait until a slot of ``bookie`` may be free: a child watch fires, the listing that arms the
-        watch already shows a free slot, or :data:`FALLBACK_WAIT_S` passes."""
-        changed = asyncio.Event()
-
-        def on_event(_e) -> None:  # the bridge runs watch callbacks on the event loop
-            changed.set()
-
-        try:
-            held = await self.zk.get_children(self._dir(bookie), watch=on_event)
-        except NoNodeError:
-            return
-        if self._free(held, kind):
+        """Wait until a slot of ``bookie`` may be free: its child watch fires (one watch shared by the
+        process's waiters), the listing already shows a free slot, or :data:`FALLBACK_WAIT_S` passes."""
+        held, changed, _at = await self._view(bookie)
+        if held is None or self._free(held, kind):
             return
         try:
             await asyncio.wait_for(changed.wait(), FALLBACK_WAIT_S)
         except asyncio.TimeoutError:
-            pass
+            self._forget(bookie)  # the watch may be lost (a session expiry): read again
 
     async def release(self, taken: Collection[str]) -> None:
         """Delete the slots in ``taken`` (missing ones ignored: the session may have expired)."""
         for path in taken:
+            self._forget(path.rsplit("/", 2)[-2])
             try:
                 await self.zk.delete(path)
             except NoNodeError:

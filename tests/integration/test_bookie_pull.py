@@ -80,6 +80,10 @@ async def test_only_a_bookie_with_peers_pulls(bookies, client):
     with pytest.raises(BookieError) as exc:  # a bookie never pulls from itself
         await pull_all(client, with_peers.bookie_id, with_peers.bookie_id, 0, 0)
     assert exc.value.status == "EBADREQ"
+    for first, last, kw in ((5, 4, {}), (-1, 3, {}), (0, 3, {"ensemble_size": 3, "write_quorum": 0})):
+        with pytest.raises(BookieError) as exc:  # malformed ranges and striping are refused up front
+            await pull_all(client, with_peers.bookie_id, without.bookie_id, first, last, **kw)
+        assert exc.value.status == "EBADREQ" and "bad pull" in str(exc.value)
 
 
 async def test_pull_stores_exactly_the_striped_ids_and_reports_them_durable(bookies, client):

@@ -333,3 +333,18 @@ def test_hundreds_of_concurrent_streams(stub):
     lst = call(stub.GetListOfEntriesOfLedger, pb.GetListOfEntriesOfLedgerRequest(ledger_id=lid))
     assert [(x.first, x.last) for x in lst.ranges] == [(0, 599)]
     assert_still_serving(stub)
+
+
+@FUZZ
+@given(i64, i64, i64, i32, i32, i32,
+       st.one_of(st.sampled_from(["", "127.0.0.1:1", "a/b:1", "x" * 300, "[::1]:0"]), st.text(max_size=30)),
+       st.one_of(st.just(MK), st.binary(max_size=20)))
+def test_fuzz_pull_entries(stub, lid, first, last, e, wq, idx, source, key):
+    """PullEntries from anything but a registered bookie: refused with a message, never EIO, and the
+    bookie keeps serving (it must not connect to an address a caller made up)."""
+    req = pb.PullRequest(ledger_id=lid, master_key=key, source_bookie_id=source, first_entry_id=first,
+                         last_entry_id=last, ensemble_size=e, write_quorum=wq, bookie_index=idx)
+    answers = list(stub.PullEntries(req, timeout=CALL_S))
+    assert len(answers) == 1 and answers[0].done and not answers[0].stored_entry_ids, answers
+    assert answers[0].status == pb.EBADREQ and answers[0].message, answers[0]
+    assert_still_serving(stub)

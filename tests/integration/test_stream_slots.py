@@ -96,3 +96,42 @@ async def test_waiters_on_a_full_bookie_write_nothing_and_wake_on_the_release(zk
     finally:
         for z in zks:
             await z.stop()
+
+
+async def test_copies_of_one_process_share_its_reads_and_its_watch(zk_connect):
+    """Eight copies of one worker wait for the single target slot of T1 (a worker runs several ledgers
+    at once). Each hand-off costs the process a few reads of the slot directories, however many of its
+    copies wait: they share one listing and one child watch per bookie (before, every waiting copy read
+    and re-armed its own watch on each release)."""
+    owner_zk, zk = await ZkClient(zk_connect).start(), await ZkClient(zk_connect).start()
+    reads = [0]
+    orig = zk.get_children
+
+    async def counting(*a, **kw):
+        reads[0] += 1
+        return await orig(*a, **kw)
+
+    zk.get_children = counting
+    try:
+        paths = Paths("/ledgers")
+        owner = ClusterStreamSlots(owner_zk, paths, 4, 1, "other-worker")
+        slots = ClusterStreamSlots(zk, paths, 4, 1, "worker")
+        held = await owner.acquire(S, [T1])
+        waiting = [asyncio.ensure_future(slots.acquire(f"10.0.2.{n}:3181", [T1])) for n in range(8)]
+        assert await wait_for(lambda: slots.waits >= 8, 10)
+        reads[0] = 0
+        loop = asyncio.get_running_loop()
+        t = loop.time()
+        await owner.release(held)
+        for _ in range(8):  # each copy takes the slot in turn and gives it back
+            done, _ = await asyncio.wait(waiting, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1 and loop.time() - t < 2.0  # the shared watch, not the 5 s fallback
+            task = done.pop()
+            waiting.remove(task)
+            t = loop.time()
+            await slots.release(task.result())
+        assert not waiting
+        assert reads[0] <= 4 * 8, reads[0]  # a handful per hand-off, not one per waiting copy
+    finally:
+        await owner_zk.stop()
+        await zk.stop()
