@@ -55,7 +55,9 @@ class EntryLogs:
         self._log_id = -1
         self._fd = -1
         self._offset = 0
-        self._dirty = False
+        self._appends = 0  # appends so far; the log is durable up to ``_synced`` of them
+        self._synced = 0
+        self._sync_lock = threading.Lock()  # a sync never meets a roll closing the file under it
         self._read_fds: dict[int, int] = {}
         self._read_lock = threading.Lock()
         #: bytes appended since open (for tests and benchmarks)
@@ -103,7 +105,7 @@ class EntryLogs:
         """Sync and close every file. Idempotent."""
         if self._fd >= 0:
             try:
-                if self._dirty:
+                if self._appends != self._synced:
                     os.fdatasync(self._fd)
             finally:
                 os.close(self._fd)
@@ -115,7 +117,8 @@ class EntryLogs:
 
     # -- writer thread -------------------------------------------------------------------------
     def append(self, body: bytes) -> tuple[int, int]:
-        """Append ``body``; returns ``(log id, offset)``. Not durable until :meth:`sync`.
+        """Append ``body``; returns ``(log id, offset)``. Not durable until :meth:`sync`. Called by one
+        thread only (the store's writer); :meth:`sync` may run in another thread meanwhile.
 
         Raises:
             EntryLogError: the write failed (the caller fails the whole group).
@@ -132,31 +135,36 @@ class EntryLogs:
         at = self._offset
         self._offset += len(body)
         self.appended += len(body)
-        self._dirty = True
+        self._appends += 1
         return self._log_id, at
 
     def sync(self) -> None:
-        """``fdatasync`` the current log (a no-op when nothing was appended since the last sync).
+        """``fdatasync`` the current log: every append that returned before this call is durable when it
+        returns (a no-op when nothing was appended since the last sync). Safe to call from another
+        thread while the writer appends (appends made meanwhile may or may not be covered).
 
         Raises:
             EntryLogError: the sync failed: nothing appended since the last sync may be acknowledged.
         """
-        if not self._dirty:
-            return
-        try:
-            os.fdatasync(self._fd)
-        except OSError as exc:
-            raise EntryLogError(f"cannot sync {self.directory / log_name(self._log_id)}: {exc}") from exc
-        self._dirty = False
-        self.syncs += 1
+        with self._sync_lock:
+            upto = self._appends
+            if upto == self._synced:
+                return
+            try:
+                os.fdatasync(self._fd)
+            except OSError as exc:
+                raise EntryLogError(f"cannot sync {self.directory / log_name(self._log_id)}: {exc}") from exc
+            self._synced = max(self._synced, upto)
+            self.syncs += 1
 
     def _roll(self) -> None:
         try:
-            if self._dirty:
-                os.fdatasync(self._fd)
-                self._dirty = False
-            os.close(self._fd)
-            self._open_for_append(self._log_id + 1)
+            with self._sync_lock:
+                if self._appends != self._synced:
+                    os.fdatasync(self._fd)
+                    self._synced = self._appends
+                os.close(self._fd)
+                self._open_for_append(self._log_id + 1)
         except OSError as exc:
             raise EntryLogError(f"cannot roll entry log {self.directory / log_name(self._log_id)}: {exc}") from exc
 

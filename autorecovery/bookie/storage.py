@@ -9,15 +9,20 @@ Layout (next to the cookie ``current/VERSION``, as upstream keeps its ledger fil
         entries(ledger_id, entry_id, log_id, offset, length, PRIMARY KEY (ledger_id, entry_id))
 
 Durability. The writer thread takes every operation queued at that moment (up to ``max_batch_ops``
-operations or ``max_batch_bytes`` bytes of bodies) as one group: it appends the group's bodies to the
-entry log, ``fdatasync``s the log, commits the group's index rows in one SQLite transaction
-(``synchronous=FULL``: the WAL is fsynced) and only then resolves the callers' futures. An acknowledged
+operations or ``max_batch_bytes`` bytes of bodies) as one group, checks it against the ledger state
+and appends its bodies to the entry log; the committer thread then writes the group's index rows,
+``fdatasync``s the log, commits the rows in one SQLite transaction (``synchronous=FULL``: the WAL is
+fsynced) and only then resolves the callers' futures. While the committer waits for the disk, the
+writer appends the next group (upstream splits its journal the same way: the journal thread writes,
+the ForceWriteThread syncs), so ingest does not stop for each sync. Groups commit in order; when one
+fails, the groups checked after it fail too (they saw its state), and the cached state is dropped. An acknowledged
 add therefore survives ``kill -9`` and power loss, like upstream's journal (an add is acknowledged only
 after its journal write is synced). Bodies are written once, sequentially; the SQLite commit carries
 only small index rows (schema 2; a schema-1 store, bodies inside SQLite, is migrated on open).
 
 Threads. Writes (adds, fencing) go through the single writer thread, which owns the authoritative
-ledger state (master key, fenced flag, LAC) and keeps an LRU cache of it. Reads run on a small pool of
+ledger state (master key, fenced flag, LAC) and keeps an LRU cache of it (ahead of the database by at
+most six groups), and the committer thread, which alone writes the database. Reads run on a small pool of
 reader threads, each with its own connection; WAL readers see only committed transactions and never
 wait for the writer. The asyncio loop only awaits futures: it never runs SQLite.
 
@@ -135,6 +140,20 @@ class _Op:
 _STOP = object()
 
 
+@dataclass(slots=True)
+class _Prepared:
+    """A group checked and appended by the writer, waiting for the committer: the callers' results if
+    it commits, the index changes to write (in order), and the epoch it was checked in."""
+
+    batch: list[_Op]
+    results: list[Any]
+    epoch: int
+    statements: list[tuple[str, tuple]] = field(default_factory=list)
+    lacs: dict[int, int] = field(default_factory=dict)
+    rows: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    failure: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class StoredEntry:
     """An entry as read from the store: ``body`` is the packed entry (None when the entry is missing)."""
@@ -179,7 +198,15 @@ class BookieStorage:
         self.reader_threads = reader_threads
         self.synchronous = synchronous
         self._cache: OrderedDict[int, _Ledger | None] = OrderedDict()
-        self._cache_size = ledger_cache_size
+        # the cache runs ahead of the database by up to six groups (four waiting, one being committed,
+        # one being prepared): an entry they changed must not be evicted before they commit
+        self._cache_size = max(ledger_cache_size, 8 * max_batch_ops)
+        self._handoff: queue.Queue[Any] = queue.Queue(maxsize=4)  # writer → committer: groups waiting
+        self._conn_lock = threading.Lock()  # the writer connection is used by one thread at a time
+        self._stage = threading.Condition()  # guards _epoch, _poisoned, _in_commit
+        self._epoch = 0
+        self._poisoned = -1  # the epoch in which a group failed (its later groups fail too)
+        self._in_commit = 0  # groups handed to the committer and not yet resolved
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._wconn: sqlite3.Connection | None = None
@@ -365,6 +392,13 @@ class BookieStorage:
 
     # -- writer thread -------------------------------------------------------------------------
     def _writer_main(self) -> None:
+        """Stage 1 of the group commit: take the operations queued now, check them against the ledger
+        state and append their bodies to the entry log (:meth:`_prepare`), then hand the group to the
+        committer (stage 2), which syncs the log and commits the index rows. The next group's bodies are
+        appended while the committer waits for the disk (upstream's journal thread and ForceWriteThread
+        split the same way), so a bookie ingests while it syncs."""
+        committer = threading.Thread(target=self._committer_main, name=f"bookie-committer-{self.name}", daemon=True)
+        committer.start()
         stopping = False
         while not stopping:
             first = self._queue.get()
@@ -382,8 +416,15 @@ class BookieStorage:
                     break
                 batch.append(nxt)
                 size += nxt.size
-            results = self._apply_batch(batch)
-            self._resolve(batch, results)
+            with self._stage:
+                if self._poisoned == self._epoch:  # a group failed: wait for the failed ones to drain
+                    self._stage.wait_for(lambda: self._in_commit == 0)
+                    self._cache.clear()  # it may hold changes that were rolled back
+                    self._epoch += 1
+                self._in_commit += 1
+            self._handoff.put(self._prepare(batch))
+        self._handoff.put(_STOP)
+        committer.join()
         # fail anything queued after the stop marker
         leftovers: list[_Op] = []
         while True:
@@ -403,6 +444,53 @@ class BookieStorage:
             pass
         self._wconn.close()
 
+    def _committer_main(self) -> None:
+        """Stage 2: take every prepared group waiting (in order), write their index rows, ``fdatasync``
+        the entry log (the bodies are durable before the rows that point at them), commit them in one
+        transaction, then resolve the futures. A failed group fails, and so does every group prepared
+        before stage 1 learnt of the failure (they were checked against state that was rolled back)."""
+        stopping = False
+        while not stopping:
+            first = self._handoff.get()
+            if first is _STOP:
+                return
+            preps: list[_Prepared] = [first]
+            while True:  # the groups the writer prepared while the last sync ran share the next one
+                try:
+                    nxt = self._handoff.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stopping = True
+                    break
+                preps.append(nxt)
+            outcome: list[tuple[_Prepared, list[Any]]] = []
+            try:
+                good: list[_Prepared] = []
+                for prep in preps:
+                    if self._poisoned == prep.epoch:
+                        outcome.append((prep, [self._failed_batch(prep.batch, prep.failure)] * len(prep.batch)))
+                    elif prep.failure is not None:
+                        outcome.append((prep, self._fail_group(prep, prep.failure)))
+                    elif good and good[-1].epoch != prep.epoch:  # never happens: epochs change after a drain
+                        outcome.append((prep, self._fail_group(prep, "epoch changed")))
+                    else:
+                        good.append(prep)
+                if good:
+                    failure = self._commit(good)
+                    for prep in good:
+                        outcome.append((prep, prep.results if failure is None else self._fail_group(prep, failure)))
+            except Exception as exc:  # noqa: BLE001 - a bug must fail the groups, not hang their callers
+                done = {id(p) for p, _r in outcome}
+                outcome += [(p, self._fail_group(p, f"{type(exc).__name__}: {exc}")) for p in preps if id(p) not in done]
+            try:
+                for prep, results in outcome:
+                    self._resolve(prep.batch, results)
+            finally:
+                with self._stage:
+                    self._in_commit -= len(preps)
+                    self._stage.notify_all()
+
     @staticmethod
     def _resolve(batch: list[_Op], results: list[Any]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
@@ -416,53 +504,85 @@ class BookieStorage:
                 except RuntimeError:  # loop closed in between
                     pass
 
-    def _apply_batch(self, batch: list[_Op]) -> list[Any]:
+    def _failed_batch(self, batch: list[_Op], failure: str | None) -> BookieStatusError:
+        for op in batch:
+            if op.stream is not None:
+                op.stream.failed = True
+        return BookieStatusError("EIO", f"bookie {self.name}: storage write failed: "
+                                        f"{failure or 'an earlier group failed'}")
+
+    def _fail_group(self, prep: "_Prepared", failure: str) -> list[Any]:
+        with self._stage:
+            self._poisoned = prep.epoch
+        err = self._failed_batch(prep.batch, failure)
+        return [err] * len(prep.batch)
+
+    def _commit(self, preps: list["_Prepared"]) -> str | None:
+        """Write the index changes of ``preps`` (in order), sync the entry log, commit; None on success,
+        else what failed (everything is rolled back)."""
         conn = self._wconn
         assert conn is not None
-        results: list[Any] = [None] * len(batch)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for i, op in enumerate(batch):
-                if op.kind == "add":
-                    results[i] = self._apply_add(conn, op)
-                elif op.kind == "fence":
-                    results[i] = self._apply_fence(conn, op)
-            self.logs.sync()  # the bodies are durable before the index rows that point at them
-            conn.execute("COMMIT")
+            with self._conn_lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for prep in preps:
+                        for sql, params in prep.statements:
+                            conn.execute(sql, params)
+                        if prep.lacs:
+                            conn.executemany("UPDATE ledgers SET lac=? WHERE ledger_id=? AND lac<?",
+                                             [(lac, lid, lac) for lid, lac in prep.lacs.items()])
+                        if prep.rows:
+                            conn.executemany("INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_id, offset, "
+                                             "length) VALUES (?, ?, ?, ?, ?)", prep.rows)
+                    self.logs.sync()  # the bodies are durable before the index rows that point at them
+                    conn.execute("COMMIT")
+                except BaseException:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                    raise
             self.commits += 1
         except (sqlite3.Error, EntryLogError) as exc:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            self._cache.clear()  # the cache may hold changes that were rolled back
-            err = BookieStatusError("EIO", f"bookie {self.name}: storage write failed: {exc}")
-            for op in batch:
-                if op.stream is not None:
-                    op.stream.failed = True
-            return [err] * len(batch)
-        return results
+            return str(exc)
+        return None
 
-    def _ledger(self, conn: sqlite3.Connection, ledger_id: int) -> _Ledger | None:
+    def _prepare(self, batch: list[_Op]) -> "_Prepared":
+        """Check each operation of the group against the ledger state (the cache, which runs ahead of
+        what is committed), append the bodies, and collect the index changes for the committer."""
+        prep = _Prepared(batch, [None] * len(batch), self._epoch)
+        try:
+            for i, op in enumerate(batch):
+                if op.kind == "add":
+                    prep.results[i] = self._apply_add(prep, op)
+                elif op.kind == "fence":
+                    prep.results[i] = self._apply_fence(prep, op)
+        except (sqlite3.Error, EntryLogError) as exc:
+            prep.failure = str(exc)
+        return prep
+
+    def _ledger(self, ledger_id: int) -> _Ledger | None:
         if ledger_id in self._cache:
             self._cache.move_to_end(ledger_id)
             return self._cache[ledger_id]
-        row = conn.execute("SELECT master_key, fenced, lac FROM ledgers WHERE ledger_id=?", (ledger_id,)).fetchone()
+        conn = self._wconn
+        assert conn is not None
+        with self._conn_lock:  # the committer may be using the connection
+            row = conn.execute("SELECT master_key, fenced, lac FROM ledgers WHERE ledger_id=?", (ledger_id,)).fetchone()
         st = _Ledger(bytes(row[0]), bool(row[1]), int(row[2])) if row else None
         self._cache[ledger_id] = st
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return st
 
-    def _apply_add(self, conn: sqlite3.Connection, op: _Op) -> BookieStatusError | None:
+    def _apply_add(self, prep: "_Prepared", op: _Op) -> BookieStatusError | None:
         if op.stream is not None and op.stream.failed:
             return SKIPPED
-        st = self._ledger(conn, op.ledger_id)
+        st = self._ledger(op.ledger_id)
         if st is None:
-            conn.execute(
-                "INSERT INTO ledgers(ledger_id, master_key, fenced, lac) VALUES (?, ?, 0, ?)",
-                (op.ledger_id, op.master_key, op.lac),
-            )
+            prep.statements.append(("INSERT INTO ledgers(ledger_id, master_key, fenced, lac) VALUES (?, ?, 0, ?)",
+                                    (op.ledger_id, op.master_key, op.lac)))
             self._cache[op.ledger_id] = _Ledger(op.master_key, False, op.lac)
         else:
             if st.master_key != op.master_key:
@@ -470,13 +590,10 @@ class BookieStorage:
             if st.fenced and not op.recovery:
                 return self._fail(op, "EFENCED", f"ledger {op.ledger_id} is fenced (entry {op.entry_id})")
             if op.lac > st.lac:
-                conn.execute("UPDATE ledgers SET lac=? WHERE ledger_id=?", (op.lac, op.ledger_id))
+                prep.lacs[op.ledger_id] = op.lac  # one update per ledger per group
                 st.lac = op.lac
         log_id, offset = self.logs.append(op.body)
-        conn.execute(
-            "INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_id, offset, length) VALUES (?, ?, ?, ?, ?)",
-            (op.ledger_id, op.entry_id, log_id, offset, len(op.body)),
-        )
+        prep.rows.append((op.ledger_id, op.entry_id, log_id, offset, len(op.body)))
         return None
 
     @staticmethod
@@ -485,19 +602,17 @@ class BookieStorage:
             op.stream.failed = True
         return BookieStatusError(status, detail)
 
-    def _apply_fence(self, conn: sqlite3.Connection, op: _Op) -> BookieStatusError | None:
-        st = self._ledger(conn, op.ledger_id)
+    def _apply_fence(self, prep: "_Prepared", op: _Op) -> BookieStatusError | None:
+        st = self._ledger(op.ledger_id)
         if st is None:
-            conn.execute(
-                "INSERT INTO ledgers(ledger_id, master_key, fenced, lac) VALUES (?, ?, 1, -1)",
-                (op.ledger_id, op.master_key),
-            )
+            prep.statements.append(("INSERT INTO ledgers(ledger_id, master_key, fenced, lac) VALUES (?, ?, 1, -1)",
+                                    (op.ledger_id, op.master_key)))
             self._cache[op.ledger_id] = _Ledger(op.master_key, True, -1)
             return None
         if st.master_key != op.master_key:
             return BookieStatusError("EUA", f"ledger {op.ledger_id}: master key does not match (fence)")
         if not st.fenced:
-            conn.execute("UPDATE ledgers SET fenced=1 WHERE ledger_id=?", (op.ledger_id,))
+            prep.statements.append(("UPDATE ledgers SET fenced=1 WHERE ledger_id=?", (op.ledger_id,)))
             st.fenced = True
         return None
 

@@ -10,6 +10,7 @@ import pytest
 
 from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
 from autorecovery.ledger.digest import pack_entry
+from autorecovery.zk.bridge import wait_for
 
 
 def body(lid: int, eid: int, lac: int = -1, payload: bytes = b"p") -> bytes:
@@ -121,3 +122,69 @@ async def test_acknowledged_adds_and_fence_survive_reopen(tmp_path: Path) -> Non
             await s2.add_entry(7, 50, b"k", body(7, 50))
     finally:
         await s2.close()
+
+
+class _GatedSync:
+    """Replaces ``EntryLogs.sync``: each call announces itself and waits to be let through (or fails)."""
+
+    def __init__(self, real) -> None:
+        import threading
+
+        self.real = real
+        self.entered = threading.Semaphore(0)
+        self.release = threading.Semaphore(0)
+        self.fail_next = False
+
+    def __call__(self) -> None:
+        from autorecovery.bookie.entrylog import EntryLogError
+
+        self.entered.release()
+        self.release.acquire()
+        if self.fail_next:
+            self.fail_next = False
+            raise EntryLogError("injected: fdatasync failed")
+        self.real()
+
+
+async def test_the_next_group_is_appended_while_the_previous_one_syncs(store: BookieStorage) -> None:
+    """Upstream's journal/force-write split: bodies keep being appended while the disk syncs; nothing is
+    acknowledged before the sync that covers it."""
+    gate = _GatedSync(store.logs.sync)
+    store.logs.sync = gate
+    first = store.submit_add(1, 0, b"k", body(1, 0, payload=b"a" * 1000))
+    assert await asyncio.to_thread(gate.entered.acquire, True, 10)  # group 1 is syncing, held
+    before = store.logs.appended
+    rest = [store.submit_add(1, e, b"k", body(1, e, e - 1, payload=b"b" * 1000)) for e in range(1, 6)]
+    want = before + sum(len(body(1, e, e - 1, payload=b"b" * 1000)) for e in range(1, 6))
+    assert await wait_for(lambda: store.logs.appended >= want, 10), "the writer did not append while the sync waited"
+    assert not first.done() and not any(f.done() for f in rest)  # appended is not acknowledged
+    gate.release.release()  # group 1's sync completes
+    assert await first is None
+    assert await asyncio.to_thread(gate.entered.acquire, True, 10)
+    gate.release.release()
+    assert await asyncio.gather(*rest) == [None] * 5
+    assert await store.list_entries(1) == [(0, 5)] and await store.read_lac(1) == 4
+
+
+async def test_a_failed_group_fails_the_groups_checked_after_it_and_the_store_recovers(store: BookieStorage) -> None:
+    gate = _GatedSync(store.logs.sync)
+    store.logs.sync = gate
+    first = store.submit_add(1, 0, b"k", body(1, 0))  # creates ledger 1 with key k
+    assert await asyncio.to_thread(gate.entered.acquire, True, 10)
+    second = store.submit_add(1, 1, b"k", body(1, 1, 0))  # checked against ledger 1 as group 1 left it
+    assert await wait_for(lambda: store.logs.appended >= 2 * len(body(1, 0)), 10)
+    gate.fail_next = True
+    gate.release.release()
+    for fut in (first, second):
+        res = await fut
+        assert isinstance(res, BookieStatusError) and res.status == "EIO", res
+    assert "injected" in str(await first)
+    # nothing of either group was committed, and the cached state was dropped: ledger 1 is unknown again,
+    # so a different master key now creates it
+    gate.release.release()
+    store.logs.sync = gate.real
+    assert await store.submit_add(1, 0, b"other", body(1, 0)) is None
+    assert await store.list_entries(1) == [(0, 0)]
+    with pytest.raises(BookieStatusError) as ei:
+        await store.add_entry(1, 1, b"k", body(1, 1, 0))
+    assert ei.value.status == "EUA"
