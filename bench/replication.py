@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -98,6 +99,27 @@ def spawn(args: list[str], ready: str | None) -> subprocess.Popen:
 
 
 # -- measurements ---------------------------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def null_pair(**client_kw):
+    """Two null bookies in child processes and a client: yields ``(source id, target id, client)``."""
+    a, src = spawn_null(ENTRY)
+    b, dst = spawn_null(ENTRY)
+    client = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG, **client_kw)
+    try:
+        yield src, dst, client
+    finally:
+        await client.close()
+        stop(a)
+        stop(b)
+
+
+async def timed(pipe, pipelines: int) -> float:
+    """Seconds to run ``pipe(0) .. pipe(pipelines - 1)`` concurrently."""
+    t0 = time.perf_counter()
+    await asyncio.gather(*(pipe(i) for i in range(pipelines)))
+    return time.perf_counter() - t0
+
+
 async def raw_grpc(total_entries: int, pipelines: int, batching: bool = True) -> float:
     """MB/s of entry bodies moved ReadEntries(process A) → AddEntries(process B), ``pipelines`` at once.
 
@@ -106,10 +128,7 @@ async def raw_grpc(total_entries: int, pipelines: int, batching: bool = True) ->
     1 MiB per message) exactly as the worker does with bookies that report it; False sends one entry
     per message (the framing before issue 13, printed for context).
     """
-    a, src = spawn_null(ENTRY)
-    b, dst = spawn_null(ENTRY)
-    client = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG, batching=batching)
-    try:
+    async with null_pair(batching=batching) as (src, dst, client):
         await client.add_entries(dst, 9, MK, [])  # connect both channels before timing
         async for _ in client.read_entries(src, 9, 0, 0):
             pass
@@ -139,24 +158,15 @@ async def raw_grpc(total_entries: int, pipelines: int, batching: bool = True) ->
             await q.put(None)
             await writer
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(pipe(i) for i in range(pipelines)))
-        dt = time.perf_counter() - t0
+        dt = await timed(pipe, pipelines)  # before reading ``moved``: the pipes fill it
         return moved[0] / dt / 1e6
-    finally:
-        await client.close()
-        stop(a)
-        stop(b)
 
 
 async def raw_pull(total_entries: int, pipelines: int) -> float:
     """MB/s of entry bodies a null bookie (process B) pulls from another (process A) with
     ``PullEntries``, ``pipelines`` calls at once: the raw one-hop baseline of the worker's
     bookie-to-bookie copy (B reads A with the batched framing and stores nothing)."""
-    a, src = spawn_null(ENTRY)
-    b, dst = spawn_null(ENTRY)
-    client = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
-    try:
+    async with null_pair() as (src, dst, client):
         async for _ in client.pull_entries(dst, src, 9, MK, 0, 0):  # connect every channel before timing
             pass
         per = total_entries // pipelines
@@ -166,14 +176,8 @@ async def raw_pull(total_entries: int, pipelines: int) -> float:
             async for rep in client.pull_entries(dst, src, 100 + i, MK, 0, per - 1):
                 moved[0] += rep.bytes_stored
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(pipe(i) for i in range(pipelines)))
-        dt = time.perf_counter() - t0
+        dt = await timed(pipe, pipelines)  # before reading ``moved``: the pipes fill it
         return moved[0] / dt / 1e6
-    finally:
-        await client.close()
-        stop(a)
-        stop(b)
 
 
 def storage_write(mib: int, base: Path) -> tuple[float, int]:

@@ -140,6 +140,26 @@ class _Op:
 _STOP = object()
 
 
+def _next_group(q, max_items: int = 1 << 30, max_bytes: int = 1 << 62) -> tuple[list, bool]:
+    """Wait for an item of ``q``, then take what else it holds now while the group has fewer than
+    ``max_items`` items and ``max_bytes`` bytes (each item's ``size``, 0 when it has none). Returns
+    ``(group, stop marker taken)``; the group is empty when the marker came first."""
+    first = q.get()
+    if first is _STOP:
+        return [], True
+    items, size = [first], getattr(first, "size", 0)
+    while len(items) < max_items and size < max_bytes:
+        try:
+            nxt = q.get_nowait()
+        except queue.Empty:
+            return items, False
+        if nxt is _STOP:
+            return items, True
+        items.append(nxt)
+        size += getattr(nxt, "size", 0)
+    return items, False
+
+
 @dataclass(slots=True)
 class _Prepared:
     """A group checked and appended by the writer, waiting for the committer: the callers' results if
@@ -401,21 +421,9 @@ class BookieStorage:
         committer.start()
         stopping = False
         while not stopping:
-            first = self._queue.get()
-            if first is _STOP:
+            batch, stopping = _next_group(self._queue, self.max_batch_ops, self.max_batch_bytes)
+            if not batch:
                 break
-            batch: list[_Op] = [first]
-            size = first.size
-            while len(batch) < self.max_batch_ops and size < self.max_batch_bytes:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stopping = True
-                    break
-                batch.append(nxt)
-                size += nxt.size
             with self._stage:
                 if self._poisoned == self._epoch:  # a group failed: wait for the failed ones to drain
                     self._stage.wait_for(lambda: self._in_commit == 0)
@@ -451,19 +459,10 @@ class BookieStorage:
         before stage 1 learnt of the failure (they were checked against state that was rolled back)."""
         stopping = False
         while not stopping:
-            first = self._handoff.get()
-            if first is _STOP:
+            # the groups the writer prepared while the last sync ran share the next one
+            preps, stopping = _next_group(self._handoff)
+            if not preps:
                 return
-            preps: list[_Prepared] = [first]
-            while True:  # the groups the writer prepared while the last sync ran share the next one
-                try:
-                    nxt = self._handoff.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stopping = True
-                    break
-                preps.append(nxt)
             outcome: list[tuple[_Prepared, list[Any]]] = []
             try:
                 good: list[_Prepared] = []
