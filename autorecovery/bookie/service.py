@@ -664,8 +664,9 @@ class BookieService(pb_grpc.BookieServicer):
                     try:
                         unpack_entry(body, lid, eid, source=source)
                     except DigestMismatchError as exc:
-                        log.error("corrupt replica not pulled", ledger_id=lid, entry_id=eid, bookie_id=source,
-                                  error=str(exc))
+                        # WARNING: the worker that asked logs the ERROR (and counts it) once for this entry
+                        log.warning("corrupt replica not pulled", ledger_id=lid, entry_id=eid, bookie_id=source,
+                                    error=str(exc))
                         failed.append(pb.PullFailure(entry_id=eid, reason="DIGEST"))
                         continue
                     try:

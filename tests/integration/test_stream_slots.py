@@ -131,7 +131,9 @@ async def test_copies_of_one_process_share_its_reads_and_its_watch(zk_connect):
             t = loop.time()
             await slots.release(task.result())
         assert not waiting
-        assert reads[0] <= 4 * 8, reads[0]  # a handful per hand-off, not one per waiting copy
+        # a few per hand-off (re-arming T1's watch, each copy's first read of its own source): 144 when
+        # every waiting copy read and re-armed on its own
+        assert reads[0] <= 6 * 8, reads[0]
     finally:
         await owner_zk.stop()
         await zk.stop()
