@@ -5,12 +5,14 @@ entry ids as they become durable.
 * Only a bookie with a peer client reports the feature; one without refuses the call (EBADREQ).
 * The striping filter is honoured, so the target stores exactly the ids of its ensemble index.
 * What the source cannot serve is reported per entry (ENOENTRY; DIGEST for a corrupt copy) and never
-  stored; a source that cannot be reached is reported as ``source_status``; the target's own refusal
-  (read-only) ends the call with its status.
+  stored; a source that cannot be reached, or fails mid-range, is reported as ``source_status`` after
+  exactly what was stored; the target's own refusal (read-only, master key) ends the call with its
+  status.
 """
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from autorecovery.bookie.disk import DiskProbe
@@ -165,3 +167,33 @@ async def test_a_source_that_is_not_a_registered_bookie_is_refused(bookies, clie
         await pull_all(client, target.bookie_id, source.bookie_id, 0, 0)
     assert exc.value.status == "EBADREQ" and "not a registered bookie" in str(exc.value)
     assert asked == [source.bookie_id]
+
+
+class _SourceDyingMidStream(BookieService):
+    """A source whose range reads serve the first batch, then fail (a bookie that dies mid-copy)."""
+
+    async def ReadEntryBatches(self, request, context):
+        async for batch in super().ReadEntryBatches(request, context):
+            yield batch
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "source went away")
+
+
+async def test_a_source_failing_mid_range_keeps_what_was_stored_and_says_so(bookies, client, tmp_path):
+    storage = BookieStorage(tmp_path / "dying", name="dying")
+    storage.open()
+    server, port = build_grpc_server("127.0.0.1", 0, 5 * 1024 * 1024)
+    source = _SourceDyingMidStream(storage, f"127.0.0.1:{port}", disk=DiskProbe(tmp_path / "dying"))
+    add_service(server, source)
+    await server.start()
+    try:
+        target = await bookies("tgt")
+        # 1,000 entries of 3,000 bytes: several 1 MiB read batches, so the source dies after the first
+        await client.add_entries(source.bookie_id, LID, MK, [(e, entry(e)) for e in range(1000)])
+        stored, _nbytes, failed, last = await pull_all(client, target.bookie_id, source.bookie_id, 0, 999)
+        assert 0 < len(stored) < 1000 and stored == list(range(len(stored))) and not failed
+        assert last.done and last.source_status == "UNAVAILABLE" and "source went away" in last.source_message
+        on_target = [e for a, b in await client.get_list_of_entries(target.bookie_id, LID) for e in range(a, b + 1)]
+        assert on_target == stored  # exactly what was reported durable, nothing half-written
+    finally:
+        await server.stop(None)
+        await storage.close()
