@@ -465,16 +465,30 @@ class ZkClient:
     async def delete(self, path: str, version: int = -1) -> None:
         await self._call(path, lambda: self._kz.delete_async(path, version))
 
-    async def ensure_path(self, path: str) -> None:
-        """Create ``path`` and its parents as persistent empty znodes if missing."""
+    async def ensure_path(self, path: str, attempts: int = 10) -> None:
+        """Create ``path`` and its parents as persistent empty znodes if missing.
+
+        Another session may delete a level it emptied between our create of it and our create below
+        it (a worker's ``mark_replicated`` removes the empty levels of the marker tree): the walk then
+        starts again from the top, up to ``attempts`` times.
+
+        Raises:
+            NoNodeError: a parent kept vanishing ``attempts`` times in a row.
+        """
         parts = [p for p in path.split("/") if p]
-        cur = ""
-        for p in parts:
-            cur += "/" + p
+        for attempt in range(attempts):
+            cur = ""
             try:
-                await self.create(cur)
-            except NodeExistsError:
-                pass
+                for p in parts:
+                    cur += "/" + p
+                    try:
+                        await self.create(cur)
+                    except NodeExistsError:
+                        pass
+                return
+            except NoNodeError:
+                if attempt == attempts - 1:
+                    raise
 
     async def multi(self, ops: list[Op]) -> list[Any]:
         """Run ``ops`` atomically (a ZooKeeper transaction). Returns per-op results; a failed

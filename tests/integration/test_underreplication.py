@@ -240,3 +240,30 @@ async def test_marking_survives_a_worker_removing_the_empty_parent_levels(chroot
     finally:
         await other.close()
         await other_zk.stop()
+
+
+async def test_batch_marking_survives_a_worker_removing_the_empty_upper_levels(chroot, zk, urm):
+    """``mark_many`` (the auditor's and decommission's batch marking) makes the shared upper levels with
+    ``ensure_path``; a worker's ``mark_replicated`` may delete a level between two of its creates. Seen
+    in CI as a decommission job failing with ``NoNodeError``: the walk must start again, not fail."""
+    other_zk = await ZkClient(chroot).start()
+    other = UnderreplicationManager(other_zk, Paths("/ledgers"))
+    await other.init()
+    try:
+        async def batch_marks() -> None:
+            for n in range(150):
+                urm._known_dirs.clear()  # every round walks the upper levels again, racing the cleaner
+                await urm.mark_many({0x5_0000_0000 + n: ["b:1"]})
+                assert await urm.acquire(0x5_0000_0000 + n)
+                assert await urm.mark_replicated(0x5_0000_0000 + n)
+
+        async def churn() -> None:
+            for _ in range(150):  # a ledger in the same upper levels, marked and finished
+                await other.mark_underreplicated(0x5_0000_1000, ["b:1"])
+                assert await other.acquire(0x5_0000_1000)
+                assert await other.mark_replicated(0x5_0000_1000)
+
+        await asyncio.gather(batch_marks(), churn())
+    finally:
+        await other.close()
+        await other_zk.stop()
