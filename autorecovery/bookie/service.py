@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
@@ -48,6 +49,9 @@ from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.convert import ranges_to_proto, status_code
 from autorecovery.rpc.tls import ServerTls
+
+if TYPE_CHECKING:
+    from autorecovery.rpc.bookie_client import BookieClient
 
 log = structlog.get_logger("autorecovery.bookie.service")
 
@@ -114,7 +118,7 @@ class BookieService(pb_grpc.BookieServicer):
         stream_window_bytes: int = 16 * 1024 * 1024,
         limits: AdmissionLimits | None = None,
         stream_idle_timeout_s: float = 120.0,
-        peers=None,
+        peers: BookieClient | None = None,
         peer_check: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.storage = storage
@@ -178,11 +182,15 @@ class BookieService(pb_grpc.BookieServicer):
 
     def _submit(self, req: pb.AddRequest, stream) -> asyncio.Future:
         """Queue an admitted add on ``stream`` (its admission is released if queueing fails)."""
+        return self._submit_entry(req.ledger_id, req.entry_id, req.master_key, req.body,
+                                  bool(req.flags & pb.RECOVERY_ADD), stream)
+
+    def _submit_entry(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool,
+                      stream) -> asyncio.Future:
         try:
-            return self.storage.submit_add(req.ledger_id, req.entry_id, req.master_key, req.body,
-                                           recovery=bool(req.flags & pb.RECOVERY_ADD), stream=stream)
+            return self.storage.submit_add(ledger_id, entry_id, master_key, body, recovery=recovery, stream=stream)
         except BaseException:
-            self.admission.release_add(len(req.body))
+            self.admission.release_add(len(body))
             raise
 
     async def AddEntry(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddResponse:
@@ -492,20 +500,25 @@ class BookieService(pb_grpc.BookieServicer):
                 for resp in chunk:
                     yield resp
 
+    def _range_problem(self, lid: int, first: int, last: int, E: int, WQ: int, idx: int) -> str | None:
+        """What is wrong with a range read's ids or striping (None: nothing), shared by the range reads
+        and PullEntries: ``EBADREQ`` with this text."""
+        if lid < 0:
+            return f"invalid ledger id {lid}"
+        if first < 0:
+            return f"invalid first entry id {first}"
+        if last - first + 1 > self.max_range_entries:
+            return f"range [{first}, {last}] has {last - first + 1} ids, more than the limit of {self.max_range_entries}"
+        if E < 0 or (E > 0 and not (0 < WQ <= E and 0 <= idx < E)):
+            return f"invalid striping ensemble_size={E} write_quorum={WQ} bookie_index={idx}"
+        return None
+
     async def _read_chunks(self, request: pb.ReadRangeRequest) -> AsyncIterator[list[pb.ReadResponse]]:
         """Validate and admit a range read, then yield its answers chunk by chunk (shared by
         ReadEntries and ReadEntryBatches)."""
         lid, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
         E, WQ, idx = request.ensemble_size, request.write_quorum, request.bookie_index
-        bad = None
-        if lid < 0:
-            bad = f"invalid ledger id {lid}"
-        elif first < 0:
-            bad = f"invalid first entry id {first}"
-        elif last - first + 1 > self.max_range_entries:
-            bad = f"range [{first}, {last}] has {last - first + 1} ids, more than the limit of {self.max_range_entries}"
-        elif E < 0 or (E > 0 and not (0 < WQ <= E and 0 <= idx < E)):
-            bad = f"invalid striping ensemble_size={E} write_quorum={WQ} bookie_index={idx}"
+        bad = self._range_problem(lid, first, last, E, WQ, idx)
         if bad is not None:
             yield [pb.ReadResponse(status=pb.EBADREQ, ledger_id=lid, entry_id=first, lac=-1, message=bad)]
             return
@@ -603,12 +616,14 @@ class BookieService(pb_grpc.BookieServicer):
         if self.peers is None:
             yield refuse("EBADREQ", "does not pull entries from other bookies (no peer client)")
             return
-        bad_striping = request.ensemble_size < 0 or (request.ensemble_size > 0 and request.write_quorum < 1)
-        if lid < 0 or first < 0 or last < first or last - first + 1 > self.max_range_entries or not source \
-                or bad_striping:
-            yield refuse("EBADREQ", f"bad pull of ledger {lid} entries {first}..{last} from {source!r} "
-                                    f"(at most {self.max_range_entries} ids; ensemble size "
-                                    f"{request.ensemble_size}, write quorum {request.write_quorum})")
+        bad = self._range_problem(lid, first, last, request.ensemble_size, request.write_quorum,
+                                  request.bookie_index)
+        if bad is None and last < first:
+            bad = "empty range"
+        if bad is None and not source:
+            bad = "no source bookie"
+        if bad is not None:
+            yield refuse("EBADREQ", f"bad pull of ledger {lid} entries {first}..{last} from {source!r}: {bad}")
             return
         if source == self.bookie_id:
             yield refuse("EBADREQ", f"ledger {lid}: cannot pull from itself")
@@ -679,11 +694,7 @@ class BookieService(pb_grpc.BookieServicer):
                         failure = (eid, BookieStatusError(
                             "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
                         break
-                    try:
-                        fut = self.storage.submit_add(lid, eid, request.master_key, body, recovery=True, stream=stream)
-                    except BaseException:
-                        self.admission.release_add(n)
-                        raise
+                    fut = self._submit_entry(lid, eid, request.master_key, body, True, stream)
                     inflight.append((eid, fut, n))
                     inflight_bytes += n
                     while inflight and (inflight[0][1].done() or inflight_bytes > self.stream_window_bytes
