@@ -64,37 +64,38 @@ class Admission:
         self.rejected_reads = 0
         self._changed = asyncio.Event()
 
-    def add_fits(self, nbytes: int) -> bool:
-        """True when an add of ``nbytes`` would be admitted now (nothing is counted)."""
-        return self._add_fits(nbytes)
+    def add_fits(self, nbytes: int, count: int = 1) -> bool:
+        """True when ``count`` adds of ``nbytes`` in all would be admitted now (nothing is counted)."""
+        return self._add_fits(nbytes, count)
 
-    def _add_fits(self, nbytes: int) -> bool:
+    def _add_fits(self, nbytes: int, count: int = 1) -> bool:
         lim = self.limits
-        if lim.max_adds and self.adds >= lim.max_adds:
+        # a group larger than the limit is admitted alone (else it could never be)
+        if lim.max_adds and self.adds + count > lim.max_adds and self.adds > 0:
             return False
         if lim.max_add_bytes and self.add_bytes + nbytes > lim.max_add_bytes and self.adds > 0:
             return False
         return True
 
-    def try_add(self, nbytes: int) -> bool:
-        """Admit one add of ``nbytes`` if it fits now (True), else count a rejection (False)."""
-        if not self._add_fits(nbytes):
+    def try_add(self, nbytes: int, count: int = 1) -> bool:
+        """Admit ``count`` adds of ``nbytes`` in all if they fit now (True), else count a rejection (False)."""
+        if not self._add_fits(nbytes, count):
             self.rejected_adds += 1
             return False
-        self.adds += 1
+        self.adds += count
         self.add_bytes += nbytes
         return True
 
-    async def wait_add(self, nbytes: int) -> bool:
-        """Admit one add of ``nbytes``, waiting up to ``stream_wait_s`` for room; False (a rejection is
-        counted) when none appeared. A caller holding admitted adds of its own must settle them before
-        it waits (they may be what fills the budget)."""
-        if self.try_add(nbytes):
+    async def wait_add(self, nbytes: int, count: int = 1) -> bool:
+        """Admit ``count`` adds of ``nbytes`` in all, waiting up to ``stream_wait_s`` for room; False (a
+        rejection is counted) when none appeared. A caller holding admitted adds of its own must settle
+        them before it waits (they may be what fills the budget)."""
+        if self.try_add(nbytes, count):
             return True
         self.rejected_adds -= 1  # not rejected yet: we wait
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.stream_wait_s
-        while not self._add_fits(nbytes):
+        while not self._add_fits(nbytes, count):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 self.rejected_adds += 1
@@ -104,13 +105,13 @@ class Admission:
                 await asyncio.wait_for(self._changed.wait(), remaining)
             except asyncio.TimeoutError:
                 pass
-        self.adds += 1
+        self.adds += count
         self.add_bytes += nbytes
         return True
 
-    def release_add(self, nbytes: int) -> None:
-        """One admitted add of ``nbytes`` finished (stored or failed)."""
-        self.adds -= 1
+    def release_add(self, nbytes: int, count: int = 1) -> None:
+        """``count`` admitted adds of ``nbytes`` in all finished (stored or failed)."""
+        self.adds -= count
         self.add_bytes -= nbytes
         self._changed.set()
 

@@ -632,8 +632,9 @@ class BookieService(pb_grpc.BookieServicer):
             yield refuse("EBADREQ", f"ledger {lid}: source {source} is not a registered bookie of this cluster")
             return
         stream = self.storage.new_stream()
-        inflight: deque[tuple[int, asyncio.Future, int]] = deque()
-        inflight_bytes = 0
+        # one storage operation per message received: (entry ids, future, bytes)
+        inflight: deque[tuple[list[int], asyncio.Future, int]] = deque()
+        inflight_bytes = inflight_entries = 0
         stored: list[int] = []
         stored_bytes = 0
         failed: list[pb.PullFailure] = []
@@ -641,18 +642,19 @@ class BookieService(pb_grpc.BookieServicer):
         source_status = source_message = ""
 
         async def settle_head() -> None:
-            nonlocal inflight_bytes, stored_bytes, failure
-            eid, fut, n = inflight.popleft()
+            nonlocal inflight_bytes, inflight_entries, stored_bytes, failure
+            eids, fut, n = inflight.popleft()
             inflight_bytes -= n
+            inflight_entries -= len(eids)
             try:
                 res = await fut
             finally:
-                self.admission.release_add(n)
+                self.admission.release_add(n, len(eids))
             if res is None:
-                stored.append(eid)
+                stored.extend(eids)
                 stored_bytes += n
             elif failure is None and isinstance(res, BookieStatusError) and res is not SKIPPED:
-                failure = (eid, res)
+                failure = (eids[0], res)
 
         def report(done: bool = False) -> pb.PullProgress:
             nonlocal stored, stored_bytes, failed
@@ -661,44 +663,63 @@ class BookieService(pb_grpc.BookieServicer):
             stored, stored_bytes, failed = [], 0, []
             return msg
 
-        reader = self.peers.read_entries(source, lid, first, last, ensemble_size=request.ensemble_size,
-                                         write_quorum=request.write_quorum, bookie_index=request.bookie_index)
+        def accept(batch: list) -> list[tuple[int, bytes]]:
+            """The entries of one message to store, in order. Records the failed ones; an entry this
+            bookie refuses sets ``failure`` and ends the list (the entries before it are still stored)."""
+            nonlocal failure
+            good: list[tuple[int, bytes]] = []
+            for item in batch:
+                if isinstance(item, BookieError):
+                    failed.append(pb.PullFailure(entry_id=getattr(item, "entry_id", -1), reason=item.status))
+                    continue
+                eid, body = item.entry_id, item.body
+                if not first <= eid <= last or (request.ensemble_size and not index_stores(
+                        request.bookie_index, eid, request.ensemble_size, request.write_quorum)):
+                    continue  # not asked for (a source that ignores the filter): never stored
+                try:
+                    unpack_entry(body, lid, eid, source=source)
+                except DigestMismatchError as exc:
+                    # WARNING: the worker that asked logs the ERROR (and counts it) once for this entry
+                    log.warning("corrupt replica not pulled", ledger_id=lid, entry_id=eid, bookie_id=source,
+                                error=str(exc))
+                    failed.append(pb.PullFailure(entry_id=eid, reason="DIGEST"))
+                    continue
+                try:
+                    self._check_entry(lid, eid, body)
+                except BookieStatusError as exc:
+                    failure = (eid, exc)
+                    break
+                good.append((eid, body))
+            return good
+
+        # a message at a time: one admission, one storage operation and one future per message, not
+        # per entry (the per-entry cost of the event loop was most of this handler's CPU)
+        reader = self.peers.read_entry_batches(source, lid, first, last, ensemble_size=request.ensemble_size,
+                                               write_quorum=request.write_quorum, bookie_index=request.bookie_index)
         try:
             async with contextlib.aclosing(reader):
-                async for item in reader:
+                async for batch in reader:
                     if self._closing:
                         failure = (-1, BookieStatusError("EIO", f"bookie {self.bookie_id} is shutting down"))
                         break
-                    if isinstance(item, BookieError):
-                        failed.append(pb.PullFailure(entry_id=getattr(item, "entry_id", -1), reason=item.status))
-                        continue
-                    eid, body = item.entry_id, item.body
-                    if not first <= eid <= last or (request.ensemble_size and not index_stores(
-                            request.bookie_index, eid, request.ensemble_size, request.write_quorum)):
-                        continue  # not asked for (a source that ignores the filter): never stored
-                    try:
-                        unpack_entry(body, lid, eid, source=source)
-                    except DigestMismatchError as exc:
-                        # WARNING: the worker that asked logs the ERROR (and counts it) once for this entry
-                        log.warning("corrupt replica not pulled", ledger_id=lid, entry_id=eid, bookie_id=source,
-                                    error=str(exc))
-                        failed.append(pb.PullFailure(entry_id=eid, reason="DIGEST"))
-                        continue
-                    try:
-                        self._check_entry(lid, eid, body)
-                    except BookieStatusError as exc:
-                        failure = (eid, exc)
-                        break
-                    n = len(body)
-                    if not await self.admission.wait_add(n):
-                        failure = (eid, BookieStatusError(
-                            "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
-                        break
-                    fut = self._submit_entry(lid, eid, request.master_key, body, True, stream)
-                    inflight.append((eid, fut, n))
-                    inflight_bytes += n
-                    while inflight and (inflight[0][1].done() or inflight_bytes > self.stream_window_bytes
-                                        or len(inflight) > 256):
+                    good = accept(batch)
+                    if good:
+                        n = sum(len(body) for _eid, body in good)
+                        while inflight and inflight_bytes + n > self.stream_window_bytes:
+                            await settle_head()  # our own adds may be what fills the admission budget
+                        if not await self.admission.wait_add(n, len(good)):
+                            failure = (good[0][0], BookieStatusError(
+                                "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
+                            break
+                        try:
+                            fut = self.storage.submit_adds(lid, request.master_key, good, recovery=True, stream=stream)
+                        except BaseException:
+                            self.admission.release_add(n, len(good))
+                            raise
+                        inflight.append(([eid for eid, _body in good], fut, n))
+                        inflight_bytes += n
+                        inflight_entries += len(good)
+                    while inflight and (inflight[0][1].done() or inflight_entries > 256):
                         await settle_head()
                     if failure is not None:
                         break

@@ -20,6 +20,7 @@ import click
 import structlog
 
 from autorecovery import logs
+from autorecovery.malloc import tune_malloc
 from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskThresholds
 from autorecovery.bookie.server import BookieConfig, BookieServer
@@ -180,6 +181,8 @@ def bookie_command(
 ) -> None:
     """Run a reference bookie (SQLite storage, gRPC protocol) registered in ZooKeeper."""
     logs.configure(log_level, fmt=log_format)
+    tuned = tune_malloc()
+    log.info("allocator tuned for entry buffers" if tuned else "allocator left as configured", **(tuned or {}))
     try:
         thresholds = DiskThresholds(
             usage_threshold=disk_usage_threshold,

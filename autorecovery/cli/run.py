@@ -55,6 +55,10 @@ def run(conf, zk, ledgers_root, sets, bookie_id, http_port, http_address, log_le
         sys.exit(EXIT_CONFIG)
 
     from autorecovery.daemon import EXIT_ROLE_DIED, Daemon
+    from autorecovery.malloc import tune_malloc
+
+    tuned = tune_malloc()  # the worker's copies through itself churn the same buffers as a bookie
+    log.info("allocator tuned for entry buffers" if tuned else "allocator left as configured", **(tuned or {}))
 
     async def main() -> int:
         return await Daemon(settings).run()

@@ -521,6 +521,28 @@ class BookieClient:
                 range (more than 1,000,000 ids, negative first id, bad striping), ``EIO``.
             BookieUnavailableError: transport failure, or no message for ``timeout_s`` seconds.
         """
+        batches = self.read_entry_batches(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
+                                          write_quorum=write_quorum, bookie_index=bookie_index)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                for item in batch:
+                    yield item
+
+    async def read_entry_batches(
+        self,
+        bookie_id: str,
+        ledger_id: int,
+        first: int,
+        last: int,
+        *,
+        ensemble_size: int = 0,
+        write_quorum: int = 0,
+        bookie_index: int = 0,
+    ) -> AsyncIterator[list[ReadResult | BookieError]]:
+        """:meth:`read_entries`, a list per message received (up to ``batch_bytes`` of bodies with the
+        batched framing, one entry with the old one): for callers that handle entries a group at a time
+        (a bookie's PullEntries). Same items, order, errors and cancellation.
+        """
         req = pb.ReadRangeRequest(
             ledger_id=ledger_id,
             first_entry_id=first,
@@ -555,15 +577,19 @@ class BookieClient:
                 if msg is grpc.aio.EOF:
                     return
                 started = True
+                out: list[ReadResult | BookieError] = []
                 for resp in (msg.entries if batched else (msg,)):
                     if resp.status == pb.EOK:
-                        yield ReadResult(resp.entry_id, resp.body, resp.lac)
+                        out.append(ReadResult(resp.entry_id, resp.body, resp.lac))
                     elif resp.status == pb.ENOENTRY:
                         missing = BookieError(bookie_id, "ENOENTRY", resp.message)
                         missing.entry_id = resp.entry_id
-                        yield missing
+                        out.append(missing)
                     else:
+                        if out:  # what came before the failure, then the failure
+                            yield out
                         _raise(_status_error(bookie_id, resp.status, resp.message))
+                yield out
         finally:
             call.cancel()
 

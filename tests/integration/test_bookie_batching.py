@@ -163,6 +163,25 @@ async def test_client_uses_one_entry_per_message_with_a_bookie_without_the_featu
     assert old.calls == {"AddEntries": 1, "ReadEntries": 1}
 
 
+async def test_read_entry_batches_yields_a_list_per_message_and_the_same_items_as_read_entries(serve) -> None:
+    new, old = await serve(), await serve(OldBookieService, name="old")
+    small = BookieClient(timeout_s=5.0, batch_bytes=3200)
+    try:
+        for b in (new.bookie_id, old.bookie_id):
+            await small.add_entries(b, 4, MK, [(e, entry(4, e)) for e in range(20) if e != 3], recovery=False)
+        batches = [batch async for batch in small.read_entry_batches(new.bookie_id, 4, 0, 19)]
+        assert len(batches) > 1 and all(sum(len(r.body) for r in b if not isinstance(r, BookieError)) <= 3200
+                                        for b in batches)
+        flat = [r for b in batches for r in b]
+        items = [r async for r in small.read_entries(new.bookie_id, 4, 0, 19)]
+        assert [(type(r), r.entry_id) for r in flat] == [(type(r), r.entry_id) for r in items]
+        assert [r.entry_id for r in flat if isinstance(r, BookieError)] == [3]
+        # the old framing: one entry per message, so one per list
+        assert all(len(b) == 1 for b in [b async for b in small.read_entry_batches(old.bookie_id, 4, 0, 19)])
+    finally:
+        await small.close()
+
+
 async def test_a_bookie_replaced_by_an_older_release_is_renegotiated(serve, client) -> None:
     old = await serve(OldBookieService)
     b = old.bookie_id

@@ -36,17 +36,18 @@ def entry(eid: int, size: int = 3000) -> bytes:
 
 @pytest.fixture
 async def bookies(tmp_path):
-    """``start(name, pulls=True, readonly=False, peer_check=None)`` → a running BookieService (peer client
-    when ``pulls``)."""
+    """``start(name, pulls=True, readonly=False, peer_check=None, max_entry_size=5 MiB)`` → a running
+    BookieService (peer client when ``pulls``)."""
     running = []
 
-    async def start(name: str, pulls: bool = True, readonly: bool = False, peer_check=None) -> BookieService:
+    async def start(name: str, pulls: bool = True, readonly: bool = False, peer_check=None,
+                    max_entry_size: int = 5 * 1024 * 1024) -> BookieService:
         storage = BookieStorage(tmp_path / name, name=name)
         storage.open()
         server, port = build_grpc_server("127.0.0.1", 0, 5 * 1024 * 1024)
         peers = BookieClient(timeout_s=5.0) if pulls else None
         service = BookieService(storage, f"127.0.0.1:{port}", disk=DiskProbe(tmp_path / name), peers=peers,
-                                is_readonly=lambda: readonly, peer_check=peer_check)
+                                is_readonly=lambda: readonly, peer_check=peer_check, max_entry_size=max_entry_size)
         add_service(server, service)
         await server.start()
         running.append((server, storage, peers))
@@ -140,6 +141,19 @@ async def test_target_refusal_ends_the_pull_with_its_status(bookies, client):
     with pytest.raises(BookieError) as exc:
         await client.read_entry(target.bookie_id, LID, 0)
     assert exc.value.status == "ENOLEDGER"
+
+
+async def test_an_entry_refused_mid_message_ends_the_pull_after_the_entries_before_it(bookies, client):
+    source = await bookies("src", pulls=False)
+    target = await bookies("tgt", max_entry_size=10_000)
+    # one read message holds all ten; entry 5 is too big for the target
+    await client.add_entries(source.bookie_id, LID, MK, [(e, entry(e, 20_000 if e == 5 else 3000)) for e in range(10)])
+    with pytest.raises(BookieError) as exc:
+        await pull_all(client, target.bookie_id, source.bookie_id, 0, 9)
+    assert exc.value.status == "EBADREQ" and exc.value.entry_id == 5 and "max entry size" in str(exc.value)
+    assert await client.get_list_of_entries(target.bookie_id, LID) == [(0, 4)]
+    for e in (0, 4):
+        assert (await client.read_entry(target.bookie_id, LID, e)).body == entry(e)
 
 
 async def test_wrong_master_key_on_the_target_is_refused(bookies, client):

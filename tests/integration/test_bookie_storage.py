@@ -188,3 +188,25 @@ async def test_a_failed_group_fails_the_groups_checked_after_it_and_the_store_re
     with pytest.raises(BookieStatusError) as ei:
         await store.add_entry(1, 1, b"k", body(1, 1, 0))
     assert ei.value.status == "EUA"
+
+
+async def test_a_batch_of_adds_is_one_operation_with_one_outcome(store: BookieStorage) -> None:
+    # stored in order, LAC the largest piggy-backed, one future for all of them
+    res = await store.submit_adds(8, b"k", [(e, body(8, e, e - 1, b"b%d" % e)) for e in range(50)])
+    assert res is None
+    assert await store.list_entries(8) == [(0, 49)] and await store.read_lac(8) == 48
+    assert (await store.read_entry(8, 17))[1] == body(8, 17, 16, b"b17")
+    # a batch under another master key fails as a whole and stores nothing
+    res = await store.submit_adds(8, b"other", [(e, body(8, e)) for e in range(50, 60)])
+    assert isinstance(res, BookieStatusError) and res.status == "EUA" and "entries 50..59" in res.detail
+    assert await store.list_entries(8) == [(0, 49)]
+    # fenced: a normal batch is refused, a recovery batch is stored; a stream skips what follows a failure
+    await store.fence(8, b"k")
+    stream = store.new_stream()
+    refused = store.submit_adds(8, b"k", [(60, body(8, 60))], stream=stream)
+    skipped = store.submit_adds(8, b"k", [(61, body(8, 61))], recovery=True, stream=stream)
+    assert (await refused).status == "EFENCED" and await skipped is SKIPPED
+    assert await store.submit_adds(8, b"k", [(60, body(8, 60)), (61, body(8, 61))], recovery=True) is None
+    assert await store.list_entries(8) == [(0, 49), (60, 61)]
+    with pytest.raises(ValueError, match="ledger 8"):
+        store.submit_adds(8, b"k", [])

@@ -47,3 +47,17 @@ async def test_a_stream_waits_for_room_then_gives_up() -> None:
     quick = Admission(AdmissionLimits(max_adds=1, stream_wait_s=0.05))
     assert quick.try_add(1)
     assert await quick.wait_add(1) is False and quick.rejected_adds == 1
+
+
+def test_a_group_of_adds_counts_as_its_entries() -> None:
+    a = Admission(AdmissionLimits(max_adds=10, max_add_bytes=1000, max_reads=0))
+    assert a.try_add(300, count=6) and (a.adds, a.add_bytes) == (6, 300)
+    assert not a.try_add(100, count=5)  # 11 entries > 10
+    assert a.try_add(100, count=4) and a.adds == 10
+    a.release_add(300, count=6)
+    a.release_add(100, count=4)
+    assert (a.adds, a.add_bytes) == (0, 0)
+    # a group larger than the whole limit goes through alone: never refused forever
+    assert a.try_add(50, count=25)
+    assert not a.try_add(1)
+    a.release_add(50, count=25)
