@@ -30,6 +30,7 @@ from autorecovery.bookie.service import FEATURES, MAX_READ_BATCH_BYTES, PULL_REP
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
 from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
 from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
+from autorecovery.rpc.wire import add_bookie_servicer  # noqa: E402
 from autorecovery.testing.zk_server import free_port  # noqa: E402
 
 MAX_MSG = 16 << 20
@@ -90,12 +91,12 @@ class NullBookie(pbg.BookieServicer):
         batch, size = [], 0
         for resp in self._responses(request):
             if batch and size + len(resp.body) > limit:
-                yield pb.ReadBatch(entries=batch)
+                yield batch
                 batch, size = [], 0
             batch.append(resp)
             size += len(resp.body)
         if batch:
-            yield pb.ReadBatch(entries=batch)
+            yield batch
 
     async def GetBookieInfo(self, request, context):
         return pb.GetBookieInfoResponse(status=pb.EOK, features=FEATURES | pb.PULL_ENTRIES)
@@ -105,7 +106,7 @@ async def serve(port: int, entry_size: int) -> None:
     """Serve a :class:`NullBookie` on 127.0.0.1:``port`` until terminated; prints ``NULL_READY``."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MSG),
                                       ("grpc.max_send_message_length", MAX_MSG)])
-    pbg.add_BookieServicer_to_server(NullBookie(entry_size), server)
+    add_bookie_servicer(NullBookie(entry_size), server)  # the same batch encoding as a bookie
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print(READY, flush=True)

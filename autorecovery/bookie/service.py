@@ -49,6 +49,7 @@ from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.convert import ranges_to_proto, status_code
 from autorecovery.rpc.tls import ServerTls
+from autorecovery.rpc.wire import add_bookie_servicer
 
 if TYPE_CHECKING:
     from autorecovery.rpc.bookie_client import BookieClient
@@ -535,11 +536,13 @@ class BookieService(pb_grpc.BookieServicer):
 
     async def ReadEntryBatches(
         self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ReadBatch]:
+    ) -> AsyncIterator[list[pb.ReadResponse]]:
         """:meth:`ReadEntries` with many answers per message (feature ``BATCHED_ENTRIES``, issue 13):
         the same responses in the same order, grouped into :class:`ReadBatch` messages of at most
         ``max_batch_bytes`` body bytes (default and cap :data:`MAX_READ_BATCH_BYTES`; an entry larger
-        than that travels alone). A batch never waits for a later storage chunk."""
+        than that travels alone). A batch never waits for a later storage chunk. Yields each message as
+        the list of its responses: :func:`add_service` registers :func:`~autorecovery.rpc.wire.encode_batch`
+        to write it as a ``ReadBatch`` (building the message would deep-copy every body)."""
         limit = request.max_batch_bytes
         limit = MAX_READ_BATCH_BYTES if limit <= 0 else min(limit, MAX_READ_BATCH_BYTES)
         batch: list[pb.ReadResponse] = []
@@ -549,12 +552,12 @@ class BookieService(pb_grpc.BookieServicer):
                 for resp in chunk:
                     n = len(resp.body)
                     if batch and size + n > limit:
-                        yield pb.ReadBatch(entries=batch)
+                        yield batch
                         batch, size = [], 0
                     batch.append(resp)
                     size += n
                 if batch:
-                    yield pb.ReadBatch(entries=batch)
+                    yield batch
                     batch, size = [], 0
 
     async def _read_range(self, lid: int, first: int, last: int, E: int, WQ: int, idx: int
@@ -818,5 +821,6 @@ def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurre
 
 
 def add_service(server: grpc.aio.Server, service: BookieService) -> None:
-    """Register ``service`` as the ``autorecovery.bookie.Bookie`` servicer of ``server``."""
-    pb_grpc.add_BookieServicer_to_server(service, server)
+    """Register ``service`` as the ``autorecovery.bookie.Bookie`` servicer of ``server``, its batch
+    answers encoded by :func:`autorecovery.rpc.wire.encode_batch`."""
+    add_bookie_servicer(service, server)

@@ -35,6 +35,7 @@ import structlog
 from autorecovery.errors import BookieError, BookieUnavailableError, LedgerFencedError
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
+from autorecovery.rpc.wire import bookie_stub
 from autorecovery.rpc.convert import ranges_from_proto, status_name
 from autorecovery.rpc.tls import BookieTls, channel_credentials, tls_failure
 
@@ -175,7 +176,7 @@ class BookieClient:
                 channel = grpc.aio.secure_channel(bookie_id, self._credentials, options=self._options())
             else:
                 channel = grpc.aio.insecure_channel(bookie_id, options=self._options())
-            ch = (channel, pb_grpc.BookieStub(channel))
+            ch = (channel, bookie_stub(channel))
             self._channels[bookie_id] = ch
         return ch[1]
 
@@ -370,7 +371,8 @@ class BookieClient:
                         return False
                 return True
             for part in (self._cut(batch) if len(batch) > 1 else (batch,)):
-                if not await write(pb.AddBatch(entries=[request(eid, body) for eid, body in part])):
+                # a list: encoded as an AddBatch by rpc.wire (building the message would deep-copy it)
+                if not await write([request(eid, body) for eid, body in part]):
                     return False
             return True
 
@@ -769,8 +771,8 @@ class AddStream:
             self._pending.append((eid, fut))
         self._has_pending.set()
         self.last_used = loop.time()
-        msg = pb.AddBatch(entries=[_add_request(self.ledger_id, eid, self.master_key, body, self.flags)
-                                   for eid, body in entries])
+        # a list of AddRequest: the stub encodes it as an AddBatch (rpc.wire)
+        msg = [_add_request(self.ledger_id, eid, self.master_key, body, self.flags) for eid, body in entries]
         try:
             await self._call.write(msg)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
