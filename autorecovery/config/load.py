@@ -303,6 +303,22 @@ class Settings:
 
 
 # -- parsing --------------------------------------------------------------------------------------
+def _secret_first_line(key: str, path: str, errors: list[str]) -> str | None:
+    """The first line of the file ``key`` names (a digest, password or token file), or None after
+    appending why it cannot be read to ``errors``: naming ``key`` and the path, never the content. A
+    path ZooKeeper's or the OS's API refuses (a NUL byte in it) is an error like a missing file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline()
+    except OSError as exc:
+        errors.append(f"bad value for {key}: cannot read {path}: {exc.strerror or exc}")
+    except UnicodeDecodeError:
+        errors.append(f"bad value for {key}: {path} is not UTF-8 text")
+    except ValueError as exc:  # open() refuses a path with a NUL byte
+        errors.append(f"bad value for {key}: cannot read {path!r}: {exc}")
+    return None
+
+
 def read_properties_file(path: str | Path) -> dict[str, str]:
     """Parse a Java-properties file.
 
@@ -463,15 +479,10 @@ def _zk_security(values: Mapping[str, Any], errors: list[str]) -> ZkSecurity:
         return ZkSecurity(enabled=enabled)
     if path:
         source = "zkDigestAuthFile"
-        try:
-            with open(path, encoding="utf-8") as f:
-                digest = f.readline().strip()
-        except OSError as exc:
-            errors.append(f"bad value for zkDigestAuthFile: cannot read {path}: {exc.strerror or exc}")
+        line = _secret_first_line("zkDigestAuthFile", path, errors)
+        if line is None:
             return ZkSecurity(enabled=enabled)
-        except UnicodeDecodeError:
-            errors.append(f"bad value for zkDigestAuthFile: {path} is not UTF-8 text")
-            return ZkSecurity(enabled=enabled)
+        digest = line.strip()
         if not digest:
             errors.append(f"bad value for zkDigestAuthFile: {path} is empty (expected a first line user:password)")
             return ZkSecurity(enabled=enabled)
@@ -527,15 +538,10 @@ def _zk_sasl(values: Mapping[str, Any], errors: list[str]) -> ZkSasl | None:
     if missing:
         errors.append(f"zkSaslMechanism={mech} needs {' and '.join(missing)}")
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            password = f.readline().rstrip("\r\n")
-    except OSError as exc:
-        errors.append(f"bad value for zkSaslPasswordFile: cannot read {path}: {exc.strerror or exc}")
+    line = _secret_first_line("zkSaslPasswordFile", path, errors)
+    if line is None:
         return None
-    except UnicodeDecodeError:
-        errors.append(f"bad value for zkSaslPasswordFile: {path} is not UTF-8 text")
-        return None
+    password = line.rstrip("\r\n")
     if not password:
         errors.append(f"bad value for zkSaslPasswordFile: {path} is empty (expected the password on its first line)")
         return None
@@ -728,14 +734,9 @@ def _http_settings(values: Mapping[str, Any], errors: list[str]) -> HttpSettings
     token_path = values.get("httpAdminTokenFile") or None
     token: str | None = None
     if token_path:
-        try:
-            with open(token_path, encoding="utf-8") as f:
-                token = f.readline().strip() or None
-        except OSError as exc:
-            errors.append(f"bad value for httpAdminTokenFile: cannot read {token_path}: {exc.strerror or exc}")
-        except UnicodeDecodeError:
-            errors.append(f"bad value for httpAdminTokenFile: {token_path} is not UTF-8 text")
-        else:
+        line = _secret_first_line("httpAdminTokenFile", token_path, errors)
+        if line is not None:
+            token = line.strip() or None
             if token is None:
                 errors.append(f"bad value for httpAdminTokenFile: {token_path} is empty (expected the token on "
                               f"the first line)")

@@ -67,6 +67,8 @@ def read_pem(path: str, key: str, *, private_key: bool = False) -> bytes:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"bad value for {key}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL byte in the path
+        raise ConfigError(f"bad value for {key}: cannot read {path!r}: {exc}") from None
     if b"-----BEGIN " not in data:
         raise ConfigError(f"bad value for {key}: {path} is not a PEM file (a JKS or PKCS12 store? only PEM "
                           f"files are supported; convert with openssl)")

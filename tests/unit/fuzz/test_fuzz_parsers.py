@@ -420,6 +420,20 @@ def test_regression_layout_unicode_and_huge_digits(data):
         parse_layout(data, "/ledgers/LAYOUT")
 
 
+@pytest.mark.parametrize("key", ["zkDigestAuthFile", "httpAdminTokenFile"])
+def test_regression_config_file_path_with_a_nul_byte(key):
+    # open() raised ValueError("embedded null byte"), which escaped load_settings
+    from autorecovery.config.load import load_settings
+    with pytest.raises(ConfigError, match=key):
+        load_settings(overrides={"zkServers": "127.0.0.1:2181", key: "/etc/secret\x00x"})
+
+
+def test_regression_pem_path_with_a_nul_byte():
+    from autorecovery.config.tls import read_pem
+    with pytest.raises(ConfigError, match="tlsCertificatePath"):
+        read_pem("/etc/cert\x00x", "tlsCertificatePath")
+
+
 @pytest.mark.parametrize("value", ["1e999", "-1e999", "[" * 100_000 + "]" * 100_000])
 def test_regression_maintenance_infinite_time_or_deep_nesting(value):
     # int(float("inf")) raised OverflowError, deep nesting RecursionError: both escaped
