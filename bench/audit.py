@@ -33,6 +33,7 @@ import gc
 import random
 import resource
 import sys
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -259,6 +260,7 @@ async def run(n: int, n_bookies: int, zk_hosts: str | None, watch_mode: str) -> 
                 await c.stop()
         if server is not None:
             server.stop()
+            shutil.rmtree(server.data_dir, ignore_errors=True)  # the ledger znodes' snapshots and logs
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import sys
+import shutil
 import tempfile
 import time
 import urllib.request
@@ -221,10 +222,15 @@ def main() -> None:
     ap.add_argument("--ledgers", type=int, default=24, help="ledgers the data is spread over (default 24)")
     ap.add_argument("--daemons", type=int, choices=range(1, 6), default=5,
                     help="surviving hosts that run an autorecovery daemon (default 5: all; 1 = a single worker heals)")
+    ap.add_argument("--keep", action="store_true", help="keep the cluster's data directories")
     a = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     base = Path(tempfile.mkdtemp(prefix="bench-heal-"))
-    asyncio.run(run(base, a.mib, a.ledgers, a.daemons))
+    try:
+        asyncio.run(run(base, a.mib, a.ledgers, a.daemons))
+    finally:  # ~2.5 GB per run: left behind, a few dozen runs filled the disk and turned bookies read-only
+        if not a.keep:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
