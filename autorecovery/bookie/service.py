@@ -267,12 +267,36 @@ class BookieService(pb_grpc.BookieServicer):
         status, after every entry submitted before it has settled; the stream then ends. A stream
         with no add for ``stream_idle_timeout_s`` ends the same way (``EBADREQ``, nothing pending)."""
         stream = self.storage.new_stream()
-        inflight: deque[tuple[int, asyncio.Future, int]] = deque()
+        # one storage operation per run of a message's entries: (entry ids, future, body bytes)
+        inflight: deque[tuple[list[int], asyncio.Future, int]] = deque()
         arrived = asyncio.Event()
         failure: list[tuple[int, BookieStatusError]] = []
         ended = [False]
-        pending_bytes = [0]  # body bytes in ``inflight``
+        pending = [0, 0]  # body bytes, entries in ``inflight``
         room = asyncio.Event()  # set whenever entries settle (the intake waits on it when the window is full)
+
+        async def submit_run(key: tuple[int, bytes, bool], run: list[tuple[int, bytes]]) -> bool:
+            """Queue ``run`` (checked entries of one ledger, key and flags, in stream order) as one storage
+            operation once the window and the bookie's admission have room; False after recording why not."""
+            lid, master_key, recovery = key
+            n = sum(len(body) for _eid, body in run)
+            while inflight and (pending[0] + n > self.stream_window_bytes or pending[1] + len(run) > 256):
+                room.clear()
+                await room.wait()  # the acker settles the oldest runs
+            if not await self.admission.wait_add(n, len(run)):
+                failure.append((run[0][0], BookieStatusError(
+                    "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}")))
+                return False
+            try:
+                fut = self.storage.submit_adds(lid, master_key, run, recovery=recovery, stream=stream)
+            except BaseException:
+                self.admission.release_add(n, len(run))
+                raise
+            inflight.append(([eid for eid, _body in run], fut, n))
+            pending[0] += n
+            pending[1] += len(run)
+            arrived.set()
+            return True
 
         async def intake() -> None:
             requests = request_iterator.__aiter__()
@@ -286,27 +310,31 @@ class BookieService(pb_grpc.BookieServicer):
                     except TimeoutError:
                         failure.append((-1, self._idle_error()))
                         return
+                    if failure or stream.failed:
+                        return
+                    # consecutive entries of one ledger, master key and flags go to storage as one
+                    # operation (one admission, hand-off and future per run, not per entry)
+                    run: list[tuple[int, bytes]] = []
+                    key: tuple[int, bytes, bool] = (-1, b"", False)  # the run's; set with its first entry
+                    refused: tuple[int, BookieStatusError] | None = None
                     for req in batch.entries:
-                        if failure or stream.failed:
-                            return
                         try:
                             self._check_add(req)
                         except BookieStatusError as exc:
-                            failure.append((req.entry_id, exc))
-                            return
-                        n = len(req.body)
-                        while inflight and (pending_bytes[0] + n > self.stream_window_bytes
-                                            or len(inflight) >= 256):
-                            room.clear()
-                            await room.wait()  # the acker settles the oldest entries
-                        if not await self.admission.wait_add(n):
-                            failure.append((req.entry_id, BookieStatusError(
-                                "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}")))
-                            return
-                        fut = self._submit(req, stream)
-                        inflight.append((req.entry_id, fut, n))
-                        pending_bytes[0] += n
-                        arrived.set()
+                            refused = (req.entry_id, exc)  # the entries before it are still stored
+                            break
+                        k = (req.ledger_id, req.master_key, bool(req.flags & pb.RECOVERY_ADD))
+                        if run and (k != key or len(run) >= 256):
+                            if not await submit_run(key, run):
+                                return
+                            run = []
+                        key = k
+                        run.append((req.entry_id, req.body))
+                    if run and not await submit_run(key, run):
+                        return
+                    if refused is not None:
+                        failure.append(refused)
+                        return
             except asyncio.CancelledError:
                 if not self._closing:
                     raise  # the call itself is being cancelled
@@ -330,17 +358,18 @@ class BookieService(pb_grpc.BookieServicer):
                     continue
                 progressed = False
                 while inflight and (not progressed or inflight[0][1].done()):
-                    eid, fut, n = inflight[0]
+                    eids, fut, n = inflight[0]
                     res = await fut
                     inflight.popleft()
-                    pending_bytes[0] -= n
-                    self.admission.release_add(n)
+                    pending[0] -= n
+                    pending[1] -= len(eids)
+                    self.admission.release_add(n, len(eids))
                     progressed = True
                     if res is None:
-                        written += 1
+                        written += len(eids)
                         written_bytes += n
                     elif isinstance(res, BookieStatusError) and res is not SKIPPED and not failure:
-                        failure.append((eid, res))
+                        failure.append((eids[0], res))
                 room.set()
                 if not failure:
                     yield pb.AddAck(status=_OK, entries_written=written, bytes_written=written_bytes,
@@ -357,13 +386,13 @@ class BookieService(pb_grpc.BookieServicer):
                 with contextlib.suppress(BaseException):
                     await task
             while inflight:  # never answer (or leave) before submitted writes settle
-                eid, fut, n = inflight.popleft()
+                eids, fut, n = inflight.popleft()
                 with contextlib.suppress(BaseException):
                     res = await fut
                     if res is None:
-                        written += 1
+                        written += len(eids)
                         written_bytes += n
-                self.admission.release_add(n)
+                self.admission.release_add(n, len(eids))
         if failure:
             eid, err = failure[0]
             yield pb.AddAck(status=status_code(err.status), entries_written=written, bytes_written=written_bytes,

@@ -291,3 +291,39 @@ async def test_batcher_falls_back_to_calls_with_a_bookie_without_add_streams(ser
         assert batcher.streams_opened == 0 and old.calls["AddEntries"] >= 1
     finally:
         await batcher.close()
+
+
+async def test_add_stream_stores_each_run_of_one_ledger_as_one_storage_operation(serve, client) -> None:
+    """An AddStream message is split into runs of consecutive entries of one ledger, master key and
+    flags (at most 256 entries each); each run is one storage operation, acknowledged as a whole."""
+    service = await serve()
+    b = service.bookie_id
+    ops: list[tuple[int, list[int], bool]] = []
+    submit = service.storage.submit_adds
+
+    def counting(lid, master_key, entries, **kw):
+        ops.append((lid, [e for e, _b in entries], kw.get("recovery", False)))
+        return submit(lid, master_key, entries, **kw)
+
+    service.storage.submit_adds = counting
+    small = [pb.AddRequest(ledger_id=21, entry_id=e, master_key=MK, body=entry(21, e, 40)) for e in range(300)]
+    mixed = ([pb.AddRequest(ledger_id=22, entry_id=e, master_key=MK, body=entry(22, e)) for e in range(3)]
+             + [pb.AddRequest(ledger_id=23, entry_id=e, master_key=MK, body=entry(23, e)) for e in range(2)]
+             + [pb.AddRequest(ledger_id=22, entry_id=3, master_key=MK, body=entry(22, 3), flags=pb.RECOVERY_ADD)])
+    async with grpc.aio.insecure_channel(b) as ch:
+        call = pb_grpc.BookieStub(ch).AddStream()
+        await call.write(pb.AddBatch(entries=small))
+        await call.write(pb.AddBatch(entries=mixed))
+        acked = 0
+        while acked < 306:
+            ack = await asyncio.wait_for(call.read(), 10)
+            assert ack.status == pb.EOK
+            acked = ack.entries_written
+        await call.done_writing()
+        assert await asyncio.wait_for(call.read(), 10) is grpc.aio.EOF
+    assert [(lid, len(eids), rec) for lid, eids, rec in ops] == [
+        (21, 256, False), (21, 44, False), (22, 3, False), (23, 2, False), (22, 1, True)]
+    assert [e for _l, eids, _r in ops[:2] for e in eids] == list(range(300))
+    assert [r.entry_id async for r in client.read_entries(b, 21, 0, 299)] == list(range(300))
+    assert [r.entry_id async for r in client.read_entries(b, 22, 0, 3)] == [0, 1, 2, 3]
+    assert [r.entry_id async for r in client.read_entries(b, 23, 0, 1)] == [0, 1]
