@@ -29,17 +29,6 @@ from autorecovery.rpc.bookie_client import AddStream
 Key = tuple[str, int, bytes, bool]  # bookie id, ledger id, master key, recovery flag
 
 
-def _chain(src: asyncio.Future, dst: asyncio.Future) -> None:
-    if dst.done():
-        return
-    if src.cancelled():
-        dst.cancel()
-    elif src.exception() is not None:
-        dst.set_exception(src.exception())
-    else:
-        dst.set_result(None)
-
-
 @dataclass
 class _Queue:
     items: list[tuple[int, bytes, asyncio.Future]] = field(default_factory=list)
@@ -74,6 +63,13 @@ class AddBatcher:
         Raises:
             BookieError and its subclasses, as ``BookieClient.add_entry`` does.
         """
+        await self.submit(bookie_id, ledger_id, entry_id, master_key, body, recovery=recovery)
+
+    def submit(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
+               recovery: bool = False) -> asyncio.Future:
+        """Queue one entry for ``bookie_id`` without waiting (call from the event loop): the future
+        resolves to None once the entry is durable there, or fails as :meth:`add` raises. Entries of
+        one (bookie, ledger) are sent in the order they were queued."""
         key = (bookie_id, ledger_id, master_key, recovery)
         q = self._queues.get(key)
         if q is None:
@@ -82,7 +78,7 @@ class AddBatcher:
         q.items.append((entry_id, body, fut))
         if q.sender is None:
             q.sender = asyncio.ensure_future(self._send(key, q))
-        await fut
+        return fut
 
     def _take(self, q: _Queue) -> list[tuple[int, bytes, asyncio.Future]]:
         batch, size = [], 0
@@ -142,9 +138,8 @@ class AddBatcher:
                 try:
                     stream = await self._stream(key)
                     if stream is not None:
-                        futs = await stream.send([(eid, body) for eid, body, _ in batch])
-                        for (_, _, fut), sf in zip(batch, futs):
-                            sf.add_done_callback(lambda sf, fut=fut: _chain(sf, fut))
+                        # the stream resolves the adds' own futures: no second future per entry
+                        await stream.send([(eid, body) for eid, body, _ in batch], [fut for _, _, fut in batch])
                         continue  # the next batch goes at once; acks complete the adds
                 except BookieError as exc:
                     for _, _, fut in batch:

@@ -71,7 +71,8 @@ class LedgerHandle:
         self._failed_bookies: set[str] = set()
         self._error: BaseException | None = None
         self._closed = False
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task] = set()  # writes being retried (_send)
+        self._writes: set[asyncio.Future] = set()  # first writes queued on the add batcher
 
     @property
     def master_key(self) -> bytes:
@@ -104,44 +105,80 @@ class LedgerHandle:
         self._pending[entry_id] = op
         md = self.metadata
         for idx in write_set(entry_id, md.ensemble_size, md.write_quorum):
-            t = asyncio.ensure_future(self._send(op, idx))
-            self._tasks.add(t)
-            t.add_done_callback(self._tasks.discard)
+            self._start_write(op, idx)
         await op.done
 
-    async def _send(self, op: _PendingAdd, idx: int) -> None:
+    def _start_write(self, op: _PendingAdd, idx: int) -> None:
+        """Send ``op`` to ensemble index ``idx``. The common case costs no task: the write is queued on
+        the add batcher and finished by a callback; a failed write, or a bookie already known to have
+        failed, goes to :meth:`_send`, which retries and changes the ensemble (upstream PendingAddOp)."""
+        bookie = self.metadata.segments[self.metadata.segment_index_at(op.entry_id)].ensemble[idx]
+        if bookie in self._failed_bookies:
+            self._spawn(self._send(op, idx))
+            return
+        fut = self.bk.adds.submit(bookie, self.ledger_id, op.entry_id, self.master_key, op.body,
+                                  recovery=self.recovery)
+        self._writes.add(fut)
+        fut.add_done_callback(lambda f: self._write_done(f, op, idx, bookie))
+
+    def _write_done(self, fut: asyncio.Future, op: _PendingAdd, idx: int, bookie: str) -> None:
+        self._writes.discard(fut)
+        if fut.cancelled():
+            return  # the handle was closed past its deadline, or the client is closing
+        exc = fut.exception()
+        if exc is None:
+            op.acked.add(idx)
+            self._advance()
+        elif isinstance(exc, BookieError):
+            self._spawn(self._send(op, idx, first_error=(bookie, exc)))
+        else:  # not a bookie's answer (a bug): fail loudly rather than leave the add waiting
+            self._fail_all(exc)
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _send(self, op: _PendingAdd, idx: int,
+                    first_error: tuple[str, BookieError] | None = None) -> None:
+        """Write ``op`` to index ``idx`` until it is acknowledged, given up or the handle fails;
+        ``first_error`` is the answer of a write already made (by :meth:`_start_write`)."""
         attempts = 0
         while op.failed is None:
-            seg_index = self.metadata.segment_index_at(op.entry_id)
-            bookie = self.metadata.segments[seg_index].ensemble[idx]
-            if bookie in self._failed_bookies and seg_index < len(self.metadata.segments) - 1:
-                # The entry belongs to an older segment whose member at idx failed and that segment can
-                # no longer change: this replica is given up (the entry is under-replicated until
-                # autorecovery copies it), and the entry fails only if AQ is now out of reach.
-                self._give_up(op, idx, bookie)
-                return
-            try:
-                await self.bk.adds.add(bookie, self.ledger_id, op.entry_id, self.master_key, op.body,
-                                       recovery=self.recovery)
-                op.acked.add(idx)
-                self._advance()
-                return
-            except LedgerFencedError:
+            if first_error is not None:
+                (bookie, err), first_error = first_error, None
+            else:
+                seg_index = self.metadata.segment_index_at(op.entry_id)
+                bookie = self.metadata.segments[seg_index].ensemble[idx]
+                if bookie in self._failed_bookies and seg_index < len(self.metadata.segments) - 1:
+                    # The entry belongs to an older segment whose member at idx failed and that segment
+                    # can no longer change: this replica is given up (the entry is under-replicated until
+                    # autorecovery copies it), and the entry fails only if AQ is now out of reach.
+                    self._give_up(op, idx, bookie)
+                    return
+                try:
+                    await self.bk.adds.add(bookie, self.ledger_id, op.entry_id, self.master_key, op.body,
+                                           recovery=self.recovery)
+                    op.acked.add(idx)
+                    self._advance()
+                    return
+                except BookieError as exc:
+                    err = exc
+            if isinstance(err, LedgerFencedError):
                 self._fail_all(LedgerFencedError(bookie, "EFENCED", f"ledger {self.ledger_id} is fenced"))
                 return
-            except BookieError as exc:
-                attempts += 1
-                self._failed_bookies.add(bookie)
-                log.warning("bookie write failed", ledger_id=self.ledger_id, entry_id=op.entry_id,
-                            bookie_id=bookie, status=exc.status)
-                try:
-                    await self._handle_bookie_failure(idx, bookie)
-                except Exception as change_exc:  # noqa: BLE001 - fails the handle
-                    self._fail_all(change_exc)
-                    return
-                if attempts > 20:
-                    self._fail_all(WriteError(f"ledger {self.ledger_id} entry {op.entry_id}: gave up after {attempts} bookie failures"))
-                    return
+            attempts += 1
+            self._failed_bookies.add(bookie)
+            log.warning("bookie write failed", ledger_id=self.ledger_id, entry_id=op.entry_id,
+                        bookie_id=bookie, status=err.status)
+            try:
+                await self._handle_bookie_failure(idx, bookie)
+            except Exception as change_exc:  # noqa: BLE001 - fails the handle
+                self._fail_all(change_exc)
+                return
+            if attempts > 20:
+                self._fail_all(WriteError(f"ledger {self.ledger_id} entry {op.entry_id}: gave up after {attempts} bookie failures"))
+                return
 
     def _give_up(self, op: _PendingAdd, idx: int, bookie: str) -> None:
         op.gave_up.add(idx)
@@ -223,8 +260,10 @@ class LedgerHandle:
         # Let the writes to the slower replicas of acknowledged entries finish (upstream does not
         # cancel them either): cancelling would leave entries with fewer than WQ copies. Each write
         # is bounded by the bookie client's deadline.
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=self.bk.bookies_timeout_s * 3)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.bk.bookies_timeout_s * 3
+        while (self._tasks or self._writes) and (left := deadline - loop.time()) > 0:
+            await asyncio.wait([*self._tasks, *self._writes], timeout=left)  # a failed write may retry
         last, length = self.lac, self.confirmed_length
         from_state = (LedgerState.IN_RECOVERY,) if self.recovery else (LedgerState.OPEN,)
 
@@ -239,6 +278,6 @@ class LedgerHandle:
 
         self.metadata, self.version = await self.bk.ledgers.update(
             self.ledger_id, transform, current=(self.metadata, self.version))
-        for t in list(self._tasks):
+        for t in [*self._tasks, *self._writes]:
             t.cancel()  # only writes stuck past the deadline above
         return self.metadata

@@ -755,9 +755,11 @@ class AddStream:
         """Entries sent and not yet acknowledged."""
         return len(self._pending)
 
-    async def send(self, entries: Sequence[tuple[int, bytes]]) -> list[asyncio.Future]:
+    async def send(self, entries: Sequence[tuple[int, bytes]],
+                   futures: Sequence[asyncio.Future] | None = None) -> list[asyncio.Future]:
         """Send ``(entry_id, body)`` pairs as one message; returns one future per entry, resolved to
-        None when the entry is durable or failed with the stream's error. Returns once the message is
+        None when the entry is durable or failed with the stream's error (``futures``, one per entry,
+        when the caller has its own; one it cancelled is left alone). Returns once the message is
         handed to gRPC (flow control may make that wait), not once it is durable.
 
         Raises:
@@ -766,7 +768,7 @@ class AddStream:
         if not self.usable:
             raise self._error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "add stream is closed")
         loop = asyncio.get_running_loop()
-        futs = [loop.create_future() for _ in entries]
+        futs = list(futures) if futures is not None else [loop.create_future() for _ in entries]
         for (eid, _body), fut in zip(entries, futs):
             self._pending.append((eid, fut))
         self._has_pending.set()

@@ -63,6 +63,47 @@ def test_round_trip_with_bookie_killed_mid_write(cluster_factory):
     asyncio.run(go())
 
 
+def test_concurrent_adds_queue_their_first_writes_without_tasks_and_survive_a_bookie_killed_mid_window(
+        cluster_factory):
+    """A window of adds in flight: each replica's first write is a future on the add batcher (no task per
+    replica), and writes pending on a bookie that is killed are retried through an ensemble change
+    without losing or reordering an acknowledged entry."""
+    cluster = cluster_factory(bookies=4)
+
+    async def go():
+        bk = await _connect(cluster)
+        try:
+            lh = await bk.create_ledger(3, 2, 2)
+            victim_id = lh.metadata.last_ensemble[0]
+            retries = []  # the handle's retry tasks (LedgerHandle._send), counted as they are created
+            loop = asyncio.get_running_loop()
+
+            def factory(loop, coro, **kw):
+                if getattr(coro, "__qualname__", "") == "LedgerHandle._send":
+                    retries.append(coro)
+                return asyncio.Task(coro, loop=loop, **kw)
+
+            loop.set_task_factory(factory)
+            first = [asyncio.ensure_future(lh.add_entry(payload(5, lh.ledger_id, e, 500))) for e in range(200)]
+            assert await asyncio.wait_for(asyncio.gather(*first), 30) == list(range(200))
+            assert retries == []  # 400 replica writes, none of them a task of its own
+            cluster.kill_bookie(cluster.bookie_ids().index(victim_id), signal.SIGKILL)
+            after = [asyncio.ensure_future(lh.add_entry(payload(5, lh.ledger_id, e, 500))) for e in range(200, 400)]
+            assert await asyncio.wait_for(asyncio.gather(*after), 60) == list(range(200, 400))
+            assert retries  # the writes that failed on the killed bookie were retried
+            md = await lh.close()
+            assert md.last_entry_id == 399 and len(md.segments) == 2
+            assert victim_id not in md.segments[1].ensemble
+            assert not lh._tasks and not lh._writes
+            rh = await bk.open_ledger(lh.ledger_id)
+            entries = await rh.read_entries(0, 399)
+            assert [x.payload for x in entries] == [payload(5, lh.ledger_id, e, 500) for e in range(400)]
+        finally:
+            await bk.close()
+
+    asyncio.run(go())
+
+
 def test_recovery_open_fences_active_writer(cluster_factory):
     cluster = cluster_factory(bookies=3)
 
