@@ -124,14 +124,18 @@ class LedgerHandle:
     def _write_done(self, fut: asyncio.Future, op: _PendingAdd, idx: int, bookie: str) -> None:
         self._writes.discard(fut)
         if fut.cancelled():
-            return  # the handle was closed past its deadline, or the client is closing
+            return  # the handle was closed past its deadline
         exc = fut.exception()
+        if isinstance(exc, asyncio.CancelledError):
+            return  # the client is closing its add batcher: the write is abandoned, as a cancelled task's was
         if exc is None:
             op.acked.add(idx)
             self._advance()
         elif isinstance(exc, BookieError):
             self._spawn(self._send(op, idx, first_error=(bookie, exc)))
         else:  # not a bookie's answer (a bug): fail loudly rather than leave the add waiting
+            log.error("ledger write failed unexpectedly", ledger_id=self.ledger_id, entry_id=op.entry_id,
+                      bookie_id=bookie, error=repr(exc))
             self._fail_all(exc)
 
     def _spawn(self, coro) -> None:
