@@ -66,6 +66,9 @@ MAX_READ_BATCH_BYTES = 1024 * 1024
 FEATURES = pb.BATCHED_ENTRIES | pb.ADD_STREAM
 #: A PullEntries call reports what became durable at least every this many body bytes.
 PULL_REPORT_BYTES = 4 * 1024 * 1024
+#: most entries an add stream (AddEntries, AddStream, PullEntries) keeps in flight to storage, and most
+#: entries in one storage operation of an AddStream run
+STREAM_WINDOW_ENTRIES = 256
 _OK = pb.StatusCode.EOK
 
 
@@ -181,17 +184,15 @@ class BookieService(pb_grpc.BookieServicer):
         return BookieStatusError("EBADREQ", f"bookie {self.bookie_id}: no add for {self.stream_idle_timeout_s:g} s on "
                                             f"this stream; closing it{done}")
 
-    def _submit(self, req: pb.AddRequest, stream) -> asyncio.Future:
-        """Queue an admitted add on ``stream`` (its admission is released if queueing fails)."""
-        return self._submit_entry(req.ledger_id, req.entry_id, req.master_key, req.body,
-                                  bool(req.flags & pb.RECOVERY_ADD), stream)
-
-    def _submit_entry(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool,
-                      stream) -> asyncio.Future:
+    def _submit_adds(self, ledger_id: int, master_key: bytes, entries: list[tuple[int, bytes]], *,
+                     recovery: bool, stream, nbytes: int) -> asyncio.Future:
+        """Queue admitted adds of one ledger (``(entry id, body)``, ``nbytes`` body bytes in all) as one
+        storage operation on ``stream`` (:meth:`BookieStorage.submit_adds`); their admission is released
+        if queueing fails (the exception is re-raised)."""
         try:
-            return self.storage.submit_add(ledger_id, entry_id, master_key, body, recovery=recovery, stream=stream)
+            return self.storage.submit_adds(ledger_id, master_key, entries, recovery=recovery, stream=stream)
         except BaseException:
-            self.admission.release_add(len(body))
+            self.admission.release_add(nbytes, len(entries))
             raise
 
     async def AddEntry(self, request: pb.AddRequest, context: grpc.aio.ServicerContext) -> pb.AddResponse:
@@ -263,7 +264,9 @@ class BookieService(pb_grpc.BookieServicer):
         """A long-lived add stream (feature ``ADD_STREAM``, issue 13): batches of adds applied in order
         with the same checks, admission and window as :meth:`AddEntries`, acknowledged *as they become
         durable* by :class:`AddAck` messages carrying the count of the stream's first entries that are
-        durable (one ack may cover many entries). The first failure is answered by a last ack with its
+        durable (one ack may cover many entries). A message's entries go to storage in runs: each run of
+        up to :data:`STREAM_WINDOW_ENTRIES` consecutive entries of one ledger, master key and flags is one
+        storage operation, stored and acknowledged as a whole. The first failure is answered by a last ack with its
         status, after every entry submitted before it has settled; the stream then ends. A stream
         with no add for ``stream_idle_timeout_s`` ends the same way (``EBADREQ``, nothing pending)."""
         stream = self.storage.new_stream()
@@ -280,18 +283,15 @@ class BookieService(pb_grpc.BookieServicer):
             operation once the window and the bookie's admission have room; False after recording why not."""
             lid, master_key, recovery = key
             n = sum(len(body) for _eid, body in run)
-            while inflight and (pending[0] + n > self.stream_window_bytes or pending[1] + len(run) > 256):
+            while inflight and (pending[0] + n > self.stream_window_bytes
+                                or pending[1] + len(run) > STREAM_WINDOW_ENTRIES):
                 room.clear()
                 await room.wait()  # the acker settles the oldest runs
             if not await self.admission.wait_add(n, len(run)):
                 failure.append((run[0][0], BookieStatusError(
                     "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}")))
                 return False
-            try:
-                fut = self.storage.submit_adds(lid, master_key, run, recovery=recovery, stream=stream)
-            except BaseException:
-                self.admission.release_add(n, len(run))
-                raise
+            fut = self._submit_adds(lid, master_key, run, recovery=recovery, stream=stream, nbytes=n)
             inflight.append(([eid for eid, _body in run], fut, n))
             pending[0] += n
             pending[1] += len(run)
@@ -324,7 +324,7 @@ class BookieService(pb_grpc.BookieServicer):
                             refused = (req.entry_id, exc)  # the entries before it are still stored
                             break
                         k = (req.ledger_id, req.master_key, bool(req.flags & pb.RECOVERY_ADD))
-                        if run and (k != key or len(run) >= 256):
+                        if run and (k != key or len(run) >= STREAM_WINDOW_ENTRIES):
                             if not await submit_run(key, run):
                                 return
                             run = []
@@ -447,10 +447,12 @@ class BookieService(pb_grpc.BookieServicer):
                         "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
                     break
                 n = len(req.body)
-                fut = self._submit(req, stream)
+                fut = self._submit_adds(req.ledger_id, req.master_key, [(req.entry_id, req.body)],
+                                        recovery=bool(req.flags & pb.RECOVERY_ADD), stream=stream, nbytes=n)
                 inflight.append((req, fut, n))
                 inflight_bytes += n
-                while inflight and (inflight_bytes > self.stream_window_bytes or len(inflight) > 256):
+                while inflight and (inflight_bytes > self.stream_window_bytes
+                                    or len(inflight) > STREAM_WINDOW_ENTRIES):
                     old, ofut, on = inflight.popleft()
                     inflight_bytes -= on
                     settle(old.entry_id, on, await ofut)
@@ -743,15 +745,11 @@ class BookieService(pb_grpc.BookieServicer):
                             failure = (good[0][0], BookieStatusError(
                                 "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
                             break
-                        try:
-                            fut = self.storage.submit_adds(lid, request.master_key, good, recovery=True, stream=stream)
-                        except BaseException:
-                            self.admission.release_add(n, len(good))
-                            raise
+                        fut = self._submit_adds(lid, request.master_key, good, recovery=True, stream=stream, nbytes=n)
                         inflight.append(([eid for eid, _body in good], fut, n))
                         inflight_bytes += n
                         inflight_entries += len(good)
-                    while inflight and (inflight[0][1].done() or inflight_entries > 256):
+                    while inflight and (inflight[0][1].done() or inflight_entries > STREAM_WINDOW_ENTRIES):
                         await settle_head()
                     if failure is not None:
                         break

@@ -764,7 +764,11 @@ class AddStream:
 
         Raises:
             BookieError: the stream is not usable (its error, or ``UNAVAILABLE`` when closed).
+            ValueError: ``futures`` is not one per entry (nothing is sent).
         """
+        if futures is not None and len(futures) != len(entries):
+            raise ValueError(f"add stream to ledger {self.ledger_id} on {self.bookie_id}: {len(futures)} futures "
+                             f"for {len(entries)} entries")
         if not self.usable:
             raise self._error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "add stream is closed")
         loop = asyncio.get_running_loop()

@@ -232,6 +232,9 @@ async def test_add_stream_acknowledges_each_batch_before_the_next_is_sent_and_en
 async def test_client_add_stream_resolves_adds_and_fails_pending_ones_with_the_bookies_status(serve, client) -> None:
     b = (await serve()).bookie_id
     st = await client.open_add_stream(b, 12, MK)
+    with pytest.raises(ValueError, match="1 futures for 2 entries"):  # nothing is sent
+        await st.send([(0, entry(12, 0)), (1, entry(12, 1))], [asyncio.get_running_loop().create_future()])
+    assert st.pending == 0
     futs = await st.send([(e, entry(12, e)) for e in range(5)])
     futs += await st.send([(e, entry(12, e)) for e in range(5, 8)])
     await asyncio.wait_for(asyncio.gather(*futs), 10)
