@@ -29,6 +29,10 @@ from autorecovery.errors import AutoRecoveryError
 
 ENTRYLOG_DIR = "entrylogs"
 DEFAULT_MAX_LOG_BYTES = 1 << 30
+#: most bodies one ``writev`` call takes (below Linux's IOV_MAX of 1024)
+WRITEV_MAX_BUFFERS = 256
+#: a ``writev`` call stops adding bodies past this many bytes (bytes; one body may exceed it)
+WRITEV_MAX_BYTES = 4 << 20
 
 
 class EntryLogError(AutoRecoveryError):
@@ -123,20 +127,62 @@ class EntryLogs:
         Raises:
             EntryLogError: the write failed (the caller fails the whole group).
         """
-        if self._offset >= self.max_log_bytes:
-            self._roll()
+        return self.append_many([body])[0]
+
+    def append_many(self, bodies: list[bytes]) -> list[tuple[int, int]]:
+        """Append ``bodies`` back to back with as few ``writev`` calls as possible (at most
+        :data:`WRITEV_MAX_BUFFERS` bodies or about :data:`WRITEV_MAX_BYTES` each); returns one
+        ``(log id, offset)`` per body. Not durable until :meth:`sync`. Writer thread only.
+
+        One system call per chunk, not per body, because every call gives up the GIL and must win it
+        back: with the event loop busy decoding messages, a thread writing 64 KiB bodies one by one
+        waited up to the interpreter's 5 ms switch interval after each write (18 MB/s against 207 MB/s
+        for 16 bodies per ``writev``, measured beside a busy Python thread).
+
+        Raises:
+            EntryLogError: a write failed (the caller fails the whole group). The append offset is
+                re-read from the file, so bytes a failed call did write never shift later offsets.
+        """
+        out: list[tuple[int, int]] = []
+        i, n = 0, len(bodies)
+        while i < n:
+            if self._offset >= self.max_log_bytes:
+                self._roll()
+            j, size = i, 0
+            while j < n and j - i < WRITEV_MAX_BUFFERS and (j == i or size + len(bodies[j]) <= WRITEV_MAX_BYTES):
+                size += len(bodies[j])
+                j += 1
+            self._write_all(bodies[i:j], size)
+            at = self._offset
+            for body in bodies[i:j]:
+                out.append((self._log_id, at))
+                at += len(body)
+            self._offset = at
+            self.appended += size
+            self._appends += j - i
+            i = j
+        return out
+
+    def _write_all(self, chunk: list[bytes], size: int) -> None:
         try:
-            n = os.write(self._fd, body)
-            while n < len(body):  # short writes are rare but legal
-                n += os.write(self._fd, memoryview(body)[n:])
+            done = os.writev(self._fd, chunk) if len(chunk) > 1 else os.write(self._fd, chunk[0])
+            while done < size:  # short writes are rare but legal: write what is left
+                rest, skip = [], done
+                for body in chunk:
+                    if skip >= len(body):
+                        skip -= len(body)
+                        continue
+                    rest.append(memoryview(body)[skip:])
+                    skip = 0
+                done += os.writev(self._fd, rest)
         except OSError as exc:
+            where = self._offset
+            try:  # part of the chunk may be in the file: the next append goes after it
+                self._offset = os.fstat(self._fd).st_size
+            except OSError:
+                self._offset = self.max_log_bytes  # cannot tell where the end is: roll before the next append
             raise EntryLogError(f"cannot append to {self.directory / log_name(self._log_id)} at offset "
-                                f"{self._offset}: {exc}") from exc
-        at = self._offset
-        self._offset += len(body)
-        self.appended += len(body)
-        self._appends += 1
-        return self._log_id, at
+                                f"{where}: {exc}") from exc
 
     def sync(self) -> None:
         """``fdatasync`` the current log: every append that returned before this call is durable when it

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autorecovery.bookie.entrylog import ENTRYLOG_DIR, EntryLogError, log_name
+from autorecovery.bookie.entrylog import ENTRYLOG_DIR, EntryLogError, EntryLogs, log_name
 from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME, BookieStatusError, BookieStorage
 from autorecovery.ledger.digest import pack_entry
 
@@ -169,5 +169,104 @@ async def test_an_interrupted_migration_resumes_without_loss_or_doubles(tmp_path
         assert s.migrated_entries == 20
         assert await read_all(s, 12, 29) == [bodies[(12, e)] for e in range(30)]
         assert await s.list_entries(12) == [(0, 29)]
+    finally:
+        await s.close()
+
+
+# -- append_many: few writev calls per run, exact offsets even after short or failed writes -----------
+def open_logs(tmp_path: Path) -> EntryLogs:
+    return EntryLogs(tmp_path / ENTRYLOG_DIR).open()
+
+
+def test_append_many_writes_a_run_in_few_calls_at_contiguous_offsets(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    from autorecovery.bookie import entrylog
+
+    calls: list[int] = []
+    real = os.writev
+    monkeypatch.setattr(entrylog.os, "writev", lambda fd, bufs: calls.append(len(bufs)) or real(fd, bufs))
+    monkeypatch.setattr(entrylog, "WRITEV_MAX_BUFFERS", 16)
+    logs = open_logs(tmp_path)
+    try:
+        bodies = [body(7, e, bytes([e]) * (1000 + e)) for e in range(40)]
+        locs = logs.append_many(bodies)
+        assert calls == [16, 16, 8]  # not one system call (and one GIL round trip) per body
+        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, bodies)] == bodies
+        assert [off for _lid, off in locs] == [sum(len(b) for b in bodies[:i]) for i in range(40)]
+        assert logs.appended == sum(len(b) for b in bodies)
+    finally:
+        logs.close()
+
+
+def test_append_many_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    from autorecovery.bookie import entrylog
+
+    real = os.writev
+    short = [True]
+
+    def half_first(fd, bufs):  # the kernel may write less than asked; only the first call does here
+        if short[0]:
+            short[0] = False
+            data = b"".join(bytes(b) for b in bufs)
+            return os.write(fd, data[: len(data) // 2 + 3])
+        return real(fd, bufs)
+
+    monkeypatch.setattr(entrylog.os, "writev", half_first)
+    logs = open_logs(tmp_path)
+    try:
+        bodies = [body(8, e, bytes([e]) * 500) for e in range(6)]
+        locs = logs.append_many(bodies)
+        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, bodies)] == bodies
+    finally:
+        logs.close()
+
+
+def test_a_failed_append_does_not_shift_later_offsets(tmp_path: Path, monkeypatch) -> None:
+    import errno
+    import os
+
+    from autorecovery.bookie import entrylog
+
+    real = os.writev
+    fail = [True]
+
+    def partial_then_enospc(fd, bufs):  # part of the chunk reaches the file, then the disk is full
+        if fail[0]:
+            fail[0] = False
+            os.write(fd, bytes(bufs[0])[:77])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, bufs)
+
+    monkeypatch.setattr(entrylog.os, "writev", partial_then_enospc)
+    logs = open_logs(tmp_path)
+    try:
+        first = logs.append(body(9, 0))
+        with pytest.raises(EntryLogError, match=r"00000000\.log at offset \d+: .*No space left"):
+            logs.append_many([body(9, 1), body(9, 2)])
+        later = [body(9, 3, b"after the failure"), body(9, 4)]
+        locs = logs.append_many(later)
+        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, later)] == later
+        assert logs.read(*first, len(body(9, 0))) == body(9, 0)
+    finally:
+        logs.close()
+
+
+async def test_a_stored_run_goes_out_in_one_writev(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    from autorecovery.bookie import entrylog
+
+    calls: list[int] = []
+    real = os.writev
+    monkeypatch.setattr(entrylog.os, "writev", lambda fd, bufs: calls.append(len(bufs)) or real(fd, bufs))
+    s = await opened(tmp_path)
+    try:
+        run = [(e, body(5, e)) for e in range(100)]
+        assert await s.submit_adds(5, b"k", run) is None
+        assert calls == [100]
+        assert await read_all(s, 5, 99) == [b for _e, b in run]
     finally:
         await s.close()
