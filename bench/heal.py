@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 import shutil
 import tempfile
@@ -151,6 +152,9 @@ async def run(base: Path, mib: int, ledgers: int, daemons: int = 5) -> None:
                         return True
                 return False
 
+            # the load's dirty pages (two replicas of every entry) must not be flushed during the heal: the
+            # raw baselines run on a quiet disk
+            await asyncio.to_thread(os.sync)
             procs = cpu_procs(cluster, victim)
             cpu0 = {k: cpu_s(p) for k, p in procs.items()}
             t0 = time.perf_counter()
@@ -202,7 +206,7 @@ async def run(base: Path, mib: int, ledgers: int, daemons: int = 5) -> None:
     print(f"CPU from the kill to the end ({dt:.2f}s x 2 cores = {2 * dt:.1f} core-s): {by_kind(cpu)}; "
           f"{sum(cpu.values()) / (to_heal / 1e6) * 1000:.0f} core-ms per MB healed")
     print("ZooKeeper while copying: " + ", ".join(f"{k} {zk_end[k] - zk_marked.get(k, 0)}" for k in zk_end))
-    print("per process while copying: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu_copy.items())))
+    print("per process while copying (core-s): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu_copy.items())))
     print(f"CPU while copying ({copy_s:.2f}s x 2 cores = {2 * copy_s:.1f} core-s): {by_kind(cpu_copy)}; "
           f"{sum(cpu_copy.values()) / copy_s:.2f} cores busy")
     raw = await raw_grpc(to_heal // ENTRY, max(1, len(workers)))

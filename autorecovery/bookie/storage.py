@@ -181,6 +181,27 @@ class StoredEntry:
     body: bytes | None
 
 
+#: index rows one INSERT statement carries at most (5 parameters each: 640, below SQLite's old 999 cap)
+_ROWS_PER_INSERT = 128
+_INSERT_SQLS: dict[int, str] = {}
+
+
+def _insert_index_rows(conn: sqlite3.Connection, rows: list[tuple[int, int, int, int, int]]) -> None:
+    """``INSERT OR REPLACE`` the ``(ledger id, entry id, log id, offset, length)`` rows, many per
+    statement: ``executemany`` steps once per row and gives up the GIL at every step, and each time the
+    committer must win it back from the event loop. Statements are for 128, 32, 8 and 1 rows only, so
+    SQLite's statement cache keeps them all."""
+    i, n = 0, len(rows)
+    for size in (_ROWS_PER_INSERT, 32, 8, 1):
+        while n - i >= size:
+            sql = _INSERT_SQLS.get(size)
+            if sql is None:
+                sql = _INSERT_SQLS[size] = ("INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_id, offset, "
+                                            "length) VALUES " + ",".join(["(?,?,?,?,?)"] * size))
+            conn.execute(sql, [v for row in rows[i:i + size] for v in row])
+            i += size
+
+
 class BookieStorage:
     """SQLite-backed entry store of one bookie. See the module docstring for layout and semantics.
 
@@ -539,8 +560,7 @@ class BookieStorage:
                             conn.executemany("UPDATE ledgers SET lac=? WHERE ledger_id=? AND lac<?",
                                              [(lac, lid, lac) for lid, lac in prep.lacs.items()])
                         if prep.rows:
-                            conn.executemany("INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_id, offset, "
-                                             "length) VALUES (?, ?, ?, ?, ?)", prep.rows)
+                            _insert_index_rows(conn, prep.rows)
                     self.logs.sync()  # the bodies are durable before the index rows that point at them
                     conn.execute("COMMIT")
                 except BaseException:

@@ -270,3 +270,19 @@ async def test_a_stored_run_goes_out_in_one_writev(tmp_path: Path, monkeypatch) 
         assert await read_all(s, 5, 99) == [b for _e, b in run]
     finally:
         await s.close()
+
+
+def test_index_rows_are_inserted_many_per_statement_and_the_last_copy_wins() -> None:
+    from autorecovery.bookie import storage
+
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute(storage._ENTRIES_V2)
+    steps: list[str] = []
+    conn.set_trace_callback(steps.append)
+    rows = [(1, e, 0, e * 10, 10) for e in range(300)] + [(1, 7, 3, 999, 12)]  # entry 7 re-added
+    storage._insert_index_rows(conn, rows)
+    # 301 rows = 2 x 128 + 1 x 32 + 1 x 8 + 5 x 1: nine statements, not one step per row
+    assert len(steps) == 9
+    assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 300
+    assert conn.execute("SELECT log_id, offset, length FROM entries WHERE entry_id=7").fetchone() == (3, 999, 12)
+    assert conn.execute("SELECT offset FROM entries WHERE entry_id=299").fetchone() == (2990,)
