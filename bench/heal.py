@@ -22,6 +22,7 @@ tree's watches (no polling), so it adds next to no load to the cluster it measur
 
     .venv/bin/python bench/heal.py              # 1024 MiB (about a third of it is healed)
     .venv/bin/python bench/heal.py --mib 32     # quick run
+    .venv/bin/python bench/heal.py --daemons 1 --set replicationWorkerConcurrentLedgers=8   # tune a key
 """
 
 from __future__ import annotations
@@ -121,13 +122,13 @@ async def bytes_on(bk: BookKeeper, ledger_ids, bookie: str) -> int:
     return total
 
 
-async def run(base: Path, mib: int, ledgers: int, daemons: int = 5) -> None:
+async def run(base: Path, mib: int, ledgers: int, daemons: int = 5, props: dict[str, str] | None = None) -> None:
     cluster = LocalCluster(base / "heal", bookies=6, racks=3)
     try:
         await asyncio.to_thread(cluster.up)
         # host 1 is the victim; the surviving daemons run on the first ``daemons`` other hosts
         hosts = sorted({1, *[0, 2, 3, 4, 5][:daemons]})
-        ports = await asyncio.to_thread(start_daemons, cluster, hosts, {})
+        ports = await asyncio.to_thread(start_daemons, cluster, hosts, props or {})
         bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
         try:
             await writable_bookies(bk.watcher, 6, "set-up")
@@ -227,11 +228,20 @@ def main() -> None:
     ap.add_argument("--daemons", type=int, choices=range(1, 6), default=5,
                     help="surviving hosts that run an autorecovery daemon (default 5: all; 1 = a single worker heals)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's data directories")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a daemon configuration key for this run (repeatable), e.g. "
+                         "replicationMaxStreamsPerTargetBookie=8")
     a = ap.parse_args()
+    props = {}
+    for item in a.set:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            ap.error(f"--set {item!r}: expected KEY=VALUE")
+        props[key] = value
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     base = Path(tempfile.mkdtemp(prefix="bench-heal-"))
     try:
-        asyncio.run(run(base, a.mib, a.ledgers, a.daemons))
+        asyncio.run(run(base, a.mib, a.ledgers, a.daemons, props))
     finally:  # ~2.5 GB per run: left behind, a few dozen runs filled the disk and turned bookies read-only
         if not a.keep:
             shutil.rmtree(base, ignore_errors=True)
