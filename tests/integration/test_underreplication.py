@@ -90,6 +90,32 @@ async def test_mark_many_batches_and_merges(zk, urm):
     assert await urm.mark_many(marks) == 0
 
 
+async def test_mark_many_keeps_several_transactions_in_flight(zk, urm, monkeypatch):
+    from autorecovery.zk import underreplication
+
+    for lid in (7, 1234, 2400):  # existing markers in three different transactions: merged, not lost
+        await urm.mark_underreplicated(lid, ["old:1"])
+    in_flight, peak = [0], [0]
+    real = zk.multi
+
+    async def counting(ops):
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        try:
+            return await real(ops)
+        finally:
+            in_flight[0] -= 1
+
+    monkeypatch.setattr(zk, "multi", counting)
+    n = 6 * underreplication.MULTI_BATCH_OPS // 2  # six transactions' worth: two rounds of them
+    await urm.mark_many({i: ["b:1"] for i in range(n)})
+    assert peak[0] == underreplication.MULTI_IN_FLIGHT  # not one transaction at a time
+    assert await urm.list_marked_ids() == set(range(n))
+    for lid in (7, 1234, 2400):
+        assert (await urm.get_marker(lid)).replicas == ["old:1", "b:1"]
+    assert (await urm.get_marker(2999)).replicas == ["b:1"]
+
+
 async def test_acquire_release_and_session_death(chroot, urm, zk):
     await urm.mark_underreplicated(1, ["b:1"])
     other_zk = await ZkClient(chroot, session_timeout_ms=2000).start()
