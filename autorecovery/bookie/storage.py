@@ -183,7 +183,8 @@ class StoredEntry:
 
 #: index rows one INSERT statement carries at most (5 parameters each: 640, below SQLite's old 999 cap)
 _ROWS_PER_INSERT = 128
-_INSERT_SQLS: dict[int, str] = {}
+_INSERT_SQLS = {size: "INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_id, offset, length) VALUES "
+                      + ",".join(["(?,?,?,?,?)"] * size) for size in (_ROWS_PER_INSERT, 32, 8, 1)}
 
 
 def _insert_index_rows(conn: sqlite3.Connection, rows: list[tuple[int, int, int, int, int]]) -> None:
@@ -192,12 +193,8 @@ def _insert_index_rows(conn: sqlite3.Connection, rows: list[tuple[int, int, int,
     committer must win it back from the event loop. Statements are for 128, 32, 8 and 1 rows only, so
     SQLite's statement cache keeps them all."""
     i, n = 0, len(rows)
-    for size in (_ROWS_PER_INSERT, 32, 8, 1):
+    for size, sql in _INSERT_SQLS.items():  # largest first
         while n - i >= size:
-            sql = _INSERT_SQLS.get(size)
-            if sql is None:
-                sql = _INSERT_SQLS[size] = ("INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_id, offset, "
-                                            "length) VALUES " + ",".join(["(?,?,?,?,?)"] * size))
             conn.execute(sql, [v for row in rows[i:i + size] for v in row])
             i += size
 

@@ -322,14 +322,19 @@ class UnderreplicationManager:
                 self._known_dirs.add(up)
         fallback: list[tuple[int, list[str]]] = []
         per = MULTI_BATCH_OPS // 2
-        batches = [items[start:start + per] for start in range(0, len(items), per)]
         # a few transactions in flight at once (disjoint ledgers, so their order does not matter):
         # ZooKeeper commits what arrived together with one log sync, where one at a time paid a round
         # trip and a sync each
-        for start in range(0, len(batches), MULTI_IN_FLIGHT):
-            for w, rest in await asyncio.gather(*(self._multi_create(b) for b in batches[start:start + MULTI_IN_FLIGHT])):
-                writes += w
-                fallback.extend(rest)
+        in_flight = asyncio.Semaphore(MULTI_IN_FLIGHT)
+
+        async def transaction(batch: list[tuple[int, list[str]]]) -> tuple[int, list[tuple[int, list[str]]]]:
+            async with in_flight:
+                return await self._multi_create(batch)
+
+        for w, rest in await asyncio.gather(*(transaction(items[start:start + per])
+                                              for start in range(0, len(items), per))):
+            writes += w
+            fallback.extend(rest)
         if fallback:
             sem = asyncio.Semaphore(concurrency)
 

@@ -107,7 +107,7 @@ async def test_mark_many_keeps_several_transactions_in_flight(zk, urm, monkeypat
             in_flight[0] -= 1
 
     monkeypatch.setattr(zk, "multi", counting)
-    n = 6 * underreplication.MULTI_BATCH_OPS // 2  # six transactions' worth: two rounds of them
+    n = 6 * underreplication.MULTI_BATCH_OPS // 2  # six transactions' worth: more than may be in flight
     await urm.mark_many({i: ["b:1"] for i in range(n)})
     assert peak[0] == underreplication.MULTI_IN_FLIGHT  # not one transaction at a time
     assert await urm.list_marked_ids() == set(range(n))
