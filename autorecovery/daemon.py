@@ -180,9 +180,9 @@ class Daemon:
             self.watcher.add_listener(self._on_membership)
             self.racks = await RackInfoWatcher(self.zk, self.placement).start()
 
-            from autorecovery.rpc.bookie_client import BookieClient
+            from autorecovery.rpc.transport import BookieClient
 
-            self.bookies = BookieClient(tls=s.tls)
+            self.bookies = BookieClient(tls=s.tls, resolve=self.watcher.advertised)
             bi = s.bookie_info
             self.reader = BookieInfoReader(
                 self.bookies, self.watcher, consumers=[self.policy], interval_s=bi.interval_s,
@@ -330,12 +330,12 @@ class Daemon:
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready = started, not stopping, ZooKeeper session connected, every role running, and every
-        available bookie speaks our gRPC bookie protocol.
+        available bookie speaks a bookie protocol we speak (ours, ``grpc``; upstream's, ``bookie-rpc``
+        or no service info).
 
-        A bookie whose registration advertises another protocol (a stock BookKeeper bookie:
-        ``bookie-rpc``) or none cannot be checked or copied from here: its copies are skipped (never
-        marked), and readiness is false with a ``reasons`` entry naming it, so the gap is visible
-        instead of silent (issue 9).
+        A bookie whose registration advertises only other protocols cannot be checked or copied from
+        here: its copies are skipped (never marked), and readiness is false with a ``reasons`` entry
+        naming it, so the gap is visible instead of silent (issue 9).
         """
         zk_up = bool(self.zk is not None and self.zk.connected.is_set())
         election = self._tasks.get("election")
@@ -355,8 +355,8 @@ class Daemon:
         reasons += [f"{k} not running" for k, v in roles.items() if k != "auditor" and not v]
         foreign = dict(getattr(self.watcher, "foreign", {}) or {}) if self.watcher is not None else {}
         for b, proto in sorted(foreign.items()):
-            reasons.append(f"bookie {b} does not advertise the gRPC bookie protocol (advertises "
-                           f"{', '.join(proto) or 'nothing'}): its copies are not checked or read here")
+            reasons.append(f"bookie {b} advertises neither our gRPC protocol nor upstream's bookie-rpc (advertises "
+                           f"{', '.join(proto)}): its copies are not checked or read here")
         ready = not reasons
         return ready, {"zookeeper": "CONNECTED" if zk_up else "DISCONNECTED", "roles": roles,
                        "stopping": self._stopping, "bookie_id": self.bookie_id, "reasons": reasons,

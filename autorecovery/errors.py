@@ -91,6 +91,16 @@ class BookieUnavailableError(BookieError):
     upstream_name = "BKBookieHandleNotAvailableException"
 
 
+class BookieRefusedError(BookieError):
+    """A bookie asks for something this process cannot do safely, so nothing is sent to it: an
+    authentication plugin, or TLS on upstream's protocol (upstream BKUnauthorizedAccessException).
+    Not retriable: an operator must change the bookie's or our configuration; the message says which."""
+
+    retriable = False
+    bk_code = -102
+    upstream_name = "BKUnauthorizedAccessException"
+
+
 class LedgerFencedError(BookieError):
     """The ledger is fenced on a bookie: a normal add was refused with EFENCED (upstream BKLedgerFencedException)."""
 

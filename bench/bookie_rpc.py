@@ -27,7 +27,7 @@ from autorecovery.bookie.disk import DiskProbe  # noqa: E402
 from autorecovery.bookie.service import BookieService, add_service, build_grpc_server  # noqa: E402
 from autorecovery.bookie.storage import BookieStorage  # noqa: E402
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
-from autorecovery.rpc.bookie_client import BookieClient  # noqa: E402
+from autorecovery.rpc.transport import BookieClient  # noqa: E402
 
 MK = b"bench"
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autorecovery.client.bookkeeper import BookKeeper  # noqa: E402
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
-from autorecovery.rpc.bookie_client import BookieClient  # noqa: E402
+from autorecovery.rpc.transport import BookieClient  # noqa: E402
 from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
 from nullbookie import MAX_MSG, spawn_null, stop  # noqa: E402
 

@@ -46,10 +46,10 @@ class NullBookie(pbg.BookieServicer):
         self.peers = None
 
     async def PullEntries(self, request, context):
-        from autorecovery.rpc.bookie_client import BookieClient
+        from autorecovery.rpc.bookie_client import GrpcBookieClient
 
         if self.peers is None:
-            self.peers = BookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
+            self.peers = GrpcBookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
         ids, nbytes = [], 0
         async for item in self.peers.read_entries(request.source_bookie_id, request.ledger_id,
                                                   request.first_entry_id, request.last_entry_id):

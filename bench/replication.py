@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from autorecovery import metrics  # noqa: E402
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment  # noqa: E402
-from autorecovery.rpc.bookie_client import BookieClient  # noqa: E402
+from autorecovery.rpc.transport import BookieClient  # noqa: E402
 from nullbookie import MAX_MSG, spawn_null, stop  # noqa: E402
 
 ENTRY = 64 * 1024

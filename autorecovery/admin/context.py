@@ -30,7 +30,7 @@ from autorecovery.errors import (
 )
 from autorecovery.ledger.ids import validate_bookie_id, validate_ledger_id
 from autorecovery.ledger.layout import Layout, require_matches
-from autorecovery.zk.bookies import BookieWatcher
+from autorecovery.zk.bookies import BookieWatcher, registered_protocols
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.ledgers import LedgerStore, read_layout
 from autorecovery.zk.paths import Paths
@@ -133,10 +133,12 @@ class AdminContext:
 
     def get_bookies(self) -> Any:
         if self.bookies is None:
-            from autorecovery.rpc.bookie_client import BookieClient
+            from autorecovery.rpc.transport import BookieClient
 
             timeout = float(self.settings.bookie_info.timeout_s) if self.settings else 5.0
-            self.bookies = BookieClient(timeout_s=max(timeout, 5.0), tls=getattr(self.settings, "tls", None))
+            zk, paths = self.zk, self.paths
+            self.bookies = BookieClient(timeout_s=max(timeout, 5.0), tls=getattr(self.settings, "tls", None),
+                                        resolve=lambda b: registered_protocols(zk, paths, b))
             self._owned.append(self.bookies.close)
         return self.bookies
 

@@ -27,7 +27,7 @@ from autorecovery.bookie.service import (DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM, 
                                          build_grpc_server)
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.config.load import ZkSecurity
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.bookie_client import GrpcBookieClient
 from autorecovery.rpc.convert import decode_service_properties, encode_service_info
 from autorecovery.rpc.tls import ServerTls
 from autorecovery.zk.bridge import ZkClient
@@ -169,7 +169,7 @@ class BookieServer:
         self.readonly = False
         self.storage: BookieStorage | None = None
         self.service: BookieService | None = None
-        self.peers: BookieClient | None = None
+        self.peers: GrpcBookieClient | None = None
         self.registration: BookieRegistration | None = None
         self.zk: ZkClient | None = None
         self._server: grpc.aio.Server | None = None
@@ -195,7 +195,7 @@ class BookieServer:
             usage = await asyncio.to_thread(self.disk.probe)
             self.readonly = cfg.thresholds.readonly(usage, currently_readonly=False)
             if cfg.pull_entries and cfg.tls is None:
-                self.peers = BookieClient(timeout_s=PEER_TIMEOUT_S,
+                self.peers = GrpcBookieClient(timeout_s=PEER_TIMEOUT_S,
                                           max_message_bytes=cfg.max_entry_size + GRPC_HEADROOM)
             self.service = BookieService(
                 self.storage,

@@ -36,6 +36,7 @@ class BookieFeature(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BATCHED_ENTRIES: _ClassVar[BookieFeature]
     ADD_STREAM: _ClassVar[BookieFeature]
     PULL_ENTRIES: _ClassVar[BookieFeature]
+    PULL_DIGEST_TYPES: _ClassVar[BookieFeature]
 
 class BookieInfoFlag(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -60,6 +61,7 @@ FEATURE_NONE: BookieFeature
 BATCHED_ENTRIES: BookieFeature
 ADD_STREAM: BookieFeature
 PULL_ENTRIES: BookieFeature
+PULL_DIGEST_TYPES: BookieFeature
 INFO_NONE: BookieInfoFlag
 TOTAL_DISK_CAPACITY: BookieInfoFlag
 FREE_DISK_SPACE: BookieInfoFlag
@@ -177,7 +179,7 @@ class ReadBatch(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[ReadResponse, _Mapping]]] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("ledger_id", "master_key", "source_bookie_id", "first_entry_id", "last_entry_id", "ensemble_size", "write_quorum", "bookie_index")
+    __slots__ = ("ledger_id", "master_key", "source_bookie_id", "first_entry_id", "last_entry_id", "ensemble_size", "write_quorum", "bookie_index", "digest_type")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
     SOURCE_BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +188,7 @@ class PullRequest(_message.Message):
     ENSEMBLE_SIZE_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUORUM_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_TYPE_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     master_key: bytes
     source_bookie_id: str
@@ -194,7 +197,8 @@ class PullRequest(_message.Message):
     ensemble_size: int
     write_quorum: int
     bookie_index: int
-    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., source_bookie_id: _Optional[str] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., ensemble_size: _Optional[int] = ..., write_quorum: _Optional[int] = ..., bookie_index: _Optional[int] = ...) -> None: ...
+    digest_type: int
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., source_bookie_id: _Optional[str] = ..., first_entry_id: _Optional[int] = ..., last_entry_id: _Optional[int] = ..., ensemble_size: _Optional[int] = ..., write_quorum: _Optional[int] = ..., bookie_index: _Optional[int] = ..., digest_type: _Optional[int] = ...) -> None: ...
 
 class PullFailure(_message.Message):
     __slots__ = ("entry_id", "reason")

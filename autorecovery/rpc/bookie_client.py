@@ -1,4 +1,5 @@
-"""The gRPC bookie client: the only place the rest of the code talks gRPC to bookies (EDGE).
+"""The gRPC bookie client: our own bookie protocol, one of the two transports behind
+:class:`autorecovery.rpc.transport.BookieClient` (EDGE).
 
 One ``grpc.aio`` channel per bookie id (``host:port``, dialled directly), created on first use and
 reused; explicit max send/receive message sizes; a deadline on every unary call; streaming calls are
@@ -26,7 +27,6 @@ import contextlib
 import dataclasses
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import NoReturn
 
 import grpc
@@ -37,6 +37,7 @@ from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.wire import bookie_stub
 from autorecovery.rpc.convert import ranges_from_proto, status_name
+from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult
 from autorecovery.rpc.tls import BookieTls, channel_credentials, tls_failure
 
 log = structlog.get_logger(__name__)
@@ -51,54 +52,9 @@ TOTAL_DISK_CAPACITY = pb.TOTAL_DISK_CAPACITY
 FREE_DISK_SPACE = pb.FREE_DISK_SPACE
 
 
-@dataclass(frozen=True)
-class ReadResult:
-    """One entry read from a bookie.
-
-    Attributes:
-        entry_id: the entry's id (for a read of entry -1, the id of the highest entry the bookie has).
-        body: the packed entry (``ledger.digest`` format); not verified here.
-        lac: the bookie's last-add-confirmed for the ledger (-1 if unknown).
-    """
-
-    entry_id: int
-    body: bytes
-    lac: int
-
-
-@dataclass(frozen=True)
-class PullReport:
-    """One progress message of a PullEntries call (see :meth:`BookieClient.pull_entries`).
-
-    Attributes:
-        stored: entry ids newly durable on the target since the previous report, ascending.
-        bytes_stored: body bytes of those, bytes.
-        failed: entry id → why the source did not serve it (a status name such as ``ENOENTRY``, or
-            ``DIGEST`` when the source's copy failed its checksum and was not stored).
-        source_status: a status name when the source stream itself failed (the rest of the range was
-            not read), else ``""``; source_message: its detail.
-        done: the last report of the call.
-    """
-
-    stored: tuple[int, ...]
-    bytes_stored: int
-    failed: dict[int, str]
-    source_status: str = ""
-    source_message: str = ""
-    done: bool = False
-
-
 #: Extra time the worker waits for a pull report beyond its own timeout: the target itself waits up
 #: to its peer client's timeout (10 s) for the source before it reports the source as failed, s.
 PULL_SOURCE_GRACE_S = 15.0
-
-
-@dataclass(frozen=True)
-class BookieInfo:
-    """Disk figures of a bookie's data directory, in bytes (0 when not requested)."""
-
-    total_disk_space: int
-    free_disk_space: int
 
 
 def _status_error(bookie_id: str, code: int, message: str) -> BookieError:
@@ -122,7 +78,7 @@ def _rpc_error(bookie_id: str, exc: grpc.aio.AioRpcError, what: str, tls: bool =
     return BookieError(bookie_id, "EIO", detail)
 
 
-class BookieClient:
+class GrpcBookieClient:
     """Talks to bookies over gRPC. Use from one event loop; ``await close()`` when done.
 
     Args:
@@ -616,12 +572,17 @@ class BookieClient:
         ensemble_size: int = 0,
         write_quorum: int = 0,
         bookie_index: int = 0,
+        digest_type: int = 0,
     ) -> AsyncIterator[PullReport]:
         """Have ``target`` copy entries ``first..last`` of the ledger from ``source`` itself (feature
         ``PULL_ENTRIES``): the target reads them with the striping filter of :meth:`read_entries`,
         verifies each entry's digest and stores it as a ``RECOVERY_ADD`` under ``master_key``. Yields a
         :class:`PullReport` as entries become durable on the target; the last one has ``done``. Break
         out of the loop (or ``aclose()``) to cancel: what was reported stored stays stored.
+
+        ``digest_type`` is the ledger's (upstream's ``DigestType`` number; 0 = CRC32C): the target
+        verifies each entry with it. Only a target that reports ``PULL_DIGEST_TYPES`` honours it, and
+        none verifies HMAC (``EBADREQ``: it would need the password); copy such ledgers yourself.
 
         Each report is waited for at most ``timeout_s`` + :data:`PULL_SOURCE_GRACE_S` seconds.
 
@@ -633,7 +594,7 @@ class BookieClient:
         """
         req = pb.PullRequest(ledger_id=ledger_id, master_key=master_key, source_bookie_id=source,
                              first_entry_id=first, last_entry_id=last, ensemble_size=ensemble_size,
-                             write_quorum=write_quorum, bookie_index=bookie_index)
+                             write_quorum=write_quorum, bookie_index=bookie_index, digest_type=digest_type)
         what = f"pull ledger {ledger_id} entries {first}..{last} from {source}"
         call = self._stub(target).PullEntries(req)
         wait_s = self.timeout_s + PULL_SOURCE_GRACE_S
@@ -726,10 +687,10 @@ class AddStream:
     fails them with :class:`BookieUnavailableError`. A closed or failed stream takes no more adds
     (:attr:`usable` is False): open another.
 
-    Use :meth:`BookieClient.open_add_stream`; :meth:`send` and :meth:`close` from one event loop.
+    Use :meth:`GrpcBookieClient.open_add_stream`; :meth:`send` and :meth:`close` from one event loop.
     """
 
-    def __init__(self, client: BookieClient, bookie_id: str, ledger_id: int, master_key: bytes,
+    def __init__(self, client: GrpcBookieClient, bookie_id: str, ledger_id: int, master_key: bytes,
                  recovery: bool) -> None:
         self.client = client
         self.bookie_id = bookie_id

@@ -23,6 +23,14 @@ EOK = "EOK"
 #: (upstream advertises ``id: "bookie"``, ``protocol: "bookie-rpc"`` for its Netty protocol; ours speaks gRPC).
 ENDPOINT_ID = "bookie"
 ENDPOINT_PROTOCOL = "grpc"
+#: The protocol a stock bookie advertises for upstream's own wire protocol (v3 over TCP).
+UPSTREAM_PROTOCOL = "bookie-rpc"
+
+
+def speaks_a_known_protocol(advertised: tuple[str, ...]) -> bool:
+    """Whether a registration advertises a bookie protocol we speak: ours (``grpc``), upstream's
+    (``bookie-rpc``), or nothing at all (a stock bookie before 4.12 wrote no service info)."""
+    return not advertised or ENDPOINT_PROTOCOL in advertised or UPSTREAM_PROTOCOL in advertised
 
 
 def status_name(code: int) -> str:

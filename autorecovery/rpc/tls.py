@@ -4,7 +4,7 @@ Upstream's ``TLSContextFactory`` reads ``tlsCertificatePath`` (certificate chain
 (with ``tlsKeyStoreType=PEM``: the private key) and ``tlsTrustStore`` (with ``tlsTrustStoreType=PEM``:
 the CA certificates to trust). The same files configure both ends here:
 
-* our client (:class:`~autorecovery.rpc.bookie_client.BookieClient`): ``grpc.ssl_channel_credentials``
+* our client (:class:`~autorecovery.rpc.transport.BookieClient`): ``grpc.ssl_channel_credentials``
   with the trust store as roots and, with ``tlsClientAuthentication=true``, our certificate and key;
 * the reference bookie (``autorecovery bookie --tls-cert/--tls-key/--tls-trust-store/--tls-client-auth``):
   ``grpc.ssl_server_credentials``, requiring and verifying a client certificate with client auth.

@@ -10,11 +10,12 @@ the state was updated before the listeners ran, so a raising listener made the r
 good). A refresh that fails is logged (rate-limited) and retried with back-off until it succeeds; a
 reconnect refreshes at once (kazoo forgets watches on a connection loss).
 
-Never false-mark (issue 9): the registration data of every bookie is read once when it appears. A
-bookie that does not advertise our gRPC endpoint (a stock BookKeeper bookie advertises ``bookie-rpc``;
-one older than 4.12 advertises nothing) is listed in :attr:`BookieWatcher.foreign` with what it
-advertises: the checks skip its copies instead of reading them over a protocol it does not speak, and
-``/readyz`` names it.
+The registration data of every bookie is read once when it appears: what it advertises chooses the
+transport calls to it take (:func:`autorecovery.rpc.transport.choose_transport`: ``grpc`` → ours;
+``bookie-rpc``, as stock BookKeeper bookies advertise, or nothing, as they did before 4.12 → upstream's).
+Never false-mark (issue 9): a bookie that advertises neither protocol is listed in
+:attr:`BookieWatcher.foreign` with what it advertises: the checks skip its copies instead of reading
+them over a protocol it does not speak, and ``/readyz`` names it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import structlog
 
 from autorecovery.aio import wait_condition
-from autorecovery.rpc.convert import ENDPOINT_PROTOCOL, advertised_protocols
+from autorecovery.rpc.convert import advertised_protocols, speaks_a_known_protocol
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
 
@@ -36,6 +37,18 @@ log = structlog.get_logger("autorecovery.zk.bookies")
 
 #: Back-off (s) between retries of a failed refresh: doubles from the first value to the cap.
 RETRY_BACKOFF_S = (0.2, 10.0)
+
+
+async def registered_protocols(zk: ZkClient, paths: Paths, bookie_id: str) -> tuple[str, ...] | None:
+    """What the registration of ``bookie_id`` (``available/<id>``, else ``available/readonly/<id>``)
+    advertises, None when neither znode exists."""
+    for path in (paths.available_bookie(bookie_id), paths.readonly_bookie(bookie_id)):
+        try:
+            data, _ = await zk.get(path)
+        except NoNodeError:
+            continue
+        return advertised_protocols(data)
+    return None
 
 
 class BookieWatcher:
@@ -78,9 +91,18 @@ class BookieWatcher:
 
     @property
     def foreign(self) -> dict[str, tuple[str, ...]]:
-        """Available bookies whose registration does not advertise our gRPC endpoint → what it
-        advertises (``()`` = nothing). Their copies cannot be read or checked here."""
-        return {b: p for b, p in self.protocols.items() if ENDPOINT_PROTOCOL not in p}
+        """Available bookies whose registration advertises neither our gRPC protocol nor upstream's
+        ``bookie-rpc`` → what it advertises. Their copies cannot be read or checked here."""
+        return {b: p for b, p in self.protocols.items() if not speaks_a_known_protocol(p)}
+
+    async def advertised(self, bookie_id: str) -> tuple[str, ...] | None:
+        """What ``bookie_id``'s registration advertises (the resolver of
+        :class:`~autorecovery.rpc.transport.BookieClient`): from the live view, else read from
+        ZooKeeper; None when it is not registered."""
+        known = self.protocols.get(bookie_id)
+        if known is not None:
+            return known
+        return await registered_protocols(self.zk, self.paths, bookie_id)
 
     async def _read_protocols(self, writable: frozenset[str], readonly: frozenset[str]) -> dict[str, tuple[str, ...]]:
         """Protocols of every available bookie; registration data is read once per appearance."""
@@ -193,8 +215,8 @@ class BookieWatcher:
                 for b, p in self.foreign.items():
                     if b in before:
                         continue  # said once when it appeared
-                    log.warning("bookie does not advertise the gRPC bookie protocol; its copies will not be "
-                                "checked or read here", bookie_id=b, advertised=list(p) or "nothing")
+                    log.warning("bookie advertises neither our gRPC protocol nor upstream's bookie-rpc; its "
+                                "copies will not be checked or read here", bookie_id=b, advertised=list(p))
                 for listener in list(self._listeners):
                     try:
                         res = listener(writable, readonly)

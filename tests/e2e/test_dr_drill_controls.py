@@ -28,7 +28,7 @@ from autorecovery.placement import PlacementConfig, RackawarePolicy  # noqa: E40
 from autorecovery.placement.resolvers import StaticResolver  # noqa: E402
 from autorecovery.roles.auditor import Auditor, AuditorSettings  # noqa: E402
 from autorecovery.roles.worker import WorkerSettings  # noqa: E402
-from autorecovery.rpc.bookie_client import BookieClient  # noqa: E402
+from autorecovery.rpc.transport import BookieClient  # noqa: E402
 from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
 from autorecovery.zk.bridge import ZkClient, wait_for  # noqa: E402
 from autorecovery.zk.maintenance import MaintenanceStore  # noqa: E402

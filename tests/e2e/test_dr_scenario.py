@@ -34,7 +34,7 @@ from autorecovery.placement import Adherence, PlacementConfig, RackawarePolicy  
 from autorecovery.placement.resolvers import StaticResolver  # noqa: E402
 from autorecovery.roles.auditor import Auditor, AuditorSettings  # noqa: E402
 from autorecovery.roles.worker import WorkerSettings  # noqa: E402
-from autorecovery.rpc.bookie_client import BookieClient  # noqa: E402
+from autorecovery.rpc.transport import BookieClient  # noqa: E402
 from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
 from autorecovery.zk.bridge import ZkClient, wait_for  # noqa: E402
 from test_worker_support import FAST, open_env, read_all_from  # noqa: E402

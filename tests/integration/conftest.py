@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME
 from autorecovery.testing.bookie_tamper import flip_entry_bytes
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.roles.auditor import Auditor, AuditorSettings
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.stock_bookie import StockBookie
 from autorecovery.zk.bridge import ZkClient, wait_for
@@ -119,8 +119,8 @@ async def test_lost_bookie_gives_exactly_one_marker(cluster):
         cluster.start_bookie(2)
 
 
-async def test_a_bookie_without_our_grpc_endpoint_is_skipped_never_false_marked(cluster):
-    # issue 9: reading a stock bookie over gRPC fails; that must not turn into "missing entries"
+async def test_a_bookie_speaking_no_protocol_of_ours_is_skipped_never_false_marked(cluster):
+    # issue 9: a bookie advertising neither protocol we speak must not turn into "missing entries"
     lid, ens = await write_ledger(cluster, 3, 3, 3)
     stock = StockBookie()
     zk, bookies, a = await start_auditor(cluster)
@@ -128,7 +128,7 @@ async def test_a_bookie_without_our_grpc_endpoint_is_skipped_never_false_marked(
     try:
         await zk.create(P.available_bookie(stock.bookie_id), stock.registration(), ephemeral=True)
         assert await wait_for(lambda: stock.bookie_id in a.bookie_watcher.foreign, 5)
-        assert a.bookie_watcher.foreign[stock.bookie_id] == ("bookie-rpc",)
+        assert a.bookie_watcher.foreign[stock.bookie_id] == ("thrift-rpc",)
         # the ledger's third copy now lives on the stock bookie (as in a mixed cluster)
         from autorecovery.zk.ledgers import LedgerStore
 

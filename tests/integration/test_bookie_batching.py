@@ -24,7 +24,7 @@ from autorecovery.errors import BookieError, LedgerFencedError
 from autorecovery.ledger.digest import pack_entry
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.zk.bridge import wait_for
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from autorecovery.bookie.disk import write_fake_disk
 from autorecovery.errors import BookieUnavailableError
 from autorecovery.placement import PlacementConfig, policy_from_name
 from autorecovery.roles.bookie_info import BookieInfoReader, DiskInfo, weights_in_use
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import ZkClient

@@ -11,7 +11,7 @@ import pytest
 
 from autorecovery.errors import BookieError
 from autorecovery.ledger.digest import pack_entry
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
 from autorecovery.testing.zk_server import free_port
 from autorecovery.zk.bridge import ZkClient, wait_for

@@ -21,7 +21,7 @@ from autorecovery.bookie.storage import BookieStorage
 from autorecovery.errors import BookieError
 from autorecovery.ledger.digest import pack_entry
 from autorecovery.ledger.striping import index_stores
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.zk_server import free_port
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,8 @@ from autorecovery.bookie.disk import DiskThresholds, write_fake_disk
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.errors import BookieError, BookieUnavailableError, CookieError, LedgerFencedError
 from autorecovery.ledger.digest import pack_entry
-from autorecovery.rpc.bookie_client import BookieClient, BookieInfo
+from autorecovery.rpc.results import BookieInfo
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.rpc.convert import decode_service_info
 from autorecovery.testing.bookie_proc import format_test_cluster
 from autorecovery.testing.zk_server import free_port

@@ -20,7 +20,7 @@ import pytest
 from autorecovery.zk.bridge import NoNodeError, wait_for
 
 from autorecovery.ledger.metadata import entries_on_index
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.election import sorted_votes
 from test_shell_support import (

@@ -280,8 +280,8 @@ def test_decommission(env):
         assert victim not in arun(metadata(c, lid)).all_bookies()
 
 
-def test_readyz_names_a_bookie_without_our_grpc_endpoint(env):
-    # issue 9: a stock bookie (advertising bookie-rpc) cannot be checked here: say so, do not guess
+def test_readyz_names_a_bookie_speaking_no_protocol_of_ours(env):
+    # issue 9: a bookie advertising a protocol we do not speak cannot be checked here: say so, do not guess
     from autorecovery.testing.stock_bookie import StockBookie
 
     c, rw, _ro = env
@@ -295,8 +295,8 @@ def test_readyz_names_a_bookie_without_our_grpc_endpoint(env):
         wait_until(lambda: rw.get("/readyz")[0] == 503, 10, 0.05, "readyz 503")
         doc = json.loads(rw.get("/readyz")[1])
         assert doc["ready"] is False
-        assert doc["foreign_bookies"] == {stock.bookie_id: ["bookie-rpc"]}
-        assert any(stock.bookie_id in r and "bookie-rpc" in r for r in doc["reasons"]), doc["reasons"]
+        assert doc["foreign_bookies"] == {stock.bookie_id: ["thrift-rpc"]}
+        assert any(stock.bookie_id in r and "thrift-rpc" in r for r in doc["reasons"]), doc["reasons"]
     finally:
         async def unregister():
             async with zk_session(c) as (zk, paths, _urm):

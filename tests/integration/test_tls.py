@@ -24,7 +24,7 @@ from autorecovery.config.load import load_settings
 from autorecovery.daemon import Daemon
 from autorecovery.errors import BookieUnavailableError, ConfigError
 from autorecovery.ledger.digest import pack_entry
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY, BookieTls, ServerTls
 from autorecovery.testing.bookie_proc import format_test_cluster
 from autorecovery.zk.bridge import ZkClient, wait_for

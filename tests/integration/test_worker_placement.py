@@ -13,7 +13,7 @@ from autorecovery.placement import Adherence, PlacementConfig, RackawarePolicy
 from autorecovery.placement.resolvers import StaticResolver
 from autorecovery.roles.auditor import Auditor, AuditorSettings
 from autorecovery.roles.worker import WorkerSettings
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.bridge import ZkClient, wait_for
 

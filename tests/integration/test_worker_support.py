@@ -18,7 +18,7 @@ from autorecovery.ledger.metadata import write_set
 from autorecovery.placement import DefaultPolicy, PlacementConfig, RackawarePolicy
 from autorecovery.placement.resolvers import StaticResolver
 from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.workload import payload
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import ZkClient, wait_for

@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ["bookie_pb2.py", "bookie_pb2.pyi", "bookie_pb2_grpc.py", "bookkeeper_formats_pb2.py",
-             "bookkeeper_formats_pb2.pyi"]
+             "bookkeeper_formats_pb2.pyi", "bookkeeper_protocol_pb2.py", "bookkeeper_protocol_pb2.pyi"]
 
 
 def test_generated_code_is_fresh(tmp_path):

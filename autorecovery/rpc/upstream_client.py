@@ -1,0 +1,549 @@
+"""Upstream Apache BookKeeper's bookie protocol (v3) over TCP: the transport for stock bookies (EDGE).
+
+A stock bookie (Apache BookKeeper 4.x, Pulsar's bookies) speaks ``BookkeeperProtocol.proto`` version 3
+on its bookie port, framed as upstream ``BookieProtoEncoding``: a big-endian int32 length, then one
+``Request`` / ``Response`` (see ``proto/autorecovery/proto/bookkeeper_protocol.proto``). This module is
+that protocol's client, with the same methods and results as the gRPC client
+(:class:`autorecovery.rpc.bookie_client.GrpcBookieClient`), so the roles run unchanged over either
+(:class:`autorecovery.rpc.transport.BookieClient` picks one per bookie).
+
+* One TCP connection per bookie, opened on first use. Requests are pipelined on it: each carries a
+  fresh ``txnId`` and its answer is matched by that id (upstream ``PerChannelBookieClient``), so range
+  reads and copies keep a window of requests in flight instead of one round trip per entry.
+* Every request has a deadline (``timeout_s``); a request that times out is forgotten and its late
+  answer dropped. A lost connection fails every request in flight with
+  :class:`~autorecovery.errors.BookieUnavailableError`; the next request connects again.
+* The first request on a connection is a GET_BOOKIE_INFO. A bookie that answers it with ``EUA`` and no
+  body wants an authentication plugin (upstream ``AuthHandler`` answers every request so until the
+  client authenticates): it is refused with :class:`~autorecovery.errors.BookieRefusedError` naming
+  the bookie, logged once at ERROR. With TLS configured for bookies, a stock bookie is refused the same
+  way: upstream's START_TLS upgrade is not implemented here, and ledger data is never sent in clear
+  text when the operator asked for TLS.
+* Upstream status codes map to the same status names as the gRPC transport (``ENOENTRY``,
+  ``EFENCED`` → :class:`~autorecovery.errors.LedgerFencedError`, ``ETOOMANYREQUESTS``...); a frame over
+  ``max_frame_bytes`` or one that does not parse closes the connection with ``EIO`` (memory stays
+  bounded whatever a peer claims).
+
+Upstream has no batched framing, add streams or bookie-to-bookie pulls: :meth:`features` is 0,
+:meth:`pulls` False and :meth:`open_add_stream` None, so callers take their plain path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import struct
+import time
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from typing import Any, NoReturn
+
+import structlog
+from google.protobuf.message import DecodeError
+
+from autorecovery.errors import BookieError, BookieRefusedError, BookieUnavailableError, LedgerFencedError
+from autorecovery.ledger.striping import index_stores
+from autorecovery.proto import bookkeeper_protocol_pb2 as up
+from autorecovery.rpc.availability import ranges_from_availability
+from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult
+
+log = structlog.get_logger(__name__)
+
+FRAME = struct.Struct(">I")
+#: Upstream's default ``nettyMaxFrameSizeBytes`` (5 MiB): the largest frame a stock bookie takes.
+UPSTREAM_MAX_FRAME_BYTES = 5 * 1024 * 1024
+#: Requests kept in flight by a range read or a copy to one bookie, and the body bytes in flight.
+DEFAULT_WINDOW = 64
+WINDOW_BYTES = 8 * 1024 * 1024
+#: Seconds between two ERROR lines about the same refused bookie.
+REFUSAL_LOG_INTERVAL_S = 300.0
+
+_V3 = up.VERSION_THREE
+
+
+def status_name(code: int) -> str:
+    """Name of an upstream ``StatusCode`` (``504`` → ``"EFENCED"``); unknown numbers become ``"E<n>"``."""
+    try:
+        return up.StatusCode.Name(code)
+    except ValueError:
+        return f"E{code}"
+
+
+def _status_error(bookie_id: str, code: int, what: str) -> BookieError:
+    name = status_name(code)
+    if name == "EFENCED":
+        return LedgerFencedError(bookie_id, name, what)
+    return BookieError(bookie_id, name, what)
+
+
+def _raise(err: BookieError) -> NoReturn:
+    raise err
+
+
+def bookie_address(bookie_id: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``host:port`` bookie id.
+
+    Raises:
+        BookieError: ``EBADREQ`` when the id has no numeric port.
+    """
+    host, sep, port = bookie_id.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BookieError(bookie_id, "EBADREQ", "bookie id is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class _Connection:
+    """One TCP connection to a stock bookie: pending requests by txnId, a reader task."""
+
+    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 max_frame_bytes: int) -> None:
+        self.bookie_id = bookie_id
+        self.reader = reader
+        self.writer = writer
+        self.max_frame_bytes = max_frame_bytes
+        self.pending: dict[int, asyncio.Future] = {}
+        self.error: BookieError | None = None
+        self.task = asyncio.ensure_future(self._read_loop())
+
+    @property
+    def alive(self) -> bool:
+        return self.error is None and not self.task.done()
+
+    def send(self, txn: int, data: bytes) -> asyncio.Future:
+        """Queue one framed request; the future resolves to its ``Response``."""
+        if not self.alive:
+            raise self.error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed")
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[txn] = fut
+        self.writer.writelines((FRAME.pack(len(data)), data))
+        return fut
+
+    async def _read_loop(self) -> None:
+        err: BookieError
+        try:
+            while True:
+                head = await self.reader.readexactly(FRAME.size)
+                (size,) = FRAME.unpack(head)
+                if size > self.max_frame_bytes:
+                    err = BookieError(self.bookie_id, "EIO", f"answer frame of {size} bytes is over the "
+                                      f"{self.max_frame_bytes}-byte limit")
+                    break
+                data = await self.reader.readexactly(size)
+                resp = up.Response()
+                try:
+                    resp.ParseFromString(data)
+                except DecodeError as exc:
+                    err = BookieError(self.bookie_id, "EIO", f"answer does not parse as a v3 Response: {exc}")
+                    break
+                fut = self.pending.pop(resp.header.txnId, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(resp)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            err = BookieUnavailableError(self.bookie_id, "UNAVAILABLE", f"connection lost: {exc.__class__.__name__}")
+        except asyncio.CancelledError:
+            err = BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed")
+            self.fail(err)
+            raise
+        if err.status == "EIO":
+            log.warning("stock bookie sent a malformed answer; connection closed", bookie_id=self.bookie_id,
+                        error=str(err))
+        self.fail(err)
+
+    def fail(self, err: BookieError) -> None:
+        if self.error is None:
+            self.error = err
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(self.error)
+                fut.exception()  # retrieved: a caller that gave up must not log "never retrieved"
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+    async def close(self) -> None:
+        self.fail(BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed"))
+        self.task.cancel()
+        with contextlib.suppress(BaseException):
+            await self.task
+
+
+class UpstreamBookieClient:
+    """Talks to stock bookies in upstream's v3 protocol. Use from one event loop; ``await close()``.
+
+    Args:
+        timeout_s: deadline of each request (and of connecting), s.
+        max_frame_bytes: largest answer frame accepted, bytes (an entry plus its framing must fit;
+            upstream's bookies send at most their ``nettyMaxFrameSizeBytes``, 5 MiB by default).
+        tls: True when TLS is configured for bookies: every stock bookie is then refused (START_TLS is
+            not implemented here; see the module docstring).
+        window: requests in flight per range read or copy.
+    """
+
+    def __init__(self, *, timeout_s: float = 10.0, max_frame_bytes: int = 8 * 1024 * 1024, tls: bool = False,
+                 window: int = DEFAULT_WINDOW) -> None:
+        self.timeout_s = timeout_s
+        self.max_frame_bytes = max(max_frame_bytes, UPSTREAM_MAX_FRAME_BYTES + 64 * 1024)
+        self.tls = tls
+        self.window = max(1, window)
+        self._conns: dict[str, _Connection] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
+        self._txn = itertools.count(1)
+        self._refused_logged: dict[str, float] = {}
+        self._closed = False
+
+    # -- connections ----------------------------------------------------------------------------
+    def _refuse(self, bookie_id: str, why: str) -> BookieRefusedError:
+        now = time.monotonic()
+        if now - self._refused_logged.get(bookie_id, -REFUSAL_LOG_INTERVAL_S) >= REFUSAL_LOG_INTERVAL_S:
+            self._refused_logged[bookie_id] = now
+            log.error("stock bookie refused: nothing is sent to it", bookie_id=bookie_id, reason=why)
+        return BookieRefusedError(bookie_id, "EUA", why)
+
+    async def _connection(self, bookie_id: str) -> _Connection:
+        if self._closed:
+            raise RuntimeError("UpstreamBookieClient is closed")
+        conn = self._conns.get(bookie_id)
+        if conn is not None and conn.alive:
+            return conn
+        if self.tls:
+            raise self._refuse(bookie_id, "TLS is configured for bookies (tlsProviderFactoryClass) but this bookie "
+                                          "speaks upstream's protocol, whose START_TLS upgrade autorecovery does not "
+                                          "implement; ledger data is not sent in clear text")
+        lock = self._connecting.setdefault(bookie_id, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(bookie_id)
+            if conn is not None and conn.alive:
+                return conn
+            host, port = bookie_address(bookie_id)
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
+            except (OSError, TimeoutError) as exc:
+                raise BookieUnavailableError(bookie_id, "UNAVAILABLE",
+                                             f"cannot connect: {exc.__class__.__name__}: {exc}") from None
+            conn = _Connection(bookie_id, reader, writer, self.max_frame_bytes)
+            try:
+                resp = await self._exchange(conn, up.GET_BOOKIE_INFO, "getBookieInfoRequest",
+                                            up.GetBookieInfoRequest(requested=0), "probe upstream protocol")
+            except BaseException:
+                await conn.close()
+                raise
+            if resp.status == up.EUA and not resp.HasField("getBookieInfoResponse"):
+                await conn.close()
+                raise self._refuse(bookie_id, "the bookie requires authentication (an authPlugin / "
+                                              "bookieAuthProviderFactoryClass is configured on it), which "
+                                              "autorecovery cannot do")
+            old = self._conns.get(bookie_id)
+            self._conns[bookie_id] = conn
+            if old is not None:
+                await old.close()
+            return conn
+
+    def _encode(self, txn: int, op: int, field: str, msg: Any) -> bytes:
+        req = up.Request(header=up.BKPacketHeader(version=_V3, operation=op, txnId=txn))
+        getattr(req, field).CopyFrom(msg)
+        return req.SerializeToString()
+
+    async def _exchange(self, conn: _Connection, op: int, field: str, msg: Any, what: str) -> up.Response:
+        txn = next(self._txn)
+        fut = conn.send(txn, self._encode(txn, op, field, msg))
+        return await self._answer(conn, txn, fut, what)
+
+    async def _answer(self, conn: _Connection, txn: int, fut: asyncio.Future, what: str) -> up.Response:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await conn.writer.drain()
+                return await asyncio.shield(fut)
+        except TimeoutError:
+            conn.pending.pop(txn, None)
+            fut.cancel()
+            raise BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"{what}: no answer in {self.timeout_s:g}s") from None
+        except (ConnectionError, OSError) as exc:
+            conn.fail(BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}"))
+            raise conn.error or BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", what) from None
+
+    async def _request(self, bookie_id: str, op: int, field: str, msg: Any, what: str) -> up.Response:
+        return await self._exchange(await self._connection(bookie_id), op, field, msg, what)
+
+    async def close(self) -> None:
+        """Close every connection. Idempotent."""
+        self._closed = True
+        conns, self._conns = self._conns, {}
+        for c in conns.values():
+            await c.close()
+
+    async def forget(self, bookie_id: str) -> None:
+        """Close the connection to one bookie."""
+        conn = self._conns.pop(bookie_id, None)
+        if conn is not None:
+            await conn.close()
+
+    # -- capabilities: none of ours ----------------------------------------------------------------
+    async def features(self, bookie_id: str) -> int:
+        """0: a stock bookie has none of our ``BookieFeature`` bits."""
+        return 0
+
+    async def pulls(self, bookie_id: str) -> bool:
+        """False: stock bookies do not serve PullEntries."""
+        return False
+
+    async def open_add_stream(self, bookie_id: str, ledger_id: int, master_key: bytes, *,
+                              recovery: bool = False) -> None:
+        """None: stock bookies have no add streams (callers use :meth:`add_entries`)."""
+        return None
+
+    async def pull_entries(self, target: str, source: str, ledger_id: int, master_key: bytes, first: int,
+                           last: int, **_striping: int) -> AsyncIterator[PullReport]:
+        """Stock bookies do not pull: always raises.
+
+        Raises:
+            BookieError: ``EBADREQ``.
+        """
+        raise BookieError(target, "EBADREQ", "a stock bookie does not serve PullEntries")
+        yield  # pragma: no cover - makes this an async generator like the gRPC one
+
+    # -- reads ------------------------------------------------------------------------------------
+    def _read_result(self, bookie_id: str, ledger_id: int, entry_id: int, r: up.ReadResponse) -> ReadResult:
+        body = r.body
+        eid, lac = entry_id, r.maxLAC if r.HasField("maxLAC") else -1
+        if entry_id < 0 or lac < 0:  # the id and LAC the body's header carries (any digest type)
+            if len(body) < 32:
+                raise BookieError(bookie_id, "EIO", f"ledger {ledger_id} entry {entry_id}: body of {len(body)} "
+                                  "bytes is shorter than the 32-byte entry header")
+            hl, he, hlac = struct.unpack_from(">qqq", body)
+            if entry_id < 0:
+                eid = he
+            lac = max(lac, hlac)
+        return ReadResult(eid, body, lac)
+
+    async def read_entry(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False,
+                         master_key: bytes = b"") -> ReadResult:
+        """Read one entry (READ_ENTRY); ``entry_id=-1`` reads the last entry the bookie holds.
+        ``fence=True`` sets ``FENCE_LEDGER`` with ``master_key`` (upstream's recovery read).
+
+        Raises:
+            BookieError: ``ENOLEDGER``, ``ENOENTRY``, ``EUA`` (fence with another master key), ``EIO``;
+                BookieUnavailableError; BookieRefusedError.
+        """
+        req = up.ReadRequest(ledgerId=ledger_id, entryId=entry_id)
+        if fence:
+            req.flag = up.ReadRequest.FENCE_LEDGER
+            req.masterKey = master_key
+        what = f"read ledger {ledger_id} entry {entry_id}"
+        resp = await self._request(bookie_id, up.READ_ENTRY, "readRequest", req, what)
+        r = resp.readResponse
+        status = r.status if resp.HasField("readResponse") else resp.status
+        if status != up.EOK:
+            raise _status_error(bookie_id, status or up.EIO, what)
+        return self._read_result(bookie_id, ledger_id, entry_id, r)
+
+    async def read_entries(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
+                           write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[list[ReadResult | BookieError]]:
+        """Entries ``first..last`` in order, as the gRPC client's range read yields them: lists of
+        :class:`ReadResult`, with a ``BookieError(status="ENOENTRY")`` (its ``entry_id`` set) for an
+        entry the bookie lacks. With ``ensemble_size > 0`` only the ids ensemble index ``bookie_index``
+        stores are read. Up to ``window`` READ_ENTRY requests are in flight.
+
+        Raises:
+            BookieError: any other status (after yielding what came before); BookieUnavailableError.
+        """
+        conn = await self._connection(bookie_id)
+        ids = (e for e in range(first, last + 1)
+               if ensemble_size <= 0 or index_stores(bookie_index, e, ensemble_size, write_quorum))
+        inflight: deque[tuple[int, int, asyncio.Future]] = deque()
+        try:
+            while True:
+                while len(inflight) < self.window:
+                    eid = next(ids, None)
+                    if eid is None:
+                        break
+                    txn = next(self._txn)
+                    inflight.append((eid, txn, conn.send(txn, self._encode(
+                        txn, up.READ_ENTRY, "readRequest", up.ReadRequest(ledgerId=ledger_id, entryId=eid)))))
+                if not inflight:
+                    return
+                out: list[ReadResult | BookieError] = []
+                while inflight and (not out or inflight[0][2].done()):
+                    eid, txn, fut = inflight.popleft()
+                    resp = await self._answer(conn, txn, fut, f"read ledger {ledger_id} entry {eid}")
+                    r = resp.readResponse
+                    status = r.status if resp.HasField("readResponse") else resp.status
+                    if status == up.EOK:
+                        out.append(self._read_result(bookie_id, ledger_id, eid, r))
+                    elif status == up.ENOENTRY:
+                        missing = BookieError(bookie_id, "ENOENTRY", f"ledger {ledger_id} entry {eid}")
+                        missing.entry_id = eid  # type: ignore[attr-defined]
+                        out.append(missing)
+                    else:
+                        if out:
+                            yield out
+                        _raise(_status_error(bookie_id, status or up.EIO, f"read ledger {ledger_id} entry {eid}"))
+                yield out
+        finally:
+            for _eid, txn, fut in inflight:
+                conn.pending.pop(txn, None)
+                fut.cancel()
+
+    async def read_lac(self, bookie_id: str, ledger_id: int) -> int:
+        """The bookie's last-add-confirmed of the ledger (READ_LAC): the larger of an explicit LAC it
+        stored and the LAC in the header of its last entry; -1 when it has neither (``ENOENTRY``).
+
+        Raises:
+            BookieError: ``ENOLEDGER``, ``EIO``; BookieUnavailableError.
+        """
+        what = f"read LAC of ledger {ledger_id}"
+        resp = await self._request(bookie_id, up.READ_LAC, "readLacRequest", up.ReadLacRequest(ledgerId=ledger_id), what)
+        r = resp.readLacResponse
+        status = r.status if resp.HasField("readLacResponse") else resp.status
+        if status == up.ENOENTRY:
+            return -1
+        if status != up.EOK:
+            raise _status_error(bookie_id, status or up.EIO, what)
+        lac = -1
+        if len(r.lacBody) >= 16:  # ledgerId | lac | digest
+            lac = struct.unpack_from(">q", r.lacBody, 8)[0]
+        if len(r.lastEntryBody) >= 32:  # a packed entry: ledgerId | entryId | lac | length | digest | payload
+            lac = max(lac, struct.unpack_from(">q", r.lastEntryBody, 16)[0])
+        return lac
+
+    async def get_bookie_info(self, bookie_id: str, requested: int = 3) -> BookieInfo:
+        """Disk figures in bytes (GET_BOOKIE_INFO); ``requested`` as the gRPC client's.
+
+        Raises:
+            BookieError: ``EIO``; BookieUnavailableError.
+        """
+        resp = await self._request(bookie_id, up.GET_BOOKIE_INFO, "getBookieInfoRequest",
+                                   up.GetBookieInfoRequest(requested=requested), "get bookie info")
+        r = resp.getBookieInfoResponse
+        status = r.status if resp.HasField("getBookieInfoResponse") else resp.status
+        if status != up.EOK:
+            raise _status_error(bookie_id, status or up.EIO, "get bookie info")
+        return BookieInfo(r.totalDiskCapacity, r.freeDiskSpace)
+
+    async def get_list_of_entries(self, bookie_id: str, ledger_id: int) -> list[tuple[int, int]]:
+        """Entry ids of the ledger on the bookie as sorted, disjoint, inclusive ranges
+        (GET_LIST_OF_ENTRIES_OF_LEDGER, decoded by :func:`ranges_from_availability`).
+
+        Raises:
+            BookieError: ``ENOLEDGER``, ``EIO`` (also for an answer that does not decode);
+                BookieUnavailableError.
+        """
+        what = f"list entries of ledger {ledger_id}"
+        resp = await self._request(bookie_id, up.GET_LIST_OF_ENTRIES_OF_LEDGER, "getListOfEntriesOfLedgerRequest",
+                                   up.GetListOfEntriesOfLedgerRequest(ledgerId=ledger_id), what)
+        r = resp.getListOfEntriesOfLedgerResponse
+        status = r.status if resp.HasField("getListOfEntriesOfLedgerResponse") else resp.status
+        if status != up.EOK:
+            raise _status_error(bookie_id, status or up.EIO, what)
+        try:
+            return ranges_from_availability(r.availabilityOfEntriesOfLedger)
+        except ValueError as exc:
+            raise BookieError(bookie_id, "EIO", f"{what}: {exc}") from None
+
+    # -- writes -----------------------------------------------------------------------------------
+    def _add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, recovery: bool) -> up.AddRequest:
+        req = up.AddRequest(ledgerId=ledger_id, entryId=entry_id, masterKey=master_key, body=body)
+        if recovery:
+            req.flag = up.AddRequest.RECOVERY_ADD
+        return req
+
+    async def add_entry(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
+                        recovery: bool = False) -> None:
+        """Store one packed entry (ADD_ENTRY; ``recovery`` sets ``RECOVERY_ADD``, accepted on a fenced
+        ledger). Returns once the bookie acknowledged it (journalled).
+
+        Raises:
+            BookieError: ``EUA`` (other master key), ``EREADONLY``, ``EIO``, ``ETOOMANYREQUESTS``;
+                LedgerFencedError; BookieUnavailableError.
+        """
+        what = f"add ledger {ledger_id} entry {entry_id}"
+        resp = await self._request(bookie_id, up.ADD_ENTRY, "addRequest",
+                                   self._add(ledger_id, entry_id, master_key, body, recovery), what)
+        status = resp.addResponse.status if resp.HasField("addResponse") else resp.status
+        if status != up.EOK:
+            raise _status_error(bookie_id, status or up.EIO, what)
+
+    async def add_entries(self, bookie_id: str, ledger_id: int, master_key: bytes,
+                          entries: AsyncIterable[tuple[int, bytes]] | Iterable[tuple[int, bytes]], *,
+                          recovery: bool = True) -> tuple[int, int]:
+        """Store ``(entry_id, body)`` pairs; see :meth:`add_entry_batches`."""
+        async def one_batch() -> AsyncIterator[list[tuple[int, bytes]]]:
+            if isinstance(entries, AsyncIterable):
+                async for item in entries:
+                    yield [item]
+            else:
+                for item in entries:
+                    yield [item]
+
+        return await self.add_entry_batches(bookie_id, ledger_id, master_key, one_batch(), recovery=recovery)
+
+    async def add_entry_batches(self, bookie_id: str, ledger_id: int, master_key: bytes,
+                                batches: AsyncIterable[Sequence[tuple[int, bytes]]] | Iterable[Sequence[tuple[int, bytes]]],
+                                *, recovery: bool = True) -> tuple[int, int]:
+        """Store batches of ``(entry_id, body)`` pairs with pipelined ADD_ENTRY requests (up to
+        ``window`` entries and about 8 MiB of bodies in flight). Stops sending at the first refusal;
+        what the gRPC client returns: ``(entries_written, bytes_written)``, counting the entries
+        acknowledged in order before the first failure.
+
+        Raises:
+            BookieError / LedgerFencedError: an entry was refused; the exception carries
+                ``failed_entry_id``, ``entries_written`` and ``bytes_written``.
+            BookieUnavailableError: transport failure or timeout (``failed_entry_id`` -1).
+            Exception: whatever iterating ``batches`` raised, unchanged.
+        """
+        conn = await self._connection(bookie_id)
+        inflight: deque[tuple[int, int, int, asyncio.Future]] = deque()
+        state = {"entries": 0, "bytes": 0, "inflight_bytes": 0}
+
+        def failed(err: BookieError, eid: int) -> BookieError:
+            err.failed_entry_id = eid  # type: ignore[attr-defined]
+            err.entries_written = state["entries"]  # type: ignore[attr-defined]
+            err.bytes_written = state["bytes"]  # type: ignore[attr-defined]
+            return err
+
+        async def settle_head() -> None:
+            eid, size, txn, fut = inflight.popleft()
+            state["inflight_bytes"] -= size
+            what = f"add ledger {ledger_id} entry {eid}"
+            try:
+                resp = await self._answer(conn, txn, fut, what)
+            except BookieUnavailableError as exc:
+                raise failed(exc, -1) from None
+            status = resp.addResponse.status if resp.HasField("addResponse") else resp.status
+            if status != up.EOK:
+                raise failed(_status_error(bookie_id, status or up.EIO, what), eid)
+            state["entries"] += 1
+            state["bytes"] += size
+
+        async def send(batch: Sequence[tuple[int, bytes]]) -> None:
+            for eid, body in batch:
+                while inflight and (len(inflight) >= self.window or state["inflight_bytes"] >= WINDOW_BYTES):
+                    await settle_head()
+                txn = next(self._txn)
+                try:
+                    fut = conn.send(txn, self._encode(txn, up.ADD_ENTRY, "addRequest",
+                                                      self._add(ledger_id, eid, master_key, body, recovery)))
+                except BookieError as exc:  # the connection was lost meanwhile
+                    raise failed(exc, -1) from None
+                inflight.append((eid, len(body), txn, fut))
+                state["inflight_bytes"] += len(body)
+            await conn.writer.drain()
+
+        try:
+            if isinstance(batches, AsyncIterable):
+                async for batch in batches:
+                    await send(batch)
+            else:
+                for batch in batches:
+                    await send(batch)
+            while inflight:
+                await settle_head()
+        finally:
+            for _eid, _size, txn, fut in inflight:
+                conn.pending.pop(txn, None)
+                fut.cancel()
+            aclose = getattr(batches, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        return state["entries"], state["bytes"]
