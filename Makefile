@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration lint proto zookeeper venv bench clean
+.PHONY: demo test test-unit test-integration lint proto zookeeper upstream venv bench clean
 
 venv: $(STAMP)
 
@@ -25,15 +25,43 @@ zookeeper:
 	@test -f /usr/share/java/zookeeper.jar && echo "zookeeper: /usr/share/java/zookeeper.jar"
 	@command -v promtool >/dev/null && echo "prometheus: $$(command -v prometheus)"
 
+# Stock Apache BookKeeper (interop/pom.xml, from Maven Central) for the interop tests: its jars in
+# .upstream/lib/ (fetched again only when the pom changes) and our Java test client (interop/java/)
+# compiled against them into .upstream/classes/. Needs Maven and a JDK (installed from Debian if missing).
+UPSTREAM := .upstream
+UPSTREAM_LIB_STAMP := $(UPSTREAM)/lib/.fetched
+UPSTREAM_CLASSES_STAMP := $(UPSTREAM)/classes/.compiled
+INTEROP_JAVA := $(shell find interop/java -name '*.java' 2>/dev/null)
+# native jars for other platforms (netty-tcnative, epoll, io_uring): the JVM here never loads them
+UPSTREAM_ARCH := $(subst aarch64,aarch_64,$(shell uname -m))
+
+upstream: $(UPSTREAM_CLASSES_STAMP)
+
+$(UPSTREAM_LIB_STAMP): interop/pom.xml
+	@if ! command -v mvn >/dev/null || ! command -v javac >/dev/null; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq maven default-jdk-headless >/dev/null; \
+	fi
+	rm -rf $(UPSTREAM)/lib
+	mvn -B -q -Dstyle.color=never -f interop/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(UPSTREAM)/lib
+	find $(UPSTREAM)/lib \( -name '*-osx-*.jar' -o -name '*-windows-*.jar' -o \( -name '*-linux-*.jar' ! -name '*-linux-$(UPSTREAM_ARCH).jar' \) \) -delete
+	touch $@
+
+$(UPSTREAM_CLASSES_STAMP): $(UPSTREAM_LIB_STAMP) $(INTEROP_JAVA)
+	rm -rf $(UPSTREAM)/classes
+	javac -nowarn -cp '$(UPSTREAM)/lib/*' -d $(UPSTREAM)/classes $(INTEROP_JAVA)
+	touch $@
+
 proto: venv
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. \
-	  proto/autorecovery/proto/bookie.proto proto/autorecovery/proto/bookkeeper_formats.proto
-	rm -f autorecovery/proto/bookkeeper_formats_pb2_grpc.py
+	  proto/autorecovery/proto/bookie.proto proto/autorecovery/proto/bookkeeper_formats.proto \
+	  proto/autorecovery/proto/bookkeeper_protocol.proto
+	rm -f autorecovery/proto/bookkeeper_formats_pb2_grpc.py autorecovery/proto/bookkeeper_protocol_pb2_grpc.py
 
-demo: venv zookeeper
+demo: venv zookeeper upstream
 	$(BIN)/python -m autorecovery demo
 
-test: venv zookeeper
+test: venv zookeeper upstream
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # ruff (pyflakes rules), mypy on the PURE packages, and the import-linter layers contract (.importlinter:
@@ -51,4 +79,4 @@ bench: venv zookeeper
 	$(BIN)/python bench/bookie_throughput.py --quick
 
 clean:
-	rm -rf $(VENV) .cluster build *.egg-info
+	rm -rf $(VENV) .cluster build *.egg-info $(UPSTREAM)
