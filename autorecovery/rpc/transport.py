@@ -160,6 +160,16 @@ class BookieClient:
             async for item in it:
                 yield item
 
+    async def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *,
+                                 ensemble_size: int = 0, write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]:
+        """:meth:`read_entries`, a list of items at a time; see :meth:`GrpcBookieClient.read_entry_batches`."""
+        t = await self._for(bookie_id)
+        async with contextlib.aclosing(t.read_entry_batches(
+                bookie_id, ledger_id, first, last, ensemble_size=ensemble_size, write_quorum=write_quorum,
+                bookie_index=bookie_index)) as it:
+            async for batch in it:
+                yield batch
+
     async def read_lac(self, bookie_id: str, ledger_id: int) -> int:
         """The bookie's last-add-confirmed of the ledger (-1 when unknown)."""
         return int(await self._call(bookie_id, "read_lac", ledger_id))

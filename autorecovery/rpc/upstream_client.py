@@ -338,15 +338,26 @@ class UpstreamBookieClient:
         return self._read_result(bookie_id, ledger_id, entry_id, r)
 
     async def read_entries(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
-                           write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[list[ReadResult | BookieError]]:
-        """Entries ``first..last`` in order, as the gRPC client's range read yields them: lists of
-        :class:`ReadResult`, with a ``BookieError(status="ENOENTRY")`` (its ``entry_id`` set) for an
-        entry the bookie lacks. With ``ensemble_size > 0`` only the ids ensemble index ``bookie_index``
-        stores are read. Up to ``window`` READ_ENTRY requests are in flight.
+                           write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[ReadResult | BookieError]:
+        """Entries ``first..last`` in order, as the gRPC client's range read yields them: a
+        :class:`ReadResult` per entry, or a ``BookieError(status="ENOENTRY")`` (its ``entry_id`` set) for
+        an entry the bookie lacks. With ``ensemble_size > 0`` only the ids ensemble index
+        ``bookie_index`` stores are read. Up to ``window`` READ_ENTRY requests are in flight.
 
         Raises:
             BookieError: any other status (after yielding what came before); BookieUnavailableError.
         """
+        batches = self.read_entry_batches(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
+                                          write_quorum=write_quorum, bookie_index=bookie_index)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                for item in batch:
+                    yield item
+
+    async def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *,
+                                 ensemble_size: int = 0, write_quorum: int = 0,
+                                 bookie_index: int = 0) -> AsyncIterator[list[ReadResult | BookieError]]:
+        """:meth:`read_entries`, a list per group of answers that arrived together."""
         conn = await self._connection(bookie_id)
         ids = (e for e in range(first, last + 1)
                if ensemble_size <= 0 or index_stores(bookie_index, e, ensemble_size, write_quorum))

@@ -1,0 +1,173 @@
+"""Our daemons in place of upstream's AutoRecoveryMain on a stock Apache BookKeeper 4.17 cluster (issue 24):
+real Java bookies, ledgers written by upstream's Java client, one bookie killed; our auditor marks, our
+workers heal over upstream's bookie protocol, and upstream's own shell and client judge the result."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+
+from autorecovery.ledger.formats import deserialize
+from autorecovery.ledger.ids import ledger_path
+from autorecovery.testing.daemon_proc import DaemonProcess
+from autorecovery.testing.upstream_cluster import JavaCluster
+
+pytestmark = pytest.mark.integration
+
+PW = "interop-pw"
+RACKAWARE = "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy"
+FAST = {
+    "lostBookieRecoveryDelay": "0",
+    "openLedgerRereplicationGracePeriod": "1000",
+    "rwRereplicateBackoffMs": "200",
+    "lockReleaseOfFailedLedgerGracePeriod": "2000",
+    "zkTimeout": "5000",
+    "auditorPeriodicCheckInterval": "0",
+    "auditorPeriodicBookieCheckInterval": "0",
+    "getBookieInfoIntervalSeconds": "1",
+    "getBookieInfoRetryIntervalSeconds": "1",
+    "httpServerPort": "0",
+    "shutdownTimeoutSeconds": "15",
+    "ensemblePlacementPolicy": RACKAWARE,
+}
+
+
+def wait_until(pred: Callable[[], object], timeout_s: float, what: str, every_s: float = 0.1):
+    """Poll ``pred`` until it is truthy (returned), failing with ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = pred()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+        time.sleep(every_s)  # polling a condition with a deadline
+
+
+def our_daemons(c: JavaCluster, nodes, **props: object) -> dict[int, DaemonProcess]:
+    """Our daemon next to each Java bookie in ``nodes`` (its bookie id), started and ready."""
+    out = {}
+    for i in nodes:
+        d = DaemonProcess(c.workdir, f"ours-{i}", {**c.daemon_properties(), **FAST,
+                                                   "bookieId": c.bookie_ids[i], **props})
+        out[i] = d.start()
+    return out
+
+
+def metadata(c: JavaCluster, lid: int):
+    assert c.kz is not None
+    data, _ = c.kz.get(ledger_path(c.ledgers_root, lid))
+    return deserialize(data)
+
+
+def markers(c: JavaCluster) -> set[int]:
+    """Ledger ids with an under-replication marker (upstream's layout: .../urL<10 digits>)."""
+    assert c.kz is not None
+    root = f"{c.ledgers_root}/underreplication/ledgers"
+    found: set[int] = set()
+
+    def walk(path: str) -> None:
+        try:
+            children = c.kz.get_children(path)
+        except Exception:  # noqa: BLE001 - a level removed meanwhile
+            return
+        for ch in children:
+            if ch.startswith("urL"):
+                found.add(int(ch[3:]))
+            else:
+                walk(f"{path}/{ch}")
+
+    walk(root)
+    return found
+
+
+def healed(c: JavaCluster, ledgers, victim: str) -> bool:
+    return not markers(c) and all(victim not in metadata(c, lid).all_bookies() for lid in ledgers)
+
+
+def no_errors(daemons: dict[int, DaemonProcess]) -> None:
+    for d in daemons.values():
+        bad = d.lines("error", "critical")
+        assert not bad, f"{d.name} logged ERROR: {bad[:3]}"
+
+
+def test_our_daemons_heal_a_stock_cluster_after_a_bookie_is_killed(java_cluster):
+    c = java_cluster(bookies=4, racks=2)
+    crc = c.writer(ledgers=6, entries=300, entry_size=1024, ensemble=3, wq=2, aq=2, digest="CRC32C", password=PW)
+    mac = c.writer(ledgers=4, entries=300, entry_size=1024, ensemble=3, wq=3, aq=2, digest="MAC", password=PW)
+    crc_ids = [lg["ledger"] for lg in crc["ledgers"]]
+    mac_ids = [lg["ledger"] for lg in mac["ledgers"]]
+    victim_i = 1
+    victim = c.bookie_ids[victim_i]
+    affected = [lid for lid in crc_ids + mac_ids if victim in metadata(c, lid).all_bookies()]
+    assert len(affected) >= 5, "the victim should hold copies of most ledgers"
+    daemons = our_daemons(c, range(4))
+    try:
+        c.bookies[victim_i].kill()
+        daemons.pop(victim_i).kill()  # the host is gone: its daemon too
+        wait_until(lambda: healed(c, affected, victim), 120, "our daemons to heal every affected ledger")
+        for lid in affected:
+            md = metadata(c, lid)
+            assert victim not in md.all_bookies()
+            # rack-aware replacement: every ensemble still spans both racks
+            racks = c.rack_mapping()
+            assert {racks[b] for b in md.last_ensemble} == {"/rack-a", "/rack-b"}, (lid, md.last_ensemble)
+        # upstream's shell and client are the judges, with the dead bookie still down
+        ur = c.shell("listunderreplicated")
+        assert ur.returncode == 0 and "Under replicated ledger count: 0" in ur.stdout, ur.stdout + ur.stderr
+        for ids, digest in ((crc_ids, "CRC32C"), (mac_ids, "MAC")):
+            r = c.reader(ids, password=PW, digest=digest)
+            assert r["ok"], r
+            assert [(lg["entries_read"], lg["bad_entries"], lg["errors"]) for lg in r["ledgers"]] == \
+                [(300, 0, [])] * len(ids)
+        no_errors(daemons)
+    finally:
+        for d in daemons.values():
+            d.stop()
+
+
+def test_open_ledger_is_fenced_after_the_grace_period_and_upstream_shell_reads_our_state(java_cluster):
+    c = java_cluster(bookies=4, racks=2)
+    ow = c.open_writer(open_ledgers=1, ledgers=1, entries=60, entry_size=512, ensemble=3, wq=2, aq=2, window=1,
+                       password=PW)
+    (lg,) = ow.result["ledgers"]
+    lid, last = lg["ledger"], lg["last_acked"]
+    assert last == 59
+    ow.sigstop()  # the writer hangs with its ledger open
+    ensemble = metadata(c, lid).last_ensemble
+    victim = ensemble[0]
+    victim_i = c.bookie_ids.index(victim)
+    daemons = our_daemons(c, range(4), openLedgerRereplicationGracePeriod="20000")
+    try:
+        c.bookies[victim_i].kill()
+        daemons.pop(victim_i).kill()
+        wait_until(lambda: lid in markers(c), 30, f"our auditor to mark ledger {lid}")
+        # what upstream's shell says of our state while the worker waits out the grace period
+        ours = {c.bookie_ids[i] for i in daemons}
+        who = c.shell("whoisauditor")
+        m = re.search(r"Auditor: (\S+)", who.stdout)
+        assert m and m.group(1) in ours, who.stdout + who.stderr
+        ur = c.shell("listunderreplicated")
+        assert ur.returncode == 0 and re.search(rf"\b{lid}\b", ur.stdout), ur.stdout
+        delay = c.shell("lostbookierecoverydelay", "-get")
+        assert "LostBookieRecoveryDelay value in ZK: 0" in delay.stdout, delay.stdout + delay.stderr
+        # our worker holds the ledger's lock while it waits; its data names this host, as upstream's does
+        q = c.shell("queryautorecoverystatus")
+        worker = re.search(rf"LedgerId:{lid}\s+BookieId:(\S+)", q.stdout)
+        assert worker and worker.group(1) == socket.gethostname(), q.stdout
+
+        wait_until(lambda: healed(c, [lid], victim), 60, f"ledger {lid} fenced, closed and re-replicated")
+        md = metadata(c, lid)
+        assert md.state.name == "CLOSED" and md.last_entry_id == last, md
+        r = c.reader([lid], password=PW)
+        assert r["ok"], r
+        (got,) = r["ledgers"]
+        assert got["closed"] and got["last_entry_id"] == last and got["entries_read"] == last + 1, got
+        no_errors(daemons)
+    finally:
+        ow.kill()
+        for d in daemons.values():
+            d.stop()
