@@ -171,3 +171,56 @@ def test_open_ledger_is_fenced_after_the_grace_period_and_upstream_shell_reads_o
         ow.kill()
         for d in daemons.values():
             d.stop()
+
+
+def test_rolling_migration_one_auditor_across_both_and_upstream_agrees_with_our_placement(java_cluster):
+    """Upstream AutoRecoveryMain and our daemons in one cluster (issue 24 c, e): one Auditor at a time across
+    both; killing either side's Auditor hands the role to the other side; either side's markers are healed;
+    upstream's own placement check then finds every ledger we repaired adhering."""
+    c = java_cluster(bookies=6, racks=2)  # rack-a: 0 2 4, rack-b: 1 3 5
+    w = c.writer(ledgers=8, entries=200, entry_size=1024, ensemble=3, wq=3, aq=2, digest="CRC32C", password=PW)
+    ids = [lg["ledger"] for lg in w["ledgers"]]
+    upstream = c.start_autorecovery(0, auditorPeriodicCheckInterval=0, auditorPeriodicBookieCheckInterval=0)
+    daemons = our_daemons(c, [1, 2, 3])
+    ours = {c.bookie_ids[i] for i in daemons}
+    try:
+        assert c.auditor() == c.bookie_ids[0], c.election_votes()  # upstream voted first: one Auditor
+        assert set(c.election_votes()) == ours | {c.bookie_ids[0]}
+
+        # upstream's Auditor marks; both sides' workers heal
+        v1 = c.bookie_ids[5]
+        c.bookies[5].kill()
+        wait_until(lambda: healed(c, ids, v1), 120, "the ledgers of bookie 5 healed under upstream's Auditor")
+
+        # upstream's Auditor dies: one of ours takes over and marks; ours heal
+        upstream.kill()
+        wait_until(lambda: c.auditor() in ours, 30, "one of our daemons to become the Auditor")
+        who = c.shell("whoisauditor")
+        assert re.search(r"Auditor: (\S+)", who.stdout).group(1) in ours, who.stdout
+        later = c.start_autorecovery(4, auditorPeriodicCheckInterval=0, auditorPeriodicBookieCheckInterval=0,
+                                     auditorPeriodicPlacementPolicyCheckInterval=1)
+        assert c.auditor() in ours  # a newcomer never takes the role from a live Auditor
+        v2 = c.bookie_ids[1]
+        c.bookies[1].kill()
+        daemons.pop(1).kill()
+        wait_until(lambda: healed(c, ids, v2), 120, "the ledgers of bookie 1 healed under our Auditor")
+        racks = c.rack_mapping()
+        for lid in ids:
+            assert {racks[b] for b in metadata(c, lid).last_ensemble} == {"/rack-a", "/rack-b"}, lid
+
+        # our daemons stop: upstream's AutoRecoveryMain is the Auditor again and runs its placement check
+        for d in daemons.values():
+            d.stop()
+        wait_until(lambda: c.auditor() == c.bookie_ids[4], 30, "upstream's AutoRecoveryMain to become the Auditor")
+        done = re.compile(r"Completed placementPolicyCheck.*numOfLedgersNotAdheringToPlacementPolicy (\d+)")
+        log = later.process.log_path
+        text = wait_until(lambda: (lambda t: t if done.search(t) else None)(
+            (log.read_text(errors="replace") if log.exists() else "")), 60,
+            "upstream's placement policy check to complete")
+        assert done.search(text).group(1) == "0", done.search(text).group(0)
+        r = c.reader(ids, password=PW)
+        assert r["ok"] and all(lg["entries_read"] == 200 for lg in r["ledgers"]), r
+        no_errors(daemons)
+    finally:
+        for d in daemons.values():
+            d.stop()
