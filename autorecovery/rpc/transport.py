@@ -74,6 +74,7 @@ class BookieClient:
                                              tls=self.grpc.tls is not None)
         self.resolve = resolve
         self._chosen: dict[str, str] = {}
+        self._last_seen: dict[str, str] = {}  # kept when a bookie becomes unreachable (bounded by the bookies seen)
 
     # the gRPC client's settings, read by callers that size their work to them
     @property
@@ -93,13 +94,15 @@ class BookieClient:
         return self.grpc.tls
 
     async def transport_name(self, bookie_id: str) -> str:
-        """``"grpc"`` or ``"bookie-rpc"``: the transport calls to ``bookie_id`` take."""
+        """``"grpc"`` or ``"bookie-rpc"``: the transport calls to ``bookie_id`` take. A bookie that is not
+        registered (any more) keeps the transport it was last seen with, so a dead stock bookie fails
+        with upstream's "cannot connect", not with a gRPC error."""
         name = self._chosen.get(bookie_id)
         if name is None:
             advertised = await self.resolve(bookie_id) if self.resolve is not None else None
-            name = choose_transport(advertised)
-            if advertised is not None:  # an unregistered bookie is asked again next time
-                self._chosen[bookie_id] = name
+            if advertised is None:  # asked again next time
+                return self._last_seen.get(bookie_id, GRPC)
+            name = self._chosen[bookie_id] = self._last_seen[bookie_id] = choose_transport(advertised)
         return name
 
     async def _for(self, bookie_id: str) -> GrpcBookieClient | UpstreamBookieClient:
@@ -121,6 +124,7 @@ class BookieClient:
     async def forget(self, bookie_id: str) -> None:
         """Drop what is known about one bookie (its transport, connections, features)."""
         self._chosen.pop(bookie_id, None)
+        self._last_seen.pop(bookie_id, None)
         await self.grpc.forget(bookie_id)
         await self.upstream.forget(bookie_id)
 
@@ -151,24 +155,30 @@ class BookieClient:
         """One entry; see :meth:`GrpcBookieClient.read_entry` (same errors over either transport)."""
         return await self._call(bookie_id, "read_entry", ledger_id, entry_id, fence=fence, master_key=master_key)
 
-    async def read_entries(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
+    def read_entries(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
+                     write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]:
+        """Entries ``first..last`` in order; see :meth:`GrpcBookieClient.read_entries`. When the bookie's
+        transport is already known the transport's own iterator is returned (no extra layer per entry)."""
+        return self._stream(bookie_id, "read_entries", ledger_id, first, last, ensemble_size=ensemble_size,
+                            write_quorum=write_quorum, bookie_index=bookie_index)
+
+    def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
                            write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]:
-        """Entries ``first..last`` in order; see :meth:`GrpcBookieClient.read_entries`."""
+        """:meth:`read_entries`, a list of items at a time; see :meth:`GrpcBookieClient.read_entry_batches`."""
+        return self._stream(bookie_id, "read_entry_batches", ledger_id, first, last, ensemble_size=ensemble_size,
+                            write_quorum=write_quorum, bookie_index=bookie_index)
+
+    def _stream(self, bookie_id: str, method: str, *args: Any, **kw: Any) -> AsyncIterator[Any]:
+        name = self._chosen.get(bookie_id)
+        if name is not None:
+            return getattr(self.upstream if name == UPSTREAM else self.grpc, method)(bookie_id, *args, **kw)
+        return self._resolved_stream(bookie_id, method, *args, **kw)
+
+    async def _resolved_stream(self, bookie_id: str, method: str, *args: Any, **kw: Any) -> AsyncIterator[Any]:
         t = await self._for(bookie_id)
-        async with contextlib.aclosing(t.read_entries(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
-                                                      write_quorum=write_quorum, bookie_index=bookie_index)) as it:
+        async with contextlib.aclosing(getattr(t, method)(bookie_id, *args, **kw)) as it:
             async for item in it:
                 yield item
-
-    async def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *,
-                                 ensemble_size: int = 0, write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]:
-        """:meth:`read_entries`, a list of items at a time; see :meth:`GrpcBookieClient.read_entry_batches`."""
-        t = await self._for(bookie_id)
-        async with contextlib.aclosing(t.read_entry_batches(
-                bookie_id, ledger_id, first, last, ensemble_size=ensemble_size, write_quorum=write_quorum,
-                bookie_index=bookie_index)) as it:
-            async for batch in it:
-                yield batch
 
     async def read_lac(self, bookie_id: str, ledger_id: int) -> int:
         """The bookie's last-add-confirmed of the ledger (-1 when unknown)."""

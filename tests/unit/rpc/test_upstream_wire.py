@@ -96,3 +96,25 @@ def test_v3_protocol_keeps_upstream_numbers():
     # a header encodes as upstream's: version 3, op, txnId
     h = up.BKPacketHeader(version=up.VERSION_THREE, operation=up.READ_ENTRY, txnId=7).SerializeToString()
     assert h == bytes([0x08, 3, 0x10, 1, 0x18, 7])
+
+
+async def test_a_bookie_keeps_its_last_seen_transport_once_unregistered():
+    from autorecovery.rpc.transport import BookieClient
+
+    registry: dict[str, tuple[str, ...]] = {"127.0.0.2:3181": ("bookie-rpc",), "127.0.0.10:3181": ("grpc",)}
+
+    async def resolve(b: str):
+        return registry.get(b)
+
+    c = BookieClient(resolve=resolve)
+    try:
+        assert await c.transport_name("127.0.0.2:3181") == UPSTREAM
+        assert await c.transport_name("127.0.0.10:3181") == GRPC
+        assert await c.transport_name("127.0.0.9:3181") == GRPC  # never registered
+        del registry["127.0.0.2:3181"]  # killed: its registration expired
+        c._chosen.clear()  # as after a call failed with UNAVAILABLE
+        assert await c.transport_name("127.0.0.2:3181") == UPSTREAM
+        await c.forget("127.0.0.2:3181")
+        assert await c.transport_name("127.0.0.2:3181") == GRPC
+    finally:
+        await c.close()
