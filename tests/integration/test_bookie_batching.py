@@ -24,7 +24,7 @@ from autorecovery.errors import BookieError, LedgerFencedError
 from autorecovery.ledger.digest import pack_entry
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
-from autorecovery.rpc.transport import BookieClient
+from autorecovery.rpc.bookie_client import GrpcBookieClient
 from autorecovery.zk.bridge import wait_for
 
 pytestmark = pytest.mark.integration
@@ -141,7 +141,7 @@ async def test_add_entry_batches_applies_in_order_and_stops_at_the_first_failure
 
 async def test_client_cuts_batches_within_its_limits(serve) -> None:
     b = (await serve()).bookie_id
-    c = BookieClient(timeout_s=5.0, batch_bytes=2500, batch_entries=4)
+    c = GrpcBookieClient(timeout_s=5.0, batch_bytes=2500, batch_entries=4)
     try:
         cut = list(c._cut([(e, entry(1, e)) for e in range(11)]))
         assert [[e for e, _ in part] for part in cut] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10]]
@@ -165,7 +165,7 @@ async def test_client_uses_one_entry_per_message_with_a_bookie_without_the_featu
 
 async def test_read_entry_batches_yields_a_list_per_message_and_the_same_items_as_read_entries(serve) -> None:
     new, old = await serve(), await serve(OldBookieService, name="old")
-    small = BookieClient(timeout_s=5.0, batch_bytes=3200)
+    small = GrpcBookieClient(timeout_s=5.0, batch_bytes=3200)
     try:
         for b in (new.bookie_id, old.bookie_id):
             await small.add_entries(b, 4, MK, [(e, entry(4, e)) for e in range(20) if e != 3], recovery=False)
@@ -186,15 +186,15 @@ async def test_a_bookie_replaced_by_an_older_release_is_renegotiated(serve, clie
     old = await serve(OldBookieService)
     b = old.bookie_id
     await client.add_entries(b, 4, MK, [(e, entry(4, e)) for e in range(5)], recovery=False)
-    client._features[b] = pb.BATCHED_ENTRIES  # what a newer bookie at this address had reported
+    client.grpc._features[b] = pb.BATCHED_ENTRIES  # what a newer bookie at this address had reported
     # a range read falls back before anything was returned: nothing repeated, nothing lost
     assert [r.entry_id async for r in client.read_entries(b, 4, 0, 4)] == list(range(5))
-    client._features[b] = pb.BATCHED_ENTRIES
+    client.grpc._features[b] = pb.BATCHED_ENTRIES
     # an add cannot be replayed (its entries were consumed): it fails once, naming the bookie ...
     with pytest.raises(BookieError) as ei:
         await client.add_entries(b, 4, MK, [(5, entry(4, 5))], recovery=False)
     assert ei.value.status == "EIO" and b in str(ei.value)
-    assert b not in client._features  # ... and the next call asks the bookie again
+    assert b not in client.grpc._features  # ... and the next call asks the bookie again
     assert await client.add_entries(b, 4, MK, [(5, entry(4, 5))], recovery=False) == (1, len(entry(4, 5)))
     assert await client.features(b) == 0
 

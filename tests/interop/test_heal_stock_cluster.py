@@ -155,6 +155,8 @@ def test_open_ledger_is_fenced_after_the_grace_period_and_upstream_shell_reads_o
         delay = c.shell("lostbookierecoverydelay", "-get")
         assert "LostBookieRecoveryDelay value in ZK: 0" in delay.stdout, delay.stdout + delay.stderr
         # our worker holds the ledger's lock while it waits; its data names this host, as upstream's does
+        wait_until(lambda: c.kz.exists(f"{c.ledgers_root}/underreplication/locks/urL{lid:010d}"), 20,
+                   f"one of our workers to lock ledger {lid}")
         q = c.shell("queryautorecoverystatus")
         worker = re.search(rf"LedgerId:{lid}\s+BookieId:(\S+)", q.stdout)
         assert worker and worker.group(1) == socket.gethostname(), q.stdout
