@@ -8,10 +8,10 @@ ledgers of a lost bookie are known with **no metadata reads**; a slow full recon
 (:meth:`BookieLedgerIndex.reconcile`) checks it against ZooKeeper.
 
 Compact (issue 13, 1M ledgers / 1k bookies in one auditor): a ledger is one packed ``bytes`` record
-of exactly what the auditor uses — state, E/WQ/AQ, last entry id, length, the segments' first entry
-ids and ensembles as numbers of interned bookie ids, and a version (the znode's ``mzxid``) — not a
-:class:`~autorecovery.ledger.metadata.LedgerMetadata` object graph (password, digest type, ctime and
-custom metadata are not kept: the auditor never reads them). About 0.35 KB per 3-bookie ledger
+of exactly what the auditor uses — state, digest type, E/WQ/AQ, last entry id, length, the segments'
+first entry ids and ensembles as numbers of interned bookie ids, and a version (the znode's ``mzxid``)
+— not a :class:`~autorecovery.ledger.metadata.LedgerMetadata` object graph (password, ctime and
+custom metadata are not kept: the periodic check reads an HMAC ledger's password when it needs it). About 0.35 KB per 3-bookie ledger
 including the bookie → ledgers sets, against ~1.6 KB before. :meth:`BookieLedgerIndex.get` rebuilds a
 ``LedgerMetadata`` of the kept fields on demand. :meth:`BookieLedgerIndex.put_znode` goes from a
 metadata znode's bytes straight to a record for well-formed v3 metadata whose bookie ids are already
@@ -36,7 +36,7 @@ from google.protobuf.internal import decoder
 from google.protobuf.message import DecodeError
 
 from autorecovery.ledger import formats
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
+from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.ledger.striping import bookie_holds_entries, first_last_on_index, segment_holds_entries  # noqa: F401 (bookie_holds_entries re-exported)
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 
@@ -98,15 +98,16 @@ class IdDigest:
 
 
 # -- the packed record ------------------------------------------------------------------------------
-# version (q: the znode's mzxid, 0 = unknown) | state (B) E WQ AQ (I) | last entry id, length (q) |
-# segment count (I) | per segment: first entry id (q) + E bookie numbers (I). Little-endian, no padding.
-# Two records describe the same ledger exactly when their bytes after the version are equal.
-_HEAD = struct.Struct("<qBIIIqqI")
+# version (q: the znode's mzxid, 0 = unknown) | state, digest type (B) | E WQ AQ (I) | last entry id,
+# length (q) | segment count (I) | per segment: first entry id (q) + E bookie numbers (I). Little-endian,
+# no padding. Two records describe the same ledger exactly when their bytes after the version are equal.
+_HEAD = struct.Struct("<qBBIIIqqI")
 _VERSION = struct.Struct("<q")
 _VLEN = _VERSION.size
 _SEG_STRUCTS: dict[int, struct.Struct] = {}
 _V3_PREFIX = formats.HEADER_PREFIX + b"3\n"
 _STATES = {int(s): s for s in LedgerState}
+_DIGESTS = {int(d): d for d in DigestType}
 
 
 def _seg_struct(e: int) -> struct.Struct:
@@ -116,10 +117,10 @@ def _seg_struct(e: int) -> struct.Struct:
     return s
 
 
-def _pack(version: int, state: int, e: int, wq: int, aq: int, last: int, length: int,
+def _pack(version: int, state: int, digest_type: int, e: int, wq: int, aq: int, last: int, length: int,
           segments: list[tuple[int, list[int]]]) -> bytes:
     ss = _seg_struct(e)
-    parts = [_HEAD.pack(version, state, e, wq, aq, last, length, len(segments))]
+    parts = [_HEAD.pack(version, state, digest_type, e, wq, aq, last, length, len(segments))]
     for first, nums in segments:
         parts.append(ss.pack(first, *nums))
     return b"".join(parts)
@@ -160,11 +161,11 @@ class BookieLedgerIndex:
 
     def encode(self, md: LedgerMetadata, version: int = 0) -> bytes:
         """The packed record of ``md`` (interning its bookie ids)."""
-        return _pack(version, int(md.state), md.ensemble_size, md.write_quorum, md.ack_quorum, md.last_entry_id,
-                     md.length, [(s.first_entry_id, [self._number(b) for b in s.ensemble]) for s in md.segments])
+        return _pack(version, int(md.state), int(md.digest_type), md.ensemble_size, md.write_quorum, md.ack_quorum,
+                     md.last_entry_id, md.length, [(s.first_entry_id, [self._number(b) for b in s.ensemble]) for s in md.segments])
 
     def _decode(self, rec: bytes) -> LedgerMetadata:
-        version, state, e, wq, aq, last, length, nseg = _HEAD.unpack_from(rec, 0)
+        version, state, digest_type, e, wq, aq, last, length, nseg = _HEAD.unpack_from(rec, 0)
         ss = _seg_struct(e)
         names = self._names
         segs = []
@@ -173,11 +174,12 @@ class BookieLedgerIndex:
             first, *nums = ss.unpack_from(rec, off)
             off += ss.size
             segs.append(Segment(first, tuple(names[n] for n in nums)))
-        return LedgerMetadata(e, wq, aq, tuple(segs), state=_STATES[state], last_entry_id=last, length=length)
+        return LedgerMetadata(e, wq, aq, tuple(segs), state=_STATES[state], last_entry_id=last, length=length,
+                              digest_type=_DIGESTS[digest_type])
 
     def _bookie_numbers(self, rec: bytes) -> set[int]:
         head = _HEAD.unpack_from(rec, 0)
-        e, nseg = head[2], head[7]
+        e, nseg = head[3], head[8]
         ss = _seg_struct(e)
         out: set[int] = set()
         off = _HEAD.size
@@ -227,6 +229,9 @@ class BookieLedgerIndex:
         aq = m.ackQuorumSize if m.HasField("ackQuorumSize") else wq
         if not (e >= wq >= aq >= 1) or not m.segment or m.state not in _STATES:
             return None
+        digest_type = m.digestType if m.HasField("digestType") else int(DigestType.CRC32)  # as formats.from_proto
+        if digest_type not in _DIGESTS:
+            return None
         for c in m.customMetadata:
             if not isinstance(c.key, str):
                 return None
@@ -249,7 +254,7 @@ class BookieLedgerIndex:
                 nums.append(n)
             segs.append((first, nums))
         last = m.lastEntryId if m.HasField("lastEntryId") else -1
-        return _pack(version, m.state, e, wq, aq, last, m.length, segs)
+        return _pack(version, m.state, digest_type, e, wq, aq, last, m.length, segs)
 
     # -- mutation ---------------------------------------------------------------------------
     def put(self, ledger_id: int, md: LedgerMetadata, version: int = 0) -> bool:
@@ -326,8 +331,8 @@ class BookieLedgerIndex:
         return ledger_id in self._rec
 
     def get(self, ledger_id: int) -> LedgerMetadata | None:
-        """The kept fields of a ledger as :class:`LedgerMetadata` (password empty, digest type, ctime
-        and custom metadata at their defaults), or None."""
+        """The kept fields of a ledger as :class:`LedgerMetadata` (password empty, ctime and custom
+        metadata at their defaults), or None."""
         rec = self._rec.get(ledger_id)
         return None if rec is None else self._decode(rec)
 
@@ -374,7 +379,7 @@ class BookieLedgerIndex:
         number ``n`` (the rule is :func:`~autorecovery.ledger.striping.segment_holds_entries`: the last
         segment of a ledger that is not CLOSED always counts, otherwise the segment's entry range must
         put an entry on the index), without decoding the ledger."""
-        _, state, e, wq, _aq, last_entry, _length, nseg = _HEAD.unpack_from(rec, 0)
+        _, state, _digest_type, e, wq, _aq, last_entry, _length, nseg = _HEAD.unpack_from(rec, 0)
         ss = _seg_struct(e)
         off = _HEAD.size
         segs = [ss.unpack_from(rec, off + i * ss.size) for i in range(nseg)]
@@ -396,7 +401,7 @@ class BookieLedgerIndex:
         for lid in ledger_ids:
             rec = self._rec.get(lid)
             if rec is not None:
-                total += _HEAD.unpack_from(rec, 0)[6]
+                total += _HEAD.unpack_from(rec, 0)[7]
         return total
 
     def memory_bytes(self) -> int:

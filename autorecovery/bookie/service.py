@@ -43,7 +43,8 @@ from autorecovery.bookie.admission import Admission, AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe
 from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
 from autorecovery.errors import BookieError, DigestMismatchError
-from autorecovery.ledger.digest import HEADER_SIZE, peek_ids, unpack_entry
+from autorecovery.ledger.digest import METADATA_LENGTH, EntryDigest, digest_for, peek_ids
+from autorecovery.ledger.metadata import DigestType
 from autorecovery.ledger.striping import index_stores
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
@@ -52,7 +53,7 @@ from autorecovery.rpc.tls import ServerTls
 from autorecovery.rpc.wire import add_bookie_servicer
 
 if TYPE_CHECKING:
-    from autorecovery.rpc.bookie_client import BookieClient
+    from autorecovery.rpc.bookie_client import GrpcBookieClient
 
 log = structlog.get_logger("autorecovery.bookie.service")
 
@@ -61,8 +62,9 @@ GRPC_HEADROOM = 1024 * 1024
 MAX_RANGE_ENTRIES = 1_000_000
 #: Default and largest body bytes per ReadBatch message (ReadEntryBatches).
 MAX_READ_BATCH_BYTES = 1024 * 1024
-#: The BookieFeature bits every bookie serves (reported by GetBookieInfo); ``PULL_ENTRIES`` is added
-#: when the bookie has a client to reach its peers with (see ``BookieService(peers=...)``).
+#: The BookieFeature bits every bookie serves (reported by GetBookieInfo); ``PULL_ENTRIES`` and
+#: ``PULL_DIGEST_TYPES`` are added when the bookie has a client to reach its peers with (see
+#: ``BookieService(peers=...)``).
 FEATURES = pb.BATCHED_ENTRIES | pb.ADD_STREAM
 #: A PullEntries call reports what became durable at least every this many body bytes.
 PULL_REPORT_BYTES = 4 * 1024 * 1024
@@ -102,7 +104,7 @@ class BookieService(pb_grpc.BookieServicer):
         limits: adds/reads in progress across all requests (``ETOOMANYREQUESTS`` beyond).
         stream_idle_timeout_s: an AddEntries stream with no message for this long is answered and
             closed, s.
-        peers: a :class:`~autorecovery.rpc.bookie_client.BookieClient` this bookie reads other bookies
+        peers: a :class:`~autorecovery.rpc.bookie_client.GrpcBookieClient` this bookie reads other bookies
             with, to serve PullEntries (feature ``PULL_ENTRIES``); None = the bookie does not pull
             (the worker then copies through itself). The service does not close it.
         peer_check: ``async (bookie id) -> bool``, whether a PullEntries source is a bookie of the cluster
@@ -122,7 +124,7 @@ class BookieService(pb_grpc.BookieServicer):
         stream_window_bytes: int = 16 * 1024 * 1024,
         limits: AdmissionLimits | None = None,
         stream_idle_timeout_s: float = 120.0,
-        peers: BookieClient | None = None,
+        peers: GrpcBookieClient | None = None,
         peer_check: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.storage = storage
@@ -138,7 +140,7 @@ class BookieService(pb_grpc.BookieServicer):
         self._intakes: set[asyncio.Task] = set()
         self.peers = peers
         self.peer_check = peer_check
-        self.features = FEATURES | (pb.PULL_ENTRIES if peers is not None else 0)
+        self.features = FEATURES | (pb.PULL_ENTRIES | pb.PULL_DIGEST_TYPES if peers is not None else 0)
 
     def begin_shutdown(self) -> None:
         """Stop reading every open AddStream (call before stopping the gRPC server): each settles and
@@ -165,11 +167,11 @@ class BookieService(pb_grpc.BookieServicer):
             )
         if ledger_id < 0 or entry_id < 0:
             raise BookieStatusError("EBADREQ", f"invalid ledger id {ledger_id} / entry id {entry_id}")
-        if n < HEADER_SIZE:
+        if n < METADATA_LENGTH:  # the ids, LAC and length every digest type starts with (DUMMY: nothing else)
             raise BookieStatusError(
                 "EBADREQ",
                 f"ledger {ledger_id} entry {entry_id}: body of {n} bytes is shorter than the "
-                f"{HEADER_SIZE}-byte entry header",
+                f"{METADATA_LENGTH}-byte entry header",
             )
         lid, eid, _lac = peek_ids(body)
         if lid != ledger_id or eid != entry_id:
@@ -634,11 +636,13 @@ class BookieService(pb_grpc.BookieServicer):
         """Copy a range of a ledger from another bookie into this one (feature ``PULL_ENTRIES``, ours;
         upstream's replicator always reads to itself and writes out, so every byte crosses the network
         twice). Reads ``source_bookie_id`` with the range's striping filter, verifies each entry's
-        CRC32C (a corrupt copy is reported ``DIGEST`` and never stored), and stores each entry as a
+        digest (``digest_type``: CRC32C when unset, CRC32 or DUMMY; HMAC is refused, the bookie has no
+        password; a corrupt copy is reported ``DIGEST`` and never stored), and stores each entry as a
         ``RECOVERY_ADD`` with the same checks, admission and window as an AddEntries stream. Progress
         reports list the entry ids that became durable; the last has ``done``. Statuses: EOK (the
         source's own failures are reported per entry or in ``source_status``), EBADREQ (bad range, a
-        source that is this bookie, no peer client), EREADONLY, EUA, EIO, ETOOMANYREQUESTS.
+        source that is this bookie, no peer client, an HMAC or unknown digest type), EREADONLY, EUA,
+        EIO, ETOOMANYREQUESTS.
         """
         lid, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
         source = request.source_bookie_id
@@ -656,6 +660,9 @@ class BookieService(pb_grpc.BookieServicer):
             bad = "empty range"
         if bad is None and not source:
             bad = "no source bookie"
+        digest, digest_problem = _pull_digest(request.digest_type)
+        if bad is None:
+            bad = digest_problem
         if bad is not None:
             yield refuse("EBADREQ", f"bad pull of ledger {lid} entries {first}..{last} from {source!r}: {bad}")
             return
@@ -711,7 +718,7 @@ class BookieService(pb_grpc.BookieServicer):
                         request.bookie_index, eid, request.ensemble_size, request.write_quorum)):
                     continue  # not asked for (a source that ignores the filter): never stored
                 try:
-                    unpack_entry(body, lid, eid, source=source)
+                    digest.verify(body, lid, eid, source=source)
                 except DigestMismatchError as exc:
                     # WARNING: the worker that asked logs the ERROR (and counts it) once for this entry
                     log.warning("corrupt replica not pulled", ledger_id=lid, entry_id=eid, bookie_id=source,
@@ -816,6 +823,20 @@ class BookieService(pb_grpc.BookieServicer):
         return pb.GetListOfEntriesOfLedgerResponse(
             status=_OK, ledger_id=request.ledger_id, ranges=ranges_to_proto(ranges)
         )
+
+
+def _pull_digest(number: int) -> tuple[EntryDigest, str | None]:
+    """The digest a PullEntries target checks entries with, from ``PullRequest.digest_type`` (0 =
+    CRC32C, for callers that predate the field), and why the request is refused (None: it is not)."""
+    if number == 0:
+        number = DigestType.CRC32C
+    if number == DigestType.HMAC:
+        return digest_for(DigestType.CRC32C), ("an HMAC ledger cannot be verified by a bookie (it has no password): "
+                                               "copy it through the worker")
+    try:
+        return digest_for(number), None
+    except ValueError:
+        return digest_for(DigestType.CRC32C), f"unknown digest type {number}"
 
 
 def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurrent_streams: int = 1000,

@@ -39,7 +39,7 @@ class AddBatcher:
     """Coalesces adds per (bookie, ledger).
 
     Args:
-        bookies: the gRPC :class:`~autorecovery.rpc.bookie_client.BookieClient`.
+        bookies: the gRPC :class:`~autorecovery.rpc.transport.BookieClient`.
         max_entries: most entries in one call or message. max_bytes: most body bytes in one.
         idle_close_s: an add stream with nothing sent for this long is closed, s.
     """

@@ -17,7 +17,7 @@ from autorecovery.client.recovery import recover_ledger
 from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import BookieError, NoSuchLedgerError, NotEnoughBookiesError
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
-from autorecovery.rpc.bookie_client import BookieClient
+from autorecovery.rpc.transport import BookieClient
 from autorecovery.rpc.tls import BookieTls
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import NodeExistsError, ZkClient
@@ -100,6 +100,8 @@ class BookKeeper:
         self.watcher = BookieWatcher(self.zk, self.paths)
         self.watcher.add_listener(lambda w, r: self.policy.on_cluster_changed(set(w), set(r)))
         await self.watcher.start()
+        if self._own_bookies and getattr(self.bookies, "resolve", False) is None:
+            self.bookies.resolve = self.watcher.advertised  # stock bookies take upstream's transport
         if self.racks is not None:
             await self.racks.start()
         return self
@@ -121,12 +123,17 @@ class BookKeeper:
                             ) -> LedgerHandle:
         """Create a ledger whose ensemble comes from the placement policy.
 
+        ``digest`` is upstream's client ``DigestType`` name: ``CRC32C``, ``CRC32``, ``MAC`` (also spelt
+        ``HMAC``) or ``DUMMY``; entries are packed as upstream's ``DigestManager`` of that type does.
+
         Raises:
             NotEnoughBookiesError: fewer writable bookies than ``ensemble_size``.
             ValueError: bad quorum sizes or digest name.
         """
-        if digest.upper() not in ("CRC32C",):
-            raise ValueError(f"unsupported digest {digest!r}: this client writes CRC32C entries")
+        name = digest.upper()
+        digest_type = DigestType.HMAC if name == "MAC" else DigestType.__members__.get(name)
+        if digest_type is None:
+            raise ValueError(f"unsupported digest {digest!r}: use CRC32C, CRC32, MAC or DUMMY")
         result = self.policy.new_ensemble(ensemble_size, write_quorum, ack_quorum, frozenset(), custom_metadata)
         md = LedgerMetadata(
             ensemble_size=ensemble_size,
@@ -134,7 +141,7 @@ class BookKeeper:
             ack_quorum=ack_quorum,
             segments=(Segment(0, tuple(result.ensemble)),),
             state=LedgerState.OPEN,
-            digest_type=DigestType.CRC32C,
+            digest_type=digest_type,
             password=password or os.urandom(16),
             ctime=now_ms(),
             custom_metadata=dict(custom_metadata or {}),

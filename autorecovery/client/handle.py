@@ -27,7 +27,7 @@ from autorecovery.errors import (
     NotEnoughBookiesError,
     WriteError,
 )
-from autorecovery.ledger.digest import pack_entry
+from autorecovery.ledger.digest import ledger_digest, master_key
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
 
 if TYPE_CHECKING:
@@ -73,10 +73,14 @@ class LedgerHandle:
         self._closed = False
         self._tasks: set[asyncio.Task] = set()  # writes being retried (_send)
         self._writes: set[asyncio.Future] = set()  # first writes queued on the add batcher
+        # the ledger's digest type and password never change: its digest and master key are fixed
+        self.digest = ledger_digest(metadata)
+        self._master_key = master_key(metadata.password)
 
     @property
     def master_key(self) -> bytes:
-        return self.metadata.password
+        """What adds carry: upstream ``generateMasterKey(password)``, never the password itself."""
+        return self._master_key
 
     def _check_writable(self) -> None:
         if self._error is not None:
@@ -100,7 +104,7 @@ class LedgerHandle:
         return entry_id
 
     async def _add(self, entry_id: int, payload: bytes, length: int) -> None:
-        body = pack_entry(self.ledger_id, entry_id, self.lac, length, payload)
+        body = self.digest.pack(self.ledger_id, entry_id, self.lac, length, payload)
         op = _PendingAdd(entry_id, body, length, done=asyncio.get_running_loop().create_future())
         self._pending[entry_id] = op
         md = self.metadata

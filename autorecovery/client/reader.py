@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from autorecovery.errors import BookieError, DigestMismatchError, ReadError
-from autorecovery.ledger.digest import Entry, unpack_entry
+from autorecovery.ledger.digest import Entry, ledger_digest
 from autorecovery.ledger.metadata import LedgerMetadata, write_set
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class ReadHandle:
         for bookie in [b for b in order if b not in tried] + [b for b in order if b in tried]:
             try:
                 res = await self.bk.bookies.read_entry(bookie, self.ledger_id, entry_id)
-                return unpack_entry(res.body, self.ledger_id, entry_id, source=bookie)
+                return ledger_digest(self.metadata).unpack(res.body, self.ledger_id, entry_id, source=bookie)
             except DigestMismatchError as exc:
                 self.digest_errors.append((entry_id, bookie, str(exc)))
                 log.error("digest mismatch", ledger_id=self.ledger_id, entry_id=entry_id, bookie_id=bookie, error=str(exc))
@@ -94,6 +94,7 @@ class ReadHandle:
         tried: dict[int, str] = {}
         sem = asyncio.Semaphore(parallelism)
         md = self.metadata
+        digest = ledger_digest(md)
         streams = []
         for i, seg in enumerate(md.segments):
             lo = max(first, seg.first_entry_id)
@@ -117,8 +118,8 @@ class ReadHandle:
                                     continue  # missing here: the per-entry path tries the other replicas
                                 start = item.entry_id + 1
                                 try:
-                                    got[item.entry_id] = unpack_entry(item.body, self.ledger_id, item.entry_id,
-                                                                      source=bookie)
+                                    got[item.entry_id] = digest.unpack(item.body, self.ledger_id, item.entry_id,
+                                                                       source=bookie)
                                 except DigestMismatchError as exc:
                                     tried[item.entry_id] = bookie
                                     self.digest_errors.append((item.entry_id, bookie, str(exc)))

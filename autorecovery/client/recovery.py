@@ -23,7 +23,7 @@ import structlog
 
 from autorecovery.client.handle import LedgerHandle
 from autorecovery.errors import BookieError, DigestMismatchError, LedgerRecoveryError
-from autorecovery.ledger.digest import Entry, peek_ids, unpack_entry
+from autorecovery.ledger.digest import Entry, ledger_digest, master_key, peek_ids
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ async def _fence(bk: "BookKeeper", ledger_id: int, md: LedgerMetadata) -> int:
     async def one(idx: int, bookie: str) -> None:
         nonlocal max_lac
         try:
-            res = await bk.bookies.read_entry(bookie, ledger_id, -1, fence=True, master_key=md.password)
+            res = await bk.bookies.read_entry(bookie, ledger_id, -1, fence=True, master_key=master_key(md.password))
             lac = res.lac
             try:
                 _l, _e, piggy = peek_ids(res.body)
@@ -85,7 +85,7 @@ async def _probe(bk: "BookKeeper", ledger_id: int, md: LedgerMetadata, entry_id:
         bookie = ens[idx]
         try:
             res = await bk.bookies.read_entry(bookie, ledger_id, entry_id)
-            return unpack_entry(res.body, ledger_id, entry_id, source=bookie)
+            return ledger_digest(md).unpack(res.body, ledger_id, entry_id, source=bookie)
         except DigestMismatchError:
             continue
         except BookieError as exc:

@@ -53,7 +53,8 @@ class LedgerMetadata:
         ensemble_size: E. write_quorum: WQ (upstream ``quorumSize``). ack_quorum: AQ.
         state: OPEN, IN_RECOVERY or CLOSED. last_entry_id: -1 while open or empty.
         length: bytes of payload (set on close). segments: ensembles by first entry id, ascending.
-        digest_type, password: entry digest settings (password doubles as the master key).
+        digest_type, password: entry digest settings (``ledger.digest``); bookies get the master key
+            derived from the password (``ledger.digest.master_key``), never the password itself.
         ctime: creation time in ms since the epoch (0 when the znode carries none).
         custom_metadata: user key → bytes.
         format_version: the metadata format the znode was read in (1, 2 or 3; 3 for new ledgers). A

@@ -42,13 +42,14 @@ from autorecovery.audit.maintenance import Holds, Window, data_first, holds
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.audit.schedule import first_run_s, next_run_s
 from autorecovery.config.sections import AuditorSettings  # noqa: F401 (re-exported)
-from autorecovery.errors import BookieError, is_retriable
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.errors import BookieError, NoSuchLedgerError, is_retriable
+from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState
 from autorecovery.roles.checker import LedgerChecker
 from autorecovery.roles.cluster_gauges import ClusterGauges
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
 from autorecovery.zk.ledger_tree import LedgerTreeWatcher
+from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.maintenance import MaintenanceStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
@@ -771,7 +772,13 @@ class Auditor:
                 if not self._enabled:
                     return
                 try:
+                    if md.digest_type == DigestType.HMAC:
+                        # the index keeps no passwords: an HMAC ledger's entries are verified with the
+                        # password of its metadata (read like upstream's checker opens each ledger)
+                        md, _version = await LedgerStore(self.zk, self.paths).read(lid)
                     bad = await self.checker.check(lid, md)
+                except NoSuchLedgerError:
+                    return  # deleted since it was indexed
                 except Exception as exc:  # noqa: BLE001
                     failed += 1
                     log.warning("ledger check failed", ledger_id=lid, error=repr(exc))

@@ -2,8 +2,8 @@
 
 Upstream ``client/LedgerChecker``: for every fragment and ensemble index, read the first and last
 entry that index stores (or ``auditorLedgerVerificationPercentage`` of them); an unavailable bookie, a
-failed read or a corrupt entry (CRC32C mismatch, verified here with ``ledger.digest.unpack_entry``)
-makes the index bad. ``inFlightReadEntryNumInLedgerChecker`` bounds the reads in flight (#2973); reads
+failed read or a corrupt entry (a digest mismatch: the ledger's own digest type, verified here with
+``ledger.digest``) makes the index bad. ``inFlightReadEntryNumInLedgerChecker`` bounds the reads in flight (#2973); reads
 are plain reads (never fencing).
 
 Better than upstream: reads of one index stop at its first failure, a probe answer of "unavailable"
@@ -30,7 +30,7 @@ from autorecovery.audit.checker import (
     probe_says_exists,
 )
 from autorecovery.errors import AutoRecoveryError, BookieError
-from autorecovery.ledger.digest import unpack_entry
+from autorecovery.ledger.digest import EntryDigest, ledger_digest
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 
 log = structlog.get_logger("autorecovery.checker")
@@ -81,13 +81,13 @@ class LedgerChecker:
                         advertised=list(advertised) or "nothing", ledger_id=ledger_id,
                         skipped_so_far=self.skipped_foreign)
 
-    async def _read_status(self, bookie: str, ledger_id: int, entry_id: int) -> str:
+    async def _read_status(self, bookie: str, ledger_id: int, entry_id: int, digest: EntryDigest) -> str:
         """``"EOK"`` for a verified entry, else the failure's status name (``ENOENTRY``, ``DIGEST``...)."""
         async def go() -> str:
             self.reads += 1
             try:
                 res = await self.bookies.read_entry(bookie, ledger_id, entry_id)
-                unpack_entry(res.body, ledger_id, entry_id, source=bookie)
+                digest.verify(res.body, ledger_id, entry_id, source=bookie)
                 return "EOK"
             except BookieError as exc:
                 return exc.status
@@ -116,23 +116,27 @@ class LedgerChecker:
         """Bad fragments of the ledger (empty list: every copy checked is fine).
 
         Args:
-            md: the ledger's metadata.
+            md: the ledger's metadata; its ``digest_type`` and ``password`` verify the entries read (an
+                HMAC ledger needs its real password: metadata read from ZooKeeper, not the auditor
+                index's view).
             lac: last add confirmed of an open ledger; read from the bookies when None.
         """
         if md.state != LedgerState.CLOSED and lac is None:
             lac = await self.read_lac(ledger_id, md)
+        digest = ledger_digest(md)
         frags, probe = fragments_of(md, lac)
-        if probe is not None and await self._probe(ledger_id, probe):
+        if probe is not None and await self._probe(ledger_id, probe, digest):
             frags.append(probe)
-        results = await asyncio.gather(*(self._check_fragment(ledger_id, f) for f in frags))
+        results = await asyncio.gather(*(self._check_fragment(ledger_id, f, digest) for f in frags))
         return [r for r in results if r is not None]
 
-    async def _probe(self, ledger_id: int, frag: Fragment) -> bool:
+    async def _probe(self, ledger_id: int, frag: Fragment, digest: EntryDigest) -> bool:
         entry, indexes = probe_entry(frag)
-        statuses = await asyncio.gather(*(self._read_status(frag.ensemble[i], ledger_id, entry) for i in indexes))
+        statuses = await asyncio.gather(*(self._read_status(frag.ensemble[i], ledger_id, entry, digest)
+                                          for i in indexes))
         return probe_says_exists(statuses)
 
-    async def _check_fragment(self, ledger_id: int, frag: Fragment) -> BadFragment | None:
+    async def _check_fragment(self, ledger_id: int, frag: Fragment, digest: EntryDigest) -> BadFragment | None:
         avail = self.available()
         foreign = self.foreign()
         bad: dict[int, str] = {}
@@ -148,7 +152,7 @@ class LedgerChecker:
             if up and first_b >= 0:
                 for e in entries_to_read(first_b, last_b, idx, frag.ensemble_size, frag.write_quorum,
                                          self.verification_percentage, self._rng):
-                    status = await self._read_status(bookie, ledger_id, e)
+                    status = await self._read_status(bookie, ledger_id, e, digest)
                     if status != "EOK":
                         log.info("ledger checker read failed", ledger_id=ledger_id, entry_id=e, bookie_id=bookie,
                                  status=status)

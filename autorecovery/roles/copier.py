@@ -13,17 +13,20 @@ per target, whichever comes first: enough in flight to hide the target's group-c
 
 * **Bookie to bookie (ours, issue 13).** When a stream has a single target and that bookie reports
   ``PULL_ENTRIES``, the worker asks the *target* to read the range from the source itself
-  (``PullEntries``): the target verifies every entry's CRC32C, stores it as a ``RECOVERY_ADD`` and
-  reports the entry ids as they become durable. The bytes cross the network once instead of twice
+  (``PullEntries``): the target verifies every entry's digest (the ledger's digest type travels in the
+  request; never its password), stores it as a ``RECOVERY_ADD`` and reports the entry ids as they
+  become durable. The bytes cross the network once instead of twice
   (upstream's replicator reads every entry to itself and writes it out), and the worker's host carries
   none of them. What the pull could not get (missing, corrupt, a failed source) is copied through this
   process exactly as below. Not used while ``replicationRateByBytes`` limits the worker (the bucket is
   charged per entry here), nor towards a bookie that does not pull (TLS, ``--no-pull-entries``, an
-  older version).
-* Every entry's CRC32C is verified with :func:`~autorecovery.ledger.digest.unpack_entry` *before* it
-  is handed to a target, and the **same body bytes** are written (the body carries ledger id, entry
-  id, LAC, cumulative length and CRC; upstream re-packs with the handle's current LAC, we do not need
-  to). A corrupt or missing copy is never written: the entry is retried on the other replicas of its
+  older version), nor for HMAC ledgers (a target cannot verify an HMAC without the ledger's password,
+  which never leaves this process), nor for CRC32/DUMMY ledgers towards a bookie that does not report
+  ``PULL_DIGEST_TYPES`` (it would check them as CRC32C).
+* Every entry's digest (the ledger's own type, a :class:`~autorecovery.ledger.digest.EntryDigest`) is
+  verified *before* it is handed to a target, and the **same body bytes** are written (the body
+  carries ledger id, entry id, LAC, cumulative length and digest; upstream re-packs with the handle's
+  current LAC, we do not need to). A corrupt or missing copy is never written: the entry is retried on the other replicas of its
   write set — first as a new range stream from an alternate source that stores the whole arc, then
   entry by entry.
 * Entries no replica can serve are returned with, per replica, why not (``ENOENTRY``, ``ENOLEDGER``,
@@ -50,11 +53,13 @@ from dataclasses import dataclass, field
 import structlog
 
 from autorecovery.errors import BookieError, DigestMismatchError
-from autorecovery.ledger.digest import unpack_entry
+from autorecovery.ledger.digest import CRC32C, EntryDigest
+from autorecovery.ledger.metadata import DigestType
 from autorecovery.ledger.striping import index_stores, write_set
 from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
 from autorecovery.plan.targets import FragmentPlan, StreamSpec
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
+from autorecovery.proto import bookie_pb2 as pb
 
 log = structlog.get_logger("autorecovery.copier")
 
@@ -111,7 +116,7 @@ class FragmentCopier:
     """Runs fragment plans against bookies.
 
     Args:
-        bookies: the gRPC :class:`~autorecovery.rpc.bookie_client.BookieClient`.
+        bookies: the gRPC :class:`~autorecovery.rpc.transport.BookieClient`.
         byte_bucket: ``replicationRateByBytes`` bucket shared by the whole worker.
         caps: per-bookie stream caps shared by the whole worker; ``caps_changed`` is notified when a
             stream ends.
@@ -174,14 +179,18 @@ class FragmentCopier:
         skip_sources: Collection[str] = (),
         should_abort: Callable[[], str | None] = lambda: None,
         on_bytes: Callable[[int], None] = lambda n: None,
+        digest: EntryDigest = CRC32C,
     ) -> CopyResult:
         """Copy everything ``plan`` describes; returns a :class:`CopyResult` (never partial silently).
 
         Args:
+            master_key: what the targets' adds carry (``ledger.digest.master_key`` of the password).
             ensemble / write_quorum: the segment's ensemble before replacement and WQ (used to find
                 every replica of an entry for fallback reads and to explain unreadable entries).
             registered: current writable ∪ read-only bookies (unregistered bookies are not asked).
             skip_sources: bookies never to read from (e.g. an in-place target that lost its data).
+            digest: the ledger's digest (``ledger.digest.ledger_digest(md)``): every entry read is
+                verified with it.
 
         Raises:
             TargetWriteError: a target refused a write (the caller may exclude it and retry later).
@@ -190,10 +199,10 @@ class FragmentCopier:
         for e in plan.unsourced:
             res.unreadable[e] = {}
         if not plan.streams:
-            await self.explain(ledger_id, ensemble, write_quorum, res, registered)
+            await self.explain(ledger_id, ensemble, write_quorum, res, registered, digest)
             return res
         tasks = [asyncio.create_task(self._stream(ledger_id, master_key, ensemble, write_quorum, spec, res,
-                                                  registered, skip_sources, should_abort, on_bytes))
+                                                  registered, skip_sources, should_abort, on_bytes, digest))
                  for spec in plan.streams]
         try:
             done = await asyncio.gather(*tasks, return_exceptions=True)
@@ -210,13 +219,14 @@ class FragmentCopier:
                 raise err
             else:
                 raise err
-        await self.explain(ledger_id, ensemble, write_quorum, res, registered)
+        await self.explain(ledger_id, ensemble, write_quorum, res, registered, digest)
         return res
 
     async def explain(self, ledger_id: int, ensemble, wq: int, res: CopyResult,
-                      registered: Callable[[], Collection[str]]) -> None:
+                      registered: Callable[[], Collection[str]], digest: EntryDigest = CRC32C) -> None:
         """Fill in, for unreadable entries without reasons yet, why each replica of the write set cannot
-        serve them (unregistered bookies are not asked; one read per registered replica)."""
+        serve them (unregistered bookies are not asked; one read per registered replica; copies are
+        verified with the ledger's ``digest``)."""
         todo = [e for e, why in res.unreadable.items() if not why]
         if not todo:
             return
@@ -232,7 +242,7 @@ class FragmentCopier:
                     continue
                 try:
                     r = await self.bookies.read_entry(b, ledger_id, e)
-                    unpack_entry(r.body, ledger_id, e, source=b)
+                    digest.verify(r.body, ledger_id, e, source=b)
                     why[b] = "READABLE_BUT_EXCLUDED"
                 except DigestMismatchError:
                     why[b] = "DIGEST"
@@ -242,7 +252,7 @@ class FragmentCopier:
 
     # -- one stream ----------------------------------------------------------------------------------
     async def _stream(self, ledger_id, master_key, ensemble, wq, spec: StreamSpec, res: CopyResult,
-                      registered, skip_sources, should_abort, on_bytes) -> None:
+                      registered, skip_sources, should_abort, on_bytes, digest: EntryDigest) -> None:
         e_size = len(ensemble)
         missing: set[int] = set(spec.entry_ids())
         tried: dict[int, dict[str, str]] = {}
@@ -295,7 +305,7 @@ class FragmentCopier:
 
         def accept(eid: int, body: bytes, source: str, t_read: float) -> bool:
             try:
-                unpack_entry(body, ledger_id, eid, source=source)
+                digest.verify(body, ledger_id, eid, source=source)
             except DigestMismatchError as exc:
                 res.corrupt.append((eid, source))
                 tried.setdefault(eid, {})[source] = "DIGEST"
@@ -320,9 +330,17 @@ class FragmentCopier:
             target = spec.targets[0]
             if not self.pull or len(spec.targets) != 1 or not self.bucket.unlimited or target in writers:
                 return None
+            if digest.digest_type == DigestType.HMAC:
+                # the target would have to verify each entry's HMAC, which needs the ledger's password;
+                # passwords never go to bookies (they get the master key, a one-way hash of it), so an
+                # HMAC ledger is always copied through this process, which verifies it
+                return None
             try:
-                if not await self.bookies.pulls(target):
+                if not await self.bookies.pulls(target, source):
                     return None
+                if digest.digest_type != DigestType.CRC32C and not (
+                        await self.bookies.features(target) & pb.PULL_DIGEST_TYPES):
+                    return None  # an older bookie would check every pulled entry as CRC32C
             except BookieError:
                 return None  # the target is unreachable: the local path reports it as a target failure
             source_failed = ""
@@ -330,7 +348,7 @@ class FragmentCopier:
             try:
                 async with contextlib.aclosing(self.bookies.pull_entries(
                     target, source, ledger_id, master_key, a, b, ensemble_size=e_size,
-                    write_quorum=spec.arc_len, bookie_index=spec.arc_end,
+                    write_quorum=spec.arc_len, bookie_index=spec.arc_end, digest_type=int(digest.digest_type),
                 )) as reports:
                     async for rep in reports:
                         now = time.monotonic()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from autorecovery.ledger.digest import ledger_digest, master_key
 from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.plan.targets import FragmentPlan
 from autorecovery.roles.copier import CopyResult, FragmentCopier, TargetWriteError
@@ -138,9 +139,9 @@ class SegmentReplicator:
         ensemble = tuple(seg.ensemble)
         try:
             res = await self.copier.copy(
-                ledger_id=ledger_id, master_key=md.password, ensemble=ensemble, write_quorum=md.write_quorum,
-                plan=plan, registered=registered, skip_sources=skip_sources, should_abort=should_abort,
-                on_bytes=on_bytes)
+                ledger_id=ledger_id, master_key=master_key(md.password), ensemble=ensemble,
+                write_quorum=md.write_quorum, plan=plan, registered=registered, skip_sources=skip_sources,
+                should_abort=should_abort, on_bytes=on_bytes, digest=ledger_digest(md))
         except TargetWriteError as exc:
             return ReplicateResult(TARGET_FAILED, md, detail=str(exc), bad_target=exc.bookie_id, cause=exc.cause)
         if res.aborted:

@@ -71,7 +71,7 @@ from autorecovery.errors import (
     NotEnoughBookiesError,
     is_retriable,
 )
-from autorecovery.ledger.digest import unpack_entry
+from autorecovery.ledger.digest import EntryDigest, ledger_digest
 from autorecovery.ledger.metadata import LedgerMetadata, write_set
 from autorecovery.placement.policy import Adherence
 from autorecovery.plan import pass_plan as pp
@@ -144,7 +144,7 @@ class ReplicationWorker:
         policy: a placement policy (``autorecovery.placement``); the worker keeps it told about
             membership (``on_cluster_changed``); disk weights come from whoever calls
             ``update_bookie_info`` (the daemon's BookieInfoReader).
-        bookies: a :class:`~autorecovery.rpc.bookie_client.BookieClient`.
+        bookies: a :class:`~autorecovery.rpc.transport.BookieClient`.
         watcher: a started :class:`~autorecovery.zk.bookies.BookieWatcher`.
         clock: monotonic seconds (backoff, throttles, progress); default ``time.monotonic``.
         registry: metrics registry (default: the process registry).
@@ -593,7 +593,7 @@ class ReplicationWorker:
         # entries that could not be read last time are tried first; nothing is written if they still fail
         remembered = self.memory.unreadable(lid, first, last)
         if remembered:
-            failed = await self._probe_entries(lid, ensemble, md.write_quorum, remembered)
+            failed = await self._probe_entries(lid, ensemble, md.write_quorum, remembered, ledger_digest(md))
             self.memory.readable_again(lid, [e for e in remembered if e not in failed])
             if failed:
                 self._classify_unreadable(failed, p)
@@ -606,7 +606,8 @@ class ReplicationWorker:
             last_resort=avail & bad_bookies)
         if probe.unsourced:
             res = CopyResult(unreadable={e: {} for e in probe.unsourced})
-            await self.copier.explain(lid, ensemble, md.write_quorum, res, lambda: self.watcher.available)
+            await self.copier.explain(lid, ensemble, md.write_quorum, res, lambda: self.watcher.available,
+                                      ledger_digest(md))
             self.m.unable_to_read.inc(self.memory.add_unreadable(lid, res.unreadable))
             self._classify_unreadable(res.unreadable, p)
             return md
@@ -639,9 +640,10 @@ class ReplicationWorker:
                 del self._bad_targets[b]
         return set(self._bad_targets) | set(getattr(self.watcher, "foreign", {}) or {})
 
-    async def _probe_entries(self, lid: int, ensemble, wq: int, entry_ids: list[int]) -> dict[int, dict[str, str]]:
-        """Read each entry from any replica (digest-checked); returns the ones no replica served with
-        the reason per replica."""
+    async def _probe_entries(self, lid: int, ensemble, wq: int, entry_ids: list[int],
+                             digest: EntryDigest) -> dict[int, dict[str, str]]:
+        """Read each entry from any replica (checked with the ledger's ``digest``); returns the ones no
+        replica served with the reason per replica."""
         reg = self.watcher.available
         failed: dict[int, dict[str, str]] = {}
         for e in entry_ids:
@@ -654,7 +656,7 @@ class ReplicationWorker:
                     continue
                 try:
                     r = await self.bookies.read_entry(b, lid, e)
-                    unpack_entry(r.body, lid, e, source=b)
+                    digest.verify(r.body, lid, e, source=b)
                     ok = True
                     break
                 except DigestMismatchError:

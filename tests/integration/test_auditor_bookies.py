@@ -32,10 +32,10 @@ def cluster(tmp_path_factory):
     c.down()
 
 
-async def write_ledger(cluster, E, WQ, AQ, n=100) -> tuple[int, tuple[str, ...]]:
+async def write_ledger(cluster, E, WQ, AQ, n=100, digest="CRC32C") -> tuple[int, tuple[str, ...]]:
     bk = await BookKeeper.connect(cluster.zk_connect, P.root)
     try:
-        lh = await bk.create_ledger(E, WQ, AQ)
+        lh = await bk.create_ledger(E, WQ, AQ, digest=digest)
         for i in range(n):
             await lh.add_entry(b"e%03d" % i)
         await lh.close()
@@ -91,6 +91,27 @@ async def test_periodic_check_finds_deleted_and_corrupted_entries(cluster):
         assert await urm.get_check_ctime("checkallledgers") > 0
         for lid in (l1, l2):
             await zk.delete(P.ur_marker(lid))
+    finally:
+        await a.stop()
+        await bookies.close()
+        await zk.stop()
+
+
+async def test_periodic_check_verifies_each_ledger_with_its_own_digest_type(cluster):
+    """CRC32, MAC (HMAC: the index keeps no password, the check reads it) and DUMMY ledgers are not
+    false-marked; a corrupt entry of a MAC ledger is found."""
+    healthy = [(await write_ledger(cluster, 3, 3, 3, n=20, digest=d))[0] for d in ("CRC32", "MAC", "DUMMY")]
+    bad, ens = await write_ledger(cluster, 3, 3, 3, n=20, digest="MAC")
+    assert flip_entry_bytes(db_of(cluster, ens[1]).parent.parent, bad, [0], at=-4, count=4) == 1
+    zk, bookies, a = await start_auditor(cluster)
+    urm = UnderreplicationManager(zk, P)
+    try:
+        assert await wait_for(lambda: all(lid in a.index for lid in [*healthy, bad]), 10)
+        res = await a.run_check("check_all_ledgers")
+        assert res["failed"] == 0, res
+        assert [lid for lid in healthy if await urm.get_marker(lid) is not None] == []
+        assert (await urm.get_marker(bad)).replicas == [ens[1]]
+        await zk.delete(P.ur_marker(bad))
     finally:
         await a.stop()
         await bookies.close()

@@ -5,7 +5,8 @@ entry ids as they become durable.
 * Only a bookie with a peer client reports the feature; one without refuses the call (EBADREQ).
 * The striping filter is honoured, so the target stores exactly the ids of its ensemble index.
 * What the source cannot serve is reported per entry (ENOENTRY; DIGEST for a corrupt copy) and never
-  stored; a source that cannot be reached, or fails mid-range, is reported as ``source_status`` after
+  stored; the copy is checked with the ledger's digest type (``digest_type``: CRC32C when unset,
+  CRC32, DUMMY; HMAC is refused, a bookie has no password); a source that cannot be reached, or fails mid-range, is reported as ``source_status`` after
   exactly what was stored; the target's own refusal (read-only, master key) ends the call with its
   status.
 """
@@ -19,7 +20,9 @@ from autorecovery.bookie.disk import DiskProbe
 from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.errors import BookieError
-from autorecovery.ledger.digest import pack_entry
+from autorecovery.proto import bookie_pb2 as pb
+from autorecovery.ledger.digest import digest_for, pack_entry
+from autorecovery.ledger.metadata import DigestType
 from autorecovery.ledger.striping import index_stores
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.zk_server import free_port
@@ -211,3 +214,39 @@ async def test_a_source_failing_mid_range_keeps_what_was_stored_and_says_so(book
     finally:
         await server.stop(None)
         await storage.close()
+
+
+async def test_pulled_entries_are_checked_with_the_ledgers_digest_type(bookies, client):
+    crc32, dummy = digest_for(DigestType.CRC32), digest_for(DigestType.DUMMY)
+    source = await bookies("src", pulls=False)
+    assert await client.features(source.bookie_id) & pb.PULL_DIGEST_TYPES == 0  # it does not pull at all
+    # CRC32 (8-byte digest) entries, entry 3 corrupt
+    t1 = await bookies("t-crc32")
+    assert await client.features(t1.bookie_id) & pb.PULL_DIGEST_TYPES
+    body = [crc32.pack(LID, e, e - 1, 10 * (e + 1), b"x" * 10) for e in range(6)]
+    body[3] = body[3][:-1] + b"y"
+    await client.add_entries(source.bookie_id, LID, MK, list(enumerate(body)))
+    stored, _n, failed, last = await pull_all(client, t1.bookie_id, source.bookie_id, 0, 5,
+                                              digest_type=int(DigestType.CRC32))
+    assert stored == [0, 1, 2, 4, 5] and failed == {3: "DIGEST"} and last.done
+    assert (await client.read_entry(t1.bookie_id, LID, 5)).body == body[5]
+    # unset means CRC32C: every CRC32 entry fails (why the worker pulls other types only with the feature)
+    t2 = await bookies("t-default")
+    stored, _n, failed, _last = await pull_all(client, t2.bookie_id, source.bookie_id, 0, 2)
+    assert stored == [] and failed == {0: "DIGEST", 1: "DIGEST", 2: "DIGEST"}
+    # DUMMY: no digest at all, a 32-byte body for an empty payload; only the ids are checked
+    lid2 = LID + 1
+    await client.add_entries(source.bookie_id, lid2, MK, [(e, dummy.pack(lid2, e, e - 1, 0, b"")) for e in range(3)])
+    stored = []
+    async for rep in client.pull_entries(t1.bookie_id, source.bookie_id, lid2, MK, 0, 2,
+                                         digest_type=int(DigestType.DUMMY)):
+        stored.extend(rep.stored)
+    assert stored == [0, 1, 2] and len((await client.read_entry(t1.bookie_id, lid2, 2)).body) == 32
+    # HMAC cannot be verified without the password: refused up front; so is an unknown type
+    for number, why in ((int(DigestType.HMAC), "HMAC"), (9, "unknown digest type 9")):
+        with pytest.raises(BookieError) as exc:
+            await pull_all(client, t2.bookie_id, source.bookie_id, 0, 5, digest_type=number)
+        assert exc.value.status == "EBADREQ" and why in str(exc.value)
+    with pytest.raises(BookieError) as exc:  # nothing was ever stored on t2
+        await client.get_list_of_entries(t2.bookie_id, LID)
+    assert exc.value.status == "ENOLEDGER"

@@ -1,7 +1,8 @@
 """The ledger client on a real cluster: ZooKeeper + bookie processes that get killed.
 
 Scenarios from the foundation issue: round trip with a bookie killed mid-write (ensemble change),
-fencing by a recovery open, fallback on a corrupted replica, bad input.
+fencing by a recovery open, fallback on a corrupted replica, bad input; every upstream digest type
+(entries packed and master keys derived as upstream's DigestManager does).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import BookieError, LedgerFencedError, MalformedMetadataError, NoSuchLedgerError
-from autorecovery.ledger.metadata import LedgerState
+from autorecovery.ledger.digest import METADATA_LENGTH, digest_for, master_key
+from autorecovery.ledger.metadata import DigestType, LedgerState
 from autorecovery.testing.bookie_tamper import flip_entry_bytes
 from autorecovery.workload import entry_size, payload
 
@@ -130,6 +132,42 @@ def test_recovery_open_fences_active_writer(cluster_factory):
     asyncio.run(go())
 
 
+@pytest.mark.parametrize("digest", ["CRC32C", "CRC32", "MAC", "DUMMY"])
+def test_every_digest_type_writes_fences_and_reads(cluster_factory, digest):
+    cluster = cluster_factory(bookies=3)
+
+    async def go():
+        writer = await _connect(cluster)
+        reader = await _connect(cluster)
+        try:
+            lh = await writer.create_ledger(3, 2, 2, digest=digest, password=b"pw-" + digest.encode())
+            dt = DigestType.HMAC if digest == "MAC" else DigestType[digest]
+            assert lh.metadata.digest_type == dt
+            for e in range(20):
+                await lh.add_entry(b"x%d" % e)
+            b0 = lh.metadata.ensemble_at(0)[0]
+            raw = await writer.bookies.read_entry(b0, lh.ledger_id, 0)
+            dg = digest_for(dt, lh.metadata.password)
+            assert len(raw.body) == METADATA_LENGTH + dg.mac_length + 2  # upstream's layout, byte for byte
+            assert raw.body == dg.pack(lh.ledger_id, 0, -1, 2, b"x0")
+            # the bookies keep upstream's master key (SHA-1 of "ledger" + password), not the password
+            with pytest.raises(BookieError) as ei:
+                await reader.bookies.read_entry(b0, lh.ledger_id, -1, fence=True, master_key=lh.metadata.password)
+            assert ei.value.status == "EUA"
+            assert lh.master_key == master_key(b"pw-" + digest.encode())
+            rh = await reader.open_ledger(lh.ledger_id, recovery=True)  # fences with the derived key
+            assert rh.metadata.state == LedgerState.CLOSED and rh.metadata.last_entry_id == 19
+            with pytest.raises(LedgerFencedError):
+                await lh.add_entry(b"late")
+            got = await rh.read_entries(0, 19)
+            assert [x.payload for x in got] == [b"x%d" % e for e in range(20)] and rh.digest_errors == []
+        finally:
+            await writer.close()
+            await reader.close()
+
+    asyncio.run(go())
+
+
 def test_recovery_of_open_ledger_without_close_and_dead_bookie(cluster_factory):
     cluster = cluster_factory(bookies=4)
 
@@ -202,7 +240,7 @@ def test_bad_input_errors(cluster_factory):
             assert ei.value.status == "EUA"
             big = pack_entry(lh.ledger_id, 1, 0, 6 << 20, b"z" * (6 << 20))
             with pytest.raises(BookieError) as ei:
-                await bk.bookies.add_entry(b0, lh.ledger_id, 1, b"right", big)
+                await bk.bookies.add_entry(b0, lh.ledger_id, 1, lh.master_key, big)
             assert ei.value.status == "EBADREQ"
             with pytest.raises(NoSuchLedgerError, match="ledger 424242"):
                 await bk.open_ledger(424242)

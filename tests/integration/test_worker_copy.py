@@ -1,6 +1,6 @@
 """Copy-path behaviour of the ReplicationWorker on real bookies: a corrupt source copy is never written
-(the next replica serves it), and a lost bookie that comes back cancels the copy (#2766), before it
-starts and in the middle of it."""
+(the next replica serves it) whatever the ledger's digest type, and a lost bookie that comes back
+cancels the copy (#2766), before it starts and in the middle of it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from autorecovery.ledger.digest import unpack_entry
+from autorecovery.ledger.digest import ledger_digest, master_key
 from autorecovery.roles.worker import WorkerSettings
 from autorecovery.testing.bookie_tamper import flip_entry_bytes
 from autorecovery.zk.bridge import wait_for
@@ -24,16 +24,20 @@ def corrupt(cluster, bookie_id: str, ledger_id: int, entry_ids: list[int]) -> in
     return flip_entry_bytes(data_dir, ledger_id, entry_ids, at=40, count=4)
 
 
+@pytest.mark.parametrize("digest", ["CRC32C", "CRC32", "MAC"])
 @pytest.mark.parametrize("pull", [True, False], ids=["target-pulls", "through-worker"])
-async def test_corrupt_source_entry_is_never_copied(cluster_factory, pull):
+async def test_corrupt_source_entry_is_never_copied(cluster_factory, pull, digest):
     """Both copy paths: the new bookie pulls from the source itself (PullEntries, reports the corrupt
     copies as DIGEST and the worker fetches them from the other replica), or, started with
-    ``--no-pull-entries``, the worker copies through itself."""
+    ``--no-pull-entries``, the worker copies through itself. Each digest type is verified as upstream
+    packs it; an HMAC ledger is never pulled (a bookie cannot verify it without the password)."""
     cluster = await asyncio.to_thread(cluster_factory, bookies=3)
     env = await open_env(cluster)
     try:
         b = cluster.bookie_ids()
-        lh = await env.write(b, 3, 3, 2, 10, full=True)
+        lh = await env.write(b, 3, 3, 2, 10, full=True, digest=digest)
+        dg = ledger_digest(lh.metadata)
+        assert dg.name == ("HMAC" if digest == "MAC" else digest) and lh.master_key == master_key(lh.metadata.password)
         # entries 3, 4, 5 (one of each residue) are corrupt on b1; b1's first and last entries are fine,
         # so the checker does not flag b1 and it is used as a source for at least one residue
         assert corrupt(cluster, b[1], lh.ledger_id, [3, 4, 5]) == 3
@@ -43,13 +47,37 @@ async def test_corrupt_source_entry_is_never_copied(cluster_factory, pull):
         w = await env.start_worker()
         await wait_marker_gone(env, lh.ledger_id)
         assert await entries_on(env, new, lh.ledger_id) == list(range(10))
-        assert (w.copier.pulls > 0) == pull
+        assert (w.copier.pulls > 0) == (pull and digest != "MAC")
         for e in range(10):  # every copy on the target verifies
             r = await env.bk.bookies.read_entry(new, lh.ledger_id, e)
-            unpack_entry(r.body, lh.ledger_id, e, source=new)
+            dg.verify(r.body, lh.ledger_id, e, source=new)
         assert w.m.entries_written.value == 10
         # the plan spread the three residues over b1 and b2, so b1's corrupt copies were met and refused
         assert w.m.corrupt_source_entries.value >= 1
+        await env.stop_bookie(b[1])
+        await env.stop_bookie(b[2])
+        await read_all_from(env, lh.ledger_id, 10)  # the new bookie alone serves every entry
+    finally:
+        await env.close()
+
+
+@pytest.mark.parametrize("pull", [True, False], ids=["target-pulls", "through-worker"])
+async def test_dummy_digest_ledger_is_copied(cluster_factory, pull):
+    """DUMMY entries carry no digest (a 32-byte header, then the payload): copied either way."""
+    cluster = await asyncio.to_thread(cluster_factory, bookies=3)
+    env = await open_env(cluster)
+    try:
+        b = cluster.bookie_ids()
+        lh = await env.write(b, 3, 3, 2, 10, full=True, digest="DUMMY")
+        new = await env.start_bookie(3, None if pull else ["--no-pull-entries"])
+        await env.stop_bookie(b[0])
+        await env.um.mark_underreplicated(lh.ledger_id, [b[0]])
+        w = await env.start_worker()
+        await wait_marker_gone(env, lh.ledger_id)
+        assert await entries_on(env, new, lh.ledger_id) == list(range(10))
+        assert (w.copier.pulls > 0) == pull
+        r = await env.bk.bookies.read_entry(new, lh.ledger_id, 9)
+        assert len(r.body) == 32 + 100
         await env.stop_bookie(b[1])
         await env.stop_bookie(b[2])
         await read_all_from(env, lh.ledger_id, 10)  # the new bookie alone serves every entry

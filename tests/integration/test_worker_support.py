@@ -58,14 +58,15 @@ class Env:
     closers: list = field(default_factory=list)
 
     async def write(self, ensemble: list[str] | None, E: int, WQ: int, AQ: int, n: int, size: int = 100,
-                    close: bool = True, seed: int = 1, full: bool = False):
-        """Write ``n`` entries of ``size`` bytes (workload payloads); returns the handle.
+                    close: bool = True, seed: int = 1, full: bool = False, digest: str = "CRC32C"):
+        """Write ``n`` entries of ``size`` bytes (workload payloads) to a ledger of digest type
+        ``digest``; returns the handle.
 
         ``full``: before closing, wait until every bookie of the write sets stored its entries (an add
         completes at AQ acks; the client's close drops writes still in flight beyond AQ).
         """
         self.fixed.ensemble = ensemble
-        lh = await self.bk.create_ledger(E, WQ, AQ)
+        lh = await self.bk.create_ledger(E, WQ, AQ, digest=digest)
         for e in range(n):
             await lh.add_entry(payload(seed, lh.ledger_id, e, size))
         if full:

@@ -39,7 +39,8 @@ def metadata(draw) -> LedgerMetadata:
 
 def kept(md: LedgerMetadata) -> tuple:
     """What the compact index keeps of a ledger (the auditor's view)."""
-    return (md.ensemble_size, md.write_quorum, md.ack_quorum, md.segments, md.state, md.last_entry_id, md.length)
+    return (md.ensemble_size, md.write_quorum, md.ack_quorum, md.segments, md.state, md.last_entry_id, md.length,
+            md.digest_type)
 
 
 ops = st.lists(st.one_of(
