@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -226,3 +228,35 @@ def test_rolling_migration_one_auditor_across_both_and_upstream_agrees_with_our_
     finally:
         for d in daemons.values():
             d.stop()
+
+
+def our_shell(c: JavaCluster, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
+    """Our admin shell (``python -m autorecovery shell``) pointed at the Java cluster."""
+    props = c.daemon_properties()
+    return subprocess.run([sys.executable, "-m", "autorecovery", "shell", "--zk", props["zkServers"],
+                           "--ledgers-root", props["zkLedgersRootPath"], *args],
+                          capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+
+
+def test_our_shell_recover_and_decommission_copy_off_stock_bookies(java_cluster):
+    """Our shell's recover copies over upstream's protocol (no daemon involved); its decommissionbookie
+    drives upstream's AutoRecoveryMain (the Auditor it triggers and waits for)."""
+    c = java_cluster(bookies=5, racks=2)
+    w = c.writer(ledgers=6, entries=150, entry_size=1024, ensemble=3, wq=2, aq=2, digest="CRC32", password=PW)
+    ids = [lg["ledger"] for lg in w["ledgers"]]
+    gone, retired = c.bookie_ids[4], c.bookie_ids[3]
+    c.bookies[4].kill()
+    c.bookies[4].wait_unregistered(30)
+    res = our_shell(c, "recover", gone, "-f")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert all(gone not in metadata(c, lid).all_bookies() for lid in ids)
+    c.bookies[3].stop()
+    c.bookies[3].wait_unregistered(30)
+    # decommission triggers an audit and waits: upstream's AutoRecoveryMain is the Auditor and heals here
+    c.start_autorecovery(0)
+    res = our_shell(c, "decommissionbookie", "-bookieid", retired, "--timeout", "120")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert all(retired not in metadata(c, lid).all_bookies() for lid in ids)
+    assert not c.kz.exists(f"{c.ledgers_root}/cookies/{retired}")  # decommission deletes the cookie
+    r = c.reader(ids, password=PW, digest="CRC32")
+    assert r["ok"] and [lg["entries_read"] for lg in r["ledgers"]] == [150] * len(ids), r
