@@ -309,7 +309,7 @@ class JavaBookie:
 
     def __init__(self, workdir: Path, host: str, port: int, metadata_uri: str, kz: KazooClient, *,
                  conf: Mapping[str, object] | None = None, zk_timeout_ms: int = 5000, heap: str = "256m",
-                 ledger_storage: str = "db") -> None:
+                 ledger_storage: str = "db", jvm_opts: Iterable[str] = ()) -> None:
         if ledger_storage not in LEDGER_STORAGE:
             raise ValueError(f"ledger_storage must be one of {sorted(LEDGER_STORAGE)}, not {ledger_storage!r}")
         self.workdir, self.host, self.port = Path(workdir).resolve(), host, port
@@ -340,7 +340,8 @@ class JavaBookie:
         props.update(conf or {})
         self.properties = props
         log = self.workdir / "bookie.log"
-        self.process = JavaProcess(java_cmd(BOOKIE_CLASS, ["--conf", str(self.conf_path)], heap, log_file=log),
+        self.process = JavaProcess(java_cmd(BOOKIE_CLASS, ["--conf", str(self.conf_path)], heap, log_file=log,
+                                            jvm_opts=jvm_opts),
                                    f"bookie {self.bookie_id}", self.workdir / "bookie.out",
                                    self.workdir / "bookie.err", log)
         # ZooKeeper sessions of registrations left by a previous process when this one started

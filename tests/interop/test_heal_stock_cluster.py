@@ -260,3 +260,42 @@ def test_our_shell_recover_and_decommission_copy_off_stock_bookies(java_cluster)
     assert not c.kz.exists(f"{c.ledgers_root}/cookies/{retired}")  # decommission deletes the cookie
     r = c.reader(ids, password=PW, digest="CRC32")
     assert r["ok"] and [lg["entries_read"] for lg in r["ledgers"]] == [150] * len(ids), r
+
+
+async def test_a_stock_bookie_that_wants_authentication_is_refused_loudly(java_cluster, tmp_path):
+    """A bookie with an authentication plugin answers EUA until the client authenticates; we cannot, so
+    we refuse it by name (BookieRefusedError, not retriable) instead of retrying or sending data."""
+    from autorecovery.errors import BookieRefusedError, is_retriable
+    from autorecovery.rpc.convert import advertised_protocols
+    from autorecovery.rpc.transport import BookieClient
+    from autorecovery.testing.upstream_java import JavaBookie
+    from autorecovery.testing.zk_server import free_port
+
+    c = java_cluster(bookies=1, racks=1)
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text('Bookie {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n'
+                    '  user_admin="not-for-us";\n};\n')
+    b = JavaBookie(tmp_path / "sasl-bookie", "127.0.0.9", free_port("127.0.0.9"), c.metadata_uri, c.kz,
+                   conf={"bookieAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"},
+                   jvm_opts=[f"-Djava.security.auth.login.config={jaas}"])
+    try:
+        b.start(wait=True, timeout_s=60)
+
+        async def resolve(bookie_id: str):
+            stat = c.kz.exists(f"{c.ledgers_root}/available/{bookie_id}")
+            return advertised_protocols(c.kz.get(f"{c.ledgers_root}/available/{bookie_id}")[0]) if stat else None
+
+        client = BookieClient(timeout_s=5, resolve=resolve)
+        try:
+            for call in (lambda: client.get_bookie_info(b.bookie_id),
+                         lambda: client.read_entry(b.bookie_id, 1, 0)):
+                with pytest.raises(BookieRefusedError) as ei:
+                    await call()
+                assert b.bookie_id in str(ei.value) and "authentication" in str(ei.value)
+                assert not is_retriable(ei.value)
+            # the healthy stock bookie beside it is still served
+            assert (await client.get_bookie_info(c.bookie_ids[0])).total_disk_space > 0
+        finally:
+            await client.close()
+    finally:
+        b.kill()
