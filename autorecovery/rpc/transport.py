@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from autorecovery.errors import BookieError, BookieUnavailableError
 from autorecovery.rpc.bookie_client import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ENTRIES, AddStream, GrpcBookieClient
@@ -35,6 +35,52 @@ GRPC = "grpc"
 UPSTREAM = "bookie-rpc"
 
 Resolver = Callable[[str], Awaitable["tuple[str, ...] | None"]]
+
+
+@runtime_checkable
+class BookieTransport(Protocol):
+    """What one bookie protocol offers the roles: :class:`GrpcBookieClient` and
+    :class:`UpstreamBookieClient` both satisfy it (same arguments, results and errors), and
+    :class:`BookieClient` sends each call to one of them. A transport without one of our optional
+    features answers as a bookie that lacks it does (``features`` 0, ``pulls`` False,
+    ``open_add_stream`` None)."""
+
+    timeout_s: float
+
+    async def features(self, bookie_id: str) -> int: ...
+
+    async def pulls(self, bookie_id: str) -> bool: ...
+
+    async def open_add_stream(self, bookie_id: str, ledger_id: int, master_key: bytes, *,
+                              recovery: bool = False) -> Any: ...
+
+    async def read_entry(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False,
+                         master_key: bytes = b"") -> ReadResult: ...
+
+    def read_entries(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
+                     write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]: ...
+
+    def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
+                           write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]: ...
+
+    async def read_lac(self, bookie_id: str, ledger_id: int) -> int: ...
+
+    async def get_bookie_info(self, bookie_id: str, requested: int = 3) -> BookieInfo: ...
+
+    async def get_list_of_entries(self, bookie_id: str, ledger_id: int) -> list[tuple[int, int]]: ...
+
+    async def add_entry(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
+                        recovery: bool = False) -> None: ...
+
+    async def add_entries(self, bookie_id: str, ledger_id: int, master_key: bytes, entries: Any, *,
+                          recovery: bool = True) -> tuple[int, int]: ...
+
+    async def add_entry_batches(self, bookie_id: str, ledger_id: int, master_key: bytes, batches: Any, *,
+                                recovery: bool = True) -> tuple[int, int]: ...
+
+    async def forget(self, bookie_id: str) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 def choose_transport(advertised: tuple[str, ...] | None) -> str:
@@ -105,7 +151,7 @@ class BookieClient:
             name = self._chosen[bookie_id] = self._last_seen[bookie_id] = choose_transport(advertised)
         return name
 
-    async def _for(self, bookie_id: str) -> GrpcBookieClient | UpstreamBookieClient:
+    async def _for(self, bookie_id: str) -> BookieTransport:
         return self.upstream if await self.transport_name(bookie_id) == UPSTREAM else self.grpc
 
     async def _call(self, bookie_id: str, method: str, *args: Any, **kw: Any) -> Any:

@@ -118,3 +118,19 @@ async def test_a_bookie_keeps_its_last_seen_transport_once_unregistered():
         assert await c.transport_name("127.0.0.2:3181") == GRPC
     finally:
         await c.close()
+
+
+def test_both_transports_satisfy_the_one_interface():
+    import inspect
+
+    from autorecovery.rpc.bookie_client import GrpcBookieClient
+    from autorecovery.rpc.transport import BookieTransport
+    from autorecovery.rpc.upstream_client import UpstreamBookieClient
+
+    names = [n for n in dir(BookieTransport) if not n.startswith("_") and callable(getattr(BookieTransport, n))]
+    assert len(names) >= 14
+    for impl in (GrpcBookieClient, UpstreamBookieClient):
+        for n in names:
+            want = list(inspect.signature(getattr(BookieTransport, n)).parameters)
+            got = list(inspect.signature(getattr(impl, n)).parameters)
+            assert got[:len(want)] == want, (impl.__name__, n, got, want)
