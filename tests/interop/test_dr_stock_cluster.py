@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_heal_stock_cluster import PW, markers, metadata, no_errors, our_daemons, wait_until
+from interop_support import PW, markers, metadata, no_errors, our_daemons, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -6,95 +6,12 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 
 import pytest
 
-from autorecovery.ledger.formats import deserialize
-from autorecovery.ledger.ids import ledger_path
-from autorecovery.testing.daemon_proc import DaemonProcess
-from autorecovery.testing.upstream_cluster import JavaCluster
+from interop_support import PW, healed, markers, metadata, no_errors, our_daemons, our_shell, wait_until
 
 pytestmark = pytest.mark.integration
-
-PW = "interop-pw"
-RACKAWARE = "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy"
-FAST = {
-    "lostBookieRecoveryDelay": "0",
-    "openLedgerRereplicationGracePeriod": "1000",
-    "rwRereplicateBackoffMs": "200",
-    "lockReleaseOfFailedLedgerGracePeriod": "2000",
-    "zkTimeout": "5000",
-    "auditorPeriodicCheckInterval": "0",
-    "auditorPeriodicBookieCheckInterval": "0",
-    "getBookieInfoIntervalSeconds": "1",
-    "getBookieInfoRetryIntervalSeconds": "1",
-    "httpServerPort": "0",
-    "shutdownTimeoutSeconds": "15",
-    "ensemblePlacementPolicy": RACKAWARE,
-}
-
-
-def wait_until(pred: Callable[[], object], timeout_s: float, what: str, every_s: float = 0.1):
-    """Poll ``pred`` until it is truthy (returned), failing with ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(every_s)  # polling a condition with a deadline
-
-
-def our_daemons(c: JavaCluster, nodes, **props: object) -> dict[int, DaemonProcess]:
-    """Our daemon next to each Java bookie in ``nodes`` (its bookie id), started and ready."""
-    out = {}
-    for i in nodes:
-        d = DaemonProcess(c.workdir, f"ours-{i}", {**c.daemon_properties(), **FAST,
-                                                   "bookieId": c.bookie_ids[i], **props})
-        out[i] = d.start()
-    return out
-
-
-def metadata(c: JavaCluster, lid: int):
-    assert c.kz is not None
-    data, _ = c.kz.get(ledger_path(c.ledgers_root, lid))
-    return deserialize(data)
-
-
-def markers(c: JavaCluster) -> set[int]:
-    """Ledger ids with an under-replication marker (upstream's layout: .../urL<10 digits>)."""
-    assert c.kz is not None
-    root = f"{c.ledgers_root}/underreplication/ledgers"
-    found: set[int] = set()
-
-    def walk(path: str) -> None:
-        try:
-            children = c.kz.get_children(path)
-        except Exception:  # noqa: BLE001 - a level removed meanwhile
-            return
-        for ch in children:
-            if ch.startswith("urL"):
-                found.add(int(ch[3:]))
-            else:
-                walk(f"{path}/{ch}")
-
-    walk(root)
-    return found
-
-
-def healed(c: JavaCluster, ledgers, victim: str) -> bool:
-    return not markers(c) and all(victim not in metadata(c, lid).all_bookies() for lid in ledgers)
-
-
-def no_errors(daemons: dict[int, DaemonProcess]) -> None:
-    for d in daemons.values():
-        bad = d.lines("error", "critical")
-        assert not bad, f"{d.name} logged ERROR: {bad[:3]}"
-
 
 def test_our_daemons_heal_a_stock_cluster_after_a_bookie_is_killed(java_cluster):
     c = java_cluster(bookies=4, racks=2)
@@ -228,14 +145,6 @@ def test_rolling_migration_one_auditor_across_both_and_upstream_agrees_with_our_
     finally:
         for d in daemons.values():
             d.stop()
-
-
-def our_shell(c: JavaCluster, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
-    """Our admin shell (``python -m autorecovery shell``) pointed at the Java cluster."""
-    props = c.daemon_properties()
-    return subprocess.run([sys.executable, "-m", "autorecovery", "shell", "--zk", props["zkServers"],
-                           "--ledgers-root", props["zkLedgersRootPath"], *args],
-                          capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
 
 
 def test_our_shell_recover_and_decommission_copy_off_stock_bookies(java_cluster):
