@@ -66,7 +66,8 @@ SCOPE = "auditor"
 # the auditor
 # ------------------------------------------------------------------------------------------------
 class ForeignBookie(Exception):
-    """The answer of a bookie that does not advertise our gRPC endpoint: unknown, never "missing"."""
+    """The answer of a bookie that cannot tell which entries it holds (it advertises no protocol we speak,
+    or it is a stock bookie whose storage does not list entries): unknown, never "missing"."""
 
 @dataclass
 class CheckResult:
@@ -858,12 +859,18 @@ class Auditor:
 
     async def _replicas_check(self) -> dict:
         """Upstream AuditorReplicasCheckTask (GET_LIST_OF_ENTRIES_OF_LEDGER per bookie), over all ledgers
-        (upstream's gauges cover only the last range), optionally marking (ours)."""
+        (upstream's gauges cover only the last range), optionally marking (ours).
+
+        Returns ``checked`` (ledgers), the ledger ids per bucket, ``marked``, ``not_asked`` (answers
+        that could not be had: a bookie speaking no protocol of ours, or a stock bookie whose storage
+        does not list entries; never counted as missing copies) and ``unanswered`` (bookies that failed
+        to answer), both counted per ledger and bookie."""
         t0 = self.clock()
         marked_ids = await self.urm.list_marked_ids()
         sem = asyncio.Semaphore(100)
         buckets = {b: [] for b in Bucket}
         to_mark: dict[int, list[str]] = {}
+        counts = {"not_asked": 0, "unanswered": 0}
 
         foreign = self._foreign()
 
@@ -874,6 +881,8 @@ class Auditor:
             try:
                 return await self.bookies.get_list_of_entries(bookie, lid)
             except BookieError as exc:
+                if exc.status == "EUNSUPPORTED":  # a stock bookie on DbLedgerStorage: unknown, never "missing"
+                    return ForeignBookie(bookie)
                 return None if exc.status == "ENOLEDGER" else exc
             except Exception as exc:  # noqa: BLE001
                 return exc
@@ -890,7 +899,9 @@ class Auditor:
                               sample_entries=sorted(v.missing_counts))
                     if v.bookies_missing:
                         to_mark[lid] = v.bookies_missing
-                unanswered = [b for b in v.unavailable if b not in foreign]
+                unanswered = [b for b in v.unavailable if not isinstance(answers.get(b), ForeignBookie)]
+                counts["not_asked"] += sum(1 for a in answers.values() if isinstance(a, ForeignBookie))
+                counts["unanswered"] += len(unanswered)
                 if unanswered:
                     log.warning("bookies did not answer the replicas check", ledger_id=lid, bookies=unanswered)
 
@@ -910,7 +921,7 @@ class Auditor:
         self._m["REPLICAS_CHECK_TIME"].record((self.clock() - t0) * 1000)
         return {"checked": checked, "no_replica": sorted(buckets[Bucket.NO_REPLICA]),
                 "less_than_aq": sorted(buckets[Bucket.LESS_THAN_AQ]),
-                "less_than_wq": sorted(buckets[Bucket.LESS_THAN_WQ]), "marked": marked}
+                "less_than_wq": sorted(buckets[Bucket.LESS_THAN_WQ]), "marked": marked, **counts}
 
     # -- manual triggers (admin/tests) ------------------------------------------------------
     async def run_check(self, name: str) -> dict:

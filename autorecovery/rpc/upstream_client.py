@@ -60,6 +60,10 @@ WINDOW_BYTES = 8 * 1024 * 1024
 REFUSAL_LOG_INTERVAL_S = 300.0
 
 _V3 = up.VERSION_THREE
+#: Status name of an operation a stock bookie does not serve (not an upstream status code).
+UNSUPPORTED = "EUNSUPPORTED"
+NO_ENTRY_LISTS = ("the bookie answers every request but GET_LIST_OF_ENTRIES_OF_LEDGER (upstream's DbLedgerStorage "
+                  "does not implement it)")
 
 
 def status_name(code: int) -> str:
@@ -105,6 +109,8 @@ class _Connection:
         self.pending: dict[int, asyncio.Future] = {}
         self.error: BookieError | None = None
         self._out: list[bytes] = []  # frames queued in this turn of the event loop
+        #: GET_LIST_OF_ENTRIES_OF_LEDGER went unanswered while the bookie answered other requests
+        self.no_entry_lists = False
         self.task = asyncio.ensure_future(self._read_loop())
 
     @property
@@ -449,12 +455,35 @@ class UpstreamBookieClient:
         (GET_LIST_OF_ENTRIES_OF_LEDGER, decoded by :func:`ranges_from_availability`).
 
         Raises:
-            BookieError: ``ENOLEDGER``, ``EIO`` (also for an answer that does not decode);
-                BookieUnavailableError.
+            BookieError: ``ENOLEDGER``, ``EIO`` (also for an answer that does not decode),
+                ``EUNSUPPORTED`` (:data:`UNSUPPORTED`: the bookie never answers this request, while it
+                answers others; upstream's DbLedgerStorage: known after one ``timeout_s``, then at once
+                for the life of the connection); BookieUnavailableError.
         """
         what = f"list entries of ledger {ledger_id}"
-        resp = await self._request(bookie_id, up.GET_LIST_OF_ENTRIES_OF_LEDGER, "getListOfEntriesOfLedgerRequest",
-                                   up.GetListOfEntriesOfLedgerRequest(ledgerId=ledger_id), what)
+        conn = await self._connection(bookie_id)
+        if conn.no_entry_lists:
+            raise BookieError(bookie_id, UNSUPPORTED, NO_ENTRY_LISTS)
+        try:
+            resp = await self._exchange(conn, up.GET_LIST_OF_ENTRIES_OF_LEDGER, "getListOfEntriesOfLedgerRequest",
+                                        up.GetListOfEntriesOfLedgerRequest(ledgerId=ledger_id), what)
+        except BookieUnavailableError:
+            # Upstream's DbLedgerStorage (the default of the stock bk_server.conf) throws
+            # UnsupportedOperationException here and the bookie never answers. If it answers something
+            # else at once, that is what happened: say so once per connection and stop asking.
+            if not conn.alive:
+                raise
+            if not conn.no_entry_lists:  # (else a concurrent request found out meanwhile)
+                try:
+                    await self._exchange(conn, up.GET_BOOKIE_INFO, "getBookieInfoRequest",
+                                         up.GetBookieInfoRequest(requested=0), "probe after an unanswered entry list")
+                except BookieError:
+                    raise BookieUnavailableError(bookie_id, "UNAVAILABLE", f"{what}: no answer") from None
+            if not conn.no_entry_lists:
+                conn.no_entry_lists = True
+                log.warning("stock bookie does not answer entry lists; the replicas check skips its copies",
+                            bookie_id=bookie_id, reason=NO_ENTRY_LISTS)
+            raise BookieError(bookie_id, UNSUPPORTED, NO_ENTRY_LISTS) from None
         r = resp.getListOfEntriesOfLedgerResponse
         status = r.status if resp.HasField("getListOfEntriesOfLedgerResponse") else resp.status
         if status != up.EOK:

@@ -4,14 +4,33 @@ workers heal over upstream's bookie protocol, and upstream's own shell and clien
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
+import time
 
 import pytest
 
 from interop_support import PW, healed, markers, metadata, no_errors, our_daemons, our_shell, wait_until
 
 pytestmark = pytest.mark.integration
+
+async def entry_lists_unsupported(bookie: str, lid: int) -> None:
+    from autorecovery.errors import BookieError
+    from autorecovery.rpc.upstream_client import UpstreamBookieClient
+
+    client = UpstreamBookieClient(timeout_s=2)
+    try:
+        for limit_s in (10.0, 0.5):
+            t0 = time.monotonic()
+            with pytest.raises(BookieError) as ei:
+                await client.get_list_of_entries(bookie, lid)
+            assert ei.value.status == "EUNSUPPORTED" and "DbLedgerStorage" in str(ei.value)
+            assert time.monotonic() - t0 < limit_s
+        assert (await client.get_bookie_info(bookie)).free_disk_space > 0  # the connection still serves
+    finally:
+        await client.close()
+
 
 def test_our_daemons_heal_a_stock_cluster_after_a_bookie_is_killed(java_cluster):
     c = java_cluster(bookies=4, racks=2)
@@ -28,6 +47,8 @@ def test_our_daemons_heal_a_stock_cluster_after_a_bookie_is_killed(java_cluster)
         c.bookies[victim_i].kill()
         daemons.pop(victim_i).kill()  # the host is gone: its daemon too
         wait_until(lambda: healed(c, affected, victim), 120, "our daemons to heal every affected ledger")
+        # upstream's DbLedgerStorage never answers GET_LIST_OF_ENTRIES_OF_LEDGER: found out once, then said at once
+        asyncio.run(entry_lists_unsupported(c.bookie_ids[0], affected[0]))
         for lid in affected:
             md = metadata(c, lid)
             assert victim not in md.all_bookies()
@@ -173,14 +194,19 @@ def test_our_shell_recover_and_decommission_copy_off_stock_bookies(java_cluster)
 
 async def test_a_stock_bookie_that_wants_authentication_is_refused_loudly(java_cluster, tmp_path):
     """A bookie with an authentication plugin answers EUA until the client authenticates; we cannot, so
-    we refuse it by name (BookieRefusedError, not retriable) instead of retrying or sending data."""
+    we refuse it by name (BookieRefusedError, not retriable) instead of retrying or sending data. The
+    stock bookies beside it answer entry lists and LACs as upstream encodes them."""
     from autorecovery.errors import BookieRefusedError, is_retriable
     from autorecovery.rpc.convert import advertised_protocols
     from autorecovery.rpc.transport import BookieClient
     from autorecovery.testing.upstream_java import JavaBookie
     from autorecovery.testing.zk_server import free_port
 
-    c = java_cluster(bookies=1, racks=1)
+    c = java_cluster(bookies=3, racks=1, ledger_storage="sorted")  # DbLedgerStorage cannot list entries
+    w = c.writer(ledgers=1, entries=100, entry_size=64, ensemble=3, wq=2, aq=2, digest="CRC32C", password=PW,
+                 window=1)  # one add in flight: each entry carries the LAC of the one before
+    lid = w["ledgers"][0]["ledger"]
+    ensemble = metadata(c, lid).last_ensemble
     jaas = tmp_path / "jaas.conf"
     jaas.write_text('Bookie {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n'
                     '  user_admin="not-for-us";\n};\n')
@@ -202,9 +228,54 @@ async def test_a_stock_bookie_that_wants_authentication_is_refused_loudly(java_c
                     await call()
                 assert b.bookie_id in str(ei.value) and "authentication" in str(ei.value)
                 assert not is_retriable(ei.value)
-            # the healthy stock bookie beside it is still served
+            # the healthy stock bookies beside it are still served: GET_LIST_OF_ENTRIES_OF_LEDGER (upstream's
+            # availability encoding) lists exactly the striped entries, READ_LAC the last piggybacked LAC
             assert (await client.get_bookie_info(c.bookie_ids[0])).total_disk_space > 0
+            for idx, bookie in enumerate(ensemble):
+                ranges = await client.get_list_of_entries(bookie, lid)
+                got = [e for a, z in ranges for e in range(a, z + 1)]
+                assert got == [e for e in range(100) if (idx - e) % 3 < 2], (bookie, ranges)
+                assert await client.read_lac(bookie, lid) >= 97  # the LAC its last entry carried
         finally:
             await client.close()
     finally:
         b.kill()
+
+
+async def test_our_auditor_checks_on_stock_bookies_never_false_mark(java_cluster):
+    """Our Auditor's periodic ledger check (reads, digests of every type) and replicas check (entry lists)
+    on Java bookies: healthy Java-written ledgers are never marked. On DbLedgerStorage bookies, which never
+    answer entry lists, the replicas check says it could not ask instead of counting copies as missing."""
+    from autorecovery import metrics
+    from autorecovery.roles.auditor import Auditor, AuditorSettings
+    from autorecovery.rpc.transport import BookieClient
+    from autorecovery.zk.bookies import registered_protocols
+    from autorecovery.zk.bridge import ZkClient
+    from autorecovery.zk.paths import Paths
+    from autorecovery.zk.underreplication import UnderreplicationManager
+
+    c = java_cluster(bookies=3, racks=1)  # DbLedgerStorage, the stock bk_server.conf's
+    ids = []
+    for digest in ("CRC32C", "CRC32", "MAC", "DUMMY"):
+        w = c.writer(ledgers=1, entries=120, entry_size=256, ensemble=3, wq=2, aq=2, digest=digest, password=PW)
+        ids += [lg["ledger"] for lg in w["ledgers"]]
+    props = c.daemon_properties()
+    zk = await ZkClient(props["zkServers"], session_timeout_ms=6000).start()
+    paths = Paths(props["zkLedgersRootPath"])
+    bookies = BookieClient(timeout_s=3, resolve=lambda b: registered_protocols(zk, paths, b))
+    a = Auditor(zk, paths, AuditorSettings(auditor_periodic_check_interval=0, auditor_periodic_bookie_check_interval=0,
+                                           auditor_ledger_verification_percentage=100),
+                None, bookies, bookie_id="auditor:1", registry=metrics.MetricsRegistry())
+    await a.start()
+    try:
+        urm = UnderreplicationManager(zk, paths)
+        res = await a.run_check("check_all_ledgers")
+        assert res["failed"] == 0, res
+        res = await a.run_check("replicas_check")
+        assert not res["no_replica"] + res["less_than_aq"] + res["less_than_wq"], res
+        assert res["checked"] == len(ids) and res["not_asked"] == 3 * len(ids) and res["unanswered"] == 0, res
+        assert [lid for lid in ids if await urm.get_marker(lid) is not None] == []
+    finally:
+        await a.stop()
+        await bookies.close()
+        await zk.stop()
