@@ -37,7 +37,7 @@ from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.wire import bookie_stub
 from autorecovery.rpc.convert import ranges_from_proto, status_name
-from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult
+from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
 from autorecovery.rpc.tls import BookieTls, channel_credentials, tls_failure
 
 log = structlog.get_logger(__name__)
@@ -456,7 +456,7 @@ class GrpcBookieClient:
             raise _status_error(bookie_id, resp.status, resp.message)
         return ReadResult(resp.entry_id, resp.body, resp.lac)
 
-    async def read_entries(
+    def read_entries(
         self,
         bookie_id: str,
         ledger_id: int,
@@ -479,12 +479,8 @@ class GrpcBookieClient:
                 range (more than 1,000,000 ids, negative first id, bad striping), ``EIO``.
             BookieUnavailableError: transport failure, or no message for ``timeout_s`` seconds.
         """
-        batches = self.read_entry_batches(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
-                                          write_quorum=write_quorum, bookie_index=bookie_index)
-        async with contextlib.aclosing(batches):
-            async for batch in batches:
-                for item in batch:
-                    yield item
+        return flatten(self.read_entry_batches(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
+                                               write_quorum=write_quorum, bookie_index=bookie_index))
 
     async def read_entry_batches(
         self,

@@ -6,7 +6,10 @@ Shared by the gRPC transport (:mod:`autorecovery.rpc.bookie_client`) and upstrea
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -52,3 +55,12 @@ class BookieInfo:
 
     total_disk_space: int
     free_disk_space: int
+
+
+async def flatten(batches: AsyncIterator[list[Any]]) -> AsyncIterator[Any]:
+    """The items of ``batches`` one by one (a range read's entries from its batches), closing
+    ``batches`` when the caller stops early."""
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            for item in batch:
+                yield item

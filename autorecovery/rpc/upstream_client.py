@@ -46,7 +46,7 @@ from autorecovery.errors import BookieError, BookieRefusedError, BookieUnavailab
 from autorecovery.ledger.striping import index_stores
 from autorecovery.proto import bookkeeper_protocol_pb2 as up
 from autorecovery.rpc.availability import ranges_from_availability
-from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult
+from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
 
 log = structlog.get_logger(__name__)
 
@@ -356,8 +356,8 @@ class UpstreamBookieClient:
             raise _status_error(bookie_id, status or up.EIO, what)
         return self._read_result(bookie_id, ledger_id, entry_id, r)
 
-    async def read_entries(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
-                           write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[ReadResult | BookieError]:
+    def read_entries(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
+                     write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[ReadResult | BookieError]:
         """Entries ``first..last`` in order, as the gRPC client's range read yields them: a
         :class:`ReadResult` per entry, or a ``BookieError(status="ENOENTRY")`` (its ``entry_id`` set) for
         an entry the bookie lacks. With ``ensemble_size > 0`` only the ids ensemble index
@@ -366,12 +366,8 @@ class UpstreamBookieClient:
         Raises:
             BookieError: any other status (after yielding what came before); BookieUnavailableError.
         """
-        batches = self.read_entry_batches(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
-                                          write_quorum=write_quorum, bookie_index=bookie_index)
-        async with contextlib.aclosing(batches):
-            async for batch in batches:
-                for item in batch:
-                    yield item
+        return flatten(self.read_entry_batches(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
+                                               write_quorum=write_quorum, bookie_index=bookie_index))
 
     async def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *,
                                  ensemble_size: int = 0, write_quorum: int = 0,
