@@ -6,6 +6,8 @@ Phase 2 (autorecovery, :mod:`autorecovery.cli.demo_recovery`): one autorecovery 
 Auditor marks the dead bookie's ledgers, the workers copy them, with a progress line; every entry
 verified; then the disaster-recovery scenario of BP-54 (rack down, heal, rack back, placement repair,
 other rack down, nothing lost).
+Phase 3 (:mod:`autorecovery.cli.demo_stock`): the same disaster-recovery story on stock Apache BookKeeper
+4.17 Java bookies, with upstream's Java client writing and reading and our daemons healing.
 
 Every printed line is the result of a check (:mod:`autorecovery.cli.demo_checks`); a failed check
 prints the table so far with a FAILED row and exits 1. The autorecovery half is imported like any
@@ -24,7 +26,7 @@ from pathlib import Path
 import click
 
 from autorecovery import logs
-from autorecovery.cli import demo_recovery
+from autorecovery.cli import demo_recovery, demo_stock
 from autorecovery.cli.demo_checks import all_processes_stopped, processes_dead, require, writable_bookies
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing.local_cluster import LocalCluster
@@ -101,7 +103,9 @@ def run_foundation_demo(base: Path, table: Table) -> None:
 @click.option("--dir", "base_dir", type=click.Path(path_type=Path), default=None,
               help="working directory (default: a temporary one, removed afterwards)")
 @click.option("--foundation-only", is_flag=True, help="only the client/bookie part, without autorecovery")
-def demo(base_dir: Path | None, foundation_only: bool) -> None:
+@click.option("--skip-stock", is_flag=True,
+              help="skip part 3 (stock Apache BookKeeper 4.17 Java bookies; needs `make upstream` and Java 17)")
+def demo(base_dir: Path | None, foundation_only: bool, skip_stock: bool) -> None:
     """Run the end-to-end demo on a real local cluster and print a summary table."""
     logs.configure("WARNING", fmt="console")  # the story goes to stdout; only problems are logged
     tmp = base_dir or Path(tempfile.mkdtemp(prefix="autorecovery-demo-"))
@@ -112,6 +116,8 @@ def demo(base_dir: Path | None, foundation_only: bool) -> None:
             run_foundation_demo(tmp, table)
             if not foundation_only:
                 demo_recovery.run(tmp, table)
+                if not skip_stock:
+                    demo_stock.run(tmp, table)
         except click.ClickException as exc:
             table.failed(exc.format_message())
             click.echo("")

@@ -8,10 +8,10 @@ import sys
 import time
 from collections.abc import Callable
 
-from autorecovery.ledger.formats import deserialize
-from autorecovery.ledger.ids import ledger_path
 from autorecovery.testing.daemon_proc import DaemonProcess
 from autorecovery.testing.upstream_cluster import JavaCluster
+from autorecovery.testing.upstream_state import healed as _healed
+from autorecovery.testing.upstream_state import ledger_metadata, marked_ledgers, start_our_daemons
 
 PW = "interop-pw"
 RACKAWARE = "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy"
@@ -43,44 +43,20 @@ def wait_until(pred: Callable[[], object], timeout_s: float, what: str, every_s:
 
 
 def our_daemons(c: JavaCluster, nodes, **props: object) -> dict[int, DaemonProcess]:
-    """Our daemon next to each Java bookie in ``nodes`` (its bookie id), started and ready."""
-    out = {}
-    for i in nodes:
-        d = DaemonProcess(c.workdir, f"ours-{i}", {**c.daemon_properties(), **FAST,
-                                                   "bookieId": c.bookie_ids[i], **props})
-        out[i] = d.start()
-    return out
+    """Our daemon next to each Java bookie in ``nodes``, with the fast test settings, started and ready."""
+    return start_our_daemons(c, nodes, {**FAST, **props})
 
 
 def metadata(c: JavaCluster, lid: int):
-    assert c.kz is not None
-    data, _ = c.kz.get(ledger_path(c.ledgers_root, lid))
-    return deserialize(data)
+    return ledger_metadata(c, lid)
 
 
 def markers(c: JavaCluster) -> set[int]:
-    """Ledger ids with an under-replication marker (upstream's layout: .../urL<10 digits>)."""
-    assert c.kz is not None
-    root = f"{c.ledgers_root}/underreplication/ledgers"
-    found: set[int] = set()
-
-    def walk(path: str) -> None:
-        try:
-            children = c.kz.get_children(path)
-        except Exception:  # noqa: BLE001 - a level removed meanwhile
-            return
-        for ch in children:
-            if ch.startswith("urL"):
-                found.add(int(ch[3:]))
-            else:
-                walk(f"{path}/{ch}")
-
-    walk(root)
-    return found
+    return marked_ledgers(c)
 
 
 def healed(c: JavaCluster, ledgers, victim: str) -> bool:
-    return not markers(c) and all(victim not in metadata(c, lid).all_bookies() for lid in ledgers)
+    return _healed(c, ledgers, [victim])
 
 
 def no_errors(daemons: dict[int, DaemonProcess]) -> None:
