@@ -38,6 +38,7 @@ from autorecovery.testing.upstream_java import (
     TOOL_CLASS,
     JavaBookie,
     JavaProcess,
+    ProcessHandle,
     UpstreamNotInstalled,
     UpstreamProcessError,
     expected_payload,
@@ -55,7 +56,7 @@ __all__ = ["TOOL_CLASS", "JavaAutoRecovery", "JavaBookie", "JavaCluster", "JavaW
 _VOTE_ID = re.compile(r'bookieId:\s*"([^"]+)"')
 
 
-class JavaAutoRecovery:
+class JavaAutoRecovery(ProcessHandle):
     """One upstream ``AutoRecoveryMain`` (Auditor election + ReplicationWorker) process.
 
     Attributes:
@@ -67,24 +68,8 @@ class JavaAutoRecovery:
     def __init__(self, node_id: str, conf_path: Path, process: JavaProcess) -> None:
         self.node_id, self.conf_path, self.process = node_id, conf_path, process
 
-    @property
-    def alive(self) -> bool:
-        return self.process.alive
 
-    def kill(self) -> None:
-        self.process.kill()
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        self.process.stop(timeout_s)
-
-    def sigstop(self) -> None:
-        self.process.sigstop()
-
-    def sigcont(self) -> None:
-        self.process.sigcont()
-
-
-class JavaWriter:
+class JavaWriter(ProcessHandle):
     """A writer left running with open ledgers (``write --open K``).
 
     Attributes:
@@ -94,15 +79,6 @@ class JavaWriter:
 
     def __init__(self, result: dict[str, Any], process: JavaProcess) -> None:
         self.result, self.process = result, process
-
-    def kill(self) -> None:
-        self.process.kill()
-
-    def sigstop(self) -> None:
-        self.process.sigstop()
-
-    def sigcont(self) -> None:
-        self.process.sigcont()
 
 
 def _with_int_segments(result: dict[str, Any]) -> dict[str, Any]:

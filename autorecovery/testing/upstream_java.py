@@ -295,8 +295,35 @@ def wait_until(predicate, timeout_s: float, what: str, proc: JavaProcess | None 
         time.sleep(interval_s)  # polling a condition with a deadline
 
 
-class JavaBookie:
-    """One upstream bookie process (``org.apache.bookkeeper.server.Main --conf bk_server.conf``).
+class ProcessHandle:
+    """What every handle on one Java process offers, delegated to its :class:`JavaProcess` (``process``)."""
+
+    process: JavaProcess
+
+    @property
+    def alive(self) -> bool:
+        return self.process.alive
+
+    def kill(self) -> None:
+        """SIGKILL and reap (idempotent)."""
+        self.process.kill()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM (upstream's shutdown hooks run); SIGKILL after ``timeout_s`` s."""
+        self.process.stop(timeout_s)
+
+    def sigstop(self) -> None:
+        """Freeze it (SIGSTOP)."""
+        self.process.sigstop()
+
+    def sigcont(self) -> None:
+        """Resume it (SIGCONT)."""
+        self.process.sigcont()
+
+
+class JavaBookie(ProcessHandle):
+    """One upstream bookie process (``org.apache.bookkeeper.server.Main --conf bk_server.conf``). A kill
+    leaves its registration until its ZooKeeper session expires (``zkTimeout`` later); a stop closes it.
 
     Args:
         workdir: its directory (conf, journal, ledgers, logs); kept across restarts.
@@ -352,10 +379,6 @@ class JavaBookie:
         """``host:port`` (upstream's id with ``useHostNameAsBookieID=false``)."""
         return f"{self.host}:{self.port}"
 
-    @property
-    def alive(self) -> bool:
-        return self.process.alive
-
     def _reg_path(self, readonly: bool = False) -> str:
         return f"{self.ledgers_root}/available/{'readonly/' if readonly else ''}{self.bookie_id}"
 
@@ -390,22 +413,6 @@ class JavaBookie:
         """Wait until its writable and read-only registrations are gone (its session closed or expired)."""
         wait_until(lambda: self._owner_of() is None and self._owner_of(True) is None, timeout_s,
                    f"bookie {self.bookie_id} unregistering")
-
-    def kill(self) -> None:
-        """SIGKILL (its registration stays until its ZooKeeper session expires, ``zkTimeout`` later)."""
-        self.process.kill()
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM: upstream's shutdown hook closes its session; SIGKILL after ``timeout_s`` s."""
-        self.process.stop(timeout_s)
-
-    def sigstop(self) -> None:
-        """Freeze it (SIGSTOP)."""
-        self.process.sigstop()
-
-    def sigcont(self) -> None:
-        """Resume it (SIGCONT)."""
-        self.process.sigcont()
 
     def restart(self, timeout_s: float = 60.0) -> "JavaBookie":
         """Stop it if it runs, then start it on the same data, address and conf; waits for registration."""
