@@ -150,9 +150,12 @@ def test_rolling_migration_one_auditor_across_both_and_upstream_agrees_with_our_
         for lid in ids:
             assert {racks[b] for b in metadata(c, lid).last_ensemble} == {"/rack-a", "/rack-b"}, lid
 
-        # our daemons stop: upstream's AutoRecoveryMain is the Auditor again and runs its placement check
-        for d in daemons.values():
-            d.stop()
+        # our Auditor is killed (the other daemon of ours, voting before upstream's, stopped first):
+        # upstream's AutoRecoveryMain is the Auditor again and runs its placement check
+        ours_auditor = next(i for i in daemons if c.bookie_ids[i] == c.auditor())
+        for i in [i for i in daemons if i != ours_auditor]:
+            daemons[i].stop()
+        daemons[ours_auditor].kill()
         wait_until(lambda: c.auditor() == c.bookie_ids[4], 30, "upstream's AutoRecoveryMain to become the Auditor")
         done = re.compile(r"Completed placementPolicyCheck.*numOfLedgersNotAdheringToPlacementPolicy (\d+)")
         log = later.process.log_path
