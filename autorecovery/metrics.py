@@ -235,7 +235,7 @@ class MetricsRegistry:
 
         for full, ms in self.families().items():
             kind = ms[0].kind
-            fam = PMetric(full, ms[0].doc or full, {"counter": "unknown", "gauge": "gauge", "summary": "summary"}[kind])
+            fam = PMetric(full, help_text(full, ms), {"counter": "unknown", "gauge": "gauge", "summary": "summary"}[kind])
             for m in ms:
                 for sname, labels, value in m.samples():
                     fam.add_sample(sname, dict(labels), value)
@@ -245,12 +245,99 @@ class MetricsRegistry:
         return []
 
 
+#: ``# HELP`` text of every family we export, by full name (a metric created with ``doc=`` uses its own).
+#: Upstream's OpStats are latencies in ms unless said otherwise; its counters keep upstream's names
+#: (no ``_total``), as dashboards written for upstream expect.
+HELP: dict[str, str] = {
+    "auditor_AUDIT_BOOKIES_TIME": "time of one lost-bookie audit (ms), by success (upstream)",
+    "auditor_BOOKIE_TO_LEDGERS_MAP_CREATION_TIME": "time to build the bookie -> ledgers map of an audit (ms)",
+    "auditor_CHECK_ALL_LEDGERS_TIME": "time of one periodic check of all ledgers (ms), by success (upstream)",
+    "auditor_NUM_BOOKIES_PER_LEDGER": "bookies per ledger seen by the periodic check (a count, not ms)",
+    "auditor_NUM_BOOKIE_AUDITS_DELAYED": "lost-bookie audits postponed by lostBookieRecoveryDelay",
+    "auditor_NUM_DELAYED_BOOKIE_AUDITS_CANCELLED": "postponed lost-bookie audits cancelled (the bookie returned)",
+    "auditor_NUM_FRAGMENTS_PER_LEDGER": "fragments per ledger seen by the periodic check (a count, not ms)",
+    "auditor_NUM_LEDGERS_CHECKED": "ledgers checked by the periodic ledger check",
+    "auditor_NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY":
+        "ledgers with an entry on fewer than AQ bookies, last replicas check",
+    "auditor_NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY":
+        "ledgers with an entry on fewer than WQ bookies, last replicas check",
+    "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY": "ledgers with an entry on no bookie, last replicas check",
+    "auditor_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY": "ledgers breaking the placement policy, last placement check",
+    "auditor_NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY":
+        "ledgers only softly adhering to the placement policy, last placement check",
+    "auditor_NUM_SKIPPING_CHECK_TASK_TIMES": "periodic checks skipped because another check was running",
+    "auditor_NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD":
+        "marked ledgers still under-replicated after underreplicatedLedgerRecoveryGracePeriod",
+    "auditor_NUM_UNDER_REPLICATED_LEDGERS": "ledgers marked per lost-bookie audit (a count, not ms)",
+    "auditor_PLACEMENT_POLICY_CHECK_TIME": "time of one placement policy check (ms), by success (upstream)",
+    "auditor_REPLICAS_CHECK_TIME": "time of one replicas check (ms), by success (upstream)",
+    "auditor_UNDER_REPLICATED_LEDGERS_TOTAL_SIZE": "bytes of the ledgers marked per audit (a size, not ms)",
+    "auditor_URL_PUBLISH_TIME_FOR_LOST_BOOKIE": "time to publish the markers of a lost bookie (ms)",
+    "auditor_election_attempts": "Auditor election votes cast by this node",
+    "autorecovery_audit_zk_ops_total": "ZooKeeper operations of audits, by audit kind (ours)",
+    "autorecovery_auditor_event_errors_total": "bookie events the Auditor failed to handle, by retriable (ours)",
+    "autorecovery_auditor_index_checks_total": "consistency checks of the Auditor's bookie -> ledger index (ours)",
+    "autorecovery_auditor_index_drift_found_total": "index checks that found drift from ZooKeeper (ours)",
+    "autorecovery_auditor_index_drift_ledgers": "ledgers the last index check found out of date (ours)",
+    "autorecovery_auditor_index_ledgers": "ledgers in the Auditor's index (ours)",
+    "autorecovery_auditor_index_lost_watches": "index watches lost and not yet re-armed (ours)",
+    "autorecovery_auditor_index_reconcile_mismatches_total": "ledgers a full reconcile corrected in the index (ours)",
+    "autorecovery_bookie_free_disk_bytes": "free disk of each bookie from GET_BOOKIE_INFO, bytes (ours)",
+    "autorecovery_bookie_total_disk_bytes": "disk capacity of each bookie from GET_BOOKIE_INFO, bytes (ours)",
+    "autorecovery_maintenance_held_bookies": "bookies whose audit a maintenance window holds (ours)",
+    "autorecovery_maintenance_overridden_ledgers_total":
+        "ledgers healed despite a maintenance window because they fell below AQ (ours)",
+    "autorecovery_maintenance_windows": "open maintenance windows (ours)",
+    "autorecovery_placement_no_more_bookie_total": "placements that found no bookie to choose (ours)",
+    "autorecovery_placement_probability": "chance of each bookie being chosen by disk-weight placement (ours)",
+    "autorecovery_placement_weight": "disk weight of each bookie in placement (ours)",
+    "autorecovery_rack_loss_guard_domains": "failure domains the rack-loss guard holds back (ours)",
+    "autorecovery_rack_loss_guard_held_bookies": "bookies of domains the rack-loss guard holds back (ours)",
+    "autorecovery_replication_copies_cancelled_total": "copies cancelled because their bookie returned (ours)",
+    "autorecovery_replication_corrupt_source_entries_total": "entries not copied because the source copy failed its digest (ours)",
+    "autorecovery_unrecoverable_ledgers_total": "ledgers this node surfaced as unrecoverable (ours)",
+    "autorecovery_worker_bytes_remaining": "bytes this worker still has to copy (ours)",
+    "autorecovery_worker_ledgers_blocked": "ledgers this worker cannot heal now, by reason (ours)",
+    "autorecovery_worker_ledgers_remaining": "ledgers this worker still has to heal (ours)",
+    "replication_worker_NUM_BYTES_READ": "bytes read per entry for re-replication (a size, not ms)",
+    "replication_worker_NUM_BYTES_WRITTEN": "bytes written per entry for re-replication (a size, not ms)",
+    "replication_worker_NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER":
+        "failed ledgers whose lock release was deferred (lockReleaseOfFailedLedgerGracePeriod)",
+    "replication_worker_NUM_ENTRIES_READ": "entries read for re-replication",
+    "replication_worker_NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION": "entries no replica could serve for re-replication",
+    "replication_worker_NUM_ENTRIES_WRITTEN": "entries written for re-replication",
+    "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED": "ledgers fully or partly re-replicated",
+    "replication_worker_NUM_NOT_ADHERING_PLACEMENT_LEDGERS_REPLICATED": "ledgers moved to adhere to the placement policy",
+    "replication_worker_READ_DATA_LATENCY": "latency of reading an entry for re-replication (ms)",
+    "replication_worker_WRITE_DATA_LATENCY": "latency of writing entries for re-replication (ms)",
+    "replication_worker_rereplicate": "time of one re-replication pass over a ledger (ms), by success (upstream)",
+}
+
+
+def help_text(full: str, metrics: "list[Metric]") -> str:
+    """The ``# HELP`` text of a family: a metric's own ``doc``, else :data:`HELP`, else a line built
+    from the name (``replication_worker_exceptions_<type>`` and other names made at run time)."""
+    for m in metrics:
+        if m.doc:
+            return m.doc
+    if full in HELP:
+        return HELP[full]
+    if "_exceptions_" in full:
+        return f"exceptions of type {full.rsplit('_exceptions_', 1)[1]} raised in this role"
+    return full.replace("_", " ")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
 def generate_text(registry: "MetricsRegistry | None" = None) -> bytes:
     """Prometheus text exposition exactly as upstream's provider writes it (counters keep their
     names: ``# TYPE auditor_NUM_LEDGERS_CHECKED counter`` / ``auditor_NUM_LEDGERS_CHECKED 3``)."""
     reg = registry or REGISTRY
     lines: list[str] = []
     for full, ms in reg.families().items():
+        lines.append(f"# HELP {full} {_escape_help(help_text(full, ms))}")
         lines.append(f"# TYPE {full} {ms[0].kind}")
         for m in ms:
             for sname, labels, value in m.samples():

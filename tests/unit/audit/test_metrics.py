@@ -29,3 +29,19 @@ def test_exact_names_and_op_stats():
         raise AssertionError("kind clash must raise")
     except ValueError as exc:
         assert "auditor_NUM_LEDGERS_CHECKED" in str(exc)
+
+
+def test_every_family_gets_help_before_its_type():
+    from autorecovery.metrics import HELP, help_text
+
+    reg = MetricsRegistry()
+    reg.counter("auditor", "NUM_LEDGERS_CHECKED").inc()
+    reg.gauge("autorecovery", "with_doc", doc="line one\nline two \\ end").set(1)
+    reg.counter("replication_worker", "exceptions_TimeoutError").inc()
+    text = generate_text(reg).decode()
+    assert ("# HELP auditor_NUM_LEDGERS_CHECKED " + HELP["auditor_NUM_LEDGERS_CHECKED"] +
+            "\n# TYPE auditor_NUM_LEDGERS_CHECKED counter\n") in text
+    assert "# HELP autorecovery_with_doc line one\\nline two \\\\ end\n" in text  # escaped as the format says
+    assert help_text("replication_worker_exceptions_TimeoutError", []) == \
+        "exceptions of type TimeoutError raised in this role"
+    assert text.count("# HELP ") == text.count("# TYPE ") == 3
