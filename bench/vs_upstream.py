@@ -80,15 +80,8 @@ from autorecovery.ledger import formats  # noqa: E402
 from autorecovery.ledger.ids import ur_marker_path  # noqa: E402
 from autorecovery.ledger.striping import index_stores  # noqa: E402
 from autorecovery.testing.upstream_cluster import JavaAutoRecovery, JavaCluster  # noqa: E402
-from autorecovery.testing.upstream_java import (  # noqa: E402
-    AUTORECOVERY_CLASS,
-    JavaBookie,
-    JavaProcess,
-    java_cmd,
-    tail,
-    wait_until,
-    write_properties,
-)
+from autorecovery.testing.daemon_proc import DaemonProcess  # noqa: E402
+from autorecovery.testing.upstream_java import tail, wait_until  # noqa: E402
 from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
 from autorecovery.zk.paths import Paths  # noqa: E402
 
@@ -111,7 +104,6 @@ UPSTREAM_TUNED = {
 #: spent about 3 times the CPU, every side took about twice as long), a cost a long-running
 #: production JVM paid long before.
 FULL_JIT = ["-XX:TieredStopAtLevel=4", "-XX:-UseSerialGC", "-XX:+UseG1GC"]
-READY_RE = re.compile(rb"AUTORECOVERY_READY bookie_id=(\S+) http=([\d.]+):(\d+)")
 
 _children: list[subprocess.Popen] = []
 
@@ -182,43 +174,14 @@ def bookie_caches(a: argparse.Namespace) -> dict[str, int]:
             "dbStorage_rocksDB_blockCacheSize": int(mb * 2**20 / 10)}
 
 
-class BenchCluster(JavaCluster):
-    """A :class:`JavaCluster` whose bookies get extra JVM flags (``jvm_opts``)."""
-
-    def __init__(self, *a, jvm_opts: list[str] | None = None, **kw) -> None:
-        super().__init__(*a, **kw)
-        self.jvm_opts = list(jvm_opts or [])
-
-    def _new_bookie(self, i: int) -> JavaBookie:
-        b = super()._new_bookie(i)
-        cmd = b.process.cmd
-        cmd[cmd.index("-cp"):cmd.index("-cp")] = self.jvm_opts
-        return b
+def start_upstream(c: JavaCluster, node: int, conf: dict[str, object]) -> JavaAutoRecovery:
+    """Upstream's ``AutoRecoveryMain`` as bookie ``node``'s AutoRecovery
+    (:meth:`JavaCluster.start_autorecovery`, ``lostBookieRecoveryDelay=0``, the cluster's JVM flags) with
+    ``conf`` on top. Does not wait."""
+    return c.start_autorecovery(node, wait=False, **conf)
 
 
-def start_upstream(c: BenchCluster, node: int, conf: dict[str, object]) -> JavaAutoRecovery:
-    """Upstream's ``AutoRecoveryMain`` as bookie ``node``'s AutoRecovery: the conf of
-    :meth:`JavaCluster.start_autorecovery` (``lostBookieRecoveryDelay=0``) with ``conf`` on top, and the
-    cluster's JVM flags. Does not wait."""
-    b = c.bookies[node]
-    props = {
-        "metadataServiceUri": c.metadata_uri, "zkTimeout": c.zk_timeout_ms, "advertisedAddress": b.host,
-        "bookiePort": b.port, "allowLoopback": True, "useHostNameAsBookieID": False, "httpServerEnabled": False,
-        "lostBookieRecoveryDelay": 0, **c.placement_properties(), **conf,
-    }
-    n = len(c.autorecoveries)
-    conf_path = write_properties(c.workdir / f"autorecovery-{n}.conf", props)
-    log = c.workdir / f"autorecovery-{n}.log"
-    proc = JavaProcess(java_cmd(AUTORECOVERY_CLASS, ["--conf", str(conf_path)], c.heap, log_file=log,
-                                jvm_opts=c.jvm_opts),
-                       f"autorecovery {b.bookie_id}", log.with_suffix(".out"), log.with_suffix(".err"), log)
-    ar = JavaAutoRecovery(b.bookie_id, conf_path, proc)
-    c.autorecoveries.append(ar)
-    proc.start()
-    return ar
-
-
-def upstream_ready(c: BenchCluster, timeout_s: float) -> None:
+def upstream_ready(c: JavaCluster, timeout_s: float) -> None:
     """Every AutoRecoveryMain has voted and the Auditor finished its start-up bookie check."""
     wait_until(lambda: len(c.election_votes()) == len(c.autorecoveries), timeout_s, "AutoRecoveryMain votes")
     logs = [ar.process.log_path for ar in c.autorecoveries]
@@ -226,49 +189,35 @@ def upstream_ready(c: BenchCluster, timeout_s: float) -> None:
                "the upstream Auditor's start-up bookie check")
 
 
-@dataclass
-class Ours:
-    proc: subprocess.Popen
-    log: Path
-    port: int = 0
-
-
-def start_ours(c: BenchCluster, node: int, props: dict[str, object]) -> Ours:
+def start_ours(c: JavaCluster, node: int, props: dict[str, object]) -> DaemonProcess:
     """Our daemon next to bookie ``node`` (bk_server.conf from ``props``); does not wait."""
-    conf = write_properties(c.workdir / f"ours-{node}.conf", props)
-    log = c.workdir / f"ours-{node}.log"
-    with open(log, "ab") as out:
-        p = subprocess.Popen([sys.executable, "-m", "autorecovery", "run", "-c", str(conf)], stdout=out,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
-    _children.append(p)
-    return Ours(p, log)
+    d = DaemonProcess(c.workdir, f"ours-{node}", props).spawn()
+    assert d.proc is not None
+    _children.append(d.proc)
+    return d
 
 
-def ours_ready(daemons: dict[int, Ours], timeout_s: float) -> None:
+def ours_ready(daemons: dict[int, DaemonProcess], timeout_s: float) -> None:
     """Every daemon printed its ready line; then ``/readyz`` everywhere and exactly one Auditor."""
     for i, d in daemons.items():
-        def ready(d: Ours = d) -> bool:
-            if d.proc.poll() is not None:
-                raise SystemExit(f"our daemon {i} exited ({d.proc.returncode}):\n{tail(d.log, 3000)}")
-            m = READY_RE.search(d.log.read_bytes()) if d.log.exists() else None
-            if m:
-                d.port = int(m.group(3))
-            return m is not None
-
-        wait_until(ready, timeout_s, f"our daemon {i} ready line")
-    daemons_ready({i: d.port for i, d in daemons.items()}, "bench set-up", timeout_s)
-
-
-def stop_ours(daemons: dict[int, Ours]) -> None:
-    for d in daemons.values():
-        if d.proc.poll() is None:
-            os.killpg(d.proc.pid, signal.SIGTERM)
-    for d in daemons.values():
         try:
-            d.proc.wait(15)
+            d.wait_ready(timeout_s)
+        except RuntimeError as exc:
+            raise SystemExit(f"our daemon {i}: {exc}") from None
+    daemons_ready({i: d.http_port for i, d in daemons.items()}, "bench set-up", timeout_s)
+
+
+def stop_ours(daemons: dict[int, DaemonProcess]) -> None:
+    """SIGTERM to all at once (a clean drain), then wait; SIGKILL whoever is still there after 15 s."""
+    live = [d.proc for d in daemons.values() if d.proc is not None and d.proc.poll() is None]
+    for p in live:
+        os.killpg(p.pid, signal.SIGTERM)
+    for p in live:
+        try:
+            p.wait(15)
         except subprocess.TimeoutExpired:
-            os.killpg(d.proc.pid, signal.SIGKILL)
-            d.proc.wait(10)
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
 
 
 def log_problems(path: Path, n: int = 25) -> str:
@@ -402,9 +351,9 @@ class Side:
 def run_side(a: argparse.Namespace, zk: ZooKeeperServer, base: Path, variant: str, rnd: int) -> Side:
     s = Side(variant, rnd)
     workdir = base / f"r{rnd}-{variant}"
-    c = BenchCluster(workdir, zk.connect_string, bookies=4, racks=2, zk_timeout_ms=a.zk_timeout_ms, heap=a.heap,
-                     bookie_conf={"journalSyncData": a.journal_sync_data, **bookie_caches(a)}, jvm_opts=a.jvm_opts)
-    daemons: dict[int, Ours] = {}
+    c = JavaCluster(workdir, zk.connect_string, bookies=4, racks=2, zk_timeout_ms=a.zk_timeout_ms, heap=a.heap,
+                    bookie_conf={"journalSyncData": a.journal_sync_data, **bookie_caches(a)}, jvm_opts=a.jvm_opts)
+    daemons: dict[int, DaemonProcess] = {}
     kz = KazooClient(zk.connect_string, timeout=10.0)
     failed = True
     try:

@@ -33,24 +33,39 @@ class DaemonProcess:
         self.properties = dict(properties)
         self.proc: subprocess.Popen | None = None
         self.http_port = 0
+        self._mark = 0  # where this run's lines start in the log
 
     def start(self, timeout_s: float = 30.0) -> "DaemonProcess":
-        """Start it and wait (with a deadline) for its ``AUTORECOVERY_READY`` line.
+        """:meth:`spawn` it, then :meth:`wait_ready`.
 
         Raises:
             RuntimeError: with the tail of its log when it exits or is not ready within ``timeout_s``.
         """
+        return self.spawn().wait_ready(timeout_s)
+
+    def spawn(self) -> "DaemonProcess":
+        """Write its conf and start it in its own session (process group); does not wait."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.conf.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
         with open(self.log, "ab") as logf:
-            mark = logf.tell()
+            self._mark = logf.tell()
             self.proc = subprocess.Popen([sys.executable, "-m", "autorecovery", "run", "-c", str(self.conf)],
                                          stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> "DaemonProcess":
+        """Wait (with a deadline) for the ``AUTORECOVERY_READY`` line this run printed; keeps its HTTP port.
+
+        Raises:
+            RuntimeError: with the tail of its log when it exits or is not ready within ``timeout_s``
+                (it is killed first).
+        """
+        assert self.proc is not None, "spawn() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with open(self.log, "rb") as f:
-                f.seek(mark)
+                f.seek(self._mark)
                 m = READY_RE.search(f.read())
             if m:
                 self.http_port = int(m.group(3))

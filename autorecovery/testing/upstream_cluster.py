@@ -111,11 +111,13 @@ class JavaCluster:
         zk_timeout_ms: ``zkTimeout`` of every Java process (how soon a killed bookie disappears).
         first_ip: the first bookie's loopback address; bookie ``i`` gets the ``i``-th next one.
         heap: ``-Xmx`` of every JVM it starts (``"256m"``).
+        jvm_opts: extra JVM flags of its bookies and AutoRecoveryMains (a benchmark's ``-XX:...``).
     """
 
     def __init__(self, workdir: Path | str, zk_connect_string: str, *, bookies: int = 4, racks: int = 2,
                  root: str | None = None, ledger_storage: str = "db", bookie_conf: Mapping[str, object] | None = None,
-                 zk_timeout_ms: int = 5000, first_ip: str = "127.0.0.2", heap: str = "256m") -> None:
+                 zk_timeout_ms: int = 5000, first_ip: str = "127.0.0.2", heap: str = "256m",
+                 jvm_opts: Iterable[str] = ()) -> None:
         if "/" in zk_connect_string:
             raise ValueError(f"zk_connect_string must be HOST:PORT without a chroot (use root=): {zk_connect_string}")
         if bookies < 0 or racks < 1 or racks > 26:
@@ -129,7 +131,7 @@ class JavaCluster:
         self.ledgers_root = f"{root}/ledgers"
         self.metadata_uri = f"zk+hierarchical://{zk_connect_string}{self.ledgers_root}"
         self.ledger_storage, self.bookie_conf = ledger_storage, dict(bookie_conf or {})
-        self.zk_timeout_ms, self.heap = zk_timeout_ms, heap
+        self.zk_timeout_ms, self.heap, self.jvm_opts = zk_timeout_ms, heap, list(jvm_opts)
         octets = [int(x) for x in first_ip.split(".") if x.isdigit() and int(x) < 256]
         if len(octets) != 4 or octets[0] != 127:
             raise ValueError(f"first_ip must be a 127.x.y.z loopback address: {first_ip!r}")
@@ -234,7 +236,8 @@ class JavaCluster:
         conf = {**self.placement_properties(), **self.bookie_conf}
         assert self.kz is not None
         b = JavaBookie(self.workdir / f"bookie-{i}", host, free_port(host), self.metadata_uri, self.kz, conf=conf,
-                       zk_timeout_ms=self.zk_timeout_ms, heap=self.heap, ledger_storage=self.ledger_storage)
+                       zk_timeout_ms=self.zk_timeout_ms, heap=self.heap, ledger_storage=self.ledger_storage,
+                       jvm_opts=self.jvm_opts)
         self.bookies.append(b)
         return b
 
@@ -395,7 +398,8 @@ class JavaCluster:
         n = len(self.autorecoveries)
         conf_path = write_properties(self.workdir / f"autorecovery-{n}.conf", props)
         log = self.workdir / f"autorecovery-{n}.log"
-        proc = JavaProcess(java_cmd(AUTORECOVERY_CLASS, ["--conf", str(conf_path)], self.heap, log_file=log),
+        proc = JavaProcess(java_cmd(AUTORECOVERY_CLASS, ["--conf", str(conf_path)], self.heap, log_file=log,
+                                    jvm_opts=self.jvm_opts),
                            f"autorecovery {b.bookie_id}", log.with_suffix(".out"), log.with_suffix(".err"), log)
         ar = JavaAutoRecovery(b.bookie_id, conf_path, proc)
         self.autorecoveries.append(ar)

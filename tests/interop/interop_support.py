@@ -47,15 +47,12 @@ def our_daemons(c: JavaCluster, nodes, **props: object) -> dict[int, DaemonProce
     return start_our_daemons(c, nodes, {**FAST, **props})
 
 
-def metadata(c: JavaCluster, lid: int):
-    return ledger_metadata(c, lid)
-
-
-def markers(c: JavaCluster) -> set[int]:
-    return marked_ledgers(c)
+metadata = ledger_metadata
+markers = marked_ledgers
 
 
 def healed(c: JavaCluster, ledgers, victim: str) -> bool:
+    """No marker left and no ledger names ``victim``."""
     return _healed(c, ledgers, [victim])
 
 
