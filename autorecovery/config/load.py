@@ -41,6 +41,7 @@ from autorecovery.errors import CompatibilityError, ConfigError
 from autorecovery.ledger.ids import validate_bookie_id
 from autorecovery.ledger.layout import manager_from_config
 from autorecovery.placement.config import PlacementConfig
+from autorecovery.config.files import read_first_line
 from autorecovery.config.tls import TLS_CONTEXT_FACTORY, BookieTls, read_pem
 
 ENV_PREFIX = "BK_"
@@ -305,17 +306,13 @@ class Settings:
 # -- parsing --------------------------------------------------------------------------------------
 def _secret_first_line(key: str, path: str, errors: list[str]) -> str | None:
     """The first line of the file ``key`` names (a digest, password or token file), or None after
-    appending why it cannot be read to ``errors``: naming ``key`` and the path, never the content. A
-    path ZooKeeper's or the OS's API refuses (a NUL byte in it) is an error like a missing file."""
+    appending why it cannot be read to ``errors``: naming ``key`` and the path, never the content. Only
+    a regular file under the size cap is read (:func:`~autorecovery.config.files.read_first_line`): a
+    FIFO, ``/dev/zero`` or a huge file is an error naming the key, not a hang or a memory blow-up."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.readline()
-    except OSError as exc:
-        errors.append(f"bad value for {key}: cannot read {path}: {exc.strerror or exc}")
-    except UnicodeDecodeError:
-        errors.append(f"bad value for {key}: {path} is not UTF-8 text")
-    except ValueError as exc:  # open() refuses a path with a NUL byte
-        errors.append(f"bad value for {key}: cannot read {path!r}: {exc}")
+        return read_first_line(path, key) + "\n"
+    except ConfigError as exc:
+        errors.append(str(exc))
     return None
 
 

@@ -7,8 +7,7 @@ are built from them by :mod:`autorecovery.rpc.tls` (which re-exports these names
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
+from autorecovery.config.files import read_bounded
 from autorecovery.errors import ConfigError
 
 #: upstream's TLS provider factory (the only one there is); its simple name is accepted too
@@ -60,15 +59,11 @@ def read_pem(path: str, key: str, *, private_key: bool = False) -> bytes:
         private_key: the file must hold an unencrypted private key.
 
     Raises:
-        ConfigError: naming ``key`` and the path when the file cannot be read, holds no PEM block,
+        ConfigError: naming ``key`` and the path when the file cannot be read, is not a regular file
+            or is over :data:`~autorecovery.config.files.MAX_SECRET_FILE_BYTES`, holds no PEM block,
             or (private_key) holds no private key or an encrypted one. The key's content is never quoted.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"bad value for {key}: cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a NUL byte in the path
-        raise ConfigError(f"bad value for {key}: cannot read {path!r}: {exc}") from None
+    data = read_bounded(path, key)
     if b"-----BEGIN " not in data:
         raise ConfigError(f"bad value for {key}: {path} is not a PEM file (a JKS or PKCS12 store? only PEM "
                           f"files are supported; convert with openssl)")
