@@ -261,6 +261,11 @@ KEYS: tuple[Key, ...] = (
     _k("tlsHostnameVerificationEnabled", "bool", True, "", "tls",
        "the bookie's certificate must name the host of its bookie id (an IP SAN for 127.0.0.1:3181); gRPC "
        "always checks this, so false is refused", upstream_default=False),
+    _k("tlsCertFilesRefreshDurationSeconds", "int", 0, "s", "tls",
+       "re-read changed certificate, key and trust store files this often: the bookie TLS files "
+       "(tlsCertificatePath, tlsKeyStore, tlsTrustStore; new bookie connections use them) and the admin HTTP "
+       "server's files (httpServerCertificatePath, httpServerKeyPath, httpServerClientCaPath, "
+       "httpAdminTokenFile); a broken or partial file keeps the previous ones; 0 = never", min_value=0),
     # -- stats (upstream PrometheusMetricsProvider) -----------------------------------------------------
     _k("enableStatistics", "bool", True, "", "stats",
        "false: no stats provider, so no prometheusStatsHttpPort listener (/metrics on httpServerPort stays)"),
@@ -481,10 +486,9 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("bookieAddressResolverEnabled",)),
     ("batch reads while copying: our worker already reads each fragment as one gRPC stream, so there is "
      "no separate batch-read mode to turn on", ("recoveryBatchReadEnabled",)),
-    ("TLS engine details of the Java client (OpenSSL or JDK engine, Java cipher-suite and protocol names, "
-     "periodic re-reading of the key files): gRPC uses its bundled BoringSSL with TLS 1.2/1.3 and its own "
-     "cipher list, and reads the PEM files once at start (restart to pick up renewed certificates)", (
-        "tlsProvider", "tlsEnabledCipherSuites", "tlsEnabledProtocols", "tlsCertFilesRefreshDurationSeconds",
+    ("TLS engine details of the Java client (OpenSSL or JDK engine, Java cipher-suite and protocol names): "
+     "gRPC uses its bundled BoringSSL with TLS 1.2/1.3 and its own cipher list", (
+        "tlsProvider", "tlsEnabledCipherSuites", "tlsEnabledProtocols",
     )),
     ("ZooKeeper client socket class of the Java client (TLS needs ClientCnxnSocketNetty there): our "
      "client (kazoo) has one socket implementation, which speaks TLS when zookeeper.client.secure=true",

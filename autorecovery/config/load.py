@@ -643,7 +643,9 @@ def _bookie_tls(values: Mapping[str, Any], errors: list[str]) -> BookieTls:
     cert = values.get("tlsCertificatePath") or None
     key = values.get("tlsKeyStore") or None
     trust = values.get("tlsTrustStore") or None
-    tls = BookieTls(enabled=enabled, client_auth=client_auth, cert_path=cert, key_path=key, trust_path=trust)
+    refresh = float(values.get("tlsCertFilesRefreshDurationSeconds") or 0)
+    tls = BookieTls(enabled=enabled, client_auth=client_auth, cert_path=cert, key_path=key, trust_path=trust,
+                    refresh_s=refresh)
     if not enabled:
         return tls
     if cls.rsplit(".", 1)[-1] != "TLSContextFactory":

@@ -25,6 +25,8 @@ class BookieTls:
         key_path: ``tlsKeyStore`` (``tlsKeyStoreType=PEM``): our PEM private key, unencrypted.
         trust_path: ``tlsTrustStore`` (``tlsTrustStoreType=PEM``): PEM CA certificates that sign the
             bookies' certificates; None = the system's default roots (gRPC's bundled list).
+        refresh_s: ``tlsCertFilesRefreshDurationSeconds``: at most this often (s), connections opened
+            afterwards re-read the files above when they changed; 0 = never (upstream's default).
     """
 
     enabled: bool = False
@@ -32,6 +34,7 @@ class BookieTls:
     cert_path: str | None = None
     key_path: str | None = None
     trust_path: str | None = None
+    refresh_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -42,12 +45,15 @@ class ServerTls:
         cert_path / key_path: the bookie's PEM certificate chain and unencrypted private key.
         trust_path: PEM CA certificates that sign client certificates (needed with client_auth).
         client_auth: require and verify a client certificate (``tlsClientAuthentication``).
+        refresh_s: ``--tls-cert-files-refresh-seconds`` (upstream's ``tlsCertFilesRefreshDurationSeconds``):
+            at most this often (s), a new handshake re-reads the files above when they changed; 0 = never.
     """
 
     cert_path: str
     key_path: str
     trust_path: str | None = None
     client_auth: bool = False
+    refresh_s: float = 0.0
 
 
 def read_pem(path: str, key: str, *, private_key: bool = False) -> bytes:

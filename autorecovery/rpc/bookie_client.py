@@ -14,7 +14,10 @@ Error mapping (every error names the bookie):
   :class:`BookieUnavailableError` with status ``"UNAVAILABLE"``; with TLS, a failed handshake (the
   bookie's certificate is not trusted or does not name it, or the bookie closed the connection during
   the handshake because it did not accept ours) says ``TLS handshake failed: ...`` and is logged with
-  the bookie id;
+  the bookie id. With ``tlsCertFilesRefreshDurationSeconds`` > 0 a failed handshake first makes the
+  client look at its TLS files: when they changed since the channel was opened (a rotation), the channel
+  is replaced by one with the new credentials and a unary call is retried once on it (a stream fails and
+  its caller's retry takes the new channel);
 * gRPC ``RESOURCE_EXHAUSTED`` (a message over a size limit on either side) → :class:`BookieError`
   ``"EBADREQ"``;
 * any other gRPC failure (``UNKNOWN``, ``INTERNAL``, ``UNIMPLEMENTED``...) → :class:`BookieError` ``"EIO"``.
@@ -38,7 +41,7 @@ from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.wire import bookie_stub
 from autorecovery.rpc.convert import ranges_from_proto, status_name
 from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
-from autorecovery.rpc.tls import BookieTls, channel_credentials, tls_failure
+from autorecovery.rpc.tls import BookieTls, ChannelCredentialSource, tls_failure
 
 log = structlog.get_logger(__name__)
 
@@ -87,7 +90,8 @@ class GrpcBookieClient:
             must fit; the bookie's default max entry size is 5 MiB).
         tls: TLS to the bookies (``tlsProviderFactoryClass``, see :mod:`autorecovery.rpc.tls`); None or
             disabled = plaintext. The credentials are built here, so a missing or malformed file
-            raises at construction.
+            raises at construction; with ``tls.refresh_s`` > 0 channels opened later use the files'
+            new version once they changed (see :class:`~autorecovery.rpc.tls.ChannelCredentialSource`).
         batching: use the batched framing (``AddEntryBatches`` / ``ReadEntryBatches``) with bookies that
             report ``BATCHED_ENTRIES``; False = one entry per message always (benchmarks' baseline).
         batch_bytes / batch_entries: most body bytes / entries per batch message (adds; reads ask the
@@ -108,8 +112,10 @@ class GrpcBookieClient:
         self.batch_entries = max(1, batch_entries)
         self._features: dict[str, int] = {}
         self.tls = tls if tls is not None and tls.enabled else None
-        self._credentials = channel_credentials(self.tls) if self.tls is not None else None
+        self._credentials = ChannelCredentialSource(self.tls) if self.tls is not None else None
         self._channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.BookieStub]] = {}
+        self._generations: dict[str, int] = {}  # bookie id → generation of its channel's TLS credentials
+        self._closing: set[asyncio.Task] = set()
         self._closed = False
 
     def _options(self) -> list[tuple[str, int]]:
@@ -129,7 +135,8 @@ class GrpcBookieClient:
         ch = self._channels.get(bookie_id)
         if ch is None:
             if self._credentials is not None:
-                channel = grpc.aio.secure_channel(bookie_id, self._credentials, options=self._options())
+                creds, self._generations[bookie_id] = self._credentials.current()
+                channel = grpc.aio.secure_channel(bookie_id, creds, options=self._options())
             else:
                 channel = grpc.aio.insecure_channel(bookie_id, options=self._options())
             ch = (channel, bookie_stub(channel))
@@ -143,27 +150,56 @@ class GrpcBookieClient:
         for channel, _stub in channels.values():
             with contextlib.suppress(Exception):
                 await channel.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def forget(self, bookie_id: str) -> None:
         """Close the channel to one bookie (e.g. after it was decommissioned)."""
         self._features.pop(bookie_id, None)
+        self._generations.pop(bookie_id, None)
         ch = self._channels.pop(bookie_id, None)
         if ch is not None:
             with contextlib.suppress(Exception):
                 await ch[0].close()
 
     async def _unary(self, bookie_id: str, method: str, request, what: str):
-        stub = self._stub(bookie_id)
-        try:
-            return await getattr(stub, method)(request, timeout=self.timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise self._failed(bookie_id, exc, what) from None
+        for attempt in range(2):
+            stub = self._stub(bookie_id)
+            try:
+                return await getattr(stub, method)(request, timeout=self.timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                if attempt == 0 and self._renew_after_rotation(bookie_id, exc):
+                    continue  # once, on a channel with the rotated credentials
+                raise self._failed(bookie_id, exc, what) from None
+        raise AssertionError("unreachable")
+
+    def _renew_after_rotation(self, bookie_id: str, exc: grpc.aio.AioRpcError) -> bool:
+        """After a failed TLS handshake, look at the TLS files now; when the channel to ``bookie_id`` was
+        opened with credentials older than theirs, drop it (closed in the background) so the next call
+        opens one with the new ones. Returns whether it was dropped."""
+        source = self._credentials
+        if (source is None or not source.files.reloads or exc.code() != grpc.StatusCode.UNAVAILABLE
+                or tls_failure(exc.details() or "") is None or bookie_id not in self._channels):
+            return False
+        _creds, generation = source.current(force=True)
+        if self._generations.get(bookie_id) == generation:
+            return False
+        self._generations.pop(bookie_id, None)
+        channel, _stub = self._channels.pop(bookie_id)
+        task = asyncio.get_running_loop().create_task(channel.close(grace=self.timeout_s))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        log.info("TLS files changed since the channel was opened: new channel", bookie_id=bookie_id,
+                 generation=generation)
+        return True
 
     def _failed(self, bookie_id: str, exc: grpc.aio.AioRpcError, what: str) -> BookieError:
         """Map a gRPC failure; a bookie that went away may come back as another version, so what it
-        reported about its features is forgotten."""
+        reported about its features is forgotten; a failed handshake after a rotation of our TLS files
+        replaces the channel (see :meth:`_renew_after_rotation`)."""
         if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED):
             self._features.pop(bookie_id, None)
+        self._renew_after_rotation(bookie_id, exc)
         return _rpc_error(bookie_id, exc, what, self.tls is not None)
 
     # -- capabilities ---------------------------------------------------------------------------

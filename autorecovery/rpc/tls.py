@@ -13,41 +13,78 @@ gRPC always checks that the server's certificate names the host the client diall
 ``127.0.0.1:3181`` needs an IP SAN ``127.0.0.1``); that is upstream's
 ``tlsHostnameVerificationEnabled=true``.
 
-Files are read once, when the credentials are built (a renewed certificate needs a restart).
+Renewed files are taken without a restart when ``tlsCertFilesRefreshDurationSeconds`` (the bookie's
+``--tls-cert-files-refresh-seconds``) is above 0 (see :mod:`autorecovery.rpc.tls_reload`): the client
+builds new credentials for the channels it opens afterwards (and for a channel whose handshake failed),
+the bookie serves them from the next handshake on (``grpc.dynamic_ssl_server_credentials``).
 """
 
 from __future__ import annotations
 
 import grpc
+import structlog
 
 from autorecovery.errors import ConfigError
+from autorecovery.rpc.tls_reload import CERT, KEY, TRUST, PemFile, PemFiles
 
 # the settings and the PEM reader live in the config layer (config/tls.py): config.load builds them
 from autorecovery.config.tls import TLS_CONTEXT_FACTORY, BookieTls, ServerTls, read_pem  # noqa: F401,E402
 
+log = structlog.get_logger(__name__)
+
+
+class ChannelCredentialSource:
+    """``grpc.ssl_channel_credentials`` for :class:`BookieTls`, rebuilt when its files change.
+
+    Roots = the trust store; with client auth also our key and certificate chain. With
+    ``tls.refresh_s`` > 0 :meth:`current` re-reads changed files at most every ``refresh_s`` seconds
+    (``force``: now), keeping the previous credentials while a new version is not whole.
+
+    Raises:
+        ConfigError: (construction) a file cannot be read or is not what its key says (naming the key);
+            client auth without a certificate or key.
+    """
+
+    def __init__(self, tls: BookieTls) -> None:
+        files = []
+        if tls.trust_path:
+            files.append(PemFile("tlsTrustStore", tls.trust_path, TRUST))
+        if tls.client_auth:
+            if not tls.cert_path or not tls.key_path:
+                raise ConfigError("tlsClientAuthentication=true needs tlsCertificatePath (PEM certificate) and "
+                                  "tlsKeyStore (PEM private key, tlsKeyStoreType=PEM)")
+            files += [PemFile("tlsKeyStore", tls.key_path, KEY), PemFile("tlsCertificatePath", tls.cert_path, CERT)]
+        self.files = PemFiles(files, tls.refresh_s)
+        self._credentials = self._build()
+        self._generation = self.files.generation
+
+    def _build(self) -> grpc.ChannelCredentials:
+        d = self.files.data
+        return grpc.ssl_channel_credentials(root_certificates=d.get(TRUST), private_key=d.get(KEY),
+                                            certificate_chain=d.get(CERT))
+
+    def current(self, *, force: bool = False) -> tuple[grpc.ChannelCredentials, int]:
+        """The credentials for a new channel and their generation (+1 at each version of the files)."""
+        if self.files.refresh(force=force) or self._generation != self.files.generation:
+            self._credentials, self._generation = self._build(), self.files.generation
+        return self._credentials, self._generation
+
 
 def channel_credentials(tls: BookieTls) -> grpc.ChannelCredentials:
-    """``grpc.ssl_channel_credentials`` for :class:`BookieTls` (roots = the trust store; with client
-    auth also our key and certificate chain).
+    """``grpc.ssl_channel_credentials`` for :class:`BookieTls`, from the files as they are now (see
+    :class:`ChannelCredentialSource`, which also re-reads them).
 
     Raises:
         ConfigError: a file cannot be read or is not what its key says (naming the key).
     """
-    roots = read_pem(tls.trust_path, "tlsTrustStore") if tls.trust_path else None
-    if tls.client_auth:
-        if not tls.cert_path or not tls.key_path:
-            raise ConfigError("tlsClientAuthentication=true needs tlsCertificatePath (PEM certificate) and "
-                              "tlsKeyStore (PEM private key, tlsKeyStoreType=PEM)")
-        return grpc.ssl_channel_credentials(
-            root_certificates=roots,
-            private_key=read_pem(tls.key_path, "tlsKeyStore", private_key=True),
-            certificate_chain=read_pem(tls.cert_path, "tlsCertificatePath"),
-        )
-    return grpc.ssl_channel_credentials(root_certificates=roots)
+    return ChannelCredentialSource(tls).current()[0]
 
 
 def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
-    """``grpc.ssl_server_credentials`` of the reference bookie.
+    """The reference bookie's server credentials: ``grpc.ssl_server_credentials`` (``refresh_s`` 0), or
+    ``grpc.dynamic_ssl_server_credentials`` whose fetcher serves the files' new version from the next
+    handshake on once they changed (looked at on a handshake at most every ``refresh_s`` seconds).
+    Connections already up keep theirs.
 
     Raises:
         ConfigError: naming the flag when a file is missing or not PEM, or client auth without a
@@ -55,10 +92,29 @@ def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
     """
     if tls.client_auth and not tls.trust_path:
         raise ConfigError("--tls-client-auth needs --tls-trust-store (PEM CA certificates of the clients)")
-    roots = read_pem(tls.trust_path, "--tls-trust-store") if tls.trust_path else None
-    pair = (read_pem(tls.key_path, "--tls-key", private_key=True), read_pem(tls.cert_path, "--tls-cert"))
-    return grpc.ssl_server_credentials([pair], root_certificates=roots,
-                                       require_client_auth=bool(tls.client_auth))
+    files = [PemFile("--tls-key", tls.key_path, KEY), PemFile("--tls-cert", tls.cert_path, CERT)]
+    if tls.trust_path:
+        files.append(PemFile("--tls-trust-store", tls.trust_path, TRUST))
+    pems = PemFiles(files, tls.refresh_s)
+
+    def configuration() -> grpc.ServerCertificateConfiguration:
+        d = pems.data
+        return grpc.ssl_server_certificate_configuration([(d[KEY], d[CERT])], root_certificates=d.get(TRUST))
+
+    if not pems.reloads:
+        d = pems.data
+        return grpc.ssl_server_credentials([(d[KEY], d[CERT])], root_certificates=d.get(TRUST),
+                                           require_client_auth=bool(tls.client_auth))
+
+    def fetch() -> grpc.ServerCertificateConfiguration | None:
+        try:
+            return configuration() if pems.refresh() else None
+        except Exception as exc:  # noqa: BLE001 - called by gRPC's handshaker: keep serving the old ones
+            log.warning("TLS files not reloaded: keeping the previous certificates", error=str(exc))
+            return None
+
+    return grpc.dynamic_ssl_server_credentials(configuration(), fetch,
+                                               require_client_authentication=bool(tls.client_auth))
 
 
 def tls_failure(details: str) -> str | None:
