@@ -29,7 +29,7 @@ from autorecovery.bookie.storage import BookieStorage
 from autorecovery.config.load import ZkSecurity
 from autorecovery.rpc.bookie_client import GrpcBookieClient
 from autorecovery.rpc.convert import decode_service_properties, encode_service_info
-from autorecovery.rpc.tls import ServerTls
+from autorecovery.rpc.tls import BookieTls, ServerTls
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.registration import BookieRegistration
@@ -115,9 +115,10 @@ class BookieConfig:
             the cookie are created with ``CREATOR_ALL_ACL`` when enabled (default: open, no auth).
         tls: serve the gRPC port with TLS (and mTLS with ``client_auth``); None = plaintext (issue 15).
         pull_entries: serve PullEntries (feature ``PULL_ENTRIES``): copy ranges from other bookies
-            when a replication worker asks, so the data crosses the network once. Needs plaintext
-            peers: a TLS bookie does not pull (it has no client identity for its peers) and the
-            workers copy through themselves, as upstream does.
+            when a replication worker asks, so the data crosses the network once. A TLS bookie dials
+            its peers with TLS, presenting its own certificate as client certificate and trusting its
+            trust store (:func:`peer_tls`); without ``tls.trust_path`` it does not pull (it could not
+            check its peers) and the workers copy through themselves.
     """
 
     zk: str
@@ -138,6 +139,17 @@ class BookieConfig:
     zk_security: ZkSecurity = field(default_factory=ZkSecurity)
     tls: ServerTls | None = None
     pull_entries: bool = True
+
+
+def peer_tls(tls: ServerTls | None) -> BookieTls | None:
+    """The TLS a bookie reads its PullEntries sources with (None: plaintext), from its own: its
+    certificate and key as client certificate (so its certificate must allow client authentication:
+    no extended key usage, or ``clientAuth`` among them), its trust store as roots (the CA of its peers'
+    certificates), re-read as often as its server files."""
+    if tls is None:
+        return None
+    return BookieTls(enabled=True, client_auth=True, cert_path=tls.cert_path, key_path=tls.key_path,
+                     trust_path=tls.trust_path, refresh_s=tls.refresh_s)
 
 
 #: Timeout of the client a bookie reads its peers with for PullEntries, s (see
@@ -194,9 +206,9 @@ class BookieServer:
             await asyncio.to_thread(self.storage.open)
             usage = await asyncio.to_thread(self.disk.probe)
             self.readonly = cfg.thresholds.readonly(usage, currently_readonly=False)
-            if cfg.pull_entries and cfg.tls is None:
-                self.peers = GrpcBookieClient(timeout_s=PEER_TIMEOUT_S,
-                                          max_message_bytes=cfg.max_entry_size + GRPC_HEADROOM)
+            if cfg.pull_entries and (cfg.tls is None or cfg.tls.trust_path):
+                self.peers = GrpcBookieClient(timeout_s=PEER_TIMEOUT_S, tls=peer_tls(cfg.tls),
+                                              max_message_bytes=cfg.max_entry_size + GRPC_HEADROOM)
             self.service = BookieService(
                 self.storage,
                 self.bookie_id,

@@ -134,9 +134,14 @@ async def run_bookie(config: BookieConfig) -> int:
               help="tlsTrustStore (tlsTrustStoreType=PEM): PEM CA certificates that sign client certificates")
 @click.option("--tls-client-auth", is_flag=True,
               help="tlsClientAuthentication: require a client certificate signed by --tls-trust-store (mTLS)")
+@click.option("--tls-cert-files-refresh-seconds", type=click.IntRange(0), default=0,
+              help="tlsCertFilesRefreshDurationSeconds: at most this often, a new handshake re-reads the "
+                   "--tls-* files when they changed (the new certificate is served without a restart; a "
+                   "broken or partial file keeps the previous ones); 0 = never")
 @click.option("--no-pull-entries", is_flag=True,
               help="(ours) do not serve PullEntries: replication workers then copy through themselves "
-                   "(a TLS bookie never pulls)")
+                   "(a TLS bookie pulls only with --tls-trust-store, dialling its peers with its own "
+                   "certificate)")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               default="INFO")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default="auto",
@@ -175,6 +180,7 @@ def bookie_command(
     tls_key: str | None,
     tls_trust_store: str | None,
     tls_client_auth: bool,
+    tls_cert_files_refresh_seconds: int,
     no_pull_entries: bool,
     log_level: str,
     log_format: str,
@@ -201,7 +207,7 @@ def bookie_command(
             "zookeeper.ssl.hostnameVerification": not zk_tls_no_hostname_verification})
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    tls = _server_tls(tls_cert, tls_key, tls_trust_store, tls_client_auth)
+    tls = _server_tls(tls_cert, tls_key, tls_trust_store, tls_client_auth, tls_cert_files_refresh_seconds)
     config = BookieConfig(
         zk=zk,
         data_dir=data_dir,
@@ -227,7 +233,8 @@ def bookie_command(
     sys.exit(rc)
 
 
-def _server_tls(cert: str | None, key: str | None, trust: str | None, client_auth: bool) -> ServerTls | None:
+def _server_tls(cert: str | None, key: str | None, trust: str | None, client_auth: bool,
+                refresh_s: int = 0) -> ServerTls | None:
     """The ``--tls-*`` flags as :class:`ServerTls` (None = plaintext), the files checked now.
 
     Raises:
@@ -241,7 +248,8 @@ def _server_tls(cert: str | None, key: str | None, trust: str | None, client_aut
         return None
     if not cert or not key:
         raise click.UsageError("TLS needs both --tls-cert and --tls-key")
-    tls = ServerTls(cert_path=cert, key_path=key, trust_path=trust, client_auth=client_auth)
+    tls = ServerTls(cert_path=cert, key_path=key, trust_path=trust, client_auth=client_auth,
+                    refresh_s=float(refresh_s))
     try:
         server_credentials(tls)
     except ConfigError as exc:

@@ -19,10 +19,11 @@ per target, whichever comes first: enough in flight to hide the target's group-c
   (upstream's replicator reads every entry to itself and writes it out), and the worker's host carries
   none of them. What the pull could not get (missing, corrupt, a failed source) is copied through this
   process exactly as below. Not used while ``replicationRateByBytes`` limits the worker (the bucket is
-  charged per entry here), nor towards a bookie that does not pull (TLS, ``--no-pull-entries``, an
-  older version), nor for HMAC ledgers (a target cannot verify an HMAC without the ledger's password,
-  which never leaves this process), nor for CRC32/DUMMY ledgers towards a bookie that does not report
-  ``PULL_DIGEST_TYPES`` (it would check them as CRC32C).
+  charged per entry here), nor towards a bookie that does not pull (``--no-pull-entries``, a TLS bookie
+  without a trust store, an older version; a TLS bookie with one dials its source with TLS itself),
+  nor for HMAC ledgers (a target cannot verify an HMAC without the ledger's password, which never leaves
+  this process), nor for CRC32/DUMMY ledgers towards a bookie that does not report ``PULL_DIGEST_TYPES``
+  (it would check them as CRC32C).
 * Every entry's digest (the ledger's own type, a :class:`~autorecovery.ledger.digest.EntryDigest`) is
   verified *before* it is handed to a target, and the **same body bytes** are written (the body
   carries ledger id, entry id, LAC, cumulative length and digest; upstream re-packs with the handle's
