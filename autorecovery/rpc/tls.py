@@ -70,16 +70,6 @@ class ChannelCredentialSource:
         return self._credentials, self._generation
 
 
-def channel_credentials(tls: BookieTls) -> grpc.ChannelCredentials:
-    """``grpc.ssl_channel_credentials`` for :class:`BookieTls`, from the files as they are now (see
-    :class:`ChannelCredentialSource`, which also re-reads them).
-
-    Raises:
-        ConfigError: a file cannot be read or is not what its key says (naming the key).
-    """
-    return ChannelCredentialSource(tls).current()[0]
-
-
 def server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
     """The reference bookie's server credentials: ``grpc.ssl_server_credentials`` (``refresh_s`` 0), or
     ``grpc.dynamic_ssl_server_credentials`` whose fetcher serves the files' new version from the next

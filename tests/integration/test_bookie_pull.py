@@ -250,3 +250,86 @@ async def test_pulled_entries_are_checked_with_the_ledgers_digest_type(bookies, 
     with pytest.raises(BookieError) as exc:  # nothing was ever stored on t2
         await client.get_list_of_entries(t2.bookie_id, LID)
     assert exc.value.status == "ENOLEDGER"
+
+
+async def test_heal_between_mtls_bookie_processes_goes_by_pull_entries(zk_server, tmp_path):
+    """Issue 25: TLS bookies requiring client certificates (``autorecovery bookie --tls-* --tls-client-auth``
+    processes) pull from each other, each presenting its own certificate to the source: a daemon heals a
+    stopped bookie's ledger by PullEntries and the data reads back."""
+    import io
+
+    from autorecovery.client.bookkeeper import BookKeeper
+    from autorecovery.config.load import load_settings
+    from autorecovery.daemon import Daemon
+    from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY, BookieTls
+    from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
+    from autorecovery.zk.bridge import ZkClient, wait_for
+    from autorecovery.zk.ledgers import LedgerStore, init_cluster
+    from autorecovery.zk.paths import Paths
+    from test_shell_support import FAST
+    from tls_certs import make_ca
+
+    cluster = await format_test_cluster(zk_server.connect_string)
+    zk = await ZkClient(cluster).start()
+    try:
+        await init_cluster(zk, Paths("/ledgers"))
+    finally:
+        await zk.stop()
+    ca = make_ca(tmp_path / "pki", "ours")
+    b, c = ca.issue("bookie"), ca.issue("client")
+    tls = BookieTls(enabled=True, client_auth=True, cert_path=c.cert, key_path=c.key, trust_path=ca.path)
+    procs = [BookieProcess(["--zk", cluster, "--data-dir", str(tmp_path / f"b{i}"), "--port", "0",
+                            "--log-format", "json", "--tls-cert", b.cert, "--tls-key", b.key,
+                            "--tls-trust-store", ca.path, "--tls-client-auth"], tmp_path / f"b{i}.log")
+             for i in range(3)]
+    d = None
+    try:
+        ids = [await p.await_ready() for p in procs]
+        tls_client = BookieClient(timeout_s=5, tls=tls)
+        try:
+            assert all([await tls_client.pulls(i) for i in ids])  # a TLS bookie reports PULL_ENTRIES
+        finally:
+            await tls_client.close()
+        bk = await BookKeeper.connect(cluster, tls=tls)
+        try:
+            lh = await bk.create_ledger(2, 2, 2)
+            for e in range(30):
+                await lh.add_entry(b"entry-%d" % e)
+            await lh.close()
+            lid, ensemble = lh.ledger_id, list(lh.metadata.segments[0].ensemble)
+        finally:
+            await bk.close()
+        victim = procs[ids.index(ensemble[0])]
+        victim.stop()
+        await victim.await_exit(30)
+        settings = load_settings(None, env={}, overrides={
+            **FAST, "zkServers": cluster, "bookieId": "127.0.0.1:1", "httpServerEnabled": "false",
+            "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY, "tlsClientAuthentication": "true",
+            "tlsKeyStore": c.key, "tlsCertificatePath": c.cert, "tlsTrustStore": ca.path})
+        d = Daemon(settings, out=io.StringIO())
+        await d.start()
+        zk = await ZkClient(cluster).start()
+        try:
+            store = LedgerStore(zk, Paths("/ledgers"))
+
+            async def healed() -> bool:
+                md, _ = await store.read(lid)
+                return ensemble[0] not in md.all_bookies()
+
+            assert await wait_for(healed, 60, interval_s=0.2), "the daemon never replaced the stopped bookie"
+        finally:
+            await zk.stop()
+        assert d.worker.copier.pulls > 0, "the copy went through the worker, not by PullEntries"
+        bk = await BookKeeper.connect(cluster, tls=tls)
+        try:
+            h = await bk.open_ledger(lid)
+            assert [e.payload for e in await h.read_entries(0, 29)] == [b"entry-%d" % e for e in range(30)]
+        finally:
+            await bk.close()
+    finally:
+        if d is not None:
+            await d.stop()
+        for p in procs:
+            p.stop()
+        for p in procs:
+            await p.await_exit(30)
