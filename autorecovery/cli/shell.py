@@ -343,7 +343,9 @@ def listbookies(conf, zk, ledgers_root, sets, readwrite, readonly, all_, hostnam
               help="Create the ledger's metadata from FILE (a -dumptofile output).")
 @click.option("-update", "--update", is_flag=True, help="With -restorefromfile: overwrite an existing ledger.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of upstream's toString form (ours).")
-def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from, update, as_json):
+@click.option("--with-password", "-withpassword", "with_password", is_flag=True,
+              help="Print the ledger password (base64, upstream's toString) instead of password=OMITTED (ours).")
+def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from, update, as_json, with_password):
     if ledgerid is None:
         click.echo("ERROR: Must specify a ledger id (-l/--ledgerid/-ledgerid N)", err=True)
         sys.exit(EXIT_USAGE)
@@ -378,7 +380,7 @@ def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from
             click.echo(json.dumps(ops.metadata_json(lid, md, version), indent=2))
         else:
             click.echo(f"ledgerID: {lid}")
-            click.echo(fmt.format_metadata(md))
+            click.echo(fmt.format_metadata(md, with_password=with_password))
     _execute(conf, zk, ledgers_root, sets, body)
 
 
