@@ -227,9 +227,21 @@ KEYS: tuple[Key, ...] = (
        "with httpServerTlsEnable: PEM CA certificates; every HTTPS client must present a certificate they "
        "sign (mTLS)", origin=OURS),
     _k("httpAdminTokenFile", "str", None, "", "http",
-       "file whose first line is the bearer token every PUT/POST/DELETE must carry (Authorization: Bearer "
-       "<token>); required with mutations on a non-loopback bind unless httpServerClientCaPath is set",
+       "file whose first line is the admin bearer token (Authorization: Bearer <token>): every PUT/POST/DELETE "
+       "and ?withPassword=true need it (or an admin client certificate); required with mutations on a "
+       "non-loopback bind unless httpServerClientCaPath is set; re-read when it changes "
+       "(tlsCertFilesRefreshDurationSeconds)", origin=OURS),
+    _k("httpReadTokenFile", "str", None, "", "http",
+       "file whose first line is the read-only bearer token: when set every GET needs it or the admin token "
+       "(401 otherwise); re-read when it changes (tlsCertFilesRefreshDurationSeconds)", origin=OURS),
+    _k("httpAdminCertificateSubjects", "str", "", "", "http",
+       "with httpServerClientCaPath: semicolon-separated client certificate CNs or whole subjects (CN=ops,O=acme, "
+       "attributes in certificate order) that get the admin role; other client certificates are read-only; "
+       "empty = every client certificate the CA signs is admin",
        origin=OURS),
+    _k("httpDebugEndpointsEnabled", "bool", False, "", "http",
+       "serve the drill/test endpoint PUT /api/v1/autorecovery/expire_session (expires this daemon's "
+       "ZooKeeper session); off in production", origin=OURS),
     _k("httpServerKeyStorePath", "str", None, "", "http",
        "upstream's JKS key store of the HTTPS server: refused when set (use httpServerCertificatePath and "
        "httpServerKeyPath)"),
@@ -261,6 +273,11 @@ KEYS: tuple[Key, ...] = (
     _k("tlsHostnameVerificationEnabled", "bool", True, "", "tls",
        "the bookie's certificate must name the host of its bookie id (an IP SAN for 127.0.0.1:3181); gRPC "
        "always checks this, so false is refused", upstream_default=False),
+    _k("tlsCertFilesRefreshDurationSeconds", "int", 0, "s", "tls",
+       "re-read changed certificate, key and trust store files this often: the bookie TLS files "
+       "(tlsCertificatePath, tlsKeyStore, tlsTrustStore; new bookie connections use them) and the admin HTTP "
+       "server's files (httpServerCertificatePath, httpServerKeyPath, httpServerClientCaPath, "
+       "httpAdminTokenFile); a broken or partial file keeps the previous ones; 0 = never", min_value=0),
     # -- stats (upstream PrometheusMetricsProvider) -----------------------------------------------------
     _k("enableStatistics", "bool", True, "", "stats",
        "false: no stats provider, so no prometheusStatsHttpPort listener (/metrics on httpServerPort stays)"),
@@ -481,10 +498,9 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("bookieAddressResolverEnabled",)),
     ("batch reads while copying: our worker already reads each fragment as one gRPC stream, so there is "
      "no separate batch-read mode to turn on", ("recoveryBatchReadEnabled",)),
-    ("TLS engine details of the Java client (OpenSSL or JDK engine, Java cipher-suite and protocol names, "
-     "periodic re-reading of the key files): gRPC uses its bundled BoringSSL with TLS 1.2/1.3 and its own "
-     "cipher list, and reads the PEM files once at start (restart to pick up renewed certificates)", (
-        "tlsProvider", "tlsEnabledCipherSuites", "tlsEnabledProtocols", "tlsCertFilesRefreshDurationSeconds",
+    ("TLS engine details of the Java client (OpenSSL or JDK engine, Java cipher-suite and protocol names): "
+     "gRPC uses its bundled BoringSSL with TLS 1.2/1.3 and its own cipher list", (
+        "tlsProvider", "tlsEnabledCipherSuites", "tlsEnabledProtocols",
     )),
     ("ZooKeeper client socket class of the Java client (TLS needs ClientCnxnSocketNetty there): our "
      "client (kazoo) has one socket implementation, which speaks TLS when zookeeper.client.secure=true",
