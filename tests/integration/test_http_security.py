@@ -221,3 +221,30 @@ def test_bad_inputs_are_4xx_naming_the_field_and_expire_session_needs_the_debug_
         assert code == 200 and "expired" in text
     finally:
         d.stop()
+
+
+def test_client_certificate_roles(zk, tmp_path):
+    connect, lid = zk
+    ca = make_ca(tmp_path / "pki", "ours")
+    srv, admin, viewer = ca.issue("http"), ca.issue("ops-admin"), ca.issue("viewer")
+    d = daemon(tmp_path, connect, httpAdminMutationsEnabled="true", httpServerTlsEnable="true",
+               httpServerCertificatePath=srv.cert, httpServerKeyPath=srv.key, httpServerClientCaPath=ca.path,
+               httpAdminCertificateSubjects="ops-admin;CN=someone,O=else")
+    port, path = d.http_port, "/api/v1/autorecovery/status"
+    as_admin, as_viewer = (admin.cert, admin.key), (viewer.cert, viewer.key)
+    try:
+        assert call(port, "GET", path, ca=ca.path, cert=as_viewer)[0] == 200
+        code, body, _ = call(port, "PUT", path + "?enabled=true", ca=ca.path, cert=as_viewer)
+        assert code == 403 and "cert:CN=viewer is read-only" in body
+        code, body, _ = call(port, "GET", f"/api/v1/ledger/metadata?ledger_id={lid}&withPassword=true", ca=ca.path,
+                             cert=as_viewer)
+        assert code == 403 and PW_B64 not in body
+        assert call(port, "PUT", path + "?enabled=true", ca=ca.path, cert=as_admin)[0] == 200
+        code, body, _ = call(port, "GET", f"/api/v1/ledger/metadata?ledger_id={lid}&withPassword=true", ca=ca.path,
+                             cert=as_admin)
+        assert code == 200 and json.loads(body)[str(lid)]["password"] == PW_B64
+        whos = wait(lambda: {(a["who"], a["status"]) for a in log_events(d, "audit")} >= {
+            ("cert:CN=viewer", 403), ("cert:CN=ops-admin", 200)}, 10, "the audit lines of both certificates")
+        assert whos
+    finally:
+        d.stop()
