@@ -26,6 +26,9 @@ _ID_ALIASES = {"ledger": "ledger_id", "lid": "ledger_id", "ledgerId": "ledger_id
                "bookie": "bookie_id", "bookieId": "bookie_id", "bookie_src": "bookie_id"}
 
 #: Third-party loggers that are chatty at INFO; raised to WARNING unless the level is DEBUG.
+#: logger of the ``audit`` events: always at INFO or below, so ``logLevel=WARNING`` keeps them
+AUDIT_LOGGER = "autorecovery.audit"
+
 _NOISY = ("kazoo", "kazoo.client", "kazoo.protocol.connection", "aiohttp.access", "asyncio", "grpc")
 
 
@@ -108,6 +111,8 @@ def configure(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = No
     root.setLevel(lvl)
     for name in _NOISY:
         logging.getLogger(name).setLevel(lvl if lvl <= logging.DEBUG else max(lvl, logging.WARNING))
+    # audit lines (admin HTTP mutations, the shell's mutating commands; issue 25) whatever the level
+    logging.getLogger(AUDIT_LOGGER).setLevel(min(lvl, logging.INFO))
 
 
 def library_defaults() -> None:

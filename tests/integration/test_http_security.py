@@ -248,3 +248,28 @@ def test_client_certificate_roles(zk, tmp_path):
         assert whos
     finally:
         d.stop()
+
+
+def test_shell_mutations_write_an_audit_line(zk):
+    import getpass
+
+    from test_shell_support import cli
+
+    connect, _lid = zk
+
+    def audits(res) -> list[dict]:
+        return [doc for doc in (json.loads(ln) for ln in res.stderr.splitlines() if ln.startswith("{"))
+                if doc.get("event") == "audit"]
+
+    try:
+        res = cli("shell", "--zk", connect, "autorecovery", "-disable")
+        assert res.exit_code == 0, res.stderr
+        [a] = audits(res)
+        assert a["who"] == f"os:{getpass.getuser()}" and a["via"] == "shell" and a["action"] == "autorecovery"
+        assert a["params"] == {"disable": "True"} and a["result"] == "ok" and a["zk"] == connect
+        res = cli("shell", "--zk", connect, "autorecovery")  # a read: no audit line
+        assert res.exit_code == 0 and "disabled" in res.stdout.lower() and not audits(res)
+        res = cli("shell", "--zk", connect, "ledgermetadata", "-l", "12345", "-restorefromfile", "/nonexistent/md")
+        assert res.exit_code == 1 and [(x["action"], x["result"]) for x in audits(res)] == [("ledgermetadata", "failed")]
+    finally:
+        assert cli("shell", "--zk", connect, "autorecovery", "-enable").exit_code == 0
