@@ -80,7 +80,7 @@ from autorecovery.admin.http_auth import (
     auth_middleware,
     server_ssl_context,
 )
-from autorecovery.admin.http_input import json_object, one_line, query_bool, query_choice
+from autorecovery.admin.http_input import json_object, known_fields, one_line, query_bool, query_choice
 from autorecovery.admin.recover import recover_bookies
 from autorecovery.errors import AutoRecoveryError, IllegalOpError
 
@@ -341,9 +341,10 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _text(f"lostBookieRecoveryDelay value: {await ops.get_lost_bookie_recovery_delay(ctx)}")
 
     async def delay_put(request: web.Request) -> web.Response:
-        body = await json_object(request, {"delay_seconds"})
+        body = await json_object(request, {"delay_seconds"}, check=False)
         if "delay_seconds" not in body:
             return _text("Request body not contains lostBookieRecoveryDelay.", 400)
+        known_fields(body, {"delay_seconds"})
         delay = body["delay_seconds"]
         if isinstance(delay, bool) or not isinstance(delay, (int, str)):
             raise ops.BadRequestError(f"field delay_seconds must be an integer number of seconds, got {delay!r:.50}")
@@ -351,9 +352,10 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _text(f"Success set lostBookieRecoveryDelay to {value}")
 
     async def recover_put(request: web.Request) -> web.Response:
-        body = await json_object(request, {"bookie_src", "delete_cookie", "force"})
+        body = await json_object(request, {"bookie_src", "delete_cookie", "force"}, check=False)
         if not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
+        known_fields(body, {"bookie_src", "delete_cookie", "force"})
         sources = _bookie_src(body["bookie_src"], many=True)
         delete_cookie = body.get("delete_cookie", False)
         force = body.get("force", False)
@@ -377,9 +379,10 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _text(f"Success send recovery request command. (job {job.id}; see {API}/autorecovery/progress)")
 
     async def decommission_put(request: web.Request) -> web.Response:
-        body = await json_object(request, {"bookie_src", "timeout_s"})
+        body = await json_object(request, {"bookie_src", "timeout_s"}, check=False)
         if not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
+        known_fields(body, {"bookie_src", "timeout_s"})
         bookie = _bookie_src(body["bookie_src"], many=False)[0]
         timeout = _timeout_s(body.get("timeout_s"))
 

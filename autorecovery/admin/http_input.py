@@ -57,8 +57,22 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _no_constant(name: str) -> Any:
-    raise ops.BadRequestError(f"request body: {name} is not a JSON number")
+class _NonFinite:
+    """What ``NaN``/``Infinity``/``-Infinity`` parse to, so the error can name the field holding it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _find_non_finite(value: Any, where: str) -> None:
+    if isinstance(value, _NonFinite):
+        raise ops.BadRequestError(f"{where}: {value.name} is not a JSON number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _find_non_finite(v, f"field {k[:50]!r}" if where == "request body" else where)
+    elif isinstance(value, list):
+        for v in value:
+            _find_non_finite(v, where)
 
 
 def parse_json(raw: bytes) -> Any:
@@ -75,19 +89,23 @@ def parse_json(raw: bytes) -> Any:
     if not text.strip():
         raise ops.BadRequestError("no request body provided")
     if _depth(text) > MAX_JSON_DEPTH:
-        raise ops.BadRequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+        raise ops.BadRequestError(f"request body is not JSON this API accepts: it nests deeper than {MAX_JSON_DEPTH} levels")
     import json
 
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_NonFinite)
     except (ValueError, RecursionError) as exc:
         if isinstance(exc, ops.BadRequestError):
             raise
         raise ops.BadRequestError(f"request body is not JSON: {one_line(str(exc), 200)}") from None
+    _find_non_finite(doc, "request body")  # depth <= MAX_JSON_DEPTH: the walk is bounded
+    return doc
 
 
-async def json_object(request: web.Request, fields: frozenset[str] | set[str]) -> dict[str, Any]:
-    """The request body as a JSON object whose keys are all in ``fields``.
+async def json_object(request: web.Request, fields: frozenset[str] | set[str], *, check: bool = True
+                      ) -> dict[str, Any]:
+    """The request body as a JSON object whose keys are all in ``fields`` (with ``check=False`` the
+    caller runs :func:`known_fields` itself, after answering a missing field as upstream does).
 
     Raises:
         BadRequestError: see :func:`parse_json`; not an object; an unknown field (named, with the
@@ -96,10 +114,16 @@ async def json_object(request: web.Request, fields: frozenset[str] | set[str]) -
     body = parse_json(await request.read())
     if not isinstance(body, dict):
         raise ops.BadRequestError(f"request body must be a JSON object with fields {', '.join(sorted(fields))}")
+    if check:
+        known_fields(body, fields)
+    return body
+
+
+def known_fields(body: dict[str, Any], fields: frozenset[str] | set[str]) -> None:
+    """Raise BadRequestError naming the first field of ``body`` not in ``fields``."""
     unknown = sorted(k for k in body if k not in fields)
     if unknown:
         raise ops.BadRequestError(f"request body: unknown field {unknown[0][:50]!r} (known: {', '.join(sorted(fields))})")
-    return body
 
 
 def query_choice(request: web.Request, name: str, choices: tuple[str, ...], default: str | None = None) -> str | None:

@@ -183,7 +183,7 @@ BAD_INPUTS = [
     ("PUT", "/api/v1/autorecovery/maintenance", b'{"action": "stop", "rack": "/r", "colour": 1}', 400, "unknown field 'colour'"),
     ("PUT", "/api/v1/autorecovery/maintenance", b'{"action": "stop", "rack": "/r", "override": "yes"}', 400, "override"),
     ("PUT", "/api/v1/autorecovery/maintenance", b"\xff\xfe{}", 400, "UTF-8"),
-    ("PUT", "/api/v1/autorecovery/lost_bookie_recovery_delay", b'{"delay_seconds": NaN}', 400, "NaN"),
+    ("PUT", "/api/v1/autorecovery/lost_bookie_recovery_delay", b'{"delay_seconds": NaN}', 400, "field 'delay_seconds': NaN"),
     ("PUT", "/api/v1/autorecovery/lost_bookie_recovery_delay", b'{"delay_seconds": [1]}', 400, "delay_seconds"),
     ("PUT", "/api/v1/autorecovery/lost_bookie_recovery_delay", b'{"delay_seconds": 1e999}', 400, "delay_seconds"),
     ("PUT", "/api/v1/autorecovery/lost_bookie_recovery_delay", b'{"delay_seconds": "9' + b"9" * 5000 + b'"}', 400,
