@@ -217,7 +217,7 @@ class Daemon:
                                               read_token_path=s.http.read_token_path, tls=tls)
                 self.http = AdminHttpServer(deps, s.http.address, s.http.port,
                                             ssl_context=tls.server_context if tls else None, reloader=reloader,
-                                            reload_period_s=refresh_period_s(s))
+                                            reload_period_s=refresh_period_s(s), audit_file=s.http.audit_file)
                 await self.http.start()
                 self.http_port = self.http.port
             await self._start_prometheus()

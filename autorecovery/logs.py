@@ -115,6 +115,27 @@ def configure(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = No
     logging.getLogger(AUDIT_LOGGER).setLevel(min(lvl, logging.INFO))
 
 
+def add_audit_file(path: str) -> logging.Handler:
+    """Also append every ``audit`` event (logger :data:`AUDIT_LOGGER`) to ``path`` as one JSON line
+    (``httpAuditLogFile``); returns the handler, for :func:`remove_audit_file`.
+
+    Raises:
+        OSError: the file cannot be opened for appending.
+    """
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.JSONRenderer()]))
+    logging.getLogger(AUDIT_LOGGER).addHandler(handler)
+    return handler
+
+
+def remove_audit_file(handler: logging.Handler) -> None:
+    """Detach and close a handler of :func:`add_audit_file`. Idempotent."""
+    logging.getLogger(AUDIT_LOGGER).removeHandler(handler)
+    handler.close()
+
+
 def library_defaults() -> None:
     """Quiet defaults for autorecovery used as a library (called on ``import autorecovery``).
 

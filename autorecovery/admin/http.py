@@ -528,12 +528,15 @@ class AdminHttpServer:
 
     ``ssl_context`` (:func:`server_ssl_context`, or :attr:`ReloadableTls.server_context`) serves HTTPS;
     None = plain HTTP. ``reloader`` (:class:`~autorecovery.admin.http_auth.CredentialReloader`) is
-    polled every ``reload_period_s`` seconds while serving (0 = never).
+    polled every ``reload_period_s`` seconds while serving (0 = never). ``audit_file``
+    (``httpAuditLogFile``) also receives the audit lines while serving.
     """
 
     def __init__(self, deps: HttpDeps, address: str = "127.0.0.1", port: int = 8080, *,
                  ssl_context: ssl.SSLContext | None = None, reloader: CredentialReloader | None = None,
-                 reload_period_s: float = 0.0) -> None:
+                 reload_period_s: float = 0.0, audit_file: str | None = None) -> None:
+        self.audit_file = audit_file
+        self._audit_handler: Any = None
         self.deps = deps
         self.address = address
         self.requested_port = port
@@ -550,7 +553,8 @@ class AdminHttpServer:
         Raises:
             OSError: naming the address when it cannot be bound (port in use...).
             ConfigError: mutations on a non-loopback address with neither a token nor required client
-                certificates (issue 15; the configuration refuses this first).
+                certificates (issue 15; the configuration refuses this first); ``audit_file`` cannot be
+                opened (naming httpAuditLogFile).
         """
         client_certs = self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED
         creds = self.deps.credentials
@@ -564,7 +568,20 @@ class AdminHttpServer:
         app = build_app(self.deps)
         if _loopback(self.address):
             app.middlewares.append(_loopback_host_check)
-        self._runner, self.port = await _serve(app, self.address, self.requested_port, "HTTP", self.ssl_context)
+        if self.audit_file:
+            from autorecovery import logs
+            from autorecovery.errors import ConfigError
+
+            try:
+                self._audit_handler = logs.add_audit_file(self.audit_file)
+            except OSError as exc:
+                raise ConfigError(f"bad value for httpAuditLogFile: cannot append to {self.audit_file}: "
+                                  f"{exc.strerror or exc}") from None
+        try:
+            self._runner, self.port = await _serve(app, self.address, self.requested_port, "HTTP", self.ssl_context)
+        except BaseException:
+            self._close_audit()
+            raise
         if self.reloader is not None and self.reload_period_s > 0:
             self._reload_task = asyncio.ensure_future(self.reloader.run(self.reload_period_s))
         return self
@@ -578,6 +595,14 @@ class AdminHttpServer:
         await self.deps.jobs.stop()
         runner, self._runner = self._runner, None
         await _unserve(runner)
+        self._close_audit()
+
+    def _close_audit(self) -> None:
+        handler, self._audit_handler = self._audit_handler, None
+        if handler is not None:
+            from autorecovery import logs
+
+            logs.remove_audit_file(handler)
 
 
 class PrometheusHttpServer:

@@ -133,8 +133,8 @@ _LOCATION_PARAMS = frozenset({"conf", "zk", "ledgers_root", "sets"})
 
 def _audit_entry(settings: Any) -> Callable[[int], None] | None:
     """For a mutating shell command, a function writing its ``audit`` line (who = the OS user, what =
-    the command and its options, where = the ZooKeeper it talks to, result = the exit code); None for
-    a read-only one."""
+    the command and its options, where = the ZooKeeper it talks to, result = the exit code) on stderr
+    and in ``httpAuditLogFile`` when set; None for a read-only one."""
     import getpass
 
     ctx = click.get_current_context(silent=True)
@@ -156,9 +156,21 @@ def _audit_entry(settings: Any) -> Callable[[int], None] | None:
     def write(code: int) -> None:
         import structlog
 
-        structlog.get_logger(logs.AUDIT_LOGGER).info(
-            "audit", who=f"os:{who}", via="shell", action=name, params=shown, zk=settings.zk_servers,
-            result="ok" if code == 0 else "failed", exit_code=code)
+        path = settings.http.audit_file
+        handler = None
+        if path:
+            try:
+                handler = logs.add_audit_file(path)
+            except OSError as exc:
+                click.echo(f"WARNING: bad value for httpAuditLogFile: cannot append to {path}: "
+                           f"{exc.strerror or exc}", err=True)
+        try:
+            structlog.get_logger(logs.AUDIT_LOGGER).info(
+                "audit", who=f"os:{who}", via="shell", action=name, params=shown, zk=settings.zk_servers,
+                result="ok" if code == 0 else "failed", exit_code=code)
+        finally:
+            if handler is not None:
+                logs.remove_audit_file(handler)
 
     return write
 

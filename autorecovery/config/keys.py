@@ -239,6 +239,9 @@ KEYS: tuple[Key, ...] = (
        "attributes in certificate order) that get the admin role; other client certificates are read-only; "
        "empty = every client certificate the CA signs is admin",
        origin=OURS),
+    _k("httpAuditLogFile", "str", None, "", "http",
+       "also append every audit line (admin HTTP mutations, secret reads and refusals) to this file as JSON "
+       "lines; unset = the daemon's log only", origin=OURS),
     _k("httpDebugEndpointsEnabled", "bool", False, "", "http",
        "serve the drill/test endpoint PUT /api/v1/autorecovery/expire_session (expires this daemon's "
        "ZooKeeper session); off in production", origin=OURS),

@@ -62,6 +62,7 @@ class HttpSettings:
         read_token: ``httpReadTokenFile``'s first line (the read-only role); never in ``repr``.
         admin_subjects: ``httpAdminCertificateSubjects``: client certificate CNs or subjects of the admin role.
         debug_endpoints: ``httpDebugEndpointsEnabled``: serve ``expire_session``.
+        audit_file: ``httpAuditLogFile``: also append the audit lines there (JSON lines).
     """
 
     enabled: bool
@@ -78,6 +79,7 @@ class HttpSettings:
     read_token_path: str | None = None
     admin_subjects: frozenset[str] = frozenset()
     debug_endpoints: bool = False
+    audit_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -757,7 +759,8 @@ def _http_settings(values: Mapping[str, Any], errors: list[str]) -> HttpSettings
                         port=int(values["httpServerPort"]), mutations_enabled=mutations, tls=tls,
                         cert_path=cert, key_path=key, client_ca_path=ca, token=token, token_path=token_path,
                         read_token=read_token, read_token_path=read_token_path, admin_subjects=subjects,
-                        debug_endpoints=bool(values.get("httpDebugEndpointsEnabled")))
+                        debug_endpoints=bool(values.get("httpDebugEndpointsEnabled")),
+                        audit_file=values.get("httpAuditLogFile") or None)
 
 
 def _token(values: Mapping[str, Any], key: str, errors: list[str]) -> str | None:

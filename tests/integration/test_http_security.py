@@ -73,7 +73,8 @@ def test_default_port_never_answers_the_password(zk, tmp_path):
 
 def test_roles_tokens_audit_and_metric(zk, tmp_path, tokens):
     connect, lid = zk
-    d = daemon(tmp_path, connect, httpAdminMutationsEnabled="true", **tokens)
+    audit_file = tmp_path / "audit.log"
+    d = daemon(tmp_path, connect, httpAdminMutationsEnabled="true", httpAuditLogFile=str(audit_file), **tokens)
     port = d.http_port
     status = "/api/v1/autorecovery/status"
     meta = f"/api/v1/ledger/metadata?ledger_id={lid}"
@@ -115,6 +116,11 @@ def test_roles_tokens_audit_and_metric(zk, tmp_path, tokens):
                                                               ("token:admin", 200)}
         log = d.tail(10**7)
         assert ADMIN not in log and READ not in log and PW_B64 not in log
+        # httpAuditLogFile: the same audit lines, JSON, nothing else
+        in_file = [json.loads(ln) for ln in audit_file.read_text().splitlines()]
+        assert in_file and all(x["event"] == "audit" for x in in_file)
+        assert {(x["who"], x["status"]) for x in in_file} == {(x["who"], x["status"]) for x in log_events(d, "audit")}
+        assert ADMIN not in audit_file.read_text() and READ not in audit_file.read_text()
         code, text, _ = call(port, "GET", "/metrics", token=READ)
         assert code == 200
         assert ('autorecovery_admin_requests_total{action="PUT /api/v1/autorecovery/status",result="ok"} 2.0'

@@ -100,6 +100,7 @@ VALUES: dict[str, str] = {
     "httpServerClientCaPath": "{tmp}/cert.pem",
     "httpAdminTokenFile": "{tmp}/token",
     "httpReadTokenFile": "{tmp}/token2",
+    "httpAuditLogFile": "{tmp}/audit.log",
     "httpAdminCertificateSubjects": "ops;CN=admin,O=acme",
     "httpServerKeyStorePath": "",
     "httpServerKeyStorePassword": "",
