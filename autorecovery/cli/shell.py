@@ -33,6 +33,7 @@ from autorecovery.admin import ops
 from autorecovery.admin.decommission import decommission_bookie
 from autorecovery.admin.recover import recover_bookies
 from autorecovery.cli import formatting as fmt
+from autorecovery.cli.audit import audit_entry
 from autorecovery.admin.http import readable_bytes
 from autorecovery.cli.config import parse_sets, settings_from_cli
 from autorecovery.errors import AutoRecoveryError, ConfigError
@@ -88,7 +89,7 @@ def _execute(conf, zk, ledgers_root, sets, body: Callable[[ops.AdminContext], Aw
         async with ops.open_admin(settings) as ctx:
             return await body(ctx)
 
-    audit = _audit_entry(settings)
+    audit = audit_entry(settings)
     code: int | None = EXIT_FAIL
     try:
         code = asyncio.run(go())
@@ -112,67 +113,6 @@ def _execute(conf, zk, ledgers_root, sets, body: Callable[[ops.AdminContext], Aw
         if audit is not None:
             audit(code or 0)
     sys.exit(code or 0)
-
-
-#: Shell commands that change the cluster (issue 25 audit): command → whether this invocation does,
-#: from its parameters. They go straight to ZooKeeper, so the shell writes the audit line itself.
-_MUTATING: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "triggeraudit": lambda p: True,
-    "forceauditchecks": lambda p: True,
-    "autorecovery": lambda p: bool(p.get("enable") or p.get("disable")),
-    "lostbookierecoverydelay": lambda p: p.get("set_") is not None,
-    "ledgermetadata": lambda p: bool(p.get("restore_from")),
-    "recover": lambda p: not (p.get("query") or p.get("dry_run")),
-    "decommissionbookie": lambda p: True,
-    "maintenance start": lambda p: True,
-    "maintenance stop": lambda p: True,
-    "maintenance override": lambda p: True,
-}
-_LOCATION_PARAMS = frozenset({"conf", "zk", "ledgers_root", "sets"})
-
-
-def _audit_entry(settings: Any) -> Callable[[int], None] | None:
-    """For a mutating shell command, a function writing its ``audit`` line (who = the OS user, what =
-    the command and its options, where = the ZooKeeper it talks to, result = the exit code) on stderr
-    and in ``httpAuditLogFile`` when set; None for a read-only one."""
-    import getpass
-
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return None
-    name = ctx.info_name or ""
-    if ctx.parent is not None and ctx.parent.info_name == "maintenance":
-        name = f"maintenance {name}"
-    decide = _MUTATING.get(name)
-    params = {k: v for k, v in ctx.params.items() if k not in _LOCATION_PARAMS}
-    if decide is None or not decide(params):
-        return None
-    try:
-        who = getpass.getuser()
-    except (KeyError, OSError):
-        who = "unknown"
-    shown = {k: str(v)[:100] for k, v in params.items() if v not in (None, False, (), "")}
-
-    def write(code: int) -> None:
-        import structlog
-
-        path = settings.http.audit_file
-        handler = None
-        if path:
-            try:
-                handler = logs.add_audit_file(path)
-            except OSError as exc:
-                click.echo(f"WARNING: bad value for httpAuditLogFile: cannot append to {path}: "
-                           f"{exc.strerror or exc}", err=True)
-        try:
-            structlog.get_logger(logs.AUDIT_LOGGER).info(
-                "audit", who=f"os:{who}", via="shell", action=name, params=shown, zk=settings.zk_servers,
-                result="ok" if code == 0 else "failed", exit_code=code)
-        finally:
-            if handler is not None:
-                logs.remove_audit_file(handler)
-
-    return write
 
 
 def command(name: str, conf_short: bool = True, set_alias: bool = True, **kw: Any):
