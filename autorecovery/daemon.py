@@ -36,7 +36,8 @@ import structlog
 
 from autorecovery import metrics
 from autorecovery.admin import ops
-from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer, server_ssl_context
+from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer
+from autorecovery.admin.http_auth import CredentialReloader, Credentials, ReloadableTls, refresh_period_s
 from autorecovery.config.load import Settings
 from autorecovery.roles.bookie_info import BookieInfoReader
 from autorecovery.roles.role import Role
@@ -203,12 +204,20 @@ class Daemon:
                                         bookies=self.bookies, watcher=self.watcher, policy=self.policy,
                                         reader=self.reader, progress_source=self._progress)
             if s.http.enabled:
+                tls = (ReloadableTls(str(s.http.cert_path), str(s.http.key_path), s.http.client_ca_path)
+                       if s.http.tls else None)
+                creds = Credentials(admin_token=s.http.token, read_token=s.http.read_token,
+                                    client_certs=tls is not None and tls.client_certs,
+                                    admin_subjects=s.http.admin_subjects)
                 deps = HttpDeps(ctx=self.ctx, mutations_enabled=s.http.mutations_enabled,
                                 liveness=self.liveness, readiness=self.readiness, registry=self.registry,
-                                jobs=Jobs(), token=s.http.token)
-                tls_ctx = (server_ssl_context(s.http.cert_path, s.http.key_path, s.http.client_ca_path)
-                           if s.http.tls else None)
-                self.http = AdminHttpServer(deps, s.http.address, s.http.port, ssl_context=tls_ctx)
+                                jobs=Jobs(), token=s.http.token, credentials=creds,
+                                debug_endpoints=s.http.debug_endpoints)
+                reloader = CredentialReloader(creds, admin_token_path=s.http.token_path,
+                                              read_token_path=s.http.read_token_path, tls=tls)
+                self.http = AdminHttpServer(deps, s.http.address, s.http.port,
+                                            ssl_context=tls.server_context if tls else None, reloader=reloader,
+                                            reload_period_s=refresh_period_s(s), audit_file=s.http.audit_file)
                 await self.http.start()
                 self.http_port = self.http.port
             await self._start_prometheus()

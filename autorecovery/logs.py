@@ -26,6 +26,9 @@ _ID_ALIASES = {"ledger": "ledger_id", "lid": "ledger_id", "ledgerId": "ledger_id
                "bookie": "bookie_id", "bookieId": "bookie_id", "bookie_src": "bookie_id"}
 
 #: Third-party loggers that are chatty at INFO; raised to WARNING unless the level is DEBUG.
+#: logger of the ``audit`` events: always at INFO or below, so ``logLevel=WARNING`` keeps them
+AUDIT_LOGGER = "autorecovery.audit"
+
 _NOISY = ("kazoo", "kazoo.client", "kazoo.protocol.connection", "aiohttp.access", "asyncio", "grpc")
 
 
@@ -108,6 +111,29 @@ def configure(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = No
     root.setLevel(lvl)
     for name in _NOISY:
         logging.getLogger(name).setLevel(lvl if lvl <= logging.DEBUG else max(lvl, logging.WARNING))
+    # audit lines (admin HTTP mutations, the shell's mutating commands; issue 25) whatever the level
+    logging.getLogger(AUDIT_LOGGER).setLevel(min(lvl, logging.INFO))
+
+
+def add_audit_file(path: str) -> logging.Handler:
+    """Also append every ``audit`` event (logger :data:`AUDIT_LOGGER`) to ``path`` as one JSON line
+    (``httpAuditLogFile``); returns the handler, for :func:`remove_audit_file`.
+
+    Raises:
+        OSError: the file cannot be opened for appending.
+    """
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.JSONRenderer()]))
+    logging.getLogger(AUDIT_LOGGER).addHandler(handler)
+    return handler
+
+
+def remove_audit_file(handler: logging.Handler) -> None:
+    """Detach and close a handler of :func:`add_audit_file`. Idempotent."""
+    logging.getLogger(AUDIT_LOGGER).removeHandler(handler)
+    handler.close()
 
 
 def library_defaults() -> None:

@@ -274,6 +274,9 @@ HELP: dict[str, str] = {
     "auditor_UNDER_REPLICATED_LEDGERS_TOTAL_SIZE": "bytes of the ledgers marked per audit (a size, not ms)",
     "auditor_URL_PUBLISH_TIME_FOR_LOST_BOOKIE": "time to publish the markers of a lost bookie (ms)",
     "auditor_election_attempts": "Auditor election votes cast by this node",
+    "autorecovery_admin_requests_total":
+        "admin HTTP requests audited (mutations, secret-revealing reads, refusals), by action (method and "
+        "route) and result: ok, denied (401/403), rejected (other 4xx), failed (5xx) (ours)",
     "autorecovery_audit_zk_ops_total": "ZooKeeper operations of audits, by audit kind (ours)",
     "autorecovery_auditor_event_errors_total": "bookie events the Auditor failed to handle, by retriable (ours)",
     "autorecovery_auditor_index_checks_total": "consistency checks of the Auditor's bookie -> ledger index (ours)",

@@ -39,12 +39,14 @@ path                                                        method  body / answe
 ==========================================================  ======  =========================================
 
 Mutating requests (every PUT) answer 403 unless ``httpAdminMutationsEnabled=true`` (ours; upstream has
-no switch and binds every interface). With ``httpAdminTokenFile`` (issue 15) every PUT/POST/DELETE/PATCH
-must carry ``Authorization: Bearer <token>`` (compared in constant time) or is answered 401 before
-anything else; the configuration refuses mutations on a non-loopback bind without a token or client
-certificates. ``httpServerTlsEnable`` serves HTTPS (PEM certificate and key), with
-``httpServerClientCaPath`` requiring client certificates. Request bodies over
-:data:`MAX_REQUEST_BYTES` answer 413; an unexpected error answers 500 with one line, never a traceback. Upstream answers most errors with 404 and a text body; we keep
+no switch and binds every interface). Roles, credentials (``httpAdminTokenFile``, ``httpReadTokenFile``,
+client certificates and ``httpAdminCertificateSubjects``), the audit line of every mutation and the
+reloading of tokens and certificates: :mod:`autorecovery.admin.http_auth` (issues 15 and 25). The
+ledger password is shown only to an authenticated admin asking ``?withPassword=true``.
+``httpServerTlsEnable`` serves HTTPS (PEM certificate and key), with ``httpServerClientCaPath``
+requiring client certificates. Request bodies over :data:`MAX_REQUEST_BYTES` answer 413; every bad
+input answers 400 with one line naming the field (:mod:`autorecovery.admin.http_input`); an
+unexpected error answers 500 with one line, never a traceback. Upstream answers most errors with 404 and a text body; we keep
 its success bodies and use precise codes for errors (400 bad input, 403 mutations off, 404 missing,
 409 illegal state, 503 unavailable), with the error text as body.
 """
@@ -53,7 +55,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import itertools
 import json
 import math
@@ -70,6 +71,16 @@ from aiohttp import web
 from autorecovery import metrics
 from autorecovery.admin import ops
 from autorecovery.admin.decommission import decommission_bookie
+from autorecovery.admin.http_auth import (
+    MUTATING_METHODS,
+    CredentialReloader,
+    Credentials,
+    ReloadableTls,
+    audit_middleware,
+    auth_middleware,
+    server_ssl_context,
+)
+from autorecovery.admin.http_input import json_object, known_fields, one_line, query_bool, query_choice
 from autorecovery.admin.recover import recover_bookies
 from autorecovery.errors import AutoRecoveryError, IllegalOpError
 
@@ -81,8 +92,9 @@ API = "/api/v1"
 #: documents): larger ones answer 413 before any handler runs.
 MAX_REQUEST_BYTES = 64 * 1024
 
-#: Methods that change something; with a token configured each must carry it.
-MUTATING_METHODS = frozenset({"PUT", "POST", "DELETE", "PATCH"})
+__all__ = ["MAX_REQUEST_BYTES", "MUTATING_METHODS", "AdminHttpServer", "CredentialReloader", "Credentials",
+           "HttpDeps", "Jobs", "PrometheusHttpServer", "ReloadableTls", "build_app", "readable_bytes",
+           "server_ssl_context"]
 
 
 def readable_bytes(value: int) -> str:
@@ -205,17 +217,7 @@ def _json(obj: Any, status: int = 200) -> web.Response:
 
 
 def _error(exc: BaseException) -> web.Response:
-    return _text(str(exc), ops.http_status(exc))
-
-
-async def _body_json(request: web.Request) -> Any:
-    raw = await request.text()
-    if not raw.strip():
-        raise ops.BadRequestError("no request body provided")
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # bad JSON, a >4300-digit number, nesting too deep
-        raise ops.BadRequestError(f"request body is not JSON: {str(exc)[:200]}") from None
+    return _text(one_line(str(exc)), ops.http_status(exc))
 
 
 def _bookie_src(value: Any, many: bool) -> list[str]:
@@ -246,8 +248,11 @@ class HttpDeps:
         readiness: ``() -> (ready, details)`` for /readyz.
         registry: metrics registry served on /metrics.
         jobs: owner of background recover/decommission jobs.
-        token: bearer token every mutating request must carry (``httpAdminTokenFile``); None = no
-            token check. Never logged, never in ``repr``.
+        token: bearer token of the admin role (``httpAdminTokenFile``); None = none. Never logged,
+            never in ``repr``. Used to build ``credentials`` when that is not given.
+        credentials: the live roles' credentials (:class:`~autorecovery.admin.http_auth.Credentials`);
+            the reloader changes them in place.
+        debug_endpoints: serve ``PUT /api/v1/autorecovery/expire_session`` (``httpDebugEndpointsEnabled``).
     """
 
     ctx: ops.AdminContext
@@ -257,58 +262,12 @@ class HttpDeps:
     registry: metrics.MetricsRegistry = field(default_factory=lambda: metrics.REGISTRY)
     jobs: Jobs = field(default_factory=Jobs)
     token: str | None = field(default=None, repr=False)
+    credentials: Credentials | None = None
+    debug_endpoints: bool = False
 
-
-def _token_check(token: str) -> Callable:
-    """A middleware answering 401 to a mutating request without ``Authorization: Bearer <token>``.
-
-    The comparison is constant-time (``hmac.compare_digest`` on bytes); the answer names neither the
-    expected nor the presented token.
-    """
-    want = token.encode("utf-8")
-
-    @web.middleware
-    async def check(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                    ) -> web.StreamResponse:
-        if request.method in MUTATING_METHODS:
-            scheme, _, got = request.headers.get("Authorization", "").partition(" ")
-            ok = scheme.lower() == "bearer" and hmac.compare_digest(got.strip().encode("utf-8"), want)
-            if not ok:
-                log.warning("admin request refused: missing or wrong bearer token", method=request.method,
-                            path=request.path, remote=request.remote)
-                resp = _text("401 Unauthorized: this request changes the cluster and needs "
-                             "'Authorization: Bearer <token>' with the token of httpAdminTokenFile", 401)
-                resp.headers["WWW-Authenticate"] = 'Bearer realm="autorecovery"'
-                return resp
-        return await handler(request)
-
-    return check
-
-
-def server_ssl_context(cert_path: str, key_path: str, client_ca_path: str | None = None) -> ssl.SSLContext:
-    """The HTTPS context of the admin server (``httpServerTlsEnable``): TLS 1.2+, the PEM certificate
-    chain and key, and with ``client_ca_path`` a required client certificate signed by those CAs.
-
-    Raises:
-        ConfigError: naming the key when a file cannot be loaded (the key's content is never quoted).
-    """
-    from autorecovery.errors import ConfigError
-
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(cert_path, key_path)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"bad value for httpServerCertificatePath/httpServerKeyPath: cannot load {cert_path} "
-                          f"with its key: {getattr(exc, 'strerror', None) or type(exc).__name__}") from None
-    if client_ca_path:
-        try:
-            ctx.load_verify_locations(cafile=client_ca_path)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"bad value for httpServerClientCaPath: cannot load {client_ca_path}: "
-                              f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
+    def __post_init__(self) -> None:
+        if self.credentials is None:
+            self.credentials = Credentials(admin_token=self.token)
 
 
 def build_app(deps: HttpDeps) -> web.Application:
@@ -332,10 +291,10 @@ def build_app(deps: HttpDeps) -> web.Application:
             except AutoRecoveryError as exc:
                 return _error(exc)
             except ValueError as exc:
-                return _text(str(exc), 400)
+                return _text(one_line(str(exc)), 400)
             except Exception as exc:  # noqa: BLE001 - never a bare 500 without a body
                 log.error("admin request failed", path=request.path, error=str(exc))
-                return _text(f"{type(exc).__name__}: {exc}", 500)
+                return _text(one_line(f"{type(exc).__name__}: {exc}"), 500)
         return wrapped
 
     async def metrics_h(_r: web.Request) -> web.Response:
@@ -353,10 +312,9 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _json({"enabled": await ops.autorecovery_enabled(ctx)})
 
     async def status_put(request: web.Request) -> web.Response:
-        enabled = request.query.get("enabled")
-        if enabled is None:
-            return _text(f"Param 'enabled' not found in {dict(request.query)}", 400)
-        res = await ops.set_autorecovery(ctx, enabled.strip().lower() == "true")
+        if "enabled" not in request.query:
+            return _text(one_line(f"Param 'enabled' not found in {dict(request.query)}"), 400)
+        res = await ops.set_autorecovery(ctx, query_bool(request, "enabled"))
         return _json({"enabled": res.enabled})
 
     async def lur(request: web.Request) -> web.Response:
@@ -365,7 +323,7 @@ def build_app(deps: HttpDeps) -> web.Application:
                                                q.get("excludingmissingreplica") or None)
         if not items:
             return _text("No under replicated ledgers found", 404)
-        if "printmissingreplica" in q:
+        if query_bool(request, "printmissingreplica"):
             return _json({str(i.ledger_id): list(i.replicas) for i in items})
         return _json([i.ledger_id for i in items])
 
@@ -383,22 +341,27 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _text(f"lostBookieRecoveryDelay value: {await ops.get_lost_bookie_recovery_delay(ctx)}")
 
     async def delay_put(request: web.Request) -> web.Response:
-        body = await _body_json(request)
-        if not isinstance(body, dict) or "delay_seconds" not in body:
+        body = await json_object(request, {"delay_seconds"}, check=False)
+        if "delay_seconds" not in body:
             return _text("Request body not contains lostBookieRecoveryDelay.", 400)
-        value = await ops.set_lost_bookie_recovery_delay(ctx, body["delay_seconds"])
+        known_fields(body, {"delay_seconds"})
+        delay = body["delay_seconds"]
+        if isinstance(delay, bool) or not isinstance(delay, (int, str)):
+            raise ops.BadRequestError(f"field delay_seconds must be an integer number of seconds, got {delay!r:.50}")
+        value = await ops.set_lost_bookie_recovery_delay(ctx, delay)
         return _text(f"Success set lostBookieRecoveryDelay to {value}")
 
     async def recover_put(request: web.Request) -> web.Response:
-        body = await _body_json(request)
-        if not isinstance(body, dict) or not body.get("bookie_src"):
+        body = await json_object(request, {"bookie_src", "delete_cookie", "force"}, check=False)
+        if not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
+        known_fields(body, {"bookie_src", "delete_cookie", "force"})
         sources = _bookie_src(body["bookie_src"], many=True)
         delete_cookie = body.get("delete_cookie", False)
         force = body.get("force", False)
         for name, value in (("delete_cookie", delete_cookie), ("force", force)):
             if not isinstance(value, bool):
-                raise ops.BadRequestError(f"bad {name} {value!r}: expected true or false")
+                raise ops.BadRequestError(f"bad {name} {value!r:.50}: expected true or false")
         # refuse a running source before a job exists (issue 15): the same checks recover_bookies makes
         w = await ctx.get_watcher()
         live = [s for s in sources if s in w.writable or s in w.readonly]
@@ -416,9 +379,10 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _text(f"Success send recovery request command. (job {job.id}; see {API}/autorecovery/progress)")
 
     async def decommission_put(request: web.Request) -> web.Response:
-        body = await _body_json(request)
-        if not isinstance(body, dict) or not body.get("bookie_src"):
+        body = await json_object(request, {"bookie_src", "timeout_s"}, check=False)
+        if not body.get("bookie_src"):
             return _text("Request body not contains bookie_src.", 400)
+        known_fields(body, {"bookie_src", "timeout_s"})
         bookie = _bookie_src(body["bookie_src"], many=False)[0]
         timeout = _timeout_s(body.get("timeout_s"))
 
@@ -463,19 +427,21 @@ def build_app(deps: HttpDeps) -> web.Application:
     async def ledger_meta(request: web.Request) -> web.Response:
         if "ledger_id" not in request.query:
             return _text("Param 'ledger_id' not found: expected ?ledger_id=N", 400)
+        fmt = query_choice(request, "format", ("upstream", "autorecovery"), "upstream")
+        # issue 25: the password only for an authenticated admin (checked by auth_middleware)
+        with_password = query_bool(request, "withPassword")
         lid, md, version = await ops.ledger_metadata(ctx, request.query["ledger_id"])
-        if request.query.get("format") == "autorecovery":  # ours: flat fields, bookie ids as strings
+        if fmt == "autorecovery":  # ours: flat fields, bookie ids as strings, never the password
             return _json(ops.metadata_json(lid, md, version))
-        return _json({str(lid): ops.metadata_upstream_json(lid, md)})
+        return _json({str(lid): ops.metadata_upstream_json(lid, md, with_password=with_password)})
 
     async def heartbeat(_r: web.Request) -> web.Response:
         return _text("OK\n")
 
     async def list_bookies(request: web.Request) -> web.Response:
-        q = request.query
         w = await ctx.get_watcher()
-        chosen = w.readonly if q.get("type") == "ro" else w.writable
-        hostnames = q.get("print_hostnames") == "true"
+        chosen = w.readonly if query_choice(request, "type", ("rw", "ro"), "rw") == "ro" else w.writable
+        hostnames = query_bool(request, "print_hostnames")
         return _json({b: (b.rpartition(":")[0].strip("[]") if hostnames else None) for b in sorted(chosen)})
 
     async def server_config_get(_r: web.Request) -> web.Response:
@@ -485,8 +451,9 @@ def build_app(deps: HttpDeps) -> web.Application:
         return _text("changing the configuration at run time is not supported by autorecovery: "
                      "edit bk_server.conf (or BK_<key>) and restart the daemon", 405)
 
+    assert deps.credentials is not None
     app = web.Application(client_max_size=MAX_REQUEST_BYTES,
-                          middlewares=[_token_check(deps.token)] if deps.token else [])
+                          middlewares=[audit_middleware(deps.registry), auth_middleware(deps.credentials)])
     r = app.router
     r.add_get("/metrics", metrics_h)
     r.add_get("/healthz", healthz)
@@ -510,7 +477,7 @@ def build_app(deps: HttpDeps) -> web.Application:
     r.add_put(f"{API}/config/server_config", server_config_put)
     from autorecovery.admin import http_maintenance
 
-    http_maintenance.add_routes(r, ctx, mutating, guarded)
+    http_maintenance.add_routes(r, ctx, mutating, guarded, debug=deps.debug_endpoints)
     return app
 
 
@@ -559,17 +526,26 @@ async def _loopback_host_check(request: web.Request, handler: Callable[[web.Requ
 class AdminHttpServer:
     """Runs :func:`build_app` on ``address:port``; :attr:`port` is the bound port (useful with port 0).
 
-    ``ssl_context`` (:func:`server_ssl_context`) serves HTTPS; None = plain HTTP.
+    ``ssl_context`` (:func:`server_ssl_context`, or :attr:`ReloadableTls.server_context`) serves HTTPS;
+    None = plain HTTP. ``reloader`` (:class:`~autorecovery.admin.http_auth.CredentialReloader`) is
+    polled every ``reload_period_s`` seconds while serving (0 = never). ``audit_file``
+    (``httpAuditLogFile``) also receives the audit lines while serving.
     """
 
     def __init__(self, deps: HttpDeps, address: str = "127.0.0.1", port: int = 8080, *,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, reloader: CredentialReloader | None = None,
+                 reload_period_s: float = 0.0, audit_file: str | None = None) -> None:
+        self.audit_file = audit_file
+        self._audit_handler: Any = None
         self.deps = deps
         self.address = address
         self.requested_port = port
         self.ssl_context = ssl_context
+        self.reloader = reloader
+        self.reload_period_s = reload_period_s
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
+        self._reload_task: asyncio.Task | None = None
 
     async def start(self) -> "AdminHttpServer":
         """Bind and serve.
@@ -577,10 +553,14 @@ class AdminHttpServer:
         Raises:
             OSError: naming the address when it cannot be bound (port in use...).
             ConfigError: mutations on a non-loopback address with neither a token nor required client
-                certificates (issue 15; the configuration refuses this first).
+                certificates (issue 15; the configuration refuses this first); ``audit_file`` cannot be
+                opened (naming httpAuditLogFile).
         """
         client_certs = self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED
-        if self.deps.mutations_enabled and not _loopback(self.address) and not self.deps.token and not client_certs:
+        creds = self.deps.credentials
+        assert creds is not None
+        creds.client_certs = creds.client_certs or client_certs
+        if self.deps.mutations_enabled and not _loopback(self.address) and not creds.admin_token and not client_certs:
             from autorecovery.errors import ConfigError
 
             raise ConfigError(f"refusing to serve mutating admin endpoints on {self.address} without "
@@ -588,14 +568,41 @@ class AdminHttpServer:
         app = build_app(self.deps)
         if _loopback(self.address):
             app.middlewares.append(_loopback_host_check)
-        self._runner, self.port = await _serve(app, self.address, self.requested_port, "HTTP", self.ssl_context)
+        if self.audit_file:
+            from autorecovery import logs
+            from autorecovery.errors import ConfigError
+
+            try:
+                self._audit_handler = logs.add_audit_file(self.audit_file)
+            except OSError as exc:
+                raise ConfigError(f"bad value for httpAuditLogFile: cannot append to {self.audit_file}: "
+                                  f"{exc.strerror or exc}") from None
+        try:
+            self._runner, self.port = await _serve(app, self.address, self.requested_port, "HTTP", self.ssl_context)
+        except BaseException:
+            self._close_audit()
+            raise
+        if self.reloader is not None and self.reload_period_s > 0:
+            self._reload_task = asyncio.ensure_future(self.reloader.run(self.reload_period_s))
         return self
 
     async def stop(self) -> None:
-        """Stop background jobs, then the server. Idempotent."""
+        """Stop the reloader and background jobs, then the server. Idempotent."""
+        task, self._reload_task = self._reload_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         await self.deps.jobs.stop()
         runner, self._runner = self._runner, None
         await _unserve(runner)
+        self._close_audit()
+
+    def _close_audit(self) -> None:
+        handler, self._audit_handler = self._audit_handler, None
+        if handler is not None:
+            from autorecovery import logs
+
+            logs.remove_audit_file(handler)
 
 
 class PrometheusHttpServer:

@@ -503,10 +503,16 @@ def _b64(data: bytes) -> str:
 
 
 
-def metadata_upstream_json(ledger_id: int, md: LedgerMetadata) -> dict[str, Any]:
+#: What stands for the ledger password when it is not asked for (upstream ``toSafeString``'s word).
+PASSWORD_OMITTED = "OMITTED"
+
+
+def metadata_upstream_json(ledger_id: int, md: LedgerMetadata, *, with_password: bool = False) -> dict[str, Any]:
     """One ledger's metadata as upstream's HTTP ``/api/v1/ledger/metadata`` serialises it (Jackson on
-    ``LedgerMetadataImpl``'s getters): bookies as ``{"id": "host:port"}`` objects, password and custom
-    metadata values in base64, ``lastEntryId`` -1 and ``length`` 0 while open."""
+    ``LedgerMetadataImpl``'s getters): bookies as ``{"id": "host:port"}`` objects, custom metadata
+    values in base64, ``lastEntryId`` -1 and ``length`` 0 while open. The password is
+    ``"OMITTED"`` (upstream's ``toSafeString`` word; upstream's HTTP prints it, issue 25) unless
+    ``with_password`` (an authenticated admin's ``?withPassword=true``), then base64 as upstream."""
     return {
         "ledgerId": ledger_id,
         "allEnsembles": {str(s.first_entry_id): [{"id": b} for b in s.ensemble] for s in md.segments},
@@ -514,7 +520,7 @@ def metadata_upstream_json(ledger_id: int, md: LedgerMetadata) -> dict[str, Any]
         "writeQuorumSize": md.write_quorum,
         "ackQuorumSize": md.ack_quorum,
         "ctime": md.ctime,
-        "password": _b64(md.password),
+        "password": _b64(md.password) if with_password else PASSWORD_OMITTED,
         "digestType": upstream_digest_name(md),
         "lastEntryId": md.last_entry_id if md.state == LedgerState.CLOSED else -1,
         "length": md.length if md.state == LedgerState.CLOSED else 0,

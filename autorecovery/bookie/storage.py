@@ -117,7 +117,7 @@ SKIPPED = BookieStatusError("EIO", "skipped: an earlier entry of this stream fai
 
 @dataclass(slots=True)
 class _Ledger:
-    master_key: bytes
+    master_key: bytes = field(repr=False)  # a secret: never in repr (issue 25)
     fenced: bool
     lac: int
 
@@ -128,7 +128,7 @@ class _Op:
     ledger_id: int = 0
     #: an add's entries, in order: ``(entry id, body, piggy-backed LAC)``
     entries: Sequence[tuple[int, bytes, int]] = ()
-    master_key: bytes = b""
+    master_key: bytes = field(default=b"", repr=False)
     recovery: bool = False
     stream: _StreamState | None = None
     future: asyncio.Future | None = None

@@ -18,16 +18,18 @@ def bookie_line(bookie_id: str, address: tuple[str, int, str]) -> str:
     return f"BookieID:{bookie_id}, IP:{ip}, Port:{port}, Hostname:{name}"
 
 
-def format_metadata(md: LedgerMetadata) -> str:
-    """Upstream ``LedgerMetadataImpl.toString()`` (4.17), field for field::
+def format_metadata(md: LedgerMetadata, *, with_password: bool = False) -> str:
+    """Upstream ``LedgerMetadataImpl.toSafeString()`` (4.17), field for field::
 
         LedgerMetadata{formatVersion=3, ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED,
-        length=1280, lastEntryId=4, digestType=CRC32C, password=base64:cHc=, ensembles={0=[a:1, b:2, c:3]},
+        length=1280, lastEntryId=4, digestType=CRC32C, password=OMITTED, ensembles={0=[a:1, b:2, c:3]},
         customMetadata={key=base64:dmFsdWU=}}
 
-    ``length``/``lastEntryId`` only for a closed ledger (as upstream); the password in base64 (upstream's
-    ``toString``, not ``toSafeString``); custom metadata values in base64, keys sorted (upstream's order
-    is a HashMap's). ``ctime`` is not part of upstream's text; see ``ledgermetadata --json``.
+    ``length``/``lastEntryId`` only for a closed ledger (as upstream); the password is ``OMITTED``
+    (upstream's ``toSafeString``; issue 25) unless ``with_password`` asks for upstream's ``toString``
+    form ``password=base64:cHc=`` (the shell's ``ledgermetadata --with-password``); custom metadata
+    values in base64, keys sorted (upstream's order is a HashMap's). ``ctime`` is not part of upstream's
+    text; see ``ledgermetadata --json``.
     """
     ens = ", ".join(f"{s.first_entry_id}=[{', '.join(s.ensemble)}]" for s in md.segments)
     custom = ", ".join(f"{k}=base64:{_b64(v)}" for k, v in sorted(md.custom_metadata.items()))
@@ -42,7 +44,7 @@ def format_metadata(md: LedgerMetadata) -> str:
         parts += [f"length={md.length}", f"lastEntryId={md.last_entry_id}"]
     parts += [
         f"digestType={upstream_digest_name(md)}",
-        f"password=base64:{_b64(md.password)}",
+        f"password=base64:{_b64(md.password)}" if with_password else "password=OMITTED",
         f"ensembles={{{ens}}}",
         f"customMetadata={{{custom}}}",
     ]

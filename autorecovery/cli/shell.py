@@ -33,6 +33,7 @@ from autorecovery.admin import ops
 from autorecovery.admin.decommission import decommission_bookie
 from autorecovery.admin.recover import recover_bookies
 from autorecovery.cli import formatting as fmt
+from autorecovery.cli.audit import audit_entry
 from autorecovery.admin.http import readable_bytes
 from autorecovery.cli.config import parse_sets, settings_from_cli
 from autorecovery.errors import AutoRecoveryError, ConfigError
@@ -88,21 +89,29 @@ def _execute(conf, zk, ledgers_root, sets, body: Callable[[ops.AdminContext], Aw
         async with ops.open_admin(settings) as ctx:
             return await body(ctx)
 
+    audit = audit_entry(settings)
+    code: int | None = EXIT_FAIL
     try:
         code = asyncio.run(go())
     except CommandFailed as exc:
+        code = exc.code
         if str(exc):
             click.echo(f"ERROR: {exc}", err=True)
         sys.exit(exc.code)
     except (ops.BadRequestError, ConfigError) as exc:
+        code = EXIT_USAGE
         click.echo(f"ERROR: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except AutoRecoveryError as exc:
         click.echo(f"ERROR: {exc}", err=True)
         sys.exit(EXIT_FAIL)
     except KeyboardInterrupt:
+        code = 130
         click.echo("ERROR: interrupted", err=True)
         sys.exit(130)
+    finally:
+        if audit is not None:
+            audit(code or 0)
     sys.exit(code or 0)
 
 
@@ -343,7 +352,9 @@ def listbookies(conf, zk, ledgers_root, sets, readwrite, readonly, all_, hostnam
               help="Create the ledger's metadata from FILE (a -dumptofile output).")
 @click.option("-update", "--update", is_flag=True, help="With -restorefromfile: overwrite an existing ledger.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of upstream's toString form (ours).")
-def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from, update, as_json):
+@click.option("--with-password", "-withpassword", "with_password", is_flag=True,
+              help="Print the ledger password (base64, upstream's toString) instead of password=OMITTED (ours).")
+def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from, update, as_json, with_password):
     if ledgerid is None:
         click.echo("ERROR: Must specify a ledger id (-l/--ledgerid/-ledgerid N)", err=True)
         sys.exit(EXIT_USAGE)
@@ -378,7 +389,7 @@ def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from
             click.echo(json.dumps(ops.metadata_json(lid, md, version), indent=2))
         else:
             click.echo(f"ledgerID: {lid}")
-            click.echo(fmt.format_metadata(md))
+            click.echo(fmt.format_metadata(md, with_password=with_password))
     _execute(conf, zk, ledgers_root, sets, body)
 
 

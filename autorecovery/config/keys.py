@@ -227,9 +227,24 @@ KEYS: tuple[Key, ...] = (
        "with httpServerTlsEnable: PEM CA certificates; every HTTPS client must present a certificate they "
        "sign (mTLS)", origin=OURS),
     _k("httpAdminTokenFile", "str", None, "", "http",
-       "file whose first line is the bearer token every PUT/POST/DELETE must carry (Authorization: Bearer "
-       "<token>); required with mutations on a non-loopback bind unless httpServerClientCaPath is set",
+       "file whose first line is the admin bearer token (Authorization: Bearer <token>): every PUT/POST/DELETE "
+       "and ?withPassword=true need it (or an admin client certificate); required with mutations on a "
+       "non-loopback bind unless httpServerClientCaPath is set; re-read when it changes "
+       "(tlsCertFilesRefreshDurationSeconds)", origin=OURS),
+    _k("httpReadTokenFile", "str", None, "", "http",
+       "file whose first line is the read-only bearer token: when set every GET needs it or the admin token "
+       "(401 otherwise); re-read when it changes (tlsCertFilesRefreshDurationSeconds)", origin=OURS),
+    _k("httpAdminCertificateSubjects", "str", "", "", "http",
+       "with httpServerClientCaPath: semicolon-separated client certificate CNs or whole subjects (CN=ops,O=acme, "
+       "attributes in certificate order) that get the admin role; other client certificates are read-only; "
+       "empty = every client certificate the CA signs is admin",
        origin=OURS),
+    _k("httpAuditLogFile", "str", None, "", "http",
+       "also append every audit line (admin HTTP mutations, secret reads and refusals) to this file as JSON "
+       "lines; unset = the daemon's log only", origin=OURS),
+    _k("httpDebugEndpointsEnabled", "bool", False, "", "http",
+       "serve the drill/test endpoint PUT /api/v1/autorecovery/expire_session (expires this daemon's "
+       "ZooKeeper session); off in production", origin=OURS),
     _k("httpServerKeyStorePath", "str", None, "", "http",
        "upstream's JKS key store of the HTTPS server: refused when set (use httpServerCertificatePath and "
        "httpServerKeyPath)"),

@@ -57,6 +57,12 @@ class HttpSettings:
         client_ca_path: ``httpServerClientCaPath``: with TLS, require client certificates this CA signs.
         token: the bearer token of ``httpAdminTokenFile`` (first line) that every PUT/POST/DELETE must
             carry; None = no token check. Never part of ``repr`` and never logged.
+
+    Issue 25 (all optional):
+        read_token: ``httpReadTokenFile``'s first line (the read-only role); never in ``repr``.
+        admin_subjects: ``httpAdminCertificateSubjects``: client certificate CNs or subjects of the admin role.
+        debug_endpoints: ``httpDebugEndpointsEnabled``: serve ``expire_session``.
+        audit_file: ``httpAuditLogFile``: also append the audit lines there (JSON lines).
     """
 
     enabled: bool
@@ -69,6 +75,11 @@ class HttpSettings:
     client_ca_path: str | None = None
     token: str | None = field(default=None, repr=False)
     token_path: str | None = None
+    read_token: str | None = field(default=None, repr=False)
+    read_token_path: str | None = None
+    admin_subjects: frozenset[str] = frozenset()
+    debug_endpoints: bool = False
+    audit_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -694,7 +705,8 @@ def _tls_off_warnings(values: Mapping[str, Any], sources: Mapping[str, str]) -> 
          ("zookeeper.ssl.keyStore.location", "zookeeper.ssl.trustStore.location"),
          "ZooKeeper connections stay plaintext"),
         (bool(values.get("httpServerTlsEnable")), "httpServerTlsEnable=true",
-         ("httpServerCertificatePath", "httpServerKeyPath", "httpServerClientCaPath"), "the admin port serves plain HTTP"),
+         ("httpServerCertificatePath", "httpServerKeyPath", "httpServerClientCaPath", "httpAdminCertificateSubjects"),
+         "the admin port serves plain HTTP"),
     )
     for on, switch, names, what in groups:
         if on:
@@ -731,14 +743,14 @@ def _http_settings(values: Mapping[str, Any], errors: list[str]) -> HttpSettings
         if ca:
             _check_pem(str(ca), "httpServerClientCaPath", errors)
     token_path = values.get("httpAdminTokenFile") or None
-    token: str | None = None
-    if token_path:
-        line = _secret_first_line("httpAdminTokenFile", token_path, errors)
-        if line is not None:
-            token = line.strip() or None
-            if token is None:
-                errors.append(f"bad value for httpAdminTokenFile: {token_path} is empty (expected the token on "
-                              f"the first line)")
+    token = _token(values, "httpAdminTokenFile", errors)
+    read_token_path = values.get("httpReadTokenFile") or None
+    read_token = _token(values, "httpReadTokenFile", errors)
+    if token and read_token and token == read_token:
+        errors.append("httpReadTokenFile and httpAdminTokenFile hold the same token: give the read-only role "
+                      "its own token")
+    subjects = frozenset(s.strip() for s in str(values.get("httpAdminCertificateSubjects") or "").split(";")
+                         if s.strip())
     mutations = bool(values["httpAdminMutationsEnabled"])
     if (mutations and values.get("httpServerEnabled") and not _is_loopback(address) and not token_path
             and not (tls and ca)):
@@ -747,7 +759,25 @@ def _http_settings(values: Mapping[str, Any], errors: list[str]) -> HttpSettings
                       f"httpServerClientCaPath (client certificates)")
     return HttpSettings(enabled=bool(values["httpServerEnabled"]), address=address,
                         port=int(values["httpServerPort"]), mutations_enabled=mutations, tls=tls,
-                        cert_path=cert, key_path=key, client_ca_path=ca, token=token, token_path=token_path)
+                        cert_path=cert, key_path=key, client_ca_path=ca, token=token, token_path=token_path,
+                        read_token=read_token, read_token_path=read_token_path, admin_subjects=subjects,
+                        debug_endpoints=bool(values.get("httpDebugEndpointsEnabled")),
+                        audit_file=values.get("httpAuditLogFile") or None)
+
+
+def _token(values: Mapping[str, Any], key: str, errors: list[str]) -> str | None:
+    """The first line of the token file ``key`` names (stripped), None when unset; appends to ``errors``
+    (naming the key and path, never the content) when it is unreadable or empty."""
+    path = values.get(key) or None
+    if not path:
+        return None
+    line = _secret_first_line(key, path, errors)
+    if line is None:
+        return None
+    token = line.strip() or None
+    if token is None:
+        errors.append(f"bad value for {key}: {path} is empty (expected the token on the first line)")
+    return token
 
 
 def _provider_kind(name: str) -> str:

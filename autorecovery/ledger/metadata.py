@@ -54,7 +54,9 @@ class LedgerMetadata:
         state: OPEN, IN_RECOVERY or CLOSED. last_entry_id: -1 while open or empty.
         length: bytes of payload (set on close). segments: ensembles by first entry id, ascending.
         digest_type, password: entry digest settings (``ledger.digest``); bookies get the master key
-            derived from the password (``ledger.digest.master_key``), never the password itself.
+            derived from the password (``ledger.digest.master_key``), never the password itself. The
+            password is left out of ``repr`` (issue 25: a logged or printed metadata object leaks no
+            secret).
         ctime: creation time in ms since the epoch (0 when the znode carries none).
         custom_metadata: user key → bytes.
         format_version: the metadata format the znode was read in (1, 2 or 3; 3 for new ledgers). A
@@ -72,7 +74,7 @@ class LedgerMetadata:
     last_entry_id: int = -1
     length: int = 0
     digest_type: DigestType = DigestType.CRC32C
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)  # a secret: never in repr, logs or tracebacks
     ctime: int = 0
     custom_metadata: dict[str, bytes] = field(default_factory=dict)
     ctoken: int = 0

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 def env(tmp_path_factory):
     c = LocalCluster(tmp_path_factory.mktemp("maint"), bookies=3, racks=1).up()
     try:
-        port, _ = start_daemon(c, 0, httpAdminMutationsEnabled="true")
+        port, _ = start_daemon(c, 0, httpAdminMutationsEnabled="true", httpDebugEndpointsEnabled="true")
         yield c, Http(port)
     finally:
         c.down()

@@ -116,12 +116,17 @@ def test_ledgermetadata_upstream_format_and_spellings(cluster):
     lid = arun(_fake_ledger(cluster, ens))
     expected = (f"ledgerID: {lid}\n"
                 "LedgerMetadata{formatVersion=3, ensembleSize=2, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED, "
-                f"length=0, lastEntryId=-1, digestType=MAC, password=base64:{base64.b64encode(b'pw').decode()}, "
+                "length=0, lastEntryId=-1, digestType=MAC, password=OMITTED, "
                 f"ensembles={{0=[{ens[0]}, {ens[1]}]}}, "
                 f"customMetadata={{app=base64:{base64.b64encode(b'val').decode()}}}}}\n")
     try:
         for spelling in ("-ledgerid", "--ledgerid", "-l"):
             assert ok(shell(cluster, "ledgermetadata", spelling, str(lid))) == expected, spelling
+        # issue 25: the password only when asked for (upstream's toString form)
+        pw = f"password=base64:{base64.b64encode(b'pw').decode()}, "
+        for flag in ("--with-password", "-withpassword"):
+            assert ok(shell(cluster, "ledgermetadata", "-l", str(lid), flag)) == \
+                expected.replace("password=OMITTED, ", pw), flag
         doc = json.loads(ok(shell(cluster, "ledgermetadata", "-l", str(lid), "--json")))
         assert doc["ctime"] == 1700000000000 and doc["digestType"] == "HMAC"
         res = shell(cluster, "ledgermetadata")

@@ -23,15 +23,26 @@ def _md(**kw) -> LedgerMetadata:
 def test_tostring_closed_ledger_as_upstream():
     md = _md(state=LedgerState.CLOSED, last_entry_id=19, length=2000, digest_type=DigestType.HMAC,
              password=b"secret", custom_metadata={"z": b"\x00\xff", "a": b"x"})
-    assert fmt.format_metadata(md) == (
+    assert fmt.format_metadata(md, with_password=True) == (
         "LedgerMetadata{formatVersion=3, ensembleSize=3, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED, "
         "length=2000, lastEntryId=19, digestType=MAC, password=base64:c2VjcmV0, "
         "ensembles={0=[a:1, b:2, c:3], 10=[a:1, d:4, c:3]}, customMetadata={a=base64:eA==, z=base64:AP8=}}")
 
 
+def test_password_is_omitted_unless_asked_as_upstream_tosafestring():
+    """Issue 25: upstream's toSafeString word, in the shell text, the HTTP JSON and the object's repr."""
+    md = _md(state=LedgerState.CLOSED, last_entry_id=19, length=2000, digest_type=DigestType.HMAC,
+             password=b"secret")
+    text = fmt.format_metadata(md)
+    assert "password=OMITTED, " in text and "c2VjcmV0" not in text and "secret" not in text
+    assert ops.metadata_upstream_json(1, md)["password"] == "OMITTED"
+    assert ops.metadata_upstream_json(1, md, with_password=True)["password"] == "c2VjcmV0"
+    assert "secret" not in repr(md) and "secret" not in str(md) and "password" not in repr(md)
+
+
 def test_tostring_open_ledger_has_no_length_nor_last_entry():
     text = fmt.format_metadata(_md(state=LedgerState.IN_RECOVERY))
-    assert "state=IN_RECOVERY, digestType=CRC32C, password=base64:, " in text
+    assert "state=IN_RECOVERY, digestType=CRC32C, password=OMITTED, " in text
     assert "length=" not in text and "lastEntryId=" not in text and "ctime" not in text
 
 
@@ -41,7 +52,7 @@ def test_upstream_json_shape():
     assert doc["allEnsembles"] == {"0": [{"id": "a:1"}, {"id": "b:2"}, {"id": "c:3"}],
                                    "10": [{"id": "a:1"}, {"id": "d:4"}, {"id": "c:3"}]}
     assert doc["lastEntryId"] == -1 and doc["length"] == 0 and doc["closed"] is False and doc["state"] == "OPEN"
-    assert doc["digestType"] == "DUMMY" and doc["password"] == "" and doc["customMetadata"] == {"k": "dg=="}
+    assert doc["digestType"] == "DUMMY" and doc["password"] == "OMITTED" and doc["customMetadata"] == {"k": "dg=="}
     assert doc["ledgerId"] == 7 and doc["ctime"] == 5 and doc["metadataFormatVersion"] == 3 and doc["ctoken"] == 0
 
 

@@ -49,6 +49,7 @@ CONTEXT: dict[str, dict[str, str]] = {
     "httpServerCertificatePath": _HTTPS,
     "httpServerKeyPath": _HTTPS,
     "httpServerClientCaPath": _HTTPS,
+    "httpAdminCertificateSubjects": {**_HTTPS, "httpServerClientCaPath": "{tmp}/cert.pem"},
     "tlsClientAuthentication": {**_MTLS, "tlsClientAuthentication": "false"},
     "tlsCertificatePath": _MTLS,
     "tlsKeyStore": _MTLS,
@@ -98,6 +99,9 @@ VALUES: dict[str, str] = {
     "httpServerKeyPath": "{tmp}/key2.pem",
     "httpServerClientCaPath": "{tmp}/cert.pem",
     "httpAdminTokenFile": "{tmp}/token",
+    "httpReadTokenFile": "{tmp}/token2",
+    "httpAuditLogFile": "{tmp}/audit.log",
+    "httpAdminCertificateSubjects": "ops;CN=admin,O=acme",
     "httpServerKeyStorePath": "",
     "httpServerKeyStorePassword": "",
     "httpServerTrustStorePath": "",
@@ -149,6 +153,7 @@ def _files(tmp_path: Path) -> None:
     for name in ("key.pem", "key2.pem"):
         (tmp_path / name).write_text("-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n")
     (tmp_path / "token").write_text("t0ken\n")
+    (tmp_path / "token2").write_text("read-t0ken\n")
     # ZooKeeper's PEM key store: the certificate chain and the key in one file
     (tmp_path / "zk-keystore.pem").write_text((tmp_path / "cert.pem").read_text() + (tmp_path / "key.pem").read_text())
 
