@@ -55,9 +55,9 @@ import structlog
 from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import CRC32C, EntryDigest
 from autorecovery.ledger.metadata import DigestType
-from autorecovery.ledger.striping import index_stores, write_set
+from autorecovery.ledger.striping import index_stores, residues_in_range, write_set
 from autorecovery.plan import entry_runs
-from autorecovery.plan.entry_runs import Gap, IntervalSet, merge_gaps, split_gaps
+from autorecovery.plan.entry_runs import Gap, IntervalSet, Run, merge_gaps, split_gaps
 from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
 from autorecovery.plan.targets import FragmentPlan, StreamSpec
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
@@ -282,7 +282,13 @@ class FragmentCopier:
         if bookie in cache:
             return cache[bookie]
         val: tuple[list[tuple[int, int]] | None, str]
+        transport = getattr(self.bookies, "transport_name", None)
         try:
+            if transport is not None and await transport(bookie) != "grpc":
+                # a stock bookie: its DbLedgerStorage never answers the listing (a timeout per
+                # connection); its ranges are read instead
+                cache[bookie] = (None, "")
+                return cache[bookie]
             got = await self.bookies.get_list_of_entries(bookie, ledger_id)
             val = (sorted((int(a), int(b)) for a, b in got), "ENOENTRY")
         except BookieError as exc:
@@ -291,6 +297,35 @@ class FragmentCopier:
             val = (None, "")
         cache[bookie] = val
         return val
+
+    async def absent(self, ledger_id: int, ensemble: tuple[str, ...], wq: int, first: int, last: int,
+                     registered: Callable[[], Collection[str]]) -> list[Gap]:
+        """The entries of ``[first, last]`` that no bookie of their write set holds, as runs (one residue
+        each) with every replica's reason: ``NOT_REGISTERED``, or ``ENOENTRY``/``ENOLEDGER`` from its
+        ``GetListOfEntriesOfLedger`` answer. A bookie that cannot say (a stock bookie, an error) counts
+        as holding them. One listing per bookie, O(E × WQ × pieces) whatever the range's length: a
+        CLOSED ledger claiming 2**62 entries that nobody wrote is found out here, before any target is
+        chosen or any entry read (issue 25)."""
+        e_size = len(ensemble)
+        reg = set(registered())
+        cache: dict = {}
+        out: list[Gap] = []
+        for r in residues_in_range(first, last, e_size):
+            run = Run(first, last, r, 1, e_size).clip(first, last)
+            if run is None:
+                continue
+            pending = [Gap(run)]
+            for j in dict.fromkeys(write_set(r, e_size, wq)):
+                b = ensemble[j]
+                if b not in reg:
+                    pending = [g.because(b, "NOT_REGISTERED") for g in pending]
+                    continue
+                stores, why = await self._held(b, ledger_id, cache)
+                _present, pending = split_gaps(pending, stores, b, why)  # held somewhere: not absent
+                if not pending:
+                    break
+            out.extend(merge_gaps(pending))
+        return out
 
     # -- one stream ----------------------------------------------------------------------------------
     async def _stream(self, ledger_id, master_key, ensemble, wq, spec: StreamSpec, res: CopyResult,

@@ -613,6 +613,13 @@ class ReplicationWorker:
             self.m.unable_to_read.inc(self.memory.add_unreadable(lid, res.unreadable))
             self._classify_unreadable(res.unreadable, p)
             return md
+        # entries that no bookie of their write set stores at all (a ledger whose metadata claims more
+        # than was ever written, issue 25): data loss found from the bookies' listings, before targets
+        gone = await self.copier.absent(lid, ensemble, md.write_quorum, first, last, lambda: self.watcher.available)
+        if gone:
+            self.m.unable_to_read.inc(self.memory.add_unreadable(lid, gone))
+            self._classify_unreadable(gone, p)
+            return md
         try:
             repl = choose_replacements(
                 ensemble=ensemble, bad_indexes=bad, replace_bookie=self.policy.replace_bookie,
