@@ -32,6 +32,13 @@ per target, whichever comes first: enough in flight to hide the target's group-c
 * Entries no replica can serve are returned with, per replica, why not (``ENOENTRY``, ``ENOLEDGER``,
   ``DIGEST``, ``NOT_REGISTERED``, or a transient status); the worker decides whether that is data
   loss or a retry.
+* **Ranges, never entries (issue 25).** What is still to copy is a list of
+  :class:`~autorecovery.plan.entry_runs.Gap` runs, split only where an entry was copied or a reason
+  changes; each source is first asked what it stores (``GetListOfEntriesOfLedger``, once per bookie
+  per copy) and only those ranges are read, in chunks of :data:`MAX_STREAM_IDS`. Memory per stream is
+  the window plus O(gaps) whatever the fragment claims (2**62 entries that nobody holds: one gap per
+  residue, no read). :meth:`FragmentCopier.absent` finds, before any target is chosen, the entries that
+  no bookie of their write set holds.
 * Throttles: the worker's byte :class:`~autorecovery.plan.throttle.TokenBucket` is charged each
   entry's actual size before it is written; a stream starts only when its source and every target are
   below the per-bookie stream caps, in this process (:class:`~autorecovery.plan.throttle.StreamCaps`)
