@@ -42,7 +42,8 @@ Where we beat upstream (each is described where it is implemented):
 * streamed range copies that read only what each target lacks and verify every digest;
 * unrecoverable entries (every replica gone, e.g. WQ=1 on a dead bookie, #3316/#4872) are surfaced —
   counter, error log, and a side znode ``<root>/underreplication/unrecoverable/urL<id>`` with JSON
-  ``{"ledger", "entries", "bookies", "waiting_for", "time", ...}`` — and not retried until an operator
+  ``{"ledger", "entries", "entry_count", "reason", "bookies", "waiting_for", "time", ...}`` (entry ids as
+  ranges: bounded whatever the ledger claims, issue 25) — and not retried until an operator
   deletes the side znode or re-marks the ledger, or one of the bookies in ``waiting_for`` registers;
 * a returning bookie cancels needless copies, also mid-copy;
 * ``progress()``: bytes and ledgers left, rate, ETA and why ledgers are blocked.
