@@ -62,7 +62,7 @@ import structlog
 from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import CRC32C, EntryDigest
 from autorecovery.ledger.metadata import DigestType
-from autorecovery.ledger.striping import index_stores, residues_in_range, write_set
+from autorecovery.ledger.striping import count_on_index, index_stores, residues_in_range, write_set
 from autorecovery.plan import entry_runs
 from autorecovery.plan.entry_runs import Gap, IntervalSet, Run, merge_gaps, split_gaps
 from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
@@ -262,7 +262,7 @@ class FragmentCopier:
                 if b not in reg:
                     pending = [x.because(b, "NOT_REGISTERED", keep=True) for x in pending]
                     continue
-                stores, absent = await self._held(b, ledger_id, cache)
+                stores, absent = await self._held(b, ledger_id, cache, (j, e_size, wq))
                 present, missing = split_gaps(pending, stores, b, absent)
                 nxt.extend(missing)
                 for x in present:
@@ -281,11 +281,16 @@ class FragmentCopier:
         res.unreadable[:] = keep
 
     # -- what a bookie holds -----------------------------------------------------------------------
-    async def _held(self, bookie: str, ledger_id: int,
-                    cache: dict[str, tuple[list[tuple[int, int]] | None, str]]) -> tuple[list[tuple[int, int]] | None, str]:
+    async def _held(self, bookie: str, ledger_id: int, cache: dict[str, tuple[list[tuple[int, int]] | None, str]],
+                    striping: tuple[int, int, int]) -> tuple[list[tuple[int, int]] | None, str]:
         """The id ranges ``bookie`` stores of the ledger (``GetListOfEntriesOfLedger``, one call per
         bookie per copy) and the reason for ids outside them: ``([], "ENOLEDGER")`` for a bookie that
-        does not know the ledger, ``(None, "")`` when the bookie cannot say (the ids are then read)."""
+        does not know the ledger, ``(None, "")`` when the bookie cannot say (the ids are then read).
+
+        ``striping`` ``(index, E, WQ)``: the bookie's place in the segment. Ranges separated only by ids
+        that index does not store are joined (a bookie of E3/WQ2 lists every third id as a hole), so
+        what is kept is O(holes in its own share); the answer itself is bounded by the client's
+        ``max_message_bytes`` (a larger one fails and the ranges are read instead)."""
         if bookie in cache:
             return cache[bookie]
         val: tuple[list[tuple[int, int]] | None, str]
@@ -297,7 +302,7 @@ class FragmentCopier:
                 cache[bookie] = (None, "")
                 return cache[bookie]
             got = await self.bookies.get_list_of_entries(bookie, ledger_id)
-            val = (sorted((int(a), int(b)) for a, b in got), "ENOENTRY")
+            val = (_join_over_foreign_ids(got, *striping), "ENOENTRY")
         except BookieError as exc:
             val = ([], "ENOLEDGER") if exc.status == "ENOLEDGER" else (None, "")
         except Exception:  # noqa: BLE001 - a transport without the call: read the range instead
@@ -327,7 +332,7 @@ class FragmentCopier:
                 if b not in reg:
                     pending = [g.because(b, "NOT_REGISTERED") for g in pending]
                     continue
-                stores, why = await self._held(b, ledger_id, cache)
+                stores, why = await self._held(b, ledger_id, cache, (j, e_size, wq))
                 _present, pending = split_gaps(pending, stores, b, why)  # held somewhere: not absent
                 if not pending:
                     break
@@ -579,7 +584,7 @@ class FragmentCopier:
                 if source not in reg:
                     gaps = [g.because(source, "NOT_REGISTERED") for g in gaps]
                     continue
-                held, absent = await self._held(source, ledger_id, held_cache)
+                held, absent = await self._held(source, ledger_id, held_cache, (ensemble.index(source), e_size, wq))
                 present, nxt = split_gaps(gaps, held, source, absent)
                 pulling = not touched and await can_pull(source)
                 touched = True
@@ -621,7 +626,7 @@ class FragmentCopier:
                         else:
                             todo.append(x)
                     if todo:
-                        held, absent = await self._held(b, ledger_id, held_cache)
+                        held, absent = await self._held(b, ledger_id, held_cache, (ensemble.index(b), e_size, wq))
                         present, missing = split_gaps(todo, held, b, absent)
                         nxt.extend(missing)
                         for i, x in enumerate(present):
@@ -731,6 +736,21 @@ class _Window:
         self._items.clear()
         self._bytes = 0
         self._notify()
+
+
+def _join_over_foreign_ids(ranges, index: int, e_size: int, wq: int) -> list[tuple[int, int]]:
+    """Sorted ``(first, last)`` ranges with neighbours joined when no id between them is stored on
+    ensemble ``index`` (:func:`~autorecovery.ledger.striping.count_on_index`)."""
+    out: list[tuple[int, int]] = []
+    for a, b in ranges:  # sorted by the protocol; checked below
+        a, b = int(a), int(b)
+        if out and a < out[-1][0]:
+            return _join_over_foreign_ids(sorted((int(x), int(y)) for x, y in ranges), index, e_size, wq)
+        if out and (a <= out[-1][1] + 1 or count_on_index(out[-1][1] + 1, a - 1, index, e_size, wq) == 0):
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _entry_of(err: BookieError) -> int | None:

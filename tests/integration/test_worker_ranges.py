@@ -100,3 +100,47 @@ def test_poisoned_ledger_is_surfaced_and_the_daemon_memory_stays_flat(cluster_fa
     peak = max(peak, rss_bytes(pid))
     assert peak - base < RSS_BUDGET
     print(f"daemon RSS: base {base / 2**20:.1f} MB, peak {peak / 2**20:.1f} MB")
+
+
+async def test_ledger_claiming_more_than_was_written_is_surfaced_not_copied(cluster_factory):
+    """Entries 0..29 exist on every replica, but the metadata claims 2**62 (hand-edited): the bookies'
+    listings answer ENOENTRY for the rest, so nothing is copied and the ledger is surfaced with the
+    exact count, bounded spans and the bookies' answers; an ordinary ledger on the same ensemble
+    heals meanwhile (in-process worker: the copier's result is inspected)."""
+    from dataclasses import replace
+
+    from autorecovery.plan import entry_runs
+    from autorecovery.zk.bridge import wait_for
+
+    from test_worker_support import open_env, wait_marker_gone
+
+    cluster = await asyncio.to_thread(cluster_factory, bookies=4)
+    env = await open_env(cluster)
+    try:
+        b = cluster.bookie_ids()
+        claimed = await env.write(b[:3], 3, 2, 2, 30)
+        ordinary = await env.write(b[:3], 3, 2, 2, 30)
+        store = LedgerStore(env.zk, env.paths)
+        md, version = await store.read(claimed.ledger_id)
+        await store.write(claimed.ledger_id, replace(md, last_entry_id=POISON_LAST, length=POISON_LAST), version)
+        await env.stop_bookie(b[0])
+        for lh in (claimed, ordinary):
+            await env.um.mark_underreplicated(lh.ledger_id, [b[0]])
+        w = await env.start_worker()
+        assert await wait_for(lambda: claimed.ledger_id in w.unrecoverable, 60, interval_s=0.05), w.history
+        await wait_marker_gone(env, ordinary.ledger_id)
+        doc = w.unrecoverable[claimed.ledger_id]
+        # no bookie of the ensemble holds any of 30..2**62 (whichever index should)
+        want = POISON_LAST + 1 - 30
+        assert doc["entry_count"] == want
+        assert doc["entries"] == [[30, POISON_LAST]]
+        assert "ENOENTRY" in doc["reason"] and b[0] in doc["waiting_for"]
+        assert all(set(why.values()) <= {"ENOENTRY", "NOT_REGISTERED"} for why in doc["reasons"].values())
+        remembered = w.memory.unreadable(claimed.ledger_id)
+        assert len(remembered) <= 3 and entry_runs.count(remembered) == want  # one run per residue
+        md, _ = await store.read(claimed.ledger_id)
+        assert b[0] in md.segments[0].ensemble  # nothing swapped: no partial copy
+        md, _ = await store.read(ordinary.ledger_id)
+        assert b[0] not in md.segments[0].ensemble
+    finally:
+        await env.close()
