@@ -185,11 +185,23 @@ def merge_gaps(gaps: Iterable[Gap]) -> list[Gap]:
 
 
 class IntervalSet:
-    """Integers as sorted disjoint inclusive intervals; adding in ascending order is O(1)."""
+    """Integers as sorted disjoint inclusive intervals; adding in ascending order is O(1).
 
-    def __init__(self) -> None:
+    With ``within`` (a :class:`Run`), two intervals are joined when no id of the run lies between them:
+    the ids a striped stream reports (every third id of E3) then stay one interval, not one each.
+    """
+
+    def __init__(self, within: Run | None = None) -> None:
         self._lo: list[int] = []
         self._hi: list[int] = []
+        self._within = within
+
+    def _adjacent(self, hi: int, a: int) -> bool:
+        """Whether an interval ending at ``hi`` and one starting at ``a`` (> hi) join."""
+        if a <= hi + 1:
+            return True
+        w = self._within
+        return w is not None and Run(hi + 1, a - 1, w.arc_end, w.arc_len, w.ensemble_size).count() == 0
 
     def add(self, x: int) -> None:
         self.add_range(x, x)
@@ -198,6 +210,9 @@ class IntervalSet:
         if b < a:
             return
         lo, hi = self._lo, self._hi
+        if lo and a > hi[-1] and self._adjacent(hi[-1], a):
+            hi[-1] = b
+            return
         if not lo or a > hi[-1] + 1:
             lo.append(a)
             hi.append(b)

@@ -507,7 +507,7 @@ class FragmentCopier:
             status (``""``: the source served the whole gap)."""
             target = spec.targets[0]
             run = g.run
-            stored = IntervalSet()
+            stored = IntervalSet(run)  # joined over ids the stream does not carry: O(holes)
             failures: dict[str, IntervalSet] = {}
             source_failed = ""
             t0 = time.monotonic()
@@ -522,7 +522,7 @@ class FragmentCopier:
                         async for rep in reports:
                             now = time.monotonic()
                             for eid, why in rep.failed.items():
-                                failures.setdefault(why, IntervalSet()).add(eid)
+                                failures.setdefault(why, IntervalSet(run)).add(eid)
                                 if why == "DIGEST":
                                     if len(res.corrupt) < MAX_CORRUPT_LISTED:
                                         res.corrupt.append((eid, source))

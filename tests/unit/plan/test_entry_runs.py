@@ -106,3 +106,11 @@ def test_interval_set():
     s.add_range(4, 9)
     assert s.intervals() == [(1, 10)]
     assert s.complement(0, 12) == [(0, 0), (11, 12)]
+
+
+def test_interval_set_joins_over_ids_a_striped_stream_does_not_carry():
+    s = IntervalSet(Run(0, 10**9, 1, 1, 3))  # residue 1 of E3: 1, 4, 7, ...
+    _bounded(lambda: [s.add(e) for e in range(1, 300_000, 3)], max_bytes=5_000_000, max_s=5.0)
+    assert s.intervals() == [(1, 299_998)]
+    s.add(300_004)  # 300_001 missing: a real hole
+    assert len(s) == 2 and s.complement(0, 300_004) == [(0, 0), (299_999, 300_003)]
