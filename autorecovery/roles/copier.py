@@ -69,6 +69,7 @@ from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: t
 from autorecovery.plan.targets import FragmentPlan, StreamSpec
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 from autorecovery.proto import bookie_pb2 as pb
+from autorecovery.rpc.transport import GRPC
 
 log = structlog.get_logger("autorecovery.copier")
 
@@ -296,7 +297,7 @@ class FragmentCopier:
         val: tuple[list[tuple[int, int]] | None, str]
         transport = getattr(self.bookies, "transport_name", None)
         try:
-            if transport is not None and await transport(bookie) != "grpc":
+            if transport is not None and await transport(bookie) != GRPC:
                 # a stock bookie: its DbLedgerStorage never answers the listing (a timeout per
                 # connection); its ranges are read instead
                 cache[bookie] = (None, "")
