@@ -53,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
@@ -62,14 +61,15 @@ import structlog
 from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import CRC32C, EntryDigest
 from autorecovery.ledger.metadata import DigestType
-from autorecovery.ledger.striping import count_on_index, index_stores, residues_in_range, write_set
+from autorecovery.ledger.striping import index_stores, write_set
 from autorecovery.plan import entry_runs
-from autorecovery.plan.entry_runs import Gap, IntervalSet, Run, merge_gaps, split_gaps
+from autorecovery.plan.entry_runs import Gap, IntervalSet, merge_gaps, split_gaps
 from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
 from autorecovery.plan.targets import FragmentPlan, StreamSpec
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 from autorecovery.proto import bookie_pb2 as pb
-from autorecovery.rpc.transport import GRPC
+from autorecovery.roles import holdings
+from autorecovery.roles.copy_window import Window as _Window
 
 log = structlog.get_logger("autorecovery.copier")
 
@@ -282,63 +282,17 @@ class FragmentCopier:
         res.unreadable[:] = keep
 
     # -- what a bookie holds -----------------------------------------------------------------------
-    async def _held(self, bookie: str, ledger_id: int, cache: dict[str, tuple[list[tuple[int, int]] | None, str]],
+    async def _held(self, bookie: str, ledger_id: int, cache: dict,
                     striping: tuple[int, int, int]) -> tuple[list[tuple[int, int]] | None, str]:
-        """The id ranges ``bookie`` stores of the ledger (``GetListOfEntriesOfLedger``, one call per
-        bookie per copy) and the reason for ids outside them: ``([], "ENOLEDGER")`` for a bookie that
-        does not know the ledger, ``(None, "")`` when the bookie cannot say (the ids are then read).
-
-        ``striping`` ``(index, E, WQ)``: the bookie's place in the segment. Ranges separated only by ids
-        that index does not store are joined (a bookie of E3/WQ2 lists every third id as a hole), so
-        what is kept is O(holes in its own share); the answer itself is bounded by the client's
-        ``max_message_bytes`` (a larger one fails and the ranges are read instead)."""
-        if bookie in cache:
-            return cache[bookie]
-        val: tuple[list[tuple[int, int]] | None, str]
-        transport = getattr(self.bookies, "transport_name", None)
-        try:
-            if transport is not None and await transport(bookie) != GRPC:
-                # a stock bookie: its DbLedgerStorage never answers the listing (a timeout per
-                # connection); its ranges are read instead
-                cache[bookie] = (None, "")
-                return cache[bookie]
-            got = await self.bookies.get_list_of_entries(bookie, ledger_id)
-            val = (_join_over_foreign_ids(got, *striping), "ENOENTRY")
-        except BookieError as exc:
-            val = ([], "ENOLEDGER") if exc.status == "ENOLEDGER" else (None, "")
-        except Exception:  # noqa: BLE001 - a transport without the call: read the range instead
-            val = (None, "")
-        cache[bookie] = val
-        return val
+        """:func:`autorecovery.roles.holdings.held` through this copier's bookie client."""
+        return await holdings.held(self.bookies, bookie, ledger_id, cache, striping)
 
     async def absent(self, ledger_id: int, ensemble: tuple[str, ...], wq: int, first: int, last: int,
                      registered: Callable[[], Collection[str]]) -> list[Gap]:
-        """The entries of ``[first, last]`` that no bookie of their write set holds, as runs (one residue
-        each) with every replica's reason: ``NOT_REGISTERED``, or ``ENOENTRY``/``ENOLEDGER`` from its
-        ``GetListOfEntriesOfLedger`` answer. A bookie that cannot say (a stock bookie, an error) counts
-        as holding them. One listing per bookie, O(E × WQ × pieces) whatever the range's length: a
-        CLOSED ledger claiming 2**62 entries that nobody wrote is found out here, before any target is
-        chosen or any entry read (issue 25)."""
-        e_size = len(ensemble)
-        reg = set(registered())
-        cache: dict = {}
-        out: list[Gap] = []
-        for r in residues_in_range(first, last, e_size):
-            run = Run(first, last, r, 1, e_size).clip(first, last)
-            if run is None:
-                continue
-            pending = [Gap(run)]
-            for j in dict.fromkeys(write_set(r, e_size, wq)):
-                b = ensemble[j]
-                if b not in reg:
-                    pending = [g.because(b, "NOT_REGISTERED") for g in pending]
-                    continue
-                stores, why = await self._held(b, ledger_id, cache, (j, e_size, wq))
-                _present, pending = split_gaps(pending, stores, b, why)  # held somewhere: not absent
-                if not pending:
-                    break
-            out.extend(merge_gaps(pending))
-        return out
+        """:func:`autorecovery.roles.holdings.absent` through this copier's bookie client: the entries of
+        ``[first, last]`` no bookie of their write set holds (data loss found before any target is
+        chosen or any entry read, issue 25)."""
+        return await holdings.absent(self.bookies, ledger_id, ensemble, wq, first, last, registered)
 
     # -- one stream ----------------------------------------------------------------------------------
     async def _stream(self, ledger_id, master_key, ensemble, wq, spec: StreamSpec, res: CopyResult,
@@ -668,90 +622,6 @@ class FragmentCopier:
             res.bytes_written += nbytes
             if self.m is not None:
                 self.m.entries_written.inc(n)
-
-
-class _Window:
-    """A FIFO between a copy stream's reader and one target's writer, bounded by entries and bytes.
-
-    ``put`` waits while the window is full (it always admits an entry into an empty window);
-    ``discard`` drops everything and admits every later put (the writer is gone). Waiters wake on a
-    per-change event, so ``discard`` (called from a task's done-callback) needs no task of its own: a
-    task spawned there could outlive the copy ("Task was destroyed but it is pending!", issue 9).
-    """
-
-    def __init__(self, max_entries: int, max_bytes: int) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._items: deque = deque()
-        self._bytes = 0
-        self._changed = asyncio.Event()
-        self._dead = False
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def _wait(self, ready: Callable[[], bool]) -> None:
-        while not ready():
-            await self._changed.wait()
-
-    async def put(self, item) -> None:
-        size = len(item[1]) if item is not None else 0
-        await self._wait(lambda: self._dead or not self._items or (
-            len(self._items) < self.max_entries and self._bytes + size <= self.max_bytes))
-        if self._dead:
-            return
-        self._items.append(item)
-        self._bytes += size
-        self._notify()
-
-    async def get(self):
-        await self._wait(lambda: bool(self._items))
-        item = self._items.popleft()
-        if item is not None:
-            self._bytes -= len(item[1])
-        self._notify()
-        return item
-
-    async def get_batch(self, max_bytes: int) -> list | None:
-        """Everything queued now, in order, up to ``max_bytes`` of bodies (at least one entry, waiting
-        for it); None at the end-of-stream marker."""
-        await self._wait(lambda: bool(self._items))
-        if self._items[0] is None:
-            self._items.popleft()
-            self._notify()
-            return None
-        batch: list = []
-        size = 0
-        while self._items and self._items[0] is not None:
-            n = len(self._items[0][1])
-            if batch and size + n > max_bytes:
-                break
-            batch.append(self._items.popleft())
-            size += n
-        self._bytes -= size
-        self._notify()
-        return batch
-
-    def discard(self) -> None:
-        self._dead = True
-        self._items.clear()
-        self._bytes = 0
-        self._notify()
-
-
-def _join_over_foreign_ids(ranges, index: int, e_size: int, wq: int) -> list[tuple[int, int]]:
-    """Sorted ``(first, last)`` ranges with neighbours joined when no id between them is stored on
-    ensemble ``index`` (:func:`~autorecovery.ledger.striping.count_on_index`)."""
-    out: list[tuple[int, int]] = []
-    for a, b in ranges:  # sorted by the protocol; checked below
-        a, b = int(a), int(b)
-        if out and a < out[-1][0]:
-            return _join_over_foreign_ids(sorted((int(x), int(y)) for x, y in ranges), index, e_size, wq)
-        if out and (a <= out[-1][1] + 1 or count_on_index(out[-1][1] + 1, a - 1, index, e_size, wq) == 0):
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 def _entry_of(err: BookieError) -> int | None:

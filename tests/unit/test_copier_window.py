@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from autorecovery.roles.copier import _join_over_foreign_ids, _Window
+from autorecovery.roles.copier import _Window
+from autorecovery.roles.holdings import join_over_foreign_ids as _join_over_foreign_ids
 
 
 async def test_get_batch_takes_what_is_queued_within_the_byte_limit_and_stops_at_the_end_marker() -> None:
