@@ -42,6 +42,7 @@ from autorecovery.admin.context import (
 )
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError, NotEnoughBookiesError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.plan import entry_runs
 from autorecovery.plan.progress import RateMeter, estimate_copy_bytes
 from autorecovery.roles import replicator as rp
 from autorecovery.zk.bridge import NoNodeError
@@ -358,21 +359,22 @@ async def recover_bookies(
                 view = FragmentView(
                     first, last, int(round(plan.entries_to_write * avg)),
                     tuple((seg.ensemble[j], new) for j, new in sorted(repl.items())),
-                    tuple(sorted({s.source for s in plan.streams})), len(plan.unsourced), tuple(seg.ensemble))
+                    tuple(sorted({s.source for s in plan.streams})), entry_runs.count(plan.unsourced), tuple(seg.ensemble))
                 out.fragments.append(view)
                 if dry_run:
                     if plan.unsourced:
                         out.detail = (out.detail + "; " if out.detail else "") + \
-                            f"{len(plan.unsourced)} entries in {first}..{last} have no readable replica"
+                            f"{entry_runs.count(plan.unsourced)} entries in {first}..{last} have no readable replica"
                     continue
                 r = await replicator.replicate(lid, md, first, plan,
                                                registered=lambda: set(watcher.writable) | set(watcher.readonly),
                                                on_bytes=on_bytes)
                 publish("recovering")
                 if r.status in (rp.INCOMPLETE, rp.ABORTED):
-                    lost = r.copy.unrecoverable_entries()
-                    why = r.copy.aborted or (f"{len(lost)} entries have no valid replica (first {lost[:5]})" if lost
-                                             else f"{len(r.copy.unreadable)} entries could not be read now")
+                    lost = r.copy.unrecoverable()
+                    why = r.copy.aborted or (
+                        f"{entry_runs.count(lost)} entries have no valid replica (first {entry_runs.spans(lost)[:5]})"
+                        if lost else f"{r.copy.unreadable_count()} entries could not be read now")
                     out.status = "skipped" if (skip_unrecoverable and lost) else "failed"
                     out.detail = f"entries {first}..{last}: {why}"
                     return out

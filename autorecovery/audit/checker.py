@@ -17,7 +17,7 @@ feeds the answers back. Source: upstream ``LedgerChecker.checkLedger`` / ``verif
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
@@ -108,34 +108,39 @@ def probe_says_exists(statuses: Iterable[str]) -> bool:
 
 
 def entries_to_read(first_b: int, last_b: int, index: int, ensemble_size: int, write_quorum: int,
-                    percentage: int = 0, rng: random.Random | None = None) -> list[int]:
-    """Entries of ``[first_b, last_b]`` to read from ensemble index ``index`` (upstream
-    verifyLedgerFragment sampling).
+                    percentage: int = 0, rng: random.Random | None = None) -> Iterator[int]:
+    """Entries of ``[first_b, last_b]`` to read from ensemble index ``index``, ascending, yielded lazily
+    (upstream verifyLedgerFragment sampling).
 
     ``percentage`` 0 → first and last only; otherwise ``n = len·pct/100`` entries, one random stored
     entry per bucket of ``len/n``, always with first and last; ``n ≥ len`` → every stored entry.
+    O(WQ + bucket) memory whatever the range's length (a fragment may claim 2**62 entries; the caller
+    stops at the first failed read).
     """
     if first_b < 0:
-        return []
+        return iter(())
     if first_b == last_b:
-        return [first_b]
-
-    def stored(e: int) -> bool:
-        return index_stores(index, e, ensemble_size, write_quorum)
-
+        return iter((first_b,))
     length = last_b - first_b + 1
     n = length * percentage // 100
     if n >= length:
-        return list(entries_on_index(first_b, last_b, index, ensemble_size, write_quorum))
-    picked = {first_b, last_b}
-    if n > 0:
-        rng = rng or random.Random()
-        bucket = max(1, length // n)
-        for start in range(first_b, last_b + 1, bucket):
-            cands = [e for e in range(start, min(last_b, start + bucket - 1) + 1) if stored(e)]
-            if cands:
-                picked.add(rng.choice(cands))
-    return sorted(picked)
+        return entries_on_index(first_b, last_b, index, ensemble_size, write_quorum)
+    if n <= 0:
+        return iter((first_b, last_b))
+    return _sampled(first_b, last_b, index, ensemble_size, write_quorum, max(1, length // n), rng or random.Random())
+
+
+def _sampled(first_b: int, last_b: int, index: int, ensemble_size: int, write_quorum: int, bucket: int,
+             rng: random.Random) -> Iterator[int]:
+    yield first_b
+    for start in range(first_b, last_b + 1, bucket):
+        stop = min(last_b, start + bucket - 1)
+        # a bucket is about 100/percentage ids (at most ~100): its candidates are a small list
+        cands = [e for e in range(start, stop + 1) if index_stores(index, e, ensemble_size, write_quorum)]
+        pick = rng.choice(cands) if cands else None
+        if pick is not None and first_b < pick < last_b:
+            yield pick
+    yield last_b
 
 
 def index_is_bad(first_b: int, bookie_available: bool, read_failures: int) -> bool:

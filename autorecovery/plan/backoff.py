@@ -16,8 +16,9 @@ where ``n`` is how many times *this* worker already failed the ledger. With the 
 
 Where we do better than upstream: the failure count of a ledger is reset when it is finally replicated
 (upstream never resets it, so a ledger that failed five times once starts at the cap the next time it
-is lost), and the memory of unreadable entries is kept per ledger as a sorted set that the copier reads
-*first* on the next attempt, so a retry that cannot succeed fails before writing anything.
+is lost), and the memory of unreadable entries is kept per ledger as runs (:mod:`autorecovery.plan.entry_runs`,
+O(runs) whatever a ledger claims to hold) whose first entries the worker reads *first* on the next
+attempt, so a retry that cannot succeed fails before writing anything.
 """
 
 from __future__ import annotations
@@ -25,10 +26,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from autorecovery.plan.entry_runs import Gap, Run
+
 #: Upstream's number of doubling steps before the delay reaches the cap (2^5 = 32).
 DOUBLING_STEPS = 5
 #: Upstream caps both failure caches at 2000 ledgers.
 DEFAULT_MAX_LEDGERS = 2000
+#: Unreadable runs remembered per ledger (the newest are kept).
+MAX_RUNS_PER_LEDGER = 1000
+
+
+def _same_arc(a: Run, b: Run) -> bool:
+    return (a.arc_end, a.arc_len, a.ensemble_size) == (b.arc_end, b.arc_len, b.ensemble_size)
 
 
 def lock_release_delay_ms(grace_ms: int, num_failed: int) -> int:
@@ -108,23 +117,43 @@ class FailureMemory:
         return [d for lid, d in self.delays if lid == ledger_id]
 
     # -- unreadable entries --------------------------------------------------------------------
-    def add_unreadable(self, ledger_id: int, entry_ids: Iterable[int]) -> int:
-        """Remember entries of ``ledger_id`` that no replica served; returns how many were new."""
-        s: set[int] = self._unreadable.touch(ledger_id, set())
-        before = len(s)
-        s.update(entry_ids)
-        return len(s) - before
+    def add_unreadable(self, ledger_id: int, gaps: Iterable[Gap]) -> int:
+        """Remember runs of entries of ``ledger_id`` that no replica served (replacing remembered runs
+        of the same arc that they overlap); returns how many entries were new. At most
+        :data:`MAX_RUNS_PER_LEDGER` runs are kept per ledger (the newest)."""
+        runs: list[Gap] = self._unreadable.touch(ledger_id, [])
+        new = 0
+        for g in gaps:
+            old = [x for x in runs if _same_arc(x.run, g.run) and x.run.first <= g.run.last and g.run.first <= x.run.last]
+            covered = sum(c.count() for x in old if (c := g.run.clip(x.run.first, x.run.last)) is not None)
+            new += g.count() - covered
+            runs[:] = [x for x in runs if x not in old]
+            for x in old:  # what an old run held outside the new one stays remembered
+                for piece in (x.run.clip(x.run.first, g.run.first - 1), x.run.clip(g.run.last + 1, x.run.last)):
+                    if piece is not None:
+                        runs.append(Gap(piece, x.why))
+            runs.append(g)
+        runs.sort(key=lambda x: (x.run.first, x.run.arc_end))
+        del runs[:-MAX_RUNS_PER_LEDGER]
+        return new
 
-    def unreadable(self, ledger_id: int, first: int | None = None, last: int | None = None) -> list[int]:
-        """Remembered unreadable entry ids of ``ledger_id`` (within ``[first, last]`` if given), sorted."""
-        s = self._unreadable.get(ledger_id, set())
-        return sorted(e for e in s if (first is None or e >= first) and (last is None or e <= last))
+    def unreadable(self, ledger_id: int, first: int | None = None, last: int | None = None) -> list[Gap]:
+        """Remembered unreadable runs of ``ledger_id`` (clipped to ``[first, last]`` if given), by first id."""
+        out = []
+        for g in self._unreadable.get(ledger_id, []):
+            run = g.run.clip(g.run.first if first is None else first, g.run.last if last is None else last)
+            if run is not None:
+                out.append(Gap(run, g.why))
+        return out
 
-    def readable_again(self, ledger_id: int, entry_ids: Iterable[int]) -> None:
-        """Forget entries that were read successfully on a retry."""
-        s = self._unreadable.get(ledger_id)
-        if s is not None:
-            s.difference_update(entry_ids)
+    def readable_again(self, ledger_id: int, gaps: Iterable[Gap]) -> None:
+        """Forget remembered runs that overlap ``gaps`` (their probe was read successfully)."""
+        runs = self._unreadable.get(ledger_id)
+        if runs is None:
+            return
+        for g in gaps:
+            runs[:] = [x for x in runs if not (_same_arc(x.run, g.run)
+                                              and x.run.first <= g.run.last and g.run.first <= x.run.last)]
 
     # -- success -------------------------------------------------------------------------------
     def replicated(self, ledger_id: int) -> None:

@@ -20,11 +20,12 @@ definitively has no valid copy) and transient failures.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from autorecovery.audit.checker import BadFragment
 from autorecovery.ledger.metadata import LedgerMetadata
+from autorecovery.plan.entry_runs import Gap
 from autorecovery.plan.priority import fragment_copies_left
 
 #: Reasons that prove a replica has no valid copy (as opposed to a transient failure).
@@ -111,7 +112,8 @@ class PassOutcome:
     Attributes:
         copied / copied_placement: fragments swapped in (all / placement moves).
         retriable: reasons a later pass may succeed (a target failed, no target now, transient reads).
-        unrecoverable: entry id → {bookie: reason} for entries no replica holds (data loss).
+        unrecoverable: runs of entries no replica holds (data loss), each with {bookie: reason}
+            (:class:`~autorecovery.plan.entry_runs.Gap`; never one item per entry).
         placement_impossible: segments BP-54 cannot repair ("no more bookie").
         cancelled: copies skipped because the lost bookie came back.
     """
@@ -119,7 +121,7 @@ class PassOutcome:
     copied: int = 0
     copied_placement: int = 0
     retriable: list[str] = field(default_factory=list)
-    unrecoverable: dict[int, dict[str, str]] = field(default_factory=dict)
+    unrecoverable: list[Gap] = field(default_factory=list)
     placement_impossible: list[int] = field(default_factory=list)
     cancelled: int = 0
 
@@ -179,12 +181,15 @@ def conclude_pass(plan: PassPlan, out: PassOutcome, *, open_pending: bool,
     return Conclusion(RELEASE_LATER, RELEASE_LATER, delay_ms=release_delay_ms, reason=reason)
 
 
-def classify_unreadable(unreadable: Mapping[int, Mapping[str, str]]) -> tuple[dict[int, dict[str, str]], list[int]]:
-    """Split entries no replica served into ``(unrecoverable, transient)``.
+def classify_unreadable(unreadable: Iterable[Gap]) -> tuple[list[Gap], list[Gap]]:
+    """Split runs of entries no replica served into ``(unrecoverable, transient)``.
 
-    An entry is unrecoverable when every replica answered with a reason in :data:`DEFINITIVE` (no entry,
+    A run is unrecoverable when every replica answered with a reason in :data:`DEFINITIVE` (no entry,
     no ledger, corrupt copy, bookie not registered); anything else (a timeout, EIO, no answer recorded)
-    may succeed later.
+    may succeed later. O(runs), whatever the runs' length.
     """
-    gone = {e: dict(w) for e, w in unreadable.items() if w and all(r in DEFINITIVE for r in w.values())}
-    return gone, [e for e in unreadable if e not in gone]
+    gone: list[Gap] = []
+    rest: list[Gap] = []
+    for g in unreadable:
+        (gone if g.why and all(r in DEFINITIVE for r in g.why.values()) else rest).append(g)
+    return gone, rest

@@ -25,11 +25,12 @@ with the same id, #3905) the entries are written back to it in place instead of 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from autorecovery.errors import NotEnoughBookiesError
-from autorecovery.ledger.striping import count_with_residue, entries_on_index, entries_with_residue, index_stores, write_set
+from autorecovery.ledger.striping import count_with_residue, entries_on_index, index_stores, write_set
+from autorecovery.plan.entry_runs import Run
 
 ReplaceFn = Callable[..., object]
 
@@ -69,9 +70,14 @@ class StreamSpec:
         ``write_quorum=arc_len`` (:func:`autorecovery.ledger.striping.index_stores`)."""
         return index_stores(self.arc_end, entry_id, self.ensemble_size, self.arc_len)
 
-    def entry_ids(self) -> list[int]:
-        """The entry ids this stream should deliver, ascending."""
-        return list(entries_on_index(self.first, self.last, self.arc_end, self.ensemble_size, self.arc_len))
+    def entry_ids(self) -> Iterator[int]:
+        """The entry ids this stream should deliver, ascending, lazily (never a list: a fragment may
+        claim 2**62 entries)."""
+        return entries_on_index(self.first, self.last, self.arc_end, self.ensemble_size, self.arc_len)
+
+    def run(self) -> Run:
+        """The stream's entries as one :class:`~autorecovery.plan.entry_runs.Run` (O(1))."""
+        return Run(self.first, self.last, self.arc_end, self.arc_len, self.ensemble_size)
 
 
 @dataclass(frozen=True)
@@ -80,13 +86,15 @@ class FragmentPlan:
 
     Attributes:
         streams: the range reads to run (possibly concurrently).
-        unsourced: entry ids some target needs but no readable replica holds (copy impossible now).
+        unsourced: entries some target needs but no readable replica holds (copy impossible now), as
+            one :class:`~autorecovery.plan.entry_runs.Run` per residue (O(E) whatever the fragment's
+            length; ``entry_runs.count`` / ``entry_runs.entry_ids`` read them).
         replacements: ensemble index → new bookie (the metadata update to CAS after the copy).
         entries_to_write: total (entry, target) writes planned.
     """
 
     streams: tuple[StreamSpec, ...]
-    unsourced: tuple[int, ...]
+    unsourced: tuple[Run, ...]
     replacements: Mapping[int, str]
     entries_to_write: int = 0
     entries_to_read: int = 0
@@ -198,10 +206,8 @@ def plan_fragment_copy(
         ))
         to_read += n
         to_write += n * len(targets)
-    unsourced = sorted(
-        e for r, c in choice.items() if c is None
-        for e in entries_with_residue(first, last, r, e_size)
-    )
+    unsourced = [run for r, c in sorted(choice.items()) if c is None
+                 if (run := Run(first, last, r, 1, e_size).clip(first, last)) is not None]
     return FragmentPlan(tuple(streams), tuple(unsourced), dict(replacements), to_write, to_read)
 
 

@@ -393,7 +393,7 @@ class Auditor:
             waiting = doc.get("waiting_for") or []
             log.error(f"ledger {doc.get('ledger', name)} is unrecoverable until one of these bookies returns: "
                       f"{', '.join(waiting) if waiting else 'none known (restore from elsewhere or accept the loss)'}",
-                      ledger_id=doc.get("ledger"), entry_count=doc.get("entry_count"),
+                      ledger_id=doc.get("ledger"), entry_count=doc.get("entry_count"), reason=doc.get("reason"),
                       side_znode=f"{self.paths.unrecoverable}/{name}")
 
     async def _watch_maintenance(self) -> None:

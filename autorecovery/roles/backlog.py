@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 
 import structlog
 
@@ -33,7 +33,8 @@ from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
 from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.plan.priority import LedgerPriority, ledger_priority, order_candidates
 from autorecovery.plan.progress import estimate_copy_bytes
-from autorecovery.roles.copier import ranges
+from autorecovery.plan import entry_runs
+from autorecovery.plan.entry_runs import Gap
 from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
 from autorecovery.zk.ledgers import LedgerStore, now_ms
 from autorecovery.zk.paths import Paths
@@ -223,19 +224,36 @@ class Backlog:
             return False  # re-marked since it was surfaced
         return not any(b in available for b in info.get("waiting_for", []))
 
-    async def surface_unrecoverable(self, lid: int, unrecoverable: dict[int, dict[str, str]], worker: str) -> dict:
-        """Write (or overwrite) the side znode for ``lid``; returns its document."""
-        entries = sorted(unrecoverable)
-        bookies = sorted({b for why in unrecoverable.values() for b in why})
-        waiting = sorted({b for why in unrecoverable.values() for b, r in why.items() if r == "NOT_REGISTERED"})
+    async def surface_unrecoverable(self, lid: int, unrecoverable: Iterable[Gap], worker: str,
+                                    reason: str = "") -> dict:
+        """Write (or overwrite) the side znode for ``lid``; returns its document.
+
+        ``unrecoverable``: runs of entries no replica holds, with the reasons per bookie
+        (:class:`~autorecovery.plan.entry_runs.Gap`). The document stays small whatever their length:
+        ``entries`` are exact id ranges up to ``entry_runs.EXACT_LIST_LIMIT`` entries, else the spans
+        of the runs; ``reasons`` names at most 100 runs (key: first entry id, or ``"first-last"``);
+        ``reason`` is one line for people (the kinds of answers the bookies gave).
+        """
+        gaps = list(unrecoverable)
+        entry_count = entry_runs.count(gaps)
+        bookies = sorted({b for g in gaps for b in g.why})
+        waiting = sorted({b for g in gaps for b, r in g.why.items() if r == "NOT_REGISTERED"})
+        reasons: dict[str, dict[str, str]] = {}
+        for g in gaps[:100]:
+            lo, hi = g.run.bounds()
+            reasons[str(lo) if lo == hi else f"{lo}-{hi}"] = dict(g.why)
+        if not reason:
+            kinds = sorted({r for g in gaps for r in g.why.values()})
+            reason = f"{entry_count} entries that no bookie of the ensemble holds (answers: {', '.join(kinds)})"
         marker = self.markers.get(lid, (-1, -1, []))
         doc = {
             "ledger": lid,
-            "entries": ranges(entries),
-            "entry_count": len(entries),
+            "entries": entry_runs.spans(gaps),
+            "entry_count": entry_count,
             "bookies": bookies,
             "waiting_for": waiting,
-            "reasons": {str(e): why for e, why in list(unrecoverable.items())[:100]},
+            "reason": reason,
+            "reasons": reasons,
             "time": now_ms(),
             "marker_version": marker[0],
             "marker_ctime": marker[1],

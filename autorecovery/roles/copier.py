@@ -33,6 +33,13 @@ per target, whichever comes first: enough in flight to hide the target's group-c
 * Entries no replica can serve are returned with, per replica, why not (``ENOENTRY``, ``ENOLEDGER``,
   ``DIGEST``, ``NOT_REGISTERED``, or a transient status); the worker decides whether that is data
   loss or a retry.
+* **Ranges, never entries (issue 25).** What is still to copy is a list of
+  :class:`~autorecovery.plan.entry_runs.Gap` runs, split only where an entry was copied or a reason
+  changes; each source is first asked what it stores (``GetListOfEntriesOfLedger``, once per bookie
+  per copy) and only those ranges are read, in chunks of :data:`MAX_STREAM_IDS`. Memory per stream is
+  the window plus O(gaps) whatever the fragment claims (2**62 entries that nobody holds: one gap per
+  residue, no read). :meth:`FragmentCopier.absent` finds, before any target is chosen, the entries that
+  no bookie of their write set holds.
 * Throttles: the worker's byte :class:`~autorecovery.plan.throttle.TokenBucket` is charged each
   entry's actual size before it is written; a stream starts only when its source and every target are
   below the per-bookie stream caps, in this process (:class:`~autorecovery.plan.throttle.StreamCaps`)
@@ -47,8 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
 import structlog
@@ -57,15 +63,21 @@ from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import CRC32C, EntryDigest
 from autorecovery.ledger.metadata import DigestType
 from autorecovery.ledger.striping import index_stores, write_set
+from autorecovery.plan import entry_runs
+from autorecovery.plan.entry_runs import Gap, IntervalSet, merge_gaps, split_gaps
 from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
 from autorecovery.plan.targets import FragmentPlan, StreamSpec
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 from autorecovery.proto import bookie_pb2 as pb
+from autorecovery.roles import holdings
+from autorecovery.roles.copy_window import Window as _Window
 
 log = structlog.get_logger("autorecovery.copier")
 
 #: The bookie refuses ranges longer than this (service.MAX_RANGE_ENTRIES is 1,000,000).
 MAX_STREAM_IDS = 500_000
+#: At most this many corrupt (entry, bookie) pairs are listed in a :class:`CopyResult`.
+MAX_CORRUPT_LISTED = 1000
 
 
 class TargetWriteError(Exception):
@@ -87,8 +99,10 @@ class CopyResult:
     Attributes:
         entries_read / bytes_read: verified entries read from sources.
         entries_written / bytes_written: (entry, target) writes the targets confirmed.
-        unreadable: entry id → {bookie: reason} for entries no replica could serve.
-        corrupt: (entry id, bookie) pairs whose copy failed the digest check (never written).
+        unreadable: entries no replica could serve, as :class:`~autorecovery.plan.entry_runs.Gap` runs
+            (one residue each) with, per replica, why not; O(reason changes), never one item per entry.
+        corrupt: (entry id, bookie) pairs whose copy failed the digest check (never written; the first
+            :data:`MAX_CORRUPT_LISTED` are listed, the metric counts them all).
         aborted: why the copy stopped early, or None.
     """
 
@@ -96,7 +110,7 @@ class CopyResult:
     bytes_read: int = 0
     entries_written: int = 0
     bytes_written: int = 0
-    unreadable: dict[int, dict[str, str]] = field(default_factory=dict)
+    unreadable: list[Gap] = field(default_factory=list)
     corrupt: list[tuple[int, str]] = field(default_factory=list)
     aborted: str | None = None
 
@@ -104,9 +118,13 @@ class CopyResult:
     def complete(self) -> bool:
         return not self.unreadable and self.aborted is None
 
-    def unrecoverable_entries(self) -> list[int]:
-        """Entries for which every replica definitively has no valid copy (see :data:`DEFINITIVE`)."""
-        return sorted(e for e, why in self.unreadable.items() if why and all(r in DEFINITIVE for r in why.values()))
+    def unreadable_count(self) -> int:
+        """How many entries no replica could serve (O(runs))."""
+        return entry_runs.count(self.unreadable)
+
+    def unrecoverable(self) -> list[Gap]:
+        """The unreadable runs for which every replica definitively has no valid copy (see :data:`DEFINITIVE`)."""
+        return [g for g in self.unreadable if g.why and all(r in DEFINITIVE for r in g.why.values())]
 
 
 class _Aborted(Exception):
@@ -197,13 +215,13 @@ class FragmentCopier:
             TargetWriteError: a target refused a write (the caller may exclude it and retry later).
         """
         res = CopyResult()
-        for e in plan.unsourced:
-            res.unreadable[e] = {}
+        res.unreadable.extend(Gap(run) for run in plan.unsourced)
+        held: dict = {}  # bookie -> what it stores of the ledger (asked once per copy)
         if not plan.streams:
-            await self.explain(ledger_id, ensemble, write_quorum, res, registered, digest)
+            await self.explain(ledger_id, ensemble, write_quorum, res, registered, digest, held)
             return res
         tasks = [asyncio.create_task(self._stream(ledger_id, master_key, ensemble, write_quorum, spec, res,
-                                                  registered, skip_sources, should_abort, on_bytes, digest))
+                                                  registered, skip_sources, should_abort, on_bytes, digest, held))
                  for spec in plan.streams]
         try:
             done = await asyncio.gather(*tasks, return_exceptions=True)
@@ -220,46 +238,74 @@ class FragmentCopier:
                 raise err
             else:
                 raise err
-        await self.explain(ledger_id, ensemble, write_quorum, res, registered, digest)
+        await self.explain(ledger_id, ensemble, write_quorum, res, registered, digest, held)
         return res
 
     async def explain(self, ledger_id: int, ensemble, wq: int, res: CopyResult,
-                      registered: Callable[[], Collection[str]], digest: EntryDigest = CRC32C) -> None:
-        """Fill in, for unreadable entries without reasons yet, why each replica of the write set cannot
-        serve them (unregistered bookies are not asked; one read per registered replica; copies are
-        verified with the ledger's ``digest``)."""
-        todo = [e for e, why in res.unreadable.items() if not why]
+                      registered: Callable[[], Collection[str]], digest: EntryDigest = CRC32C,
+                      held: dict | None = None) -> None:
+        """Fill in, for unreadable runs without reasons yet (one residue each), why each replica of the
+        write set cannot serve them: unregistered bookies are not asked; a registered one says what it
+        stores (``GetListOfEntriesOfLedger``: the ids outside are ``ENOENTRY``/``ENOLEDGER``) and the
+        first id of each part it stores is read and verified with the ledger's ``digest`` (that answer
+        stands for the part). O(runs × WQ) requests, whatever the runs' length."""
+        todo = [g for g in res.unreadable if not g.why]
         if not todo:
             return
+        cache: dict = {} if held is None else held
+        keep = [g for g in res.unreadable if g.why]
         reg = set(registered())
-        for e in todo:
-            why: dict[str, str] = {}
-            for j in write_set(e, len(ensemble), wq):
+        e_size = len(ensemble)
+        for g in todo:
+            pending = [g]
+            for j in dict.fromkeys(write_set(g.run.arc_end, e_size, wq)):
                 b = ensemble[j]
-                if b in why:
-                    continue
+                nxt: list[Gap] = []
                 if b not in reg:
-                    why[b] = "NOT_REGISTERED"
+                    pending = [x.because(b, "NOT_REGISTERED", keep=True) for x in pending]
                     continue
-                try:
-                    r = await self.bookies.read_entry(b, ledger_id, e)
-                    digest.verify(r.body, ledger_id, e, source=b)
-                    why[b] = "READABLE_BUT_EXCLUDED"
-                except DigestMismatchError:
-                    why[b] = "DIGEST"
-                except BookieError as exc:
-                    why[b] = exc.status
-            res.unreadable[e] = why
+                stores, absent = await self._held(b, ledger_id, cache, (j, e_size, wq))
+                present, missing = split_gaps(pending, stores, b, absent)
+                nxt.extend(missing)
+                for x in present:
+                    e = x.run.bounds()[0]
+                    try:
+                        r = await self.bookies.read_entry(b, ledger_id, e)
+                        digest.verify(r.body, ledger_id, e, source=b)
+                        reason = "READABLE_BUT_EXCLUDED"
+                    except DigestMismatchError:
+                        reason = "DIGEST"
+                    except BookieError as exc:
+                        reason = exc.status
+                    nxt.append(x.because(b, reason))
+                pending = merge_gaps(nxt)
+            keep.extend(pending)
+        res.unreadable[:] = keep
+
+    # -- what a bookie holds -----------------------------------------------------------------------
+    async def _held(self, bookie: str, ledger_id: int, cache: dict,
+                    striping: tuple[int, int, int]) -> tuple[list[tuple[int, int]] | None, str]:
+        """:func:`autorecovery.roles.holdings.held` through this copier's bookie client."""
+        return await holdings.held(self.bookies, bookie, ledger_id, cache, striping)
+
+    async def absent(self, ledger_id: int, ensemble: tuple[str, ...], wq: int, first: int, last: int,
+                     registered: Callable[[], Collection[str]]) -> list[Gap]:
+        """:func:`autorecovery.roles.holdings.absent` through this copier's bookie client: the entries of
+        ``[first, last]`` no bookie of their write set holds (data loss found before any target is
+        chosen or any entry read, issue 25)."""
+        return await holdings.absent(self.bookies, ledger_id, ensemble, wq, first, last, registered)
 
     # -- one stream ----------------------------------------------------------------------------------
     async def _stream(self, ledger_id, master_key, ensemble, wq, spec: StreamSpec, res: CopyResult,
-                      registered, skip_sources, should_abort, on_bytes, digest: EntryDigest) -> None:
+                      registered, skip_sources, should_abort, on_bytes, digest: EntryDigest,
+                      held_cache: dict) -> None:
         e_size = len(ensemble)
-        missing: set[int] = set(spec.entry_ids())
-        tried: dict[int, dict[str, str]] = {}
+        run0 = spec.run().clip(spec.first, spec.last)
+        # entries of the stream still to copy, as runs with each tried bookie's reason: O(reason changes)
+        gaps: list[Gap] = [Gap(run0)] if run0 is not None else []
         queues: dict[str, _Window] = {t: _Window(self.window_entries, self.window_bytes) for t in spec.targets}
         failed: dict[str, BaseException] = {}
-        sizes: dict[str, list[int]] = {t: [] for t in spec.targets}
+        sent: dict[str, int] = {t: 0 for t in spec.targets}
 
         async def drain(q: _Window):
             # everything queued meanwhile leaves in one message (batched framing, issue 13)
@@ -301,15 +347,17 @@ class FragmentCopier:
                 if failed:
                     raise TargetWriteError(next(iter(failed)), next(iter(failed.values())))
                 await queues[t].put((eid, body))
-                sizes[t].append(len(body))
+                sent[t] += 1
+                if self.m is not None:
+                    self.m.bytes_written.record(len(body))
             on_bytes(len(body) * len(spec.targets))
 
         def accept(eid: int, body: bytes, source: str, t_read: float) -> bool:
             try:
                 digest.verify(body, ledger_id, eid, source=source)
             except DigestMismatchError as exc:
-                res.corrupt.append((eid, source))
-                tried.setdefault(eid, {})[source] = "DIGEST"
+                if len(res.corrupt) < MAX_CORRUPT_LISTED:
+                    res.corrupt.append((eid, source))
                 if self.m is not None:
                     self.m.corrupt_source_entries.inc()
                 log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid, bookie_id=source, error=str(exc))
@@ -322,173 +370,237 @@ class FragmentCopier:
                 self.m.read_latency.record(t_read * 1000.0)
             return True
 
-        pulled = [0, 0]  # entries, bytes stored on the target by PullEntries
+        def check_abort() -> None:
+            why = should_abort()
+            if why:
+                raise _Aborted(why)
 
-        async def pull(source: str, a: int, b: int) -> str | None:
-            """Have the single target copy ``a..b`` from ``source`` itself (PullEntries): the bytes cross
-            the network once. Returns None when it cannot (the caller copies through this process), else
-            the source's failure status (``""``: the source served the whole range)."""
+        async def read_gap(source: str, g: Gap, index: int, length: int) -> tuple[list[Gap], str]:
+            """Stream ``g``'s ids from ``source`` (filter ``bookie_index=index, write_quorum=length``) in
+            chunks of :data:`MAX_STREAM_IDS`, copy what verifies, and return the sub-gaps not copied with
+            ``source``'s reason, and the status that ended the stream early (``""``: none)."""
+            run = g.run
+            out: list[Gap] = []
+            state = {"cursor": run.first, "reason": "", "seen": run.first - 1}
+
+            def close(upto: int, reason: str) -> None:
+                piece = run.clip(state["cursor"], upto)
+                if piece is not None:
+                    out.append(Gap(piece, {**g.why, source: reason}))
+                state["cursor"] = max(state["cursor"], upto + 1)
+                state["reason"] = ""
+
+            def note(eid: int, reason: str) -> None:
+                if state["reason"] and state["reason"] != reason:
+                    close(eid - 1, state["reason"])
+                state["reason"] = reason
+                state["seen"] = max(state["seen"], eid)
+
+            for a in range(run.first, run.last + 1, MAX_STREAM_IDS):
+                b = min(run.last, a + MAX_STREAM_IDS - 1)
+                try:
+                    t_prev = time.monotonic()
+                    # aclosing: leaving the loop early (abort, a dead target) closes the stream
+                    # here, not in a finaliser task that may outlive the copy (issue 9)
+                    async with contextlib.aclosing(self.bookies.read_entries(
+                        source, ledger_id, a, b, ensemble_size=e_size, write_quorum=length, bookie_index=index,
+                    )) as stream:
+                        async for item in stream:
+                            now = time.monotonic()
+                            check_abort()
+                            if isinstance(item, BookieError):
+                                eid = _entry_of(item)
+                                if eid is not None and eid >= state["cursor"] and run.covers(eid):
+                                    note(eid, item.status)
+                                t_prev = now
+                                continue
+                            eid = item.entry_id
+                            if eid >= state["cursor"] and run.covers(eid):
+                                if accept(eid, item.body, source, now - t_prev):
+                                    if eid > state["cursor"]:
+                                        close(eid - 1, state["reason"] or "MISSING")
+                                    state["cursor"], state["reason"] = eid + 1, ""
+                                    state["seen"] = max(state["seen"], eid)
+                                    await emit(eid, item.body)
+                                else:
+                                    note(eid, "DIGEST")
+                            t_prev = now
+                except BookieError as exc:
+                    log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source,
+                                status=exc.status, error=str(exc))
+                    if state["reason"]:
+                        close(state["seen"], state["reason"])
+                    close(run.last, exc.status)  # the rest of the gap, this chunk's and later ones
+                    return out, exc.status
+            close(run.last, state["reason"] or "MISSING")  # anything the stream skipped silently
+            return out, ""
+
+        async def can_pull(source: str) -> bool:
+            """Whether the single target can copy from ``source`` itself (PullEntries)."""
             target = spec.targets[0]
             if not self.pull or len(spec.targets) != 1 or not self.bucket.unlimited or target in writers:
-                return None
+                return False
             if digest.digest_type == DigestType.HMAC:
                 # the target would have to verify each entry's HMAC, which needs the ledger's password;
                 # passwords never go to bookies (they get the master key, a one-way hash of it), so an
                 # HMAC ledger is always copied through this process, which verifies it
-                return None
+                return False
             try:
                 if not await self.bookies.pulls(target, source):
-                    return None
+                    return False
                 if digest.digest_type != DigestType.CRC32C and not (
                         await self.bookies.features(target) & pb.PULL_DIGEST_TYPES):
-                    return None  # an older bookie would check every pulled entry as CRC32C
+                    return False  # an older bookie would check every pulled entry as CRC32C
             except BookieError:
-                return None  # the target is unreachable: the local path reports it as a target failure
+                return False  # the target is unreachable: the local path reports it as a target failure
+            return True
+
+        pulled = [0, 0]  # entries, bytes stored on the target by PullEntries
+
+        async def pull_gap(source: str, g: Gap) -> tuple[list[Gap], str]:
+            """Have the single target copy ``g`` from ``source`` itself: the bytes cross the network once.
+            Returns the sub-gaps it could not get (with ``source``'s reason) and the source's failure
+            status (``""``: the source served the whole gap)."""
+            target = spec.targets[0]
+            run = g.run
+            stored = IntervalSet(run)  # joined over ids the stream does not carry: O(holes)
+            failures: dict[str, IntervalSet] = {}
             source_failed = ""
-            t0 = t_prev = time.monotonic()
+            t0 = time.monotonic()
             try:
-                async with contextlib.aclosing(self.bookies.pull_entries(
-                    target, source, ledger_id, master_key, a, b, ensemble_size=e_size,
-                    write_quorum=spec.arc_len, bookie_index=spec.arc_end, digest_type=int(digest.digest_type),
-                )) as reports:
-                    async for rep in reports:
-                        now = time.monotonic()
-                        for eid, why in rep.failed.items():
-                            tried.setdefault(eid, {})[source] = why
-                            if why == "DIGEST":
-                                res.corrupt.append((eid, source))
+                for a in range(run.first, run.last + 1, MAX_STREAM_IDS):
+                    b = min(run.last, a + MAX_STREAM_IDS - 1)
+                    t_prev = time.monotonic()
+                    async with contextlib.aclosing(self.bookies.pull_entries(
+                        target, source, ledger_id, master_key, a, b, ensemble_size=e_size,
+                        write_quorum=spec.arc_len, bookie_index=spec.arc_end, digest_type=int(digest.digest_type),
+                    )) as reports:
+                        async for rep in reports:
+                            now = time.monotonic()
+                            for eid, why in rep.failed.items():
+                                failures.setdefault(why, IntervalSet(run)).add(eid)
+                                if why == "DIGEST":
+                                    if len(res.corrupt) < MAX_CORRUPT_LISTED:
+                                        res.corrupt.append((eid, source))
+                                    if self.m is not None:
+                                        self.m.corrupt_source_entries.inc()
+                                    log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid,
+                                              bookie_id=source, target=target)
+                            n = len(rep.stored)
+                            if n:
+                                for eid in rep.stored:
+                                    stored.add(eid)
+                                pulled[0] += n
+                                pulled[1] += rep.bytes_stored
+                                res.entries_read += n
+                                res.bytes_read += rep.bytes_stored
                                 if self.m is not None:
-                                    self.m.corrupt_source_entries.inc()
-                                log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid,
-                                          bookie_id=source, target=target)
-                        n = len(rep.stored)
-                        if n:
-                            missing.difference_update(rep.stored)
-                            pulled[0] += n
-                            pulled[1] += rep.bytes_stored
-                            res.entries_read += n
-                            res.bytes_read += rep.bytes_stored
-                            if self.m is not None:
-                                per_entry_ms = (now - t_prev) * 1000.0 / n
-                                self.m.entries_read.inc(n)
-                                self.m.entries_written.inc(n)
-                                for _ in range(n):
-                                    self.m.read_latency.record(per_entry_ms)
-                                mean = rep.bytes_stored // n
-                                for _ in range(n):
-                                    self.m.bytes_read.record(mean)
-                                    self.m.bytes_written.record(mean)
-                            on_bytes(rep.bytes_stored)
-                        t_prev = now
-                        if rep.source_status:
-                            source_failed = rep.source_status
-                            log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source, target=target,
-                                        status=rep.source_status, error=rep.source_message)
-                            for eid in missing:
-                                if a <= eid <= b:
-                                    tried.setdefault(eid, {}).setdefault(source, rep.source_status)
-                        why = should_abort()
-                        if why:
-                            raise _Aborted(why)
+                                    per_entry_ms = (now - t_prev) * 1000.0 / n
+                                    self.m.entries_read.inc(n)
+                                    self.m.entries_written.inc(n)
+                                    mean = rep.bytes_stored // n
+                                    for _ in range(n):
+                                        self.m.read_latency.record(per_entry_ms)
+                                        self.m.bytes_read.record(mean)
+                                        self.m.bytes_written.record(mean)
+                                on_bytes(rep.bytes_stored)
+                            t_prev = now
+                            if rep.source_status:
+                                source_failed = rep.source_status
+                                log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source, target=target,
+                                            status=rep.source_status, error=rep.source_message)
+                            check_abort()
+                    if source_failed:  # its other chunks are not tried either
+                        break
             except BookieError as exc:
                 raise TargetWriteError(target, exc) from exc
             if self.m is not None:
                 self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
             self.pulls += 1
-            return source_failed
+            out: list[Gap] = []
+            for a, b in stored.complement(run.first, run.last):
+                piece = run.clip(a, b)
+                if piece is None:
+                    continue
+                lo = piece.first
+                reason = next((why for why, ids in failures.items() if lo in ids), "") or source_failed or "MISSING"
+                out.append(Gap(piece, {**g.why, source: reason}))
+            return out, source_failed
 
         try:
             reg = set(registered())
             sources = [spec.source] + [a for a in spec.alternates
                                        if all(index_stores(ensemble.index(a), r, e_size, wq) for r in spec.residues())]
+            touched = False  # a pull copies exactly a stream's own range, before anything else was tried
             for source in sources:
-                if not missing:
+                if not gaps:
                     break
                 if source in skip_sources:
                     continue
                 if source not in reg:
-                    for eid in missing:
-                        tried.setdefault(eid, {})[source] = "NOT_REGISTERED"
+                    gaps = [g.because(source, "NOT_REGISTERED") for g in gaps]
                     continue
-                lo, hi = min(missing), max(missing)
-                untouched = len(missing) == spec.entries  # nothing copied or tried yet: a pull copies exactly these
-                async with self._slot(source, spec.targets):
-                    for a in range(lo, hi + 1, MAX_STREAM_IDS):
-                        b = min(hi, a + MAX_STREAM_IDS - 1)
-                        pulled_from = await pull(source, a, b) if untouched else None
-                        if pulled_from is not None:
-                            if pulled_from:  # the source failed: its other chunks are not tried either
+                held, absent = await self._held(source, ledger_id, held_cache, (ensemble.index(source), e_size, wq))
+                present, nxt = split_gaps(gaps, held, source, absent)
+                pulling = not touched and await can_pull(source)
+                touched = True
+                if present:
+                    async with self._slot(source, spec.targets):
+                        for i, g in enumerate(present):
+                            got, status = await (pull_gap(source, g) if pulling else
+                                                 read_gap(source, g, spec.arc_end, spec.arc_len))
+                            nxt.extend(got)
+                            if status:  # the source failed: its other gaps are not tried either
+                                nxt.extend(x.because(source, status) for x in present[i + 1:])
                                 break
-                            continue
-                        try:
-                            t_prev = time.monotonic()
-                            # aclosing: leaving the loop early (abort, a dead target) closes the stream
-                            # here, not in a finaliser task that may outlive the copy (issue 9)
-                            async with contextlib.aclosing(self.bookies.read_entries(
-                                source, ledger_id, a, b, ensemble_size=e_size,
-                                write_quorum=spec.arc_len, bookie_index=spec.arc_end,
-                            )) as stream:
-                                async for item in stream:
-                                    now = time.monotonic()
-                                    why = should_abort()
-                                    if why:
-                                        raise _Aborted(why)
-                                    if isinstance(item, BookieError):
-                                        eid = _entry_of(item)
-                                        if eid is not None:
-                                            tried.setdefault(eid, {})[source] = item.status
-                                        t_prev = now
-                                        continue
-                                    eid = item.entry_id
-                                    if eid in missing and accept(eid, item.body, source, now - t_prev):
-                                        missing.discard(eid)
-                                        await emit(eid, item.body)
-                                    t_prev = now
-                        except BookieError as exc:
-                            log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source,
-                                        status=exc.status, error=str(exc))
-                            for eid in missing:
-                                if a <= eid <= b:
-                                    tried.setdefault(eid, {}).setdefault(source, exc.status)
-                            break
-                # anything the stream skipped silently (filtered out by a stale striping) stays missing
-            # entry-by-entry fallback over every replica of the write set
-            for eid in sorted(missing):
-                why = should_abort()
-                if why:
-                    raise _Aborted(why)
-                reasons = tried.setdefault(eid, {})
-                got = None
-                order = [spec.source, *spec.alternates] + [ensemble[j] for j in write_set(eid, e_size, wq)]
+                gaps = merge_gaps(nxt)
+            # fallback over every replica of the write set, residue by residue (each residue has one
+            # write set): replicas that store only part of the stream's arc are read here
+            pending_all: list[Gap] = []
+            for g in gaps:
+                for r in g.run.residues():
+                    sub = g.run.with_residue(r)
+                    if sub is not None:
+                        pending_all.append(Gap(sub, g.why))
+            for g in pending_all:
+                check_abort()
+                r = g.run.arc_end
+                order = [spec.source, *spec.alternates] + [ensemble[j] for j in write_set(r, e_size, wq)]
+                pending = [g]
                 for b in dict.fromkeys(order):
-                    # bookies the checker flagged (skip_sources) are tried too: they may hold this entry
-                    if reasons.get(b) in DEFINITIVE:
-                        continue
-                    if not index_stores(ensemble.index(b), eid, e_size, wq):
-                        continue
-                    if b not in reg:
-                        reasons[b] = "NOT_REGISTERED"
-                        continue
-                    t0 = time.monotonic()
-                    try:
-                        r = await self.bookies.read_entry(b, ledger_id, eid)
-                    except BookieError as exc:
-                        reasons[b] = exc.status
-                        continue
-                    if accept(eid, r.body, b, time.monotonic() - t0):
-                        got = r.body
+                    if not pending:
                         break
-                if got is not None:
-                    missing.discard(eid)
-                    await emit(eid, got)
-                else:
-                    for j in write_set(eid, e_size, wq):
+                    # bookies the checker flagged (skip_sources) are tried too: they may hold these entries
+                    if not index_stores(ensemble.index(b), r, e_size, wq):
+                        continue
+                    nxt, todo = [], []
+                    for x in pending:
+                        if x.why.get(b) in DEFINITIVE:
+                            nxt.append(x)
+                        elif b not in reg:
+                            nxt.append(x.because(b, "NOT_REGISTERED"))
+                        else:
+                            todo.append(x)
+                    if todo:
+                        held, absent = await self._held(b, ledger_id, held_cache, (ensemble.index(b), e_size, wq))
+                        present, missing = split_gaps(todo, held, b, absent)
+                        nxt.extend(missing)
+                        for i, x in enumerate(present):
+                            got, status = await read_gap(b, x, r, 1)
+                            nxt.extend(got)
+                            if status:
+                                nxt.extend(y.because(b, status) for y in present[i + 1:])
+                                break
+                    pending = merge_gaps(nxt)
+                for x in pending:
+                    why = dict(x.why)
+                    for j in write_set(r, e_size, wq):
                         b = ensemble[j]
-                        if b not in reasons:
-                            reasons[b] = "NOT_REGISTERED" if b not in reg else "UNTRIED"
-                    res.unreadable[eid] = dict(reasons)
+                        if b not in why:
+                            why[b] = "NOT_REGISTERED" if b not in reg else "UNTRIED"
+                    res.unreadable.append(Gap(x.run, why))
                     if self.m is not None:
-                        self.m.unable_to_read.inc()
+                        self.m.unable_to_read.inc(x.count())
             for t in writers:
                 if t not in failed:
                     await queues[t].put(None)
@@ -504,84 +616,13 @@ class FragmentCopier:
             if isinstance(r, BaseException):
                 raise TargetWriteError(t, r)
             n, nbytes = r
-            expected = len(sizes[t])
+            expected = sent[t]
             if n != expected:
                 raise TargetWriteError(t, BookieError(t, "EIO", f"wrote {n} of {expected} entries"))
             res.entries_written += n
             res.bytes_written += nbytes
             if self.m is not None:
                 self.m.entries_written.inc(n)
-                for s in sizes[t]:
-                    self.m.bytes_written.record(s)
-
-
-class _Window:
-    """A FIFO between a copy stream's reader and one target's writer, bounded by entries and bytes.
-
-    ``put`` waits while the window is full (it always admits an entry into an empty window);
-    ``discard`` drops everything and admits every later put (the writer is gone). Waiters wake on a
-    per-change event, so ``discard`` (called from a task's done-callback) needs no task of its own: a
-    task spawned there could outlive the copy ("Task was destroyed but it is pending!", issue 9).
-    """
-
-    def __init__(self, max_entries: int, max_bytes: int) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._items: deque = deque()
-        self._bytes = 0
-        self._changed = asyncio.Event()
-        self._dead = False
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def _wait(self, ready: Callable[[], bool]) -> None:
-        while not ready():
-            await self._changed.wait()
-
-    async def put(self, item) -> None:
-        size = len(item[1]) if item is not None else 0
-        await self._wait(lambda: self._dead or not self._items or (
-            len(self._items) < self.max_entries and self._bytes + size <= self.max_bytes))
-        if self._dead:
-            return
-        self._items.append(item)
-        self._bytes += size
-        self._notify()
-
-    async def get(self):
-        await self._wait(lambda: bool(self._items))
-        item = self._items.popleft()
-        if item is not None:
-            self._bytes -= len(item[1])
-        self._notify()
-        return item
-
-    async def get_batch(self, max_bytes: int) -> list | None:
-        """Everything queued now, in order, up to ``max_bytes`` of bodies (at least one entry, waiting
-        for it); None at the end-of-stream marker."""
-        await self._wait(lambda: bool(self._items))
-        if self._items[0] is None:
-            self._items.popleft()
-            self._notify()
-            return None
-        batch: list = []
-        size = 0
-        while self._items and self._items[0] is not None:
-            n = len(self._items[0][1])
-            if batch and size + n > max_bytes:
-                break
-            batch.append(self._items.popleft())
-            size += n
-        self._bytes -= size
-        self._notify()
-        return batch
-
-    def discard(self) -> None:
-        self._dead = True
-        self._items.clear()
-        self._bytes = 0
-        self._notify()
 
 
 def _entry_of(err: BookieError) -> int | None:
@@ -589,12 +630,5 @@ def _entry_of(err: BookieError) -> int | None:
     return getattr(err, "entry_id", None)
 
 
-def ranges(entry_ids: Iterable[int]) -> list[list[int]]:
-    """Sorted inclusive ``[first, last]`` runs of ``entry_ids`` (for logs and the side znode)."""
-    out: list[list[int]] = []
-    for e in sorted(set(entry_ids)):
-        if out and out[-1][1] + 1 == e:
-            out[-1][1] = e
-        else:
-            out.append([e, e])
-    return out
+#: Sorted inclusive ``[first, last]`` runs of entry ids (for logs); runs of runs: ``entry_runs.spans``.
+ranges = entry_runs.id_ranges

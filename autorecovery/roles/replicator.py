@@ -147,7 +147,7 @@ class SegmentReplicator:
         if res.aborted:
             return ReplicateResult(ABORTED, md, res, detail=f"copy aborted: {res.aborted}")
         if not res.complete:
-            return ReplicateResult(INCOMPLETE, md, res, detail=f"{len(res.unreadable)} entries could not be read")
+            return ReplicateResult(INCOMPLETE, md, res, detail=f"{res.unreadable_count()} entries could not be read")
         repl = dict(plan.replacements)
         applied: list[dict[str, str]] = [{}]  # what the last run of the CAS loop swapped
 

@@ -42,7 +42,8 @@ Where we beat upstream (each is described where it is implemented):
 * streamed range copies that read only what each target lacks and verify every digest;
 * unrecoverable entries (every replica gone, e.g. WQ=1 on a dead bookie, #3316/#4872) are surfaced —
   counter, error log, and a side znode ``<root>/underreplication/unrecoverable/urL<id>`` with JSON
-  ``{"ledger", "entries", "bookies", "waiting_for", "time", ...}`` — and not retried until an operator
+  ``{"ledger", "entries", "entry_count", "reason", "bookies", "waiting_for", "time", ...}`` (entry ids as
+  ranges: bounded whatever the ledger claims, issue 25) — and not retried until an operator
   deletes the side znode or re-marks the ledger, or one of the bookies in ``waiting_for`` registers;
 * a returning bookie cancels needless copies, also mid-copy;
 * ``progress()``: bytes and ledgers left, rate, ETA and why ledgers are blocked.
@@ -75,14 +76,16 @@ from autorecovery.ledger.digest import EntryDigest, ledger_digest
 from autorecovery.ledger.metadata import LedgerMetadata, write_set
 from autorecovery.placement.policy import Adherence
 from autorecovery.plan import pass_plan as pp
+from autorecovery.plan import entry_runs
 from autorecovery.plan.backoff import FailureMemory
+from autorecovery.plan.entry_runs import Gap
 from autorecovery.plan.progress import Progress, ProgressTracker, estimate_copy_bytes
 from autorecovery.plan.targets import FragmentPlan, choose_replacements, plan_fragment_copy
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 from autorecovery.roles import replicator as rp
 from autorecovery.roles.backlog import Backlog
 from autorecovery.roles.checker import LedgerChecker
-from autorecovery.roles.copier import CopyResult, FragmentCopier, ranges
+from autorecovery.roles.copier import CopyResult, FragmentCopier
 from autorecovery.roles.worker_settings import CONFIG_KEYS, WorkerSettings  # noqa: F401 (re-exported)
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.ledgers import LedgerStore
@@ -594,7 +597,7 @@ class ReplicationWorker:
         remembered = self.memory.unreadable(lid, first, last)
         if remembered:
             failed = await self._probe_entries(lid, ensemble, md.write_quorum, remembered, ledger_digest(md))
-            self.memory.readable_again(lid, [e for e in remembered if e not in failed])
+            self.memory.readable_again(lid, [g for g in remembered if g.run not in {f.run for f in failed}])
             if failed:
                 self._classify_unreadable(failed, p)
                 return md
@@ -605,11 +608,18 @@ class ReplicationWorker:
             replacements={i: f"?target-{i}" for i in bad}, readable=avail - bad_bookies,
             last_resort=avail & bad_bookies)
         if probe.unsourced:
-            res = CopyResult(unreadable={e: {} for e in probe.unsourced})
+            res = CopyResult(unreadable=[Gap(run) for run in probe.unsourced])
             await self.copier.explain(lid, ensemble, md.write_quorum, res, lambda: self.watcher.available,
                                       ledger_digest(md))
             self.m.unable_to_read.inc(self.memory.add_unreadable(lid, res.unreadable))
             self._classify_unreadable(res.unreadable, p)
+            return md
+        # entries that no bookie of their write set stores at all (a ledger whose metadata claims more
+        # than was ever written, issue 25): data loss found from the bookies' listings, before targets
+        gone = await self.copier.absent(lid, ensemble, md.write_quorum, first, last, lambda: self.watcher.available)
+        if gone:
+            self.m.unable_to_read.inc(self.memory.add_unreadable(lid, gone))
+            self._classify_unreadable(gone, p)
             return md
         try:
             repl = choose_replacements(
@@ -625,7 +635,7 @@ class ReplicationWorker:
             ensemble=ensemble, write_quorum=md.write_quorum, first=first, last=last, replacements=repl,
             readable=avail - bad_bookies, last_resort=avail & bad_bookies, source_load=dict(self.caps.sources))
         if plan.unsourced:  # an in-place target was the only holder: nothing to copy from
-            p.retriable.append(f"entries {ranges(plan.unsourced)} have no source besides their in-place target")
+            p.retriable.append(f"entries {entry_runs.spans(plan.unsourced)} have no source besides their in-place target")
             return md
         watch_back = {b for b in bad_bookies if b not in avail}
         return await self._copy_and_swap(lid, md, seg.first_entry_id, plan, p, watch_back,
@@ -640,13 +650,18 @@ class ReplicationWorker:
                 del self._bad_targets[b]
         return set(self._bad_targets) | set(getattr(self.watcher, "foreign", {}) or {})
 
-    async def _probe_entries(self, lid: int, ensemble, wq: int, entry_ids: list[int],
-                             digest: EntryDigest) -> dict[int, dict[str, str]]:
-        """Read each entry from any replica (checked with the ledger's ``digest``); returns the ones no
-        replica served with the reason per replica."""
+    async def _probe_entries(self, lid: int, ensemble, wq: int, remembered: list[Gap],
+                             digest: EntryDigest) -> list[Gap]:
+        """Read the first entry of each remembered unreadable run (one residue each) from any replica
+        (checked with the ledger's ``digest``); returns the runs whose probe no replica served, with
+        the reason per replica (the probe's answer stands for its run: O(runs) reads, whatever their
+        length)."""
         reg = self.watcher.available
-        failed: dict[int, dict[str, str]] = {}
-        for e in entry_ids:
+        failed: list[Gap] = []
+        for g in remembered:
+            e = g.run.bounds()[0]
+            if e < 0:
+                continue
             why: dict[str, str] = {}
             ok = False
             for j in write_set(e, len(ensemble), wq):
@@ -664,16 +679,16 @@ class ReplicationWorker:
                 except BookieError as exc:
                     why[b] = exc.status
             if not ok:
-                failed[e] = why
+                failed.append(Gap(g.run, why))
         return failed
 
-    def _classify_unreadable(self, unreadable: Mapping[int, Mapping[str, str]], p: pp.PassOutcome) -> None:
-        """Record unreadable entries in the pass outcome: data loss, or a reason to retry
+    def _classify_unreadable(self, unreadable: list[Gap], p: pp.PassOutcome) -> None:
+        """Record unreadable runs in the pass outcome: data loss, or a reason to retry
         (:func:`~autorecovery.plan.pass_plan.classify_unreadable`)."""
         gone, rest = pp.classify_unreadable(unreadable)
-        p.unrecoverable.update(gone)
+        p.unrecoverable.extend(gone)
         if rest:
-            p.retriable.append(f"entries {ranges(rest)} could not be read now (replicas unreachable or failing)")
+            p.retriable.append(f"entries {entry_runs.spans(rest)} could not be read now (replicas unreachable or failing)")
 
     async def _copy_and_swap(self, lid: int, md: LedgerMetadata, seg_first: int, plan: FragmentPlan,
                              p: pp.PassOutcome, watch_back: set[str], *, skip_sources, placement: bool) -> LedgerMetadata:
@@ -743,7 +758,7 @@ class ReplicationWorker:
                                   last=md.segment_end(seg_i), replacements=repl, readable=self.watcher.available,
                                   source_load=dict(self.caps.sources))
         if plan.unsourced:
-            p.retriable.append(f"placement move of segment {seg_first}: entries {ranges(plan.unsourced)} unreadable")
+            p.retriable.append(f"placement move of segment {seg_first}: entries {entry_runs.spans(plan.unsourced)} unreadable")
             return md
         return await self._copy_and_swap(lid, md, seg_first, plan, p, set(), skip_sources=(), placement=True)
 
@@ -813,11 +828,12 @@ class ReplicationWorker:
         doc = await self.backlog.surface_unrecoverable(lid, p.unrecoverable, self.um.lock_owner)
         waiting = doc["waiting_for"]
         self.m.unrecoverable_total.inc()
-        self.tracker.block(lid, f"unrecoverable: entries {doc['entries']} (waiting for {waiting or 'an operator'})")
+        self.tracker.block(lid, f"unrecoverable: entries {doc['entries']}: {doc['reason']} "
+                                f"(waiting for {waiting or 'an operator'})")
         # WARNING here, once per pass of this worker: the elected auditor logs the record once at ERROR
         # for the whole cluster (issue 9: every daemon used to log it at ERROR, 860 characters a line)
         log.warning("ledger surfaced as unrecoverable; not retrying until a bookie returns", ledger_id=lid,
-                    waiting_for=waiting or "an operator", entry_count=doc["entry_count"],
+                    waiting_for=waiting or "an operator", entry_count=doc["entry_count"], reason=doc["reason"],
                     side_znode=self.backlog.record_path(lid))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from autorecovery.roles.copier import _Window
+from autorecovery.roles.holdings import join_over_foreign_ids as _join_over_foreign_ids
 
 
 async def test_get_batch_takes_what_is_queued_within_the_byte_limit_and_stops_at_the_end_marker() -> None:
@@ -36,3 +37,13 @@ async def test_get_batch_waits_for_the_first_entry() -> None:
     assert not getter.done()
     await w.put((7, b"a"))
     assert [e for e, _ in await asyncio.wait_for(getter, 5)] == [7]
+
+
+def test_a_bookie_listing_is_joined_over_the_ids_its_index_does_not_store() -> None:
+    """Issue 25: an E3/WQ2 bookie at index 0 stores 0, 2,3, 5,6, ... and lists a hole every third id;
+    kept as one range, and a real hole (8 missing) stays one."""
+    full = [(0, 0)] + [(3 * k + 2, 3 * k + 3) for k in range(10_000)]
+    assert _join_over_foreign_ids(full, 0, 3, 2) == [(0, 30_000)]
+    holed = [(0, 0), (2, 3), (5, 6), (9, 9), (11, 12)]
+    assert _join_over_foreign_ids(holed, 0, 3, 2) == [(0, 6), (9, 12)]
+    assert _join_over_foreign_ids([(5, 6), (0, 0)], 0, 3, 2) == [(0, 0), (5, 6)]  # unsorted: sorted first

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from autorecovery.plan import entry_runs
 from autorecovery.plan.backoff import FailureMemory, lock_release_delay_ms
+from autorecovery.plan.entry_runs import Gap, Run
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 
 
@@ -50,24 +52,41 @@ def test_failure_memory_counts_and_resets():
     assert m.next_release_delay_ms(7) == 2
 
 
+def _gaps(*ids: int) -> list[Gap]:
+    return [Gap(Run(e, e)) for e in ids]
+
+
+def _ids(gaps) -> list[int]:
+    return sorted(entry_runs.entry_ids(gaps))
+
+
 def test_unreadable_entries_memory():
     m = FailureMemory(64)
-    assert m.add_unreadable(1, [5, 3, 9]) == 3
-    assert m.add_unreadable(1, [3, 4]) == 1
-    assert m.unreadable(1) == [3, 4, 5, 9]
-    assert m.unreadable(1, 4, 5) == [4, 5]
-    m.readable_again(1, [4, 9])
-    assert m.unreadable(1) == [3, 5]
+    assert m.add_unreadable(1, _gaps(5, 3, 9)) == 3
+    assert m.add_unreadable(1, _gaps(3, 4)) == 1
+    assert _ids(m.unreadable(1)) == [3, 4, 5, 9]
+    assert _ids(m.unreadable(1, 4, 5)) == [4, 5]
+    m.readable_again(1, _gaps(4, 9))
+    assert _ids(m.unreadable(1)) == [3, 5]
     m.replicated(1)
     assert m.unreadable(1) == []
+
+
+def test_unreadable_memory_of_a_huge_run_is_one_run():
+    """A run of 2**62 unreadable entries is remembered as one run, counted exactly (issue 25)."""
+    m = FailureMemory(64)
+    big = Gap(Run(0, 2**62, 1, 1, 3), {"a:1": "ENOENTRY"})
+    assert m.add_unreadable(1, [big]) == big.count() == 2**62 // 3 + 1
+    assert m.add_unreadable(1, [big]) == 0
+    assert m.unreadable(1, 10, 20) == [Gap(Run(10, 19, 1, 1, 3), {"a:1": "ENOENTRY"})]
 
 
 def test_failure_memory_is_bounded():
     m = FailureMemory(64, max_ledgers=3)
     for lid in range(5):
-        m.add_unreadable(lid, [1])
+        m.add_unreadable(lid, _gaps(1))
         m.next_release_delay_ms(lid)
-    assert m.unreadable(0) == [] and m.unreadable(4) == [1]
+    assert m.unreadable(0) == [] and _ids(m.unreadable(4)) == [1]
     assert m.failures(1) == 0 and m.failures(4) == 1
 
 

@@ -7,6 +7,7 @@ from autorecovery.audit.checker import BadFragment
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.plan import pass_plan as pp
 from autorecovery.plan.backoff import FailureMemory
+from autorecovery.plan.entry_runs import Gap, Run
 
 A, B, C, D, E_ = "a:1", "b:1", "c:1", "d:1", "e:1"
 
@@ -68,7 +69,7 @@ def test_conclusions_after_the_recheck():
                            remaining_placement=[0])
     assert nmb.done and nmb.outcome == "no-more-bookie" and nmb.no_more_bookie == (0,)
     # entries nobody holds and nothing retriable: surfaced
-    gone = pp.PassOutcome(unrecoverable={5: {B: "NOT_REGISTERED", C: "ENOENTRY"}})
+    gone = pp.PassOutcome(unrecoverable=[Gap(Run(5, 5), {B: "NOT_REGISTERED", C: "ENOENTRY"})])
     assert pp.conclude_pass(loss, gone, open_pending=False, remaining_data_loss=True).kind == pp.UNRECOVERABLE
     # a retriable reason wins over surfacing; the lock is released after the backoff delay
     gone.retriable.append("target x:1 failed")
@@ -79,6 +80,6 @@ def test_conclusions_after_the_recheck():
 
 
 def test_classify_unreadable_definitive_versus_transient():
-    gone, rest = pp.classify_unreadable({1: {A: "ENOENTRY", B: "DIGEST"}, 2: {A: "UNAVAILABLE"}, 3: {},
-                                         4: {C: "NOT_REGISTERED", D: "ENOLEDGER"}})
-    assert set(gone) == {1, 4} and sorted(rest) == [2, 3]
+    runs = {1: {A: "ENOENTRY", B: "DIGEST"}, 2: {A: "UNAVAILABLE"}, 3: {}, 4: {C: "NOT_REGISTERED", D: "ENOLEDGER"}}
+    gone, rest = pp.classify_unreadable([Gap(Run(e, e), why) for e, why in runs.items()])
+    assert [g.run.first for g in gone] == [1, 4] and [g.run.first for g in rest] == [2, 3]
