@@ -7,7 +7,8 @@ accept and refuse the same values:
   (:data:`~autorecovery.config.keys.YEAR_S`); NaN, infinities, booleans and non-numbers are refused;
 * :func:`integer`: a decimal integer within ``[minimum, maximum]`` (more than 30 digits is refused
   before any conversion);
-* :func:`recovery_delay`: ``lostBookieRecoveryDelay`` seconds, the config key's own bounds.
+* :func:`recovery_delay`: ``lostBookieRecoveryDelay`` seconds, the config key's own bounds;
+* :func:`ledger_id`: a ledger id, 0..2^63-1.
 
 Every function raises :class:`ValueError` with a one-line message that names the argument (``name``)
 and the allowed range; the HTTP API turns it into a 400 (``BadRequestError``), the shell into click's
@@ -20,6 +21,7 @@ import math
 from typing import Any
 
 from autorecovery.config.keys import INT_MAX, INT_MIN, KEY_BY_NAME, YEAR_S
+from autorecovery.ledger.ids import MAX_LEDGER_ID
 
 _MAX_DIGITS = 30
 _SHOW = 50  # characters of a refused value quoted in a message
@@ -41,10 +43,10 @@ def seconds(value: Any, name: str, *, allow_zero: bool = False, maximum: float =
         the seconds as a float: finite, > 0 (>= 0 when ``allow_zero``), <= ``maximum`` (a year).
 
     Raises:
-        ValueError: ``<name> must be a finite number of seconds in (0, 31536000], got 'nan'``.
+        ValueError: ``bad <name> 'nan': expected a finite number of seconds in (0, 31536000]``.
     """
     low = "[0" if allow_zero else "(0"
-    why = f"{name} must be a finite number of seconds in {low}, {_num(maximum)}], got {_shown(value)}"
+    why = f"bad {name} {_shown(value)}: expected a finite number of seconds in {low}, {_num(maximum)}]"
     if isinstance(value, bool):
         raise ValueError(why)
     if isinstance(value, str):
@@ -67,9 +69,9 @@ def integer(value: Any, name: str, *, minimum: int = INT_MIN, maximum: int = INT
     """``value`` (an int, or decimal text) as an integer within ``[minimum, maximum]``.
 
     Raises:
-        ValueError: ``<name> must be an integer in [0, 2147483647], got '1e3'``.
+        ValueError: ``bad <name> '1e3': expected an integer in [0, 2147483647]``.
     """
-    why = f"{name} must be an integer in [{minimum}, {maximum}]{' ' + unit if unit else ''}, got {_shown(value)}"
+    why = f"bad {name} {_shown(value)}: expected {unit + ', ' if unit else ''}an integer in [{minimum}, {maximum}]"
     if isinstance(value, bool):
         raise ValueError(why)
     if isinstance(value, int):
@@ -97,3 +99,12 @@ def recovery_delay(value: Any, name: str = "lostBookieRecoveryDelay") -> int:
     key = KEY_BY_NAME["lostBookieRecoveryDelay"]
     assert key.min_value is not None and key.max_value is not None
     return integer(value, name, minimum=int(key.min_value), maximum=int(key.max_value), unit="seconds")
+
+
+def ledger_id(value: Any, name: str = "ledger id") -> int:
+    """A ledger id: a decimal integer in [0, 2^63-1].
+
+    Raises:
+        ValueError: ``bad ledger id 'x': expected an integer in [0, 9223372036854775807]``.
+    """
+    return integer(value, name, minimum=0, maximum=MAX_LEDGER_ID)

@@ -16,8 +16,11 @@ from typing import Any
 import click
 
 from autorecovery.admin import params
+from autorecovery.audit.maintenance import parse_ttl
+from autorecovery.errors import ConfigError
 
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -44,9 +47,29 @@ class Checked(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+#: ``lostbookierecoverydelay -s``: the HTTP API's and the config key's range.
+RECOVERY_DELAY = Checked(params.recovery_delay, "seconds")
+#: a ledger id, 0..2^63-1 (``ledgermetadata -l``, ``recover -l``).
+LEDGER_ID = Checked(params.ledger_id, "ledger id")
+
+
 def seconds(option: str, *, allow_zero: bool = False) -> Checked:
     """Seconds as :func:`autorecovery.admin.params.seconds` checks them (finite, > 0, at most a year)."""
     return Checked(lambda v: params.seconds(v, option, allow_zero=allow_zero), "seconds")
+
+
+def duration(option: str) -> Checked:
+    """A maintenance ``--ttl`` (``90s``, ``30m``, ``2h``, ``1d``; > 0, at most 365 days), checked by
+    :func:`autorecovery.audit.maintenance.parse_ttl` as the HTTP API checks its ``ttl``; the text is kept."""
+
+    def check(value: Any) -> str:
+        try:
+            parse_ttl(str(value))
+        except ConfigError as exc:
+            raise ValueError(f"bad {option} {str(exc).removeprefix('bad duration ')}") from None
+        return str(value)
+
+    return Checked(check, "duration")
 
 
 def integer(option: str, minimum: int, maximum: int, unit: str = "") -> Checked:
