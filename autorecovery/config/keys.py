@@ -326,7 +326,8 @@ KEYS: tuple[Key, ...] = (
     _k("auditorLedgerVerificationPercentage", "int", 0, "%", "auditor",
        "share of each fragment's entries read by the ledger checker; 0 = first and last only", min_value=0, max_value=100),
     _k("lostBookieRecoveryDelay", "int", 0, "s", "auditor",
-       "delay before auditing one lost bookie; seeds the znode only when it does not exist",
+       "delay before auditing one lost bookie (only lost bookies that some ledger's ensemble lists count); seeds "
+       "the znode only when it does not exist",
        min_value=0, max_value=YEAR_S),
     _k("underreplicatedLedgerRecoveryGracePeriod", "int", 0, "s", "auditor",
        "placement check reports markers older than this; 0 disables", min_value=0, max_value=YEAR_S),
