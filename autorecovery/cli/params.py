@@ -58,18 +58,17 @@ def seconds(option: str, *, allow_zero: bool = False) -> Checked:
     return Checked(lambda v: params.seconds(v, option, allow_zero=allow_zero), "seconds")
 
 
-def duration(option: str) -> Checked:
-    """A maintenance ``--ttl`` (``90s``, ``30m``, ``2h``, ``1d``; > 0, at most 365 days), checked by
-    :func:`autorecovery.audit.maintenance.parse_ttl` as the HTTP API checks its ``ttl``; the text is kept."""
+def _ttl(value: Any) -> str:
+    try:
+        parse_ttl(str(value))
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None  # click's prefix names the option
+    return str(value)
 
-    def check(value: Any) -> str:
-        try:
-            parse_ttl(str(value))
-        except ConfigError as exc:
-            raise ValueError(f"bad {option} {str(exc).removeprefix('bad duration ')}") from None
-        return str(value)
 
-    return Checked(check, "duration")
+#: A maintenance ``--ttl`` (``90s``, ``30m``, ``2h``, ``1d``; > 0, at most 365 days), checked by
+#: :func:`autorecovery.audit.maintenance.parse_ttl` as the HTTP API checks its ``ttl``; the text is kept.
+DURATION = Checked(_ttl, "duration")
 
 
 def integer(option: str, minimum: int, maximum: int, unit: str = "") -> Checked:
