@@ -104,8 +104,8 @@ def test_run_and_shell_exit_2_before_connecting():
 @pytest.mark.parametrize("flag,value", [
     ("--disk-check-interval-ms", HUGE), ("--zk-session-timeout-ms", HUGE), ("--stream-idle-timeout-ms", HUGE),
     ("--shutdown-grace-ms", HUGE), ("--max-entry-size", HUGE), ("--max-adds-in-progress", str(2**31)),
-    ("--readonly-free-bytes", HUGE), ("--max-concurrent-streams", HUGE_NEGATIVE),
-    ("--disk-usage-threshold", "nan"), ("--disk-usage-lwm-threshold", "nan"), ("--disk-usage-threshold", "inf"),
+    ("--readonly-free-bytes", HUGE), ("--max-concurrent-streams", HUGE), ("--max-reads-in-progress", HUGE),
+    ("--disk-usage-threshold", "nan"), ("--disk-usage-lwm-threshold", "nan"),
 ])
 def test_bookie_numeric_flags_are_bounded(flag, value, tmp_path):
     res = CliRunner().invoke(bookie_command, ["--zk", "127.0.0.1:1", "--data-dir", str(tmp_path / "d"), flag, value])
