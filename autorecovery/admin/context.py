@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from autorecovery.admin import params
 from autorecovery.config.load import Settings
 from autorecovery.errors import (
     AutoRecoveryError,
@@ -28,7 +29,7 @@ from autorecovery.errors import (
     UnavailableError,
     ZooKeeperError,
 )
-from autorecovery.ledger.ids import validate_bookie_id, validate_ledger_id
+from autorecovery.ledger.ids import validate_bookie_id
 from autorecovery.ledger.layout import Layout, require_matches
 from autorecovery.zk.bookies import BookieWatcher, registered_protocols
 from autorecovery.zk.bridge import NoNodeError, ZkClient
@@ -88,10 +89,9 @@ def check_ledger_id(value: Any) -> int:
         BadRequestError: ``bad ledger id 'x'``.
     """
     try:
-        lid = int(str(value).strip(), 10)
-        return validate_ledger_id(lid)
-    except ValueError:
-        raise BadRequestError(f"bad ledger id {value!r}: expected a non-negative integer") from None
+        return params.ledger_id(value)
+    except ValueError as exc:
+        raise BadRequestError(str(exc)) from None
 
 
 # -- context ------------------------------------------------------------------------------------------

@@ -57,7 +57,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import math
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -69,7 +68,7 @@ import structlog
 from aiohttp import web
 
 from autorecovery import metrics
-from autorecovery.admin import ops
+from autorecovery.admin import ops, params
 from autorecovery.admin.decommission import decommission_bookie
 from autorecovery.admin.http_auth import (
     MUTATING_METHODS,
@@ -229,12 +228,17 @@ def _bookie_src(value: Any, many: bool) -> list[str]:
 
 
 def _timeout_s(value: Any) -> float | None:
-    """``timeout_s`` (seconds) as a finite positive float or None; BadRequestError naming the field otherwise."""
+    """``timeout_s`` (seconds) as a finite positive float (at most a year) or None, checked by
+    :func:`autorecovery.admin.params.seconds` as ``decommissionbookie --timeout`` is; BadRequestError
+    naming the field otherwise."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ops.BadRequestError(f"timeout_s must be a finite positive number of seconds, got {value!r:.50}")
-    return float(value)
+    try:
+        if isinstance(value, str):  # JSON numbers only, as before; the rule itself is the shell's too
+            raise ValueError(f"bad timeout_s {value[:50]!r}: expected a JSON number of seconds")
+        return params.seconds(value, "timeout_s")
+    except ValueError as exc:
+        raise ops.BadRequestError(str(exc)) from None
 
 
 @dataclass

@@ -44,6 +44,7 @@ from autorecovery.admin.context import (  # noqa: F401 (re-exported)
     http_status,
     open_admin,
 )
+from autorecovery.admin import params
 from autorecovery.config.load import Settings
 from autorecovery.errors import (  # noqa: F401 (NoClusterError re-exported)
     AutoRecoveryError,
@@ -164,17 +165,16 @@ async def get_lost_bookie_recovery_delay(ctx: AdminContext) -> int:
 
 
 async def set_lost_bookie_recovery_delay(ctx: AdminContext, seconds: Any) -> int:
-    """Write a new delay (seconds, >= 0); the auditor reacts at once (upstream semantics).
+    """Write a new delay (seconds, 0 .. a year: the config key's range); the auditor reacts at once
+    (upstream semantics).
 
     Raises:
-        BadRequestError: not a non-negative integer.
+        BadRequestError: not an integer in that range (:func:`autorecovery.admin.params.recovery_delay`).
     """
     try:
-        value = int(str(seconds).strip(), 10)
-    except ValueError:
-        raise BadRequestError(f"bad lostBookieRecoveryDelay {seconds!r}: expected seconds (an integer >= 0)") from None
-    if value < 0 or value > 2**31 - 1:
-        raise BadRequestError(f"bad lostBookieRecoveryDelay {seconds!r}: expected seconds (an integer >= 0)")
+        value = params.recovery_delay(seconds)
+    except ValueError as exc:
+        raise BadRequestError(str(exc)) from None
     await ctx.urm.set_lost_bookie_recovery_delay(value)
     return value
 

@@ -6,6 +6,10 @@ comes out and the edge carries it out (run the audit, arm or cancel the delayed 
 
 * one lost bookie → the audit is delayed by ``delay`` s (``NUM_BOOKIE_AUDITS_DELAYED``);
 * a second loss during the delay → audit at once, the pending one is cancelled;
+* a lost bookie that no ledger's ensemble lists any more (``in_ensemble``: the auditor's index says it
+  was healed, but it was never decommissioned) is not counted: it has nothing to audit, so it neither
+  arms a delayed audit nor makes the next single loss a "multiple bookie failure" (upstream counts it:
+  its ``knownBookies`` starts from every cookie, so a new auditor audits the next loss at once);
 * the lost bookie comes back inside the delay → the pending audit is cancelled
   (``NUM_DELAYED_BOOKIE_AUDITS_CANCELLED``), so a rolling restart marks nothing;
 * the delay znode is rewritten with the same value or with 0 → audit now (``triggeraudit``);
@@ -17,7 +21,7 @@ noticed on the first event (#4419).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
@@ -63,8 +67,15 @@ class LostBookieTracker:
         """A delayed audit is armed (periodic checks skip their runs meanwhile, #3818)."""
         return self.pending_at is not None
 
-    def on_bookies_changed(self, available: Iterable[str], delay_s: int, now_s: float) -> Decision:
-        """Writable ∪ read-only changed (read-only bookies are not lost)."""
+    def on_bookies_changed(self, available: Iterable[str], delay_s: int, now_s: float,
+                           in_ensemble: Callable[[str], bool] | None = None) -> Decision:
+        """Writable ∪ read-only changed (read-only bookies are not lost).
+
+        Args:
+            in_ensemble: whether some ledger's ensemble lists a bookie (the auditor's index); a lost
+                bookie for which it is False is dropped from the lost set (nothing to audit). None =
+                count every lost bookie, as upstream.
+        """
         available = set(available)
         cancelled = 0
         cancel = False
@@ -76,6 +87,10 @@ class LostBookieTracker:
                 self.pending_at = None
             self.to_audit.clear()
         self.to_audit |= self.known - available
+        if in_ensemble is not None:
+            idle = {b for b in self.to_audit if not in_ensemble(b)}
+            self.known -= idle  # lost all the same: noticed again only once it is back and goes again
+            self.to_audit -= idle
         if not self.to_audit:
             return Decision(cancel_pending=cancel, cancelled=cancelled)
         self.known -= self.to_audit

@@ -357,6 +357,12 @@ class BookieLedgerIndex:
         """Every bookie that appears in some ensemble."""
         return {self._names[n] for n in self._by_bookie}
 
+    def in_some_ensemble(self, bookie: str) -> bool:
+        """True when some indexed ledger's ensemble lists ``bookie`` (O(1); the lostBookieRecoveryDelay
+        shortcut counts only such lost bookies)."""
+        n = self._num.get(bookie)
+        return n is not None and n in self._by_bookie
+
     def ledgers_of(self, bookie: str) -> frozenset[int]:
         """Ids of ledgers whose ensembles list ``bookie`` (upstream's index, imprecise)."""
         n = self._num.get(bookie)

@@ -25,6 +25,8 @@ from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskThresholds
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE
+from autorecovery.cli.params import INT64_MAX, FiniteFloatRange
+from autorecovery.config.keys import INT_MAX, YEAR_MS
 from autorecovery.config.load import zk_security
 from autorecovery.errors import ConfigError
 from autorecovery.rpc.tls import ServerTls, server_credentials
@@ -32,6 +34,9 @@ from autorecovery.rpc.tls import ServerTls, server_credentials
 log = structlog.get_logger("autorecovery.cli.bookie")
 
 READY_PREFIX = "BOOKIE_READY"
+
+#: Largest --max-entry-size: 1 GiB (gRPC's message limit is an int32, and the limit is this plus 1 MiB).
+MAX_ENTRY_SIZE_LIMIT = 1024**3
 
 
 async def run_bookie(config: BookieConfig) -> int:
@@ -79,33 +84,33 @@ async def run_bookie(config: BookieConfig) -> int:
     "--data-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
     help="data directory (cookie in current/VERSION, SQLite database in current/)",
 )
-@click.option("--max-entry-size", type=click.IntRange(1024), default=DEFAULT_MAX_ENTRY_SIZE,
+@click.option("--max-entry-size", type=click.IntRange(1024, MAX_ENTRY_SIZE_LIMIT), default=DEFAULT_MAX_ENTRY_SIZE,
               help="largest entry body accepted, bytes (gRPC accepts messages up to 1 MiB more)")
-@click.option("--disk-usage-threshold", type=click.FloatRange(0, 1, min_open=True), default=0.95,
+@click.option("--disk-usage-threshold", type=FiniteFloatRange(0, 1, min_open=True), default=0.95,
               help="diskUsageThreshold: turn read-only when this fraction of the disk is used")
-@click.option("--disk-usage-lwm-threshold", type=click.FloatRange(0, 1, min_open=True), default=0.90,
+@click.option("--disk-usage-lwm-threshold", type=FiniteFloatRange(0, 1, min_open=True), default=0.90,
               help="diskUsageLwmThreshold: turn writable again below this used fraction")
-@click.option("--readonly-free-bytes", type=click.IntRange(0), default=0,
+@click.option("--readonly-free-bytes", type=click.IntRange(0, INT64_MAX), default=0,
               help="(ours) also read-only while fewer than this many bytes are free; 0 = off")
 @click.option("--force-readonly", is_flag=True, help="forceReadOnlyBookie: always register read-only")
-@click.option("--disk-check-interval-ms", type=click.IntRange(10), default=2000, help="diskCheckInterval, ms")
-@click.option("--fake-disk-total", type=click.IntRange(0), default=None,
+@click.option("--disk-check-interval-ms", type=click.IntRange(10, YEAR_MS), default=2000, help="diskCheckInterval, ms")
+@click.option("--fake-disk-total", type=click.IntRange(0, INT64_MAX), default=None,
               help="(test hook) report this total disk size in bytes instead of statvfs")
-@click.option("--fake-disk-free", type=click.IntRange(0), default=None,
+@click.option("--fake-disk-free", type=click.IntRange(0, INT64_MAX), default=None,
               help="(test hook) report this many free bytes instead of statvfs; "
                    "<data-dir>/fake-disk.json overrides both at run time")
-@click.option("--zk-session-timeout-ms", type=click.IntRange(100), default=10000, help="zkTimeout, ms")
-@click.option("--shutdown-grace-ms", type=click.IntRange(0), default=5000,
+@click.option("--zk-session-timeout-ms", type=click.IntRange(100, INT_MAX), default=10000, help="zkTimeout, ms")
+@click.option("--shutdown-grace-ms", type=click.IntRange(0, YEAR_MS), default=5000,
               help="time in-flight requests get on shutdown, ms")
-@click.option("--max-adds-in-progress", type=click.IntRange(0), default=10_000,
+@click.option("--max-adds-in-progress", type=click.IntRange(0, INT_MAX), default=10_000,
               help="maxAddsInProgressLimit: adds in progress before ETOOMANYREQUESTS; 0 = no limit")
-@click.option("--max-add-bytes-in-progress", type=click.IntRange(0), default=256 * 1024 * 1024,
+@click.option("--max-add-bytes-in-progress", type=click.IntRange(0, INT64_MAX), default=256 * 1024 * 1024,
               help="(ours) bytes of adds in progress before ETOOMANYREQUESTS; 0 = no limit")
-@click.option("--max-reads-in-progress", type=click.IntRange(0), default=10_000,
+@click.option("--max-reads-in-progress", type=click.IntRange(0, INT_MAX), default=10_000,
               help="maxReadsInProgressLimit: reads in progress before ETOOMANYREQUESTS; 0 = no limit")
-@click.option("--stream-idle-timeout-ms", type=click.IntRange(100), default=120_000,
+@click.option("--stream-idle-timeout-ms", type=click.IntRange(100, YEAR_MS), default=120_000,
               help="(ours) an AddEntries stream idle this long is answered and closed, ms")
-@click.option("--max-concurrent-streams", type=click.IntRange(1), default=1000,
+@click.option("--max-concurrent-streams", type=click.IntRange(1, INT_MAX), default=1000,
               help="(ours) gRPC streams per client connection")
 @click.option("--zk-enable-security", is_flag=True,
               help="zkEnableSecurity: create the registration and cookie znodes with CREATOR_ALL_ACL "

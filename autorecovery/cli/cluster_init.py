@@ -18,7 +18,9 @@ import sys
 import click
 
 from autorecovery import logs
+from autorecovery.cli.params import FiniteFloatRange
 from autorecovery.cli.shell import EXIT_FAIL, EXIT_USAGE, _settings, command
+from autorecovery.config.keys import YEAR_S
 from autorecovery.errors import CompatibilityError, ConfigError, ZooKeeperError
 from autorecovery.ledger.layout import HIERARCHICAL
 from autorecovery.zk.bridge import ZkClient
@@ -30,7 +32,7 @@ from autorecovery.zk.paths import Paths
                                 "underreplication/).")
 @click.option("--if-absent", is_flag=True,
               help="(ours) succeed without changes when the cluster is already formatted.")
-@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=click.FloatRange(min=1),
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=FiniteFloatRange(1, YEAR_S),
               help="Seconds to wait for ZooKeeper (an init container may start before it).")
 def initnewcluster(conf, zk, ledgers_root, sets, if_absent, timeout_s):
     try:

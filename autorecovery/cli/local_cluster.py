@@ -40,14 +40,18 @@ def _load(base_dir: Path) -> LocalCluster:
         raise click.ClickException(f"no cluster state at {base_dir / 'cluster.json'}") from exc
 
 
+#: Bounds of bookie/daemon numbers and counts of a local cluster (one machine, 127.0.0.x addresses).
+MAX_NODES = 250
+
+
 @click.group("local-cluster")
 def local_cluster() -> None:
     """Start, inspect and stop a local cluster (ZooKeeper + bookies on 127.0.0.x)."""
 
 
 @local_cluster.command("up")
-@click.option("--bookies", default=3, show_default=True, help="number of bookies")
-@click.option("--racks", default=1, show_default=True, help="number of racks (bookies assigned round robin)")
+@click.option("--bookies", default=3, show_default=True, type=click.IntRange(1, MAX_NODES), help="number of bookies")
+@click.option("--racks", default=1, show_default=True, type=click.IntRange(1, MAX_NODES), help="number of racks (bookies assigned round robin)")
 @click.option("--dir", "base_dir", default=".cluster", show_default=True, type=click.Path(path_type=Path))
 @click.option("--ledgers-root", default="/ledgers", show_default=True)
 @click.option("--with-autorecovery", is_flag=True,
@@ -125,9 +129,9 @@ def _targets(c: LocalCluster, bookie: tuple[int, ...], daemon: tuple[int, ...], 
 
 def _node_options(f):
     f = click.option("--dir", "base_dir", default=".cluster", show_default=True, type=click.Path(path_type=Path))(f)
-    f = click.option("--node", multiple=True, type=int, help="bookie N and daemon N (repeatable)")(f)
-    f = click.option("--daemon", multiple=True, type=int, help="autorecovery daemon N (repeatable)")(f)
-    f = click.option("--bookie", multiple=True, type=int, help="bookie N (repeatable)")(f)
+    f = click.option("--node", multiple=True, type=click.IntRange(0, MAX_NODES), help="bookie N and daemon N (repeatable)")(f)
+    f = click.option("--daemon", multiple=True, type=click.IntRange(0, MAX_NODES), help="autorecovery daemon N (repeatable)")(f)
+    f = click.option("--bookie", multiple=True, type=click.IntRange(0, MAX_NODES), help="bookie N (repeatable)")(f)
     return f
 
 

@@ -7,6 +7,7 @@ import json
 import click
 
 from autorecovery.admin import maintenance as m
+from autorecovery.cli import params as P
 from autorecovery.cli.shell import _execute, _location, shell
 
 
@@ -26,7 +27,7 @@ def _target_options(f):
                                    "a failure leaving a fragment below AQ still is.")
 @_location
 @_target_options
-@click.option("--ttl", required=True, help="How long: 90s, 30m, 2h, 1d.")
+@click.option("--ttl", required=True, type=P.DURATION, help="How long: 90s, 30m, 2h, 1d (at most 365 days).")
 @click.option("--reason", required=True, help="Why (shown to every operator).")
 def start_cmd(conf, zk, ledgers_root, sets, bookie, rack, ttl, reason):
     async def body(ctx):
@@ -40,7 +41,8 @@ def start_cmd(conf, zk, ledgers_root, sets, bookie, rack, ttl, reason):
                                       "its lost bookies are audited now.")
 @_location
 @click.option("--rack", required=True, help="The failure domain, e.g. /rack1.")
-@click.option("--ttl", default="1h", show_default=True, help="How long the override lasts.")
+@click.option("--ttl", default="1h", show_default=True, type=P.DURATION,
+              help="How long the override lasts (at most 365 days).")
 @click.option("--reason", required=True, help="Why (shown to every operator).")
 def override_cmd(conf, zk, ledgers_root, sets, rack, ttl, reason):
     async def body(ctx):

@@ -11,23 +11,25 @@ from pathlib import Path
 import click
 
 from autorecovery.cli.config import EXIT_CONFIG, location_options, parse_sets, settings_from_cli
+from autorecovery.cli.params import INT64_MAX, INT64_MIN, FiniteFloatRange
+from autorecovery.config.keys import INT_MAX
 from autorecovery.errors import AutoRecoveryError, ConfigError
 
 
 @click.command("export")
 @location_options
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Snapshot directory to write.")
-@click.option("--concurrency", type=int, default=None,
+@click.option("--concurrency", type=click.IntRange(1, INT_MAX), default=None,
               help="ZooKeeper reads in flight (default auditorMaxNumberOfConcurrentOpenLedgerOperations, 500).")
 @click.option("--synthetic", is_flag=True, help="Generate a synthetic snapshot instead of reading a cluster.")
-@click.option("--ledgers", type=int, default=100_000, show_default=True, help="--synthetic: ledgers.")
-@click.option("--bookies", type=int, default=100, show_default=True, help="--synthetic: bookies.")
-@click.option("--racks", type=int, default=10, show_default=True, help="--synthetic: racks.")
-@click.option("--zones", type=int, default=3, show_default=True, help="--synthetic: zones (racks spread over them).")
-@click.option("--regions", type=int, default=1, show_default=True, help="--synthetic: regions.")
-@click.option("--violations", type=float, default=0.02, show_default=True,
+@click.option("--ledgers", type=click.IntRange(0, 100_000_000), default=100_000, show_default=True, help="--synthetic: ledgers.")
+@click.option("--bookies", type=click.IntRange(1, 1_000_000), default=100, show_default=True, help="--synthetic: bookies.")
+@click.option("--racks", type=click.IntRange(1, 1_000_000), default=10, show_default=True, help="--synthetic: racks.")
+@click.option("--zones", type=click.IntRange(1, 1_000_000), default=3, show_default=True, help="--synthetic: zones (racks spread over them).")
+@click.option("--regions", type=click.IntRange(1, 1_000_000), default=1, show_default=True, help="--synthetic: regions.")
+@click.option("--violations", type=FiniteFloatRange(0, 1), default=0.02, show_default=True,
               help="--synthetic: fraction of closed ledgers placed in a single rack.")
-@click.option("--seed", type=int, default=1, show_default=True, help="--synthetic: random seed.")
+@click.option("--seed", type=click.IntRange(INT64_MIN, INT64_MAX), default=1, show_default=True, help="--synthetic: random seed.")
 def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, ledgers, bookies, racks, zones,
                    regions, violations, seed) -> None:
     """Write a metadata snapshot (Parquet: ledgers, segments, bookies, markers + manifest.json)."""
@@ -70,7 +72,7 @@ def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, le
 @click.option("--master", default=None, help="Spark master URL (default local[*]); or run under spark-submit.")
 @click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
               help="Placement keys to evaluate instead of the snapshot's (e.g. minNumRacksPerWriteQuorum=3).")
-@click.option("--assumed-rate-mbps", type=float, default=50.0, show_default=True,
+@click.option("--assumed-rate-mbps", type=FiniteFloatRange(0, 1e9, min_open=True), default=50.0, show_default=True,
               help="Copy rate per worker (MB/s) when replicationRateByBytes is off (-1).")
 @click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="Spark configuration (e.g. spark.executor.memory=1g), as spark-submit --conf.")

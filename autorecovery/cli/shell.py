@@ -34,8 +34,10 @@ from autorecovery.admin.decommission import decommission_bookie
 from autorecovery.admin.recover import recover_bookies
 from autorecovery.cli import formatting as fmt
 from autorecovery.cli.audit import audit_entry
+from autorecovery.cli import params as P
 from autorecovery.admin.http import readable_bytes
 from autorecovery.cli.config import parse_sets, settings_from_cli
+from autorecovery.config.keys import INT_MAX, INT_MIN
 from autorecovery.errors import AutoRecoveryError, ConfigError
 
 EXIT_FAIL, EXIT_USAGE = 1, 2
@@ -215,7 +217,8 @@ def autorecovery_cmd(conf, zk, ledgers_root, sets, enable, disable):
 @command("lostbookierecoverydelay", set_alias=False,
          help="Get or set the lostBookieRecoveryDelay (seconds) in ZooKeeper.")
 @click.option("-g", "--get", "-get", "get_", is_flag=True, help="Print the value.")
-@click.option("-s", "--set", "-set", "--set-value", "set_", default=None, metavar="SECONDS", help="Set the value.")
+@click.option("-s", "--set", "-set", "--set-value", "set_", default=None, metavar="SECONDS", type=P.RECOVERY_DELAY,
+              help="Set the value (0 .. 31536000, as the HTTP API accepts).")
 def lostbookierecoverydelay(conf, zk, ledgers_root, sets, get_, set_):
     if get_ == (set_ is not None):
         click.echo("ERROR: exactly one of -g/--get and -s/--set must be specified", err=True)
@@ -345,7 +348,7 @@ def listbookies(conf, zk, ledgers_root, sets, readwrite, readonly, all_, hostnam
 # -- ledgers ----------------------------------------------------------------------------------------------
 @command("ledgermetadata", help="Print the metadata of a ledger (upstream's toString), or dump it to / "
                                 "restore it from a file.")
-@click.option("-l", "--ledgerid", "-ledgerid", default=None, help="Ledger id.")
+@click.option("-l", "--ledgerid", "-ledgerid", default=None, type=P.LEDGER_ID, help="Ledger id.")
 @click.option("-dumptofile", "--dumptofile", "dump_to", default=None, metavar="FILE",
               help="Write the ledger's metadata znode, byte for byte, to FILE (upstream's serialised form).")
 @click.option("-restorefromfile", "--restorefromfile", "restore_from", default=None, metavar="FILE",
@@ -397,7 +400,8 @@ def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from
 @click.option("--policy", "policies", multiple=True,
               help="Judge against this policy (class name or rackaware/regionaware/zoneaware/default); "
                    "repeatable; default: the configured ensemblePlacementPolicy.")
-@click.option("--max-list", default=50, show_default=True, help="Non-adhering ledgers to print per policy.")
+@click.option("--max-list", default=50, show_default=True, type=click.IntRange(0, INT_MAX),
+              help="Non-adhering ledgers to print per policy.")
 def placementcheck(conf, zk, ledgers_root, sets, policies, max_list):
     async def body(ctx):
         judged = []
@@ -470,7 +474,7 @@ class _ProgressPrinter:
 @click.option("-dr", "--dryrun", "-dryrun", "--dry-run", "dry_run", is_flag=True,
               help="Print the plan; change nothing.")
 @click.option("-f", "--force", "-force", is_flag=True, help="Do not ask for confirmation.")
-@click.option("-l", "--ledger", "-ledger", default=None, help="Recover only this ledger.")
+@click.option("-l", "--ledger", "-ledger", default=None, type=P.LEDGER_ID, help="Recover only this ledger.")
 @click.option("-sk", "--skipOpenLedgers", "-skipOpenLedgers", "--skip-open-ledgers", "skip_open", is_flag=True,
               help="Leave open ledgers alone.")
 @click.option("-d", "--deleteCookie", "-deleteCookie", "--delete-cookie", "delete_cookie", is_flag=True,
@@ -478,12 +482,13 @@ class _ProgressPrinter:
 @click.option("-sku", "--skipUnrecoverableLedgers", "-skipUnrecoverableLedgers", "--skip-unrecoverable-ledgers",
               "skip_unrecoverable",
               is_flag=True, help="Report unrecoverable ledgers as skipped instead of failing.")
-@click.option("-rate", "--replicationRate", "-replicationRate", "--rate", "rate", type=int, default=None,
-              metavar="BYTES_PER_S", help="Copy throttle in bytes/s (default replicationRateByBytes).")
+@click.option("-rate", "--replicationRate", "-replicationRate", "--rate", "rate", default=None,
+              type=P.integer("replicationRate", INT_MIN, INT_MAX, "bytes/s"),
+              metavar="BYTES_PER_S", help="Copy throttle in bytes/s (default replicationRateByBytes; <= 0 unlimited).")
 @click.option("--target", "targets", default=None, metavar="BOOKIE[,BOOKIE]",
               help="Copy to these bookies instead of the placement policy's choice.")
-@click.option("--lock-wait", type=float, default=60.0, show_default=True,
-              help="Seconds to wait for ledgers a ReplicationWorker holds.")
+@click.option("--lock-wait", type=P.seconds("lock-wait", allow_zero=True), default=60.0, show_default=True,
+              help="Seconds to wait for ledgers a ReplicationWorker holds (0 .. 31536000).")
 def recover(conf, zk, ledgers_root, sets, bookies, ignored_dest, query, dry_run, force, ledger, skip_open,
             delete_cookie, skip_unrecoverable, rate, targets, lock_wait):
     sources = [b.strip() for b in bookies.split(",") if b.strip()]
@@ -571,9 +576,11 @@ def _print_plan(report) -> None:
 # -- decommissionbookie ---------------------------------------------------------------------------------------
 @command("decommissionbookie", help="Re-replicate everything a shut-down bookie stored, then delete its cookie.")
 @click.option("-bookieid", "--bookieid", default=None, help="Bookie to decommission (default: this node's bookieId).")
-@click.option("--timeout", type=float, default=None, metavar="SECONDS",
-              help="Give up after this long, listing the ledgers that block completion (default: wait forever).")
-@click.option("--poll", type=float, default=1.0, show_default=True, help="Seconds between checks.")
+@click.option("--timeout", type=P.seconds("timeout"), default=None, metavar="SECONDS",
+              help="Give up after this long, listing the ledgers that block completion (default: wait forever); "
+                   "finite, > 0 and at most a year, as the HTTP API's timeout_s.")
+@click.option("--poll", type=P.seconds("poll"), default=1.0, show_default=True,
+              help="Seconds between checks (finite, > 0, at most a year).")
 def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
     async def body(ctx):
         from autorecovery.admin.decommission import DecommissionTimeoutError

@@ -17,6 +17,8 @@ import click
 
 from autorecovery import logs
 from autorecovery.cli.local_cluster import parse_defines
+from autorecovery.cli.params import INT64_MAX, INT64_MIN, FiniteFloatRange
+from autorecovery.config.keys import INT_MAX, YEAR_S
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import ConfigError
 from autorecovery.placement.config import PlacementConfig
@@ -50,15 +52,16 @@ def _placement(defines: tuple[str, ...]) -> dict[str, str]:
 @workload.command("write")
 @click.option("--zk", "zk_hosts", required=True, help="ZooKeeper connect string")
 @click.option("--ledgers-root", default="/ledgers", show_default=True)
-@click.option("--ledgers", default=10, show_default=True,
+@click.option("--ledgers", default=10, show_default=True, type=click.IntRange(1, 1_000_000),
               help="ledgers to write (with --continuous: ledgers open at once)")
-@click.option("--entries", default=100, show_default=True,
+@click.option("--entries", default=100, show_default=True, type=click.IntRange(0, INT_MAX),
               help="entries per ledger (with --continuous: entries before a ledger is rolled)")
-@click.option("--entry-size", default=1024, show_default=True, help="bytes")
-@click.option("--ensemble", "-e", default=3, show_default=True)
-@click.option("--write-quorum", "-w", default=2, show_default=True)
-@click.option("--ack-quorum", "-a", default=2, show_default=True)
-@click.option("--seed", default=1, show_default=True)
+@click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0, 64 * 1024 * 1024),
+              help="bytes (at most 64 MiB)")
+@click.option("--ensemble", "-e", default=3, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--write-quorum", "-w", default=2, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--ack-quorum", "-a", default=2, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--seed", default=1, show_default=True, type=click.IntRange(INT64_MIN, INT64_MAX))
 @click.option("--mixed", is_flag=True, help="mixed entry sizes (1 B .. 2 x entry-size)")
 @click.option("--manifest", default="workload.json", show_default=True, type=click.Path(path_type=Path))
 @click.option("--acks", "acks_path", default="workload.acks", show_default=True, type=click.Path(path_type=Path),
@@ -66,8 +69,8 @@ def _placement(defines: tuple[str, ...]) -> dict[str, str]:
 @click.option("-D", "defines", multiple=True, metavar="KEY=VALUE",
               help="client placement setting (upstream key), repeatable")
 @click.option("--continuous", is_flag=True, help="write until SIGINT/SIGTERM or --duration")
-@click.option("--rate", default=100.0, show_default=True, help="with --continuous: entries/s, all ledgers together")
-@click.option("--duration", default=None, type=float, help="with --continuous: stop after this many seconds")
+@click.option("--rate", default=100.0, show_default=True, type=FiniteFloatRange(0, 1e9, min_open=True), help="with --continuous: entries/s, all ledgers together")
+@click.option("--duration", default=None, type=FiniteFloatRange(0, YEAR_S, min_open=True), help="with --continuous: stop after this many seconds")
 def write(zk_hosts, ledgers_root, ledgers, entries, entry_size, ensemble, write_quorum, ack_quorum, seed, mixed,
           manifest, acks_path, defines, continuous, rate, duration):
     """Write LEDGERS ledgers x ENTRIES entries and record them in a manifest and the ack log; with

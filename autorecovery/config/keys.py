@@ -27,6 +27,8 @@ per key.
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,19 @@ OURS = "ours"
 
 _TRUE = {"true", "yes", "on", "1", "y", "t"}
 _FALSE = {"false", "no", "off", "0", "n", "f"}
+
+#: Bounds shared by the number keys of :data:`KEYS` (every ``int`` and ``float`` key has both).
+#: Java's ``int``: upstream reads most of these keys with ``getInt``, so a larger value never worked there.
+INT_MAX = 2**31 - 1
+INT_MIN = -(2**31)
+#: A period: at most a year, in the key's unit (upstream reads periods as ``int`` or ``long``; a
+#: longer period is a typo, and bounding it keeps every timer and ``float`` conversion finite).
+YEAR_S = 365 * 24 * 3600
+YEAR_MS = YEAR_S * 1000
+PORT_MAX = 65535
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_MAX_DIGITS = 30  # more significant digits than this is out of every key's range, whatever its sign
+_QUOTE_MAX = 40
 
 
 @dataclass(frozen=True)
@@ -94,25 +109,36 @@ class Key:
             if self.type == "int":
                 if not text or "_" in text:
                     raise ValueError("expected an integer")
+                if _INT_TEXT.fullmatch(text) and len(text.lstrip("+-").lstrip("0")) > _MAX_DIGITS:
+                    raise OverflowError  # far outside every key's range: not even converted
                 value: Any = int(text, 10)
             elif self.type == "float":
                 if not text or "_" in text:
                     raise ValueError("expected a number")
                 value = float(text)
                 if value != value:  # NaN
-                    raise ValueError("expected a number")
+                    raise ValueError(f"expected a finite number, {self.allowed()}")
+                if value in (math.inf, -math.inf):  # "inf", or a literal beyond the double range ("1e400")
+                    raise OverflowError
             else:
                 value = text
                 if self.choices is not None and text.lower() not in self.choices:
                     raise ValueError("expected one of " + ", ".join(self.choices))
                 return value
+        except OverflowError:
+            raise ConfigError(f"bad value for {self.name}: {_quote(raw)} (out of range: {self.allowed()})") from None
         except ValueError as exc:
-            raise ConfigError(f"bad value for {self.name}: {raw!r} ({_describe(self, exc)})") from None
-        if self.min_value is not None and value < self.min_value:
-            raise ConfigError(f"bad value for {self.name}: {raw!r} (must be >= {_num(self.min_value)}{_unit(self)})")
-        if self.max_value is not None and value > self.max_value:
-            raise ConfigError(f"bad value for {self.name}: {raw!r} (must be <= {_num(self.max_value)}{_unit(self)})")
+            raise ConfigError(f"bad value for {self.name}: {_quote(raw)} ({_describe(self, exc)})") from None
+        if (self.min_value is not None and value < self.min_value) or (
+                self.max_value is not None and value > self.max_value):
+            raise ConfigError(f"bad value for {self.name}: {_quote(raw)} (out of range: {self.allowed()})")
         return value
+
+    def allowed(self) -> str:
+        """The allowed range of a number key as text: ``allowed 0..65535``, ``allowed 1..31536000 s``."""
+        low = "-inf" if self.min_value is None else _num(self.min_value)
+        high = "inf" if self.max_value is None else _num(self.max_value)
+        return f"allowed {low}..{high}{_unit(self)}"
 
     def render(self, value: Any) -> str:
         """The property-file form of a typed value (``true``/``false`` for booleans)."""
@@ -125,6 +151,13 @@ class Key:
         return str(value)
 
 
+def _quote(raw: str) -> str:
+    """``raw`` quoted for an error line; a long value is cut (a 400-digit number stays one short line)."""
+    if len(raw) <= _QUOTE_MAX:
+        return repr(raw)
+    return repr(raw[:_QUOTE_MAX]) + f"... ({len(raw)} characters)"
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
@@ -135,6 +168,8 @@ def _unit(key: Key) -> str:
 
 def _describe(key: Key, exc: ValueError) -> str:
     msg = str(exc)
+    if msg.startswith("expected ") and "allowed" in msg:
+        return msg
     if msg.startswith("expected"):
         return msg + (f", in {key.unit}" if key.unit and key.unit != "count" and key.type != "bool" else "")
     return {"int": "expected an integer", "float": "expected a number"}.get(key.type, msg)
@@ -151,7 +186,7 @@ KEYS: tuple[Key, ...] = (
        "metadata store, e.g. zk+hierarchical://h1:2181;h2:2181/ledgers; wins over zkServers/zkLedgersRootPath"),
     _k("zkServers", "str", None, "", "metadata", "ZooKeeper connect string h1:2181,h2:2181 (when no metadataServiceUri)"),
     _k("zkLedgersRootPath", "str", "/ledgers", "", "metadata", "ledgers root znode (when no metadataServiceUri)"),
-    _k("zkTimeout", "int", 10000, "ms", "metadata", "ZooKeeper session timeout", min_value=1),
+    _k("zkTimeout", "int", 10000, "ms", "metadata", "ZooKeeper session timeout", min_value=1, max_value=INT_MAX),
     _k("ledgerManagerFactoryClass", "str", None, "", "metadata",
        "ledger manager factory class (or hierarchical/longhierarchical); must match the cluster's LAYOUT"),
     _k("ledgerManagerType", "str", None, "", "metadata",
@@ -194,23 +229,23 @@ KEYS: tuple[Key, ...] = (
        "(an IP SAN for 10.0.0.1:2281); false still checks the CA"),
     _k("bookieId", "str", None, "", "metadata",
        "this node's id in the auditor election; default <advertisedAddress or host IP>:<bookiePort>"),
-    _k("bookiePort", "int", 3181, "", "metadata", "port part of the default bookie id", min_value=0, max_value=65535),
+    _k("bookiePort", "int", 3181, "", "metadata", "port part of the default bookie id", min_value=0, max_value=PORT_MAX),
     _k("advertisedAddress", "str", None, "", "metadata", "host part of the default bookie id"),
     _k("useHostNameAsBookieID", "bool", False, "", "metadata", "default bookie id uses the host name, not the IP"),
     _k("useShortHostName", "bool", False, "", "metadata",
        "with useHostNameAsBookieID: the default bookie id uses the short host name (up to the first dot)"),
     # -- daemon ---------------------------------------------------------------------------------
     _k("bookieDeathWatchInterval", "int", 1000, "ms", "daemon",
-       "how often the daemon checks that its roles are still running", min_value=1),
+       "how often the daemon checks that its roles are still running", min_value=1, max_value=YEAR_MS),
     _k("shutdownTimeoutSeconds", "float", 20.0, "s", "daemon",
        "SIGTERM/SIGINT: bound on the graceful stop (drain copies, release locks, delete the vote)",
-       origin=OURS, min_value=0.1),
+       origin=OURS, min_value=0.1, max_value=YEAR_S),
     _k("sessionRejoinEnabled", "bool", True, "", "daemon",
        "on ZooKeeper session expiry stop every role, make a new session and rejoin (upstream exits)", origin=OURS),
     # -- HTTP ---------------------------------------------------------------------------------------
     _k("httpServerEnabled", "bool", True, "", "http",
        "serve /metrics, /healthz, /readyz and /api/v1/... on httpServerPort", upstream_default=False),
-    _k("httpServerPort", "int", 8080, "", "http", "HTTP port (0 = pick a free port)", min_value=0, max_value=65535),
+    _k("httpServerPort", "int", 8080, "", "http", "HTTP port (0 = pick a free port)", min_value=0, max_value=PORT_MAX),
     _k("httpServerAddress", "str", "127.0.0.1", "", "http",
        "address the HTTP server binds; 0.0.0.0 for every interface", origin=OURS),
     _k("httpAdminMutationsEnabled", "bool", False, "", "http",
@@ -280,7 +315,8 @@ KEYS: tuple[Key, ...] = (
        "re-read changed certificate, key and trust store files this often: the bookie TLS files "
        "(tlsCertificatePath, tlsKeyStore, tlsTrustStore; new bookie connections use them) and the admin HTTP "
        "server's files (httpServerCertificatePath, httpServerKeyPath, httpServerClientCaPath, "
-       "httpAdminTokenFile); a broken or partial file keeps the previous ones; 0 = never", min_value=0),
+       "httpAdminTokenFile, httpReadTokenFile); a broken or partial file keeps the previous ones; 0 = never",
+       min_value=0, max_value=YEAR_S),
     # -- stats (upstream PrometheusMetricsProvider) -----------------------------------------------------
     _k("enableStatistics", "bool", True, "", "stats",
        "false: no stats provider, so no prometheusStatsHttpPort listener (/metrics on httpServerPort stays)"),
@@ -293,26 +329,29 @@ KEYS: tuple[Key, ...] = (
        "address of the Prometheus /metrics listener (every interface, as upstream)"),
     _k("prometheusStatsHttpPort", "int", 8000, "", "stats",
        "port of the Prometheus /metrics listener; setting it (or the address) turns the listener on when "
-       "statsProviderClass is unset", min_value=0, max_value=65535),
+       "statsProviderClass is unset", min_value=0, max_value=PORT_MAX),
     # -- logging --------------------------------------------------------------------------------------
     _k("logLevel", "str", "INFO", "", "logging", "DEBUG, INFO, WARNING or ERROR", origin=OURS,
        choices=("debug", "info", "warning", "warn", "error")),
     _k("logFormat", "str", "auto", "", "logging",
        "auto (JSON lines unless stderr is a TTY), json or console", origin=OURS, choices=("auto", "json", "console")),
     # -- auditor ------------------------------------------------------------------------------------
-    _k("auditorPeriodicCheckInterval", "int", 604800, "s", "auditor", "checkAllLedgers period; 0 disables", min_value=0),
+    _k("auditorPeriodicCheckInterval", "int", 604800, "s", "auditor", "checkAllLedgers period; 0 disables",
+       min_value=0, max_value=YEAR_S),
     _k("auditorPeriodicBookieCheckInterval", "int", 86400, "s", "auditor",
-       "metadata-only bookie audit period; 0 = once at start", min_value=0),
+       "metadata-only bookie audit period; 0 = once at start", min_value=0, max_value=YEAR_S),
     _k("auditorPeriodicPlacementPolicyCheckInterval", "int", 0, "s", "auditor",
-       "placement policy check period; 0 disables", min_value=0),
-    _k("auditorReplicasCheckInterval", "int", 0, "s", "auditor", "replicas check period; 0 disables", min_value=0),
+       "placement policy check period; 0 disables", min_value=0, max_value=YEAR_S),
+    _k("auditorReplicasCheckInterval", "int", 0, "s", "auditor", "replicas check period; 0 disables",
+       min_value=0, max_value=YEAR_S),
     _k("auditorLedgerVerificationPercentage", "int", 0, "%", "auditor",
-       "share of each fragment's entries read by the ledger checker; 0 = first and last only",
-       min_value=0, max_value=100),
+       "share of each fragment's entries read by the ledger checker; 0 = first and last only", min_value=0, max_value=100),
     _k("lostBookieRecoveryDelay", "int", 0, "s", "auditor",
-       "delay before auditing one lost bookie; seeds the znode only when it does not exist", min_value=0),
+       "delay before auditing one lost bookie (only lost bookies that some ledger's ensemble lists count); seeds "
+       "the znode only when it does not exist",
+       min_value=0, max_value=YEAR_S),
     _k("underreplicatedLedgerRecoveryGracePeriod", "int", 0, "s", "auditor",
-       "placement check reports markers older than this; 0 disables", min_value=0),
+       "placement check reports markers older than this; 0 disables", min_value=0, max_value=YEAR_S),
     _k("repairedPlacementPolicyNotAdheringBookieEnabled", "bool", False, "", "auditor",
        "BP-54: mark non-adhering ledgers and move data to fix placement"),
     _k("auditorReplicasCheckMarkUnderReplicated", "bool", False, "", "auditor",
@@ -320,7 +359,7 @@ KEYS: tuple[Key, ...] = (
        origin=OURS),
     _k("auditorLedgerIndexReconcileInterval", "int", 21600, "s", "auditor",
        "full check of the incremental bookie->ledger index against ZooKeeper; 0 disables", origin=OURS,
-       min_value=0),
+       min_value=0, max_value=YEAR_S),
     _k("autorecoveryDownOutSubtreeLimit", "str", "none", "", "auditor",
        "rack-loss guard: when every bookie (at least two) of a failure domain at this level is lost at once, "
        "hold their audit (no best-effort copies into the surviving domains) unless a fragment drops below AQ; "
@@ -329,37 +368,40 @@ KEYS: tuple[Key, ...] = (
     _k("auditorLedgerIndexCheckInterval", "int", 60, "s", "auditor",
        "cheap consistency check of the index (count + digest of ledger ids vs the tree, no metadata "
        "reads); drift is healed and exported as autorecovery_auditor_index_drift_ledgers; 0 disables",
-       origin=OURS, min_value=0),
+       origin=OURS, min_value=0, max_value=YEAR_S),
     _k("auditorMaxNumberOfConcurrentOpenLedgerOperations", "int", 500, "count", "auditor",
        "bound on concurrent ledger opens in checkAllLedgers; also the daemon's bound on outstanding ZooKeeper "
-       "operations (ours: one bound, not two)", min_value=1),
+       "operations (ours: one bound, not two)", min_value=1, max_value=INT_MAX),
     _k("auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec", "int", 120000, "ms", "auditor",
-       "wait for that bound", min_value=0),
+       "wait for that bound", min_value=0, max_value=YEAR_MS),
     _k("inFlightReadEntryNumInLedgerChecker", "int", -1, "count", "auditor",
-       "concurrent entry reads of the ledger checker; -1 unlimited", min_value=-1),
+       "concurrent entry reads of the ledger checker; -1 unlimited", min_value=-1, max_value=INT_MAX),
     _k("storeSystemTimeAsLedgerUnderreplicatedMarkTime", "bool", True, "", "auditor",
        "write ctime (ms) into under-replication markers"),
     # -- worker ----------------------------------------------------------------------------------
     _k("openLedgerRereplicationGracePeriod", "int", 30000, "ms", "worker",
-       "wait before fencing an open ledger whose last fragment is under-replicated", min_value=0),
+       "wait before fencing an open ledger whose last fragment is under-replicated", min_value=0, max_value=YEAR_MS),
     _k("lockReleaseOfFailedLedgerGracePeriod", "int", 300000, "ms", "worker",
-       "cap of the exponential lock-release backoff after a failed ledger", min_value=0),
+       "cap of the exponential lock-release backoff after a failed ledger", min_value=0, max_value=YEAR_MS),
     _k("rwRereplicateBackoffMs", "int", 5000, "ms", "worker", "pause after an unsuccessful replication attempt",
-       min_value=0),
-    _k("rereplicationEntryBatchSize", "int", 10, "count", "worker", "entries copied per batch", min_value=1),
-    _k("replicationRateByBytes", "int", -1, "bytes/s", "worker", "copy throttle; -1 off", min_value=-1),
+       min_value=0, max_value=YEAR_MS),
+    _k("rereplicationEntryBatchSize", "int", 10, "count", "worker", "entries copied per batch",
+       min_value=1, max_value=INT_MAX),
+    _k("replicationRateByBytes", "int", -1, "bytes/s", "worker", "copy throttle; -1 off", min_value=-1, max_value=INT_MAX),
     _k("zkReplicationTaskRateLimit", "float", 0.0, "tasks/s", "worker",
-       "rate limit of ledger acquisitions from ZooKeeper; 0 off", min_value=0),
+       "rate limit of ledger acquisitions from ZooKeeper; 0 off", min_value=0, max_value=1_000_000),
     # the worker keys that are ours (declared in roles/worker_settings.py before issue 12)
     _k("replicationWorkerConcurrentLedgers", "int", 4, "count", "worker",
-       "ledgers one worker re-replicates at the same time (upstream: 1)", origin=OURS, min_value=1),
+       "ledgers one worker re-replicates at the same time (upstream: 1)", origin=OURS, min_value=1, max_value=1024),
     _k("replicationMaxStreamsPerSourceBookie", "int", 4, "count", "worker",
-       "copy streams reading from one bookie, cluster-wide (ZooKeeper slots); <= 0 unlimited", origin=OURS),
+       "copy streams reading from one bookie, cluster-wide (ZooKeeper slots); <= 0 unlimited", origin=OURS,
+       min_value=INT_MIN, max_value=1024),
     _k("replicationMaxStreamsPerTargetBookie", "int", 4, "count", "worker",
-       "copy streams writing to one bookie, cluster-wide (ZooKeeper slots); <= 0 unlimited", origin=OURS),
+       "copy streams writing to one bookie, cluster-wide (ZooKeeper slots); <= 0 unlimited", origin=OURS,
+       min_value=INT_MIN, max_value=1024),
     _k("replicationStreamWindowBytes", "int", 16 * 1024 * 1024, "bytes", "worker",
        "body bytes queued per target between a copy stream's read and its write (memory bound; at least "
-       "one entry, at most max(rereplicationEntryBatchSize, 256) entries)", origin=OURS, min_value=1),
+       "one entry, at most max(rereplicationEntryBatchSize, 256) entries)", origin=OURS, min_value=1, max_value=1024**3),
     # -- placement ---------------------------------------------------------------------------------
     _k("ensemblePlacementPolicy", "str", "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", "",
        "placement", "placement policy class (upstream class names map to ours)"),
@@ -367,8 +409,9 @@ KEYS: tuple[Key, ...] = (
        "rack resolver class; default: Pulsar /bookies rack info if present, else static/default rack"),
     _k("networkTopologyScriptFileName", "str", None, "", "placement", "script for ScriptBasedMapping"),
     _k("networkTopologyScriptNumberArgs", "int", 100, "count", "placement", "max host names per script call",
-       min_value=1),
-    _k("minNumRacksPerWriteQuorum", "int", 2, "count", "placement", "racks wanted per write set", min_value=1),
+       min_value=1, max_value=INT_MAX),
+    _k("minNumRacksPerWriteQuorum", "int", 2, "count", "placement", "racks wanted per write set",
+       min_value=1, max_value=INT_MAX),
     _k("enforceMinNumRacksPerWriteQuorum", "bool", False, "", "placement", "make minNumRacksPerWriteQuorum a hard rule"),
     _k("enforceMinNumFaultDomainsForWrite", "bool", False, "", "placement", "acked bookies must span fault domains"),
     _k("ignoreLocalNodeInPlacementPolicy", "bool", False, "", "placement", "do not resolve the local node"),
@@ -377,22 +420,23 @@ KEYS: tuple[Key, ...] = (
     _k("reorderReadSequenceEnabled", "bool", True, "", "placement", "reorder reads by bookie health"),
     _k("ensembleRandomReadReordering", "bool", False, "", "placement", "shuffle within read-order classes"),
     _k("readReorderThresholdPendingRequests", "int", 0, "count", "placement", "move least-loaded replica first",
-       min_value=0),
+       min_value=0, max_value=INT_MAX),
     _k("enableBookieFailureTracking", "bool", True, "", "placement", "track failed bookies for read ordering"),
     _k("bookieFailureHistoryExpirationMSec", "int", 60000, "ms", "placement", "expiry of failure history",
-       min_value=0),
+       min_value=0, max_value=YEAR_MS),
     _k("networkTopologyStabilizePeriodSeconds", "int", 0, "s", "placement", "delay removal of departed bookies",
-       min_value=0),
+       min_value=0, max_value=YEAR_S),
     _k("diskWeightBasedPlacementEnabled", "bool", False, "", "placement", "weight bookie choice by free disk space"),
     _k("bookieMaxMultipleForWeightBasedPlacement", "int", 3, "count", "placement",
-       "cap of a bookie's weight as a multiple of the median; <= 0 no cap"),
+       "cap of a bookie's weight as a multiple of the median; <= 0 no cap", min_value=INT_MIN, max_value=INT_MAX),
     _k("minNumZonesPerWriteQuorum", "int", 2, "count", "placement", "zone-aware: minimum zones per write set",
-       min_value=0),
+       min_value=0, max_value=INT_MAX),
     _k("desiredNumZonesPerWriteQuorum", "int", 3, "count", "placement", "zone-aware: desired zones per write set",
-       min_value=1),
+       min_value=1, max_value=INT_MAX),
     _k("enforceStrictZoneawarePlacement", "bool", True, "", "placement", "zone-aware strict mode"),
     _k("reppRegionsToWrite", "str", None, "", "placement", "region-aware: ;-separated regions"),
-    _k("reppMinimumRegionsForDurability", "int", 2, "count", "placement", "region-aware durability", min_value=0),
+    _k("reppMinimumRegionsForDurability", "int", 2, "count", "placement", "region-aware durability",
+       min_value=0, max_value=INT_MAX),
     _k("reppEnableDurabilityEnforcementInReplace", "bool", True, "", "placement", "durability also when replacing"),
     _k("reppEnableValidation", "bool", True, "", "placement", "region-aware final ensemble validation"),
     _k("reppDisableDurabilityFeatureName", "str", "repp_disable_durability_enforcement", "", "placement",
@@ -411,10 +455,11 @@ KEYS: tuple[Key, ...] = (
     # -- BookieInfoReader ------------------------------------------------------------------------
     _k("getBookieInfoIntervalSeconds", "int", 60, "s", "bookieinfo",
        "full GET_BOOKIE_INFO poll of every writable bookie; 0 = only when the bookie set changes",
-       upstream_default=86400, min_value=0),
-    _k("getBookieInfoRetryIntervalSeconds", "int", 60, "s", "bookieinfo", "retry after a failed poll", min_value=0),
+       upstream_default=86400, min_value=0, max_value=YEAR_S),
+    _k("getBookieInfoRetryIntervalSeconds", "int", 60, "s", "bookieinfo", "retry after a failed poll",
+       min_value=0, max_value=YEAR_S),
     _k("getBookieInfoTimeoutSecs", "int", 5, "s", "bookieinfo", "timeout of one GET_BOOKIE_INFO request",
-       min_value=1),
+       min_value=1, max_value=YEAR_S),
 )
 
 #: Name → Key.

@@ -436,7 +436,7 @@ class Auditor:
                      bookies=sorted(released))
             self.tracker.known |= released
             delay = await self.urm.get_lost_bookie_recovery_delay()
-            decision = self.tracker.on_bookies_changed(available, delay, now)
+            decision = self.tracker.on_bookies_changed(available, delay, now, self.index.in_some_ensemble)
         if unguarded & lost:
             log.warning("rack-loss guard lifted (override or config); auditing the held bookies now",
                         bookies=sorted(unguarded & lost))
@@ -561,7 +561,7 @@ class Auditor:
             while not self._events.empty() and self._events._queue[0][0] == "bookies":  # type: ignore[attr-defined]
                 self._events.get_nowait()
             delay = await self.urm.get_lost_bookie_recovery_delay()
-            return self.tracker.on_bookies_changed(self._available(), delay, now)
+            return self.tracker.on_bookies_changed(self._available(), delay, now, self.index.in_some_ensemble)
         if kind == "delay":
             delay = await self.urm.get_lost_bookie_recovery_delay()
             return self.tracker.on_delay_changed(delay, now)

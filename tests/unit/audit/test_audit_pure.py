@@ -150,6 +150,29 @@ def test_cookie_bookie_dead_before_start_is_noticed():
     assert d.audit_now and d.lost == {"dead"}
 
 
+def test_healed_lost_bookie_is_not_a_second_loss():
+    """Issue 25: "old" died long ago and was healed (no ensemble lists it) but keeps its cookie; a new
+    auditor knows it from the cookies. It arms no delayed audit, and the next single loss is delayed."""
+    holding = {"a", "b", "c"}
+    t = decisions.LostBookieTracker(ALL | {"old"}, delay_s=10)
+    assert t.on_bookies_changed(ALL, 10, 0, holding.__contains__) == decisions.Decision()
+    assert not t.pending
+    d = t.on_bookies_changed({"a", "c"}, 10, 5, holding.__contains__)  # b lost: one loss, delayed
+    assert not d.audit_now and d.schedule_at == 15 and d.lost == {"b"} and t.pending
+    assert t.on_pending_fired(15) == decisions.Decision(audit_now=True, lost=frozenset({"b"}))
+    # b back within the delay cancels it although "old" is still down
+    t = decisions.LostBookieTracker(ALL | {"old"}, delay_s=10)
+    t.on_bookies_changed({"a", "c"}, 10, 0, holding.__contains__)
+    d = t.on_bookies_changed(ALL, 10, 3, holding.__contains__)
+    assert d.cancel_pending and d.cancelled == 1 and not t.pending
+    # two losses that hold ledgers still audit at once; upstream's counting without the index
+    t = decisions.LostBookieTracker(ALL | {"old"}, delay_s=10)
+    assert t.on_bookies_changed({"c"}, 10, 0, holding.__contains__).audit_now
+    t = decisions.LostBookieTracker(ALL | {"old"}, delay_s=10)
+    assert t.on_bookies_changed(ALL, 10, 0).schedule_at == 10
+    assert t.on_bookies_changed({"a", "c"}, 10, 1).audit_now
+
+
 def test_readonly_is_available():
     t = decisions.LostBookieTracker(ALL, delay_s=0)
     assert not t.on_bookies_changed({"a", "b"} | {"c"}, 0, 0).audit_now

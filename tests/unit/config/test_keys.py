@@ -54,12 +54,12 @@ def test_bool_parsing(raw, value):
 
 @pytest.mark.parametrize("name,raw,fragment", [
     ("zkTimeout", "ten", "expected an integer"),
-    ("zkTimeout", "0", "must be >= 1"),
+    ("zkTimeout", "0", "out of range: allowed 1..2147483647 ms"),
     ("zkTimeout", "1.5", "expected an integer"),
-    ("auditorLedgerVerificationPercentage", "101", "must be <= 100"),
+    ("auditorLedgerVerificationPercentage", "101", "out of range: allowed 0..100 %"),
     ("repairedPlacementPolicyNotAdheringBookieEnabled", "maybe", "expected true or false"),
     ("logFormat", "xml", "expected one of"),
-    ("zkReplicationTaskRateLimit", "nan", "expected a number"),
+    ("zkReplicationTaskRateLimit", "nan", "expected a finite number"),
 ])
 def test_bad_values_name_key_and_value(name, raw, fragment):
     with pytest.raises(ConfigError) as ei:

@@ -104,7 +104,7 @@ def test_bad_values_name_key_and_value(tmp_path):
         load_settings(conf, env={}, extra_keys=())
     msg = str(ei.value)
     assert "bad value for zkTimeout: 'soon'" in msg
-    assert "bad value for auditorLedgerVerificationPercentage: '150' (must be <= 100" in msg
+    assert "bad value for auditorLedgerVerificationPercentage: '150' (out of range: allowed 0..100 %)" in msg
 
 
 def test_missing_metadata_store(tmp_path):
