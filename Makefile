@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration lint proto zookeeper upstream venv bench clean
+.PHONY: demo test test-unit test-integration lint proto zookeeper upstream venv bench clean dashboard
 
 venv: $(STAMP)
 
@@ -70,6 +70,11 @@ lint: venv
 	$(BIN)/ruff check autorecovery tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# the Grafana dashboard, generated (autorecovery/deploy/dashboard.py); tests/unit/test_dashboard.py fails
+# when the committed JSON differs from the generator's output
+dashboard: venv
+	$(BIN)/python -m autorecovery.deploy.dashboard -o deploy/grafana/dashboards/autorecovery.json
 
 test-unit: venv
 	$(BIN)/python -m pytest -q tests/unit

@@ -1,0 +1,2 @@
+"""Deployment artefacts generated from code (not imported by the daemon: ``.importlinter`` keeps this
+package in the top layer, next to the CLI)."""
