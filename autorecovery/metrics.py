@@ -140,6 +140,18 @@ class OpStats:
             s.sum += value
             s.window.append(value)
 
+    def record_many(self, count: int, total: float, success: bool = True) -> None:
+        """Record ``count`` values summing to ``total`` at once (each counted as their mean in the
+        quantile window, at most a window's worth of samples): O(1) for a stream of millions of entries."""
+        if count <= 0:
+            return
+        mean = total / count
+        with self._lock:
+            s = self._series[bool(success)]
+            s.count += count
+            s.sum += total
+            s.window.extend([mean] * min(count, WINDOW))
+
     def count(self, success: bool = True) -> int:
         return self._series[bool(success)].count
 

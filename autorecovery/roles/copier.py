@@ -306,6 +306,7 @@ class FragmentCopier:
         queues: dict[str, _Window] = {t: _Window(self.window_entries, self.window_bytes) for t in spec.targets}
         failed: dict[str, BaseException] = {}
         sent: dict[str, int] = {t: 0 for t in spec.targets}
+        queued: dict[str, int] = {t: 0 for t in spec.targets}  # bytes handed to each target's window
 
         async def drain(q: _Window):
             # everything queued meanwhile leaves in one message (batched framing, issue 13)
@@ -314,11 +315,21 @@ class FragmentCopier:
                 yield batch
 
         async def write(target: str) -> tuple[int, int]:
+            # NUM_BYTES_WRITTEN counts what the target acknowledged (as upstream, on the add's callback),
+            # not what was queued: the dashboard's heal throughput must not include failed copies
             t0 = time.monotonic()
-            n, nbytes = await self.bookies.add_entry_batches(target, ledger_id, master_key, drain(queues[target]),
-                                                             recovery=True)
+            try:
+                n, nbytes = await self.bookies.add_entry_batches(target, ledger_id, master_key,
+                                                                 drain(queues[target]), recovery=True)
+            except BaseException as exc:
+                if self.m is not None:
+                    done_n, done_b = getattr(exc, "entries_written", 0), getattr(exc, "bytes_written", 0)
+                    self.m.bytes_written.record_many(done_n, done_b)
+                    self.m.bytes_written.record_many(sent[target] - done_n, queued[target] - done_b, success=False)
+                raise
             if self.m is not None:
                 self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
+                self.m.bytes_written.record_many(n, nbytes)
             return n, nbytes
 
         def on_writer_done(target: str, task: asyncio.Task) -> None:
@@ -348,8 +359,7 @@ class FragmentCopier:
                     raise TargetWriteError(next(iter(failed)), next(iter(failed.values())))
                 await queues[t].put((eid, body))
                 sent[t] += 1
-                if self.m is not None:
-                    self.m.bytes_written.record(len(body))
+                queued[t] += len(body)
             on_bytes(len(body) * len(spec.targets))
 
         def accept(eid: int, body: bytes, source: str, t_read: float) -> bool:
@@ -498,11 +508,9 @@ class FragmentCopier:
                                     per_entry_ms = (now - t_prev) * 1000.0 / n
                                     self.m.entries_read.inc(n)
                                     self.m.entries_written.inc(n)
-                                    mean = rep.bytes_stored // n
-                                    for _ in range(n):
-                                        self.m.read_latency.record(per_entry_ms)
-                                        self.m.bytes_read.record(mean)
-                                        self.m.bytes_written.record(mean)
+                                    self.m.read_latency.record_many(n, per_entry_ms * n)
+                                    self.m.bytes_read.record_many(n, rep.bytes_stored)
+                                    self.m.bytes_written.record_many(n, rep.bytes_stored)
                                 on_bytes(rep.bytes_stored)
                             t_prev = now
                             if rep.source_status:
