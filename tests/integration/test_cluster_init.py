@@ -58,10 +58,27 @@ def test_initnewcluster_creates_exactly_upstreams_znodes(zk_connect):
     assert UUID.fullmatch(got.pop("/INSTANCEID"))
     assert got == {k: v for k, v in UPSTREAM_TREE.items() if k != "/INSTANCEID"}
     # formatted already: upstream's refusal, or success without change with --if-absent (ours)
+    before = tree(zk_connect, "/ledgers")
     res = shell("initnewcluster", "--zk", zk_connect)
     assert res.exit_code == 1 and "Ledger root path: /ledgers already exists" in res.output
     assert shell("initnewcluster", "--zk", zk_connect, "--if-absent").exit_code == 0
-    assert set(tree(zk_connect, "/ledgers")) == set(UPSTREAM_TREE)
+    assert tree(zk_connect, "/ledgers") == before  # nothing overwritten (INSTANCEID included)
+
+
+def test_initnewcluster_completes_an_empty_root_and_creates_its_parents(zk_connect):
+    """Ours, where upstream refuses: a pre-created empty root is formatted, missing parents are created;
+    the tree is upstream's either way."""
+    kz = KazooClient(zk_connect)
+    kz.start(10)
+    try:
+        kz.ensure_path("/pre/ledgers")
+    finally:
+        kz.stop()
+        kz.close()
+    for root in ("/pre/ledgers", "/new/parent/ledgers"):
+        res = shell("initnewcluster", "--zk", zk_connect, "--ledgers-root", root)
+        assert res.exit_code == 0 and f"Successfully initiated cluster at {root}" in res.output, res.output
+        assert set(tree(zk_connect, root)) == set(UPSTREAM_TREE)
 
 
 def test_what_initnewcluster_leaves_out_is_created_where_needed(zk_connect, tmp_path):
