@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autorecovery.ledger import formats, textformat
+from autorecovery.ledger import formats
 from autorecovery.ledger.metadata import LedgerMetadata, Segment
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 
@@ -27,6 +27,8 @@ CUSTOM_ORDER = ["zeta", "every-byte", "alpha", "Métadonnée ☃", "beta"]
 
 def test_escapes_match_protobuf_java_for_all_256_bytes():
     """``\\a``/``\\v`` for 0x07/0x0B (not ``\\007``/``\\013``), and every other byte as protobuf-java."""
+    from autorecovery.ledger import textformat
+
     assert VECTORS["produced_by"].endswith("protobuf-java 3.25.5")
     got = [textformat.escape_bytes(bytes([b])) for b in range(256)]
     differ = [(b, got[b], VECTORS["escapes"][b]) for b in range(256) if got[b] != VECTORS["escapes"][b]]
@@ -74,6 +76,8 @@ def _varint(n: int) -> bytes:
 
 
 def _with_entries(version: int, entries: list[tuple[str, bytes]]) -> bytes:
+    from autorecovery.ledger import textformat
+
     m = pb.LedgerMetadataFormat(quorumSize=2, ensembleSize=2, length=0, lastEntryId=-1, state=pb.LedgerMetadataFormat.OPEN,
                                 digestType=pb.LedgerMetadataFormat.CRC32C, password=b"\x07pw\x0b", ackQuorumSize=2)
     seg = m.segment.add(firstEntryId=0)
