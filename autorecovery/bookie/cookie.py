@@ -34,6 +34,7 @@ from google.protobuf import text_format
 
 from autorecovery.bookie.storage import CURRENT_DIR, database_exists
 from autorecovery.errors import CookieError
+from autorecovery.ledger import textformat
 from autorecovery.proto import bookkeeper_formats_pb2 as fmt
 from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
@@ -75,7 +76,7 @@ class Cookie:
             msg.instanceId = self.instance_id
         if self.index_dirs is not None:
             msg.indexDirs = self.index_dirs
-        return f"{COOKIE_LAYOUT_VERSION}\n{text_format.MessageToString(msg)}"
+        return f"{COOKIE_LAYOUT_VERSION}\n{textformat.print_message(msg)}"
 
     @classmethod
     def parse(cls, text: str, source: str) -> "Cookie":

@@ -1,13 +1,15 @@
 """``autorecovery shell initnewcluster``: format a new cluster's metadata (upstream
 ``bookkeeper shell initnewcluster``), registered on the shell group.
 
-Upstream creates the ledgers root, ``LAYOUT``, ``INSTANCEID``, ``available/``, ``available/readonly/``
-and ``cookies/`` and fails when the root already exists ("Ledger root path: ... already exists").
-The ledger manager written to ``LAYOUT`` is the one the configuration names (``metadataServiceUri``
-``zk+longhierarchical://...``, ``ledgerManagerFactoryClass``, ``ledgerManagerType``), hierarchical
-by default, as upstream. Ours also creates the under-replication layout, and ``--if-absent`` (ours) turns "already formatted"
-into success, so a deployment's init step (docker-compose ``init`` service, Kubernetes Job) can run on
-every start: nothing that exists is overwritten.
+Creates exactly what upstream 4.17 creates (``ZKRegistrationManager.initNewCluster``): the ledgers
+root, ``available/``, ``available/readonly/`` and ``INSTANCEID`` in one transaction, then ``LAYOUT``;
+``cookies/`` and the under-replication tree are created where first needed, as upstream
+(:func:`autorecovery.zk.ledgers.init_cluster`). A formatted cluster is refused ("Ledger root path: ...
+already exists", exit 1). The ledger manager written to ``LAYOUT`` is the one the configuration names
+(``metadataServiceUri`` ``zk+longhierarchical://...``, ``ledgerManagerFactoryClass``,
+``ledgerManagerType``), hierarchical by default, as upstream. ``--if-absent`` (ours) turns "already
+formatted" into success, so a deployment's init step (docker-compose ``init`` service, Kubernetes Job)
+can run on every start: nothing that exists is overwritten.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from autorecovery.zk.ledgers import init_cluster
 from autorecovery.zk.paths import Paths
 
 
-@command("initnewcluster", help="Initialise a new cluster's metadata (LAYOUT, INSTANCEID, available/, cookies/, "
-                                "underreplication/).")
+@command("initnewcluster", help="Initialise a new cluster's metadata (LAYOUT, INSTANCEID, available/, "
+                                "available/readonly/: what upstream creates).")
 @click.option("--if-absent", is_flag=True,
               help="(ours) succeed without changes when the cluster is already formatted.")
 @click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=FiniteFloatRange(1, YEAR_S),

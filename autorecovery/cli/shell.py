@@ -192,18 +192,22 @@ def triggeraudit(conf, zk, ledgers_root, sets):
     _execute(conf, zk, ledgers_root, sets, body)
 
 
-@command("autorecovery", help="Enable or disable AutoRecovery; without options print its status.")
+@command("autorecovery", help="Enable or disable AutoRecovery; with -s/--status or without options print its status.")
 @click.option("-e", "--enable", "-enable", is_flag=True, help="Enable AutoRecovery.")
 @click.option("-d", "--disable", "-disable", is_flag=True, help="Disable AutoRecovery.")
-def autorecovery_cmd(conf, zk, ledgers_root, sets, enable, disable):
-    if enable and disable:
-        click.echo("ERROR: only one of -e/--enable and -d/--disable can be specified", err=True)
+@click.option("-s", "--status", "-status", is_flag=True,
+              help="Print whether AutoRecovery is enabled (upstream bkctl `autorecovery toggle -s/--status`).")
+def autorecovery_cmd(conf, zk, ledgers_root, sets, enable, disable, status):
+    """Upstream ``BookieShell.AutoRecoveryCmd`` (``-e``/``-d``, neither = status) and the status flag of
+    its ``ToggleCommand`` (``-s``/``--status``); the status line is ToggleCommand's, period included."""
+    if enable + disable + status > 1:
+        click.echo("ERROR: only one of -e/--enable, -d/--disable and -s/--status can be specified", err=True)
         sys.exit(EXIT_USAGE)
 
     async def body(ctx):
         if not enable and not disable:
             on = await ops.autorecovery_enabled(ctx)
-            click.echo(f"Autorecovery is {'enabled' if on else 'disabled'}")
+            click.echo(f"Autorecovery is {'enabled' if on else 'disabled'}.")
             return
         res = await ops.set_autorecovery(ctx, enable)
         word = "enabled" if enable else "disabled"

@@ -14,6 +14,14 @@ A rewrite keeps the version the znode was read in (upstream ``LedgerMetadataBuil
 ledger stores one (upstream ``storingCreationTime``): an old ledger is never upgraded behind its
 owner's back and never gains an invented ctime. As upstream, ``lastEntryId`` and ``length`` are
 always written (``-1``/``0`` while open).
+
+Byte-exact rewrites: custom metadata entries are written in the order they were read (duplicate keys
+included, which the protobuf format allows), and v2 text is printed with protobuf-java's escapes
+(:mod:`autorecovery.ledger.textformat`), so a rewrite changes only what it means to change. Upstream's
+own reader differs in two places (``parseVersion3Config`` collects the entries with
+``Collectors.toMap``): it refuses a ledger whose custom metadata repeats a key, and its rewrite writes
+the entries in Java ``HashMap`` order; a ledger created by a Java client with a ``HashMap`` is already
+in that order.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from google.protobuf.internal import decoder, encoder
 from google.protobuf.message import DecodeError
 
 from autorecovery.errors import MalformedMetadataError
+from autorecovery.ledger import textformat
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 
@@ -51,10 +60,8 @@ def to_proto(md: LedgerMetadata, *, include_ctoken: bool = True) -> pb.LedgerMet
         m.ctime = md.ctime
     m.digestType = int(md.digest_type)  # type: ignore[assignment]  # (the stub wants the enum type)
     m.password = md.password
-    for k in sorted(md.custom_metadata):
-        e = m.customMetadata.add()
-        e.key = k
-        e.value = md.custom_metadata[k]
+    for k, v in md.custom_entries():
+        m.customMetadata.add(key=k, value=v)
     for seg in md.segments:
         s = m.segment.add()
         s.ensembleMember.extend(seg.ensemble)
@@ -84,6 +91,15 @@ def _check_segments(segments: list[tuple[int, list]]) -> None:
         for member in members:
             if not _UPSTREAM_BOOKIE_ID.fullmatch(member) or member.lower() == "readonly":
                 raise ValueError(f"ensemble member {member[:100]!r} of segment {first} is not a valid bookie id")
+
+
+def _duplicates(m: pb.LedgerMetadataFormat) -> tuple[tuple[str, bytes], ...]:
+    """The custom metadata entries as read when a key repeats (the dict keeps one value per key), else
+    ``()``: a rewrite then writes every entry back as read."""
+    keys = [e.key for e in m.customMetadata]
+    if len(set(keys)) == len(keys):
+        return ()
+    return tuple((e.key, e.value) for e in m.customMetadata)
 
 
 def from_proto(m: pb.LedgerMetadataFormat, format_version: int) -> LedgerMetadata:
@@ -116,6 +132,7 @@ def from_proto(m: pb.LedgerMetadataFormat, format_version: int) -> LedgerMetadat
         password=m.password,
         ctime=m.ctime if m.HasField("ctime") else 0,
         custom_metadata={e.key: e.value for e in m.customMetadata},
+        custom_duplicates=_duplicates(m),
         ctoken=m.cToken if m.HasField("cToken") else 0,
         format_version=format_version,
         store_ctime=m.HasField("ctime"),
@@ -147,50 +164,8 @@ def serialize_v3(md: LedgerMetadata) -> bytes:
 
 def serialize_v2(md: LedgerMetadata) -> bytes:
     """Format version 2: header line, protobuf text format (no ``cToken``, as upstream), printed the way
-    upstream's generated classes print it (:func:`_text`)."""
-    return HEADER_PREFIX + b"2\n" + _text(to_proto(md, include_ctoken=False)).encode("ascii")
-
-
-#: Named escapes of upstream's text format writer (LightProto ``appendTextFormatEscapedByte``); Python's
-#: ``text_format`` writes ``\010``/``\014`` where upstream writes ``\b``/``\f``.
-_NAMED_ESCAPES = {0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x5C: "\\\\",
-                  0x27: "\\'", 0x22: '\\"'}
-
-
-def _quote(raw: bytes) -> str:
-    out = []
-    for b in raw:
-        esc = _NAMED_ESCAPES.get(b)
-        if esc is not None:
-            out.append(esc)
-        elif 0x20 <= b < 0x7F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\{b:03o}")
-    return '"' + "".join(out) + '"'
-
-
-def _text(msg, indent: int = 0) -> str:
-    """Protobuf text format as upstream's writer prints it: set fields in field-number order,
-    ``name: value`` lines, enums by name, sub-messages as ``name {`` … ``}`` indented two spaces per level,
-    strings and bytes quoted with :data:`_NAMED_ESCAPES` and three-digit octal for other bytes."""
-    pad = "  " * indent
-    out = []
-    for fd, value in msg.ListFields():
-        for v in (list(value) if fd.is_repeated else [value]):
-            if fd.message_type is not None:
-                out.append(f"{pad}{fd.name} {{\n{_text(v, indent + 1)}{pad}}}\n")
-            elif fd.enum_type is not None:
-                out.append(f"{pad}{fd.name}: {fd.enum_type.values_by_number[v].name}\n")
-            elif fd.type == fd.TYPE_STRING:
-                out.append(f"{pad}{fd.name}: {_quote(v.encode('utf-8'))}\n")
-            elif fd.type == fd.TYPE_BYTES:
-                out.append(f"{pad}{fd.name}: {_quote(v)}\n")
-            elif fd.type == fd.TYPE_BOOL:
-                out.append(f"{pad}{fd.name}: {'true' if v else 'false'}\n")
-            else:
-                out.append(f"{pad}{fd.name}: {v}\n")
-    return "".join(out)
+    upstream 4.17's ``TextFormat.printer()`` prints it (:func:`textformat.print_message`)."""
+    return HEADER_PREFIX + b"2\n" + textformat.print_message(to_proto(md, include_ctoken=False)).encode("ascii")
 
 
 def serialize_v1(md: LedgerMetadata) -> bytes:

@@ -58,7 +58,10 @@ class LedgerMetadata:
             password is left out of ``repr`` (issue 25: a logged or printed metadata object leaks no
             secret).
         ctime: creation time in ms since the epoch (0 when the znode carries none).
-        custom_metadata: user key → bytes.
+        custom_metadata: user key → bytes, in the order the znode lists them (a rewrite keeps it).
+        custom_duplicates: the custom metadata entries as read, only when a key repeats (protobuf allows
+            it; ``custom_metadata`` keeps the last value, as protobuf's map semantics); ``()`` otherwise.
+            Written back as read while ``custom_metadata`` is unchanged (:meth:`custom_entries`).
         format_version: the metadata format the znode was read in (1, 2 or 3; 3 for new ledgers). A
             rewrite keeps it (upstream ``LedgerMetadataBuilder.from`` keeps ``metadataFormatVersion``):
             a v2 ledger re-replicated by the worker is written back as v2.
@@ -77,6 +80,7 @@ class LedgerMetadata:
     password: bytes = field(default=b"", repr=False)  # a secret: never in repr, logs or tracebacks
     ctime: int = 0
     custom_metadata: dict[str, bytes] = field(default_factory=dict)
+    custom_duplicates: tuple[tuple[str, bytes], ...] = field(default=(), repr=False, compare=False)
     ctoken: int = 0
     format_version: int = 3
     store_ctime: bool = True
@@ -98,6 +102,13 @@ class LedgerMetadata:
             if seg.first_entry_id < prev:
                 raise ValueError(f"segments out of order at entry {seg.first_entry_id}")
             prev = seg.first_entry_id
+
+    def custom_entries(self) -> list[tuple[str, bytes]]:
+        """The custom metadata entries to write: as read (duplicates included) while ``custom_metadata``
+        still says the same, else ``custom_metadata`` in its order."""
+        if self.custom_duplicates and dict(self.custom_duplicates) == self.custom_metadata:
+            return list(self.custom_duplicates)
+        return list(self.custom_metadata.items())
 
     @property
     def is_closed(self) -> bool:

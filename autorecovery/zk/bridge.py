@@ -33,6 +33,8 @@ from kazoo.exceptions import (  # noqa: F401  (re-exported: the rest of the code
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError as KazooSessionExpired,
     UnimplementedError,
     ZookeeperError,

@@ -20,6 +20,7 @@ import structlog
 from google.protobuf import text_format
 
 from autorecovery import metrics
+from autorecovery.ledger import textformat
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 from autorecovery.zk.bridge import EventType, NodeExistsError, NoNodeError, SessionEvent, ZkClient
 from autorecovery.zk.paths import Paths
@@ -31,7 +32,7 @@ VOTE_PREFIX = "V_"
 
 def encode_vote(bookie_id: str) -> bytes:
     """Text ``AuditorVoteFormat``: ``bookieId: "<id>"``."""
-    return text_format.MessageToString(pb.AuditorVoteFormat(bookieId=bookie_id)).encode()
+    return textformat.print_message(pb.AuditorVoteFormat(bookieId=bookie_id)).encode()
 
 
 def decode_vote(data: bytes) -> str | None:

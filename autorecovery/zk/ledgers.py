@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from autorecovery.errors import BadVersionError as _OurBadVersion
-from autorecovery.errors import MalformedMetadataError, NoClusterError, NoSuchLedgerError
+from autorecovery.errors import MalformedMetadataError, NoClusterError, NoSuchLedgerError, ZooKeeperError
 from autorecovery.ledger import formats
 from autorecovery.ledger.ids import (
     LONG_ID_THRESHOLD,
@@ -23,8 +23,8 @@ from autorecovery.ledger.ids import (
 )
 from autorecovery.ledger.layout import HIERARCHICAL, Layout, layout_data, parse_layout, require_supported
 from autorecovery.ledger.metadata import LedgerMetadata
-from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, ZkClient
-from autorecovery.zk.paths import UR_LAYOUT_TEXT, Paths
+from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, Op, RolledBackError, RuntimeInconsistency, ZkClient
+from autorecovery.zk.paths import Paths
 
 #: Znodes directly under the ledgers root that are not part of the ledger tree.
 RESERVED = {"LAYOUT", "INSTANCEID", "available", "cookies", "idgen", "idgen-long", "underreplication", "ledgers"}
@@ -50,35 +50,47 @@ async def read_layout(zk: ZkClient, paths: Paths) -> Layout:
 
 
 async def init_cluster(zk: ZkClient, paths: Paths, manager_factory: str = HIERARCHICAL) -> bool:
-    """Format the cluster metadata if it is not yet (upstream ``shell metaformat`` without -force).
+    """Format the cluster metadata if it is not yet: exactly the znodes upstream 4.17's
+    ``initnewcluster`` creates (``ZKRegistrationManager.initNewCluster``).
 
-    Creates the root, ``LAYOUT`` (naming ``manager_factory``: hierarchical by default, as upstream),
-    ``INSTANCEID`` (a random UUID), ``available``, ``available/readonly``, ``cookies`` and the
-    under-replication ``LAYOUT``. Returns True when it formatted, False when the cluster was already
-    formatted (nothing is overwritten).
+    One transaction creates the root, ``available``, ``available/readonly`` and ``INSTANCEID`` (a random
+    UUID), then ``LAYOUT`` names ``manager_factory`` (hierarchical by default, as upstream). Nothing else:
+    ``cookies`` is created by the first bookie that writes a cookie, ``underreplication`` with its
+    ``LAYOUT``, ``ledgers`` and ``locks`` by the first auditor, worker or admin command that uses it
+    (``UnderreplicationManager.init``, as upstream's ``ZkLedgerUnderreplicationManager``), ``idgen``
+    by the first ledger created. Ours, where upstream refuses: the root's parents are created when
+    missing, and a root that exists without ``LAYOUT`` is completed instead of refused.
+
+    Returns True when it formatted, False when ``LAYOUT`` already existed (nothing is overwritten).
 
     Raises:
         CompatibilityError: ``manager_factory`` is not a manager this version lays out.
+        ZooKeeperError: the transaction failed for another reason than a concurrent format.
     """
     data = layout_data(manager_factory)
-    await zk.ensure_path(paths.root)
-    formatted = False
-    try:
-        await zk.create(paths.layout, data)
-        formatted = True
-    except NodeExistsError:
-        pass
+    if await zk.exists(paths.layout) is not None:
+        return False
+    parent = paths.root.rsplit("/", 1)[0]
+    if parent:
+        await zk.ensure_path(parent)
+    if await zk.exists(paths.root) is None:
+        ops = [Op("create", paths.root), Op("create", paths.available), Op("create", paths.readonly),
+               Op("create", paths.instance_id, str(uuid.uuid4()).encode())]
+        results = await zk.multi(ops)
+        failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+        if failed and not isinstance(failed[0], NodeExistsError):
+            raise ZooKeeperError(f"formatting {paths.root} failed: {type(failed[0]).__name__} {failed[0]}")
+    for p in (paths.available, paths.readonly):
+        await zk.ensure_path(p)
     try:
         await zk.create(paths.instance_id, str(uuid.uuid4()).encode())
     except NodeExistsError:
         pass
-    for p in (paths.available, paths.readonly, paths.cookies, paths.underreplication, paths.ur_ledgers, paths.ur_locks):
-        await zk.ensure_path(p)
     try:
-        await zk.create(paths.ur_layout, UR_LAYOUT_TEXT)
+        await zk.create(paths.layout, data)
     except NodeExistsError:
-        pass
-    return formatted
+        return False
+    return True
 
 
 class LedgerStore:

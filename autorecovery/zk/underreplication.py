@@ -37,6 +37,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from autorecovery.errors import CompatibilityError, UnavailableError
+from autorecovery.ledger import textformat
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 from autorecovery.zk.bridge import (
@@ -88,7 +89,7 @@ def encode_marker(replicas: Iterable[str], ctime_ms: int | None) -> bytes:
     m.replica.extend(replicas)
     if ctime_ms is not None:
         m.ctime = ctime_ms
-    return text_format.MessageToString(m).encode()
+    return textformat.print_message(m).encode()
 
 
 def decode_marker(data: bytes, path: str = "?") -> pb.UnderreplicatedLedgerFormat:
@@ -133,7 +134,7 @@ def decode_ctime(which: str, data: bytes, path: str | None = None) -> int:
 
 
 def _text(msg) -> bytes:
-    return text_format.MessageToString(msg).encode()
+    return textformat.print_message(msg).encode()
 
 
 class UnderreplicationManager:

@@ -521,7 +521,7 @@ def test_every_znode_decodes_with_upstream_rules(upstream, compat_run):
 
 def test_every_znode_is_byte_for_byte_what_upstream_writes(upstream, compat_run):
     """Stronger than decoding: re-encoding what upstream's reader read with upstream's writer rules
-    (``upstream_decode.upstream_rewrite``: LedgerMetadataSerDe, LightProto's text printer, Cookie,
+    (``upstream_decode.upstream_rewrite``: LedgerMetadataSerDe, protobuf-java's TextFormat printer, Cookie,
     LedgerLayout...) gives back exactly our bytes, for every znode where upstream's output is determined."""
     layout = ud.Layout(ROOT, paths_of(compat_run.layout))
     items = list(compat_run.walk.items()) + [(p, d) for p, vs in compat_run.recorded.items() for d in vs]

@@ -766,10 +766,11 @@ def decode_znode(fmts: UpstreamFormats, path: str, data: bytes, where: Layout) -
 # what upstream's writers emit for what its readers read (byte-for-byte comparison)
 # ---------------------------------------------------------------------------------------------------
 def _escape_text_bytes(raw: bytes) -> str:
-    """LightProto ``appendTextFormatEscapedByte``: ``\\b \\f \\n \\r \\t \\\\ \\' \\"``,
-    printable ASCII as is, every other byte as a three-digit octal escape (strings: their UTF-8 bytes)."""
-    named = {0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x5C: "\\\\", 0x27: "\\'",
-             0x22: '\\"'}
+    """protobuf-java 3.25 ``TextFormat.escapeBytes`` (upstream 4.17's text writer): ``\\a \\b \\t \\n \\v
+    \\f \\r \\\\ \\' \\"``, printable ASCII as is, every other byte as a three-digit octal escape
+    (strings: their UTF-8 bytes)."""
+    named = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+             0x5C: "\\\\", 0x27: "\\'", 0x22: '\\"'}
     out = []
     for b in raw:
         if b in named:
@@ -781,8 +782,8 @@ def _escape_text_bytes(raw: bytes) -> str:
     return '"' + "".join(out) + '"'
 
 
-def lightproto_text(msg: Message, indent: int = 0) -> str:
-    """The text format upstream's generated classes print (LightProto ``writeTextFormatTo``): present
+def protobuf_java_text(msg: Message, indent: int = 0) -> str:
+    """The text format upstream 4.17 prints (protobuf-java ``TextFormat.printer()``): present
     fields in field-number order, ``name: value`` lines, enums by name, sub-messages as ``name {`` ...
     ``}`` indented by two spaces per level. Map fields are not handled (none of the text znodes has one)."""
     pad = "  " * indent
@@ -791,7 +792,7 @@ def lightproto_text(msg: Message, indent: int = 0) -> str:
         values = list(value) if fd.is_repeated else [value]
         for v in values:
             if fd.message_type is not None:
-                out.append(f"{pad}{fd.name} {{\n{lightproto_text(v, indent + 1)}{pad}}}\n")
+                out.append(f"{pad}{fd.name} {{\n{protobuf_java_text(v, indent + 1)}{pad}}}\n")
             elif fd.enum_type is not None:
                 out.append(f"{pad}{fd.name}: {fd.enum_type.values_by_number[v].name}\n")
             elif fd.type == fd.TYPE_STRING:
@@ -853,7 +854,7 @@ def _upstream_metadata(fmts: UpstreamFormats, v: dict[str, Any]) -> bytes | None
         seg.firstEntryId = first
         seg.ensembleMember.extend(ens)
     if v["version"] == 2:  # serializeVersion2: text, never cToken
-        return header + lightproto_text(m).encode("utf-8")
+        return header + protobuf_java_text(m).encode("utf-8")
     m.cToken = src.cToken if src.HasField("cToken") else 0
     body = m.SerializeToString()
     return header + _varint(len(body)) + body
@@ -888,7 +889,7 @@ def upstream_rewrite(fmts: UpstreamFormats, d: Decoded, data: bytes) -> bytes | 
     names = {"ur-layout": "LedgerRereplicationLayoutFormat", "ur-marker": "UnderreplicatedLedgerFormat",
              "lock": "LockDataFormat", "vote": "AuditorVoteFormat", "election": "AuditorVoteFormat"}
     if k in names:
-        return lightproto_text(fmts.parse_text(names[k], data, p)).encode("utf-8")
+        return protobuf_java_text(fmts.parse_text(names[k], data, p)).encode("utf-8")
     if k == "cookie":  # Cookie.toString: CURRENT_COOKIE_LAYOUT_VERSION (5), then the text CookieFormat
         c = fmts.new("CookieFormat")
         c.bookieHost, c.journalDir, c.ledgerDirs = v["bookieHost"], v["journalDir"], v["ledgerDirs"]
@@ -896,5 +897,5 @@ def upstream_rewrite(fmts: UpstreamFormats, d: Decoded, data: bytes) -> bytes | 
             c.instanceId = v["instanceId"]
         if v.get("indexDirs"):
             c.indexDirs = v["indexDirs"]
-        return ("5\n" + lightproto_text(c)).encode("utf-8")
+        return ("5\n" + protobuf_java_text(c)).encode("utf-8")
     raise AssertionError(f"{p}: no rewrite rule for kind {k!r}")

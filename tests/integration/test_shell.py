@@ -92,16 +92,16 @@ def test_bookieinfo_upstream_wording(cluster):
 
 
 def test_autorecovery_toggle(cluster):
-    assert ok(shell(cluster, "autorecovery")) == "Autorecovery is enabled\n"
+    assert ok(shell(cluster, "autorecovery")) == "Autorecovery is enabled.\n"
     assert ok(shell(cluster, "autorecovery", "-enable")) == "Autorecovery already enabled. Doing nothing\n"
     try:
         assert ok(shell(cluster, "autorecovery", "-disable")) == "Disabling autorecovery\n"
-        assert ok(shell(cluster, "autorecovery")) == "Autorecovery is disabled\n"
+        assert ok(shell(cluster, "autorecovery")) == "Autorecovery is disabled.\n"
         assert ok(shell(cluster, "autorecovery", "-disable")) == "Autorecovery already disabled. Doing nothing\n"
     finally:
         assert ok(shell(cluster, "autorecovery", "-enable")) == "Enabling autorecovery\n"
     res = shell(cluster, "autorecovery", "-enable", "-disable")
-    assert res.exit_code == 2 and "only one of -e/--enable and -d/--disable" in res.stderr
+    assert res.exit_code == 2 and "only one of -e/--enable, -d/--disable and -s/--status" in res.stderr
 
 
 def test_lostbookierecoverydelay(cluster):

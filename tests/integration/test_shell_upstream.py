@@ -40,16 +40,16 @@ def expected_line(bookie_id: str) -> str:
 def test_autorecovery_short_long_and_single_dash_forms(cluster):
     try:
         assert ok(shell(cluster, "autorecovery", "-d")) == "Disabling autorecovery\n"
-        assert ok(shell(cluster, "autorecovery")) == "Autorecovery is disabled\n"
+        assert ok(shell(cluster, "autorecovery")) == "Autorecovery is disabled.\n"
         assert ok(shell(cluster, "autorecovery", "--disable")) == "Autorecovery already disabled. Doing nothing\n"
         assert ok(shell(cluster, "autorecovery", "-e")) == "Enabling autorecovery\n"
         assert ok(shell(cluster, "autorecovery", "--enable")) == "Autorecovery already enabled. Doing nothing\n"
         assert ok(shell(cluster, "autorecovery", "-disable")) == "Disabling autorecovery\n"
     finally:
         ok(shell(cluster, "autorecovery", "-enable"))
-    assert ok(shell(cluster, "autorecovery")) == "Autorecovery is enabled\n"
+    assert ok(shell(cluster, "autorecovery")) == "Autorecovery is enabled.\n"
     res = shell(cluster, "autorecovery", "-e", "-d")
-    assert res.exit_code == 2 and "only one of -e/--enable and -d/--disable" in res.stderr
+    assert res.exit_code == 2 and "only one of -e/--enable, -d/--disable and -s/--status" in res.stderr
 
 
 # -- lostbookierecoverydelay -g/-s, --set not swallowed by the config option ----------------------------

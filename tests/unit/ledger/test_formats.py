@@ -161,7 +161,7 @@ def test_ur_marker_path_is_four_hex_levels():
 
 
 def test_v2_text_escapes_bytes_as_upstreams_writer_does():
-    """Upstream's text writer (LightProto) escapes 0x08/0x0C as ``\\b``/``\\f`` where Python's text_format
+    """Upstream's text writer (protobuf-java TextFormat) escapes 0x08/0x0C as ``\\b``/``\\f`` where Python's text_format
     writes ``\\010``/``\\014``; a v2 ledger whose password held such a byte was not byte for byte upstream's
     (found by tests/compat with a random master key)."""
     from dataclasses import replace
