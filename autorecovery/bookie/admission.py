@@ -45,10 +45,10 @@ class AdmissionLimits:
     """
 
     max_adds: int = 10_000
-    max_add_bytes: int = 256 * 1024 * 1024
+    max_add_bytes: int = 128 * 1024 * 1024
     max_reads: int = 10_000
     stream_wait_s: float = 10.0
-    max_receiving: int = 64
+    max_receiving: int = 32
 
     def __post_init__(self) -> None:
         for name in ("max_adds", "max_add_bytes", "max_reads", "max_receiving"):
@@ -193,3 +193,29 @@ class Admission:
     def describe_reads(self) -> str:
         """``"<n> reads in progress; limit maxReadsInProgressLimit=<n>"`` (for ETOOMANYREQUESTS messages)."""
         return f"{self.reads} reads in progress; limit maxReadsInProgressLimit={self.limits.max_reads or 'none'}"
+
+
+#: Copies of one request body the bookie may hold at once: gRPC's receive buffer, the bytes handed to
+#: Python, the parsed message and the body taken out of it (measured with bench/flood.py).
+BODY_COPIES = 4
+#: Free heap the allocator keeps instead of returning it, bytes: glibc's trim threshold
+#: (``malloc.TRIM_THRESHOLD_BYTES``, 64 MiB) in each of the malloc arenas of the event loop, gRPC and
+#: writer threads (4 measured: a flood's peak stays about 200 MiB above idle even with one receive slot).
+ALLOCATOR_SLACK_BYTES = 4 * 64 * 1024 * 1024
+
+
+def memory_bound(idle_rss: int, max_message_bytes: int, limits: AdmissionLimits) -> int | None:
+    """The documented bound on a bookie's resident memory under any flood of adds, bytes (issue 25):
+
+    ``idle_rss + BODY_COPIES * (max_receiving * max_message_bytes + max_add_bytes + max_message_bytes)
+    + ALLOCATOR_SLACK_BYTES``
+
+    where ``max_message_bytes`` is the gRPC receive limit (``max_entry_size + 1 MiB``): at most
+    ``max_receiving`` request messages are being received or wait for admission, at most
+    ``max_add_bytes`` (plus one entry admitted alone) are admitted. None when either limit is 0
+    (unlimited). Reads are bounded separately (``max_reads`` streams of two 4 MiB chunks each).
+    """
+    if not limits.max_receiving or not limits.max_add_bytes:
+        return None
+    held = limits.max_receiving * max_message_bytes + limits.max_add_bytes + max_message_bytes
+    return idle_rss + BODY_COPIES * held + ALLOCATOR_SLACK_BYTES

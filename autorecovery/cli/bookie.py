@@ -99,7 +99,7 @@ async def run_bookie(config: BookieConfig) -> int:
               help="time in-flight requests get on shutdown, ms")
 @click.option("--max-adds-in-progress", type=click.IntRange(0), default=10_000,
               help="maxAddsInProgressLimit: adds in progress before ETOOMANYREQUESTS; 0 = no limit")
-@click.option("--max-add-bytes-in-progress", type=click.IntRange(0), default=256 * 1024 * 1024,
+@click.option("--max-add-bytes-in-progress", type=click.IntRange(0), default=128 * 1024 * 1024,
               help="(ours) bytes of adds in progress before ETOOMANYREQUESTS; 0 = no limit")
 @click.option("--max-reads-in-progress", type=click.IntRange(0), default=10_000,
               help="maxReadsInProgressLimit: reads in progress before ETOOMANYREQUESTS; 0 = no limit")
@@ -107,7 +107,7 @@ async def run_bookie(config: BookieConfig) -> int:
               help="(ours) an AddEntries stream idle this long is answered and closed, ms")
 @click.option("--max-concurrent-streams", type=click.IntRange(1), default=1000,
               help="(ours) gRPC streams per client connection")
-@click.option("--max-receiving-messages", type=click.IntRange(0), default=64,
+@click.option("--max-receiving-messages", type=click.IntRange(0), default=32,
               help="(ours) request messages being received or held before admission, all connections; "
                    "a unary request over it is answered ETOOMANYREQUESTS unread; 0 = no limit")
 @click.option("--max-connections", type=click.IntRange(1), default=DEFAULT_MAX_CONNECTIONS,

@@ -1,0 +1,60 @@
+"""Issue 25: a real bookie process under a flood of large adds stays under its documented memory bound.
+
+120 concurrent ~5 MiB unary AddEntry calls on one connection (the flood that took a bookie to 1.2 GB
+and was never answered ETOOMANYREQUESTS): the bookie's peak RSS, sampled every 5 ms, stays under
+``bookie.admission.memory_bound`` of its flags; some adds are answered ETOOMANYREQUESTS; every add
+answered EOK reads back identical; the bookie still serves afterwards. Time-bounded (about 5 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psutil
+import pytest
+
+from autorecovery.bookie.admission import AdmissionLimits, memory_bound
+from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM
+from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
+from autorecovery.testing.flood import RssSampler, flood
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+RECEIVING = 4
+ADD_BYTES = 32 * 1024 * 1024
+
+
+@pytest.fixture
+async def bookie(zk_server, tmp_path):
+    cluster = await format_test_cluster(zk_server.connect_string)
+    proc = BookieProcess(["--zk", cluster, "--port", "0", "--data-dir", str(tmp_path / "bookie"),
+                          "--shutdown-grace-ms", "1000", "--max-receiving-messages", str(RECEIVING),
+                          "--max-add-bytes-in-progress", str(ADD_BYTES)], tmp_path / "bookie.log")
+    try:
+        await proc.await_ready()
+        yield proc
+    finally:
+        await asyncio.to_thread(proc.stop)
+
+
+async def test_120_concurrent_5mib_adds_on_one_connection_stay_under_the_bound(bookie):
+    bid = bookie.bookie_id
+    warm = await flood(bid, 1, 1, 1024)  # connections, the store and the code paths warmed up
+    assert warm.ok == 1 and warm.read_back == 1
+    idle = psutil.Process(bookie.pid).memory_info().rss
+    limits = AdmissionLimits(max_add_bytes=ADD_BYTES, max_receiving=RECEIVING)
+    bound = memory_bound(idle, DEFAULT_MAX_ENTRY_SIZE + GRPC_HEADROOM, limits)
+    assert bound is not None
+    with RssSampler(bookie.pid) as rss:
+        res = await asyncio.wait_for(flood(bid, 2, 120, DEFAULT_MAX_ENTRY_SIZE, connections=1), 90)
+    mib = 1024 * 1024
+    summary = (f"peak {rss.peak / mib:.0f} MiB, bound {bound / mib:.0f} MiB, idle {idle / mib:.0f} MiB, "
+               f"{rss.samples} samples, answers {dict(res.statuses)}")
+    assert rss.samples > 10, summary
+    assert rss.peak <= bound, summary
+    assert res.busy > 0 and res.ok > 0, summary
+    assert set(res.statuses) <= {"EOK", "ETOOMANYREQUESTS"}, summary
+    assert res.read_back == res.ok and not res.lost, summary
+    assert bookie.proc.poll() is None
+    after = await flood(bid, 3, 3, 1024)
+    assert after.ok == 3 and after.read_back == 3, after.statuses
