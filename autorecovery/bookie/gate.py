@@ -165,7 +165,7 @@ class Gate:
         try:
             raw = await anext(requests.__aiter__(), None)
             if raw is None:
-                raise _Refused("EBADREQ", f"{method}: the call carried no request message")
+                raise _Refused("EBADREQ", f"bookie {self.bookie_id}: {method}: the call carried no request message")
             return _parse(method, cls, raw, self.bookie_id)
         finally:
             self.admission.release_receive()
