@@ -589,4 +589,13 @@ def test_bad_fields_are_ebadreq_naming_the_field(bookie_proc):
     assert none.status == pb.EBADREQ and "no request message" in none.message
     bad = raw(iter([b"\xff\xff"]), timeout=CALL_S)
     assert bad.status == pb.EBADREQ and "not a valid ReadLacRequest" in bad.message
+    # 70,000 empty entries in 140 KB: refused before they are parsed into objects
+    batches = channel.stream_unary(f"/{SERVICE.full_name}/AddEntryBatches", request_serializer=lambda b: b,
+                                   response_deserializer=pb.AddEntriesResponse.FromString)
+    many = batches(iter([b"\x0a\x00" * 70_000]), timeout=CALL_S)
+    assert many.status == pb.EBADREQ and "more than 65536 entries" in many.message, many
+    # a small-request method's message over 64 KiB
+    big = raw(iter([pb.ReadLacRequest(ledger_id=1).SerializeToString() + b"\x12\x80\x80\x05" + b"x" * 81920]),
+              timeout=CALL_S)
+    assert big.status == pb.EBADREQ and "more than 65536" in big.message, big
     assert_still_serving(stub)
