@@ -58,3 +58,35 @@ async def test_120_concurrent_5mib_adds_on_one_connection_stay_under_the_bound(b
     assert bookie.proc.poll() is None
     after = await flood(bid, 3, 3, 1024)
     assert after.ok == 3 and after.read_back == 3, after.statuses
+
+
+async def test_connections_over_max_connections_are_refused(zk_server, tmp_path):
+    """``--max-connections``: the bookie accepts that many client connections at once; more are closed
+    at accept (gRPC ``UNAVAILABLE``, retriable), and the ones it holds keep working."""
+    import grpc
+
+    from autorecovery.proto import bookie_pb2 as pb
+    from autorecovery.rpc.wire import bookie_stub
+    from autorecovery.testing.flood import channel
+
+    cluster = await format_test_cluster(zk_server.connect_string)
+    proc = BookieProcess(["--zk", cluster, "--port", "0", "--data-dir", str(tmp_path / "bookie"),
+                          "--shutdown-grace-ms", "1000", "--max-connections", "2"], tmp_path / "bookie.log")
+    chans = []
+    try:
+        bid = await proc.await_ready()
+        chans = [channel(bid, 1 << 20) for _ in range(4)]
+        answers = []
+        for c in chans:
+            try:
+                r = await bookie_stub(c).GetBookieInfo(pb.GetBookieInfoRequest(), timeout=5)
+                answers.append(pb.StatusCode.Name(r.status))
+            except grpc.aio.AioRpcError as exc:
+                answers.append(exc.code().name)
+        assert answers == ["EOK", "EOK", "UNAVAILABLE", "UNAVAILABLE"], answers
+        again = await bookie_stub(chans[0]).GetBookieInfo(pb.GetBookieInfoRequest(), timeout=5)
+        assert again.status == pb.EOK
+    finally:
+        for c in chans:
+            await c.close()
+        await asyncio.to_thread(proc.stop)
