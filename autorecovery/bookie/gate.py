@@ -168,7 +168,7 @@ class Gate:
     async def _stream(self, method: str, cls: Any, requests: AsyncIterator[bytes]) -> AsyncIterator[Message]:
         """The messages of a request stream, each read under a receive slot held until the next read.
         A refusal (busy, unparsable, invalid) is raised as :class:`BookieStatusError` from the read."""
-        it = requests.__aiter__()
+        it: AsyncIterator[bytes] | None = None  # made at the first read (a refused stream never reads)
         held = False
         try:
             while True:
@@ -179,6 +179,8 @@ class Gate:
                     busy = self._busy()
                     raise BookieStatusError(busy.status, busy.detail)
                 held = True
+                if it is None:
+                    it = requests.__aiter__()
                 try:
                     raw = await anext(it)
                 except StopAsyncIteration:

@@ -90,3 +90,42 @@ async def test_connections_over_max_connections_are_refused(zk_server, tmp_path)
         for c in chans:
             await c.close()
         await asyncio.to_thread(proc.stop)
+
+
+async def test_requests_without_a_receive_slot_are_etoomanyrequests_unread(zk_server, tmp_path, client):
+    """The receive slots (``--max-receiving-messages``): with every slot held, a unary add is answered
+    ETOOMANYREQUESTS before its message is read (nothing stored), a stream waits ``stream_wait_s`` for a
+    slot then ends ETOOMANYREQUESTS; once a slot is free both go through, and no call leaks a slot.
+    The slots are held from inside the bookie (same loop) so the refusals are deterministic."""
+    from autorecovery.bookie.server import BookieConfig, BookieServer
+    from autorecovery.errors import BookieError
+    from autorecovery.ledger.digest import pack_entry
+    from autorecovery.proto import bookie_pb2 as pb
+
+    cluster = await format_test_cluster(zk_server.connect_string)
+    srv = BookieServer(BookieConfig(zk=cluster, data_dir=tmp_path / "b", port=0,
+                                    limits=AdmissionLimits(max_receiving=2, stream_wait_s=0.3)))
+    await srv.start()
+    try:
+        b, adm, mk = srv.bookie_id, srv.service.admission, b"mk"
+        assert adm.try_receive() and adm.try_receive()  # both slots "receiving"
+        with pytest.raises(BookieError) as ei:
+            await client.add_entry(b, 9, 0, mk, pack_entry(9, 0, -1, 0, b"x"))
+        assert ei.value.status == "ETOOMANYREQUESTS" and "request messages being received" in str(ei.value)
+        with pytest.raises(BookieError) as ei:
+            await client.add_entries(b, 9, mk, [(0, pack_entry(9, 0, -1, 0, b"x"))])
+        assert ei.value.status == "ETOOMANYREQUESTS"
+        assert adm.rejected_receives >= 2 and adm.receiving == 2
+        with pytest.raises(BookieError) as ei:
+            await client.read_entry(b, 9, 0)
+        assert ei.value.status == "ETOOMANYREQUESTS"  # every method reads under a slot
+        adm.release_receive()
+        # a busy answer to the client's features question was not remembered as "no features"
+        assert await client.features(b) & pb.BATCHED_ENTRIES
+        await client.add_entry(b, 9, 0, mk, pack_entry(9, 0, -1, 0, b"x"))
+        assert await client.add_entries(b, 9, mk, [(1, pack_entry(9, 1, 0, 0, b"y"))]) == (1, len(pack_entry(9, 1, 0, 0, b"y")))
+        assert (await client.read_entry(b, 9, 1)).body == pack_entry(9, 1, 0, 0, b"y")
+        assert adm.receiving == 1  # ours; every call gave its slot back
+        adm.release_receive()
+    finally:
+        await srv.stop()
