@@ -68,7 +68,7 @@ def add_problem(req: pb.AddRequest) -> str | None:
 
 
 def bookie_id_problem(name: str, value: str) -> str | None:
-    """What is wrong with a bookie id field (None: nothing), without echoing more than 64 characters."""
+    """What is wrong with a bookie id field (None: nothing), quoting at most 64 characters of it."""
     if not value:
         return f"{name} is empty"
     if len(value) > MAX_BOOKIE_ID_CHARS:
@@ -76,7 +76,8 @@ def bookie_id_problem(name: str, value: str) -> str | None:
     try:
         validate_bookie_id(value)
     except ValueError:
-        return f"{name} {value[:64]!r} is not host:port"
+        shown = repr(value)
+        return f"{name} {shown if len(shown) <= 64 else shown[:60] + '...'} is not host:port"
     return None
 
 
