@@ -153,9 +153,13 @@ class Admission:
         return True
 
     async def wait_receive(self) -> bool:
-        """Take a receive slot, waiting up to ``stream_wait_s`` for one; False (a rejection is
-        counted) when none was freed in time."""
+        """Take a receive slot for a stream, waiting up to ``stream_wait_s`` for one; False (a rejection
+        is counted) when none was freed in time. Streams get at most ``max_receiving - max_receiving // 4``
+        slots (at least 1): an open stream holds its slot while it waits for its client's next message,
+        and the quarter left keeps unary calls (reads, GetBookieInfo) served while many add streams are open."""
         lim = self.limits.max_receiving
+        if lim:
+            lim = max(1, lim - lim // 4)
         if not lim or self.receiving < lim:
             self.receiving += 1
             return True

@@ -88,3 +88,14 @@ def test_memory_bound_is_the_documented_formula() -> None:
     lim = AdmissionLimits(max_add_bytes=32 * mib, max_receiving=4)
     assert memory_bound(50 * mib, 6 * mib, lim) == 50 * mib + BODY_COPIES * (4 * 6 + 32 + 6) * mib + ALLOCATOR_SLACK_BYTES
     assert memory_bound(0, 6 * mib, AdmissionLimits(max_receiving=0)) is None  # unlimited: no bound
+
+
+async def test_streams_leave_a_quarter_of_the_slots_to_unary_calls() -> None:
+    """Open add streams hold their slots while idle: they never take the last quarter, so reads and
+    other unary calls are still served while many add streams are open."""
+    a = Admission(AdmissionLimits(max_receiving=8, stream_wait_s=0.05))
+    for _ in range(6):
+        assert await a.wait_receive()
+    assert await a.wait_receive() is False  # a 7th stream waits, then is refused
+    assert a.try_receive() and a.try_receive()  # unary calls get the last two
+    assert not a.try_receive() and a.receiving == 8
