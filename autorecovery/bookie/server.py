@@ -23,8 +23,8 @@ import structlog
 from autorecovery.bookie.cookie import check_and_stamp_cookie
 from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe, DiskThresholds
-from autorecovery.bookie.service import (DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM, BookieService, add_service,
-                                         build_grpc_server)
+from autorecovery.bookie.service import (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM,
+                                         BookieService, add_service, build_grpc_server)
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.config.load import ZkSecurity
 from autorecovery.rpc.bookie_client import GrpcBookieClient
@@ -110,6 +110,7 @@ class BookieConfig:
             ``maxAddsInProgressLimit`` / ``maxReadsInProgressLimit``; see ``bookie.admission``).
         stream_idle_timeout_s: an AddEntries stream idle this long is answered and closed, s.
         max_concurrent_streams: gRPC streams per client connection (HTTP/2 SETTINGS; more wait).
+        max_connections: client connections open at once (gRPC closes more at accept).
         zk_security: ZooKeeper identity, ACL and transport (``zkEnableSecurity``, digest or SASL,
             ``zookeeper.client.secure`` TLS): the registration znodes and
             the cookie are created with ``CREATOR_ALL_ACL`` when enabled (default: open, no auth).
@@ -136,6 +137,7 @@ class BookieConfig:
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
     stream_idle_timeout_s: float = 120.0
     max_concurrent_streams: int = 1000
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     zk_security: ZkSecurity = field(default_factory=ZkSecurity)
     tls: ServerTls | None = None
     pull_entries: bool = True
@@ -196,7 +198,8 @@ class BookieServer:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._server, self.port = build_grpc_server(cfg.host, cfg.port, cfg.max_entry_size,
-                                                        max_concurrent_streams=cfg.max_concurrent_streams, tls=cfg.tls)
+                                                        max_concurrent_streams=cfg.max_concurrent_streams,
+                                                        max_connections=cfg.max_connections, tls=cfg.tls)
             self.bookie_id = f"{cfg.host}:{self.port}"
             log.info("starting bookie", bookie_id=self.bookie_id, data_dir=str(self.data_dir), zk=cfg.zk)
             self.zk = ZkClient(cfg.zk, session_timeout_ms=cfg.zk_session_timeout_ms, security=cfg.zk_security)

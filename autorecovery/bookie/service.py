@@ -41,6 +41,8 @@ import structlog
 
 from autorecovery.bookie.admission import Admission, AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe
+from autorecovery.bookie.gate import Gate
+from autorecovery.bookie.validate import add_problem
 from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
 from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import METADATA_LENGTH, EntryDigest, digest_for, peek_ids
@@ -74,17 +76,31 @@ STREAM_WINDOW_ENTRIES = 256
 _OK = pb.StatusCode.EOK
 
 
-def grpc_server_options(max_entry_size: int, max_concurrent_streams: int = 1000) -> list[tuple[str, int]]:
+#: HTTP/2 receive window of a stream whose handler has not asked for its next message, bytes (fixed:
+#: BDP probing, which grows windows to the connection's bandwidth-delay product, is off).
+STREAM_LOOKAHEAD_BYTES = 64 * 1024
+#: Default most client connections a bookie accepts at once (``--max-connections``).
+DEFAULT_MAX_CONNECTIONS = 1024
+
+
+def grpc_server_options(max_entry_size: int, max_concurrent_streams: int = 1000,
+                        max_connections: int = DEFAULT_MAX_CONNECTIONS) -> list[tuple[str, int]]:
     """gRPC server channel options for a bookie whose entries may be ``max_entry_size`` bytes.
 
     ``max_concurrent_streams`` bounds the streams one client connection may have open (HTTP/2; more
-    wait in the client); connections idle for 10 minutes are closed (clients reconnect on demand).
+    wait in the client); ``max_connections`` the connections open at once (more are closed at accept);
+    connections idle for 10 minutes are closed (clients reconnect on demand). Windows are fixed at
+    :data:`STREAM_LOOKAHEAD_BYTES` per stream (no BDP probing): a stream's data beyond that waits in
+    its sender until the handler reads (see ``bookie.gate``).
     """
     return [
         ("grpc.max_receive_message_length", max_entry_size + GRPC_HEADROOM),
         ("grpc.max_send_message_length", max(max_entry_size + GRPC_HEADROOM, 64 * 1024 * 1024)),
         ("grpc.max_concurrent_streams", max_concurrent_streams),
+        ("grpc.max_allowed_incoming_connections", max_connections),
         ("grpc.max_connection_idle_ms", 600_000),
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", STREAM_LOOKAHEAD_BYTES),
         # Fail loudly when the port is taken instead of sharing it with another process.
         ("grpc.so_reuseport", 0),
     ]
@@ -151,9 +167,14 @@ class BookieService(pb_grpc.BookieServicer):
             t.cancel()
 
     # -- adds ----------------------------------------------------------------------------------
-    def _check_add(self, req: pb.AddRequest) -> None:
-        """Validation before the store sees an add (upstream: read-only first, then the frame)."""
-        self._check_entry(req.ledger_id, req.entry_id, req.body)
+    def _check_add(self, req: pb.AddRequest, body: bytes | None = None) -> None:
+        """Validation before the store sees an add (upstream: read-only first, then the frame; then the
+        fields, :func:`bookie.validate.add_problem`). ``body``: ``req.body`` if already taken out."""
+        if not self.is_readonly():
+            bad = add_problem(req)
+            if bad is not None:
+                raise BookieStatusError("EBADREQ", f"ledger {req.ledger_id} entry {req.entry_id}: {bad}")
+        self._check_entry(req.ledger_id, req.entry_id, req.body if body is None else body)
 
     def _check_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
         if self.is_readonly():
@@ -201,34 +222,23 @@ class BookieService(pb_grpc.BookieServicer):
         """Store one entry; answered after its transaction is durable (upstream WriteEntryProcessorV3).
         Statuses: EOK, EREADONLY, EBADREQ (size, short body, ids differ), EUA, EFENCED (unless
         RECOVERY_ADD), ETOOMANYREQUESTS (too many adds in progress), EIO."""
-        n = len(request.body)
+        body = request.body  # every access copies the bytes out of the message: one copy
+        lid, eid, n = request.ledger_id, request.entry_id, len(body)
         if not self.admission.try_add(n):
-            return pb.AddResponse(status=pb.ETOOMANYREQUESTS, ledger_id=request.ledger_id, entry_id=request.entry_id,
+            return pb.AddResponse(status=pb.ETOOMANYREQUESTS, ledger_id=lid, entry_id=eid,
                                   message=f"bookie {self.bookie_id}: {self.admission.describe_adds()}")
         try:
-            self._check_add(request)
-            await self.storage.add_entry(
-                request.ledger_id,
-                request.entry_id,
-                request.master_key,
-                request.body,
-                recovery=bool(request.flags & pb.RECOVERY_ADD),
-            )
+            self._check_add(request, body)
+            await self.storage.add_entry(lid, eid, request.master_key, body,
+                                         recovery=bool(request.flags & pb.RECOVERY_ADD))
         except BookieStatusError as exc:
-            return pb.AddResponse(
-                status=status_code(exc.status),
-                ledger_id=request.ledger_id,
-                entry_id=request.entry_id,
-                message=exc.detail,
-            )
+            return pb.AddResponse(status=status_code(exc.status), ledger_id=lid, entry_id=eid, message=exc.detail)
         except Exception as exc:  # noqa: BLE001 - answered as EIO, logged
-            log.exception("add failed", ledger_id=request.ledger_id, entry_id=request.entry_id)
-            return pb.AddResponse(
-                status=pb.EIO, ledger_id=request.ledger_id, entry_id=request.entry_id, message=str(exc)
-            )
+            log.exception("add failed", ledger_id=lid, entry_id=eid)
+            return pb.AddResponse(status=pb.EIO, ledger_id=lid, entry_id=eid, message=str(exc))
         finally:
             self.admission.release_add(n)
-        return pb.AddResponse(status=_OK, ledger_id=request.ledger_id, entry_id=request.entry_id)
+        return pb.AddResponse(status=_OK, ledger_id=lid, entry_id=eid)
 
     async def AddEntries(
         self, request_iterator: AsyncIterator[pb.AddRequest], context: grpc.aio.ServicerContext
@@ -311,6 +321,9 @@ class BookieService(pb_grpc.BookieServicer):
                         return
                     except TimeoutError:
                         failure.append((-1, self._idle_error()))
+                        return
+                    except BookieStatusError as exc:  # refused by the gate: no receive slot, unparsable
+                        failure.append((-1, exc))
                         return
                     if failure or stream.failed:
                         return
@@ -424,6 +437,10 @@ class BookieService(pb_grpc.BookieServicer):
                     async with asyncio.timeout(self.stream_idle_timeout_s):
                         req = await requests.__anext__()
                 except StopAsyncIteration:
+                    break
+                except BookieStatusError as exc:  # refused by the gate: no receive slot, unparsable
+                    if failure is None:
+                        failure = (-1, exc)
                     break
                 except TimeoutError:
                     if failure is None:
@@ -802,7 +819,7 @@ class BookieService(pb_grpc.BookieServicer):
             usage = await asyncio.to_thread(self.disk.probe)
         except OSError as exc:
             log.error("disk probe failed", error=str(exc))
-            return pb.GetBookieInfoResponse(status=pb.EIO)
+            return pb.GetBookieInfoResponse(status=pb.EIO, message=f"bookie {self.bookie_id}: disk probe failed: {exc}")
         resp = pb.GetBookieInfoResponse(status=_OK, features=self.features)
         if request.requested & pb.TOTAL_DISK_CAPACITY:
             resp.total_disk_capacity = usage.total_bytes
@@ -819,7 +836,8 @@ class BookieService(pb_grpc.BookieServicer):
         try:
             ranges = await self.storage.list_entries(request.ledger_id)
         except BookieStatusError as exc:
-            return pb.GetListOfEntriesOfLedgerResponse(status=status_code(exc.status), ledger_id=request.ledger_id)
+            return pb.GetListOfEntriesOfLedgerResponse(status=status_code(exc.status), ledger_id=request.ledger_id,
+                                                       message=exc.detail)
         return pb.GetListOfEntriesOfLedgerResponse(
             status=_OK, ledger_id=request.ledger_id, ranges=ranges_to_proto(ranges)
         )
@@ -840,6 +858,7 @@ def _pull_digest(number: int) -> tuple[EntryDigest, str | None]:
 
 
 def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurrent_streams: int = 1000,
+                      max_connections: int = DEFAULT_MAX_CONNECTIONS,
                       tls: ServerTls | None = None) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server bound (not yet started, no servicer yet) to ``host:port``; returns it and the
     bound port (``port=0`` picks a free one). Add the servicer with :func:`add_service` before
@@ -852,7 +871,7 @@ def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurre
         RuntimeError: naming the address when it cannot be bound (e.g. the port is in use).
         ConfigError: a TLS file cannot be read or is not PEM (naming the flag).
     """
-    server = grpc.aio.server(options=grpc_server_options(max_entry_size, max_concurrent_streams))
+    server = grpc.aio.server(options=grpc_server_options(max_entry_size, max_concurrent_streams, max_connections))
     addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         if tls is not None:
@@ -870,5 +889,7 @@ def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurre
 
 def add_service(server: grpc.aio.Server, service: BookieService) -> None:
     """Register ``service`` as the ``autorecovery.bookie.Bookie`` servicer of ``server``, its batch
-    answers encoded by :func:`autorecovery.rpc.wire.encode_batch`."""
-    add_bookie_servicer(service, server)
+    answers encoded by :func:`autorecovery.rpc.wire.encode_batch`, every method behind the receive
+    slots and request checks of :class:`autorecovery.bookie.gate.Gate`."""
+    gate = Gate(service.admission, service.bookie_id)
+    add_bookie_servicer(service, server, wrap=gate.wrap)

@@ -24,9 +24,9 @@ from autorecovery.malloc import tune_malloc
 from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskThresholds
 from autorecovery.bookie.server import BookieConfig, BookieServer
-from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE
+from autorecovery.bookie.service import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ENTRY_SIZE
 from autorecovery.cli.params import INT64_MAX, FiniteFloatRange
-from autorecovery.config.keys import INT_MAX, YEAR_MS
+from autorecovery.config.keys import INT_MAX, YEAR_MS, YEAR_S
 from autorecovery.config.load import zk_security
 from autorecovery.errors import ConfigError
 from autorecovery.rpc.tls import ServerTls, server_credentials
@@ -104,7 +104,7 @@ async def run_bookie(config: BookieConfig) -> int:
               help="time in-flight requests get on shutdown, ms")
 @click.option("--max-adds-in-progress", type=click.IntRange(0, INT_MAX), default=10_000,
               help="maxAddsInProgressLimit: adds in progress before ETOOMANYREQUESTS; 0 = no limit")
-@click.option("--max-add-bytes-in-progress", type=click.IntRange(0, INT64_MAX), default=256 * 1024 * 1024,
+@click.option("--max-add-bytes-in-progress", type=click.IntRange(0, INT64_MAX), default=128 * 1024 * 1024,
               help="(ours) bytes of adds in progress before ETOOMANYREQUESTS; 0 = no limit")
 @click.option("--max-reads-in-progress", type=click.IntRange(0, INT_MAX), default=10_000,
               help="maxReadsInProgressLimit: reads in progress before ETOOMANYREQUESTS; 0 = no limit")
@@ -112,6 +112,11 @@ async def run_bookie(config: BookieConfig) -> int:
               help="(ours) an AddEntries stream idle this long is answered and closed, ms")
 @click.option("--max-concurrent-streams", type=click.IntRange(1, INT_MAX), default=1000,
               help="(ours) gRPC streams per client connection")
+@click.option("--max-receiving-messages", type=click.IntRange(0, INT_MAX), default=32,
+              help="(ours) request messages being received or held before admission, all connections; "
+                   "a unary request over it is answered ETOOMANYREQUESTS unread; 0 = no limit")
+@click.option("--max-connections", type=click.IntRange(1, INT_MAX), default=DEFAULT_MAX_CONNECTIONS,
+              help="(ours) client connections open at once; more are closed at accept")
 @click.option("--zk-enable-security", is_flag=True,
               help="zkEnableSecurity: create the registration and cookie znodes with CREATOR_ALL_ACL "
                    "(needs --zk-digest-auth-file or --zk-sasl-*)")
@@ -139,7 +144,7 @@ async def run_bookie(config: BookieConfig) -> int:
               help="tlsTrustStore (tlsTrustStoreType=PEM): PEM CA certificates that sign client certificates")
 @click.option("--tls-client-auth", is_flag=True,
               help="tlsClientAuthentication: require a client certificate signed by --tls-trust-store (mTLS)")
-@click.option("--tls-cert-files-refresh-seconds", type=click.IntRange(0), default=0,
+@click.option("--tls-cert-files-refresh-seconds", type=click.IntRange(0, YEAR_S), default=0,
               help="tlsCertFilesRefreshDurationSeconds: at most this often, a new handshake re-reads the "
                    "--tls-* files when they changed (the new certificate is served without a restart; a "
                    "broken or partial file keeps the previous ones); 0 = never")
@@ -172,6 +177,8 @@ def bookie_command(
     max_reads_in_progress: int,
     stream_idle_timeout_ms: int,
     max_concurrent_streams: int,
+    max_receiving_messages: int,
+    max_connections: int,
     zk_enable_security: bool,
     zk_digest_auth_file: str | None,
     zk_sasl_mechanism: str | None,
@@ -226,9 +233,10 @@ def bookie_command(
         fake_disk_free_bytes=fake_disk_free,
         zk_session_timeout_ms=zk_session_timeout_ms,
         limits=AdmissionLimits(max_adds=max_adds_in_progress, max_add_bytes=max_add_bytes_in_progress,
-                               max_reads=max_reads_in_progress),
+                               max_reads=max_reads_in_progress, max_receiving=max_receiving_messages),
         stream_idle_timeout_s=stream_idle_timeout_ms / 1000.0,
         max_concurrent_streams=max_concurrent_streams,
+        max_connections=max_connections,
         shutdown_grace_s=shutdown_grace_ms / 1000.0,
         zk_security=security,
         tls=tls,

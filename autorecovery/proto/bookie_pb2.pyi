@@ -253,16 +253,18 @@ class GetBookieInfoRequest(_message.Message):
     def __init__(self, requested: _Optional[int] = ...) -> None: ...
 
 class GetBookieInfoResponse(_message.Message):
-    __slots__ = ("status", "total_disk_capacity", "free_disk_space", "features")
+    __slots__ = ("status", "total_disk_capacity", "free_disk_space", "features", "message")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_DISK_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     FREE_DISK_SPACE_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     total_disk_capacity: int
     free_disk_space: int
     features: int
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., total_disk_capacity: _Optional[int] = ..., free_disk_space: _Optional[int] = ..., features: _Optional[int] = ...) -> None: ...
+    message: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., total_disk_capacity: _Optional[int] = ..., free_disk_space: _Optional[int] = ..., features: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class GetListOfEntriesOfLedgerRequest(_message.Message):
     __slots__ = ("ledger_id",)
@@ -279,11 +281,13 @@ class EntryRange(_message.Message):
     def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ...) -> None: ...
 
 class GetListOfEntriesOfLedgerResponse(_message.Message):
-    __slots__ = ("status", "ledger_id", "ranges")
+    __slots__ = ("status", "ledger_id", "ranges", "message")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     RANGES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     ledger_id: int
     ranges: _containers.RepeatedCompositeFieldContainer[EntryRange]
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[EntryRange, _Mapping]]] = ...) -> None: ...
+    message: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., ledger_id: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[EntryRange, _Mapping]]] = ..., message: _Optional[str] = ...) -> None: ...

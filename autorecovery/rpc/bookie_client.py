@@ -206,7 +206,8 @@ class GrpcBookieClient:
     async def features(self, bookie_id: str) -> int:
         """The ``BookieFeature`` bits the bookie reports (GetBookieInfo ``features``; 0 for a bookie
         that predates the field), asked once and remembered until the bookie fails a call as
-        unavailable or unimplemented, or :meth:`forget`.
+        unavailable or unimplemented, or :meth:`forget`. A non-EOK answer (a busy bookie's
+        ``ETOOMANYREQUESTS``) counts as 0 for this call only and is not remembered.
 
         Raises:
             BookieUnavailableError: the bookie cannot be reached (nothing is remembered).
@@ -215,7 +216,9 @@ class GrpcBookieClient:
         if f is None:
             resp = await self._unary(bookie_id, "GetBookieInfo", pb.GetBookieInfoRequest(requested=0),
                                      "get bookie features")
-            f = int(resp.features) if resp.status == pb.EOK else 0
+            if resp.status != pb.EOK:
+                return 0  # this call only (a busy bookie answers ETOOMANYREQUESTS): asked again next time
+            f = int(resp.features)
             self._features[bookie_id] = f
         return f
 

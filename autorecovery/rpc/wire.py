@@ -17,7 +17,7 @@ lists or batch messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
@@ -72,8 +72,9 @@ class _Registrar:
     handlers, and registers them on the real server with ``ReadEntryBatches`` answers encoded by
     :func:`encode_batch` (the servicer yields lists of ``ReadResponse``)."""
 
-    def __init__(self, server: grpc.aio.Server) -> None:
+    def __init__(self, server: grpc.aio.Server, wrap: Callable[[str, Any], Any] | None = None) -> None:
         self.server = server
+        self.wrap = wrap
 
     def add_generic_rpc_handlers(self, handlers) -> None:
         pass  # the same handlers arrive through add_registered_method_handlers, where they are swapped
@@ -81,15 +82,19 @@ class _Registrar:
     def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
         handlers = dict(handlers)
         handlers["ReadEntryBatches"] = handlers["ReadEntryBatches"]._replace(response_serializer=encode_batch)
+        if self.wrap is not None:
+            handlers = {name: self.wrap(name, h) for name, h in handlers.items()}
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
         self.server.add_registered_method_handlers(service, handlers)
 
 
-def add_bookie_servicer(servicer: pb_grpc.BookieServicer, server: grpc.aio.Server) -> None:
+def add_bookie_servicer(servicer: pb_grpc.BookieServicer, server: grpc.aio.Server,
+                        wrap: Callable[[str, Any], Any] | None = None) -> None:
     """Register ``servicer`` on ``server`` as the generated code does, with :func:`encode_batch` for the
-    ``ReadEntryBatches`` answers.
+    ``ReadEntryBatches`` answers; ``wrap(method name, handler) -> handler``, when given, replaces every
+    method's handler (the reference bookie's receive gate, ``bookie.gate``).
 
     Raises:
         KeyError: the generated code has no ``ReadEntryBatches`` (generated from another proto).
     """
-    pb_grpc.add_BookieServicer_to_server(servicer, _Registrar(server))
+    pb_grpc.add_BookieServicer_to_server(servicer, _Registrar(server, wrap))

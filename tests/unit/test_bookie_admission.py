@@ -61,3 +61,41 @@ def test_a_group_of_adds_counts_as_its_entries() -> None:
     assert a.try_add(50, count=25)
     assert not a.try_add(1)
     a.release_add(50, count=25)
+
+
+async def test_receive_slots_refuse_unary_and_make_streams_wait() -> None:
+    """Issue 25: request messages are read only under a slot; a unary call without one is refused at
+    once, a stream waits for one (then gives up)."""
+    a = Admission(AdmissionLimits(max_receiving=1, stream_wait_s=5.0))
+    assert a.try_receive() and not a.try_receive() and a.rejected_receives == 1
+    waiter = asyncio.ensure_future(a.wait_receive())
+    done, _ = await asyncio.wait({waiter}, timeout=0.2)
+    assert not done  # blocked while the only slot is held
+    a.release_receive()
+    assert await asyncio.wait_for(waiter, 5.0) is True and a.receiving == 1
+    quick = Admission(AdmissionLimits(max_receiving=1, stream_wait_s=0.05))
+    assert quick.try_receive()
+    assert await quick.wait_receive() is False and quick.rejected_receives == 1
+    assert "limit max receiving=1" in quick.describe_receiving()
+    with pytest.raises(ValueError, match="max_receiving"):
+        AdmissionLimits(max_receiving=-1)
+
+
+def test_memory_bound_is_the_documented_formula() -> None:
+    from autorecovery.bookie.admission import ALLOCATOR_SLACK_BYTES, BODY_COPIES, memory_bound
+
+    mib = 1024 * 1024
+    lim = AdmissionLimits(max_add_bytes=32 * mib, max_receiving=4)
+    assert memory_bound(50 * mib, 6 * mib, lim) == 50 * mib + BODY_COPIES * (4 * 6 + 32 + 6) * mib + ALLOCATOR_SLACK_BYTES
+    assert memory_bound(0, 6 * mib, AdmissionLimits(max_receiving=0)) is None  # unlimited: no bound
+
+
+async def test_streams_leave_a_quarter_of_the_slots_to_unary_calls() -> None:
+    """Open add streams hold their slots while idle: they never take the last quarter, so reads and
+    other unary calls are still served while many add streams are open."""
+    a = Admission(AdmissionLimits(max_receiving=8, stream_wait_s=0.05))
+    for _ in range(6):
+        assert await a.wait_receive()
+    assert await a.wait_receive() is False  # a 7th stream waits, then is refused
+    assert a.try_receive() and a.try_receive()  # unary calls get the last two
+    assert not a.try_receive() and a.receiving == 8

@@ -1,0 +1,106 @@
+"""Field checks of the reference bookie's gRPC requests (PURE; issue 25).
+
+:func:`problem` says what is wrong with a request message, naming the field (None: nothing), for every
+request message of ``autorecovery.bookie.Bookie``; the service answers ``EBADREQ`` with it (see
+``bookie.gate``). :func:`add_problem` is the part of it for one ``AddRequest``, checked entry by entry
+on the add streams (the entries before a refused one are still stored, as bookie.proto says).
+
+What is checked (beyond what the service checks itself with its configuration: entry size, range
+length, striping, the entry header):
+
+* ledger ids >= 0; entry ids >= 0 (a read's ``-1`` = the last entry); range ``max_batch_bytes`` >= 0;
+* master keys: at most :data:`MAX_MASTER_KEY_BYTES` (upstream's are 20-byte SHA-1 digests); not empty
+  on an add, a fencing read or a pull;
+* flag and bitmask fields: no bit their enum does not define (``AddFlag``, ``ReadFlag``,
+  ``BookieInfoFlag``);
+* a PullEntries source: a ``host:port`` bookie id of at most :data:`MAX_BOOKIE_ID_CHARS` characters
+  (no NUL or control characters, no path).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autorecovery.ledger.ids import validate_bookie_id
+from autorecovery.proto import bookie_pb2 as pb
+
+#: Longest master key accepted, bytes (upstream's are 20).
+MAX_MASTER_KEY_BYTES = 1024
+#: Longest bookie id accepted (a DNS name is at most 253 characters, plus ``:port``).
+MAX_BOOKIE_ID_CHARS = 261
+
+
+def _bits(name: str, value: int, enum: Any) -> str | None:
+    known = 0
+    for v in enum.values():
+        known |= v
+    if value & ~known:
+        return f"{name} {value:#x} has bits {enum.DESCRIPTOR.name} does not define (known: {known:#x})"
+    return None
+
+
+def _key(value: bytes, required: str | None) -> str | None:
+    if len(value) > MAX_MASTER_KEY_BYTES:
+        return f"master_key of {len(value)} bytes, more than {MAX_MASTER_KEY_BYTES}"
+    if required is not None and not value:
+        return f"master_key is empty ({required} needs it)"
+    return None
+
+
+def _nonneg(**fields: int) -> str | None:
+    for name, value in fields.items():
+        if value < 0:
+            return f"{name}: invalid {name.replace('_', ' ')} {value} (negative)"
+    return None
+
+
+def _first(*problems: str | None) -> str | None:
+    return next((p for p in problems if p is not None), None)
+
+
+def add_problem(req: pb.AddRequest) -> str | None:
+    """What is wrong with one add's ids, key or flags (None: nothing), naming the field."""
+    return _first(
+        _nonneg(ledger_id=req.ledger_id, entry_id=req.entry_id),
+        _bits("flags", req.flags, pb.AddFlag),
+        _key(req.master_key, "an add"),
+    )
+
+
+def bookie_id_problem(name: str, value: str) -> str | None:
+    """What is wrong with a bookie id field (None: nothing), quoting at most 64 characters of it."""
+    if not value:
+        return f"{name} is empty"
+    if len(value) > MAX_BOOKIE_ID_CHARS:
+        return f"{name} of {len(value)} characters, more than {MAX_BOOKIE_ID_CHARS}"
+    try:
+        validate_bookie_id(value)
+    except ValueError:
+        shown = repr(value)
+        return f"{name} {shown if len(shown) <= 64 else shown[:60] + '...'} is not host:port"
+    return None
+
+
+def problem(msg: Any) -> str | None:
+    """What is wrong with a request message of the Bookie service (None: nothing), naming the field.
+    An ``AddBatch`` or ``AddRequest`` is checked entry by entry by the add handlers (:func:`add_problem`)."""
+    if isinstance(msg, pb.ReadRequest):
+        return _first(
+            _nonneg(ledger_id=msg.ledger_id),
+            None if msg.entry_id >= -1 else f"entry_id: invalid entry id {msg.entry_id} (-1 = the last entry)",
+            _bits("flags", msg.flags, pb.ReadFlag),
+            _key(msg.master_key, "FENCE_LEDGER" if msg.flags & pb.FENCE_LEDGER else None),
+        )
+    if isinstance(msg, pb.ReadRangeRequest):
+        return _nonneg(ledger_id=msg.ledger_id, first_entry_id=msg.first_entry_id,
+                       max_batch_bytes=msg.max_batch_bytes)
+    if isinstance(msg, pb.PullRequest):  # its ids and striping: the service's range checks ("bad pull ...")
+        return _first(
+            bookie_id_problem("source_bookie_id", msg.source_bookie_id),
+            _key(msg.master_key, "a pull"),
+        )
+    if isinstance(msg, (pb.ReadLacRequest, pb.GetListOfEntriesOfLedgerRequest)):
+        return _nonneg(ledger_id=msg.ledger_id)
+    if isinstance(msg, pb.GetBookieInfoRequest):
+        return _bits("requested", msg.requested, pb.BookieInfoFlag)
+    return None
