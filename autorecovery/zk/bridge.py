@@ -161,6 +161,7 @@ class ZkClient:
         kazoo_ext.install_event_hook(self._kz, self._persistent)
         self.connected = asyncio.Event()
         self._was_connected = False
+        self._stopping = False
         self.session_generation = 0
 
     @property
@@ -187,6 +188,7 @@ class ZkClient:
             ZooKeeperError: naming the connect string when no session is made within ``timeout_s``.
         """
         self._loop = asyncio.get_running_loop()
+        self._stopping = False
         self._kz.add_listener(self._on_state)
         try:
             await asyncio.to_thread(self._kz.start, timeout_s)
@@ -221,6 +223,7 @@ class ZkClient:
 
     async def stop(self) -> None:
         """Close the session (ephemeral znodes are deleted by the server). Idempotent."""
+        self._stopping = True
         if self._kz.state == KazooState.LOST and not self._kz.connected:
             pass
         try:
@@ -278,7 +281,7 @@ class ZkClient:
             self._was_connected = True
             self.connected.set()
         else:
-            if self.connected.is_set():
+            if self.connected.is_set() and not self._stopping:
                 _log.warning("ZooKeeper connection lost; reconnecting" if event == SessionEvent.SUSPENDED
                              else "ZooKeeper session expired; making a new one", hosts=self.hosts)
             self.connected.clear()
