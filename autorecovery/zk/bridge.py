@@ -185,7 +185,11 @@ class ZkClient:
         """Connect and wait for a session.
 
         Raises:
-            ZooKeeperError: naming the connect string when no session is made within ``timeout_s``.
+            ZooKeeperError: when no session is made within ``timeout_s``: one line naming each server
+                and its cause (connection refused, cannot resolve host, timed out, unreachable, TLS
+                handshake failed, closed the connection, auth failed) and what to check, from a probe of
+                the servers made after kazoo gives up (:mod:`autorecovery.zk.probe`; kazoo itself only
+                says ``Connection time-out``).
         """
         self._loop = asyncio.get_running_loop()
         self._stopping = False

@@ -79,6 +79,16 @@ def _connect_request(session_timeout_ms: int) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
+async def _drain_to_eof(reader: asyncio.StreamReader, limit: int = 65536) -> None:
+    """Read until the server closes (at most ``limit`` bytes: the memory a probe holds stays bounded)."""
+    seen = 0
+    while seen < limit:
+        chunk = await reader.read(4096)
+        if not chunk:
+            return
+        seen += len(chunk)
+
+
 async def probe_server(written: str, host: str, port: int, timeout_s: float = 3.0,
                        tls: ssl.SSLContext | None = None) -> ServerProbe:
     """Probe one server (see the module docstring); never raises."""
@@ -115,9 +125,10 @@ async def probe_server(written: str, host: str, port: int, timeout_s: float = 3.
         if 0 < length <= 4096:
             try:
                 body = await asyncio.wait_for(reader.readexactly(length), timeout_s)
-                if len(body) >= 16:  # protocolVersion, timeOut, sessionId: close the session at once
-                    writer.write(struct.pack(">iii", 8, 1, -11))
+                if len(body) >= 16:  # protocolVersion, timeOut, sessionId: close the session at once,
+                    writer.write(struct.pack(">iii", 8, 1, -11))  # and wait for the server to end it
                     await asyncio.wait_for(writer.drain(), timeout_s)
+                    await asyncio.wait_for(_drain_to_eof(reader), timeout_s)
             except (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError):
                 pass
         return ServerProbe(written, ANSWERED)

@@ -123,3 +123,47 @@ def test_several_servers_each_named_with_its_cause(tmp_path):
 def test_connect_string_parsing():
     assert probe.servers("a:1,b,[::1]:2182/chroot/x") == [("a:1", "a", 1), ("b", "b", 2181),
                                                           ("[::1]:2182", "::1", 2182)]
+
+
+def test_probe_answers_for_a_real_zookeeper_and_closes_its_session(zk_server):
+    """The probe's ConnectRequest is ZooKeeper's: a real server answers it (so a failure it reports is
+    real), and the session it made is closed at once (``dump`` lists no extra session afterwards, long
+    before the session timeout would expire it)."""
+    import asyncio
+
+    from autorecovery.testing.zk_server import four_letter_word
+    from test_shell_support import wait_until
+
+    host, port = zk_server.connect_string.rsplit(":", 1)
+
+    def sessions() -> int:  # the SessionTracker part of `dump`: one "\t0x<id>" line per live session
+        tracker = four_letter_word(host, int(port), "dump", timeout_s=5).split("ephemeral nodes dump")[0]
+        return sum(1 for ln in tracker.splitlines() if ln.startswith("\t0x"))
+
+    before = sessions()
+    (res,) = asyncio.run(probe.probe(zk_server.connect_string, timeout_s=5))
+    assert res.cause == probe.ANSWERED, res
+    wait_until(lambda: sessions() <= before, 3, 0.1, "the probe's session to be closed")
+
+
+def test_a_server_that_closes_at_once_is_named(tmp_path):
+    """Something that accepts and closes without a ZooKeeper answer (a server not serving, or one
+    expecting TLS) is ``closed the connection``, not a time-out."""
+    import asyncio
+
+    async def go():
+        async def close_at_once(reader, writer):
+            writer.close()
+
+        server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await probe.probe(f"127.0.0.1:{port}", timeout_s=3), port
+        finally:
+            server.close()
+
+    (res,), port = asyncio.run(go())
+    assert res == probe.ServerProbe(f"127.0.0.1:{port}", probe.CLOSED, "no ZooKeeper answer"), res
+    line = probe.explain(f"127.0.0.1:{port}", [res], "Connection time-out")
+    assert line.startswith(f"cannot connect to ZooKeeper at 127.0.0.1:{port}: closed the connection"), line
+    assert "quorum" in line
