@@ -106,6 +106,12 @@ def _check(block: Block, out: str, err: str, env: dict[str, str], work: Path) ->
                                          for b in status["bookies"]), where
         assert status["daemons"] and all(d["alive"] and d["http"] for d in status["daemons"]), where
         assert env["AUTORECOVERY_HTTP"] in [d["http"] for d in status["daemons"]], where
+    if "restart --daemon 0" in text:
+        assert re.search(r"^autorecovery-0: running, http (127\.0\.0\.1:\d+), pid \d+$", out, re.M), where
+        port = re.search(r"^autorecovery-0: running, http (127\.0\.0\.1:\d+)", out, re.M).group(1)
+        assert env["AUTORECOVERY_HTTP"] == port, f"the env file names the restarted daemon's port\n{where}"
+    if "/readyz" in text:
+        assert json.loads(out.strip().splitlines()[-1])["ready"] is True, where
     if "workload write" in text:
         assert "wrote 20 ledgers, 10000 entries" in out, where
     if "workload verify" in text:
