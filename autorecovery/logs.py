@@ -31,6 +31,23 @@ AUDIT_LOGGER = "autorecovery.audit"
 
 _NOISY = ("kazoo", "kazoo.client", "kazoo.protocol.connection", "aiohttp.access", "asyncio", "grpc")
 
+#: loggers whose every line is re-levelled to DEBUG: kazoo retries a connect string forever and logs each
+#: attempt (``Cannot resolve zk1``, ``Connection dropped``...); the one line that matters comes from
+#: :meth:`autorecovery.zk.bridge.ZkClient.start` (a failed connect, classified) and its state changes
+#: (connection lost / re-established), so kazoo's own lines only show with ``logLevel=DEBUG`` (issue 28)
+DEBUG_ONLY = ("kazoo",)
+
+
+class _DemoteToDebug(logging.Filter):
+    """Handler filter: a record of a :data:`DEBUG_ONLY` logger (or a child) becomes DEBUG and passes only
+    when the root logger is at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not any(record.name == n or record.name.startswith(n + ".") for n in DEBUG_ONLY):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().getEffectiveLevel() <= logging.DEBUG
+
 
 def normalise_ids(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     """structlog processor: rename ``ledger``/``lid``/``bookie``... to ``ledger_id``/``bookie_id``
@@ -102,6 +119,7 @@ def configure(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = No
     )
     handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
+    handler.addFilter(_DemoteToDebug())
     root = logging.getLogger()
     for h in list(root.handlers):
         if getattr(h, "_autorecovery", False):
@@ -163,6 +181,11 @@ def library_defaults() -> None:
     lib = logging.getLogger("autorecovery")
     if not any(isinstance(h, logging.NullHandler) for h in lib.handlers):
         lib.addHandler(logging.NullHandler())
+    # without a handler, kazoo's per-attempt WARNINGs would reach Python's last-resort stderr handler
+    for name in DEBUG_ONLY:
+        kz = logging.getLogger(name)
+        if not kz.handlers:
+            kz.addHandler(logging.NullHandler())
 
 
 def get_logger(name: str, **context: Any) -> Any:

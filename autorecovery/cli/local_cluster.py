@@ -5,11 +5,19 @@ starts one daemon per bookie). ``start|stop|kill|restart`` act on ``--bookie N``
 ``--node N`` (each may be repeated); a restarted bookie keeps its data dir and address, a restarted daemon
 its generated conf file. ``stop`` sends SIGTERM (a clean shutdown: the bookie unregisters), ``kill``
 sends SIGKILL (a crash: its znode stays until the ZooKeeper session expires).
+
+What later commands need is carried in two files next to ``cluster.json`` (issue 28): ``<dir>/bk_server.conf``
+(this cluster's ``zkServers`` and ``zkLedgersRootPath``, ``httpServerPort=0``: for ``run -c``,
+``shell --conf``, ``config check -c``, ``export -c``) and ``<dir>/env``, a shell file to source
+(``. .cluster/env``) that exports ``ZK`` (the connect string), ``AUTORECOVERY_CONF`` (that file, absolute)
+and ``AUTORECOVERY_HTTP`` (``host:port`` of the lowest-numbered running daemon's HTTP API; rewritten by
+``start``/``restart``, since a restarted daemon gets a new free port). ``status`` prints all of it.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 from pathlib import Path
 
@@ -31,6 +39,39 @@ def parse_defines(defines: tuple[str, ...], option: str = "-D") -> dict[str, str
             raise click.BadParameter(f"expected key=value, got {item!r}", param_hint=option)
         out[key.strip()] = value.strip()
     return out
+
+
+def cluster_conf(c: LocalCluster) -> Path:
+    """``<dir>/bk_server.conf``: the conf file later commands use for this cluster."""
+    return c.base / "bk_server.conf"
+
+
+def env_file(c: LocalCluster) -> Path:
+    """``<dir>/env``: the shell file exporting ``ZK``, ``AUTORECOVERY_CONF`` and ``AUTORECOVERY_HTTP``."""
+    return c.base / "env"
+
+
+def _http(c: LocalCluster) -> str:
+    """``127.0.0.1:<port>`` of the lowest-numbered running daemon ("" when none runs)."""
+    for i in sorted(c.daemons):
+        if c.daemons[i].port and c.daemon_alive(i):
+            return f"127.0.0.1:{c.daemons[i].port}"
+    return ""
+
+
+def write_handoff(c: LocalCluster) -> None:
+    """Write ``<dir>/bk_server.conf`` and ``<dir>/env`` from the cluster's current state."""
+    conf = cluster_conf(c)
+    conf.write_text("# this local cluster, written by `autorecovery local-cluster up` (see `local-cluster status`)\n"
+                    f"zkServers={c.zk_connect}\nzkLedgersRootPath={c.ledgers_root}\n"
+                    "httpServerPort=0\nhttpServerAddress=127.0.0.1\n")
+    lines = ["# written by `autorecovery local-cluster up|start|restart`; in a shell: . <this file>",
+             f"export ZK={shlex.quote(c.zk_connect)}",
+             f"export AUTORECOVERY_CONF={shlex.quote(str(conf.resolve()))}"]
+    http = _http(c)
+    if http:
+        lines.append(f"export AUTORECOVERY_HTTP={http}")
+    env_file(c).write_text("\n".join(lines) + "\n")
 
 
 def _load(base_dir: Path) -> LocalCluster:
@@ -60,8 +101,9 @@ def local_cluster() -> None:
               help="a daemon setting (upstream key), repeatable; e.g. -D lostBookieRecoveryDelay=0")
 def up(bookies: int, racks: int, base_dir: Path, ledgers_root: str, with_autorecovery: bool,
        defines: tuple[str, ...]) -> None:
-    """Start ZooKeeper and BOOKIES bookies (and, with --with-autorecovery, a daemon per bookie); prints
-    the ZooKeeper connect string last.
+    """Start ZooKeeper and BOOKIES bookies (and, with --with-autorecovery, a daemon per bookie); writes
+    DIR/bk_server.conf and DIR/env (source it: ZK, AUTORECOVERY_CONF, AUTORECOVERY_HTTP) and prints the
+    ZooKeeper connect string last.
 
     Daemons get ``zkServers``, ``zkLedgersRootPath``, ``bookieId`` (their bookie's id) and
     ``httpServerPort=0`` (a free port, printed), then every ``-D`` setting, which wins."""
@@ -87,6 +129,10 @@ def up(bookies: int, racks: int, base_dir: Path, ledgers_root: str, with_autorec
     for i in sorted(c.daemons):
         d = c.daemons[i]
         click.echo(f"autorecovery {i}\thttp 127.0.0.1:{d.port}\tpid {d.pid}\tconf {d.data_dir}")
+    write_handoff(c)
+    click.echo(f"conf {cluster_conf(c)}\tfor run -c, shell --conf, config check -c, export -c")
+    click.echo(f"env {env_file(c)}\tsource it (. {env_file(c)}) to get ZK, AUTORECOVERY_CONF"
+               + (", AUTORECOVERY_HTTP" if c.daemons else ""))
     click.echo(c.zk_connect)
 
 
@@ -102,9 +148,17 @@ def down(base_dir: Path) -> None:
 @local_cluster.command("status")
 @click.option("--dir", "base_dir", default=".cluster", show_default=True, type=click.Path(path_type=Path))
 def status(base_dir: Path) -> None:
-    """Print each process and whether it is alive, as JSON."""
+    """Print, as JSON, everything later commands need: the ZooKeeper connect string, the conf and env
+    files, each bookie (id, rack, alive, pid) and each daemon (HTTP address, alive, pid, conf, log)."""
     c = _load(base_dir)
-    click.echo(json.dumps({"zk_connect": c.zk_connect, "processes": c.status(), "racks": c.rack_mapping()}, indent=2))
+    alive = c.status()
+    bookies = [{"bookie": i, "id": c.bookie_id(i), "rack": c.rack_of(i), "alive": c.bookie_alive(i),
+                "pid": c.bookies[i].pid} for i in sorted(c.bookies)]
+    daemons = [{"daemon": i, "http": f"127.0.0.1:{d.port}" if d.port else None, "alive": c.daemon_alive(i),
+                "pid": d.pid, "conf": d.data_dir, "log": d.log} for i, d in sorted(c.daemons.items())]
+    click.echo(json.dumps({"zk_connect": c.zk_connect, "ledgers_root": c.ledgers_root,
+                           "conf": str(cluster_conf(c)), "env": str(env_file(c)), "bookies": bookies,
+                           "daemons": daemons, "processes": alive, "racks": c.rack_mapping()}, indent=2))
 
 
 def _targets(c: LocalCluster, bookie: tuple[int, ...], daemon: tuple[int, ...], node: tuple[int, ...],
@@ -166,6 +220,8 @@ def _run(action: str, bookie, daemon, node, base_dir: Path) -> None:
                 click.echo(f"{name}: running, http 127.0.0.1:{info.port}, pid {info.pid}")
         except RuntimeError as exc:
             raise click.ClickException(f"{name} failed to {action}: {exc}") from exc
+        finally:
+            write_handoff(c)  # a restarted daemon has a new HTTP port
 
 
 @local_cluster.command("start")

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -20,7 +23,7 @@ from autorecovery.cli.local_cluster import parse_defines
 from autorecovery.cli.params import INT64_MAX, INT64_MIN, FiniteFloatRange
 from autorecovery.config.keys import INT_MAX, YEAR_S
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.errors import ConfigError
+from autorecovery.errors import ConfigError, ZooKeeperError
 from autorecovery.placement.config import PlacementConfig
 from autorecovery.workload import (
     AckLog,
@@ -32,12 +35,27 @@ from autorecovery.workload import (
     write_ledgers,
 )
 
+T = TypeVar("T")
+
+#: seconds to wait for a ZooKeeper session (upstream's default zkTimeout) before explaining why not
+CONNECT_TIMEOUT_S = 10.0
+
 
 @click.group("workload")
 @click.option("--log-level", default="WARNING", show_default=True)
 def workload(log_level: str) -> None:
     """Client-side workload tools."""
     logs.configure(log_level)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``; a failed ZooKeeper connection (or another of our errors) is one ``ERROR:``
+    line on stderr and exit code 1, not a traceback (issue 28)."""
+    try:
+        return asyncio.run(coro)
+    except ZooKeeperError as exc:
+        click.echo(f"ERROR: {exc}", err=True)
+        sys.exit(1)
 
 
 def _placement(defines: tuple[str, ...]) -> dict[str, str]:
@@ -83,7 +101,8 @@ def write(zk_hosts, ledgers_root, ledgers, entries, entry_size, ensemble, write_
     ack_log = AckLog(acks_path)
 
     async def go():
-        bk = await BookKeeper.connect(zk_hosts, ledgers_root, placement_properties=props)
+        bk = await BookKeeper.connect(zk_hosts, ledgers_root, placement_properties=props,
+                                      connect_timeout_s=CONNECT_TIMEOUT_S)
         try:
             if not continuous:
                 return await write_ledgers(bk, ledgers=ledgers, entries=entries, size=entry_size, ensemble=ensemble,
@@ -107,7 +126,7 @@ def write(zk_hosts, ledgers_root, ledgers, entries, entry_size, ensemble, write_
             await bk.close()
 
     try:
-        result = asyncio.run(go())
+        result = _run(go())
     finally:
         ack_log.close()
     if continuous:
@@ -147,7 +166,7 @@ def verify(zk_hosts, ledgers_root, manifest, acks_path, recovery):
             raise click.ClickException(str(exc)) from exc
 
     async def go():
-        bk = await BookKeeper.connect(zk_hosts, ledgers_root)
+        bk = await BookKeeper.connect(zk_hosts, ledgers_root, connect_timeout_s=CONNECT_TIMEOUT_S)
         try:
             rep = await verify_ledgers(bk, Manifest.load(manifest)) if manifest is not None else None
             arep = await verify_acks(bk, records, recovery=recovery) if records is not None else None
@@ -155,7 +174,7 @@ def verify(zk_hosts, ledgers_root, manifest, acks_path, recovery):
         finally:
             await bk.close()
 
-    rep, arep = asyncio.run(go())
+    rep, arep = _run(go())
     ok = True
     if rep is not None:
         click.echo(f"verified {rep.ledgers} ledgers, {rep.entries_ok} entries, {rep.bytes_ok} bytes; "

@@ -61,8 +61,8 @@ class BookKeeper:
     async def connect(cls, zk_hosts: str, ledgers_root: str = "/ledgers", *, policy=None,
                       placement_properties: dict[str, str] | None = None,
                       session_timeout_ms: int = 10000, security: ZkSecurity | None = None,
-                      tls: BookieTls | None = None) -> "BookKeeper":
-        """Open a ZooKeeper session and start watching bookies.
+                      tls: BookieTls | None = None, connect_timeout_s: float = 30.0) -> "BookKeeper":
+        """Open a ZooKeeper session (within ``connect_timeout_s`` seconds) and start watching bookies.
 
         Args:
             policy: a ready placement policy; when None one is built from ``placement_properties``
@@ -73,12 +73,14 @@ class BookKeeper:
             tls: TLS (mTLS) to the bookies (``Settings.tls``); default plaintext.
 
         Raises:
-            ZooKeeperError: naming the connect string when ZooKeeper cannot be reached.
+            ZooKeeperError: naming the connect string and the cause (refused, cannot resolve host, timed
+                out...; :mod:`autorecovery.zk.probe`) when ZooKeeper cannot be reached.
             NoClusterError / CompatibilityError: no ``LAYOUT`` under ``ledgers_root``, or a ledger manager
                 this version does not lay out (ledger paths follow ``LAYOUT``: hierarchical or long).
             ConfigError: a bad placement key.
         """
-        zk = await ZkClient(zk_hosts, session_timeout_ms=session_timeout_ms, security=security).start()
+        zk = await ZkClient(zk_hosts, session_timeout_ms=session_timeout_ms, security=security).start(
+            timeout_s=connect_timeout_s)
         racks = None
         if policy is None:
             setup = await build_placement(placement_properties or {}, zk)

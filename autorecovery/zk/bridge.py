@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (  # noqa: F401  (re-exported: the rest of the code imports them from here)
+    AuthFailedError,
     BadVersionError,
     ConnectionLoss,
     KazooException,
@@ -44,10 +46,14 @@ from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat  # noqa: F4
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
+from autorecovery import logs
 from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk import kazoo_ext
+from autorecovery.zk import probe as zk_probe
 from autorecovery.zk.kazoo_ext import ServerTooOld  # noqa: F401  (re-exported)
+
+_log = logs.get_logger("autorecovery.zk")
 
 
 class SessionEvent(enum.Enum):
@@ -91,37 +97,26 @@ def kazoo_security_kwargs(security: ZkSecurity) -> dict[str, Any]:
     return kw
 
 
-def _tls_probe(hosts: str, security: ZkSecurity, timeout_s: float = 3.0) -> str:
-    """Why a TLS handshake with the servers of ``hosts`` fails, one ``host:port: reason`` per server
-    ("" when one succeeds): the detail kazoo only logs before retrying forever."""
-    import socket
-    import ssl
+def zk_ssl_context(security: ZkSecurity) -> ssl.SSLContext | None:
+    """The client TLS context kazoo's connection uses for ``security.tls`` (None: plaintext), for the
+    failure probe of :meth:`ZkClient.start`.
 
+    Raises:
+        OSError, ValueError: a trust store or key store that cannot be read.
+    """
     tls = security.tls
-    assert tls is not None
-    reasons = []
-    for hp in hosts.split("/", 1)[0].split(","):
-        host, sep, port = hp.strip().rpartition(":")
-        if not sep or host.endswith(":") and not host.startswith("["):  # no port (kazoo's default is 2181)
-            host, port = hp.strip(), "2181"
-        host = host.strip("[]")
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = tls.hostname_verification
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        try:
-            if tls.trust_path:
-                ctx.load_verify_locations(tls.trust_path)
-            else:
-                ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
-            if tls.keystore_path:
-                ctx.load_cert_chain(tls.keystore_path, tls.keystore_path)
-            with socket.create_connection((host, int(port)), timeout=timeout_s) as raw:
-                with ctx.wrap_socket(raw, server_hostname=host) as s:
-                    s.do_handshake()
-            return ""
-        except (OSError, ValueError) as exc:
-            reasons.append(f"{hp.strip()}: TLS handshake failed: {exc}")
-    return "; ".join(reasons)
+    if tls is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = tls.hostname_verification
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    if tls.trust_path:
+        ctx.load_verify_locations(tls.trust_path)
+    else:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if tls.keystore_path:
+        ctx.load_cert_chain(tls.keystore_path, tls.keystore_path)
+    return ctx
 
 
 class ZkClient:
@@ -167,6 +162,8 @@ class ZkClient:
         self._persistent = kazoo_ext.PersistentWatches()
         kazoo_ext.install_event_hook(self._kz, self._persistent)
         self.connected = asyncio.Event()
+        self._was_connected = False
+        self._stopping = False
         self.session_generation = 0
 
     @property
@@ -190,18 +187,29 @@ class ZkClient:
         """Connect and wait for a session.
 
         Raises:
-            ZooKeeperError: naming the connect string when no session is made within ``timeout_s``.
+            ZooKeeperError: when no session is made within ``timeout_s``: one line naming each server
+                and its cause (connection refused, cannot resolve host, timed out, unreachable, TLS
+                handshake failed, closed the connection, auth failed) and what to check, from a probe of
+                the servers made after kazoo gives up (:mod:`autorecovery.zk.probe`; kazoo itself only
+                says ``Connection time-out``).
         """
         self._loop = asyncio.get_running_loop()
+        self._stopping = False
         self._kz.add_listener(self._on_state)
         try:
             await asyncio.to_thread(self._kz.start, timeout_s)
-        except Exception as exc:  # kazoo raises its own timeout error
-            detail = ""
-            if self.security.tls is not None:
-                detail = await asyncio.to_thread(_tls_probe, self.hosts, self.security)
-            raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: {exc}"
-                                 + (f" ({detail})" if detail else "")) from exc
+        except AuthFailedError as exc:
+            why = str(exc) or "the server refused the credentials"
+            raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: auth failed ({why}) - check "
+                                 "zookeeper.authProvider and the digest or SASL user and password") from exc
+        except Exception as exc:  # kazoo raises its own timeout error, whatever the cause: probe the servers
+            try:
+                ctx = zk_ssl_context(self.security)
+            except (OSError, ValueError) as ctx_exc:
+                raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: TLS set-up failed: {ctx_exc} "
+                                     "- check the zookeeper.ssl.* trust store and key store files") from exc
+            probes = await zk_probe.probe(self.hosts, timeout_s=min(3.0, max(1.0, timeout_s)), tls=ctx)
+            raise ZooKeeperError(zk_probe.explain(self.hosts, probes, str(exc) or type(exc).__name__)) from exc
         if self.security.sasl is not None:
             # kazoo reports CONNECTED before the SASL exchange; a refused identity shows on the first
             # request (or its connection thread ends), so make one before the caller relies on the session
@@ -221,6 +229,7 @@ class ZkClient:
 
     async def stop(self) -> None:
         """Close the session (ephemeral znodes are deleted by the server). Idempotent."""
+        self._stopping = True
         if self._kz.state == KazooState.LOST and not self._kz.connected:
             pass
         try:
@@ -271,9 +280,16 @@ class ZkClient:
             self._loop.call_soon_threadsafe(self._publish, event)
 
     def _publish(self, event: SessionEvent) -> None:
+        # kazoo's own connection lines are DEBUG (logs.configure, issue 28): say the state change once here
         if event == SessionEvent.CONNECTED:
+            if not self.connected.is_set() and self._was_connected:
+                _log.info("ZooKeeper connection re-established", hosts=self.hosts)
+            self._was_connected = True
             self.connected.set()
         else:
+            if self.connected.is_set() and not self._stopping:
+                _log.warning("ZooKeeper connection lost; reconnecting" if event == SessionEvent.SUSPENDED
+                             else "ZooKeeper session expired; making a new one", hosts=self.hosts)
             self.connected.clear()
         if event == SessionEvent.LOST:
             self.session_generation += 1
