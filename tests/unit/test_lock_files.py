@@ -110,3 +110,18 @@ def test_freshness_check_catches_a_stale_lock(tmp_path):
     assert any("kazoo" in b and "locked 2.10.0" in b for b in missing_or_unsatisfied(requirements(), lock))
     del lock["aiohappyeyeballs"]  # aiohttp needs it
     assert any("needs aiohappyeyeballs" in g for g in transitive_gaps(lock))
+
+
+def test_the_cli_starts_without_site_hooks_as_in_a_runtime_only_install():
+    """In a venv holding only the runtime lock (the image), nothing imports ``importlib.util`` before us:
+    every `autorecovery` command failed with ``AttributeError: module 'importlib' has no attribute 'util'``.
+    ``-S`` skips the site hooks (``.pth`` files) that import it in a development venv."""
+    import site
+    import subprocess
+    import sys
+
+    paths = [str(ROOT), *site.getsitepackages()]
+    res = subprocess.run([sys.executable, "-S", "-c", "from autorecovery.cli.main import main; main(['--help'])"],
+                         env={"PYTHONPATH": ":".join(paths), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and "local-cluster" in res.stdout, res.stderr[-2000:]
