@@ -53,9 +53,10 @@ class Table:
         self._begun[step] = time.monotonic() if at is None else at
         return step
 
-    def add(self, step: str, result: str) -> None:
+    def add(self, step: str, result: str, end: float | None = None) -> None:
+        """Record ``step``; ``end`` (a ``time.monotonic()`` value) when it ended before now."""
         now = time.monotonic()
-        self.rows.append((step, result, now - self._begun.pop(step, self._last)))
+        self.rows.append((step, result, (now if end is None else end) - self._begun.pop(step, self._last)))
         self._last = now
         click.echo(f"  [{now - self.t0:6.1f}s] {step}: {result}")
 

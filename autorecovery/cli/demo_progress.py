@@ -94,6 +94,7 @@ class HealWatch:
     started: float = field(default_factory=time.monotonic)
     baseline: dict[int, tuple[int, int]] = field(default_factory=dict)
     last: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+    finished_at: float | None = None
 
     @classmethod
     async def start(cls, ports: Mapping[int, int]) -> HealWatch:
@@ -131,20 +132,24 @@ class HealWatch:
         return summarize(self.last, self.baseline)
 
     async def follow(self, done: Callable[[], Awaitable[bool]], timeout_s: float, label: str,
-                     every_s: float = 1.0, echo: Callable[[str], None] = click.echo) -> tuple[bool, HealSample]:
+                     every_s: float = 1.0, echo: Callable[[str], None] = click.echo,
+                     settle_s: float = 5.0) -> tuple[bool, HealSample]:
         """Print progress lines until ``done()`` (the step's own check) is true or ``timeout_s`` passes.
 
-        When the check passes before the daemons' counters show any work (their trackers update right
-        after the markers go), the counters are asked again for up to 10 s, so the closing line shows
-        the work. Returns (finished, the last sample)."""
+        When the check passes, the daemons are asked again for up to ``settle_s`` until their counters
+        show the work and their cluster view nothing left (their trackers update right after the markers
+        go, and refresh the marker set every few seconds), so the closing line agrees with the check.
+        :attr:`finished_at` is when the check passed (the step's end). Returns (finished, the last sample).
+        """
         deadline = time.monotonic() + timeout_s
         printed, last_print = "", 0.0
         while True:
             s = await self.sample()
             finished = await done()
-            if finished and not (s.healed or s.copied_bytes):
-                settle = time.monotonic() + 10.0
-                while not (s.healed or s.copied_bytes) and time.monotonic() < settle:
+            if finished:
+                self.finished_at = time.monotonic()
+                settle = self.finished_at + settle_s
+                while not ((s.healed or s.copied_bytes) and not s.left) and time.monotonic() < settle:
                     await asyncio.sleep(0.1)  # polling other processes' counters, bounded by `settle`
                     s = await self.sample()
             line = s.line(label)

@@ -137,7 +137,8 @@ def part_a(base: Path, table) -> None:
                 ok, s = await watch.follow(healed, 120, "re-replication")
                 require(ok, step, "timed out after 120 s: ledgers still marked or on the dead bookie")
                 require(s.healed > 0, step, "healed, but no worker reports a ledger done")
-                table.add(step, f"{s.healed} ledgers done, {s.copied_bytes / 1e6:.1f} MB copied (the workers' counts)")
+                table.add(step, f"{s.healed} ledgers done, {s.copied_bytes / 1e6:.1f} MB copied (the workers' counts)",
+                          end=watch.finished_at)
                 step = table.begin("verify every entry")
                 rep = await verify_ledgers(bk, m)
                 require(rep.ok and rep.entries_ok == m.total_entries, step,
@@ -194,7 +195,7 @@ def part_b(base: Path, table) -> None:
                 require(ok, step, "timed out after 120 s: segments still on rack A")
                 require(s.healed > 0, step, "healed, but no worker reports a ledger done")
                 on_one_rack = await non_adhering(bk, m, judge)
-                table.add(step, f"{s.healed} ledgers done; {on_one_rack} ledgers on one rack")
+                table.add(step, f"{s.healed} ledgers done; {on_one_rack} ledgers on one rack", end=watch.finished_at)
                 before = await ensembles(bk, m)
                 step = table.begin("bring rack A back")
                 watch = await HealWatch.start({i: ports[i] for i in rack_b})  # placement repair starts now
@@ -216,7 +217,7 @@ def part_b(base: Path, table) -> None:
                 after = await ensembles(bk, m)
                 swaps = sum(x != y for k in before for a, b in zip(before[k], after[k]) for x, y in zip(a, b))
                 require(swaps >= on_one_rack, step, f"{swaps} swaps for {on_one_rack} ledgers on one rack")
-                table.add(step, f"{on_one_rack} -> {left} ledgers on one rack, {swaps} swaps")
+                table.add(step, f"{on_one_rack} -> {left} ledgers on one rack, {swaps} swaps", end=watch.finished_at)
                 step = table.begin("shut down rack B")
                 dead_b = await kill_hosts(cluster, bk, rack_b, step)
                 table.add(step, ", ".join(sorted(dead_b)) + " (processes gone, unregistered)")
