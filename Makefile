@@ -1,19 +1,38 @@
-# autorecovery: make demo | make test | make proto | make bench
+# autorecovery: make demo | make test | make proto | make bench | make lock
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Lock files (generated from pyproject.toml by `make lock`, committed): every transitive dependency pinned
+# with its hashes. runtime.txt: the package's dependencies (the Docker image installs it); test.txt: the
+# test and dev extras on top, constrained to the same runtime versions (the venv below, and so CI).
+RUNTIME_LOCK := requirements/runtime.txt
+TEST_LOCK := requirements/test.txt
+# uv (Astral; maintained, and the lock's generator), pinned; installed into its own small venv
+UV_VERSION := 0.13.9
+LOCK_TOOLS := .lock-tools
+LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform linux --custom-compile-command 'make lock' --quiet
 
-.PHONY: demo test test-unit test-integration lint proto zookeeper upstream venv bench clean dashboard
+.PHONY: demo test test-unit test-integration lint proto zookeeper upstream venv bench clean dashboard lock
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# the venv follows the test lock: dependencies with --require-hashes, then our package with --no-deps
+$(STAMP): pyproject.toml $(RUNTIME_LOCK) $(TEST_LOCK)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --require-hashes -r $(TEST_LOCK)
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Regenerate both lock files from pyproject.toml (versions already locked are kept unless pyproject.toml
+# asks otherwise; tests/unit/test_lock_files.py fails while a lock is stale).
+lock:
+	$(PY) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
+	$(LOCK_TOOLS)/bin/uv pip compile pyproject.toml $(LOCK_FLAGS) -o $(RUNTIME_LOCK)
+	$(LOCK_TOOLS)/bin/uv pip compile pyproject.toml --extra test -c $(RUNTIME_LOCK) $(LOCK_FLAGS) -o $(TEST_LOCK)
 
 # Debian's zookeeper package (and an SLF4J backend so ZooKeeper's own log is not silent), and Debian's
 # prometheus package (promtool tests the alert rules; a real Prometheus scrapes live daemons in a test).
@@ -84,4 +103,4 @@ bench: venv zookeeper
 	$(BIN)/python bench/bookie_throughput.py --quick
 
 clean:
-	rm -rf $(VENV) .cluster build *.egg-info $(UPSTREAM)
+	rm -rf $(VENV) .cluster build *.egg-info $(UPSTREAM) $(LOCK_TOOLS)

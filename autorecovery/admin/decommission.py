@@ -41,7 +41,7 @@ from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerE
 from autorecovery.ledger.ids import ur_leaf_name
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.ledger.striping import bookie_holds_entries
-from autorecovery.plan.progress import ClusterRate, estimate_copy_bytes
+from autorecovery.plan.progress import ClusterRate, estimate_copy_bytes, unrecoverable_reason
 from autorecovery.zk.bridge import NoNodeError
 
 log = structlog.get_logger("autorecovery.decommission")
@@ -141,10 +141,7 @@ async def explain(ctx: AdminContext, bookie_id: str, ledger_id: int, md: LedgerM
     """Why ``ledger_id`` still stores data on ``bookie_id`` (best single reason, most specific first)."""
     info = await _unrecoverable_info(ctx, ledger_id)
     if info is not None:
-        entries = info.get("entries") or info.get("entry_count") or "some"
-        waiting = info.get("waiting_for") or []
-        tail = f"; it may come back if {', '.join(waiting)} returns" if waiting else "; needs an operator"
-        return f"unrecoverable: entries {entries} have no readable replica{tail}"
+        return unrecoverable_reason(info)  # the daemon's /progress says the same
     if not enabled:
         return "AutoRecovery is disabled (autorecovery shell autorecovery -enable)"
     if md is not None and md.state != LedgerState.CLOSED and bookie_id in md.last_ensemble:

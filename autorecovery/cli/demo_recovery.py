@@ -2,7 +2,9 @@
 
 Part A: 6 bookies in 3 racks with an autorecovery daemon next to each; ledgers are written, a host
 (bookie + its daemon) is killed with SIGKILL, the Auditor marks the lost bookie's ledgers, the workers
-copy them (a progress line shows ledgers and bytes left, MB/s and ETA), and every entry is verified.
+copy them (a progress line from the daemons' own progress, :mod:`autorecovery.cli.demo_progress`: ledgers
+done and bytes copied since the host died, ledgers and bytes left, MB/s and ETA), and every entry is
+verified.
 
 Part B (the seed's DR test): 2 racks x 3 bookies, rack-aware E2/WQ2/AQ2, 30 closed ledgers. Rack A goes
 down: autorecovery heals best-effort into rack B. Rack A comes back: the placement check marks the
@@ -20,11 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-
-import click
 
 from autorecovery.cli.demo_checks import (
     all_processes_stopped,
@@ -35,8 +33,7 @@ from autorecovery.cli.demo_checks import (
     writable_bookies,
 )
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.errors import MalformedMetadataError, NoSuchLedgerError
-from autorecovery.plan.progress import ClusterRate
+from autorecovery.cli.demo_progress import HealWatch
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.zk_server import free_port
 from autorecovery.workload import Manifest, verify_ledgers, write_ledgers
@@ -80,51 +77,6 @@ async def kill_hosts(cluster: LocalCluster, bk: BookKeeper, indexes, step: str) 
     return dead
 
 
-async def _bytes_of(bk: BookKeeper, ids, cache: dict[int, int]) -> int:
-    total = 0
-    for lid in ids:
-        if lid not in cache:
-            try:
-                md, _ = await bk.ledgers.read(lid)
-                cache[lid] = md.length
-            except (NoSuchLedgerError, MalformedMetadataError):
-                cache[lid] = 0
-        total += cache[lid]
-    return total
-
-
-async def watch_progress(bk: BookKeeper, done: Callable[[], "asyncio.Future[bool] | bool"], timeout_s: float,
-                         label: str) -> tuple[bool, int]:
-    """Print a progress line (markers left, bytes left, MB/s, ETA) until ``done()`` or timeout.
-
-    Returns (finished, the largest number of marked ledgers seen)."""
-    urm = UnderreplicationManager(bk.zk, bk.paths)
-    cache: dict[int, int] = {}
-    t0 = time.monotonic()
-    peak_ledgers = 0
-    last_print = 0.0
-    meter = ClusterRate(time.monotonic)  # the daemon's progress endpoint computes its ETA the same way
-    while time.monotonic() - t0 < timeout_s:
-        ids = await urm.list_marked_ids()
-        left = await _bytes_of(bk, ids, cache)
-        peak_ledgers = max(peak_ledgers, len(ids))
-        meter.observe({lid: cache[lid] for lid in ids})
-        rate = meter.rate or 0.0
-        eta_s = meter.eta_s(left, len(ids), 0)
-        eta = f"{eta_s:5.1f}s" if eta_s is not None else "  -  "
-        res = done()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if time.monotonic() - last_print > 1.0 or res:
-            click.echo(f"    {label}: {len(ids):3d} ledgers marked, {left / 1e6:6.2f} MB left, "
-                       f"{rate / 1e6:5.2f} MB/s, ETA {eta}")
-            last_print = time.monotonic()
-        if res:
-            return True, peak_ledgers
-        await asyncio.sleep(0.25)  # a progress display polls at a fixed pace
-    return False, peak_ledgers
-
-
 async def segments_referencing(bk: BookKeeper, manifest: Manifest, bookies: set[str]) -> int:
     n = 0
     for lid in manifest.ledgers:
@@ -162,16 +114,18 @@ def part_a(base: Path, table) -> None:
         async def go() -> None:
             bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
             try:
-                step = "6 bookies in 3 racks + 6 autorecovery daemons"
+                step = "6 bookies in 3 racks + 6 autorecovery daemons"  # timed from the previous row: set-up above
                 writable = await writable_bookies(bk.watcher, 6, step)
                 daemons = await asyncio.to_thread(daemons_ready, ports, step)
                 table.add(step, f"{writable}; {daemons}")
-                step = "write 20 ledgers x 500 entries"
+                step = table.begin("write 20 ledgers x 500 entries")
                 m = await write_ledgers(bk, ledgers=20, entries=500, size=1024)
                 require(m.total_entries == 20 * 500, step, f"{m.total_entries} entries acknowledged")
                 table.add(step, f"{m.total_entries} entries, rack-aware ensembles")
                 victim = 1
-                step = "kill -9 a host (bookie + daemon)"
+                step = table.begin("kill -9 a host (bookie + daemon)")
+                # the heal starts when the host dies: the survivors' counters are taken before
+                watch = await HealWatch.start({i: p for i, p in ports.items() if i != victim})
                 dead = (await kill_hosts(cluster, bk, [victim], step)).pop()
                 table.add(step, f"{dead} (processes gone, unregistered)")
 
@@ -179,12 +133,13 @@ def part_a(base: Path, table) -> None:
                     urm_ids = await UnderreplicationManager(bk.zk, bk.paths).list_marked_ids()
                     return not urm_ids and await segments_referencing(bk, m, {dead}) == 0
 
-                step = "auditor marks, workers re-replicate"
-                ok, peak = await watch_progress(bk, healed, 120, "re-replication")
+                step = table.begin("auditor marks, workers re-replicate", at=watch.started)
+                ok, s = await watch.follow(healed, 120, "re-replication")
                 require(ok, step, "timed out after 120 s: ledgers still marked or on the dead bookie")
-                require(peak > 0, step, "healed but no ledger was ever seen marked")
-                table.add(step, f"{peak} ledgers marked and healed")
-                step = "verify every entry"
+                require(s.healed > 0, step, "healed, but no worker reports a ledger done")
+                table.add(step, f"{s.healed} ledgers done, {s.copied_bytes / 1e6:.1f} MB copied (the workers' counts)",
+                          end=watch.finished_at)
+                step = table.begin("verify every entry")
                 rep = await verify_ledgers(bk, m)
                 require(rep.ok and rep.entries_ok == m.total_entries, step,
                         f"{rep.entries_ok}/{m.total_entries} ok: " + "; ".join(rep.errors[:5]))
@@ -217,33 +172,37 @@ def part_b(base: Path, table) -> None:
                                     StaticResolver(cluster.rack_mapping()), default_rack="/default-rack")
             judge.on_cluster_changed(set(cluster.bookie_ids()), set())
             try:
-                step = "DR: 2 racks x 3 bookies, BP-54 repair on"
+                step = "DR: 2 racks x 3 bookies, BP-54 repair on"  # timed from the previous row: set-up above
                 require(len(rack_a) == 3 and len(rack_b) == 3, step, f"racks {rack_a} / {rack_b}")
                 writable = await writable_bookies(bk.watcher, 6, step)
                 daemons = await asyncio.to_thread(daemons_ready, ports, step)
                 table.add(step, f"{writable}; {daemons}; placement check every 3 s (configured)")
-                step = "write 30 closed ledgers (E2/WQ2/AQ2)"
+                step = table.begin("write 30 closed ledgers (E2/WQ2/AQ2)")
                 m = await write_ledgers(bk, ledgers=30, entries=100, size=1024, ensemble=2, write_quorum=2,
                                         ack_quorum=2)
                 require(len(m.ledgers) == 30 and m.total_entries == 3000, step, f"{m.total_entries} entries")
                 table.add(step, f"{await non_adhering(bk, m, judge)} not spanning 2 racks")
-                step = "shut down rack A"
+                step = table.begin("shut down rack A")
+                watch = await HealWatch.start({i: ports[i] for i in rack_b})
                 dead_a = await kill_hosts(cluster, bk, rack_a, step)
                 table.add(step, ", ".join(sorted(dead_a)) + " (processes gone, unregistered)")
 
                 async def healed_into_b() -> bool:
                     return await segments_referencing(bk, m, dead_a) == 0
 
-                step = "autorecovery heals best-effort into rack B"
-                ok, _ = await watch_progress(bk, healed_into_b, 120, "best-effort heal into rack B")
+                step = table.begin("autorecovery heals best-effort into rack B", at=watch.started)
+                ok, s = await watch.follow(healed_into_b, 120, "best-effort heal into rack B")
                 require(ok, step, "timed out after 120 s: segments still on rack A")
+                require(s.healed > 0, step, "healed, but no worker reports a ledger done")
                 on_one_rack = await non_adhering(bk, m, judge)
-                table.add(step, f"{on_one_rack} ledgers on one rack")
+                table.add(step, f"{s.healed} ledgers done; {on_one_rack} ledgers on one rack", end=watch.finished_at)
                 before = await ensembles(bk, m)
-                step = "bring rack A back"
+                step = table.begin("bring rack A back")
+                watch = await HealWatch.start({i: ports[i] for i in rack_b})  # placement repair starts now
                 for i in rack_a:
                     cluster.start_bookie(i)
                 ports_a = start_daemons(cluster, rack_a, extra)
+                watch.add(ports_a)
                 writable = await writable_bookies(bk.watcher, 6, step)
                 daemons = await asyncio.to_thread(daemons_ready, {**{i: ports[i] for i in rack_b}, **ports_a}, step)
                 table.add(step, f"{writable}; {daemons}")
@@ -251,18 +210,18 @@ def part_b(base: Path, table) -> None:
                 async def spread() -> bool:
                     return await non_adhering(bk, m, judge) == 0
 
-                step = "placement check marks, workers repair (BP-54)"
-                ok, _ = await watch_progress(bk, spread, 120, "placement repair (BP-54)")
+                step = table.begin("placement check marks, workers repair (BP-54)", at=watch.started)
+                ok, _ = await watch.follow(spread, 120, "placement repair (BP-54)")
                 left = await non_adhering(bk, m, judge)
                 require(ok and left == 0, step, f"timed out after 120 s: {left} ledgers still on one rack")
                 after = await ensembles(bk, m)
                 swaps = sum(x != y for k in before for a, b in zip(before[k], after[k]) for x, y in zip(a, b))
                 require(swaps >= on_one_rack, step, f"{swaps} swaps for {on_one_rack} ledgers on one rack")
-                table.add(step, f"{on_one_rack} -> {left} ledgers on one rack, {swaps} swaps")
-                step = "shut down rack B"
+                table.add(step, f"{on_one_rack} -> {left} ledgers on one rack, {swaps} swaps", end=watch.finished_at)
+                step = table.begin("shut down rack B")
                 dead_b = await kill_hosts(cluster, bk, rack_b, step)
                 table.add(step, ", ".join(sorted(dead_b)) + " (processes gone, unregistered)")
-                step = "read every entry with rack B down"
+                step = table.begin("read every entry with rack B down")
                 rep = await verify_ledgers(bk, m)
                 require(rep.ok and rep.entries_ok == m.total_entries, step,
                         f"{len(rep.errors)} LOST: " + "; ".join(rep.errors[:5]))

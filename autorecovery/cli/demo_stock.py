@@ -52,7 +52,7 @@ def run(base: Path, table) -> None:
     c = JavaCluster(base / "stock", zk.connect_string, bookies=6, racks=2)
     daemons: dict[int, DaemonProcess] = {}
     try:
-        step = "stock BookKeeper 4.17.2: 6 Java bookies, 2 racks"
+        step = table.begin("stock BookKeeper 4.17.2: 6 Java bookies, 2 racks")
         c.up()
         daemons.update(start_our_daemons(c, range(6), DAEMON))
         ours = {c.bookie_ids[i] for i in daemons}
@@ -60,7 +60,7 @@ def run(base: Path, table) -> None:
         table.add(step, f"{len(c.bookie_ids)} Java bookies registered; our daemons next to each, Auditor "
                         f"{c.auditor()}")
 
-        step = f"upstream's Java client writes {LEDGERS} ledgers"
+        step = table.begin(f"upstream's Java client writes {LEDGERS} ledgers")
         w = c.writer(ledgers=LEDGERS, entries=ENTRIES, entry_size=1024, ensemble=3, wq=3, aq=2, digest="CRC32C",
                      password=PASSWORD)
         ids = [lg["ledger"] for lg in w["ledgers"]]
@@ -74,19 +74,19 @@ def run(base: Path, table) -> None:
         require(len(ids) == LEDGERS and all(e & ids_a and e & ids_b for e in shapes()), step, f"{w}")
         table.add(step, f"{LEDGERS * ENTRIES} entries acknowledged (E3/WQ3/AQ2), every ensemble on both racks")
 
-        step = "kill -9 rack A (Java bookies + our daemons)"
+        step = table.begin("kill -9 rack A (Java bookies + our daemons)")
         for i in rack_a:
             c.bookies[i].kill()
             daemons.pop(i).kill()
         require(not any(c.bookies[i].alive for i in rack_a), step, "a process survived")
         table.add(step, ", ".join(sorted(ids_a)))
 
-        step = "our daemons heal best-effort into rack B"
+        step = table.begin("our daemons heal best-effort into rack B")
         _until(lambda: all(e <= ids_b for e in shapes()) and not marked_ledgers(c), 120, step,
                "every ensemble in rack B, no marker")
         table.add(step, f"{LEDGERS} ledgers on rack B alone, 0 markers")
 
-        step = "bring rack A back"
+        step = table.begin("bring rack A back")
         for i in rack_a:
             c.bookies[i].start(wait=False)
         for i in rack_a:
@@ -94,7 +94,7 @@ def run(base: Path, table) -> None:
         daemons.update(start_our_daemons(c, rack_a, DAEMON))
         table.add(step, f"{len(c.bookie_ids)} Java bookies registered, {len(daemons)} daemons running")
 
-        step = "placement check + BP-54 repair (ours)"
+        step = table.begin("placement check + BP-54 repair (ours)")
         _until(lambda: all(e & ids_a and e & ids_b for e in shapes()) and not marked_ledgers(c), 180, step,
                "every ensemble on both racks, no marker")
         ur = c.shell("listunderreplicated")
@@ -102,7 +102,7 @@ def run(base: Path, table) -> None:
                 f"upstream's shell: {ur.stdout[-300:]}")
         table.add(step, f"{LEDGERS} -> 0 ledgers on one rack; upstream's listunderreplicated: 0")
 
-        step = "kill -9 rack B, read every entry (Java client)"
+        step = table.begin("kill -9 rack B, read every entry (Java client)")
         for i in sorted(set(range(6)) - set(rack_a)):
             c.bookies[i].kill()
             daemons.pop(i).kill()
@@ -117,7 +117,7 @@ def run(base: Path, table) -> None:
             d.kill()
         c.down()
         zk.stop()
-    step = "shut the stock cluster down"
+    step = "shut the stock cluster down"  # timed from the previous row: the shutdown above
     left = [b.bookie_id for b in c.bookies if b.alive] + [d.name for d in everyone if d.alive]
     require(not left, step, f"still running: {left}")
     table.add(step, f"{len(c.bookies)} Java bookies and every daemon stopped")

@@ -452,6 +452,7 @@ class _ProgressPrinter:
         self.every_s = every_s
         self._last = 0.0
         self._width = 0
+        self._open = False  # a rewriting line is on the terminal without its newline
 
     def __call__(self, p: ops.OpProgress) -> None:
         now = time.monotonic()
@@ -464,9 +465,19 @@ class _ProgressPrinter:
             pad = " " * max(0, self._width - len(line))
             sys.stderr.write("\r" + line + pad + ("\n" if final else ""))
             self._width = len(line)
+            self._open = not final
         else:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
+
+    def end_line(self) -> None:
+        """End the rewriting line if it is still open, so that what is printed next (a result, a ledger's
+        outcome, an error) starts on a line of its own (issue 28: the decommission result was glued to
+        the bar). A no-op when nothing is open and off a terminal."""
+        if self._open:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self._open = False
 
 
 # -- recover ------------------------------------------------------------------------------------------------
@@ -510,18 +521,24 @@ def recover(conf, zk, ledgers_root, sets, bookies, ignored_dest, query, dry_run,
             click.echo("Give up!", err=True)
             sys.exit(EXIT_FAIL)
 
+    printer = _ProgressPrinter()
+
     async def body(ctx):
         def on_ledger(o):
             if dry_run:
                 return
+            printer.end_line()
             extra = f": {o.detail}" if o.detail else ""
             click.echo(f"ledger {o.ledger_id}: {o.status}{' (fenced and closed)' if o.fenced else ''}{extra}")
 
-        report = await recover_bookies(
-            ctx, sources, dry_run=dry_run, targets=target_list, ledger=ledger, skip_open_ledgers=skip_open,
-            rate_bytes_per_s=rate, delete_cookie=delete_cookie, skip_unrecoverable=skip_unrecoverable,
-            force=True,  # -f or a "Y" at the prompt: the operator confirmed (a running source is a migration)
-            lock_wait_s=lock_wait, on_progress=None if dry_run else _ProgressPrinter(), on_ledger=on_ledger)
+        try:
+            report = await recover_bookies(
+                ctx, sources, dry_run=dry_run, targets=target_list, ledger=ledger, skip_open_ledgers=skip_open,
+                rate_bytes_per_s=rate, delete_cookie=delete_cookie, skip_unrecoverable=skip_unrecoverable,
+                force=True,  # -f or a "Y" at the prompt: the operator confirmed (a running source is a migration)
+                lock_wait_s=lock_wait, on_progress=None if dry_run else printer, on_ledger=on_ledger)
+        finally:
+            printer.end_line()
         for w in report.warnings:
             click.echo(f"WARNING: {w}", err=True)
         if dry_run:
@@ -590,9 +607,12 @@ def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
         from autorecovery.admin.decommission import DecommissionTimeoutError
 
         target = bookieid or ctx.settings.bookie_id
+        printer = _ProgressPrinter()
         try:
-            report = await decommission_bookie(ctx, target, timeout_s=timeout, poll_s=poll,
-                                            on_progress=_ProgressPrinter())
+            try:
+                report = await decommission_bookie(ctx, target, timeout_s=timeout, poll_s=poll, on_progress=printer)
+            finally:
+                printer.end_line()  # the result (or the error) on a line of its own, not after the bar
         except DecommissionTimeoutError as exc:
             click.echo(f"Decommission of {exc.bookie_id} did not complete within {timeout:g}s. "
                        f"Ledgers blocking completion:")

@@ -200,6 +200,35 @@ def blocked_summary(blocked: Mapping[int, str]) -> str:
     return f"blocked: {n} ledger{'s' if n != 1 else ''}, " + "; ".join(parts)
 
 
+def unrecoverable_reason(record: Mapping[str, object], max_spans: int = 10) -> str:
+    """The one wording of the blocked reason of a ledger surfaced as unrecoverable, from its side-znode
+    document (``roles/backlog.py``, ``surface_unrecoverable``). The daemon's ``/progress``
+    (``cluster.blocked``), its worker's tracker and the shell's ``decommissionbookie`` all print this
+    (issue 28: they used three wordings for one block).
+
+    ``{"entries": [[0, 9]], "entry_count": 10, "reason": "10 entries that ...", "waiting_for": ["b:3181"]}``
+    → ``"unrecoverable: entries 0-9 have no readable replica (10 entries that ...); it may come back if
+    b:3181 returns"``; with nobody to wait for, ``"...; needs an operator"``. At most ``max_spans`` entry
+    ranges are named (then ``"... (N ranges)"``); missing or malformed fields read as unknown, never raise.
+    """
+    spans = record.get("entries")
+    if isinstance(spans, list) and spans:
+        parts = []
+        for sp in spans[:max_spans]:
+            lo, hi = (sp[0], sp[-1]) if isinstance(sp, list | tuple) and sp else (sp, sp)
+            parts.append(f"{lo}" if lo == hi else f"{lo}-{hi}")
+        more = f" ... ({len(spans)} ranges)" if len(spans) > max_spans else ""
+        entries = ", ".join(parts) + more
+    else:
+        entries = str(spans or record.get("entry_count") or "(unknown)")
+    out = f"unrecoverable: entries {entries} have no readable replica"
+    if record.get("reason"):
+        out += f" ({record['reason']})"
+    waiting = record.get("waiting_for") or []
+    names = ", ".join(map(str, waiting)) if isinstance(waiting, list | tuple) else str(waiting)
+    return f"{out}; " + (f"it may come back if {names} returns" if names else "needs an operator")
+
+
 @dataclass(frozen=True)
 class Progress:
     """A snapshot of the cluster's re-replication as one node sees it, and of this worker's share.

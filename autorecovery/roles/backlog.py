@@ -32,7 +32,7 @@ from autorecovery.errors import AutoRecoveryError, NoSuchLedgerError
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
 from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.plan.priority import LedgerPriority, ledger_priority, order_candidates
-from autorecovery.plan.progress import estimate_copy_bytes
+from autorecovery.plan.progress import estimate_copy_bytes, unrecoverable_reason
 from autorecovery.plan import entry_runs
 from autorecovery.plan.entry_runs import Gap
 from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
@@ -283,8 +283,7 @@ class Backlog:
         """Reasons for ledgers blocked by a record (progress)."""
         extra: dict[int, str] = {}
         for lid, info in self.unrecoverable.items():
-            extra[lid] = (f"unrecoverable: entries {info.get('entries')} have no readable replica"
-                          f" (waiting for {info.get('waiting_for') or 'an operator'})")
+            extra[lid] = unrecoverable_reason(info)
         for lid, (_v, reason) in self.not_retriable.items():
             extra[lid] = reason
         return extra

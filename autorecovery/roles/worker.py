@@ -79,7 +79,7 @@ from autorecovery.plan import pass_plan as pp
 from autorecovery.plan import entry_runs
 from autorecovery.plan.backoff import FailureMemory
 from autorecovery.plan.entry_runs import Gap
-from autorecovery.plan.progress import Progress, ProgressTracker, estimate_copy_bytes
+from autorecovery.plan.progress import Progress, ProgressTracker, estimate_copy_bytes, unrecoverable_reason
 from autorecovery.plan.targets import FragmentPlan, choose_replacements, plan_fragment_copy
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 from autorecovery.roles import replicator as rp
@@ -828,8 +828,7 @@ class ReplicationWorker:
         doc = await self.backlog.surface_unrecoverable(lid, p.unrecoverable, self.um.lock_owner)
         waiting = doc["waiting_for"]
         self.m.unrecoverable_total.inc()
-        self.tracker.block(lid, f"unrecoverable: entries {doc['entries']}: {doc['reason']} "
-                                f"(waiting for {waiting or 'an operator'})")
+        self.tracker.block(lid, unrecoverable_reason(doc))
         # WARNING here, once per pass of this worker: the elected auditor logs the record once at ERROR
         # for the whole cluster (issue 9: every daemon used to log it at ERROR, 860 characters a line)
         log.warning("ledger surfaced as unrecoverable; not retrying until a bookie returns", ledger_id=lid,

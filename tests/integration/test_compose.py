@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from autorecovery.testing.compose_replay import ComposeReplay
-from test_shell_support import read_all, wait_until, write_ledgers, zk_session
+from test_shell_support import read_all, start_daemon, wait_until, write_ledgers, zk_session
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +66,56 @@ def test_dockerignore_keeps_the_venv_and_git_out_of_the_image():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert dockerfile.count("FROM ") == 2, "multi-stage"
     assert "\nUSER bookkeeper" in dockerfile, "runs as a non-root user"
+
+
+def dockerfile_stages() -> list[list[str]]:
+    """The Dockerfile's instructions (continuation lines joined), one list per ``FROM`` stage."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: list[list[str]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("FROM "):
+            stages.append([])
+        stages[-1].append(line)
+    return stages
+
+
+def healthcheck_argv() -> list[str]:
+    """The exec-form command of the final stage's HEALTHCHECK."""
+    (hc,) = [i for i in dockerfile_stages()[-1] if i.startswith("HEALTHCHECK ")]
+    return json.loads(hc[hc.index(" CMD ") + 5:])
+
+
+def test_dockerfile_installs_the_locked_dependencies_before_the_source_and_has_a_healthcheck():
+    build, final = dockerfile_stages()
+    first = {key: next((n for n, i in enumerate(final) if key in i), None) for key in (
+        "COPY requirements/runtime.txt", "--require-hashes -r", "COPY --from=build", "--no-deps", "HEALTHCHECK ")}
+    assert None not in first.values(), first
+    # the dependency layer depends on the lock only: a source change does not rebuild it
+    assert first["COPY requirements/runtime.txt"] < first["--require-hashes -r"] < first["COPY --from=build"] \
+        < first["--no-deps"], final
+    assert not [i for i in final[:first["COPY --from=build"]] if i.startswith(("COPY", "ADD")) and "requirements/" not in i]
+    assert any("--no-deps" in i for i in build if i.startswith("RUN pip wheel")), "the source stage builds our wheel only"
+    assert not [i for i in build + final if "grpcio-tools" in i]
+    assert "grpcio-tools" not in (ROOT / "requirements" / "runtime.txt").read_text(), "a dev dependency"
+    argv = healthcheck_argv()
+    assert argv[0] == "python" and "/healthz" in argv[-1], argv  # no curl in python:3.11-slim
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "requirements" not in ignored and "requirements/runtime.txt" not in ignored
+
+
+def test_dockerfile_healthcheck_passes_against_a_live_daemon_and_fails_without_one(cluster_factory):
+    cluster = cluster_factory(bookies=1)
+    port, _ = start_daemon(cluster, 0)
+    argv = [sys.executable, *healthcheck_argv()[1:]]
+    env = {"BK_httpServerPort": str(port), "PATH": "/usr/bin:/bin"}
+    ok = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    cluster.stop_daemon(0)
+    down = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert down.returncode != 0 and "Connection refused" in down.stderr, down.stderr
 
 
 async def queue_empty(cluster_like) -> bool:

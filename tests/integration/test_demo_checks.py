@@ -89,3 +89,45 @@ def test_the_autorecovery_half_is_never_dropped_on_an_import_error(monkeypatch):
         monkeypatch.undo()
         importlib.reload(demo_mod)
     assert demo_mod.demo_recovery.run is not None
+
+
+def test_progress_line_shows_a_heal_done_between_two_samples_never_zeros(cluster_factory):
+    """Issue 28: the demo sampled ZooKeeper's markers, so a heal done between two samples printed
+    ``0 ledgers marked, 0.00 MB left, 0.00 MB/s``. The line now comes from the daemons' own counters,
+    taken when the step starts: here the whole heal happens before the first sample."""
+    from autorecovery.cli.demo_progress import HealWatch
+    from autorecovery.cli.demo_recovery import segments_referencing, start_daemons
+    from autorecovery.client.bookkeeper import BookKeeper
+    from autorecovery.workload import write_ledgers
+    from autorecovery.zk.underreplication import UnderreplicationManager
+
+    cluster = cluster_factory(bookies=4)  # E3: a spare bookie to heal onto
+    ports = start_daemons(cluster, (0, 1), {})
+
+    async def go() -> tuple[list[str], object]:
+        bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
+        try:
+            m = await write_ledgers(bk, ledgers=6, entries=50, size=1024, ensemble=3, write_quorum=2, ack_quorum=2)
+            watch = await HealWatch.start(ports)  # the step starts: counters taken
+            dead = cluster.kill_bookie(3)
+
+            async def healed() -> bool:
+                marked = await UnderreplicationManager(bk.zk, bk.paths).list_marked_ids()
+                return not marked and await segments_referencing(bk, m, {dead}) == 0
+
+            deadline = asyncio.get_running_loop().time() + 120
+            while not await healed():  # the heal runs while nobody samples
+                assert asyncio.get_running_loop().time() < deadline, "not healed within 120 s"
+                await asyncio.sleep(0.2)  # polling ZooKeeper, bounded by the deadline
+            printed: list[str] = []
+            ok, sample = await watch.follow(healed, 30, "re-replication", echo=printed.append)
+            assert ok
+            return printed, sample
+        finally:
+            await bk.close()
+
+    printed, sample = asyncio.run(go())
+    assert sample.healed > 0 and sample.copied_bytes > 0, sample
+    assert len(printed) == 1, printed
+    assert printed[0].startswith(f"    re-replication: {sample.healed} ledgers done, ")
+    assert " 0 ledgers done" not in printed[0] and "0.00 MB copied" not in printed[0], printed

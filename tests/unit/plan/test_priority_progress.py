@@ -168,3 +168,18 @@ def test_progress_tracker_eta_and_blocked():
     t.set_backlog({})  # the markers are gone: blocked reasons go with them
     snap = t.snapshot()
     assert snap.blocked == {} and snap.ledgers_remaining == 0 and snap.eta_s == 0.0
+
+def test_unrecoverable_reason_is_one_wording_from_the_side_znode_document():
+    from autorecovery.plan.progress import blocked_reason_kind, unrecoverable_reason
+
+    doc = {"entries": [[0, 9], [12, 12]], "entry_count": 11, "waiting_for": ["10.0.0.3:3181"],
+           "reason": "11 entries that no bookie of the ensemble holds (answers: NOT_REGISTERED)"}
+    assert unrecoverable_reason(doc) == (
+        "unrecoverable: entries 0-9, 12 have no readable replica (11 entries that no bookie of the ensemble "
+        "holds (answers: NOT_REGISTERED)); it may come back if 10.0.0.3:3181 returns")
+    assert unrecoverable_reason({"entries": [[3, 4]], "waiting_for": []}).endswith("entries 3-4 have no readable "
+                                                                                 "replica; needs an operator")
+    many = unrecoverable_reason({"entries": [[i, i] for i in range(0, 100, 2)]})
+    assert "0, 2, 4" in many and "(50 ranges)" in many and "98" not in many  # bounded
+    assert unrecoverable_reason({}) == "unrecoverable: entries (unknown) have no readable replica; needs an operator"
+    assert blocked_reason_kind(unrecoverable_reason(doc)) == "unrecoverable"
