@@ -47,13 +47,9 @@ _FIELDS: dict[str, str] = {
     "networkTopologyScriptNumberArgs": "network_topology_script_number_args",
     "minNumRacksPerWriteQuorum": "min_num_racks_per_write_quorum",
     "enforceMinNumRacksPerWriteQuorum": "enforce_min_num_racks_per_write_quorum",
-    "enforceMinNumFaultDomainsForWrite": "enforce_min_num_fault_domains_for_write",
     "ignoreLocalNodeInPlacementPolicy": "ignore_local_node_in_placement_policy",
-    "useHostnameResolveLocalNodePlacementPolicy": "use_hostname_resolve_local_node",
     "ensembleRandomReadReordering": "ensemble_random_read_reordering",
     "readReorderThresholdPendingRequests": "read_reorder_threshold_pending_requests",
-    "reorderReadSequenceEnabled": "reorder_read_sequence_enabled",
-    "enableBookieFailureTracking": "enable_bookie_failure_tracking",
     "bookieFailureHistoryExpirationMSec": "bookie_failure_history_expiration_ms",
     "networkTopologyStabilizePeriodSeconds": "network_topology_stabilize_period_s",
     "diskWeightBasedPlacementEnabled": "disk_weight_based_placement_enabled",
@@ -73,9 +69,6 @@ _FIELDS: dict[str, str] = {
     # ours: static presets of upstream's two region-aware feature switches (see placement/features.py)
     "reppDisallowedRegions": "repp_disallowed_regions",
     "reppDisableDurability": "repp_disable_durability",
-    "delayEnsembleChange": "delay_ensemble_change",
-    "disableEnsembleChangeFeatureName": "disable_ensemble_change_feature_name",
-    "stickyReadSEnabled": "sticky_reads_enabled",
     "auditorPeriodicPlacementPolicyCheckInterval": "auditor_periodic_placement_policy_check_interval_s",
     "repairedPlacementPolicyNotAdheringBookieEnabled": "repaired_placement_policy_not_adhering_bookie_enabled",
 }
@@ -116,20 +109,12 @@ class PlacementConfig(Section):
     """``minNumRacksPerWriteQuorum``: racks wanted per write set; effective ``min(WQ, this)``."""
     enforce_min_num_racks_per_write_quorum: bool = False
     """``enforceMinNumRacksPerWriteQuorum``: hard requirement; also excludes default-rack bookies."""
-    enforce_min_num_fault_domains_for_write: bool = False
-    """``enforceMinNumFaultDomainsForWrite``: acks count only when the acked bookies adhere."""
     ignore_local_node_in_placement_policy: bool = False
     """``ignoreLocalNodeInPlacementPolicy``: do not prefer the client's own rack."""
-    use_hostname_resolve_local_node: bool = False
-    """``useHostnameResolveLocalNodePlacementPolicy``."""
     ensemble_random_read_reordering: bool = False
     """``ensembleRandomReadReordering``: shuffle inside read-order classes."""
     read_reorder_threshold_pending_requests: int = 0
     """``readReorderThresholdPendingRequests``: move the least-loaded replica first (0 = off)."""
-    reorder_read_sequence_enabled: bool = True
-    """``reorderReadSequenceEnabled``."""
-    enable_bookie_failure_tracking: bool = True
-    """``enableBookieFailureTracking``."""
     bookie_failure_history_expiration_ms: int = 60000
     """``bookieFailureHistoryExpirationMSec`` (ms): expiry of the slow-bookie cache."""
     network_topology_stabilize_period_s: int = 0
@@ -166,12 +151,6 @@ class PlacementConfig(Section):
     """``reppDisableDurability`` (ours): the disable-durability feature starts on."""
     repp_enable_validation: bool = True
     """``reppEnableValidation``: region-aware final ensemble validation."""
-    delay_ensemble_change: bool = False
-    """``delayEnsembleChange`` (used by the client)."""
-    disable_ensemble_change_feature_name: str = "disable_ensemble_change"
-    """``disableEnsembleChangeFeatureName`` (used by the client)."""
-    sticky_reads_enabled: bool = False
-    """``stickyReadSEnabled`` (used by the client)."""
     auditor_periodic_placement_policy_check_interval_s: int = 0
     """``auditorPeriodicPlacementPolicyCheckInterval`` (s, server key, BP-34/BP-54; 0 = off)."""
     repaired_placement_policy_not_adhering_bookie_enabled: bool = False
