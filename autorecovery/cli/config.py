@@ -148,7 +148,7 @@ def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tupl
     for line in settings.effective_lines():
         click.echo(line)
     for name in settings.ignored:
-        click.echo(f"# {name}: accepted for compatibility, no effect here: {K.NO_EFFECT_KEYS[name]} "
+        click.echo(f"# {name}: accepted for compatibility, no effect here: {K.no_effect_reason(name)} "
                    f"[{settings.sources.get(name, '?')}]")
     if cluster:
         _check_against_cluster(settings)

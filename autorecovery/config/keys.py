@@ -636,6 +636,23 @@ REFUSED_WHEN_ASKED: dict[str, str] = {
 }
 
 
+#: Why an :data:`UNIMPLEMENTED_SECURITY_KEYS` key that asks for nothing is accepted with no effect.
+UNIMPLEMENTED_SECURITY_REASON = ("empty (or false, 0, none) asks for nothing; any other value asks for an "
+                                 "authentication plugin or certificate roles this implementation does not "
+                                 "provide and is refused (issue 15; docs/security.md)")
+
+
+def no_effect_reason(name: str) -> str:
+    """Why ``name``, accepted by the loader, has no effect here (``config check`` prints it).
+
+    Raises:
+        KeyError: ``name`` is not accepted with no effect.
+    """
+    if name in UNIMPLEMENTED_SECURITY_KEYS:
+        return UNIMPLEMENTED_SECURITY_REASON
+    return NO_EFFECT_KEYS[name]
+
+
 def asks_for_security(raw: str) -> bool:
     """True when ``raw`` (the value of an :data:`UNIMPLEMENTED_SECURITY_KEYS` key) enables something.
 

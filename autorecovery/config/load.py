@@ -238,7 +238,8 @@ class Settings:
             None when it leaves the choice to ``LAYOUT``; checked against ``LAYOUT`` at start
             (:func:`autorecovery.ledger.layout.require_matches`). ledger_manager_key: which key named it.
         stats: the upstream Prometheus listener (``statsProviderClass``, ``prometheusStatsHttp*``).
-        ignored: keys that were set but have no effect here (:data:`~autorecovery.config.keys.NO_EFFECT_KEYS`),
+        ignored: keys that were set but have no effect here (:data:`~autorecovery.config.keys.NO_EFFECT_KEYS`,
+            and unimplemented security keys that ask for nothing; reason: ``keys.no_effect_reason``),
             in the order they were seen.
         tls: TLS to the bookies (``tlsProviderFactoryClass``, ``tlsClientAuthentication``, PEM files).
     """
@@ -881,6 +882,8 @@ def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
                               f"implementation does not provide (issue 15); refusing to start without it. "
                               f"Authenticate with TLS client certificates instead (tlsProviderFactoryClass, "
                               f"tlsClientAuthentication; see docs/security.md), and remove the key or set it empty")
+            else:
+                ignored.setdefault(name, layer.source)
         elif name in K.REFUSED_WHEN_ASKED and K.asks_for_security(raw):
             errors.append(f"{name}={raw.strip()} {where[layer.source]} is not supported: {K.REFUSED_WHEN_ASKED[name]}")
         elif name in K.NO_EFFECT_KEYS:

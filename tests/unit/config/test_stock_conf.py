@@ -124,7 +124,9 @@ def test_uncommenting_every_line_of_the_stock_file_is_accepted_or_refused_by_nam
     rest.update(tlsCertificatePath=str(tmp_path / "cert.pem"), tlsKeyStore=str(tmp_path / "key.pem"),
                 tlsTrustStore=str(tmp_path / "cert.pem"))
     settings = load_settings(None, env={}, overrides=rest)
-    assert settings.tls.enabled and "permittedStartupUsers" in settings.sources
+    assert settings.tls.enabled and not settings.warnings, settings.warnings
+    unread = [n for n in rest if n not in K.KEY_BY_NAME and n not in settings.ignored]
+    assert not unread, unread
 
 def test_the_seven_keys_are_no_effect_and_one_is_refused_when_it_asks():
     base = {"zkServers": "zk1:2181"}
