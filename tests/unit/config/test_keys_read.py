@@ -5,7 +5,8 @@ Every key autorecovery accepts is either
   reason, listed by ``config check``), or
 * proven to be read: setting it to a valid non-default value changes what the code builds from the
   settings — the typed :class:`Settings` tree (``.zk``, ``.http``, ``.auditor``, ``.worker``,
-  ``.placement``, ...), which is all the roles are handed — or it is refused with an error naming it when the value is one the code cannot honour, or, for the few
+  ``.placement``, ...), which is all the roles are handed, counting only the fields of each subtree
+  that some module reads (``.field``; issue 28: seven placement keys filled fields nothing read) — or it is refused with an error naming it when the value is one the code cannot honour, or, for the few
   keys the daemon reads straight from ``Settings.get`` at run time, the call ``.get("<key>")`` exists
   in the code outside the config package.
 
