@@ -872,6 +872,8 @@ def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
             target = name[len(K.PULSAR_PASSTHROUGH_PREFIX):]
             if target in K.KEY_BY_NAME or target in extra:
                 aliased[target] = (raw, f"{layer.source} (alias {name})")
+            elif target in K.NO_EFFECT_KEYS and not (target in K.REFUSED_WHEN_ASKED and K.asks_for_security(raw)):
+                ignored.setdefault(target, f"{layer.source} (alias {name})")
             else:
                 errors.append(_unknown(name, where[layer.source], extra))
         elif name in K.UNIMPLEMENTED_SECURITY_KEYS:

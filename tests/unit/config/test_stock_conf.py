@@ -138,3 +138,10 @@ def test_the_seven_keys_are_no_effect_and_one_is_refused_when_it_asks():
     with pytest.raises(ConfigError) as err:
         load_settings(None, env={}, overrides={**base, "enforceMinNumFaultDomainsForWrite": "true"})
     assert "enforceMinNumFaultDomainsForWrite=true on the command line is not supported" in str(err.value)
+
+
+def test_pulsar_names_of_no_effect_keys_are_listed_not_unknown():
+    s = load_settings(None, env={}, overrides={"zkServers": "zk1:2181", "bookkeeperEnableStickyReads": "true",
+                                              "bookkeeper_reorderReadSequenceEnabled": "false"})
+    assert set(s.ignored) == {"bookkeeperEnableStickyReads", "reorderReadSequenceEnabled"}
+    assert s.sources["reorderReadSequenceEnabled"] == "flag (alias bookkeeper_reorderReadSequenceEnabled)"
