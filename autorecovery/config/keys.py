@@ -417,12 +417,6 @@ KEYS: tuple[Key, ...] = (
     _k("minNumRacksPerWriteQuorum", "int", 2, "count", "placement", "racks wanted per write set",
        min_value=1, max_value=INT_MAX),
     _k("enforceMinNumRacksPerWriteQuorum", "bool", False, "", "placement", "make minNumRacksPerWriteQuorum a hard rule"),
-    _k("ignoreLocalNodeInPlacementPolicy", "bool", False, "", "placement", "do not resolve the local node"),
-    _k("ensembleRandomReadReordering", "bool", False, "", "placement", "shuffle within read-order classes"),
-    _k("readReorderThresholdPendingRequests", "int", 0, "count", "placement", "move least-loaded replica first",
-       min_value=0, max_value=INT_MAX),
-    _k("bookieFailureHistoryExpirationMSec", "int", 60000, "ms", "placement", "expiry of failure history",
-       min_value=0, max_value=YEAR_MS),
     _k("networkTopologyStabilizePeriodSeconds", "int", 0, "s", "placement", "delay removal of departed bookies",
        min_value=0, max_value=YEAR_S),
     _k("diskWeightBasedPlacementEnabled", "bool", False, "", "placement", "weight bookie choice by free disk space"),
@@ -459,6 +453,23 @@ KEYS: tuple[Key, ...] = (
 
 #: Name → Key.
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+
+#: Upstream policy keys that only the placement *library* reads: :meth:`PlacementConfig.from_properties
+#: <autorecovery.placement.config.PlacementConfig.from_properties>` accepts them for tools and tests that
+#: drive upstream's read-order and local-node logic (``reorder_read_sequence``, ``local_location``), but
+#: the daemon calls neither, so in a ``bk_server.conf`` they have no effect (:data:`NO_EFFECT_GROUPS`)
+#: and they are not in :data:`KEYS`.
+LIBRARY_PLACEMENT_KEYS: tuple[Key, ...] = (
+    _k("ignoreLocalNodeInPlacementPolicy", "bool", False, "", "placement", "do not resolve the local node"),
+    _k("ensembleRandomReadReordering", "bool", False, "", "placement", "shuffle within read-order classes"),
+    _k("readReorderThresholdPendingRequests", "int", 0, "count", "placement", "move least-loaded replica first",
+       min_value=0, max_value=INT_MAX),
+    _k("bookieFailureHistoryExpirationMSec", "int", 60000, "ms", "placement", "expiry of failure history",
+       min_value=0, max_value=YEAR_MS),
+)
+
+#: Name → Key of :data:`LIBRARY_PLACEMENT_KEYS`.
+LIBRARY_KEY_BY_NAME: dict[str, Key] = {k.name: k for k in LIBRARY_PLACEMENT_KEYS}
 
 #: Pulsar ``broker.conf`` names → upstream key (same meaning, same unit). The two policy switches are
 #: handled by :func:`pulsar_policy` instead.
@@ -595,14 +606,16 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      "bookkeeperEnableStickyReads and bookkeeperClientReorderReadSequenceEnabled are the same keys)", (
         "stickyReadSEnabled", "reorderReadSequenceEnabled", "enableBookieFailureTracking",
         "bookkeeperEnableStickyReads", "bookkeeperClientReorderReadSequenceEnabled",
+        "ensembleRandomReadReordering", "readReorderThresholdPendingRequests", "bookieFailureHistoryExpirationMSec",
     )),
     ("ensemble-change rules of upstream's client add path: our client adds entries only while recovering a "
      "ledger and replaces an unreachable bookie at once (upstream's default, delayEnsembleChange=false); "
      "there is no feature provider, so no feature can turn ensemble changes off",
      ("delayEnsembleChange", "disableEnsembleChangeFeatureName")),
-    ("how upstream's client resolves its own node for placement (by host name or by IP): the daemon's "
-     "placement policy has no local node; it places a replacement bookie by the ledger's ensemble, never "
-     "near the AutoRecovery host", ("useHostnameResolveLocalNodePlacementPolicy",)),
+    ("the local node of upstream's client placement (whether to prefer its rack, and whether to resolve it "
+     "by host name or by IP): the daemon's placement policy has no local node; it places a replacement "
+     "bookie by the ledger's ensemble, never near the AutoRecovery host",
+     ("useHostnameResolveLocalNodePlacementPolicy", "ignoreLocalNodeInPlacementPolicy")),
     ("false (upstream's default) is accepted and changes nothing; true asks that an add be acknowledged only "
      "once the acked bookies span minNumRacksPerWriteQuorum fault domains, which our client's recovery adds "
      "do not check, so true is refused", ("enforceMinNumFaultDomainsForWrite",)),

@@ -15,10 +15,11 @@ Units: keys ending in ``Seconds``/``Secs`` are seconds, ``MSec`` milliseconds, a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping
 
-from autorecovery.config.keys import KEY_BY_NAME, Section
+from autorecovery.config.keys import KEY_BY_NAME, LIBRARY_KEY_BY_NAME, Section, typed_value
+from autorecovery.errors import ConfigError
 
 __all__ = ["PlacementConfig", "PLACEMENT_KEYS"]
 
@@ -47,10 +48,6 @@ _FIELDS: dict[str, str] = {
     "networkTopologyScriptNumberArgs": "network_topology_script_number_args",
     "minNumRacksPerWriteQuorum": "min_num_racks_per_write_quorum",
     "enforceMinNumRacksPerWriteQuorum": "enforce_min_num_racks_per_write_quorum",
-    "ignoreLocalNodeInPlacementPolicy": "ignore_local_node_in_placement_policy",
-    "ensembleRandomReadReordering": "ensemble_random_read_reordering",
-    "readReorderThresholdPendingRequests": "read_reorder_threshold_pending_requests",
-    "bookieFailureHistoryExpirationMSec": "bookie_failure_history_expiration_ms",
     "networkTopologyStabilizePeriodSeconds": "network_topology_stabilize_period_s",
     "diskWeightBasedPlacementEnabled": "disk_weight_based_placement_enabled",
     "bookieMaxMultipleForWeightBasedPlacement": "bookie_max_multiple_for_weight_based_placement",
@@ -73,6 +70,17 @@ _FIELDS: dict[str, str] = {
     "repairedPlacementPolicyNotAdheringBookieEnabled": "repaired_placement_policy_not_adhering_bookie_enabled",
 }
 
+#: upstream key -> field, for the keys only the library reads (:data:`~autorecovery.config.keys.
+#: LIBRARY_PLACEMENT_KEYS`: upstream's read ordering and local node, which the daemon does not use; in a
+#: bk_server.conf they have no effect). :meth:`PlacementConfig.from_properties` accepts them; the loader
+#: never fills them.
+_LIBRARY_FIELDS: dict[str, str] = {
+    "ignoreLocalNodeInPlacementPolicy": "ignore_local_node_in_placement_policy",
+    "ensembleRandomReadReordering": "ensemble_random_read_reordering",
+    "readReorderThresholdPendingRequests": "read_reorder_threshold_pending_requests",
+    "bookieFailureHistoryExpirationMSec": "bookie_failure_history_expiration_ms",
+}
+
 #: typed value -> field value, for the keys whose field is not the parsed value itself
 _CONVERT: dict[str, Callable[[Any], Any]] = {
     "reppDnsResolverClass": _opt_str,
@@ -84,7 +92,7 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
 }
 
 #: Every upstream key :meth:`PlacementConfig.from_properties` accepts.
-PLACEMENT_KEYS: frozenset[str] = frozenset(_FIELDS)
+PLACEMENT_KEYS: frozenset[str] = frozenset(_FIELDS) | frozenset(_LIBRARY_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -157,9 +165,33 @@ class PlacementConfig(Section):
     """``repairedPlacementPolicyNotAdheringBookieEnabled`` (server key, BP-54)."""
 
     KEY_FIELDS = _FIELDS
+    LIBRARY_FIELDS = _LIBRARY_FIELDS
     CONVERT = _CONVERT
     SECTION = "placement"
     STRICT = True  # from_properties refuses a key that is not a placement key (a typo would be ignored)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any] | None = None) -> "PlacementConfig":
+        """As :meth:`Section.from_properties`, also accepting the library-only keys (``_LIBRARY_FIELDS``).
+
+        Raises:
+            ConfigError: naming every key with a bad value, or an unknown placement key.
+        """
+        props = dict(props or {})
+        library = {name: props.pop(name) for name in [n for n in props if n in _LIBRARY_FIELDS]}
+        config = super().from_properties(props)
+        if not library:
+            return config
+        typed: dict[str, Any] = {}
+        errors: list[str] = []
+        for name, value in library.items():
+            try:
+                typed[_LIBRARY_FIELDS[name]] = typed_value(LIBRARY_KEY_BY_NAME[name], value)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ConfigError("; ".join(errors))
+        return replace(config, **typed)
 
     @staticmethod
     def known_keys() -> frozenset[str]:
@@ -173,7 +205,7 @@ class PlacementConfig(Section):
 
     def to_properties(self) -> dict[str, Any]:
         """The config as upstream key -> value (round-trips through :meth:`from_properties`)."""
-        by_attr = {attr: key for key, attr in _FIELDS.items()}
+        by_attr = {attr: key for key, attr in {**_FIELDS, **_LIBRARY_FIELDS}.items()}
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)

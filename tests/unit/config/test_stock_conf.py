@@ -145,3 +145,20 @@ def test_pulsar_names_of_no_effect_keys_are_listed_not_unknown():
                                               "bookkeeper_reorderReadSequenceEnabled": "false"})
     assert set(s.ignored) == {"bookkeeperEnableStickyReads", "reorderReadSequenceEnabled"}
     assert s.sources["reorderReadSequenceEnabled"] == "flag (alias bookkeeper_reorderReadSequenceEnabled)"
+
+
+def test_read_order_and_local_node_keys_have_no_effect_in_the_daemon_but_stay_in_the_library():
+    """The daemon never calls the policy's read reordering nor gives it a local node, so these keys
+    used to be shown as effective while nothing the daemon runs read them."""
+    from autorecovery.placement import PlacementConfig
+
+    props = {"ensembleRandomReadReordering": "true", "readReorderThresholdPendingRequests": "10",
+             "bookieFailureHistoryExpirationMSec": "1000", "ignoreLocalNodeInPlacementPolicy": "true"}
+    s = load_settings(None, env={}, overrides={"zkServers": "zk1:2181", **props})
+    assert set(s.ignored) == set(props)
+    assert s.placement == PlacementConfig()
+    lib = PlacementConfig.from_properties(props)
+    assert (lib.ensemble_random_read_reordering, lib.read_reorder_threshold_pending_requests,
+            lib.bookie_failure_history_expiration_ms, lib.ignore_local_node_in_placement_policy) == (True, 10, 1000, True)
+    with pytest.raises(ConfigError, match="readReorderThresholdPendingRequests"):
+        PlacementConfig.from_properties({"readReorderThresholdPendingRequests": "-1"})
