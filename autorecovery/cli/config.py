@@ -4,11 +4,13 @@ Also home of the options every command uses to find the cluster (``-c/--conf``, 
 ``--ledgers-root``, ``-D key=value``) and of :func:`settings_from_cli`, the only place where the CLI
 hands ``os.environ`` to the loader.
 
-Exit codes of ``config check``: 0 valid and every key that is set takes effect; 1 some key that is set
-has no effect (unknown or misspelt, shadowed by another key) — each listed as an ``ERROR:`` line; the
-daemon would start and log the same lines as warnings; 2 invalid (every bad key named on stderr; the
-daemon refuses to start). Keys of :data:`~autorecovery.config.keys.NO_EFFECT_KEYS` are accepted for
-compatibility and listed with their reason, never silently.
+Exit codes (docs/operators.md, "Exit codes", is the one table): 0 valid and every key that is set takes
+effect; 1 valid, but a key that is set yields to another key (``zkServers`` under ``metadataServiceUri``,
+``httpServerAddress`` under ``httpServerHost``, a TLS file without its switch) — each listed as a
+``WARNING: no effect:`` line, the daemon would start and log the same warnings; 2 configuration error:
+a bad value, an unknown or misspelt key, a refused key (every one named on stderr; ``run`` and the shell
+refuse the same configuration with exit 2). Keys of :data:`~autorecovery.config.keys.NO_EFFECT_KEYS` are
+accepted for compatibility and listed with their reason, never silently.
 """
 
 from __future__ import annotations
@@ -110,16 +112,17 @@ def config() -> None:
 @config.command("check")
 @location_options
 @click.option("--strict", is_flag=True, hidden=True,
-              help="Kept for compatibility: a key without effect already makes check exit 1.")
+              help="Kept for compatibility: a key that yields to another already makes check exit 1.")
 @click.option("--cluster", is_flag=True,
               help="Also read the cluster's LAYOUT (read only) and check the configured ledger manager against it.")
 def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tuple[str, ...], strict: bool,
           cluster: bool) -> None:
     """Validate the configuration and print the effective value of every key.
 
-    A key that is set but has no effect (unknown, misspelt — with "did you mean" —, or shadowed by
-    another key) is an ERROR line and exit status 1. Keys accepted for compatibility that have no
-    effect here are listed with their reason. Bad values are errors naming key and value (exit 2).
+    A key that is set but yields to another key is a WARNING line and exit status 1. An unknown or
+    misspelt key (with "did you mean"), a refused key and a bad value are configuration errors naming
+    the key (exit 2, as ``run`` and the shell). Keys accepted for compatibility that have no effect here
+    are listed with their reason.
     With ``--cluster`` it also reads the cluster's ``LAYOUT`` (read only) and fails (exit 2) when the
     configured ledger manager (``metadataServiceUri`` scheme, ``ledgerManagerFactoryClass``,
     ``ledgerManagerType``) is not the one the cluster was formatted with.
@@ -134,7 +137,7 @@ def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tupl
         click.echo("ERROR: invalid configuration:\n  " + "\n  ".join(errors), err=True)
         sys.exit(EXIT_CONFIG)
     for w in settings.warnings:
-        click.echo(f"ERROR: no effect: {w}", err=True)
+        click.echo(f"WARNING: no effect: {w}", err=True)
     click.echo(f"# effective configuration ({settings.conf_path or 'no file'}; BK_<key> env and flags applied)")
     click.echo(f"# metadata store: {settings.metadata_service_uri}  bookie id: {settings.bookie_id}")
     sec = settings.zk_security
@@ -145,7 +148,7 @@ def check(conf: str | None, zk: str | None, ledgers_root: str | None, sets: tupl
     for line in settings.effective_lines():
         click.echo(line)
     for name in settings.ignored:
-        click.echo(f"# {name}: accepted for compatibility, no effect here: {K.NO_EFFECT_KEYS[name]} "
+        click.echo(f"# {name}: accepted for compatibility, no effect here: {K.no_effect_reason(name)} "
                    f"[{settings.sources.get(name, '?')}]")
     if cluster:
         _check_against_cluster(settings)

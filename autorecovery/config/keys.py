@@ -240,14 +240,18 @@ KEYS: tuple[Key, ...] = (
     _k("shutdownTimeoutSeconds", "float", 20.0, "s", "daemon",
        "SIGTERM/SIGINT: bound on the graceful stop (drain copies, release locks, delete the vote)",
        origin=OURS, min_value=0.1, max_value=YEAR_S),
+    _k("permittedStartupUsers", "str", None, "", "daemon",
+       "comma-separated user names allowed to run the daemon: `autorecovery run` as any other user refuses to "
+       "start naming it (exit 2); unset or empty = any user (upstream checks it when the bookie process starts)"),
     _k("sessionRejoinEnabled", "bool", True, "", "daemon",
        "on ZooKeeper session expiry stop every role, make a new session and rejoin (upstream exits)", origin=OURS),
     # -- HTTP ---------------------------------------------------------------------------------------
     _k("httpServerEnabled", "bool", True, "", "http",
        "serve /metrics, /healthz, /readyz and /api/v1/... on httpServerPort", upstream_default=False),
     _k("httpServerPort", "int", 8080, "", "http", "HTTP port (0 = pick a free port)", min_value=0, max_value=PORT_MAX),
-    _k("httpServerAddress", "str", "127.0.0.1", "", "http",
-       "address the HTTP server binds; 0.0.0.0 for every interface", origin=OURS),
+    _k("httpServerHost", "str", "127.0.0.1", "", "http",
+       "address the HTTP server binds; 0.0.0.0 for every interface (our older name httpServerAddress is an alias)",
+       upstream_default="0.0.0.0"),
     _k("httpAdminMutationsEnabled", "bool", False, "", "http",
        "allow the mutating admin endpoints (PUT status/bookie/trigger_audit/lost_bookie_recovery_delay/decommission)",
        origin=OURS),
@@ -413,17 +417,6 @@ KEYS: tuple[Key, ...] = (
     _k("minNumRacksPerWriteQuorum", "int", 2, "count", "placement", "racks wanted per write set",
        min_value=1, max_value=INT_MAX),
     _k("enforceMinNumRacksPerWriteQuorum", "bool", False, "", "placement", "make minNumRacksPerWriteQuorum a hard rule"),
-    _k("enforceMinNumFaultDomainsForWrite", "bool", False, "", "placement", "acked bookies must span fault domains"),
-    _k("ignoreLocalNodeInPlacementPolicy", "bool", False, "", "placement", "do not resolve the local node"),
-    _k("useHostnameResolveLocalNodePlacementPolicy", "bool", False, "", "placement",
-       "resolve the local node by host name"),
-    _k("reorderReadSequenceEnabled", "bool", True, "", "placement", "reorder reads by bookie health"),
-    _k("ensembleRandomReadReordering", "bool", False, "", "placement", "shuffle within read-order classes"),
-    _k("readReorderThresholdPendingRequests", "int", 0, "count", "placement", "move least-loaded replica first",
-       min_value=0, max_value=INT_MAX),
-    _k("enableBookieFailureTracking", "bool", True, "", "placement", "track failed bookies for read ordering"),
-    _k("bookieFailureHistoryExpirationMSec", "int", 60000, "ms", "placement", "expiry of failure history",
-       min_value=0, max_value=YEAR_MS),
     _k("networkTopologyStabilizePeriodSeconds", "int", 0, "s", "placement", "delay removal of departed bookies",
        min_value=0, max_value=YEAR_S),
     _k("diskWeightBasedPlacementEnabled", "bool", False, "", "placement", "weight bookie choice by free disk space"),
@@ -448,10 +441,6 @@ KEYS: tuple[Key, ...] = (
        origin=OURS),
     _k("reppDisableDurability", "bool", False, "", "placement",
        "region-aware: start with the disable-durability feature on (one region suffices)", origin=OURS),
-    _k("delayEnsembleChange", "bool", False, "", "placement", "ensemble change only when AQ can't be met"),
-    _k("disableEnsembleChangeFeatureName", "str", "disable_ensemble_change", "", "placement",
-       "feature that stops replacing failed bookies"),
-    _k("stickyReadSEnabled", "bool", False, "", "placement", "sticky reads"),
     # -- BookieInfoReader ------------------------------------------------------------------------
     _k("getBookieInfoIntervalSeconds", "int", 60, "s", "bookieinfo",
        "full GET_BOOKIE_INFO poll of every writable bookie; 0 = only when the bookie set changes",
@@ -465,6 +454,23 @@ KEYS: tuple[Key, ...] = (
 #: Name → Key.
 KEY_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
 
+#: Upstream policy keys that only the placement *library* reads: :meth:`PlacementConfig.from_properties
+#: <autorecovery.placement.config.PlacementConfig.from_properties>` accepts them for tools and tests that
+#: drive upstream's read-order and local-node logic (``reorder_read_sequence``, ``local_location``), but
+#: the daemon calls neither, so in a ``bk_server.conf`` they have no effect (:data:`NO_EFFECT_GROUPS`)
+#: and they are not in :data:`KEYS`.
+LIBRARY_PLACEMENT_KEYS: tuple[Key, ...] = (
+    _k("ignoreLocalNodeInPlacementPolicy", "bool", False, "", "placement", "do not resolve the local node"),
+    _k("ensembleRandomReadReordering", "bool", False, "", "placement", "shuffle within read-order classes"),
+    _k("readReorderThresholdPendingRequests", "int", 0, "count", "placement", "move least-loaded replica first",
+       min_value=0, max_value=INT_MAX),
+    _k("bookieFailureHistoryExpirationMSec", "int", 60000, "ms", "placement", "expiry of failure history",
+       min_value=0, max_value=YEAR_MS),
+)
+
+#: Name → Key of :data:`LIBRARY_PLACEMENT_KEYS`.
+LIBRARY_KEY_BY_NAME: dict[str, Key] = {k.name: k for k in LIBRARY_PLACEMENT_KEYS}
+
 #: Pulsar ``broker.conf`` names → upstream key (same meaning, same unit). The two policy switches are
 #: handled by :func:`pulsar_policy` instead.
 PULSAR_ALIASES: dict[str, str] = {
@@ -475,15 +481,20 @@ PULSAR_ALIASES: dict[str, str] = {
     "zookeeperServers": "zkServers",
     "bookkeeperClientMinNumRacksPerWriteQuorum": "minNumRacksPerWriteQuorum",
     "bookkeeperClientEnforceMinNumRacksPerWriteQuorum": "enforceMinNumRacksPerWriteQuorum",
-    "bookkeeperClientReorderReadSequenceEnabled": "reorderReadSequenceEnabled",
     "bookkeeperDiskWeightBasedPlacementEnabled": "diskWeightBasedPlacementEnabled",
     "bookkeeperClientGetBookieInfoIntervalSeconds": "getBookieInfoIntervalSeconds",
     "bookkeeperClientGetBookieInfoRetryIntervalSeconds": "getBookieInfoRetryIntervalSeconds",
-    "bookkeeperEnableStickyReads": "stickyReadSEnabled",
 }
 
 #: Pulsar's boolean policy switches (``bookkeeperClientRegionawarePolicyEnabled`` wins, as in Pulsar's
 #: BookKeeperClientFactoryImpl; both false → the default policy).
+#: Our own older names → the upstream key that replaced them (same meaning). In one source the upstream
+#: name wins, with a warning when the two differ; a later source (env over file, flag over env) wins
+#: whichever name it uses.
+OUR_ALIASES: dict[str, str] = {
+    "httpServerAddress": "httpServerHost",
+}
+
 PULSAR_POLICY_SWITCHES = ("bookkeeperClientRackawarePolicyEnabled", "bookkeeperClientRegionawarePolicyEnabled")
 
 #: Pulsar passes ``bookkeeper_<key>=v`` through to the BookKeeper client as ``<key>=v``; so do we.
@@ -517,23 +528,47 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "dbStorage_rocksDB_blockCacheSize", "dbStorage_rocksDB_writeBufferSizeMB", "dbStorage_rocksDB_sstSizeInMB",
         "dbStorage_rocksDB_blockSize", "dbStorage_rocksDB_bloomFilterBitsPerKey", "dbStorage_rocksDB_numLevels",
         "dbStorage_rocksDB_numFilesInLevel0", "dbStorage_rocksDB_maxSizeInLevel1MB",
+        # the rest of upstream 4.17.2's stock bk_server.conf (its active and commented lines)
+        "gcEntryLogMetadataCacheEnabled", "gcEntryLogMetadataCachePath", "gcOverreplicatedLedgerMaxConcurrentRequests",
+        "allowMultipleDirsUnderSameDiskPartition", "allowStorageExpansion", "compactionMaxOutstandingRequests",
+        "compactionRate", "forceAllowCompaction", "isThrottleByBytes", "majorCompactionMaxTimeMillis",
+        "minorCompactionMaxTimeMillis", "useTargetEntryLogSizeForGc", "useTransactionalCompaction",
+        "entryLocationCompactionInterval", "entryLogPerLedgerEnabled", "entryLogPerLedgerCounterLimitsMultFactor",
+        "entrylogMapAccessExpiryTimeInSeconds", "maximumNumberOfActiveEntryLogs", "fileInfoMaxIdleTime",
+        "readBufferSizeBytes", "writeBufferSizeBytes", "journalAlignmentSize", "journalBufferedEntriesThreshold",
+        "journalChannelProvider", "journalFlushWhenQueueEmpty", "journalMaxMemorySizeMb", "journalQueueSize",
+        "minUsableSizeForEntryLogCreation", "minUsableSizeForHighPriorityWrites", "minUsableSizeForIndexFileCreation",
+        "readOnlyModeOnAnyDiskFullEnabled", "persistBookieStatusEnabled", "numOfMemtableFlushThreads",
+        "defaultRocksdbConf", "entryLocationRocksdbConf", "ledgerMetadataRocksdbConf",
+        "dbStorage_readAheadCacheBatchBytesSize", "dbStorage_rocksDB_checksum_type", "dbStorage_rocksDB_format_version",
+        "dbStorage_rocksDB_logPath", "dbStorage_directIOEntryLoggerMaxFdCacheTimeSeconds",
+        "dbStorage_directIOEntryLoggerReadBufferSizeMB", "dbStorage_directIOEntryLoggerTotalReadBufferSizeMB",
+        "dbStorage_directIOEntryLoggerTotalWriteBufferSizeMB",
     )),
-    ("bookie request serving: threads, queues and sockets of the bookie's Netty server; this daemon serves "
-     "no bookie protocol", (
+    ("bookie request serving: threads, queues, timers, sockets and self-checks of the bookie's Netty server; "
+     "this daemon serves no bookie protocol", (
         "numAddWorkerThreads", "numReadWorkerThreads", "numHighPriorityWorkerThreads",
         "numJournalCallbackThreads", "maxPendingReadRequestsPerThread", "maxPendingAddRequestsPerThread",
         "maxAddsInProgressLimit", "maxReadsInProgressLimit", "serverTcpNoDelay", "serverNumIOThreads",
         "listeningInterface", "allowLoopback", "allowEphemeralPorts", "enableLocalTransport",
         "disableServerSocketBind", "extraServerComponents", "storageserver.grpc.port",
+        "ignoreExtraServerComponentsStartupFailures", "numLongPollWorkerThreads", "readWorkerThreadsThrottlingEnabled",
+        "requestTimerNumTicks", "requestTimerTickDurationMs", "serverSockKeepalive", "serverTcpLinger",
+        "enableBusyWait", "enableTaskExecutionStats", "sanityCheckMetricsEnabled",
     )),
-    ("Java runtime internals: Netty buffers and channels, the Vert.x HTTP server class; our client speaks "
-     "gRPC and our HTTP server is aiohttp, so there is nothing for them to tune", (
+    ("Java runtime internals: Netty buffers, allocators and channels, JVM metrics, shaded (relocated) class "
+     "names, the Vert.x HTTP server class; there is no JVM here (our client speaks gRPC, our HTTP server is "
+     "aiohttp), so there is nothing for them to tune", (
         "nettyMaxFrameSizeBytes", "byteBufAllocatorSizeMax", "closeChannelOnResponseTimeout", "httpServerClass",
+        "byteBufAllocatorSizeInitial", "byteBufAllocatorSizeMin", "allocatorPoolingPolicy",
+        "allocatorPoolingConcurrency", "allocatorOutOfMemoryPolicy", "allocatorLeakDetectionPolicy",
+        "exposeDefaultJVMMetrics", "allowShadedLedgerManagerFactoryClass", "shadedLedgerManagerFactoryClassPrefix",
     )),
     ("bookie-only switch: runs AutoRecovery inside the bookie JVM; this daemon is AutoRecovery, started on "
      "its own", ("autoRecoveryDaemonEnabled",)),
     ("DistributedLog / stream-storage settings of the same file; not used by AutoRecovery", (
         "dlog.bkcEnsembleSize", "dlog.bkcWriteQuorumSize", "dlog.bkcAckQuorumSize",
+        "storage.range.store.dirs", "storage.serve.readonly.tables", "storage.cluster.controller.schedule.interval.ms",
     )),
     ("ZooKeeper client tuning of the Java client: our client (kazoo) reconnects with its own backoff "
      "(0.1 s doubling to 1 s, so a session rejoins quickly) and bounds outstanding operations with "
@@ -557,6 +592,33 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      "refused)", ("zookeeper.ssl.trustStore.password", "zookeeper.ssl.trustStore.passwordPath")),
     ("password of a JKS/PKCS12 trust store: only PEM trust stores are read here and they carry no password "
      "(tlsTrustStoreType=JKS or PKCS12 is refused)", ("tlsTrustStorePasswordPath",)),
+    ("outputs of the Codahale stats provider (CSV, Graphite, JMX, SLF4J): only the Prometheus provider exists "
+     "here (statsProviderClass=...CodahaleMetricsProvider is refused)", (
+        "codahaleStatsPrefix", "codahaleStatsOutputFrequencySeconds", "codahaleStatsGraphiteEndpoint",
+        "codahaleStatsCSVEndpoint", "codahaleStatsSlf4jEndpoint", "codahaleStatsJmxEndpoint",
+    )),
+    ("digest type and password for opening ledgers: the auditor and the worker take both from each ledger's "
+     "metadata (upstream's enableDigestTypeAutodetection=true, its default), i.e. what the ledger was "
+     "written with", ("digestType", "passwd", "enableDigestTypeAutodetection")),
+    ("read order of upstream's client (sticky reads, reordering by bookie health, failure tracking for that "
+     "order): our reader asks each entry's write set live bookies first and the worker copies a fragment as "
+     "one stream from one source bookie, so there is no per-entry read order to switch (Pulsar's "
+     "bookkeeperEnableStickyReads and bookkeeperClientReorderReadSequenceEnabled are the same keys)", (
+        "stickyReadSEnabled", "reorderReadSequenceEnabled", "enableBookieFailureTracking",
+        "bookkeeperEnableStickyReads", "bookkeeperClientReorderReadSequenceEnabled",
+        "ensembleRandomReadReordering", "readReorderThresholdPendingRequests", "bookieFailureHistoryExpirationMSec",
+    )),
+    ("ensemble-change rules of upstream's client add path: our client adds entries only while recovering a "
+     "ledger and replaces an unreachable bookie at once (upstream's default, delayEnsembleChange=false); "
+     "there is no feature provider, so no feature can turn ensemble changes off",
+     ("delayEnsembleChange", "disableEnsembleChangeFeatureName")),
+    ("the local node of upstream's client placement (whether to prefer its rack, and whether to resolve it "
+     "by host name or by IP): the daemon's placement policy has no local node; it places a replacement "
+     "bookie by the ledger's ensemble, never near the AutoRecovery host",
+     ("useHostnameResolveLocalNodePlacementPolicy", "ignoreLocalNodeInPlacementPolicy")),
+    ("false (upstream's default) is accepted and changes nothing; true asks that an add be acknowledged only "
+     "once the acked bookies span minNumRacksPerWriteQuorum fault domains, which our client's recovery adds "
+     "do not check, so true is refused", ("enforceMinNumFaultDomainsForWrite",)),
     ("Prometheus latency rollover: our OpStats quantiles come from a sliding window of the latest 1024 "
      "values per series, not from a window rotated every N seconds", ("prometheusStatsLatencyRolloverSeconds",)),
 )
@@ -569,13 +631,39 @@ IGNORED_UPSTREAM_KEYS: frozenset[str] = frozenset(NO_EFFECT_KEYS)
 
 
 #: Upstream security keys not implemented here (issue 15): the authentication plugins (SASL,
-#: ``BookieAuthZFactory`` and custom providers) have no equivalent in the gRPC protocol of this
-#: implementation; TLS and mTLS (``tlsProviderFactoryClass``...) are implemented. A config that *asks* for
+#: ``BookieAuthZFactory`` and custom providers) and the certificate roles ``BookieAuthZFactory`` authorizes
+#: (``authorizedRoles``) have no equivalent in the gRPC protocol of this implementation; TLS and mTLS
+#: (``tlsProviderFactoryClass``...) are implemented. A config that *asks* for
 #: one (a non-empty class name) must not start: running without the security the operator asked for would
 #: be worse than not running. A value that asks for nothing (empty, false, 0, none) is accepted.
 UNIMPLEMENTED_SECURITY_KEYS: frozenset[str] = frozenset({
-    "clientAuthProviderFactoryClass", "bookieAuthProviderFactoryClass",
+    "clientAuthProviderFactoryClass", "bookieAuthProviderFactoryClass", "authorizedRoles",
 })
+
+#: Keys of :data:`NO_EFFECT_KEYS` whose default has no effect but whose other value asks for something
+#: this implementation does not do: a value :func:`asks_for_security` counts as asking is refused with
+#: this reason (running with less than the operator asked for is worse than not running).
+REFUSED_WHEN_ASKED: dict[str, str] = {
+    "enforceMinNumFaultDomainsForWrite": "our client's recovery adds do not wait for the acked bookies to span "
+                                         "minNumRacksPerWriteQuorum fault domains; remove the key or set it false",
+}
+
+
+#: Why an :data:`UNIMPLEMENTED_SECURITY_KEYS` key that asks for nothing is accepted with no effect.
+UNIMPLEMENTED_SECURITY_REASON = ("empty (or false, 0, none) asks for nothing; any other value asks for an "
+                                 "authentication plugin or certificate roles this implementation does not "
+                                 "provide and is refused (issue 15; docs/security.md)")
+
+
+def no_effect_reason(name: str) -> str:
+    """Why ``name``, accepted by the loader, has no effect here (``config check`` prints it).
+
+    Raises:
+        KeyError: ``name`` is not accepted with no effect.
+    """
+    if name in UNIMPLEMENTED_SECURITY_KEYS:
+        return UNIMPLEMENTED_SECURITY_REASON
+    return NO_EFFECT_KEYS[name]
 
 
 def asks_for_security(raw: str) -> bool:
@@ -592,13 +680,22 @@ def known(name: str) -> bool:
     return name in KEY_BY_NAME
 
 
+def classified(name: str) -> bool:
+    """True for every name the loader does not call unknown: a key of the table, one of its aliases
+    (Pulsar's, ours), a key accepted with no effect, or an unimplemented security key (refused when it
+    asks for something)."""
+    return (name in KEY_BY_NAME or name in PULSAR_ALIASES or name in OUR_ALIASES or name in PULSAR_POLICY_SWITCHES
+            or name in NO_EFFECT_KEYS or name in UNIMPLEMENTED_SECURITY_KEYS)
+
+
 def suggest(name: str, extra: tuple[str, ...] = ()) -> str | None:
     """The closest known key to a misspelled ``name`` ("did you mean"), or None.
 
     A case-insensitive exact match wins (``zktimeout`` → ``zkTimeout``); otherwise difflib's closest
     name with a similarity of at least 0.8.
     """
-    names = list(KEY_BY_NAME) + list(PULSAR_ALIASES) + list(PULSAR_POLICY_SWITCHES) + list(extra)
+    names = (list(KEY_BY_NAME) + list(PULSAR_ALIASES) + list(OUR_ALIASES) + list(PULSAR_POLICY_SWITCHES)
+             + list(NO_EFFECT_KEYS) + sorted(UNIMPLEMENTED_SECURITY_KEYS) + list(extra))
     low = name.lower()
     for n in names:
         if n.lower() == low:

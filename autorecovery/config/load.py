@@ -238,7 +238,8 @@ class Settings:
             None when it leaves the choice to ``LAYOUT``; checked against ``LAYOUT`` at start
             (:func:`autorecovery.ledger.layout.require_matches`). ledger_manager_key: which key named it.
         stats: the upstream Prometheus listener (``statsProviderClass``, ``prometheusStatsHttp*``).
-        ignored: keys that were set but have no effect here (:data:`~autorecovery.config.keys.NO_EFFECT_KEYS`),
+        ignored: keys that were set but have no effect here (:data:`~autorecovery.config.keys.NO_EFFECT_KEYS`,
+            and unimplemented security keys that ask for nothing; reason: ``keys.no_effect_reason``),
             in the order they were seen.
         tls: TLS to the bookies (``tlsProviderFactoryClass``, ``tlsClientAuthentication``, PEM files).
     """
@@ -729,7 +730,7 @@ def _http_settings(values: Mapping[str, Any], errors: list[str]) -> HttpSettings
         if values.get(name):
             errors.append(f"{name} is set: JKS key/trust stores are not supported for the HTTP server; use "
                           f"httpServerCertificatePath and httpServerKeyPath (PEM) and httpServerClientCaPath")
-    address = str(values["httpServerAddress"])
+    address = str(values["httpServerHost"])
     tls = bool(values.get("httpServerTlsEnable"))
     cert = values.get("httpServerCertificatePath") or None
     key = values.get("httpServerKeyPath") or None
@@ -754,7 +755,7 @@ def _http_settings(values: Mapping[str, Any], errors: list[str]) -> HttpSettings
     mutations = bool(values["httpAdminMutationsEnabled"])
     if (mutations and values.get("httpServerEnabled") and not _is_loopback(address) and not token_path
             and not (tls and ca)):
-        errors.append(f"httpAdminMutationsEnabled=true on a non-loopback bind (httpServerAddress={address}) needs "
+        errors.append(f"httpAdminMutationsEnabled=true on a non-loopback bind (httpServerHost={address}) needs "
                       f"authentication: set httpAdminTokenFile (bearer token) or httpServerTlsEnable=true with "
                       f"httpServerClientCaPath (client certificates)")
     return HttpSettings(enabled=bool(values["httpServerEnabled"]), address=address,
@@ -853,6 +854,13 @@ def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
             direct[name] = (raw, layer.source)
         elif name in K.PULSAR_ALIASES:
             aliased[K.PULSAR_ALIASES[name]] = (raw, f"{layer.source} (alias {name})")
+        elif name in K.OUR_ALIASES:
+            target = K.OUR_ALIASES[name]
+            aliased[target] = (raw, f"{layer.source} (alias {name})")
+            other = layer.props.get(target)
+            if other is not None and other.strip() != raw.strip():
+                warnings.append(f"{name}={raw.strip()} is ignored: {target}={other.strip()} (upstream's name) "
+                                f"{where[layer.source]} takes precedence")
         elif name in K.PULSAR_POLICY_SWITCHES:
             try:
                 flag = K.Key(name, "bool", None, "", "").parse(raw)
@@ -864,26 +872,32 @@ def _normalise(layer: _Layer, extra: frozenset[str], warnings: list[str],
             target = name[len(K.PULSAR_PASSTHROUGH_PREFIX):]
             if target in K.KEY_BY_NAME or target in extra:
                 aliased[target] = (raw, f"{layer.source} (alias {name})")
+            elif target in K.NO_EFFECT_KEYS and not (target in K.REFUSED_WHEN_ASKED and K.asks_for_security(raw)):
+                ignored.setdefault(target, f"{layer.source} (alias {name})")
             else:
-                warnings.append(_unknown(name, where[layer.source], extra))
-                direct[name] = (raw, layer.source)
+                errors.append(_unknown(name, where[layer.source], extra))
         elif name in K.UNIMPLEMENTED_SECURITY_KEYS:
             if K.asks_for_security(raw):
-                errors.append(f"{name}={raw.strip()} {where[layer.source]} asks for an authentication plugin "
-                              f"(SASL, BookieAuthZFactory or another AuthProviderFactory) that this "
+                asks = ("certificate role authorization (BookieAuthZFactory)" if name == "authorizedRoles" else
+                        "an authentication plugin (SASL, BookieAuthZFactory or another AuthProviderFactory)")
+                errors.append(f"{name}={raw.strip()} {where[layer.source]} asks for {asks} that this "
                               f"implementation does not provide (issue 15); refusing to start without it. "
                               f"Authenticate with TLS client certificates instead (tlsProviderFactoryClass, "
                               f"tlsClientAuthentication; see docs/security.md), and remove the key or set it empty")
+            else:
+                ignored.setdefault(name, layer.source)
+        elif name in K.REFUSED_WHEN_ASKED and K.asks_for_security(raw):
+            errors.append(f"{name}={raw.strip()} {where[layer.source]} is not supported: {K.REFUSED_WHEN_ASKED[name]}")
         elif name in K.NO_EFFECT_KEYS:
             ignored.setdefault(name, layer.source)
         else:
-            warnings.append(_unknown(name, where[layer.source], extra))
-            direct[name] = (raw, layer.source)
+            errors.append(_unknown(name, where[layer.source], extra))
     out.update(aliased)
     out.update(direct)  # the upstream name wins over its alias within a layer
 
 
 def _unknown(name: str, where: str, extra: frozenset[str]) -> str:
+    """The error line of a key nobody reads (a configuration error: it would be ignored)."""
     hint = K.suggest(name, tuple(extra))
     msg = f"unknown configuration key {name} {where}"
     return msg + (f"; did you mean {hint}?" if hint and hint != name else "")

@@ -15,10 +15,11 @@ Units: keys ending in ``Seconds``/``Secs`` are seconds, ``MSec`` milliseconds, a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping
 
-from autorecovery.config.keys import KEY_BY_NAME, Section
+from autorecovery.config.keys import KEY_BY_NAME, LIBRARY_KEY_BY_NAME, Section, typed_value
+from autorecovery.errors import ConfigError
 
 __all__ = ["PlacementConfig", "PLACEMENT_KEYS"]
 
@@ -47,14 +48,6 @@ _FIELDS: dict[str, str] = {
     "networkTopologyScriptNumberArgs": "network_topology_script_number_args",
     "minNumRacksPerWriteQuorum": "min_num_racks_per_write_quorum",
     "enforceMinNumRacksPerWriteQuorum": "enforce_min_num_racks_per_write_quorum",
-    "enforceMinNumFaultDomainsForWrite": "enforce_min_num_fault_domains_for_write",
-    "ignoreLocalNodeInPlacementPolicy": "ignore_local_node_in_placement_policy",
-    "useHostnameResolveLocalNodePlacementPolicy": "use_hostname_resolve_local_node",
-    "ensembleRandomReadReordering": "ensemble_random_read_reordering",
-    "readReorderThresholdPendingRequests": "read_reorder_threshold_pending_requests",
-    "reorderReadSequenceEnabled": "reorder_read_sequence_enabled",
-    "enableBookieFailureTracking": "enable_bookie_failure_tracking",
-    "bookieFailureHistoryExpirationMSec": "bookie_failure_history_expiration_ms",
     "networkTopologyStabilizePeriodSeconds": "network_topology_stabilize_period_s",
     "diskWeightBasedPlacementEnabled": "disk_weight_based_placement_enabled",
     "bookieMaxMultipleForWeightBasedPlacement": "bookie_max_multiple_for_weight_based_placement",
@@ -73,11 +66,19 @@ _FIELDS: dict[str, str] = {
     # ours: static presets of upstream's two region-aware feature switches (see placement/features.py)
     "reppDisallowedRegions": "repp_disallowed_regions",
     "reppDisableDurability": "repp_disable_durability",
-    "delayEnsembleChange": "delay_ensemble_change",
-    "disableEnsembleChangeFeatureName": "disable_ensemble_change_feature_name",
-    "stickyReadSEnabled": "sticky_reads_enabled",
     "auditorPeriodicPlacementPolicyCheckInterval": "auditor_periodic_placement_policy_check_interval_s",
     "repairedPlacementPolicyNotAdheringBookieEnabled": "repaired_placement_policy_not_adhering_bookie_enabled",
+}
+
+#: upstream key -> field, for the keys only the library reads (:data:`~autorecovery.config.keys.
+#: LIBRARY_PLACEMENT_KEYS`: upstream's read ordering and local node, which the daemon does not use; in a
+#: bk_server.conf they have no effect). :meth:`PlacementConfig.from_properties` accepts them; the loader
+#: never fills them.
+_LIBRARY_FIELDS: dict[str, str] = {
+    "ignoreLocalNodeInPlacementPolicy": "ignore_local_node_in_placement_policy",
+    "ensembleRandomReadReordering": "ensemble_random_read_reordering",
+    "readReorderThresholdPendingRequests": "read_reorder_threshold_pending_requests",
+    "bookieFailureHistoryExpirationMSec": "bookie_failure_history_expiration_ms",
 }
 
 #: typed value -> field value, for the keys whose field is not the parsed value itself
@@ -91,7 +92,7 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
 }
 
 #: Every upstream key :meth:`PlacementConfig.from_properties` accepts.
-PLACEMENT_KEYS: frozenset[str] = frozenset(_FIELDS)
+PLACEMENT_KEYS: frozenset[str] = frozenset(_FIELDS) | frozenset(_LIBRARY_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -116,20 +117,12 @@ class PlacementConfig(Section):
     """``minNumRacksPerWriteQuorum``: racks wanted per write set; effective ``min(WQ, this)``."""
     enforce_min_num_racks_per_write_quorum: bool = False
     """``enforceMinNumRacksPerWriteQuorum``: hard requirement; also excludes default-rack bookies."""
-    enforce_min_num_fault_domains_for_write: bool = False
-    """``enforceMinNumFaultDomainsForWrite``: acks count only when the acked bookies adhere."""
     ignore_local_node_in_placement_policy: bool = False
     """``ignoreLocalNodeInPlacementPolicy``: do not prefer the client's own rack."""
-    use_hostname_resolve_local_node: bool = False
-    """``useHostnameResolveLocalNodePlacementPolicy``."""
     ensemble_random_read_reordering: bool = False
     """``ensembleRandomReadReordering``: shuffle inside read-order classes."""
     read_reorder_threshold_pending_requests: int = 0
     """``readReorderThresholdPendingRequests``: move the least-loaded replica first (0 = off)."""
-    reorder_read_sequence_enabled: bool = True
-    """``reorderReadSequenceEnabled``."""
-    enable_bookie_failure_tracking: bool = True
-    """``enableBookieFailureTracking``."""
     bookie_failure_history_expiration_ms: int = 60000
     """``bookieFailureHistoryExpirationMSec`` (ms): expiry of the slow-bookie cache."""
     network_topology_stabilize_period_s: int = 0
@@ -166,21 +159,39 @@ class PlacementConfig(Section):
     """``reppDisableDurability`` (ours): the disable-durability feature starts on."""
     repp_enable_validation: bool = True
     """``reppEnableValidation``: region-aware final ensemble validation."""
-    delay_ensemble_change: bool = False
-    """``delayEnsembleChange`` (used by the client)."""
-    disable_ensemble_change_feature_name: str = "disable_ensemble_change"
-    """``disableEnsembleChangeFeatureName`` (used by the client)."""
-    sticky_reads_enabled: bool = False
-    """``stickyReadSEnabled`` (used by the client)."""
     auditor_periodic_placement_policy_check_interval_s: int = 0
     """``auditorPeriodicPlacementPolicyCheckInterval`` (s, server key, BP-34/BP-54; 0 = off)."""
     repaired_placement_policy_not_adhering_bookie_enabled: bool = False
     """``repairedPlacementPolicyNotAdheringBookieEnabled`` (server key, BP-54)."""
 
     KEY_FIELDS = _FIELDS
+    LIBRARY_FIELDS = _LIBRARY_FIELDS
     CONVERT = _CONVERT
     SECTION = "placement"
     STRICT = True  # from_properties refuses a key that is not a placement key (a typo would be ignored)
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any] | None = None) -> "PlacementConfig":
+        """As :meth:`Section.from_properties`, also accepting the library-only keys (``_LIBRARY_FIELDS``).
+
+        Raises:
+            ConfigError: naming every key with a bad value, or an unknown placement key.
+        """
+        props = dict(props or {})
+        library = {name: props.pop(name) for name in [n for n in props if n in _LIBRARY_FIELDS]}
+        config = super().from_properties(props)
+        if not library:
+            return config
+        typed: dict[str, Any] = {}
+        errors: list[str] = []
+        for name, value in library.items():
+            try:
+                typed[_LIBRARY_FIELDS[name]] = typed_value(LIBRARY_KEY_BY_NAME[name], value)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ConfigError("; ".join(errors))
+        return replace(config, **typed)
 
     @staticmethod
     def known_keys() -> frozenset[str]:
@@ -194,7 +205,7 @@ class PlacementConfig(Section):
 
     def to_properties(self) -> dict[str, Any]:
         """The config as upstream key -> value (round-trips through :meth:`from_properties`)."""
-        by_attr = {attr: key for key, attr in _FIELDS.items()}
+        by_attr = {attr: key for key, attr in {**_FIELDS, **_LIBRARY_FIELDS}.items()}
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)

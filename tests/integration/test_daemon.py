@@ -1,5 +1,6 @@
 """``autorecovery run`` as a process: a bk_server.conf with upstream keys (plus BK_ env and Pulsar
-aliases) drives it; unknown keys warn with "did you mean"; a bad value exits 2 naming key and value;
+aliases) drives it; an unknown key refuses the start (exit 2) with "did you mean", as a bad value does
+(exit 2 naming key and value); upstream's httpServerHost is the bind address;
 SIGINT stops it cleanly; SIGTERM while copying releases locks and the vote, exits 0 within the bound
 and leaves no half-written metadata."""
 
@@ -129,21 +130,33 @@ def test_upstream_conf_env_and_sigint(cluster, procs, tmp_path):
         "journalDirectories": "/data/bk/journal",
         "auditorPeriodicCheckIntrval": "5",
         "httpServerEnabled": "true",
+        "httpServerHost": "0.0.0.0",
     })
+    # issue 28: the misspelt key would be read by nothing: a configuration error for check and run alike
     checked = cli("config", "check", "-c", str(conf), env={"BK_httpServerPort": "0"})
-    assert checked.exit_code == 1, checked.stderr  # the misspelt key has no effect: an error (issue 10)
+    assert checked.exit_code == 2, checked.stderr
+    assert "did you mean auditorPeriodicCheckInterval?" in checked.stderr
+    refused = subprocess.run([sys.executable, "-m", "autorecovery", "run", "-c", str(conf)], capture_output=True,
+                             text=True, timeout=60, env={**{k: v for k, v in os.environ.items() if not k.startswith("BK_")},
+                                                            "BK_httpServerPort": "0"})
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "unknown configuration key auditorPeriodicCheckIntrval in the config file" in refused.stderr
+    assert "AUTORECOVERY_READY" not in refused.stdout
+
+    conf.write_text(conf.read_text().replace("auditorPeriodicCheckIntrval=5\n", ""))
+    checked = cli("config", "check", "-c", str(conf), env={"BK_httpServerPort": "0"})
+    assert checked.exit_code == 0, checked.stderr
     assert "zkTimeout=6000  # file, upstream" in checked.stdout
     assert "httpServerPort=0  # env, upstream" in checked.stdout
     assert "minNumRacksPerWriteQuorum=2  # file (alias bookkeeperClientMinNumRacksPerWriteQuorum)" in checked.stdout
-    assert "did you mean auditorPeriodicCheckInterval?" in checked.stderr
+    assert "httpServerHost=0.0.0.0  # file, upstream" in checked.stdout
 
     p = Proc(tmp_path, "d1", ["-c", str(conf)], env={"BK_httpServerPort": "0", "BK_logFormat": "json"})
     procs.append(p)
     port = p.wait_ready()
     text = p.text()
-    assert f"AUTORECOVERY_READY bookie_id={cluster.bookie_id(1)} http=127.0.0.1:{port}" in text
-    warning = [json.loads(l) for l in text.splitlines() if "did you mean" in l]
-    assert warning and warning[0]["level"] == "warning" and "auditorPeriodicCheckIntrval" in warning[0]["event"]
+    # upstream's bind key is honoured (it was an unknown key, and the daemon bound 127.0.0.1)
+    assert f"AUTORECOVERY_READY bookie_id={cluster.bookie_id(1)} http=0.0.0.0:{port}" in text
     wait_until(lambda: get_json(port, "/readyz")["ready"], 20, 0.1, "readyz")
     assert get_json(port, "/healthz")["status"] == "alive"
     wait_until(lambda: arun(votes_and_locks(cluster))[0], 10, 0.1, "a vote")

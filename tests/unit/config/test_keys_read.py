@@ -5,7 +5,8 @@ Every key autorecovery accepts is either
   reason, listed by ``config check``), or
 * proven to be read: setting it to a valid non-default value changes what the code builds from the
   settings — the typed :class:`Settings` tree (``.zk``, ``.http``, ``.auditor``, ``.worker``,
-  ``.placement``, ...), which is all the roles are handed — or it is refused with an error naming it when the value is one the code cannot honour, or, for the few
+  ``.placement``, ...), which is all the roles are handed, counting only the fields of each subtree
+  that some module reads (``.field``; issue 28: seven placement keys filled fields nothing read) — or it is refused with an error naming it when the value is one the code cannot honour, or, for the few
   keys the daemon reads straight from ``Settings.get`` at run time, the call ``.get("<key>")`` exists
   in the code outside the config package.
 
@@ -86,7 +87,8 @@ VALUES: dict[str, str] = {
     "zkDigestAuth": "ar:pw",
     "statsProviderClass": PROMETHEUS_PROVIDER,
     "prometheusStatsHttpAddress": "127.0.0.1",
-    "httpServerAddress": "0.0.0.0",
+    "httpServerHost": "0.0.0.0",
+    "permittedStartupUsers": "bookkeeper,ops",
     "ensemblePlacementPolicy": "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy",
     "reppDnsResolverClass": "org.apache.bookkeeper.net.ScriptBasedMapping",
     "networkTopologyScriptFileName": "/bin/true",
@@ -178,10 +180,30 @@ def _value(key: K.Key) -> str:
     raise AssertionError(f"no test value for string key {key.name}: add one to VALUES")
 
 
+_SOURCE_TEXT: list[str] = []
+
+
+def _accessed(attr: str) -> bool:
+    """True when some module of the package reads the attribute (``.attr``) — a field of a settings
+    section that no code reads is not an effect, however the section is built (issue 28)."""
+    if not _SOURCE_TEXT:
+        _SOURCE_TEXT.extend(path.read_text() for path in SRC.rglob("*.py"))
+    pat = re.compile(r"\." + re.escape(attr) + r"\b")
+    return any(pat.search(text) for text in _SOURCE_TEXT)
+
+
+def _read_part(value: Any) -> Any:
+    """A settings subtree reduced to the fields some code reads (dataclasses, one level down)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return tuple((f.name, getattr(value, f.name)) for f in dataclasses.fields(value) if _accessed(f.name))
+    return value
+
+
 def _fingerprint(s: Settings) -> tuple[Any, ...]:
-    """Everything the code builds from settings — the typed tree, including ``.auditor``, ``.worker``
-    and ``.placement`` — minus the raw maps (which any key would change)."""
-    return tuple((f.name, getattr(s, f.name)) for f in dataclasses.fields(s)
+    """Everything the code builds from settings and reads — the typed tree, including ``.auditor``,
+    ``.worker`` and ``.placement``, each reduced to the fields some module reads — minus the raw maps
+    (which any key would change)."""
+    return tuple((f.name, _read_part(getattr(s, f.name))) for f in dataclasses.fields(s)
                  if f.name not in ("values", "properties", "sources", "warnings", "conf_path", "ignored"))
 
 
@@ -259,8 +281,9 @@ def test_config_check_lists_no_effect_keys_with_reason_and_errors_on_unknown(tmp
             + K.NO_EFFECT_KEYS["journalDirectories"] + " [file]") in res.stdout
     conf.write_text("zkServers=zk1:2181\njournalDirectorys=/data/journal\n")
     res = CliRunner().invoke(main, ["config", "check", "-c", str(conf)], env={})
-    assert res.exit_code == 1, res.output
-    assert "ERROR: no effect: unknown configuration key journalDirectorys in the config file" in res.stderr
+    # issue 28: a key read by nothing is a configuration error (exit 2), as for `run` and the shell
+    assert res.exit_code == 2, res.output
+    assert "unknown configuration key journalDirectorys in the config file; did you mean journalDirectory?" in res.stderr
 
 
 def test_docs_list_every_no_effect_key_with_its_reason():

@@ -80,16 +80,19 @@ def test_env_properties_skips_docker_variables():
     assert env_properties({"BK_zkServers": "a:1", "BK_DATA_DIR": "/d", "BK_": "x", "HOME": "/"}) == {"zkServers": "a:1"}
 
 
-def test_unknown_key_warns_with_suggestion(tmp_path):
+def test_unknown_key_is_an_error_with_suggestion(tmp_path):
+    """Issue 28: a key read by nothing is a configuration error naming it (every one is listed)."""
     conf = write(tmp_path, "zkServers=z:2181\nauditorPeriodicCheckIntrval=5\nfooBarBaz=1\n")
-    s = load_settings(conf, env={"BK_zktimeout": "5"}, extra_keys=())
-    joined = "\n".join(s.warnings)
+    with pytest.raises(ConfigError) as err:
+        load_settings(conf, env={"BK_zktimeout": "5"}, extra_keys=())
+    joined = str(err.value)
     assert "unknown configuration key auditorPeriodicCheckIntrval in the config file; " \
            "did you mean auditorPeriodicCheckInterval?" in joined
     assert "unknown configuration key zktimeout in the environment (BK_...); did you mean zkTimeout?" in joined
     assert "unknown configuration key fooBarBaz in the config file" in joined and "fooBarBaz in the config file;" not in joined
-    # unknown keys still reach the role parsers (they may be theirs)
-    assert s.properties["fooBarBaz"] == "1"
+    # a key of a no-effect group is suggested too (upstream's spelling has a capital S)
+    with pytest.raises(ConfigError, match="did you mean stickyReadSEnabled"):
+        load_settings(None, env={}, overrides={"zkServers": "z:2181", "stickyReadsEnabled": "true"})
 
 
 def test_extra_provider_keys_are_not_unknown(tmp_path):

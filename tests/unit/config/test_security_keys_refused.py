@@ -21,6 +21,7 @@ from autorecovery.errors import ConfigError
 ASKING = {
     "clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory",
     "bookieAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory",
+    "authorizedRoles": "ops,admin",
 }
 
 
@@ -83,3 +84,35 @@ def test_huge_integer_in_every_key_is_a_config_error_or_a_value(tmp_path):
                 key.parse(raw)
             except ConfigError as exc:
                 assert key.name in str(exc)
+
+
+@pytest.mark.parametrize("line, named", [
+    ("authorizedRoles=ops", "authorizedRoles=ops in the config file asks for certificate role authorization"),
+    ("permittedStartupUsers=nobody-else,ops", "is not in permittedStartupUsers=nobody-else,ops: refusing to start"),
+    ("permittedStartupUser=ops", "unknown configuration key permittedStartupUser in the config file; "
+                                 "did you mean permittedStartupUsers?"),
+])
+def test_run_refuses_an_unsupported_or_unknown_security_key(tmp_path, line, named):
+    """Issue 28: `run` used to warn about these and start; running with less security than asked is
+    worse than not running, so it exits 2 (a configuration error) naming the key."""
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(f"zkServers=127.0.0.1:1\n{line}\n")  # nobody listens: it must fail on the config
+    proc = subprocess.run([sys.executable, "-m", "autorecovery.cli.main", "run", "-c", str(conf)],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert named in proc.stderr
+    assert "AUTORECOVERY_READY" not in proc.stdout
+
+
+def test_permitted_startup_users():
+    from autorecovery.cli.run import startup_user_refusal
+
+    def never() -> str:
+        raise AssertionError("the user is not looked up when every user is permitted")
+
+    assert startup_user_refusal(None, never) is None
+    assert startup_user_refusal(" , ", never) is None
+    assert startup_user_refusal("ops, bookkeeper", lambda: "bookkeeper") is None
+    assert startup_user_refusal("ops", lambda: "root") == (
+        "user 'root' is not in permittedStartupUsers=ops: refusing to start (run as one of them, or add the "
+        "user to the key)")

@@ -33,7 +33,12 @@ def _field_defaults(cls) -> dict[str, object]:
 @pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.__name__)
 def test_every_mapped_key_is_in_the_table_and_every_field_is_mapped(cls):
     assert set(cls.KEY_FIELDS) <= set(K.KEY_BY_NAME), set(cls.KEY_FIELDS) - set(K.KEY_BY_NAME)
-    assert set(cls.KEY_FIELDS.values()) == {f.name for f in dataclasses.fields(cls)}
+    # library-only keys (PlacementConfig: upstream's read order and local node, no effect in the daemon)
+    library = getattr(cls, "LIBRARY_FIELDS", {})
+    assert set(library) <= set(K.LIBRARY_KEY_BY_NAME) and not set(library) & set(K.KEY_BY_NAME)
+    assert set(cls.KEY_FIELDS.values()) | set(library.values()) == {f.name for f in dataclasses.fields(cls)}
+    defaults = _field_defaults(cls)
+    assert all(defaults[field] == K.LIBRARY_KEY_BY_NAME[name].default for name, field in library.items())
 
 
 @pytest.mark.parametrize("key_name, cls", [(k, c) for c in SECTIONS for k in c.KEY_FIELDS],
