@@ -255,11 +255,12 @@ def actions(f: Figures) -> list[Markup]:
 
 
 def worst_rack(tables: Mapping[str, Mapping[str, pd.DataFrame]]) -> dict[str, Any] | None:
-    """The riskiest single rack (the risk table is sorted riskiest first), or None."""
+    """The riskiest single rack (most ledgers losing data, then below AQ, then bytes to heal), or None."""
     risk = tables.get("risk", {}).get("risk_domains")
     if risk is None or not len(risk):
         return None
-    racks = risk[risk["kind"] == "rack"]
+    racks = risk[risk["kind"] == "rack"].sort_values(
+        ["ledgers_data_loss", "ledgers_below_ack_quorum", "heal_bytes"], ascending=False, kind="stable")
     if not len(racks):
         return None
     r = racks.iloc[0]

@@ -1,7 +1,7 @@
 """Humanised figures for the report page (PURE): bytes in binary units, durations and days in the unit a
 planner reads, and which unit a summary key carries (from its name's suffix).
 
-``humanize`` formats bytes (``naturalsize(binary=True)``: B, KiB, MiB, GiB, TiB, PiB); durations are ours
+``humanize`` formats bytes (``naturalsize(binary=True)``: B, KiB, MiB, GiB, TiB, PiB, EiB); durations are ours
 (humanize's ``naturaldelta`` rounds 5.4 hours to "5 hours", and a heal-time figure must not drop that much).
 """
 
@@ -33,13 +33,15 @@ def kind_of(key: str) -> str:
 
 
 def size(n: float | None) -> str:
-    """Bytes as ``812 B``, ``1.40 GiB`` (powers of 1024, three significant figures); ``unknown`` for
-    None or a negative value (a bookie that did not report its disk)."""
+    """Bytes as ``812 B``, ``1.398 GiB`` (powers of 1024, four significant figures, never an exponent);
+    ``unknown`` for None or a negative value (a bookie that did not report its disk)."""
     if n is None or not isinstance(n, (int, float)) or math.isnan(n) or n < 0:
         return "unknown"
     if n < 1024:
         return f"{int(round(n))} B"
-    return str(humanize.naturalsize(n, binary=True, format="%.3g" if n < 1024 ** 6 else "%.0f"))
+    if n >= 1024 ** 6:  # EiB: humanize's largest unit below ZiB; %.0f keeps it free of an exponent
+        return str(humanize.naturalsize(n, binary=True, format="%.0f"))
+    return str(humanize.naturalsize(n, binary=True, format="%.4g"))
 
 
 def duration(seconds: float | None) -> str:
