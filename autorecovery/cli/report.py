@@ -123,7 +123,9 @@ def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spa
         sys.exit(EXIT_FAILED)
     except Exception as exc:  # noqa: BLE001 - Spark/py4j failures: one line, not a JVM stack trace
         bar.close()
-        click.echo(f"ERROR: the report failed: {_one_line(exc)}", err=True)
+        log = Path(out) / "spark.log"
+        click.echo(f"ERROR: the report failed: {_one_line(exc)}" + (f" (Spark's log: {log})" if log.exists() else ""),
+                   err=True)
         sys.exit(EXIT_FAILED)
     bar.close()
     _terminal(summary)
