@@ -29,6 +29,10 @@ from autorecovery.reports import units
 
 #: rows of a table on the page (the linked files hold every row)
 TOP_ROWS = 20
+#: tables with a dedicated place on the page; any other table (a new report's) is shown generically
+_SHOWN = frozenset({"capacity_rack", "capacity_bookies", "capacity_zone", "capacity_region", "risk_domains",
+                    "risk_by_namespace", "placement_repair_by_source", "placement_fail_by_namespace",
+                    "placement_verdicts", "placement_repair_by_target"})
 #: summary sections with a dedicated part of the page (each also gets its full generic table)
 KNOWN_SECTIONS = ("capacity", "placement", "risk")
 
@@ -304,6 +308,8 @@ def render(summary: dict[str, Any], tables: Mapping[str, Mapping[str, pd.DataFra
         "by_namespace": table(risk.get("risk_by_namespace"), [("ledgers", False)]),
         "repair_sources": table(pl.get("placement_repair_by_source"), [("bytes", False)]),
         "fail_by_namespace": table(pl.get("placement_fail_by_namespace"), [("count", False)]),
+        "more_tables": [(name, table(df)) for group in tables.values() for name, df in group.items()
+                        if name not in _SHOWN],
         "files": sorted(files),
         "humanise": units,
     }

@@ -35,6 +35,8 @@ TABLES = {
                                            "lost_bytes_data_loss": [0.0, 3e6], "ledgers_below_ack_quorum": [10, 9000],
                                            "ledgers_copy_lost": [5, 1], "heal_bytes": [2e6, 1.5e9],
                                            "heal_time_s": [0.04, 19_440.0]})},
+    "what_if": {"what_if_k_bookies": pd.DataFrame({"k": [1, 2], "bookies": ["b1", "b1|b2"],
+                                                   "lost_bytes": [0.0, 3 * 2**30]})},
 }
 
 
@@ -70,6 +72,8 @@ def test_page_answer_first_humanised_every_section():
     assert figs["what_if_decommission.heal_time_s"][1] == "3.00 days"
     assert figs["capacity.brand_new_key_bytes"][1] == "5 GiB"
     assert figs["capacity.soonest_full.0.days"][1] == "12.5 days"
+    # a table of a new report too, humanised
+    assert "what if k bookies" in page and "<td>3 GiB</td>" in page
     # riskiest first: rack A (17 ledgers lose data) before rack B; the soonest-full rack B first in capacity
     risk_part = page[page.index('id="risk"'):page.index('id="capacity"')]
     assert risk_part.index(">A<") < risk_part.index(">B<")
