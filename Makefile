@@ -14,7 +14,7 @@ UV_VERSION := 0.13.9
 LOCK_TOOLS := .lock-tools
 LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform linux --custom-compile-command 'make lock' --quiet
 
-.PHONY: demo test test-unit test-integration lint proto zookeeper upstream venv bench clean dashboard lock
+.PHONY: demo test test-unit test-integration lint proto zookeeper chromium upstream venv bench clean dashboard lock
 
 venv: $(STAMP)
 
@@ -43,6 +43,15 @@ zookeeper:
 	fi
 	@test -f /usr/share/java/zookeeper.jar && echo "zookeeper: /usr/share/java/zookeeper.jar"
 	@command -v promtool >/dev/null && echo "prometheus: $$(command -v prometheus)"
+
+# Debian's chromium: tests/integration/test_reports_page.py opens report.html in headless Chromium
+# (screenshot, rendered DOM) and checks the figures on the page equal summary.json.
+chromium:
+	@if ! command -v chromium >/dev/null; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	fi
+	@command -v chromium >/dev/null && echo "chromium: $$(command -v chromium)"
 
 # Stock Apache BookKeeper (interop/pom.xml, from Maven Central) for the interop tests: its jars in
 # .upstream/lib/ (fetched again only when the pom changes) and our Java test client (interop/java/)
@@ -80,7 +89,7 @@ proto: venv
 demo: venv zookeeper upstream
 	$(BIN)/python -m autorecovery demo
 
-test: venv zookeeper upstream
+test: venv zookeeper chromium upstream
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # ruff (pyflakes rules), mypy on the PURE packages, and the import-linter layers contract (.importlinter:

@@ -11,9 +11,13 @@ from pathlib import Path
 import click
 
 from autorecovery.cli.config import EXIT_CONFIG, location_options, parse_sets, settings_from_cli
+from autorecovery.cli.progress import Progress
 from autorecovery.cli.params import INT64_MAX, INT64_MIN, FiniteFloatRange
 from autorecovery.config.keys import INT_MAX
 from autorecovery.errors import AutoRecoveryError, ConfigError
+
+#: exit code of a report or export that started and failed (bad input exits EXIT_CONFIG, 2)
+EXIT_FAILED = 1
 
 
 @click.command("export")
@@ -36,11 +40,15 @@ def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, le
     if synthetic:
         from autorecovery.reports.synthetic import generate
 
+        bar = Progress("export")
+        bar.step(f"generating {ledgers} synthetic ledgers")
         try:
             m = generate(Path(out), ledgers=ledgers, bookies=bookies, racks=racks, zones=zones, regions=regions,
                          violations=violations, seed=seed)
         except ValueError as exc:
+            bar.close()
             raise click.UsageError(str(exc)) from exc
+        bar.close()
         click.echo(f"synthetic snapshot: {m['counts']} -> {out}")
         return
     try:
@@ -49,19 +57,25 @@ def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, le
         click.echo(f"ERROR: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
     from autorecovery.admin import ops
-    from autorecovery.reports.export import export, print_progress
+    from autorecovery.reports.export import export
 
     limit = concurrency or settings.auditor.auditor_max_number_of_concurrent_open_ledger_operations
 
+    bar = Progress("export")
+
     async def go():
         async with ops.open_admin(settings) as ctx:
-            return await export(ctx, Path(out), concurrency=limit, progress=print_progress)
+            bar.step("listing ledgers")
+            return await export(ctx, Path(out), concurrency=limit,
+                                progress=lambda done, total: bar.count(done, total, "ledgers"))
 
     try:
         m = asyncio.run(go())
     except AutoRecoveryError as exc:
-        click.echo(f"ERROR: {exc}", err=True)
-        sys.exit(1)
+        bar.close()
+        click.echo(f"ERROR: {_one_line(exc)}", err=True)
+        sys.exit(EXIT_FAILED)
+    bar.close()
     click.echo(f"snapshot of {settings.ledgers_root}: {json.dumps(m['counts'])} -> {out}")
 
 
@@ -77,18 +91,55 @@ def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, le
 @click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="Spark configuration (e.g. spark.executor.memory=1g), as spark-submit --conf.")
 def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spark_conf) -> None:
-    """Capacity, placement (with the BP-54 repair plan) and failure-domain risk from a snapshot."""
-    from autorecovery.reports.build import run
+    """Capacity, placement (with the BP-54 repair plan) and failure-domain risk from a snapshot.
+
+    Every input is checked before Spark starts; exit 2 (one line on stderr) for a bad one, 1 when the
+    run fails (docs/reports.md, "Exit codes").
+    """
+    from autorecovery.reports.validate import BadInput, check_master, check_snapshot, check_what_if
 
     try:
         overrides = parse_sets(what_if)
+        conf = parse_sets(spark_conf)
+        check_master(master)
+        manifest = check_snapshot(Path(snapshot))
+        check_what_if(overrides, manifest.get("placement", {}))
+    except (BadInput, ConfigError, click.BadParameter) as exc:
+        click.echo(f"ERROR: {_one_line(exc)}", err=True)
+        sys.exit(EXIT_CONFIG)
+    from autorecovery.reports.build import run
+
+    bar = Progress("report")
+    try:
         summary = run(Path(snapshot), Path(out), which, master=master, what_if=overrides,
-                      assumed_rate=assumed_rate_mbps * 1e6, spark_conf=parse_sets(spark_conf))
+                      assumed_rate=assumed_rate_mbps * 1e6, spark_conf=conf, progress=bar.step)
+    except BadInput as exc:
+        bar.close()
+        click.echo(f"ERROR: {_one_line(exc)}", err=True)
+        sys.exit(EXIT_CONFIG)
     except (AutoRecoveryError, ConfigError) as exc:
-        click.echo(f"ERROR: {exc}", err=True)
-        sys.exit(1)
+        bar.close()
+        click.echo(f"ERROR: {_one_line(exc)}", err=True)
+        sys.exit(EXIT_FAILED)
+    except Exception as exc:  # noqa: BLE001 - Spark/py4j failures: one line, not a JVM stack trace
+        bar.close()
+        log = Path(out) / "spark.log"
+        click.echo(f"ERROR: the report failed: {_one_line(exc)}" + (f" (Spark's log: {log})" if log.exists() else ""),
+                   err=True)
+        sys.exit(EXIT_FAILED)
+    bar.close()
     _terminal(summary)
     click.echo(f"report: {Path(out) / 'report.html'} (CSV, Parquet and summary.json beside it)")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first meaningful line of an error (a py4j error's Java message, without its stack trace)."""
+    text = getattr(exc, "desc", None) or getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    for line in str(text).splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "Traceback", "File ")):
+            return line[:300]
+    return type(exc).__name__
 
 
 def _terminal(s: dict) -> None:

@@ -7,6 +7,7 @@ Only tables sized by bookies, racks, domains, namespaces or verdicts are brought
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pandas as pd
 
 from autorecovery.placement.weights import effective_weights
 from autorecovery.reports import jobs, model
-from autorecovery.reports.snapshot import read_manifest
+from autorecovery.reports.validate import check_snapshot
 
 RECENT_DAYS = 30
 
@@ -223,22 +224,31 @@ def write(report: Report, out: Path) -> None:
 
 
 def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, what_if: dict[str, str] | None = None,
-        assumed_rate: float = 50e6, spark=None, spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
+        assumed_rate: float = 50e6, spark=None, spark_conf: dict[str, str] | None = None,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run ``which`` (capacity | placement | risk | all) on ``snapshot``; write everything under ``out``.
 
-    Returns the JSON summary (also written to ``out/summary.json``, with ``out/report.html``).
+    Returns the JSON summary (also written to ``out/summary.json``, with ``out/report.html``). Spark's own
+    log (and any executor stack trace) goes to ``out/spark.log`` when this call starts Spark.
+
+    ``progress`` is called with the name of each step as it starts (the CLI shows it on a terminal).
 
     Raises:
-        SnapshotError: not a complete snapshot (names the path).
+        BadInput: not a complete, readable snapshot (names the file; checked before Spark starts).
     """
     from autorecovery.reports.html import render
 
-    manifest = read_manifest(snapshot)
+    step = progress or (lambda _name: None)
+    step("checking the snapshot")
+    manifest = check_snapshot(snapshot)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     own = spark is None
-    spark = spark or jobs.spark_session(master, conf=spark_conf)
+    if own:
+        step("starting Spark")
+    spark = spark or jobs.spark_session(master, conf=spark_conf, log_path=out / "spark.log")
     try:
+        step("reading the snapshot")
         t = jobs.load(spark, snapshot)
         t["ledger_view"].cache()
         bk = _bookies(t)
@@ -262,19 +272,24 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
 
         parts: dict[str, Report] = {}
         if "capacity" in fns:
+            step("capacity: one pass over the ledgers")
             parts["capacity"] = capacity(t, manifest, part("capacity", jobs.CAPACITY_SCHEMA))
         if "placement" in fns:
+            step("placement and the BP-54 plan")
             parts["placement"] = placement(t, manifest, what_if or {}, out, thr,
                                            part("placement", jobs.PLACEMENT_SCHEMA), part("repair", jobs.REPAIR_SCHEMA))
         if "risk" in fns:
+            step("risk per failure domain")
             parts["risk"] = risk(t, manifest, thr, part("risk", jobs.RISK_SCHEMA))
         summary = {"snapshot": str(snapshot), "snapshot_time_ms": manifest.get("time_ms"),
                    "instance_id": manifest.get("instance_id"), "ledgers": manifest.get("counts", {}).get("ledgers"),
                    **{k: v.summary for k, v in parts.items()}}
+        step("writing tables, summary.json and report.html")
         for rep in parts.values():
             write(rep, out)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-        (out / "report.html").write_text(render(summary, {k: v.tables for k, v in parts.items()}))
+        files = [p.name for p in out.iterdir() if p.name != "report.html"]
+        (out / "report.html").write_text(render(summary, {k: v.tables for k, v in parts.items()}, files))
         return summary
     finally:
         if own:

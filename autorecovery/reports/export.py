@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -140,11 +139,3 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
     write_manifest(out, manifest)
     return manifest
 
-
-def print_progress(done: int, total: int) -> None:
-    """A one-line progress display on stderr."""
-    pct = 100.0 * done / total if total else 100.0
-    sys.stderr.write(f"\rexport: {done}/{total} ledgers ({pct:5.1f}%)")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()

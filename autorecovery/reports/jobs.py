@@ -24,11 +24,31 @@ from autorecovery.reports import model
 DAY_MS = 86_400_000
 
 
-def spark_session(master: str | None = None, app: str = "autorecovery-report", conf: Mapping[str, str] | None = None):
+def spark_session(master: str | None = None, app: str = "autorecovery-report", conf: Mapping[str, str] | None = None,
+                  log_path: Path | None = None):
     """A SparkSession on ``master`` (``local[*]`` by default), bound to loopback unless configured.
 
     Python workers run this interpreter (``PYSPARK_PYTHON``), so they import the same ``autorecovery``.
+    With ``log_path``, the JVM (and the Python workers it starts) write their stderr — log4j's console,
+    the JVM's own warnings, executor stack traces — to that file instead of ours: a terminal shows only
+    the result, or one error line.
     """
+    if log_path is not None:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(fd, 2)  # the JVM is forked now and inherits this stderr for its whole life
+        try:
+            return _start(master, app, conf)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(fd)
+    return _start(master, app, conf)
+
+
+def _start(master: str | None, app: str, conf: Mapping[str, str] | None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

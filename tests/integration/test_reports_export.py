@@ -6,6 +6,8 @@ and GET_BOOKIE_INFO figures."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
 import subprocess
 import sys
 
@@ -20,6 +22,21 @@ from test_worker_support import open_env
 pytestmark = pytest.mark.integration
 
 
+def read_pty(fd: int) -> str:
+    """Everything written to a pty until its last writer closes it."""
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed it
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(fd)
+    return out.decode(errors="replace")
+
+
 async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory, tmp_path):
     cluster = await asyncio.to_thread(cluster_factory, bookies=6, racks=3)  # bookie i in /rack{1 + i % 3}
     env = await open_env(cluster)
@@ -32,11 +49,16 @@ async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory
     finally:
         await env.close()
     snap, out = tmp_path / "snap", tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "autorecovery", "export", "--zk", cluster.zk_connect,
-                        "--ledgers-root", cluster.ledgers_root, "--out", str(snap)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "export: 7/7 ledgers" in r.stderr
+    # stderr on a terminal (a pty): the progress line; stdout: the result
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "autorecovery", "export", "--zk", cluster.zk_connect,
+                             "--ledgers-root", cluster.ledgers_root, "--out", str(snap)],
+                            stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    shown = await asyncio.to_thread(read_pty, master)
+    stdout, _ = await asyncio.to_thread(proc.communicate, timeout=120)
+    assert proc.returncode == 0, shown[-2000:]
+    assert "export: 7/7 ledgers (100.0%)" in shown and "snapshot of" in stdout
     ledgers = pd.read_parquet(snap / "ledgers.parquet").set_index("ledger_id")
     assert len(ledgers) == 7 and ledgers.loc[left_open.ledger_id, "state"] == "OPEN"
     assert (ledgers.loc[spread[0].ledger_id, ["ensemble_size", "write_quorum", "ack_quorum", "last_entry_id"]]
@@ -49,7 +71,7 @@ async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory
     r = subprocess.run([sys.executable, "-m", "autorecovery", "report", "placement", "--snapshot", str(snap),
                         "--out", str(out), "--master", "local[2]"], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "BP-54 repair:" in r.stdout
+    assert "BP-54 repair:" in r.stdout and r.stderr == ""  # not a terminal: no progress, no Spark log lines
     report = pd.read_parquet(out / "placement_ledgers.parquet").set_index("ledger_id")["current"].to_dict()
 
     settings = load_settings(None, env={}, overrides={"zkServers": cluster.zk_connect,
