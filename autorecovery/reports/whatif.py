@@ -1,0 +1,158 @@
+"""What-ifs on single bookies: the loss of any k bookies, decommissioning one (PURE).
+
+Per ledger, as :mod:`autorecovery.reports.model`; the Spark jobs sum the rows. Losses are ranked by
+:func:`severity`: ledgers that lose data, then bytes lost for good, then ledgers below AQ.
+
+* k = 1 and k = 2 are exact: every bookie is evaluated on every ledger it holds, and every pair of
+  bookies on every ledger holding both (:func:`pair_corrections`); a pair that shares no ledger loses
+  what its two bookies lose apart, so :func:`worst_pairs` only adds the pairs of the worst singles.
+* k = 3 is a bounded search: the ``candidates`` worst pairs are each extended by every bookie, with the
+  exact figures of the triple (inclusion-exclusion: triple = pair + single + the correction of the
+  ledgers that hold the third bookie and a pair member, :func:`triple_corrections`). It finds the worst
+  triple that contains one of the worst pairs; a worse triple made of three individually mild pairs
+  is possible in principle, so k = 3 is a lower bound of the worst case (said so in the summary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from autorecovery.reports.model import BELOW_AQ, LOSS, NONE, DomainLoss, LedgerView, domain_loss
+
+
+def members(ledger: LedgerView) -> list[str]:
+    """The ledger's bookies over every segment, sorted."""
+    return sorted({b for seg in ledger.segments for b in seg.ensemble})
+
+
+def severity(data_loss_ledgers: float, lost_bytes: float, below_aq_ledgers: float) -> tuple[float, float, float]:
+    """The ranking key of a loss (bigger is worse)."""
+    return (data_loss_ledgers, lost_bytes, below_aq_ledgers)
+
+
+def metrics(d: DomainLoss) -> tuple[int, float, int, float]:
+    """``(ledgers lost (0/1), bytes lost, ledgers below AQ (0/1), bytes to heal)`` of one ledger's loss."""
+    return (1 if d.outcome == LOSS else 0, d.lost_bytes, 1 if d.outcome == BELOW_AQ else 0, d.heal_bytes)
+
+
+def single_losses(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[tuple[str, DomainLoss]]:
+    """Losing each one member of ``ledger`` (on top of ``damaged``); members whose loss changes nothing
+    are left out."""
+    out = []
+    for b in members(ledger):
+        d = domain_loss(ledger, {b}, damaged)
+        if d.outcome != NONE:
+            out.append((b, d))
+    return out
+
+
+def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
+                     ) -> list[tuple[str, str, tuple[int, float, int]]]:
+    """For each pair of members ``a < b`` of ``ledger``: ``(a, b, delta)`` with ``delta = m({a,b}) − m({a})
+    − m({b})`` over (data-loss ledgers, lost bytes, below-AQ ledgers); summed over every ledger,
+    pair(a, b) = single(a) + single(b) + Σ delta (a ledger holding only one of them loses what that
+    one's loss does). Zero deltas are left out, so a pair sharing no ledger has no row."""
+    ms = members(ledger)
+    one = {b: metrics(domain_loss(ledger, {b}, damaged)) for b in ms}
+    out = []
+    for i, a in enumerate(ms):
+        for b in ms[i + 1:]:
+            ab = metrics(domain_loss(ledger, {a, b}, damaged))
+            delta = (ab[0] - one[a][0] - one[b][0], ab[1] - one[a][1] - one[b][1], ab[2] - one[a][2] - one[b][2])
+            if delta != (0, 0.0, 0):
+                out.append((a, b, delta))
+    return out
+
+
+def worst_pairs(singles: Mapping[str, tuple[float, float, float]],
+                corrections: Mapping[tuple[str, str], tuple[float, float, float]],
+                top: int = 3) -> list[tuple[tuple[str, str], tuple[float, float, float]]]:
+    """The ``top`` worst pairs, exactly: every pair with a correction, plus the pairs of the ``top + 1``
+    worst singles (a pair without a correction loses single(a) + single(b), so its best is among
+    them). ``singles[b]`` and the values are (data-loss ledgers, lost bytes, below-AQ ledgers)."""
+    zero = (0.0, 0.0, 0.0)
+    cand = dict(corrections)
+    best_singles = sorted(singles, key=lambda b: (severity(*singles[b]), b), reverse=True)[:top + 1]
+    for i, a in enumerate(best_singles):
+        for b in best_singles[i + 1:]:
+            cand.setdefault((min(a, b), max(a, b)), zero)
+    out = {}
+    for (a, b), d in cand.items():
+        sa, sb = singles.get(a, zero), singles.get(b, zero)
+        out[(a, b)] = (sa[0] + sb[0] + d[0], sa[1] + sb[1] + d[1], sa[2] + sb[2] + d[2])
+    return sorted(out.items(), key=lambda kv: (severity(*kv[1]), kv[0]), reverse=True)[:top]
+
+
+def triple_corrections(ledger: LedgerView, candidates: Iterable[tuple[str, str]],
+                       damaged: frozenset[str] = frozenset()) -> list[tuple[str, str, str, tuple[int, float, int]]]:
+    """For each candidate pair ``(a, b)`` touching ``ledger`` and each other member ``c``: ``(a, b, c,
+    delta)`` with ``delta = m({a,b,c}) − m({a,b}) − m({c})`` over (data-loss ledgers, lost bytes,
+    below-AQ ledgers), so that summed over every ledger, triple(a, b, c) = pair(a, b) + single(c) +
+    Σ delta (a ledger without ``c`` adds the pair's figures; one with ``c`` and neither pair member adds
+    ``c``'s). Zero deltas are left out."""
+    ms = members(ledger)
+    mset = set(ms)
+    out = []
+    for a, b in candidates:
+        if a not in mset and b not in mset:
+            continue
+        ab = metrics(domain_loss(ledger, {a, b}, damaged))
+        for c in ms:
+            if c in (a, b):
+                continue
+            abc = metrics(domain_loss(ledger, {a, b, c}, damaged))
+            cc = metrics(domain_loss(ledger, {c}, damaged))
+            delta = (abc[0] - ab[0] - cc[0], abc[1] - ab[1] - cc[1], abc[2] - ab[2] - cc[2])
+            if delta != (0, 0.0, 0):
+                out.append((a, b, c, delta))
+    return out
+
+
+def worst_triples(pairs: Mapping[tuple[str, str], tuple[float, float, float]],
+                  singles: Mapping[str, tuple[float, float, float]],
+                  corrections: Mapping[tuple[str, str, str], tuple[float, float, float]],
+                  bookies: Iterable[str], top: int = 3) -> list[tuple[tuple[str, str, str], tuple[float, float, float]]]:
+    """The ``top`` worst triples made of a candidate pair (the keys of ``pairs``, each given as its
+    (data-loss ledgers, lost bytes, below-AQ ledgers)) and any third bookie of ``bookies``, using
+    :func:`triple_corrections` summed over every ledger. Each triple once (sorted ids)."""
+    bookies = list(bookies)
+    best: dict[tuple[str, str, str], tuple[float, float, float]] = {}
+    zero = (0.0, 0.0, 0.0)
+    for (a, b), p in pairs.items():
+        for c in bookies:
+            if c in (a, b):
+                continue
+            s = singles.get(c, zero)
+            d = corrections.get((a, b, c), zero)
+            key = tuple(sorted((a, b, c)))
+            best[key] = (p[0] + s[0] + d[0], p[1] + s[1] + d[1], p[2] + s[2] + d[2])  # type: ignore[index]
+    return sorted(best.items(), key=lambda kv: (severity(*kv[1]), kv[0]), reverse=True)[:top]
+
+
+def decommission_shares(ledger: LedgerView, bookie: str) -> list[tuple[int, int, float, dict[str, float]]]:
+    """What decommissioning ``bookie`` makes the workers copy for ``ledger``: per segment holding it,
+    ``(segment index, ensemble index, bytes it stores there, bytes read from each other member)`` (each
+    entry it stores is read once from one of its other copies, spread evenly; WQ = 1 entries have no
+    other copy and are read from ``bookie`` itself while it still runs)."""
+    from autorecovery.ledger.striping import write_set
+    from autorecovery.reports.model import residue_counts
+
+    E, WQ = ledger.ensemble_size, ledger.write_quorum
+    bpe = ledger.bytes_per_entry
+    out = []
+    for si, seg in enumerate(ledger.segments):
+        if bookie not in seg.ensemble:
+            continue
+        idx = seg.ensemble.index(bookie)
+        stored = 0.0
+        sources: dict[str, float] = {}
+        for s, cnt in enumerate(residue_counts(seg.first, seg.last, E)):
+            ws = write_set(s, E, WQ)
+            if not cnt or idx not in ws:
+                continue
+            stored += cnt * bpe
+            others = [seg.ensemble[j] for j in ws if j != idx] or [bookie]
+            for o in others:
+                sources[o] = sources.get(o, 0.0) + cnt * bpe / len(others)
+        out.append((si, idx, stored, sources))
+    return out
