@@ -15,7 +15,7 @@ import pandas as pd
 
 from autorecovery.placement.weights import effective_weights
 from autorecovery.reports import jobs, model, scenarios
-from autorecovery.reports.snapshot import read_manifest
+from autorecovery.reports.snapshot import SnapshotError, read_manifest
 
 RECENT_DAYS = 30
 
@@ -404,6 +404,8 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
         t["ledger_view"].cache()
         bk = _bookies(t)
         thr = throttles(manifest, bk, assumed_rate, daemons)
+        if decommission and decommission not in set(bk["bookie_id"]):
+            raise SnapshotError(f"--decommission {decommission}: no such bookie in snapshot {snapshot}")
         fns: dict[str, Any] = {}
         if which in ("capacity", "all"):
             fns["capacity"] = jobs.capacity_partition(int(manifest["time_ms"]) - RECENT_DAYS * jobs.DAY_MS)
