@@ -239,7 +239,7 @@ def _added_placement(t, manifest: dict, bk: pd.DataFrame, what_if: dict[str, str
     locations = {**dict(zip(bk["bookie_id"], bk["location"])), **{b: loc for b in new}}
     w, r = _members(bk)
     current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
-    plan = t["ledger_view"].mapInPandas(jobs.repair_partition({**current, **what_if}, locations, (w + new, r)),
+    plan = t["ledger_view"].mapInPandas(jobs.non_empty(jobs.repair_partition({**current, **what_if}, locations, (w + new, r))),
                                         jobs.REPAIR_SCHEMA)
     tot = plan.agg(F.countDistinct(F.when(F.col("fixable"), F.col("ledger_id"))).alias("ledgers"),
                    F.sum(F.when(F.col("fixable"), 1).otherwise(0)).alias("swaps"),

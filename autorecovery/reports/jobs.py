@@ -357,8 +357,10 @@ def triple_partition(candidates: list[tuple[str, str]], gone: frozenset[str] = f
                     v[0] += dl
                     v[1] += lb
                     v[2] += bq
-        yield pd.DataFrame({"name": list(acc), "ledgers": [v[0] for v in acc.values()],
-                            "lost_bytes": [v[1] for v in acc.values()], "below": [v[2] for v in acc.values()]})
+        if acc:  # an empty frame's object columns do not convert to the schema's doubles
+            yield pd.DataFrame({"name": list(acc), "ledgers": [float(v[0]) for v in acc.values()],
+                                "lost_bytes": [float(v[1]) for v in acc.values()],
+                                "below": [float(v[2]) for v in acc.values()]})
 
     return run
 
@@ -405,6 +407,18 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
         yield pd.DataFrame({"part": "decom", "kind": [k[0] for k in agg], "bookie_id": [k[1] for k in agg],
                             "current": [k[2] for k in agg], "what_if": [k[3] for k in agg],
                             "bytes": [v[0] for v in agg.values()], "ledgers": [v[1] for v in agg.values()]})
+
+    return run
+
+
+def non_empty(fn):
+    """A mapInPandas function that drops ``fn``'s empty frames (their object columns do not convert to
+    the schema's types, a pyarrow error); the fused pass does this for its parts."""
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for out in fn(batches):
+            if len(out):
+                yield out
 
     return run
 
