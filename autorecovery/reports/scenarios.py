@@ -37,8 +37,8 @@ def bookie_losses(t, kloss_rows, bk: pd.DataFrame, thr, top: int = 3, candidates
     live = sorted(bk.loc[bk["state"] != "gone", "bookie_id"])
     k1 = sorted(((b, singles.get(b, (0.0, 0.0, 0.0))) for b in live),
                 key=lambda kv: (whatif.severity(*kv[1]), kv[0]), reverse=True)[:top]
-    k2 = whatif.worst_pairs(singles, corr, top)
-    pairs = dict(whatif.worst_pairs(singles, corr, candidates))
+    k2 = whatif.worst_pairs(singles, corr, top, live)
+    pairs = dict(whatif.worst_pairs(singles, corr, candidates, live))
     k3: list = []
     if pairs and len(live) >= 3:
         tri = (t["ledger_view"].mapInPandas(jobs.triple_partition(list(pairs), frozenset(bk.loc[bk["state"] == "gone", "bookie_id"])),

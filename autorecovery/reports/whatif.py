@@ -20,9 +20,13 @@ from collections.abc import Iterable, Mapping
 from autorecovery.reports.model import BELOW_AQ, LOSS, NONE, DomainLoss, LedgerView, domain_loss
 
 
-def members(ledger: LedgerView) -> list[str]:
-    """The ledger's bookies over every segment, sorted."""
-    return sorted({b for seg in ledger.segments for b in seg.ensemble})
+def members(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[str]:
+    """The ledger's bookies over every segment, sorted, except ``damaged`` (its copies there are lost
+    already: losing that bookie changes nothing for this ledger).
+
+    The figures of a set S of bookies are summed over the ledgers holding a member of S that is not
+    damaged for it, each with S and its damage lost (``domain_loss(ledger, S, damaged)``)."""
+    return sorted({b for seg in ledger.segments for b in seg.ensemble} - damaged)
 
 
 def severity(data_loss_ledgers: float, lost_bytes: float, below_aq_ledgers: float) -> tuple[float, float, float]:
@@ -39,7 +43,7 @@ def single_losses(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> 
     """Losing each one member of ``ledger`` (on top of ``damaged``); members whose loss changes nothing
     are left out."""
     out = []
-    for b in members(ledger):
+    for b in members(ledger, damaged):
         d = domain_loss(ledger, {b}, damaged)
         if d.outcome != NONE:
             out.append((b, d))
@@ -52,7 +56,7 @@ def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
     − m({b})`` over (data-loss ledgers, lost bytes, below-AQ ledgers); summed over every ledger,
     pair(a, b) = single(a) + single(b) + Σ delta (a ledger holding only one of them loses what that
     one's loss does). Zero deltas are left out, so a pair sharing no ledger has no row."""
-    ms = members(ledger)
+    ms = members(ledger, damaged)
     one = {b: metrics(domain_loss(ledger, {b}, damaged)) for b in ms}
     out = []
     for i, a in enumerate(ms):
@@ -66,13 +70,15 @@ def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
 
 def worst_pairs(singles: Mapping[str, tuple[float, float, float]],
                 corrections: Mapping[tuple[str, str], tuple[float, float, float]],
-                top: int = 3) -> list[tuple[tuple[str, str], tuple[float, float, float]]]:
+                top: int = 3, bookies: Iterable[str] = ()) -> list[tuple[tuple[str, str], tuple[float, float, float]]]:
     """The ``top`` worst pairs, exactly: every pair with a correction, plus the pairs of the ``top + 1``
-    worst singles (a pair without a correction loses single(a) + single(b), so its best is among
-    them). ``singles[b]`` and the values are (data-loss ledgers, lost bytes, below-AQ ledgers)."""
+    worst singles among ``bookies`` and the keys of ``singles`` (a pair without a correction loses
+    single(a) + single(b), so its best is among them). ``singles[b]`` and the values are (data-loss
+    ledgers, lost bytes, below-AQ ledgers); a bookie missing from ``singles`` loses nothing alone."""
     zero = (0.0, 0.0, 0.0)
     cand = dict(corrections)
-    best_singles = sorted(singles, key=lambda b: (severity(*singles[b]), b), reverse=True)[:top + 1]
+    everyone = set(singles) | set(bookies)
+    best_singles = sorted(everyone, key=lambda b: (severity(*singles.get(b, zero)), b), reverse=True)[:top + 1]
     for i, a in enumerate(best_singles):
         for b in best_singles[i + 1:]:
             cand.setdefault((min(a, b), max(a, b)), zero)
@@ -90,7 +96,7 @@ def triple_corrections(ledger: LedgerView, candidates: Iterable[tuple[str, str]]
     below-AQ ledgers), so that summed over every ledger, triple(a, b, c) = pair(a, b) + single(c) +
     Σ delta (a ledger without ``c`` adds the pair's figures; one with ``c`` and neither pair member adds
     ``c``'s). Zero deltas are left out."""
-    ms = members(ledger)
+    ms = members(ledger, damaged)
     mset = set(ms)
     out = []
     for a, b in candidates:

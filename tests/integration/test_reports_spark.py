@@ -231,8 +231,10 @@ def brute_damaged(lid: int, dead: set[str]) -> tuple[int, float, float]:
 
 
 def brute_set(dead: set[str]) -> tuple[int, float, int]:
-    """(data-loss ledgers, bytes lost, below-AQ ledgers) over every ledger."""
-    res = [brute_damaged(lid, dead) for lid in DAMAGED_SPECS]
+    """(data-loss ledgers, bytes lost, below-AQ ledgers) over the ledgers holding a member of ``dead``
+    whose copies there are not lost already."""
+    res = [brute_damaged(lid, dead) for lid, spec in DAMAGED_SPECS.items()
+           if {b for _f, ens in spec[5] for b in ens} & (dead - {GONE} - MARKED.get(lid, set()))]
     return (sum(1 for o, _l, _h in res if o == 3), sum(lb for _o, lb, _h in res), sum(1 for o, _l, _h in res if o == 2))
 
 
