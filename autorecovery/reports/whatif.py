@@ -5,7 +5,7 @@ Per ledger, as :mod:`autorecovery.reports.model`; the Spark jobs sum the rows. L
 
 * k = 1 and k = 2 are exact: every bookie is evaluated on every ledger it holds, and every pair of
   bookies on every ledger holding both (:func:`pair_corrections`); a pair that shares no ledger loses
-  what its two bookies lose apart, so :func:`worst_pairs` only adds the pairs of the worst singles.
+  what its two bookies lose apart, so :func:`worst_pairs` adds, per bookie, its best such partners.
 * k = 3 is a bounded search: the ``candidates`` worst pairs are each extended by every bookie, with the
   exact figures of the triple (inclusion-exclusion: triple = pair + single + the correction of the
   ledgers that hold the third bookie and a pair member, :func:`triple_corrections`). It finds the worst
@@ -71,17 +71,25 @@ def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
 def worst_pairs(singles: Mapping[str, tuple[float, float, float]],
                 corrections: Mapping[tuple[str, str], tuple[float, float, float]],
                 top: int = 3, bookies: Iterable[str] = ()) -> list[tuple[tuple[str, str], tuple[float, float, float]]]:
-    """The ``top`` worst pairs, exactly: every pair with a correction, plus the pairs of the ``top + 1``
-    worst singles among ``bookies`` and the keys of ``singles`` (a pair without a correction loses
-    single(a) + single(b), so its best is among them). ``singles[b]`` and the values are (data-loss
-    ledgers, lost bytes, below-AQ ledgers); a bookie missing from ``singles`` loses nothing alone."""
+    """The ``top`` worst pairs, exactly. A pair with a correction loses single(a) + single(b) +
+    correction; any other pair loses single(a) + single(b), and since the ranking is lexicographic (so
+    adding the same figures keeps an order), the worst uncorrected pairs with ``a`` are its first
+    ``top`` uncorrected partners in the order of singles: O(bookies × top + corrections).
+    ``singles[b]`` and the values are (data-loss ledgers, lost bytes, below-AQ ledgers); a bookie of
+    ``bookies`` missing from ``singles`` loses nothing alone."""
     zero = (0.0, 0.0, 0.0)
     cand = dict(corrections)
-    everyone = set(singles) | set(bookies)
-    best_singles = sorted(everyone, key=lambda b: (severity(*singles.get(b, zero)), b), reverse=True)[:top + 1]
-    for i, a in enumerate(best_singles):
-        for b in best_singles[i + 1:]:
-            cand.setdefault((min(a, b), max(a, b)), zero)
+    order = sorted(set(singles) | set(bookies), key=lambda b: (severity(*singles.get(b, zero)), b), reverse=True)
+    for i, a in enumerate(order):
+        found = 0
+        for b in order[i + 1:]:
+            key = (min(a, b), max(a, b))
+            if key in corrections:
+                continue
+            cand[key] = zero
+            found += 1
+            if found >= top:
+                break
     out = {}
     for (a, b), d in cand.items():
         sa, sb = singles.get(a, zero), singles.get(b, zero)

@@ -163,7 +163,7 @@ def sums(lvs, damaged):
     return {k: tuple(v) for k, v in singles.items()}, {k: tuple(v) for k, v in corr.items()}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(ledgers(), min_size=1, max_size=6), st.sets(st.sampled_from(POOL[:3]), max_size=1))
 def test_worst_sets_of_k_bookies_match_brute_force(lvs, damaged):
     dmg = frozenset(damaged)
