@@ -323,10 +323,11 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
                         for bk, nbytes in d.sources.items():
                             src[(kind, name, bk)] = src.get((kind, name, bk), 0.0) + nbytes
                 if bookie_sets:
-                    for b, d in whatif.single_losses(lv, damaged):
+                    singles, pairs = whatif.bookie_sets(lv, damaged)
+                    for b, d in singles:
                         m = whatif.metrics(d)
                         kadd(("bookie", b), (m[0], m[1], m[2], m[3]))
-                    for a, b, delta in whatif.pair_corrections(lv, damaged):
+                    for a, b, delta in pairs:
                         kadd(("bookie_pair", f"{a}|{b}"), (delta[0], delta[1], delta[2], 0.0))
         yield pd.DataFrame({"part": "kloss", "kind": [k[0] for k in kl], "name": [k[1] for k in kl],
                             "ledgers": [v[0] for v in kl.values()], "lost_bytes": [v[1] for v in kl.values()],

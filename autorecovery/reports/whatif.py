@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from autorecovery.reports.model import BELOW_AQ, LOSS, NONE, DomainLoss, LedgerView, domain_loss
+from autorecovery.ledger.striping import write_set
+from autorecovery.reports.model import BELOW_AQ, COPY, LOSS, NONE, DomainLoss, LedgerView, residue_counts
 
 
 def members(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[str]:
@@ -39,15 +40,72 @@ def metrics(d: DomainLoss) -> tuple[int, float, int, float]:
     return (1 if d.outcome == LOSS else 0, d.lost_bytes, 1 if d.outcome == BELOW_AQ else 0, d.heal_bytes)
 
 
+Groups = list[tuple[int, tuple[str, ...], int]]
+
+
+def _groups(ledger: LedgerView, damaged: frozenset[str]) -> Groups:
+    """Per segment and residue: (entries, the write set's bookies, copies in it already lost)."""
+    E, WQ = ledger.ensemble_size, ledger.write_quorum
+    out: Groups = []
+    for seg in ledger.segments:
+        ens = seg.ensemble
+        for s, cnt in enumerate(residue_counts(seg.first, seg.last, E)):
+            if cnt:
+                ws = tuple(ens[j] for j in write_set(s, E, WQ))
+                out.append((cnt, ws, sum(1 for b in ws if b in damaged)))
+    return out
+
+
+def _loss(ledger: LedgerView, groups: Groups, dead: frozenset[str] | set[str]) -> DomainLoss:
+    """:func:`domain_loss` from precomputed groups (``dead`` holds no damaged bookie); no sources."""
+    WQ, AQ, bpe = ledger.write_quorum, ledger.ack_quorum, ledger.bytes_per_entry
+    outcome = NONE
+    lost = heal = 0.0
+    for cnt, ws, pre in groups:
+        d = pre
+        for b in ws:
+            if b in dead:
+                d += 1
+        if d == 0:
+            continue
+        left = WQ - d
+        if left <= 0:
+            outcome = LOSS
+            lost += cnt * bpe
+        else:
+            if outcome < LOSS:
+                outcome = max(outcome, BELOW_AQ if left < AQ else COPY)
+            heal += cnt * d * bpe
+    return DomainLoss(outcome, lost, heal)
+
+
 def single_losses(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[tuple[str, DomainLoss]]:
     """Losing each one member of ``ledger`` (on top of ``damaged``); members whose loss changes nothing
     are left out."""
     out = []
+    groups = _groups(ledger, damaged)
     for b in members(ledger, damaged):
-        d = domain_loss(ledger, {b}, damaged)
+        d = _loss(ledger, groups, {b})
         if d.outcome != NONE:
             out.append((b, d))
     return out
+
+
+def bookie_sets(ledger: LedgerView, damaged: frozenset[str] = frozenset()
+                ) -> tuple[list[tuple[str, DomainLoss]], list[tuple[str, str, tuple[int, float, int]]]]:
+    """:func:`single_losses` and :func:`pair_corrections` in one go (the write sets built once)."""
+    ms = members(ledger, damaged)
+    groups = _groups(ledger, damaged)
+    singles = [(b, _loss(ledger, groups, {b})) for b in ms]
+    one = {b: metrics(d) for b, d in singles}
+    pairs = []
+    for i, a in enumerate(ms):
+        for b in ms[i + 1:]:
+            ab = metrics(_loss(ledger, groups, {a, b}))
+            delta = (ab[0] - one[a][0] - one[b][0], ab[1] - one[a][1] - one[b][1], ab[2] - one[a][2] - one[b][2])
+            if delta != (0, 0.0, 0):
+                pairs.append((a, b, delta))
+    return [(b, d) for b, d in singles if d.outcome != NONE], pairs
 
 
 def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
@@ -57,11 +115,12 @@ def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
     pair(a, b) = single(a) + single(b) + Σ delta (a ledger holding only one of them loses what that
     one's loss does). Zero deltas are left out, so a pair sharing no ledger has no row."""
     ms = members(ledger, damaged)
-    one = {b: metrics(domain_loss(ledger, {b}, damaged)) for b in ms}
+    groups = _groups(ledger, damaged)
+    one = {b: metrics(_loss(ledger, groups, {b})) for b in ms}
     out = []
     for i, a in enumerate(ms):
         for b in ms[i + 1:]:
-            ab = metrics(domain_loss(ledger, {a, b}, damaged))
+            ab = metrics(_loss(ledger, groups, {a, b}))
             delta = (ab[0] - one[a][0] - one[b][0], ab[1] - one[a][1] - one[b][1], ab[2] - one[a][2] - one[b][2])
             if delta != (0, 0.0, 0):
                 out.append((a, b, delta))
@@ -107,15 +166,19 @@ def triple_corrections(ledger: LedgerView, candidates: Iterable[tuple[str, str]]
     ms = members(ledger, damaged)
     mset = set(ms)
     out = []
+    groups: Groups | None = None
     for a, b in candidates:
         if a not in mset and b not in mset:
             continue
-        ab = metrics(domain_loss(ledger, {a, b}, damaged))
+        if groups is None:
+            groups = _groups(ledger, damaged)
+        pair = {a, b} - damaged
+        ab = metrics(_loss(ledger, groups, pair))
         for c in ms:
             if c in (a, b):
                 continue
-            abc = metrics(domain_loss(ledger, {a, b, c}, damaged))
-            cc = metrics(domain_loss(ledger, {c}, damaged))
+            abc = metrics(_loss(ledger, groups, pair | {c}))
+            cc = metrics(_loss(ledger, groups, {c}))
             delta = (abc[0] - ab[0] - cc[0], abc[1] - ab[1] - cc[1], abc[2] - ab[2] - cc[2])
             if delta != (0, 0.0, 0):
                 out.append((a, b, c, delta))
@@ -148,9 +211,6 @@ def decommission_shares(ledger: LedgerView, bookie: str) -> list[tuple[int, int,
     ``(segment index, ensemble index, bytes it stores there, bytes read from each other member)`` (each
     entry it stores is read once from one of its other copies, spread evenly; WQ = 1 entries have no
     other copy and are read from ``bookie`` itself while it still runs)."""
-    from autorecovery.ledger.striping import write_set
-    from autorecovery.reports.model import residue_counts
-
     E, WQ = ledger.ensemble_size, ledger.write_quorum
     bpe = ledger.bytes_per_entry
     out = []

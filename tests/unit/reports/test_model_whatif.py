@@ -160,6 +160,8 @@ def sums(lvs, damaged):
             v = corr.setdefault((a, b), [0.0, 0.0, 0.0])
             for i in range(3):
                 v[i] += delta[i]
+        both = whatif.bookie_sets(lv, damaged)
+        assert both == (whatif.single_losses(lv, damaged), whatif.pair_corrections(lv, damaged))
     return {k: tuple(v) for k, v in singles.items()}, {k: tuple(v) for k, v in corr.items()}
 
 
