@@ -25,7 +25,9 @@ from autorecovery.ledger.metadata import LedgerState
 from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
 from autorecovery.zk.bridge import NoNodeError
 
-THROTTLE_KEYS = ("replicationRateByBytes", "rereplicationEntryBatchSize")
+#: the worker keys the heal-time model reads (``reports/build.py`` ``throttles``; docs/reports.md)
+THROTTLE_KEYS = ("replicationRateByBytes", "rereplicationEntryBatchSize", "replicationWorkerConcurrentLedgers",
+                 "replicationMaxStreamsPerSourceBookie", "replicationMaxStreamsPerTargetBookie")
 
 
 def _split_location(loc: str | None) -> tuple[str, str, str]:

@@ -52,6 +52,9 @@ async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory
     lac, lac_length = ledgers.loc[left_open.ledger_id, ["lac", "lac_length"]].tolist()
     assert lac in (3, 4) and lac_length == (lac + 1) * 100
     assert pd.isna(ledgers.loc[spread[0].ledger_id, "lac"])
+    manifest = json.loads((snap / "manifest.json").read_text())
+    assert manifest["throttles"]["replicationMaxStreamsPerSourceBookie"] == "4"  # the heal model's keys
+    assert manifest["counts"]["open_lac_read"] == 1
 
     r = subprocess.run([sys.executable, "-m", "autorecovery", "report", "all", "--snapshot", str(snap),
                         "--out", str(out), "--master", "local[1]", "--decommission", b[5], "--no-k-bookies"],
