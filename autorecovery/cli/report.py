@@ -87,10 +87,20 @@ def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, le
 @click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
               help="Placement keys to evaluate instead of the snapshot's (e.g. minNumRacksPerWriteQuorum=3).")
 @click.option("--assumed-rate-mbps", type=FiniteFloatRange(0, 1e9, min_open=True), default=50.0, show_default=True,
-              help="Copy rate per worker (MB/s) when replicationRateByBytes is off (-1).")
+              help="One daemon's measured copy rate (MB/s; bench/heal.py measures it); replicationRateByBytes "
+                   "caps it when set.")
 @click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="Spark configuration (e.g. spark.executor.memory=1g), as spark-submit --conf.")
-def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spark_conf) -> None:
+@click.option("--daemons", type=click.IntRange(1, 100_000), default=None,
+              help="A separate fleet of N autorecovery daemons (default: one per live bookie, lost with it).")
+@click.option("--decommission", default=None, metavar="BOOKIE_ID",
+              help="What-if: decommission this bookie (what moves, where, how long, placement after).")
+@click.option("--add-bookies", "add_bookies", default=None, metavar="RACK=N",
+              help="What-if: add N bookies to RACK (capacity and placement effect).")
+@click.option("--no-k-bookies", "no_k_bookies", is_flag=True,
+              help="Skip the worst loss of any 1, 2 and 3 bookies (one more pass over the ledgers for 3).")
+def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spark_conf, daemons, decommission,
+                   add_bookies, no_k_bookies) -> None:
     """Capacity, placement (with the BP-54 repair plan) and failure-domain risk from a snapshot.
 
     Every input is checked before Spark starts; exit 2 (one line on stderr) for a bad one, 1 when the
@@ -104,6 +114,12 @@ def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spa
         check_master(master)
         manifest = check_snapshot(Path(snapshot))
         check_what_if(overrides, manifest.get("placement", {}))
+        add = None
+        if add_bookies:
+            rack, _, n = add_bookies.partition("=")
+            if not rack or not n.strip().isdigit() or int(n) < 1:
+                raise ConfigError(f"--add-bookies {add_bookies!r}: expected RACK=N with N >= 1")
+            add = (rack, int(n))
     except (BadInput, ConfigError, click.BadParameter) as exc:
         click.echo(f"ERROR: {_one_line(exc)}", err=True)
         sys.exit(EXIT_CONFIG)
@@ -112,7 +128,8 @@ def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spa
     bar = Progress("report")
     try:
         summary = run(Path(snapshot), Path(out), which, master=master, what_if=overrides,
-                      assumed_rate=assumed_rate_mbps * 1e6, spark_conf=conf, progress=bar.step)
+                      assumed_rate=assumed_rate_mbps * 1e6, spark_conf=conf, progress=bar.step, daemons=daemons,
+                      decommission=decommission, add_bookies=add, k_bookies=not no_k_bookies)
     except BadInput as exc:
         bar.close()
         click.echo(f"ERROR: {_one_line(exc)}", err=True)
@@ -159,6 +176,19 @@ def _terminal(s: dict) -> None:
         click.echo(f"BP-54 repair: {r['ledgers_to_mark']} ledgers to mark, {r['swaps']} swaps, "
                    f"{r['bytes_to_copy'] / 1e9:.2f} GB to copy, ~{(t or 0) / 60:.1f} min with {r['workers']} workers"
                    f"{' (assumed rate)' if r['rate_assumed'] else ''}; {r['ledgers_without_fix']} without a fix")
+    wb = s.get("what_if_bookies")
+    if wb:
+        for k in ("k1", "k2", "k3"):
+            if wb[k]:
+                w = wb[k][0]
+                click.echo(f"worst loss of {k[1]} bookie(s) {', '.join(w['bookies'])}: {w['ledgers_data_loss']} ledgers lose "
+                           f"data, {w['ledgers_below_ack_quorum']} fall below AQ")
+    dc = s.get("what_if_decommission")
+    if dc:
+        t = dc["move_time_s"]
+        click.echo(f"decommission {dc['bookie']}: {dc['segments_to_move']} segments, {dc['bytes_to_move'] / 1e9:.2f} GB "
+                   f"to move, ~{(t or 0) / 60:.1f} min; {dc['segments_losing_placement']} segments lose placement, "
+                   f"{dc['segments_without_target']} without a target")
     rk = s.get("risk")
     if rk and rk.get("worst"):
         w = rk["worst"]

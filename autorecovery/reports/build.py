@@ -15,20 +15,51 @@ from typing import Any
 import pandas as pd
 
 from autorecovery.placement.weights import effective_weights
-from autorecovery.reports import jobs, model
-from autorecovery.reports.validate import check_snapshot
+from autorecovery.reports import jobs, model, scenarios
+from autorecovery.reports.validate import BadInput, check_snapshot
 
 RECENT_DAYS = 30
 
 
 @dataclass
 class Throttles:
-    """How fast the cluster copies: ``workers`` daemons at ``rate_bytes_per_s`` each (upstream
-    ``replicationRateByBytes``; when it is off (-1), ``assumed_rate`` — measured, see bench/heal.py)."""
+    """How fast the cluster copies (the heal-time model, ``model.heal_time``; docs/reports.md).
+
+    ``workers``: daemons in the snapshot (one per live bookie, as ``autoRecoveryDaemonEnabled`` runs
+    them, unless ``--daemons`` names a separate fleet); ``rate_bytes_per_s``: one daemon's copy rate,
+    ``min(measured or assumed rate, replicationRateByBytes)``; ``assumed``: the measured/assumed rate
+    binds (not the throttle); ``concurrent_ledgers`` and the stream caps: the daemon's keys from the
+    snapshot's manifest (defaults of ``config/keys.py`` when the snapshot predates them)."""
 
     workers: int
     rate_bytes_per_s: float
     assumed: bool
+    concurrent_ledgers: int = 4
+    max_streams_per_source: int = 4
+    max_streams_per_target: int = 4
+    colocated: bool = True
+    measured_rate: float = 0.0
+    live: frozenset[str] = frozenset()
+    writable: frozenset[str] = frozenset()
+
+    def heal_model(self, lost: set[str] | frozenset[str] = frozenset()) -> model.HealModel:
+        """The model after losing the bookies ``lost`` (their co-located daemons with them)."""
+        daemons = len(self.live - set(lost)) if self.colocated else self.workers
+        return model.HealModel(daemons, self.rate_bytes_per_s, self.measured_rate / max(1, self.concurrent_ledgers),
+                               self.max_streams_per_source, self.max_streams_per_target,
+                               len(self.writable - set(lost)))
+
+    def describe(self) -> dict[str, Any]:
+        """The model's inputs, for summary.json."""
+        return {"daemons": self.workers, "daemons_colocated_with_bookies": self.colocated,
+                "daemon_rate_bytes_per_s": self.rate_bytes_per_s,
+                "stream_rate_bytes_per_s": self.measured_rate / max(1, self.concurrent_ledgers),
+                "replicationWorkerConcurrentLedgers": self.concurrent_ledgers,
+                "replicationMaxStreamsPerSourceBookie": self.max_streams_per_source,
+                "replicationMaxStreamsPerTargetBookie": self.max_streams_per_target,
+                "rate_assumed": self.assumed,
+                "formula": "max(H / (daemons x daemon_rate), max_b S_b / (per-source cap x stream_rate), "
+                           "H / (targets x per-target cap x stream_rate))"}
 
 
 @dataclass
@@ -39,10 +70,31 @@ class Report:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float) -> Throttles:
-    rate = float(manifest.get("throttles", {}).get("replicationRateByBytes", -1))
-    workers = int((bookies["state"] != "gone").sum())
-    return Throttles(max(1, workers), rate if rate > 0 else assumed_rate, rate <= 0)
+def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float, daemons: int | None = None) -> Throttles:
+    """The heal-time inputs: the snapshot's worker keys, its live bookies and the copy rate.
+    ``assumed_rate``: one daemon's measured copy rate (bytes/s; ``bench/heal.py``)."""
+    from autorecovery.config.keys import KEY_BY_NAME
+
+    thr = manifest.get("throttles", {})
+
+    def key(name: str) -> int:
+        try:
+            return int(float(thr[name]))
+        except (KeyError, ValueError, TypeError):
+            return int(KEY_BY_NAME[name].default)
+
+    rate = float(key("replicationRateByBytes"))
+    live = frozenset(bookies.loc[bookies["state"] != "gone", "bookie_id"])
+    writable = frozenset(bookies.loc[bookies["state"] == "writable", "bookie_id"])
+    daemon_rate = min(assumed_rate, rate) if rate > 0 else assumed_rate
+    return Throttles(max(1, daemons if daemons else len(live)), daemon_rate, not (rate > 0 and rate <= assumed_rate),
+                     max(1, key("replicationWorkerConcurrentLedgers")), key("replicationMaxStreamsPerSourceBookie"),
+                     key("replicationMaxStreamsPerTargetBookie"), colocated=not daemons, measured_rate=assumed_rate,
+                     live=live, writable=writable)
+
+
+def _heal(ht: model.HealTime) -> dict[str, Any]:
+    return {"heal_time_s": ht.seconds, "heal_limited_by": ht.limited_by}
 
 
 def _bookies(t) -> pd.DataFrame:
@@ -56,34 +108,56 @@ def capacity(t, manifest: dict, rows, max_multiple: float = 3.0) -> Report:
 
     per = (rows
            .groupBy("bookie_id").agg(F.sum("used_bytes").alias("used_bytes"),
-                                     F.sum("recent_bytes").alias("recent_bytes"))).toPandas()
-    bk = _bookies(t).merge(per, on="bookie_id", how="left").fillna({"used_bytes": 0.0, "recent_bytes": 0.0})
+                                     F.sum("recent_bytes").alias("recent_bytes"),
+                                     F.sum("ledgers").alias("ledgers"))).toPandas()
+    bk = _bookies(t).merge(per, on="bookie_id", how="left").fillna({"used_bytes": 0.0, "recent_bytes": 0.0,
+                                                                     "ledgers": 0.0})
+    bk["ledgers"] = bk["ledgers"].astype("int64")
+    # a bookie that did not answer GET_BOOKIE_INFO (-1) has unknown disk figures: null, never summed
+    bk["disk_known"] = bk["free_bytes"] >= 0
+    bk["free_bytes"] = bk["free_bytes"].where(bk["disk_known"]).astype("float64")
+    bk["total_bytes"] = bk["total_bytes"].where(bk["disk_known"] & (bk["total_bytes"] >= 0)).astype("float64")
     bk["growth_bytes_per_day"] = bk["recent_bytes"] / RECENT_DAYS
-    bk["days_until_full"] = [model.days_until_full(f, g) if f >= 0 else None
-                             for f, g in zip(bk["free_bytes"], bk["growth_bytes_per_day"])]
-    known = bk[bk["free_bytes"] >= 0]
+    bk["days_until_full"] = [model.days_until_full(f, g) if k else None
+                             for f, g, k in zip(bk["free_bytes"], bk["growth_bytes_per_day"], bk["disk_known"])]
+    known = bk[bk["disk_known"]]
     weights = effective_weights({b: float(f) for b, f in zip(known["bookie_id"], known["free_bytes"])}, max_multiple) \
         if len(known) else {}
     bk["disk_weight"] = [weights.get(b) for b in bk["bookie_id"]]
     rollups = {}
     for kind in ("rack", "zone", "region"):
         g = bk.groupby(kind).agg(bookies=("bookie_id", "count"), used_bytes=("used_bytes", "sum"),
-                                 free_bytes=("free_bytes", "sum"), total_bytes=("total_bytes", "sum"),
-                                 growth_bytes_per_day=("growth_bytes_per_day", "sum")).reset_index()
-        g["days_until_full"] = [model.days_until_full(f, gr) for f, gr in zip(g["free_bytes"], g["growth_bytes_per_day"])]
-        rollups[kind] = g
+                                 free_bytes=("free_bytes", lambda x: x.sum(min_count=1)),
+                                 total_bytes=("total_bytes", lambda x: x.sum(min_count=1)),
+                                 disk_unknown_bookies=("disk_known", lambda x: int((~x).sum())),
+                                 growth_bytes_per_day=("growth_bytes_per_day", "sum"),
+                                 growth_known_bytes_per_day=("growth_bytes_per_day",
+                                                             lambda x: x[bk.loc[x.index, "disk_known"]].sum()),
+                                 ).reset_index()
+        # days to full from the bookies whose disk is known only (their free space, their growth); a domain
+        # with no known disk has no figure, never "full in 0 days"
+        g["days_until_full"] = [model.days_until_full(f, gr) if f == f else None
+                                for f, gr in zip(g["free_bytes"], g["growth_known_bytes_per_day"])]
+        rollups[kind] = g.drop(columns="growth_known_bytes_per_day")
     mean = bk["used_bytes"].mean() if len(bk) else 0.0
     soonest = bk.dropna(subset=["days_until_full"]).sort_values("days_until_full").head(5)
+    live = bk[bk["state"] != "gone"]
     summary = {
         "bookies": int(len(bk)),
         "used_bytes": float(bk["used_bytes"].sum()),
         "free_bytes": float(known["free_bytes"].sum()),
+        "total_bytes": float(known["total_bytes"].sum(min_count=1)) if len(known) else None,
+        "bookies_disk_unknown": sorted(bk.loc[~bk["disk_known"], "bookie_id"].tolist()),
         "imbalance_bookie_max_over_mean": float(bk["used_bytes"].max() / mean) if mean else None,
         "imbalance_rack_max_over_mean": float(rollups["rack"]["used_bytes"].max() / rollups["rack"]["used_bytes"].mean())
         if len(rollups["rack"]) and rollups["rack"]["used_bytes"].mean() else None,
         "growth_bytes_per_day": float(bk["growth_bytes_per_day"].sum()),
         "soonest_full": [{"bookie_id": r.bookie_id, "days": round(float(r.days_until_full), 1)}
                          for r in soonest.itertuples()],
+        # spread over the live bookies (writable and read-only): used bytes and ledgers per bookie
+        "distribution": {"used_bytes": model.spread(live["used_bytes"].tolist()),
+                         "ledgers": model.spread(live["ledgers"].tolist()),
+                         "free_bytes_known": model.spread(live.loc[live["disk_known"], "free_bytes"].tolist())},
     }
     return Report({"capacity_bookies": bk, **{f"capacity_{k}": v for k, v in rollups.items()}}, summary)
 
@@ -122,6 +196,10 @@ def placement(t, manifest: dict, what_if: dict[str, str], out: Path, thr: Thrott
                    F.sum("bytes").alias("bytes"),
                    F.countDistinct(F.when(~F.col("fixable"), F.col("ledger_id"))).alias("unfixable")).collect()[0]
     nbytes = float(tot["bytes"] or 0.0)
+    # the swaps copy each replaced member's share from a copy (the member itself is still up: a source)
+    # to the new member named by the plan: the heal-time model with every daemon, plan-given targets
+    ht = model.heal_time(nbytes, dict(zip(by_source["source"], by_source["bytes"])), thr.heal_model(),
+                         dict(zip(by_target["target"], by_target["bytes"])))
     summary = {
         "policy": current.get("ensemblePlacementPolicy", ""),
         "what_if": what_if,
@@ -131,7 +209,7 @@ def placement(t, manifest: dict, what_if: dict[str, str], out: Path, thr: Thrott
                    "bytes_to_copy": nbytes, "ledgers_without_fix": int(tot["unfixable"] or 0),
                    "workers": thr.workers, "rate_bytes_per_s_per_worker": thr.rate_bytes_per_s,
                    "rate_assumed": thr.assumed,
-                   "copy_time_s": model.copy_time_s(nbytes, thr.workers, thr.rate_bytes_per_s)},
+                   "copy_time_s": ht.seconds, "copy_limited_by": ht.limited_by},
     }
     return Report({"placement_verdicts": counts, "placement_fail_by_namespace": by_ns,
                    "placement_repair_by_source": by_source, "placement_repair_by_target": by_target}, summary)
@@ -142,14 +220,60 @@ def _verdict_counts(counts: pd.DataFrame, col: str) -> dict[str, int]:
     return {k: int(v) for k, v in g.items() if k}
 
 
-def risk_part(t) -> Any:
+def _members(bk: pd.DataFrame) -> tuple[list[str], list[str]]:
+    return (list(bk.loc[bk["state"] == "writable", "bookie_id"]), list(bk.loc[bk["state"] == "readonly", "bookie_id"]))
+
+
+def _decommission_part(manifest: dict, bk: pd.DataFrame, bookie: str) -> Any:
+    current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
+    return jobs.decommission_partition(bookie, current, dict(zip(bk["bookie_id"], bk["location"])), _members(bk))
+
+
+def _added_placement(t, manifest: dict, bk: pd.DataFrame, what_if: dict[str, str], rack: str, n: int) -> dict[str, Any]:
+    """The BP-54 repair plan with ``n`` new writable bookies in ``rack`` (one more pass over the ledgers):
+    ledgers to mark, swaps and ledgers without a fix, as ``placement.repair`` reports them."""
+    from pyspark.sql import functions as F
+
+    same = bk[bk["rack"] == rack]
+    loc = str(same["location"].iloc[0]) if len(same) else f"/{rack}"
+    new = [f"added-{rack}-{i}:3181" for i in range(n)]
+    locations = {**dict(zip(bk["bookie_id"], bk["location"])), **{b: loc for b in new}}
+    w, r = _members(bk)
+    current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
+    plan = t["ledger_view"].mapInPandas(jobs.non_empty(jobs.repair_partition({**current, **what_if}, locations, (w + new, r))),
+                                        jobs.REPAIR_SCHEMA)
+    tot = plan.agg(F.countDistinct(F.when(F.col("fixable"), F.col("ledger_id"))).alias("ledgers"),
+                   F.sum(F.when(F.col("fixable"), 1).otherwise(0)).alias("swaps"),
+                   F.sum(F.when(F.col("target").isin(new), F.col("bytes")).otherwise(0.0)).alias("to_new"),
+                   F.countDistinct(F.when(~F.col("fixable"), F.col("ledger_id"))).alias("unfixable")).collect()[0]
+    return {"location": loc, "ledgers_to_mark": int(tot["ledgers"] or 0), "swaps": int(tot["swaps"] or 0),
+            "bytes_to_new_bookies": float(tot["to_new"] or 0.0), "ledgers_without_fix": int(tot["unfixable"] or 0)}
+
+
+def risk_part(t, bookie_sets: bool = True) -> Any:
     """The executor function of the risk report."""
     bk = _bookies(t)
     location = {r.bookie_id: {"rack": r.rack, "zone": r.zone, "region": r.region} for r in bk.itertuples()}
-    return jobs.risk_partition(location, ("rack", "zone", "region"))
+    gone = frozenset(bk.loc[bk["state"] == "gone", "bookie_id"])
+    return jobs.risk_partition(location, ("rack", "zone", "region"), gone, bookie_sets)
 
 
-def risk(t, manifest: dict, thr: Throttles, rows) -> Report:
+def _domain_members(bk: pd.DataFrame, kind: str, name: str) -> frozenset[str]:
+    if kind == "rack_pair":
+        return frozenset(bk.loc[bk["rack"].isin(name.split("|", 1)), "bookie_id"])
+    return frozenset(bk.loc[bk[kind] == name, "bookie_id"])
+
+
+def _max_sources(src_rows) -> dict[tuple[str, str], dict[str, float]]:
+    """(kind, name) → {bookie read the most: bytes} from the ``heal_src`` rows (Spark aggregates)."""
+    from pyspark.sql import functions as F
+
+    per = src_rows.groupBy("kind", "name", "bookie_id").agg(F.sum("bytes").alias("bytes"))
+    top = per.groupBy("kind", "name").agg(F.max(F.struct("bytes", "bookie_id")).alias("m")).toPandas()
+    return {(r.kind, r.name): {r.m["bookie_id"]: float(r.m["bytes"])} for r in top.itertuples()}
+
+
+def risk(t, manifest: dict, thr: Throttles, rows, src_rows=None) -> Report:
     """For every rack, zone, region and pair of racks: ledgers and bytes that lose every copy of some
     entry, fall below AQ, or lose only a copy; bytes to heal and heal time; rolled up by namespace.
     ``rows``: the rows of :func:`risk_part`'s function."""
@@ -160,6 +284,8 @@ def risk(t, manifest: dict, thr: Throttles, rows) -> Report:
            .groupBy("kind", "name", "outcome", "namespace")
            .agg(F.sum("ledgers").alias("ledgers"), F.sum("lost_bytes").alias("lost_bytes"),
                 F.sum("heal_bytes").alias("heal_bytes"))).toPandas()
+    existing = agg[(agg["kind"] == "existing") & (agg["namespace"] == "")]
+    agg = agg[agg["kind"] != "existing"]
     totals = agg[agg["namespace"] == ""].drop(columns="namespace")
     single = totals[totals["kind"] == "rack"].set_index(["name", "outcome"])
     racks = sorted(set(bk["rack"]))
@@ -190,7 +316,15 @@ def risk(t, manifest: dict, thr: Throttles, rows) -> Report:
         if col not in wide:
             wide[col] = 0
     wide["heal_bytes"] = wide["heal_bytes_copy_lost"] + wide["heal_bytes_below_ack_quorum"] + wide["heal_bytes_data_loss"]
-    wide["heal_time_s"] = [model.copy_time_s(h, max(1, thr.workers - 1), thr.rate_bytes_per_s) for h in wide["heal_bytes"]]
+    # heal time from the daemons and bookies that survive the domain (model.heal_time); the source bound
+    # needs the bytes read per bookie, computed for racks, zones and regions (not for rack pairs)
+    sources = _max_sources(src_rows) if src_rows is not None else {}
+    heals = [model.heal_time(h, sources.get((k, n), {}), thr.heal_model(_domain_members(bk, k, n)))
+             for k, n, h in zip(wide["kind"], wide["name"], wide["heal_bytes"])]
+    wide["heal_time_s"] = [h.seconds for h in heals]
+    wide["heal_limited_by"] = [h.limited_by for h in heals]
+    wide["surviving_daemons"] = [thr.heal_model(_domain_members(bk, k, n)).daemons
+                                 for k, n in zip(wide["kind"], wide["name"])]
     wide = wide.sort_values(["ledgers_data_loss", "ledgers_below_ack_quorum", "heal_bytes"], ascending=False)
     by_ns = agg[(agg["namespace"] != "") & (agg["kind"] == "rack") & (agg["outcome"] >= model.BELOW_AQ)]
     by_ns = by_ns.assign(outcome_name=by_ns["outcome"].map(model.OUTCOME_NAMES)).drop(columns="outcome")
@@ -206,13 +340,32 @@ def risk(t, manifest: dict, thr: Throttles, rows) -> Report:
         "worst": None if worst is None else {
             "kind": worst["kind"], "name": worst["name"], "ledgers_data_loss": int(worst["ledgers_data_loss"]),
             "ledgers_below_ack_quorum": int(worst["ledgers_below_ack_quorum"]),
-            "heal_bytes": float(worst["heal_bytes"]), "heal_time_s": worst["heal_time_s"]},
+            "heal_bytes": float(worst["heal_bytes"]), "heal_time_s": worst["heal_time_s"],
+            "heal_limited_by": worst["heal_limited_by"], "surviving_daemons": int(worst["surviving_daemons"])},
         "domains_holding_every_bookie": everything,
         "racks_whose_loss_loses_data": sorted(wide.loc[(wide["kind"] == "rack") & (wide["ledgers_data_loss"] > 0),
                                                        "name"].tolist()),
         "workers": thr.workers, "rate_bytes_per_s_per_worker": thr.rate_bytes_per_s, "rate_assumed": thr.assumed,
+        "heal_model": thr.describe(),
+        "existing_damage": _existing(existing, bk, thr),
+        "open_ledgers_lac": "read at export" if t.get("lac_read") else
+        "unknown: snapshot written before the lac column; open ledgers' last segments counted empty",
     }
     return Report({"risk_domains": wide, "risk_by_namespace": by_ns}, summary)
+
+
+def _existing(rows: pd.DataFrame, bk: pd.DataFrame, thr: Throttles) -> dict[str, Any]:
+    """The damage already there (copies on gone bookies and on the replicas markers name), nothing more lost."""
+    gone = sorted(bk.loc[bk["state"] == "gone", "bookie_id"])
+    by = {int(r.outcome): r for r in rows.itertuples()}
+
+    def n(o: int) -> int:
+        return int(round(by[o].ledgers)) if o in by else 0
+
+    heal = float(sum(r.heal_bytes for r in by.values()))
+    return {"gone_bookies": gone, "ledgers_data_loss": n(model.LOSS), "ledgers_below_ack_quorum": n(model.BELOW_AQ),
+            "ledgers_copy_lost": n(model.COPY), "lost_bytes": float(sum(r.lost_bytes for r in by.values())),
+            "heal_bytes": heal, **_heal(model.heal_time(heal, {}, thr.heal_model(frozenset(gone))))}
 
 
 def write(report: Report, out: Path) -> None:
@@ -225,8 +378,16 @@ def write(report: Report, out: Path) -> None:
 
 def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, what_if: dict[str, str] | None = None,
         assumed_rate: float = 50e6, spark=None, spark_conf: dict[str, str] | None = None,
-        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        progress: Callable[[str], None] | None = None, daemons: int | None = None,
+        decommission: str | None = None, add_bookies: tuple[str, int] | None = None,
+        k_bookies: bool = True) -> dict[str, Any]:
     """Run ``which`` (capacity | placement | risk | all) on ``snapshot``; write everything under ``out``.
+
+    ``assumed_rate``: one daemon's copy rate (bytes/s, measured by ``bench/heal.py``); ``daemons``: a
+    separate fleet of that many daemons (default: one per live bookie, lost with it). What-ifs (sections
+    of summary.json): with risk and ``k_bookies``, ``what_if_bookies`` (worst loss of 1, 2, 3 bookies);
+    ``decommission`` (a bookie id) → ``what_if_decommission``; ``add_bookies`` ((rack, n)) →
+    ``what_if_add_bookies``; with capacity and placement, ``capacity_after_bp54``.
 
     Returns the JSON summary (also written to ``out/summary.json``, with ``out/report.html``). Spark's own
     log (and any executor stack trace) goes to ``out/spark.log`` when this call starts Spark.
@@ -252,14 +413,18 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
         t = jobs.load(spark, snapshot)
         t["ledger_view"].cache()
         bk = _bookies(t)
-        thr = throttles(manifest, bk, assumed_rate)
+        thr = throttles(manifest, bk, assumed_rate, daemons)
+        if decommission and decommission not in set(bk["bookie_id"]):
+            raise BadInput(f"--decommission {decommission}: no such bookie in snapshot {snapshot}")
         fns: dict[str, Any] = {}
         if which in ("capacity", "all"):
             fns["capacity"] = jobs.capacity_partition(int(manifest["time_ms"]) - RECENT_DAYS * jobs.DAY_MS)
         if which in ("placement", "all"):
             fns.update(placement_parts(t, manifest, what_if or {}))
         if which in ("risk", "all"):
-            fns["risk"] = risk_part(t)
+            fns["risk"] = risk_part(t, k_bookies)
+        if decommission:
+            fns["decom"] = _decommission_part(manifest, bk, decommission)
         # one pass over the ledgers feeds every report (views built once per batch); kept for the roll-ups
         from pyspark import StorageLevel
 
@@ -280,10 +445,30 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
                                            part("placement", jobs.PLACEMENT_SCHEMA), part("repair", jobs.REPAIR_SCHEMA))
         if "risk" in fns:
             step("risk per failure domain")
-            parts["risk"] = risk(t, manifest, thr, part("risk", jobs.RISK_SCHEMA))
+            parts["risk"] = risk(t, manifest, thr, part("risk", jobs.RISK_SCHEMA),
+                                 part("heal_src", "kind string, name string, bookie_id string, bytes double"))
+        extra: dict[str, Any] = {}
+        if "risk" in fns and k_bookies:
+            step("worst loss of 1, 2 and 3 bookies")
+            extra["what_if_bookies"] = scenarios.bookie_losses(
+                t, part("kloss", "kind string, name string, ledgers double, lost_bytes double, bytes double, "
+                                 "heal_bytes double"), bk, thr)
+        if decommission:
+            extra["what_if_decommission"] = scenarios.decommission(
+                part("decom", "kind string, bookie_id string, current string, what_if string, bytes double, "
+                              "ledgers double"), decommission, bk, thr)
+        if "capacity" in parts and "placement" in parts:
+            tabs = parts["placement"].tables
+            extra["capacity_after_bp54"] = scenarios.after_bp54(parts["capacity"].tables["capacity_bookies"],
+                                                                tabs["placement_repair_by_source"],
+                                                                tabs["placement_repair_by_target"])
+        if add_bookies and "capacity" in parts:
+            extra["what_if_add_bookies"] = scenarios.add_bookies(
+                parts["capacity"].tables["capacity_bookies"], add_bookies[0], add_bookies[1],
+                _added_placement(t, manifest, bk, what_if or {}, *add_bookies) if "placement" in parts else None)
         summary = {"snapshot": str(snapshot), "snapshot_time_ms": manifest.get("time_ms"),
                    "instance_id": manifest.get("instance_id"), "ledgers": manifest.get("counts", {}).get("ledgers"),
-                   **{k: v.summary for k, v in parts.items()}}
+                   **{k: v.summary for k, v in parts.items()}, **extra}
         step("writing tables, summary.json and report.html")
         for rep in parts.values():
             write(rep, out)

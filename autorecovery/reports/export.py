@@ -4,13 +4,15 @@ Reads every ledger's metadata with at most ``concurrency`` ZooKeeper reads in fl
 as ``auditorMaxNumberOfConcurrentOpenLedgerOperations``), in id order, streaming rows into Parquet row
 groups: memory stays bounded and the session's request queue stays short at a million ledgers. It
 writes nothing to ZooKeeper. Bookie locations come from the configured resolver (the placement policy
-the daemon would build), disk figures from GET_BOOKIE_INFO.
+the daemon would build), disk figures from GET_BOOKIE_INFO. For each open or in-recovery ledger the
+last add confirmed is read from the last segment's bookies (:func:`read_lac`, inside the same bound).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +24,9 @@ from autorecovery.ledger.metadata import LedgerState
 from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
 from autorecovery.zk.bridge import NoNodeError
 
-THROTTLE_KEYS = ("replicationRateByBytes", "rereplicationEntryBatchSize")
+#: the worker keys the heal-time model reads (``reports/build.py`` ``throttles``; docs/reports.md)
+THROTTLE_KEYS = ("replicationRateByBytes", "rereplicationEntryBatchSize", "replicationWorkerConcurrentLedgers",
+                 "replicationMaxStreamsPerSourceBookie", "replicationMaxStreamsPerTargetBookie")
 
 
 def _split_location(loc: str | None) -> tuple[str, str, str]:
@@ -56,24 +60,34 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
     sem = asyncio.Semaphore(concurrency)
     done = unreadable = 0
 
+    bookies = ctx.get_bookies()
+    lac_timeout = ctx.settings.bookie_info.timeout_s if ctx.settings else 5.0
+    lac_read = lac_unknown = 0
+
     async def read(lid: int):
         async with sem:
             try:
-                return lid, (await ctx.ledgers.read(lid))[0]
+                md = (await ctx.ledgers.read(lid))[0]
             except NoSuchLedgerError:
-                return lid, None
+                return lid, None, (None, None)
             except AutoRecoveryError:
-                return lid, False
+                return lid, False, (None, None)
+            if md.state == LedgerState.CLOSED or not md.segments:
+                return lid, md, (None, None)
+            return lid, md, await read_lac(bookies, lid, md, lac_timeout)
 
     window = max(1, concurrency * 4)
     for i in range(0, len(ids), window):  # in id order, a bounded window of reads at a time
-        for lid, md in await asyncio.gather(*(read(lid) for lid in ids[i:i + window])):
+        for lid, md, (lac, lac_length) in await asyncio.gather(*(read(lid) for lid in ids[i:i + window])):
             done += 1
             if md is False:
                 unreadable += 1
                 continue
             if md is None:
                 continue
+            if md.state != LedgerState.CLOSED:
+                lac_read += lac is not None
+                lac_unknown += lac is None
             custom = dict(md.custom_metadata)
             ml = custom.get("pulsar/managed-ledger", b"")
             lw.add({"ledger_id": lid, "state": md.state.name, "ensemble_size": md.ensemble_size,
@@ -81,7 +95,8 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
                     "last_entry_id": md.last_entry_id if md.state == LedgerState.CLOSED else -1,
                     "length": md.length, "ctime": md.ctime, "digest_type": md.digest_type.name,
                     "managed_ledger": ml.decode("utf-8", "replace") if isinstance(ml, bytes) else str(ml),
-                    "custom_metadata": [(k, bytes(v)) for k, v in custom.items()]})
+                    "custom_metadata": [(k, bytes(v)) for k, v in custom.items()],
+                    "lac": lac, "lac_length": lac_length})
             for j, seg in enumerate(md.segments):
                 last = md.segment_end(j) if md.state == LedgerState.CLOSED or j + 1 < len(md.segments) else -1
                 sw.add({"ledger_id": lid, "first_entry_id": seg.first_entry_id, "last_entry_id": last,
@@ -134,8 +149,43 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
     manifest = {"time_ms": started, "instance_id": instance, "ledgers_root": ctx.paths.root,
                 "layout": layout.decode("utf-8", "replace"), "placement": placement, "throttles": throttle,
                 "counts": {"ledgers": lw.count, "segments": sw.count, "bookies": bw.count, "markers": mw.count,
-                           "unreadable": unreadable},
+                           "unreadable": unreadable, "open_lac_read": lac_read, "open_lac_unknown": lac_unknown},
                 "source": f"zookeeper {ctx.zk.hosts}"}
     write_manifest(out, manifest)
     return manifest
+
+
+async def read_lac(bookies, ledger_id: int, md, timeout_s: float) -> tuple[int | None, int | None]:
+    """The last add confirmed of an open or in-recovery ledger and the ledger's length at that entry.
+
+    Asks every bookie of the last segment's ensemble (upstream ``readLastAddConfirmed``: the highest
+    answer wins; read-only, no fencing), then reads entry LAC from its write set for the cumulative
+    length in the entry's header (``ledger/digest.py``: ledger id, entry id, LAC, length). Returns
+    ``(None, None)`` when no bookie answered, ``(lac, None)`` when the entry could not be read, and
+    ``(-1, 0)`` when nothing is confirmed yet. Each call is bounded by ``timeout_s``.
+    """
+    from autorecovery.ledger.striping import write_set
+
+    ens = list(md.segments[-1].ensemble)
+
+    async def one(b: str) -> int | None:
+        try:
+            return int(await asyncio.wait_for(bookies.read_lac(b, ledger_id), timeout_s))
+        except Exception:  # noqa: BLE001 - an unanswering bookie leaves the LAC to the others
+            return None
+
+    answers = [a for a in await asyncio.gather(*(one(b) for b in ens)) if a is not None]
+    if not answers:
+        return None, None
+    lac = max(answers)
+    if lac < 0:
+        return -1, 0
+    for j in write_set(lac, len(ens), md.write_quorum):
+        try:
+            r = await asyncio.wait_for(bookies.read_entry(ens[j], ledger_id, lac), timeout_s)
+            _lid, _eid, _lac, length = struct.unpack(">qqqq", bytes(r.body[:32]))
+            return lac, int(length)
+        except Exception:  # noqa: BLE001 - try the entry's next copy
+            continue
+    return lac, None
 

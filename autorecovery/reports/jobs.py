@@ -91,11 +91,21 @@ def load(spark, snapshot: Path) -> dict[str, Any]:
     segments sorted by first entry id."""
     from pyspark.sql import functions as F
 
+    from autorecovery.reports.snapshot import OPTIONAL_LEDGER_COLUMNS
+
     snap = str(Path(snapshot).resolve())
     t = {name: spark.read.parquet(f"{snap}/{name}.parquet") for name in ("ledgers", "segments", "bookies", "markers")}
+    t["lac_read"] = "lac" in t["ledgers"].columns
+    for col in OPTIONAL_LEDGER_COLUMNS:  # an older snapshot: LAC unknown, the open ledger's last segment empty
+        if col not in t["ledgers"].columns:
+            t["ledgers"] = t["ledgers"].withColumn(col, F.lit(None).cast("long"))
     segs = (t["segments"].groupBy("ledger_id")
             .agg(F.sort_array(F.collect_list(F.struct("first_entry_id", "last_entry_id", "ensemble"))).alias("segs")))
-    t["ledger_view"] = t["ledgers"].join(segs, "ledger_id", "inner").drop("custom_metadata")
+    # bookies whose copies of a ledger are already lost: the replicas named by its markers
+    marked = (t["markers"].groupBy("ledger_id")
+              .agg(F.array_distinct(F.flatten(F.collect_list("replicas"))).alias("marked")))
+    t["ledger_view"] = (t["ledgers"].join(segs, "ledger_id", "inner").join(marked, "ledger_id", "left")
+                        .drop("custom_metadata"))
     return t
 
 
@@ -116,9 +126,32 @@ def _views(pdf: "pd.DataFrame | Prepared") -> Iterator[tuple[model.LedgerView, A
     for row in pdf.itertuples(index=False):
         segs = tuple(model.SegmentView(int(s["first_entry_id"]), int(s["last_entry_id"]), tuple(s["ensemble"]))
                      for s in row.segs)
-        yield model.LedgerView(int(row.ledger_id), int(row.ensemble_size), int(row.write_quorum),
-                               int(row.ack_quorum), int(row.last_entry_id), int(row.length),
-                               row.state == "CLOSED", segs), row
+        lv = model.LedgerView(int(row.ledger_id), int(row.ensemble_size), int(row.write_quorum),
+                              int(row.ack_quorum), int(row.last_entry_id), int(row.length),
+                              row.state == "CLOSED", segs)
+        if not lv.closed:
+            lv = model.with_lac(lv, _int_or_none(getattr(row, "lac", None)), _int_or_none(getattr(row, "lac_length", None)))
+        yield lv, row
+
+
+def _int_or_none(v: Any) -> int | None:
+    """A nullable Parquet integer as pandas gives it (None, NaN or pd.NA when null)."""
+    if v is None or v is pd.NA:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if f != f else int(f)
+
+
+def damaged_of(row: Any, gone: frozenset[str]) -> frozenset[str]:
+    """Bookies whose copies of the row's ledger are already lost: ``gone`` (known only by a cookie) and
+    the replicas its under-replication markers name."""
+    marked = getattr(row, "marked", None)
+    if marked is None or (isinstance(marked, float) and marked != marked):
+        return gone
+    return gone | frozenset(str(b) for b in marked)
 
 
 def capacity_partition(recent_since_ms: int):
@@ -127,6 +160,7 @@ def capacity_partition(recent_since_ms: int):
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         used: dict[str, float] = {}
         recent: dict[str, float] = {}
+        count: dict[str, int] = {}
         for pdf in batches:
             for lv, row in _views(pdf):
                 share = model.bytes_per_bookie(lv)
@@ -135,13 +169,17 @@ def capacity_partition(recent_since_ms: int):
                     used[b] = used.get(b, 0.0) + nbytes
                     if new:
                         recent[b] = recent.get(b, 0.0) + nbytes
+                for b in {m for seg in lv.segments for m in seg.ensemble}:
+                    count[b] = count.get(b, 0) + 1
+                    used.setdefault(b, 0.0)
         yield pd.DataFrame({"bookie_id": list(used), "used_bytes": [used[b] for b in used],
-                            "recent_bytes": [recent.get(b, 0.0) for b in used]})
+                            "recent_bytes": [recent.get(b, 0.0) for b in used],
+                            "ledgers": [float(count.get(b, 0)) for b in used]})
 
     return run
 
 
-CAPACITY_SCHEMA = "bookie_id string, used_bytes double, recent_bytes double"
+CAPACITY_SCHEMA = "bookie_id string, used_bytes double, recent_bytes double, ledgers double"
 
 
 def _policy(placement: Mapping[str, str], locations: Mapping[str, str], members: tuple[list[str], list[str]]):
@@ -245,18 +283,36 @@ REPAIR_SCHEMA = ("ledger_id long, segment_first_entry_id long, source string, ta
                  "fixable boolean")
 
 
-def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, ...]):
+def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, ...],
+                   gone: frozenset[str] = frozenset(), bookie_sets: bool = True):
     """mapInPandas function: per failure domain and outcome, the ledgers, unrecoverable bytes and bytes to
-    heal (``model.ledger_risk``), pre-aggregated in the partition. Pairs of racks are emitted only for
+    heal (``model.ledger_risk``, on top of the copies already lost: ``gone`` bookies and the replicas of
+    each ledger's markers), pre-aggregated in the partition. Pairs of racks are emitted only for
     ledgers on both racks, with correction rows (negative) that let the driver add the single-rack
-    totals of both racks: pair(a, b) = pair rows + single(a) + single(b)."""
+    totals of both racks: pair(a, b) = pair rows + single(a) + single(b).
+
+    Rows carry ``part``: ``risk`` (the above; kind ``existing`` = the damage with nothing more lost),
+    ``heal_src`` (kind, name, bookie_id, bytes: what each surviving bookie is read for to heal a rack,
+    zone or region) and, with ``bookie_sets``, ``kloss``: kind ``bookie`` (name = bookie id; ledgers =
+    data-loss ledgers, lost_bytes, bytes = below-AQ ledgers, heal_bytes, of :func:`whatif.single_losses`)
+    and ``bookie_pair`` (name ``a|b``; the same figures of :func:`whatif.pair_corrections`' deltas)."""
+    from autorecovery.reports import whatif
+
     tags = {b: (loc.get("rack", "unknown"), loc.get("zone", "unknown"), loc.get("region", "unknown"))
             for b, loc in location.items()}
+    gone = frozenset(gone)
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        agg: dict[tuple[str, str, int, str], list[float]] = {}
+        agg: dict[tuple[str, str, str, int, str], list[float]] = {}
+        src: dict[tuple[str, str, str], float] = {}
+        kl: dict[tuple[str, str], list[float]] = {}
 
-        def add(key: tuple[str, str, int, str], d: model.DomainLoss, sign: int = 1) -> None:
+        def kadd(key: tuple[str, str], m: tuple[float, float, float, float]) -> None:
+            v = kl.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+            for i in range(4):
+                v[i] += m[i]
+
+        def add(key: tuple[str, str, str, int, str], d: model.DomainLoss, sign: int = 1) -> None:
             a = agg.get(key)
             if a is None:
                 a = agg[key] = [0.0, 0.0, 0.0]
@@ -268,27 +324,128 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
             for lv, row in _views(pdf):
                 _t, ns, _topic = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger}
                                                     if row.managed_ledger else None)
+                damaged = damaged_of(row, gone)
                 single: dict[str, model.DomainLoss] = {}
-                for kind, name, d in model.ledger_risk(lv, tags):
+                for kind, name, d in model.ledger_risk(lv, tags, damaged=damaged, existing=True):
                     if kind == "rack":
                         single[name] = d
                     if kind == "rack_pair":
                         a, b = name.split("|", 1)
                         if d.outcome != model.NONE:
-                            add((kind, name, d.outcome, ""), d)
+                            add(("risk", kind, name, d.outcome, ""), d)
                         for r in (a, b):
                             if single[r].outcome != model.NONE:
-                                add((kind, name, single[r].outcome, ""), single[r], -1)
-                    elif kind in kinds and d.outcome != model.NONE:
-                        add((kind, name, d.outcome, ""), d)
+                                add(("risk", kind, name, single[r].outcome, ""), single[r], -1)
+                    elif (kind in kinds or kind == "existing") and d.outcome != model.NONE:
+                        add(("risk", kind, name, d.outcome, ""), d)
                         if ns:
-                            add((kind, name, d.outcome, ns), d)
-        yield pd.DataFrame({"kind": [k[0] for k in agg], "name": [k[1] for k in agg],
-                            "outcome": [k[2] for k in agg], "namespace": [k[3] for k in agg],
-                            "ledgers": [v[0] for v in agg.values()], "lost_bytes": [v[1] for v in agg.values()],
-                            "heal_bytes": [v[2] for v in agg.values()]})
+                            add(("risk", kind, name, d.outcome, ns), d)
+                        for bk, nbytes in d.sources.items():
+                            src[(kind, name, bk)] = src.get((kind, name, bk), 0.0) + nbytes
+                if bookie_sets:
+                    singles, pairs = whatif.bookie_sets(lv, damaged)
+                    for b, d in singles:
+                        m = whatif.metrics(d)
+                        kadd(("bookie", b), (m[0], m[1], m[2], m[3]))
+                    for a, b, delta in pairs:
+                        kadd(("bookie_pair", f"{a}|{b}"), (delta[0], delta[1], delta[2], 0.0))
+        yield pd.DataFrame({"part": "kloss", "kind": [k[0] for k in kl], "name": [k[1] for k in kl],
+                            "ledgers": [v[0] for v in kl.values()], "lost_bytes": [v[1] for v in kl.values()],
+                            "bytes": [v[2] for v in kl.values()], "heal_bytes": [v[3] for v in kl.values()]})
+        rows = pd.DataFrame({"part": [k[0] for k in agg], "kind": [k[1] for k in agg], "name": [k[2] for k in agg],
+                             "outcome": [k[3] for k in agg], "namespace": [k[4] for k in agg],
+                             "ledgers": [v[0] for v in agg.values()], "lost_bytes": [v[1] for v in agg.values()],
+                             "heal_bytes": [v[2] for v in agg.values()]})
+        yield rows
+        yield pd.DataFrame({"part": "heal_src", "kind": [k[0] for k in src], "name": [k[1] for k in src],
+                            "bookie_id": [k[2] for k in src], "bytes": list(src.values())})
 
     return run
+
+
+def triple_partition(candidates: list[tuple[str, str]], gone: frozenset[str] = frozenset()):
+    """mapInPandas function: :func:`whatif.triple_corrections` of every ledger for the candidate pairs,
+    summed per triple: rows ``name`` = ``a|b|c`` (the pair, then the third bookie), ``ledgers`` = data-loss
+    ledger delta, ``lost_bytes``, ``heal_bytes`` = below-AQ ledger delta."""
+    from autorecovery.reports import whatif
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        acc: dict[str, list[float]] = {}
+        for pdf in batches:
+            for lv, row in _views(pdf):
+                for a, b, c, (dl, lb, bq) in whatif.triple_corrections(lv, candidates, damaged_of(row, gone)):
+                    v = acc.setdefault(f"{a}|{b}|{c}", [0.0, 0.0, 0.0])
+                    v[0] += dl
+                    v[1] += lb
+                    v[2] += bq
+        if acc:  # an empty frame's object columns do not convert to the schema's doubles
+            yield pd.DataFrame({"name": list(acc), "ledgers": [float(v[0]) for v in acc.values()],
+                                "lost_bytes": [float(v[1]) for v in acc.values()],
+                                "below": [float(v[2]) for v in acc.values()]})
+
+    return run
+
+
+TRIPLE_SCHEMA = "name string, ledgers double, lost_bytes double, below double"
+
+
+def decommission_partition(bookie: str, placement: Mapping[str, str], locations: Mapping[str, str],
+                           members: tuple[list[str], list[str]]):
+    """mapInPandas function: what decommissioning ``bookie`` moves. Per segment holding it, the
+    configured policy's ``replace_bookie`` (excluding ``bookie``) names the new member; rows (``part``
+    ``decom``): kind ``target`` (bookie_id, bytes, ledgers), ``source`` (bookie_id, bytes read),
+    ``verdict`` (current = the segment's verdict now, what_if = after the replacement, ledgers) and
+    ``unplaceable`` (segments the policy finds no bookie for)."""
+    from autorecovery.errors import AutoRecoveryError
+    from autorecovery.reports import whatif
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        live = ([b for b in members[0] if b != bookie], [b for b in members[1] if b != bookie])
+        pol = _policy(placement, locations, live)
+        agg: dict[tuple[str, str, str, str], list[float]] = {}
+
+        def add(key: tuple[str, str, str, str], nbytes: float, n: float = 1.0) -> None:
+            v = agg.setdefault(key, [0.0, 0.0])
+            v[0] += nbytes
+            v[1] += n
+
+        for pdf in batches:
+            for lv, _row in _views(pdf):
+                for si, idx, stored, sources in whatif.decommission_shares(lv, bookie):
+                    ens = list(lv.segments[si].ensemble)
+                    before = _verdict(pol, ens, lv)
+                    try:
+                        res = pol.replace_bookie(lv.ensemble_size, lv.write_quorum, lv.ack_quorum, ens, bookie,
+                                                 exclude={bookie})
+                    except AutoRecoveryError:
+                        add(("unplaceable", "", before, ""), stored)
+                        continue
+                    new = list(res.ensemble)
+                    add(("target", str(new[idx]), "", ""), stored)
+                    for b, nbytes in sources.items():
+                        add(("source", b, "", ""), nbytes, 0.0)
+                    add(("verdict", "", before, _verdict(pol, new, lv)), stored)
+        yield pd.DataFrame({"part": "decom", "kind": [k[0] for k in agg], "bookie_id": [k[1] for k in agg],
+                            "current": [k[2] for k in agg], "what_if": [k[3] for k in agg],
+                            "bytes": [v[0] for v in agg.values()], "ledgers": [v[1] for v in agg.values()]})
+
+    return run
+
+
+def non_empty(fn):
+    """A mapInPandas function that drops ``fn``'s empty frames (their object columns do not convert to
+    the schema's types, a pyarrow error); the fused pass does this for its parts."""
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for out in fn(batches):
+            if len(out):
+                yield out
+
+    return run
+
+
+def _verdict(policy, ensemble: list[str], lv: model.LedgerView) -> str:
+    return VERDICT[int(policy.is_ensemble_adhering(ensemble, lv.write_quorum, lv.ack_quorum))]
 
 
 RISK_SCHEMA = ("kind string, name string, outcome int, namespace string, ledgers double, lost_bytes double, "
@@ -317,7 +474,8 @@ def fused_partition(parts: Mapping[str, Any]):
             for name, fn in parts.items():
                 for out in fn(iter([prepared])):
                     if len(out):
-                        out = out.assign(part=name)
+                        if "part" not in out.columns:
+                            out = out.assign(part=name)
                         yield out.reindex(columns=_FUSED_COLUMNS).astype(_FUSED_DTYPES)
 
     return run

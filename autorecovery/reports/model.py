@@ -12,8 +12,9 @@ total length, not per-entry sizes).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autorecovery.ledger.striping import count_on_index, count_with_residue, write_set
 
@@ -87,6 +88,21 @@ def bytes_per_bookie(ledger: LedgerView) -> dict[str, float]:
     return out
 
 
+def with_lac(ledger: LedgerView, lac: int | None, length: int | None = None) -> LedgerView:
+    """An open or in-recovery ledger as far as its bookies confirmed: the last segment ends at ``lac``
+    (the highest last-add-confirmed the last segment's bookies answered at export) and ``length`` is the
+    cumulative length recorded in entry ``lac``'s header (bytes; None → the metadata's length, 0 while
+    open). ``lac`` None (not read, or an old snapshot) → the ledger as the metadata says (last segment
+    empty). A closed ledger is returned unchanged."""
+    if ledger.closed or lac is None or lac < 0 or not ledger.segments:
+        return ledger
+    last_seg = ledger.segments[-1]
+    lac = max(lac, last_seg.first - 1)
+    segs = (*ledger.segments[:-1], SegmentView(last_seg.first, lac, last_seg.ensemble))
+    return LedgerView(ledger.ledger_id, ledger.ensemble_size, ledger.write_quorum, ledger.ack_quorum, lac,
+                      ledger.length if length is None or length < 0 else int(length), ledger.closed, segs)
+
+
 @dataclass(frozen=True)
 class DomainLoss:
     """What losing a set of bookies does to one ledger.
@@ -101,23 +117,31 @@ class DomainLoss:
     outcome: int
     lost_bytes: float
     heal_bytes: float
+    #: bytes the worker reads from each surviving bookie to heal (each healed entry read once, from one
+    #: of its surviving copies, spread evenly over them: ``StreamCaps.pick_source`` balances sources)
+    sources: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
-def domain_loss(ledger: LedgerView, dead: set[str] | frozenset[str]) -> DomainLoss:
-    """The effect on ``ledger`` of losing every bookie in ``dead`` (the reports' risk question)."""
+def domain_loss(ledger: LedgerView, dead: set[str] | frozenset[str],
+                damaged: set[str] | frozenset[str] = frozenset()) -> DomainLoss:
+    """The effect on ``ledger`` of losing every bookie in ``dead`` (the reports' risk question), on top of
+    copies already lost: ``damaged`` are bookies whose copies of this ledger are gone already (bookies
+    known only by their cookie, the replicas of its under-replication marker)."""
     E, WQ, AQ = ledger.ensemble_size, ledger.write_quorum, ledger.ack_quorum
     bpe = ledger.bytes_per_entry
     outcome = NONE
     lost = heal = 0.0
+    sources: dict[str, float] = {}
     for seg in ledger.segments:
-        dead_idx = {i for i, b in enumerate(seg.ensemble) if b in dead}
+        dead_idx = {i for i, b in enumerate(seg.ensemble) if b in dead or b in damaged}
         if not dead_idx:
             continue
         counts = residue_counts(seg.first, seg.last, E)
         for s, cnt in enumerate(counts):
             if cnt == 0:
                 continue
-            copies_dead = sum(1 for j in write_set(s, E, WQ) if j in dead_idx)
+            ws = write_set(s, E, WQ)
+            copies_dead = sum(1 for j in ws if j in dead_idx)
             if copies_dead == 0:
                 continue
             left = WQ - copies_dead
@@ -127,7 +151,10 @@ def domain_loss(ledger: LedgerView, dead: set[str] | frozenset[str]) -> DomainLo
             else:
                 outcome = max(outcome, BELOW_AQ if left < AQ else COPY)
                 heal += cnt * copies_dead * bpe
-    return DomainLoss(outcome, lost, heal)
+                for j in ws:
+                    if j not in dead_idx:
+                        sources[seg.ensemble[j]] = sources.get(seg.ensemble[j], 0.0) + cnt * bpe / left
+    return DomainLoss(outcome, lost, heal, sources)
 
 
 def ledger_domains(ledger: LedgerView, location: Mapping[str, Mapping[str, str]], kinds: Iterable[str],
@@ -170,17 +197,20 @@ KINDS = ("rack", "zone", "region")
 
 
 def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
-                pairs: bool = True) -> list[tuple[str, str, DomainLoss]]:
+                pairs: bool = True, damaged: set[str] | frozenset[str] = frozenset(),
+                existing: bool = False) -> list[tuple[str, str, DomainLoss]]:
     """:func:`domain_loss` for every failure domain that touches ``ledger``, in one pass: each rack, zone
     and region holding a member (``tags[bookie] = (rack, zone, region)``; missing → ``"unknown"``), and
     with ``pairs`` every pair of racks that both hold a member (``("rack_pair", "a|b")``, sorted names).
+    ``damaged``: bookies whose copies of this ledger are already lost (see :func:`domain_loss`); with
+    ``existing`` also ``("existing", "", loss)``: the damage with no domain lost (omitted when none).
 
     Same answers as calling :func:`domain_loss` per domain (tested), about 3x faster: the write sets of
-    each residue are built once per ledger instead of once per domain.
+    each residue are built once per ledger instead of once per domain. Rack pairs carry no ``sources``.
     """
     E, WQ, AQ = ledger.ensemble_size, ledger.write_quorum, ledger.ack_quorum
     bpe = ledger.bytes_per_entry
-    groups: list[tuple[int, tuple[tuple[str, str, str], ...]]] = []
+    groups: list[tuple[int, tuple[tuple[str, tuple[str, str, str], bool], ...]]] = []
     seen: dict[str, tuple[str, str, str]] = {}
     for seg in ledger.segments:
         for b in seg.ensemble:
@@ -190,15 +220,16 @@ def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
         ens = seg.ensemble
         for s, cnt in enumerate(counts):
             if cnt:
-                groups.append((cnt, tuple(seen[ens[j]] for j in write_set(s, E, WQ))))
+                groups.append((cnt, tuple((ens[j], seen[ens[j]], ens[j] in damaged) for j in write_set(s, E, WQ))))
 
-    def evaluate(k: int, names: tuple[str, ...]) -> DomainLoss:
+    def evaluate(k: int, names: tuple[str, ...], with_sources: bool = True) -> DomainLoss:
         outcome = NONE
         lost = heal = 0.0
+        sources: dict[str, float] = {}
         for cnt, ws in groups:
             dead = 0
-            for t in ws:
-                if t[k] in names:
+            for _b, t, gone in ws:
+                if gone or t[k] in names:
                     dead += 1
             if dead == 0:
                 continue
@@ -210,9 +241,18 @@ def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
                 if outcome < LOSS:
                     outcome = max(outcome, BELOW_AQ if left < AQ else COPY)
                 heal += cnt * dead * bpe
-        return DomainLoss(outcome, lost, heal)
+                if with_sources:
+                    share = cnt * bpe / left
+                    for b, t, gone in ws:
+                        if not gone and t[k] not in names:
+                            sources[b] = sources.get(b, 0.0) + share
+        return DomainLoss(outcome, lost, heal, sources)
 
     out: list[tuple[str, str, DomainLoss]] = []
+    if existing and damaged:
+        d = evaluate(0, ())
+        if d.outcome != NONE:
+            out.append(("existing", "", d))
     for k, kind in enumerate(KINDS):
         for name in sorted({t[k] for t in seen.values()}):
             out.append((kind, name, evaluate(k, (name,))))
@@ -220,7 +260,7 @@ def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
         racks = sorted({t[0] for t in seen.values()})
         for i in range(len(racks)):
             for j in range(i + 1, len(racks)):
-                out.append(("rack_pair", f"{racks[i]}|{racks[j]}", evaluate(0, (racks[i], racks[j]))))
+                out.append(("rack_pair", f"{racks[i]}|{racks[j]}", evaluate(0, (racks[i], racks[j]), False)))
     return out
 
 
@@ -257,3 +297,91 @@ def copy_time_s(nbytes: float, workers: int, rate_bytes_per_s: float) -> float |
     if rate_bytes_per_s <= 0 or workers <= 0:
         return None
     return nbytes / (rate_bytes_per_s * workers)
+
+
+@dataclass(frozen=True)
+class HealModel:
+    """How fast the daemons that survive a loss can copy (the worker's scheduling, ``roles/worker.py``
+    and ``plan/throttle.py``).
+
+    Attributes:
+        daemons: daemons left after the loss (each runs ``replicationWorkerConcurrentLedgers`` slots,
+            one copy stream per slot).
+        daemon_rate: bytes/s one daemon writes: ``min(concurrent ledgers × stream_rate,
+            replicationRateByBytes)`` (the byte bucket is per daemon, charged bytes × targets).
+        stream_rate: bytes/s one copy stream moves (measured: ``bench/heal.py``'s per-daemon rate over
+            its concurrent ledgers, or ``--assumed-rate-mbps`` likewise).
+        max_streams_per_source: ``replicationMaxStreamsPerSourceBookie`` (cluster-wide); <= 0 unlimited.
+        max_streams_per_target: ``replicationMaxStreamsPerTargetBookie`` (cluster-wide); <= 0 unlimited.
+        targets: writable bookies left that can take new copies (placement spreads them; modelled evenly).
+    """
+
+    daemons: int
+    daemon_rate: float
+    stream_rate: float
+    max_streams_per_source: int
+    max_streams_per_target: int
+    targets: int
+
+
+@dataclass(frozen=True)
+class HealTime:
+    """``seconds`` (None: nothing can heal — no daemon, no target or no rate) and the bound that set it:
+    ``daemons``, ``source <bookie id>``, ``targets`` or ``target <bookie id>``; ``bounds`` gives each
+    bound's seconds."""
+
+    seconds: float | None
+    limited_by: str
+    bounds: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+
+def heal_time(heal_bytes: float, sources: Mapping[str, float], m: HealModel,
+              target_loads: Mapping[str, float] | None = None) -> HealTime:
+    """The shortest time the surviving daemons can write ``heal_bytes`` (new copies) reading ``sources``
+    (bytes read from each surviving bookie), under every limit the worker obeys::
+
+        t = max( H / (daemons × daemon_rate),
+                 max_b S_b / (max_streams_per_source × stream_rate),
+                 H / (targets × max_streams_per_target × stream_rate) )
+
+    A lower bound of the real schedule (work is assumed divisible and balanced; ledger granularity,
+    re-checks and ZooKeeper turns add to it). A cap <= 0 drops its term. ``target_loads`` (bytes written
+    to each target, when a plan names them) replaces the even spread over ``targets`` by
+    ``max_b T_b / (max_streams_per_target × stream_rate)``.
+    """
+    if heal_bytes <= 0:
+        return HealTime(0.0, "nothing to heal")
+    if m.daemons <= 0 or m.daemon_rate <= 0 or m.stream_rate <= 0:
+        return HealTime(None, "no surviving daemon" if m.daemons <= 0 else "no copy rate")
+    if m.targets <= 0:
+        return HealTime(None, "no surviving writable bookie to copy to")
+    bounds = {"daemons": heal_bytes / (m.daemons * m.daemon_rate)}
+    if m.max_streams_per_source > 0 and sources:
+        b, s = max(sources.items(), key=lambda kv: (kv[1], kv[0]))
+        bounds[f"source {b}"] = s / (m.max_streams_per_source * m.stream_rate)
+    if m.max_streams_per_target > 0 and target_loads:
+        b, t = max(target_loads.items(), key=lambda kv: (kv[1], kv[0]))
+        bounds[f"target {b}"] = t / (m.max_streams_per_target * m.stream_rate)
+    elif m.max_streams_per_target > 0:
+        bounds["targets"] = heal_bytes / (m.targets * m.max_streams_per_target * m.stream_rate)
+    limit = max(bounds, key=lambda k: bounds[k])
+    return HealTime(bounds[limit], limit, bounds)
+
+
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    """Distribution of ``values`` (one per bookie): count, min, p50, p90, max, mean, stddev (population)
+    and max/mean (None when the mean is 0). Percentiles are nearest-rank. Empty → count 0, the rest None."""
+    n = len(values)
+    if n == 0:
+        return {"count": 0, "min": None, "p50": None, "p90": None, "max": None, "mean": None, "stddev": None,
+                "max_over_mean": None}
+    v = sorted(float(x) for x in values)
+    mean = sum(v) / n
+
+    def pct(p: float) -> float:
+        k = max(1, math.ceil(p * n - 1e-9))  # nearest rank: ceil(p*n), at least 1
+        return v[min(n, k) - 1]
+
+    std = (sum((x - mean) ** 2 for x in v) / n) ** 0.5
+    return {"count": n, "min": v[0], "p50": pct(0.5), "p90": pct(0.9), "max": v[-1], "mean": mean, "stddev": std,
+            "max_over_mean": v[-1] / mean if mean else None}

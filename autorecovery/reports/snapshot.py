@@ -35,7 +35,14 @@ LEDGERS = pa.schema([
     ("digest_type", pa.string()),
     ("managed_ledger", pa.string()),   # Pulsar's pulsar/managed-ledger custom metadata, "" when absent
     ("custom_metadata", pa.map_(pa.string(), pa.binary())),
+    # OPEN / IN_RECOVERY only (null otherwise, and in snapshots written before these columns): the
+    # highest last-add-confirmed the last segment's bookies answered at export, and the cumulative
+    # length (bytes) recorded in that entry's header; null when no bookie answered
+    ("lac", pa.int64()),
+    ("lac_length", pa.int64()),
 ])
+#: LEDGERS columns a snapshot may lack (written before they existed): read as null
+OPTIONAL_LEDGER_COLUMNS = ("lac", "lac_length")
 SEGMENTS = pa.schema([
     ("ledger_id", pa.int64()),
     ("first_entry_id", pa.int64()),
@@ -82,9 +89,12 @@ class TableWriter:
             self.flush()
 
     def add_table(self, table: pa.Table) -> None:
-        """Append a whole Arrow table with this writer's schema."""
+        """Append a whole Arrow table with this writer's schema (columns it lacks are written as nulls)."""
         self.flush()
-        self._writer.write_table(table.cast(self.schema))
+        for f in self.schema:
+            if f.name not in table.column_names:
+                table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+        self._writer.write_table(table.select(self.schema.names).cast(self.schema))
         self.count += table.num_rows
 
     def flush(self) -> None:

@@ -6,6 +6,7 @@ and GET_BOOKIE_INFO figures."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pty
 import subprocess
@@ -68,10 +69,25 @@ async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory
     assert bookies.loc[b[3], "rack"] == "rack1" and bookies.loc[b[4], "rack"] == "rack2"
     assert (bookies["total_bytes"] > 0).all() and (bookies["free_bytes"] > 0).all()
 
-    r = subprocess.run([sys.executable, "-m", "autorecovery", "report", "placement", "--snapshot", str(snap),
-                        "--out", str(out), "--master", "local[2]"], capture_output=True, text=True, timeout=240)
+    # the open ledger's last add confirmed, read from its bookies at export (5 entries of 100 bytes were
+    # acknowledged; a bookie knows the LAC the later entries carried), with the length its header records
+    lac, lac_length = ledgers.loc[left_open.ledger_id, ["lac", "lac_length"]].tolist()
+    assert lac in (3, 4) and lac_length == (lac + 1) * 100
+    assert pd.isna(ledgers.loc[spread[0].ledger_id, "lac"])
+    manifest = json.loads((snap / "manifest.json").read_text())
+    assert manifest["throttles"]["replicationMaxStreamsPerSourceBookie"] == "4"  # the heal model's keys
+    assert manifest["counts"]["open_lac_read"] == 1
+
+    r = subprocess.run([sys.executable, "-m", "autorecovery", "report", "all", "--snapshot", str(snap),
+                        "--out", str(out), "--master", "local[1]", "--decommission", b[5], "--no-k-bookies"],
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "BP-54 repair:" in r.stdout and r.stderr == ""  # not a terminal: no progress, no Spark log lines
+    # b5 holds only the open ledger (index 1 of [b2, b5, b0], WQ 2): its entries up to the LAC must move
+    summary = json.loads((out / "summary.json").read_text())
+    on_b5 = sum(1 for e in range(int(lac) + 1) if 1 in ((e % 3), (e + 1) % 3))
+    dec = summary["what_if_decommission"]
+    assert dec["segments_to_move"] == 1 and dec["bytes_to_move"] == pytest.approx(on_b5 * 100)
     report = pd.read_parquet(out / "placement_ledgers.parquet").set_index("ledger_id")["current"].to_dict()
 
     settings = load_settings(None, env={}, overrides={"zkServers": cluster.zk_connect,

@@ -1,0 +1,232 @@
+"""What-ifs on single bookies: the loss of any k bookies, decommissioning one (PURE).
+
+Per ledger, as :mod:`autorecovery.reports.model`; the Spark jobs sum the rows. Losses are ranked by
+:func:`severity`: ledgers that lose data, then bytes lost for good, then ledgers below AQ.
+
+* k = 1 and k = 2 are exact: every bookie is evaluated on every ledger it holds, and every pair of
+  bookies on every ledger holding both (:func:`pair_corrections`); a pair that shares no ledger loses
+  what its two bookies lose apart, so :func:`worst_pairs` adds, per bookie, its best such partners.
+* k = 3 is a bounded search: the ``candidates`` worst pairs are each extended by every bookie, with the
+  exact figures of the triple (inclusion-exclusion: triple = pair + single + the correction of the
+  ledgers that hold the third bookie and a pair member, :func:`triple_corrections`). It finds the worst
+  triple that contains one of the worst pairs; a worse triple made of three individually mild pairs
+  is possible in principle, so k = 3 is a lower bound of the worst case (said so in the summary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from autorecovery.ledger.striping import write_set
+from autorecovery.reports.model import BELOW_AQ, COPY, LOSS, NONE, DomainLoss, LedgerView, residue_counts
+
+
+def members(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[str]:
+    """The ledger's bookies over every segment, sorted, except ``damaged`` (its copies there are lost
+    already: losing that bookie changes nothing for this ledger).
+
+    The figures of a set S of bookies are summed over the ledgers holding a member of S that is not
+    damaged for it, each with S and its damage lost (``domain_loss(ledger, S, damaged)``)."""
+    return sorted({b for seg in ledger.segments for b in seg.ensemble} - damaged)
+
+
+def severity(data_loss_ledgers: float, lost_bytes: float, below_aq_ledgers: float) -> tuple[float, float, float]:
+    """The ranking key of a loss (bigger is worse)."""
+    return (data_loss_ledgers, lost_bytes, below_aq_ledgers)
+
+
+def metrics(d: DomainLoss) -> tuple[int, float, int, float]:
+    """``(ledgers lost (0/1), bytes lost, ledgers below AQ (0/1), bytes to heal)`` of one ledger's loss."""
+    return (1 if d.outcome == LOSS else 0, d.lost_bytes, 1 if d.outcome == BELOW_AQ else 0, d.heal_bytes)
+
+
+Groups = list[tuple[int, tuple[str, ...], int]]
+
+
+def _groups(ledger: LedgerView, damaged: frozenset[str]) -> Groups:
+    """Per segment and residue: (entries, the write set's bookies, copies in it already lost)."""
+    E, WQ = ledger.ensemble_size, ledger.write_quorum
+    out: Groups = []
+    for seg in ledger.segments:
+        ens = seg.ensemble
+        for s, cnt in enumerate(residue_counts(seg.first, seg.last, E)):
+            if cnt:
+                ws = tuple(ens[j] for j in write_set(s, E, WQ))
+                out.append((cnt, ws, sum(1 for b in ws if b in damaged)))
+    return out
+
+
+def _loss(ledger: LedgerView, groups: Groups, dead: frozenset[str] | set[str]) -> DomainLoss:
+    """:func:`domain_loss` from precomputed groups (``dead`` holds no damaged bookie); no sources."""
+    WQ, AQ, bpe = ledger.write_quorum, ledger.ack_quorum, ledger.bytes_per_entry
+    outcome = NONE
+    lost = heal = 0.0
+    for cnt, ws, pre in groups:
+        d = pre
+        for b in ws:
+            if b in dead:
+                d += 1
+        if d == 0:
+            continue
+        left = WQ - d
+        if left <= 0:
+            outcome = LOSS
+            lost += cnt * bpe
+        else:
+            if outcome < LOSS:
+                outcome = max(outcome, BELOW_AQ if left < AQ else COPY)
+            heal += cnt * d * bpe
+    return DomainLoss(outcome, lost, heal)
+
+
+def single_losses(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[tuple[str, DomainLoss]]:
+    """Losing each one member of ``ledger`` (on top of ``damaged``); members whose loss changes nothing
+    are left out."""
+    out = []
+    groups = _groups(ledger, damaged)
+    for b in members(ledger, damaged):
+        d = _loss(ledger, groups, {b})
+        if d.outcome != NONE:
+            out.append((b, d))
+    return out
+
+
+def bookie_sets(ledger: LedgerView, damaged: frozenset[str] = frozenset()
+                ) -> tuple[list[tuple[str, DomainLoss]], list[tuple[str, str, tuple[int, float, int]]]]:
+    """:func:`single_losses` and :func:`pair_corrections` in one go (the write sets built once)."""
+    ms = members(ledger, damaged)
+    groups = _groups(ledger, damaged)
+    singles = [(b, _loss(ledger, groups, {b})) for b in ms]
+    one = {b: metrics(d) for b, d in singles}
+    pairs = []
+    for i, a in enumerate(ms):
+        for b in ms[i + 1:]:
+            ab = metrics(_loss(ledger, groups, {a, b}))
+            delta = (ab[0] - one[a][0] - one[b][0], ab[1] - one[a][1] - one[b][1], ab[2] - one[a][2] - one[b][2])
+            if delta != (0, 0.0, 0):
+                pairs.append((a, b, delta))
+    return [(b, d) for b, d in singles if d.outcome != NONE], pairs
+
+
+def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
+                     ) -> list[tuple[str, str, tuple[int, float, int]]]:
+    """For each pair of members ``a < b`` of ``ledger``: ``(a, b, delta)`` with ``delta = m({a,b}) − m({a})
+    − m({b})`` over (data-loss ledgers, lost bytes, below-AQ ledgers); summed over every ledger,
+    pair(a, b) = single(a) + single(b) + Σ delta (a ledger holding only one of them loses what that
+    one's loss does). Zero deltas are left out, so a pair sharing no ledger has no row."""
+    ms = members(ledger, damaged)
+    groups = _groups(ledger, damaged)
+    one = {b: metrics(_loss(ledger, groups, {b})) for b in ms}
+    out = []
+    for i, a in enumerate(ms):
+        for b in ms[i + 1:]:
+            ab = metrics(_loss(ledger, groups, {a, b}))
+            delta = (ab[0] - one[a][0] - one[b][0], ab[1] - one[a][1] - one[b][1], ab[2] - one[a][2] - one[b][2])
+            if delta != (0, 0.0, 0):
+                out.append((a, b, delta))
+    return out
+
+
+def worst_pairs(singles: Mapping[str, tuple[float, float, float]],
+                corrections: Mapping[tuple[str, str], tuple[float, float, float]],
+                top: int = 3, bookies: Iterable[str] = ()) -> list[tuple[tuple[str, str], tuple[float, float, float]]]:
+    """The ``top`` worst pairs, exactly. A pair with a correction loses single(a) + single(b) +
+    correction; any other pair loses single(a) + single(b), and since the ranking is lexicographic (so
+    adding the same figures keeps an order), the worst uncorrected pairs with ``a`` are its first
+    ``top`` uncorrected partners in the order of singles: O(bookies × top + corrections).
+    ``singles[b]`` and the values are (data-loss ledgers, lost bytes, below-AQ ledgers); a bookie of
+    ``bookies`` missing from ``singles`` loses nothing alone."""
+    zero = (0.0, 0.0, 0.0)
+    cand = dict(corrections)
+    order = sorted(set(singles) | set(bookies), key=lambda b: (severity(*singles.get(b, zero)), b), reverse=True)
+    for i, a in enumerate(order):
+        found = 0
+        for b in order[i + 1:]:
+            key = (min(a, b), max(a, b))
+            if key in corrections:
+                continue
+            cand[key] = zero
+            found += 1
+            if found >= top:
+                break
+    out = {}
+    for (a, b), d in cand.items():
+        sa, sb = singles.get(a, zero), singles.get(b, zero)
+        out[(a, b)] = (sa[0] + sb[0] + d[0], sa[1] + sb[1] + d[1], sa[2] + sb[2] + d[2])
+    return sorted(out.items(), key=lambda kv: (severity(*kv[1]), kv[0]), reverse=True)[:top]
+
+
+def triple_corrections(ledger: LedgerView, candidates: Iterable[tuple[str, str]],
+                       damaged: frozenset[str] = frozenset()) -> list[tuple[str, str, str, tuple[int, float, int]]]:
+    """For each candidate pair ``(a, b)`` touching ``ledger`` and each other member ``c``: ``(a, b, c,
+    delta)`` with ``delta = m({a,b,c}) − m({a,b}) − m({c})`` over (data-loss ledgers, lost bytes,
+    below-AQ ledgers), so that summed over every ledger, triple(a, b, c) = pair(a, b) + single(c) +
+    Σ delta (a ledger without ``c`` adds the pair's figures; one with ``c`` and neither pair member adds
+    ``c``'s). Zero deltas are left out."""
+    ms = members(ledger, damaged)
+    mset = set(ms)
+    out = []
+    groups: Groups | None = None
+    for a, b in candidates:
+        if a not in mset and b not in mset:
+            continue
+        if groups is None:
+            groups = _groups(ledger, damaged)
+        pair = {a, b} - damaged
+        ab = metrics(_loss(ledger, groups, pair))
+        for c in ms:
+            if c in (a, b):
+                continue
+            abc = metrics(_loss(ledger, groups, pair | {c}))
+            cc = metrics(_loss(ledger, groups, {c}))
+            delta = (abc[0] - ab[0] - cc[0], abc[1] - ab[1] - cc[1], abc[2] - ab[2] - cc[2])
+            if delta != (0, 0.0, 0):
+                out.append((a, b, c, delta))
+    return out
+
+
+def worst_triples(pairs: Mapping[tuple[str, str], tuple[float, float, float]],
+                  singles: Mapping[str, tuple[float, float, float]],
+                  corrections: Mapping[tuple[str, str, str], tuple[float, float, float]],
+                  bookies: Iterable[str], top: int = 3) -> list[tuple[tuple[str, str, str], tuple[float, float, float]]]:
+    """The ``top`` worst triples made of a candidate pair (the keys of ``pairs``, each given as its
+    (data-loss ledgers, lost bytes, below-AQ ledgers)) and any third bookie of ``bookies``, using
+    :func:`triple_corrections` summed over every ledger. Each triple once (sorted ids)."""
+    bookies = list(bookies)
+    best: dict[tuple[str, str, str], tuple[float, float, float]] = {}
+    zero = (0.0, 0.0, 0.0)
+    for (a, b), p in pairs.items():
+        for c in bookies:
+            if c in (a, b):
+                continue
+            s = singles.get(c, zero)
+            d = corrections.get((a, b, c), zero)
+            key = tuple(sorted((a, b, c)))
+            best[key] = (p[0] + s[0] + d[0], p[1] + s[1] + d[1], p[2] + s[2] + d[2])  # type: ignore[index]
+    return sorted(best.items(), key=lambda kv: (severity(*kv[1]), kv[0]), reverse=True)[:top]
+
+
+def decommission_shares(ledger: LedgerView, bookie: str) -> list[tuple[int, int, float, dict[str, float]]]:
+    """What decommissioning ``bookie`` makes the workers copy for ``ledger``: per segment holding it,
+    ``(segment index, ensemble index, bytes it stores there, bytes read from each other member)`` (each
+    entry it stores is read once from one of its other copies, spread evenly; WQ = 1 entries have no
+    other copy and are read from ``bookie`` itself while it still runs)."""
+    E, WQ = ledger.ensemble_size, ledger.write_quorum
+    bpe = ledger.bytes_per_entry
+    out = []
+    for si, seg in enumerate(ledger.segments):
+        if bookie not in seg.ensemble:
+            continue
+        idx = seg.ensemble.index(bookie)
+        stored = 0.0
+        sources: dict[str, float] = {}
+        for s, cnt in enumerate(residue_counts(seg.first, seg.last, E)):
+            ws = write_set(s, E, WQ)
+            if not cnt or idx not in ws:
+                continue
+            stored += cnt * bpe
+            others = [seg.ensemble[j] for j in ws if j != idx] or [bookie]
+            for o in others:
+                sources[o] = sources.get(o, 0.0) + cnt * bpe / len(others)
+        out.append((si, idx, stored, sources))
+    return out
