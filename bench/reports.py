@@ -11,8 +11,10 @@ Timed, in the same run, each from reading the snapshot to the final tables:
   very same fused partition function (``reports/jobs.py``: one pass, views built once per batch) runs
   over all ledgers, with pandas roll-ups.
 
-Prints seconds, the ratio baseline / spark, and the peak memory: the driver (this Python process plus the
-Spark driver JVM) and, for the baseline, this process. Not a test.
+Prints seconds, the ratio baseline / spark, and the peak memory of every process of each run: for Spark,
+this Python process, the driver JVM (executors are its threads on ``local[N]``) and the Python workers
+(``pyspark.daemon`` and its forks), each part's own peak and the peak of their sum; for the baseline,
+this process. Not a test.
 
     .venv/bin/python bench/reports.py           # 1M ledgers
     .venv/bin/python bench/reports.py --quick   # 100k ledgers
@@ -41,26 +43,31 @@ from autorecovery.reports.synthetic import generate  # noqa: E402
 
 
 class PeakRss:
-    """Samples the RSS of this process (and, with ``tree``, its child processes) every 50 ms."""
+    """Samples, every 50 ms, the RSS (bytes) of this process and, with ``tree``, of every descendant: the
+    Spark driver JVM and its Python workers. ``peak`` is the peak of the sum; ``parts`` the peak of each
+    kind (``python driver``, ``jvm``, ``python workers``) on its own."""
 
     def __init__(self, tree: bool) -> None:
         self.tree = tree
         self.peak = 0
+        self.parts: dict[str, int] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         me = psutil.Process()
         while not self._stop.is_set():
-            total = me.memory_info().rss
+            now = {"python driver": me.memory_info().rss}
             if self.tree:
                 for c in me.children(recursive=True):
                     try:
-                        if "java" in c.name():  # the Spark driver JVM (executors are threads inside it)
-                            total += c.memory_info().rss
+                        kind = "jvm" if "java" in c.name() else "python workers"
+                        now[kind] = now.get(kind, 0) + c.memory_info().rss
                     except psutil.Error:
                         pass
-            self.peak = max(self.peak, total)
+            self.peak = max(self.peak, sum(now.values()))
+            for k, v in now.items():
+                self.parts[k] = max(self.parts.get(k, 0), v)
             self._stop.wait(0.05)
 
     def __enter__(self) -> "PeakRss":
@@ -70,6 +77,10 @@ class PeakRss:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._t.join()
+
+    def breakdown(self) -> str:
+        """``python driver 210 MB, jvm 1,400 MB, python workers 600 MB`` (each part's own peak)."""
+        return ", ".join(f"{k} {v / 2**20:,.0f} MB" for k, v in self.parts.items())
 
 
 def baseline(snapshot: Path, what_if: dict[str, str]) -> dict:
@@ -130,14 +141,15 @@ def main() -> None:
             t = time.perf_counter()
             summary = run(base / "snap", base / "out", "all", master=a.master, what_if=what_if)
             spark_s = time.perf_counter() - t
-        spark_mb = mem.peak / 2**20
+        spark_mb, spark_parts = mem.peak / 2**20, mem.breakdown()
         with PeakRss(tree=False) as mem:
             t = time.perf_counter()
             got = baseline(base / "snap", what_if)
             base_s = time.perf_counter() - t
         base_mb = mem.peak / 2**20
         assert got["swaps"] == summary["placement"]["repair"]["swaps"], (got["swaps"], summary["placement"]["repair"])
-        print(f"spark {a.master}:      {spark_s:7.1f} s, peak driver memory {spark_mb:6.0f} MB (Python + driver JVM)")
+        print(f"spark {a.master}:      {spark_s:7.1f} s, peak memory {spark_mb:6,.0f} MB, every process "
+              f"({spark_parts})")
         print(f"single-process pandas: {base_s:7.1f} s, peak memory {base_mb:6.0f} MB")
         print(f"ratio baseline/spark = {base_s / spark_s:.2f}x; target: spark under 120 s for 1M ledgers: "
               f"{'PASS' if spark_s < 120 or n < 1_000_000 else 'FAIL'}; both found {got['swaps']} BP-54 swaps")
