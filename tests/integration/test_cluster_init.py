@@ -10,13 +10,14 @@ compares with the tree upstream's own shell creates.
 from __future__ import annotations
 
 import asyncio
-import re
 
 from click.testing import CliRunner
 from kazoo.client import KazooClient
 
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.cli.main import main
+from autorecovery.testing.znodes import UUID_V4 as UUID
+from autorecovery.testing.znodes import znode_tree as tree
 from autorecovery.config.load import load_settings
 from autorecovery.daemon import Daemon
 from autorecovery.testing.zk_server import free_port
@@ -27,23 +28,8 @@ from autorecovery.zk.paths import Paths
 #: what upstream's initnewcluster leaves under the ledgers root (relative paths → data; INSTANCEID: a UUID)
 UPSTREAM_TREE = {"": b"", "/LAYOUT": b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1",
                  "/INSTANCEID": None, "/available": b"", "/available/readonly": b""}
-UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
-def tree(connect: str, root: str) -> dict[str, bytes]:
-    """Every znode under ``root`` (relative path → data)."""
-    kz = KazooClient(connect)
-    kz.start(10)
-    try:
-        out, stack = {}, [root]
-        while stack:
-            p = stack.pop()
-            out[p[len(root):]] = kz.get(p)[0]
-            stack.extend(f"{p}/{k}" for k in kz.get_children(p))
-        return out
-    finally:
-        kz.stop()
-        kz.close()
 
 
 def shell(*args: str):

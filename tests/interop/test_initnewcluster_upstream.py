@@ -4,30 +4,15 @@ Needs ``make upstream`` (the 4.17.2 jars)."""
 
 from __future__ import annotations
 
-import re
 
 from click.testing import CliRunner
-from kazoo.client import KazooClient
 
 from autorecovery.cli.main import main
+from autorecovery.testing.znodes import UUID_V4 as UUID
+from autorecovery.testing.znodes import znode_tree as tree
 
-UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
-def tree(connect: str, root: str) -> dict[str, bytes]:
-    """Every znode under ``root`` (relative path → data)."""
-    kz = KazooClient(connect)
-    kz.start(10)
-    try:
-        out, stack = {}, [root]
-        while stack:
-            p = stack.pop()
-            out[p[len(root):]] = kz.get(p)[0]
-            stack.extend(f"{p}/{k}" for k in kz.get_children(p))
-        return out
-    finally:
-        kz.stop()
-        kz.close()
 
 
 def test_initnewcluster_tree_is_upstreams(java_cluster, zk_server):
