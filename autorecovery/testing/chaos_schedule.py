@@ -1,0 +1,81 @@
+"""Fault kinds and the seeded fault schedule of a chaos campaign (PURE: no I/O).
+
+A campaign injects faults one after another (never two at once: with E3/WQ3/AQ2 one bookie lost at a
+time can never lose an acknowledged entry, so any loss the checks find is a bug, not bad luck). The
+schedule is drawn from ``random.Random(seed)`` only, so the same seed, budget and cluster size give the
+same list of faults; targets that only exist at run time (the current auditor) are resolved then and
+named ``auditor`` in the schedule.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+#: kind → what it does (docs/chaos.md repeats this table).
+KINDS: dict[str, str] = {
+    "bookie_kill9": "SIGKILL a bookie, keep it down for the hold time (the auditor marks its ledgers, "
+                    "workers copy), then start it again on the same data dir and address",
+    "bookie_sigstop": "SIGSTOP a bookie until its ZooKeeper session expires (its znode leaves available/), "
+                      "then SIGCONT",
+    "bookie_restart": "SIGTERM a bookie (clean unregister) and start it again at once",
+    "bookie_torn_tail": "SIGKILL a bookie, append the bytes of a torn, unacknowledged add to its current "
+                        "entry log, start it again",
+    "daemon_kill9": "SIGKILL an autorecovery daemon that is not the auditor, then start it again",
+    "auditor_kill9": "SIGKILL the daemon holding the auditor election, then start it again",
+    "daemon_sigstop": "SIGSTOP a daemon past its ZooKeeper session timeout (zkTimeout), then SIGCONT",
+    "zk_conn_cut": "cut every connection of one daemon's ZooKeeper proxy (TcpProxy) for the hold time",
+}
+
+#: kinds cheap enough for CI (seconds each)
+CHEAP_KINDS = ("bookie_kill9", "bookie_sigstop", "bookie_restart", "bookie_torn_tail", "daemon_kill9",
+               "auditor_kill9", "daemon_sigstop", "zk_conn_cut")
+
+#: kinds asked for by issue 26 that this runner does not inject yet, each with the reason printed
+NOT_AVAILABLE: dict[str, str] = {
+    "zk_leader_kill9": "needs a 3-node ZooKeeper ensemble; LocalCluster runs one ZooKeeper server (not built yet)",
+    "zk_follower_kill9": "needs a 3-node ZooKeeper ensemble (not built yet)",
+    "zk_quorum_loss": "needs a 3-node ZooKeeper ensemble (not built yet)",
+    "zk_rolling_restart": "needs a 3-node ZooKeeper ensemble (not built yet)",
+    "disk_full_during_copy": "needs a bookie started on a size-limited tmpfs data dir (not built yet)",
+    "partition_bookie_from_workers": "needs bookies started inside network namespaces with veth links (not built yet)",
+    "partition_daemon_from_zk": "needs daemons started inside network namespaces (not built yet)",
+    "slow_link": "tc netem is absent from this kernel; a delaying userspace proxy per link is not built yet",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One scheduled fault: ``seq`` from 1, ``kind`` (a key of :data:`KINDS`), ``target`` node index
+    (bookie i / daemon i; ignored for ``auditor_kill9``), ``hold_s`` seconds the fault lasts at least."""
+
+    seq: int
+    kind: str
+    target: int
+    hold_s: float
+
+    def describe(self) -> str:
+        who = "auditor" if self.kind == "auditor_kill9" else f"node {self.target}"
+        return f"#{self.seq:<4} {self.kind:<17} {who:<8} hold {self.hold_s:.1f}s"
+
+
+def schedule(seed: int, faults: int, nodes: int, kinds: tuple[str, ...] = CHEAP_KINDS, *,
+             min_hold_s: float = 1.0, max_hold_s: float = 5.0) -> list[Fault]:
+    """The campaign's faults in order, drawn from ``random.Random(seed)``.
+
+    Raises:
+        ValueError: naming the offending argument (``faults`` < 1, ``nodes`` < 4, an unknown kind,
+            hold bounds out of order).
+    """
+    if faults < 1:
+        raise ValueError(f"--faults must be >= 1, got {faults}")
+    if nodes < 4:
+        raise ValueError(f"--bookies must be >= 4 (E3 ledgers need 3 bookies while one is down), got {nodes}")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown fault kind(s) {unknown or kinds!r}; known: {', '.join(KINDS)}")
+    if not 0 < min_hold_s <= max_hold_s:
+        raise ValueError(f"hold bounds must satisfy 0 < min <= max, got {min_hold_s}..{max_hold_s}")
+    rng = random.Random(seed)
+    return [Fault(n, rng.choice(kinds), rng.randrange(nodes), round(rng.uniform(min_hold_s, max_hold_s), 1))
+            for n in range(1, faults + 1)]
