@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autorecovery.testing.chaos import CampaignConfig, run_campaign  # noqa: E402
-from autorecovery.testing.chaos_schedule import CHEAP_KINDS, KINDS  # noqa: E402
+from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,14 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-hold", type=float, default=0.5, help="shortest hold of a fault, seconds")
     ap.add_argument("--max-hold", type=float, default=3.0, help="longest hold of a fault, seconds")
     ap.add_argument("--settle", type=float, default=120.0, help="bound on the wait for an empty queue, seconds")
-    ap.add_argument("--kinds", default=",".join(CHEAP_KINDS), help=f"comma-separated fault kinds of: {', '.join(KINDS)}")
+    ap.add_argument("--zk-members", type=int, default=3, choices=(1, 3, 5),
+                    help="ZooKeeper servers: 3 (default) allows the ensemble faults; 1 skips them")
+    ap.add_argument("--kinds", default=",".join(ALL_KINDS), help=f"comma-separated fault kinds of: {', '.join(KINDS)}")
     ap.add_argument("--dir", type=Path, help="cluster directory (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster directory (logs, ack log)")
     ap.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     a = ap.parse_args(argv)
     base = a.dir or Path(tempfile.mkdtemp(prefix="chaos-"))
     cfg = CampaignConfig(base_dir=base, seed=a.seed, faults=a.faults, duration_s=a.duration, bookies=a.bookies,
-                         rate=a.rate, min_hold_s=a.min_hold, max_hold_s=a.max_hold, settle_s=a.settle,
+                         rate=a.rate, min_hold_s=a.min_hold, max_hold_s=a.max_hold, settle_s=a.settle, zk_members=a.zk_members,
                          kinds=tuple(k.strip() for k in a.kinds.split(",") if k.strip()))
     try:
         rep = asyncio.run(run_campaign(cfg, echo=lambda s: print(s, flush=True)))

@@ -20,7 +20,7 @@ from pathlib import Path
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing.chaos_checks import Sampler, copies_missing, error_lines, queue_state
 from autorecovery.testing.chaos_faults import Injector, until
-from autorecovery.testing.chaos_schedule import CHEAP_KINDS, NOT_AVAILABLE, Fault, schedule
+from autorecovery.testing.chaos_schedule import CHEAP_KINDS, Fault, schedule, usable_kinds
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.workload import AckLog, read_ack_log, verify_acks, write_continuous
@@ -47,7 +47,7 @@ DAEMON_PROPS = {
 @dataclass
 class CampaignConfig:
     """A campaign: ``seed``; ``faults`` budget; ``duration_s`` cap on the fault phase (s); ``bookies``
-    (one daemon each); writer ``rate`` (entries/s) and ``entry_size`` (bytes); hold bounds (s) of each
+    (one daemon each); ``zk_members`` (1, or 3 for the ensemble faults); writer ``rate`` (entries/s) and ``entry_size`` (bytes); hold bounds (s) of each
     fault; ``settle_s`` bound on the wait for an empty queue after the faults; ``kinds`` to draw from."""
 
     base_dir: Path
@@ -61,6 +61,7 @@ class CampaignConfig:
     max_hold_s: float = 3.0
     settle_s: float = 120.0
     kinds: tuple[str, ...] = CHEAP_KINDS
+    zk_members: int = 3
 
 
 @dataclass
@@ -151,31 +152,34 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
     Raises:
         ValueError: from :func:`schedule` for a bad budget, cluster size or kind.
     """
-    plan = schedule(cfg.seed, cfg.faults, cfg.bookies, cfg.kinds, min_hold_s=cfg.min_hold_s, max_hold_s=cfg.max_hold_s)
-    skipped = dict(NOT_AVAILABLE)
+    kinds, skipped = usable_kinds(cfg.kinds, cfg.zk_members)
+    plan = schedule(cfg.seed, cfg.faults, cfg.bookies, kinds, min_hold_s=cfg.min_hold_s, max_hold_s=cfg.max_hold_s)
     rep = Report(seed=cfg.seed, schedule=print_schedule(plan, skipped), skipped_kinds=skipped)
     for line in rep.schedule:
         echo(f"schedule {line}")
     base = Path(cfg.base_dir)
-    cluster = LocalCluster(base, bookies=cfg.bookies, racks=1)
+    cluster = LocalCluster(base, bookies=cfg.bookies, racks=1, zk_members=cfg.zk_members)
     cluster.bookie_session_timeout_ms = 2000
-    proxies: dict[int, TcpProxy] = {}
+    proxies: dict[int, list[TcpProxy]] = {}
     try:
         await asyncio.to_thread(cluster.up)
-        zk_host, zk_port = cluster.zk_connect.split(",")[0].rsplit(":", 1)
+        servers = [(h, int(p)) for h, p in (a.rsplit(":", 1) for a in cluster.zk_connect.split(","))]
         for i in range(cfg.bookies):
-            proxies[i] = TcpProxy((zk_host, int(zk_port))).start()
-            await asyncio.to_thread(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": proxies[i].address})
+            # one proxy per ZooKeeper server: zk_conn_cut cuts them all
+            proxies[i] = [TcpProxy(srv).start() for srv in servers]
+            zk_servers = ",".join(p.address for p in proxies[i])
+            await asyncio.to_thread(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": zk_servers})
         echo(f"cluster up: {cfg.bookies} bookies, {cfg.bookies} daemons, zk {cluster.zk_connect}")
         await _campaign(cfg, cluster, proxies, plan, rep, echo)
     finally:
         await asyncio.to_thread(cluster.down)
-        for p in proxies.values():
-            p.close()
+        for ps in proxies.values():
+            for p in ps:
+                p.close()
     return rep
 
 
-async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[int, TcpProxy], plan: list[Fault],
+async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[int, list[TcpProxy]], plan: list[Fault],
                     rep: Report, echo) -> None:
     paths = Paths(cluster.ledgers_root)
     zk = await ZkClient(cluster.zk_connect).start()

@@ -19,6 +19,7 @@ from autorecovery.bookie.storage import CURRENT_DIR
 from autorecovery.testing.chaos_schedule import Fault
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
+from autorecovery.testing.zk_ensemble import ZooKeeperEnsemble
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.election import current_auditor
 from autorecovery.zk.paths import Paths
@@ -45,12 +46,12 @@ class Injector:
 
     Args:
         zk: a session of the runner's own (not proxied), for conditions.
-        proxies: daemon i's ZooKeeper proxy (the ``zk_conn_cut`` fault).
+        proxies: daemon i's ZooKeeper proxies, one per ZooKeeper server (the ``zk_conn_cut`` fault).
         daemon_session_s: the daemons' zkTimeout in seconds (how long a SIGSTOP must last).
         on_bookie_lost: called with (bookie id, monotonic time) when a bookie goes down.
     """
 
-    def __init__(self, cluster: LocalCluster, zk: ZkClient, paths: Paths, proxies: dict[int, TcpProxy],
+    def __init__(self, cluster: LocalCluster, zk: ZkClient, paths: Paths, proxies: dict[int, list[TcpProxy]],
                  daemon_session_s: float, on_bookie_lost: Callable[[str, float], None]) -> None:
         self.cluster = cluster
         self.zk = zk
@@ -76,7 +77,10 @@ class Injector:
         for i in self.cluster.bookies:
             if not self.cluster.bookie_alive(i) or not await self.registered(self.cluster.bookie_id(i)):
                 return False
-        return all(self.cluster.daemon_alive(i) for i in self.cluster.daemons)
+        if not all(self.cluster.daemon_alive(i) for i in self.cluster.daemons):
+            return False
+        ens = self.cluster.zk_ensemble
+        return ens is None or all(m.mode() in ("leader", "follower") for m in ens.members)
 
     # -- faults --------------------------------------------------------------------------------
     async def apply(self, f: Fault) -> str:
@@ -164,13 +168,65 @@ class Injector:
         return f"daemon {f.target} stopped (SIGSTOP) {self.daemon_session_s + f.hold_s:.1f}s, resumed"
 
     async def _zk_conn_cut(self, f: Fault) -> str:
-        proxy = self.proxies[f.target]
-        proxy.cut()
+        for p in self.proxies[f.target]:
+            p.cut()
         try:
             await asyncio.sleep(f.hold_s)  # the fault's duration (shorter than the session timeout)
         finally:
-            proxy.restore()
+            for p in self.proxies[f.target]:
+                p.restore()
         return f"daemon {f.target}'s ZooKeeper connections cut for {f.hold_s}s, restored"
+
+    # -- ZooKeeper ensemble ----------------------------------------------------------------------
+    def _ensemble(self) -> ZooKeeperEnsemble:
+        ens = self.cluster.zk_ensemble
+        if ens is None:
+            raise RuntimeError("ZooKeeper ensemble faults need LocalCluster(zk_members=3)")
+        return ens
+
+    async def _zk_member_down_up(self, myids: list[int], hold_s: float, sig: int = signal.SIGKILL) -> None:
+        ens = self._ensemble()
+        for n in myids:
+            await asyncio.to_thread(ens.kill, n, sig)
+        await asyncio.sleep(hold_s)  # the fault's duration
+        for n in myids:
+            await asyncio.to_thread(ens.spawn, n)
+        await asyncio.to_thread(ens.wait_serving, None, 60.0)
+
+    async def _zk_leader(self) -> int:
+        ens = self._ensemble()
+        await until(lambda: _is_not_none(asyncio.to_thread(ens.leader)), 30, "a ZooKeeper leader")
+        lead = await asyncio.to_thread(ens.leader)
+        assert lead is not None
+        return lead
+
+    async def _zk_leader_kill9(self, f: Fault) -> str:
+        lead = await self._zk_leader()
+        await self._zk_member_down_up([lead], f.hold_s)
+        return f"ZooKeeper leader {lead} killed (SIGKILL), down {f.hold_s}s, restarted; quorum serving"
+
+    async def _zk_follower_kill9(self, f: Fault) -> str:
+        lead = await self._zk_leader()
+        ids = [m.myid for m in self._ensemble().members if m.myid != lead]
+        n = ids[f.target % len(ids)]
+        await self._zk_member_down_up([n], f.hold_s)
+        return f"ZooKeeper follower {n} killed (SIGKILL), down {f.hold_s}s, restarted; quorum serving"
+
+    async def _zk_quorum_loss(self, f: Fault) -> str:
+        ens = self._ensemble()
+        lost = [m.myid for m in ens.members][: len(ens.members) // 2 + 1]
+        longest = max(self.cluster.bookie_session_timeout_ms / 1000, self.daemon_session_s)
+        hold = longest + f.hold_s
+        await self._zk_member_down_up(lost, hold)
+        return f"ZooKeeper members {lost} killed (SIGKILL): no quorum for {hold:.1f}s (> session timeouts), restarted"
+
+    async def _zk_rolling_restart(self, f: Fault) -> str:
+        ens = self._ensemble()
+        for m in ens.members:
+            await asyncio.to_thread(ens.kill, m.myid, signal.SIGTERM)
+            await asyncio.to_thread(ens.spawn, m.myid)
+            await asyncio.to_thread(ens.wait_serving, None, 60.0)
+        return f"ZooKeeper rolling restart of {len(ens.members)} members (SIGTERM, start, quorum serving, next)"
 
 
 async def _not(a: Awaitable[bool]) -> bool:

@@ -24,24 +24,43 @@ KINDS: dict[str, str] = {
     "daemon_kill9": "SIGKILL an autorecovery daemon that is not the auditor, then start it again",
     "auditor_kill9": "SIGKILL the daemon holding the auditor election, then start it again",
     "daemon_sigstop": "SIGSTOP a daemon past its ZooKeeper session timeout (zkTimeout), then SIGCONT",
-    "zk_conn_cut": "cut every connection of one daemon's ZooKeeper proxy (TcpProxy) for the hold time",
+    "zk_conn_cut": "cut every connection of one daemon's ZooKeeper proxies (TcpProxy) for the hold time",
+    "zk_leader_kill9": "SIGKILL the ZooKeeper ensemble's leader, hold, start it again; wait for the quorum",
+    "zk_follower_kill9": "SIGKILL a ZooKeeper follower, hold, start it again; wait for the quorum",
+    "zk_quorum_loss": "SIGKILL a majority of the ZooKeeper ensemble for longer than the bookies' and daemons' "
+                      "session timeouts plus the hold, then start them again",
+    "zk_rolling_restart": "SIGTERM and restart each ZooKeeper member in turn, waiting for the quorum each time",
 }
+
+#: kinds that need LocalCluster(zk_members=3)
+ZK_ENSEMBLE_KINDS = ("zk_leader_kill9", "zk_follower_kill9", "zk_quorum_loss", "zk_rolling_restart")
 
 #: kinds cheap enough for CI (seconds each)
 CHEAP_KINDS = ("bookie_kill9", "bookie_sigstop", "bookie_restart", "bookie_torn_tail", "daemon_kill9",
-               "auditor_kill9", "daemon_sigstop", "zk_conn_cut")
+               "auditor_kill9", "daemon_sigstop", "zk_conn_cut", "zk_leader_kill9", "zk_follower_kill9")
+
+#: every kind this runner injects (a full campaign's default)
+ALL_KINDS = CHEAP_KINDS + ("zk_quorum_loss", "zk_rolling_restart")
 
 #: kinds asked for by issue 26 that this runner does not inject yet, each with the reason printed
 NOT_AVAILABLE: dict[str, str] = {
-    "zk_leader_kill9": "needs a 3-node ZooKeeper ensemble; LocalCluster runs one ZooKeeper server (not built yet)",
-    "zk_follower_kill9": "needs a 3-node ZooKeeper ensemble (not built yet)",
-    "zk_quorum_loss": "needs a 3-node ZooKeeper ensemble (not built yet)",
-    "zk_rolling_restart": "needs a 3-node ZooKeeper ensemble (not built yet)",
     "disk_full_during_copy": "needs a bookie started on a size-limited tmpfs data dir (not built yet)",
     "partition_bookie_from_workers": "needs bookies started inside network namespaces with veth links (not built yet)",
     "partition_daemon_from_zk": "needs daemons started inside network namespaces (not built yet)",
     "slow_link": "tc netem is absent from this kernel; a delaying userspace proxy per link is not built yet",
 }
+
+
+def usable_kinds(kinds: tuple[str, ...], zk_members: int) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(kinds this cluster can take, kind → reason for each one it cannot), the second including
+    :data:`NOT_AVAILABLE`. ZooKeeper ensemble kinds need ``zk_members`` >= 3."""
+    skipped = dict(NOT_AVAILABLE)
+    if zk_members >= 3:
+        return kinds, skipped
+    for k in kinds:
+        if k in ZK_ENSEMBLE_KINDS:
+            skipped[k] = f"the cluster runs {zk_members} ZooKeeper server; ensemble faults need --zk-members 3"
+    return tuple(k for k in kinds if k not in ZK_ENSEMBLE_KINDS), skipped
 
 
 @dataclass(frozen=True)

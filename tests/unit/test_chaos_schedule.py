@@ -6,7 +6,7 @@ import pytest
 
 from autorecovery.testing.chaos import Report
 from autorecovery.testing.chaos_checks import Timeline
-from autorecovery.testing.chaos_schedule import CHEAP_KINDS, KINDS, schedule
+from autorecovery.testing.chaos_schedule import ALL_KINDS, CHEAP_KINDS, KINDS, ZK_ENSEMBLE_KINDS, schedule, usable_kinds
 
 
 def test_same_seed_same_schedule_other_seed_other_schedule():
@@ -53,3 +53,11 @@ def test_report_fails_on_any_must_be_zero_figure_or_an_unread_entry():
                 {"fault_errors": ["#3 x"]}, {"daemons_dead": 1}):
         r = Report(seed=1, schedule=[], skipped_kinds={}, **{"entries_acked": 10, "entries_read_back": 10, **bad})
         assert not r.passed and "FAIL" in r.to_text(), bad
+
+
+def test_ensemble_kinds_are_skipped_with_a_reason_on_one_zookeeper():
+    kinds, skipped = usable_kinds(ALL_KINDS, 1)
+    assert not set(kinds) & set(ZK_ENSEMBLE_KINDS) and "bookie_kill9" in kinds
+    assert all("--zk-members 3" in skipped[k] for k in ZK_ENSEMBLE_KINDS)
+    kinds3, skipped3 = usable_kinds(ALL_KINDS, 3)
+    assert kinds3 == ALL_KINDS and not set(skipped3) & set(ZK_ENSEMBLE_KINDS)
