@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=120.0, help="bound on the wait for an empty queue, seconds")
     ap.add_argument("--zk-members", type=int, default=3, choices=(1, 3, 5),
                     help="ZooKeeper servers: 3 (default) allows the ensemble faults; 1 skips them")
+    ap.add_argument("--disk-mb", type=int, default=128,
+                    help="size (MiB) of the last bookie's tmpfs data dir for the disk-full fault; 0 = none")
     ap.add_argument("--kinds", default=",".join(ALL_KINDS), help=f"comma-separated fault kinds of: {', '.join(KINDS)}")
     ap.add_argument("--dir", type=Path, help="cluster directory (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster directory (logs, ack log)")
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     base = a.dir or Path(tempfile.mkdtemp(prefix="chaos-"))
     cfg = CampaignConfig(base_dir=base, seed=a.seed, faults=a.faults, duration_s=a.duration, bookies=a.bookies,
                          rate=a.rate, min_hold_s=a.min_hold, max_hold_s=a.max_hold, settle_s=a.settle, zk_members=a.zk_members,
+                         disk_full_mb=a.disk_mb,
                          kinds=tuple(k.strip() for k in a.kinds.split(",") if k.strip()))
     try:
         rep = asyncio.run(run_campaign(cfg, echo=lambda s: print(s, flush=True)))

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.testing import chaos_disk
 from autorecovery.testing.chaos_checks import Sampler, copies_missing, error_lines, queue_state
 from autorecovery.testing.chaos_faults import Injector, until
 from autorecovery.testing.chaos_schedule import CHEAP_KINDS, Fault, schedule, usable_kinds
@@ -47,7 +48,8 @@ DAEMON_PROPS = {
 @dataclass
 class CampaignConfig:
     """A campaign: ``seed``; ``faults`` budget; ``duration_s`` cap on the fault phase (s); ``bookies``
-    (one daemon each); ``zk_members`` (1, or 3 for the ensemble faults); writer ``rate`` (entries/s) and ``entry_size`` (bytes); hold bounds (s) of each
+    (one daemon each); ``zk_members`` (1, or 3 for the ensemble faults); ``disk_full_mb`` size (MiB) of the last
+    bookie's tmpfs data dir (0: none, and no disk-full fault); writer ``rate`` (entries/s) and ``entry_size`` (bytes); hold bounds (s) of each
     fault; ``settle_s`` bound on the wait for an empty queue after the faults; ``kinds`` to draw from."""
 
     base_dir: Path
@@ -62,6 +64,7 @@ class CampaignConfig:
     settle_s: float = 120.0
     kinds: tuple[str, ...] = CHEAP_KINDS
     zk_members: int = 3
+    disk_full_mb: int = 128
 
 
 @dataclass
@@ -133,6 +136,7 @@ class Report:
             lines.append(f"  skipped {kind}: {why}")
         lines += [f"  fault error: {e}" for e in self.fault_errors[:10]]
         lines += [f"  lost: {e}" for e in self.lost_sample]
+        lines += [f"  copies missing: ledger {lid}: {why}" for lid, why in sorted(self.copies_missing_ledgers.items())[:10]]
         lines += [f"  error line: {e[:300]}" for e in self.error_sample]
         return "\n".join(lines)
 
@@ -152,12 +156,28 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
     Raises:
         ValueError: from :func:`schedule` for a bad budget, cluster size or kind.
     """
-    kinds, skipped = usable_kinds(cfg.kinds, cfg.zk_members)
-    plan = schedule(cfg.seed, cfg.faults, cfg.bookies, kinds, min_hold_s=cfg.min_hold_s, max_hold_s=cfg.max_hold_s)
+    base = Path(cfg.base_dir)
+    refused: dict[str, str] = {}
+    tmpfs: Path | None = None
+    if "disk_full_during_copy" in cfg.kinds:
+        if cfg.disk_full_mb <= 0:
+            refused["disk_full_during_copy"] = "no size-limited data dir (disk_full_mb = 0)"
+        else:
+            tmpfs = base / f"bookie-{cfg.bookies - 1}"
+            why = chaos_disk.mount_tmpfs(tmpfs, cfg.disk_full_mb)
+            if why is not None:
+                refused["disk_full_during_copy"] = f"cannot mount a tmpfs data dir: {why}"
+                tmpfs = None
+    kinds, skipped = usable_kinds(cfg.kinds, cfg.zk_members, refused)
+    try:
+        plan = schedule(cfg.seed, cfg.faults, cfg.bookies, kinds, min_hold_s=cfg.min_hold_s, max_hold_s=cfg.max_hold_s)
+    except ValueError:
+        if tmpfs is not None:
+            chaos_disk.unmount(tmpfs)
+        raise
     rep = Report(seed=cfg.seed, schedule=print_schedule(plan, skipped), skipped_kinds=skipped)
     for line in rep.schedule:
         echo(f"schedule {line}")
-    base = Path(cfg.base_dir)
     cluster = LocalCluster(base, bookies=cfg.bookies, racks=1, zk_members=cfg.zk_members)
     cluster.bookie_session_timeout_ms = 2000
     proxies: dict[int, list[TcpProxy]] = {}
@@ -169,10 +189,13 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
             proxies[i] = [TcpProxy(srv).start() for srv in servers]
             zk_servers = ",".join(p.address for p in proxies[i])
             await asyncio.to_thread(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": zk_servers})
-        echo(f"cluster up: {cfg.bookies} bookies, {cfg.bookies} daemons, zk {cluster.zk_connect}")
-        await _campaign(cfg, cluster, proxies, plan, rep, echo)
+        echo(f"cluster up: {cfg.bookies} bookies, {cfg.bookies} daemons, zk {cluster.zk_connect}"
+             + (f"; bookie {cfg.bookies - 1} on a {cfg.disk_full_mb} MiB tmpfs" if tmpfs else ""))
+        await _campaign(cfg, cluster, proxies, plan, rep, echo, disk_full_bookie=cfg.bookies - 1 if tmpfs else None)
     finally:
         await asyncio.to_thread(cluster.down)
+        if tmpfs is not None:
+            chaos_disk.unmount(tmpfs)
         for ps in proxies.values():
             for p in ps:
                 p.close()
@@ -180,7 +203,7 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
 
 
 async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[int, list[TcpProxy]], plan: list[Fault],
-                    rep: Report, echo) -> None:
+                    rep: Report, echo, disk_full_bookie: int | None = None) -> None:
     paths = Paths(cluster.ledgers_root)
     zk = await ZkClient(cluster.zk_connect).start()
     urm = UnderreplicationManager(zk, paths)
@@ -188,6 +211,7 @@ async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[in
     bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
     sampler = Sampler(cluster, urm).start()
     inj = Injector(cluster, zk, paths, proxies, int(DAEMON_PROPS["zkTimeout"]) / 1000, sampler.timeline.bookie_lost)
+    inj.disk_full_bookie = disk_full_bookie
     ack_path = Path(cfg.base_dir) / "acks.log"
     acks = AckLog(ack_path)
     stop = asyncio.Event()

@@ -136,7 +136,7 @@ async def queue_state(zk: ZkClient, paths: Paths, urm: UnderreplicationManager) 
 
 @dataclass
 class CopiesReport:
-    """Result of :func:`copies_missing`: ledgers checked, ledger id → bucket for each not OK,
+    """Result of :func:`copies_missing`: ledgers checked, ledger id → bucket and where for each not OK,
     ledgers some bookie could not answer for."""
 
     checked: int = 0
@@ -170,7 +170,9 @@ async def copies_missing(bk: BookKeeper) -> CopiesReport:
             answers = dict(zip(bookies, await asyncio.gather(*(ask(b, lid) for b in bookies))))
             v = classify(md, answers)
             if v.bucket != Bucket.OK:
-                rep.not_ok[lid] = v.bucket.value
+                rep.not_ok[lid] = (f"{v.bucket.value}: {v.missing_total} entries missing on {', '.join(v.bookies_missing)} "
+                                   f"(sample {sorted(v.missing_counts)[:5]}; segments "
+                                   f"{[(a, b, list(e)) for a, b, e in segment_bounds(md)]})")
             if v.unavailable:
                 rep.unanswered[lid] = v.unavailable
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR
 from autorecovery.bookie.storage import CURRENT_DIR
+from autorecovery.testing import chaos_disk
 from autorecovery.testing.chaos_schedule import Fault
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
@@ -59,6 +60,8 @@ class Injector:
         self.proxies = proxies
         self.daemon_session_s = daemon_session_s
         self.on_bookie_lost = on_bookie_lost
+        #: the bookie whose data dir is a size-limited tmpfs (the ``disk_full_during_copy`` fault), or None
+        self.disk_full_bookie: int | None = None
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
@@ -176,6 +179,25 @@ class Injector:
             for p in self.proxies[f.target]:
                 p.restore()
         return f"daemon {f.target}'s ZooKeeper connections cut for {f.hold_s}s, restored"
+
+    # -- a full disk ----------------------------------------------------------------------------
+    async def _disk_full_during_copy(self, f: Fault) -> str:
+        t = self.disk_full_bookie
+        if t is None:
+            raise RuntimeError("disk_full_during_copy needs a bookie on a tmpfs data dir (CampaignConfig.disk_full_mb)")
+        data = Path(self.cluster.bookies[t].data_dir)
+        filled = await asyncio.to_thread(chaos_disk.fill, data)
+        victim = f.target if f.target != t else (t + 1) % len(self.cluster.bookies)
+        try:
+            bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
+            self.on_bookie_lost(bid, time.monotonic())
+            # workers copy the victim's ledgers while the target's disk is full (the fault's duration)
+            await asyncio.sleep(f.hold_s + 2)
+        finally:
+            await asyncio.to_thread(chaos_disk.free, data)
+        await self._start_bookie(victim)
+        return (f"bookie {self.cluster.bookie_id(t)}'s tmpfs filled ({filled} bytes, ENOSPC) while bookie {bid} "
+                f"was down {f.hold_s + 2:.1f}s (copies running), space freed, {bid} restarted")
 
     # -- ZooKeeper ensemble ----------------------------------------------------------------------
     def _ensemble(self) -> ZooKeeperEnsemble:

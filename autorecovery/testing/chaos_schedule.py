@@ -30,6 +30,8 @@ KINDS: dict[str, str] = {
     "zk_quorum_loss": "SIGKILL a majority of the ZooKeeper ensemble for longer than the bookies' and daemons' "
                       "session timeouts plus the hold, then start them again",
     "zk_rolling_restart": "SIGTERM and restart each ZooKeeper member in turn, waiting for the quorum each time",
+    "disk_full_during_copy": "fill the last bookie's size-limited tmpfs data dir to ENOSPC, SIGKILL another "
+                             "bookie so workers copy while it is full, hold, free the space, restart the other",
 }
 
 #: kinds that need LocalCluster(zk_members=3)
@@ -40,27 +42,27 @@ CHEAP_KINDS = ("bookie_kill9", "bookie_sigstop", "bookie_restart", "bookie_torn_
                "auditor_kill9", "daemon_sigstop", "zk_conn_cut", "zk_leader_kill9", "zk_follower_kill9")
 
 #: every kind this runner injects (a full campaign's default)
-ALL_KINDS = CHEAP_KINDS + ("zk_quorum_loss", "zk_rolling_restart")
+ALL_KINDS = CHEAP_KINDS + ("zk_quorum_loss", "zk_rolling_restart", "disk_full_during_copy")
 
 #: kinds asked for by issue 26 that this runner does not inject yet, each with the reason printed
 NOT_AVAILABLE: dict[str, str] = {
-    "disk_full_during_copy": "needs a bookie started on a size-limited tmpfs data dir (not built yet)",
     "partition_bookie_from_workers": "needs bookies started inside network namespaces with veth links (not built yet)",
     "partition_daemon_from_zk": "needs daemons started inside network namespaces (not built yet)",
     "slow_link": "tc netem is absent from this kernel; a delaying userspace proxy per link is not built yet",
 }
 
 
-def usable_kinds(kinds: tuple[str, ...], zk_members: int) -> tuple[tuple[str, ...], dict[str, str]]:
+def usable_kinds(kinds: tuple[str, ...], zk_members: int,
+                 unavailable: dict[str, str] | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
     """(kinds this cluster can take, kind → reason for each one it cannot), the second including
-    :data:`NOT_AVAILABLE`. ZooKeeper ensemble kinds need ``zk_members`` >= 3."""
-    skipped = dict(NOT_AVAILABLE)
-    if zk_members >= 3:
-        return kinds, skipped
-    for k in kinds:
-        if k in ZK_ENSEMBLE_KINDS:
-            skipped[k] = f"the cluster runs {zk_members} ZooKeeper server; ensemble faults need --zk-members 3"
-    return tuple(k for k in kinds if k not in ZK_ENSEMBLE_KINDS), skipped
+    :data:`NOT_AVAILABLE` and ``unavailable`` (kinds the machine refused, with the exact error).
+    ZooKeeper ensemble kinds need ``zk_members`` >= 3."""
+    skipped = {**NOT_AVAILABLE, **(unavailable or {})}
+    if zk_members < 3:
+        for k in kinds:
+            if k in ZK_ENSEMBLE_KINDS:
+                skipped[k] = f"the cluster runs {zk_members} ZooKeeper server; ensemble faults need --zk-members 3"
+    return tuple(k for k in kinds if k not in skipped), skipped
 
 
 @dataclass(frozen=True)
