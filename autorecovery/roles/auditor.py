@@ -894,9 +894,15 @@ class Auditor:
                 v = classify(md, answers)
                 buckets[v.bucket].append(lid)
                 if v.bucket != Bucket.OK:
-                    log.error("ledger has entries with fewer replicas than WQ", ledger_id=lid, bucket=v.bucket.value,
-                              least_replicas=v.least_replicas, missing_entries=v.missing_total,
-                              sample_entries=sorted(v.missing_counts))
+                    # ERROR only when a person must act: an entry with no copy, or copies nobody will
+                    # repair (marking off). A ledger at >= AQ copies that is marked here heals by itself
+                    # (issue 26: the chaos campaign's disk-full fault leaves such ledgers).
+                    heals = (v.bucket == Bucket.LESS_THAN_WQ and bool(v.bookies_missing)
+                             and self.settings.auditor_replicas_check_mark_under_replicated)
+                    (log.warning if heals else log.error)(
+                        "ledger has entries with fewer replicas than WQ", ledger_id=lid, bucket=v.bucket.value,
+                        least_replicas=v.least_replicas, missing_entries=v.missing_total,
+                        sample_entries=sorted(v.missing_counts), marked_for_repair=heals)
                     if v.bookies_missing:
                         to_mark[lid] = v.bookies_missing
                 unanswered = [b for b in v.unavailable if not isinstance(answers.get(b), ForeignBookie)]

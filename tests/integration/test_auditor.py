@@ -590,6 +590,33 @@ async def test_replicas_check_buckets_and_optional_marking(zk, mark):
         await a.stop()
 
 
+@pytest.mark.parametrize("mark", [False, True])
+async def test_replicas_check_logs_error_only_when_a_person_must_act(zk, mark):
+    """Issue 26 (found by the chaos campaign's disk-full fault): a ledger left at >= AQ but < WQ copies
+    that the replicas check marks for the workers heals by itself: WARNING, not ERROR. Without marking,
+    or with an entry under AQ copies, a person must act: ERROR."""
+    from structlog.testing import capture_logs
+
+    fb = FakeBookies(zk)
+    b = B[:4]
+    for x in b:
+        await fb.add(x)
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(b, last=3, E=4, WQ=3, AQ=2))   # entry 2 on one bookie only → < AQ
+    await store.create(3, closed(b[:3], last=1, E=3, WQ=3))     # one copy of entry 1 missing → < WQ
+    table = {(b[0], 1): [(0, 0)], (b[1], 1): [(0, 1), (3, 3)], (b[2], 1): [(0, 1)], (b[3], 1): [(1, 3)],
+             (b[0], 3): [(0, 1)], (b[1], 3): [(0, 1)], (b[2], 3): [(0, 0)]}
+    st = settings(auditor_replicas_check_interval=1000, auditor_replicas_check_mark_under_replicated=mark)
+    with capture_logs() as logs:
+        a = await start_auditor(zk, st, bookies=AvailabilityBookies(zk, table), registry=metrics.MetricsRegistry())
+        try:
+            assert await wait_for(lambda: "replicas_check" in a.last_results, 5)
+        finally:
+            await a.stop()
+    level = {e["ledger_id"]: e["log_level"] for e in logs if e["event"] == "ledger has entries with fewer replicas than WQ"}
+    assert level == {1: "error", 3: "warning" if mark else "error"}
+
+
 async def test_placement_check_reports_markers_older_than_the_grace_period(zk):
     from autorecovery.placement import DefaultPolicy
 
