@@ -29,6 +29,9 @@ from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 
+#: seconds between the auditor's replicas checks in a campaign
+REPLICAS_CHECK_S = 10
+
 #: daemon settings: react in seconds (as the integration tests' FAST settings)
 DAEMON_PROPS = {
     "lostBookieRecoveryDelay": "0",
@@ -42,6 +45,11 @@ DAEMON_PROPS = {
     "getBookieInfoRetryIntervalSeconds": "1",
     "httpServerPort": "0",
     "shutdownTimeoutSeconds": "15",
+    # the replicas check finds entries a write left at fewer than WQ copies (an add acknowledged by AQ
+    # bookies whose ensemble could not be changed, e.g. no writable bookie to replace a full one) and
+    # marks them for the workers; the settle phase waits for two of its runs after the faults
+    "auditorReplicasCheckInterval": str(REPLICAS_CHECK_S),
+    "auditorReplicasCheckMarkUnderReplicated": "true",
 }
 
 
@@ -243,9 +251,11 @@ async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[in
         echo(f"faults over after {rep.fault_phase_s:.0f}s; writer stopped ({stats.acked} acknowledged); settling")
         t1 = time.monotonic()
         try:
-            await until(lambda: _queue_empty(zk, paths, urm), cfg.settle_s, "an empty under-replication queue", 0.5)
-        except TimeoutError:
-            pass
+            await _two_replicas_checks(urm, int(time.time() * 1000), cfg.settle_s)
+            await until(lambda: _queue_empty(zk, paths, urm), max(1.0, cfg.settle_s - (time.monotonic() - t1)),
+                        "an empty under-replication queue", 0.5)
+        except TimeoutError as exc:
+            echo(f"settle: {exc}")
         rep.settle_s = time.monotonic() - t1
         await sampler.sample_once()
         # every acknowledged entry reads back with its digest (open ledgers are recovered and closed)
@@ -274,6 +284,20 @@ async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[in
     rep.daemons_dead = rep.daemons_total - rep.daemons_alive
     errors = [ln for i in sorted(cluster.daemons) for ln in error_lines(Path(cluster.daemons[i].log))]
     rep.error_lines, rep.error_sample = len(errors), errors[:5]
+
+
+async def _two_replicas_checks(urm: UnderreplicationManager, since_ms: int, timeout_s: float) -> None:
+    """Wait until the auditor's replicas check completed twice after ``since_ms`` (wall ms): the second
+    run started after the first ended, so after the faults stopped."""
+    seen: list[int] = []
+
+    async def advanced() -> bool:
+        c = await urm.get_check_ctime("replicascheck")
+        if c > since_ms and (not seen or c > seen[-1]):
+            seen.append(c)
+        return len(seen) >= 2
+
+    await until(advanced, timeout_s, "two replicas checks after the faults", 0.5)
 
 
 async def _queue_empty(zk: ZkClient, paths: Paths, urm: UnderreplicationManager) -> bool:
