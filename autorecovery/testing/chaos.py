@@ -22,7 +22,8 @@ from autorecovery.testing import chaos_disk
 from autorecovery.testing.chaos_checks import Sampler, copies_missing, error_lines, queue_state
 from autorecovery.testing.chaos_faults import Injector, until
 from autorecovery.testing.chaos_schedule import CHEAP_KINDS, Fault, schedule, usable_kinds
-from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.testing.chaos_netns import BookieNetns, NetnsError
+from autorecovery.testing.local_cluster import LocalCluster, ProcInfo
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.workload import AckLog, read_ack_log, verify_acks, write_continuous
 from autorecovery.zk.bridge import ZkClient
@@ -186,12 +187,26 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
     rep = Report(seed=cfg.seed, schedule=print_schedule(plan, skipped), skipped_kinds=skipped)
     for line in rep.schedule:
         echo(f"schedule {line}")
-    cluster = LocalCluster(base, bookies=cfg.bookies, racks=1, zk_members=cfg.zk_members)
+    cluster = ChaosCluster(base, bookies=cfg.bookies, racks=1, zk_members=cfg.zk_members)
     cluster.bookie_session_timeout_ms = 2000
     proxies: dict[int, list[TcpProxy]] = {}
     try:
-        await asyncio.to_thread(cluster.up)
+        base.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(cluster.start_zookeeper)
+        await asyncio.to_thread(cluster.format)
         servers = [(h, int(p)) for h, p in (a.rsplit(":", 1) for a in cluster.zk_connect.split(","))]
+        if "partition_bookie_from_workers" in kinds:
+            try:
+                cluster.put_in_netns(NETNS_BOOKIE, await asyncio.to_thread(BookieNetns.plan(NETNS_BOOKIE).up, servers))
+            except NetnsError as exc:
+                why = f"cannot build a network namespace: {exc}"
+                skipped["partition_bookie_from_workers"] = why
+                rep.skipped_kinds = skipped
+                echo(f"skipping partition_bookie_from_workers: {why}")
+                plan = [Fault(f.seq, "bookie_kill9", f.target, f.hold_s) if f.kind == "partition_bookie_from_workers"
+                        else f for f in plan]
+                echo("  (its scheduled faults become bookie_kill9)")
+        await asyncio.to_thread(cluster.start_bookies)
         for i in range(cfg.bookies):
             # one proxy per ZooKeeper server: zk_conn_cut cuts them all
             proxies[i] = [TcpProxy(srv).start() for srv in servers]
@@ -202,6 +217,8 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
         await _campaign(cfg, cluster, proxies, plan, rep, echo, disk_full_bookie=cfg.bookies - 1 if tmpfs else None)
     finally:
         await asyncio.to_thread(cluster.down)
+        if cluster.netns is not None:
+            cluster.netns[1].down()
         if tmpfs is not None:
             chaos_disk.unmount(tmpfs)
         for ps in proxies.values():
@@ -220,6 +237,7 @@ async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[in
     sampler = Sampler(cluster, urm).start()
     inj = Injector(cluster, zk, paths, proxies, int(DAEMON_PROPS["zkTimeout"]) / 1000, sampler.timeline.bookie_lost)
     inj.disk_full_bookie = disk_full_bookie
+    inj.netns = cluster.netns
     ack_path = Path(cfg.base_dir) / "acks.log"
     acks = AckLog(ack_path)
     stop = asyncio.Event()
@@ -284,6 +302,30 @@ async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[in
     rep.daemons_dead = rep.daemons_total - rep.daemons_alive
     errors = [ln for i in sorted(cluster.daemons) for ln in error_lines(Path(cluster.daemons[i].log))]
     rep.error_lines, rep.error_sample = len(errors), errors[:5]
+
+
+#: the bookie that runs in its own network namespace (the disk-full one is the last)
+NETNS_BOOKIE = 0
+
+
+class ChaosCluster(LocalCluster):
+    """A :class:`LocalCluster` one of whose bookies may run in a network namespace (chaos_netns.py):
+    it binds the namespace's address and reaches ZooKeeper through the namespace's proxies."""
+
+    netns: tuple[int, BookieNetns] | None = None
+
+    def put_in_netns(self, i: int, ns: BookieNetns) -> None:
+        self.netns = (i, ns)
+        self.bookies[i] = ProcInfo(name=f"bookie-{i}", pid=0, host=ns.data_ns, port=3181,
+                                   data_dir=str(self.base / f"bookie-{i}"), log=str(self.base / f"bookie-{i}.log"))
+
+    def bookie_args(self, i: int) -> list[str]:
+        args = super().bookie_args(i)
+        if self.netns is None or self.netns[0] != i:
+            return args
+        ns = self.netns[1]
+        args[args.index("--zk") + 1] = ns.zk_connect
+        return ns.exec_prefix() + args
 
 
 async def _two_replicas_checks(urm: UnderreplicationManager, since_ms: int, timeout_s: float) -> None:

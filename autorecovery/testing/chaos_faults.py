@@ -17,6 +17,7 @@ from pathlib import Path
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR
 from autorecovery.bookie.storage import CURRENT_DIR
 from autorecovery.testing import chaos_disk
+from autorecovery.testing.chaos_netns import BookieNetns
 from autorecovery.testing.chaos_schedule import Fault
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
@@ -62,6 +63,8 @@ class Injector:
         self.on_bookie_lost = on_bookie_lost
         #: the bookie whose data dir is a size-limited tmpfs (the ``disk_full_during_copy`` fault), or None
         self.disk_full_bookie: int | None = None
+        #: (bookie index, its namespace) for ``partition_bookie_from_workers``, or None
+        self.netns: tuple[int, BookieNetns] | None = None
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
@@ -179,6 +182,30 @@ class Injector:
             for p in self.proxies[f.target]:
                 p.restore()
         return f"daemon {f.target}'s ZooKeeper connections cut for {f.hold_s}s, restored"
+
+    # -- partitions -------------------------------------------------------------------------------
+    async def _partition_bookie_from_workers(self, f: Fault) -> str:
+        if self.netns is None:
+            raise RuntimeError("partition_bookie_from_workers needs a bookie in a network namespace")
+        i, ns = self.netns
+        await asyncio.to_thread(ns.cut)
+        try:
+            await asyncio.sleep(f.hold_s + 2)  # the fault's duration
+        finally:
+            await asyncio.to_thread(ns.heal)
+        return (f"bookie {self.cluster.bookie_id(i)} cut from workers and clients (veth {ns.data_link} down; its "
+                f"ZooKeeper link up) for {f.hold_s + 2:.1f}s, healed")
+
+    async def _partition_daemon_from_zk(self, f: Fault) -> str:
+        for p in self.proxies[f.target]:
+            p.blackhole()
+        hold = self.daemon_session_s + f.hold_s
+        try:
+            await asyncio.sleep(hold)  # the fault's duration: past the session timeout
+        finally:
+            for p in self.proxies[f.target]:
+                p.restore()
+        return f"daemon {f.target} cut from ZooKeeper (proxies blackholed, bookies reachable) for {hold:.1f}s, healed"
 
     # -- a full disk ----------------------------------------------------------------------------
     async def _disk_full_during_copy(self, f: Fault) -> str:
