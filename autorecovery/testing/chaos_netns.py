@@ -9,9 +9,10 @@ Layout for namespace ``k`` (``ip netns``, Debian's iproute2; ``tc netem`` and nf
   :class:`TcpProxy` per ZooKeeper server listens on the root side (ZooKeeper itself binds loopback,
   which a namespace cannot reach).
 
-Cutting = ``ip link set <data link> down`` (the kernel drops the packets: both sides alive, silent);
-healing = ``up``. Every command's failure is reported with its exact error, so a machine that forbids
-namespaces gets the fault kind skipped with the reason printed.
+Cutting = ``ip link set <data link> down`` plus a route of the bookie's address to a veth end whose peer
+is down (the kernel has no ``dummy`` module here): the kernel drops the packets, both sides stay alive,
+nothing answers; healing = ``up`` and the route removed. Every command's failure is reported with its
+exact error, so a machine that forbids namespaces gets the fault kind skipped with the reason printed.
 """
 
 from __future__ import annotations
@@ -82,11 +83,19 @@ class BookieNetns:
                 ip("addr", "add", f"{inner}/30", "dev", f"{link}n", ns=self.name)
                 ip("link", "set", f"{link}n", "up", ns=self.name)
             ip("link", "set", "lo", "up", ns=self.name)
+            # a veth end whose peer stays down has no carrier: what is routed to it is dropped
+            ip("link", "add", self.sink, "type", "veth", "peer", "name", f"{self.data_link}y")
+            ip("link", "set", self.sink, "up")
             self.zk_proxies = [TcpProxy(srv, listen_host=self.zk_root).start() for srv in zk_servers]
         except NetnsError:
             self.down()
             raise
         return self
+
+    @property
+    def sink(self) -> str:
+        """A veth end without carrier: what is routed to it is dropped silently (the cut's route)."""
+        return f"{self.data_link}x"
 
     @property
     def zk_connect(self) -> str:
@@ -96,18 +105,24 @@ class BookieNetns:
         return ["ip", "netns", "exec", self.name]
 
     def cut(self) -> None:
-        """Take the data link down: the bookie keeps ZooKeeper, loses the workers and clients."""
+        """Take the data link down and blackhole the bookie's address: the bookie keeps ZooKeeper,
+        loses the workers and clients. (Without the sink route, packets to the address would follow
+        the default route once the link is down — on a sandbox, to an egress proxy that accepts any
+        connection; a ``blackhole`` route would fail local connects at once with EINVAL instead of
+        dropping silently.)"""
+        ip("route", "replace", f"{self.data_ns}/32", "dev", self.sink)
         ip("link", "set", self.data_link, "down")
 
     def heal(self) -> None:
         ip("link", "set", self.data_link, "up")
+        ip("route", "del", f"{self.data_ns}/32", "dev", self.sink)
 
     def down(self) -> None:
         """Remove the proxies, the links and the namespace (errors ignored: idempotent)."""
         for p in self.zk_proxies:
             p.close()
         self.zk_proxies = []
-        for cmd in (("link", "del", self.data_link), ("link", "del", self.zk_link), ("netns", "del", self.name)):
+        for cmd in (("link", "del", self.sink), ("link", "del", self.data_link), ("link", "del", self.zk_link), ("netns", "del", self.name)):
             try:
                 ip(*cmd)
             except NetnsError:
