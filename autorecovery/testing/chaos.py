@@ -227,7 +227,7 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
     return rep
 
 
-async def _campaign(cfg: CampaignConfig, cluster: LocalCluster, proxies: dict[int, list[TcpProxy]], plan: list[Fault],
+async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[int, list[TcpProxy]], plan: list[Fault],
                     rep: Report, echo, disk_full_bookie: int | None = None) -> None:
     paths = Paths(cluster.ledgers_root)
     zk = await ZkClient(cluster.zk_connect).start()

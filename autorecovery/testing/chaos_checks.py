@@ -182,7 +182,7 @@ async def copies_missing(bk: BookKeeper) -> CopiesReport:
 
 def error_lines(log: Path) -> list[str]:
     """JSON log lines at level error/critical in a daemon's log, and tracebacks."""
-    out = []
+    out: list[str] = []
     try:
         text = log.read_text(errors="replace")
     except OSError:
