@@ -86,7 +86,10 @@ class Injector:
         if not all(self.cluster.daemon_alive(i) for i in self.cluster.daemons):
             return False
         ens = self.cluster.zk_ensemble
-        return ens is None or all(m.mode() in ("leader", "follower") for m in ens.members)
+        if ens is None:
+            return True
+        # four-letter words are blocking socket calls: off the event loop (the writer runs on it)
+        return await asyncio.to_thread(lambda: all(m.mode() in ("leader", "follower") for m in ens.members))
 
     # -- faults --------------------------------------------------------------------------------
     async def apply(self, f: Fault) -> str:
