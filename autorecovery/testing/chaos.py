@@ -98,6 +98,7 @@ class Report:
     ledgers_marked: int = 0
     ledgers_healed: int = 0
     settle_s: float = 0.0
+    settle_timeouts: list[str] = field(default_factory=list)
     markers_left: int = 0
     locks_left: int = 0
     ledgers_checked: int = 0
@@ -133,6 +134,7 @@ class Report:
             f"  ledgers written       {self.ledgers_written}; marked {self.ledgers_marked}, healed {self.ledgers_healed}",
             f"  left after settle     markers {self.markers_left}, locks {self.locks_left} (must be 0; "
             f"settled in {self.settle_s:.1f}s)",
+            f"  settle waits timed out {len(self.settle_timeouts)} (must be 0) {'; '.join(self.settle_timeouts)}",
             f"  copies missing        {self.copies_missing} of {self.ledgers_checked} closed ledgers (must be 0)",
             f"  daemons alive         {self.daemons_alive}/{self.daemons_total}",
             f"  ERROR lines           {self.error_lines} (must be 0)",
@@ -150,7 +152,7 @@ class Report:
         return "\n".join(lines)
 
 
-MUST_BE_ZERO = ("fault_errors", "entries_lost", "digest_errors", "markers_left", "locks_left", "copies_missing",
+MUST_BE_ZERO = ("fault_errors", "settle_timeouts", "entries_lost", "digest_errors", "markers_left", "locks_left", "copies_missing",
                 "daemons_dead", "error_lines")
 
 
@@ -273,6 +275,7 @@ async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[
             await until(lambda: _queue_empty(zk, paths, urm), max(1.0, cfg.settle_s - (time.monotonic() - t1)),
                         "an empty under-replication queue", 0.5)
         except TimeoutError as exc:
+            rep.settle_timeouts.append(str(exc))
             echo(f"settle: {exc}")
         rep.settle_s = time.monotonic() - t1
         await sampler.sample_once()

@@ -50,6 +50,7 @@ def test_report_fails_on_any_must_be_zero_figure_or_an_unread_entry():
     ok = Report(seed=1, schedule=[], skipped_kinds={}, entries_acked=10, entries_read_back=10)
     assert ok.passed and "PASS" in ok.to_text()
     for bad in ({"locks_left": 1}, {"copies_missing": 2}, {"error_lines": 1}, {"entries_read_back": 9},
+                {"settle_timeouts": ["timed out waiting for two replicas checks"]},
                 {"fault_errors": ["#3 x"]}, {"daemons_dead": 1}):
         r = Report(seed=1, schedule=[], skipped_kinds={}, **{"entries_acked": 10, "entries_read_back": 10, **bad})
         assert not r.passed and "FAIL" in r.to_text(), bad
