@@ -714,7 +714,10 @@ class Auditor:
                 except Exception as exc:  # noqa: BLE001 - one failed run does not stop the schedule
                     ok = False
                     summary = {"error": repr(exc)}
-                    log.error("periodic check failed", check=name, error=repr(exc))
+                    # a retriable failure (ZooKeeper's ConnectionLoss during a quorum change) is retried
+                    # by the next run: nobody must act (issue 26, the chaos campaign's ZooKeeper faults)
+                    (log.warning if getattr(exc, "retriable", False) else log.error)(
+                        "periodic check failed", check=name, error=repr(exc))
                 self._zk_ops[name].inc(self.zk.ops - ops0)
                 self.last_results[name] = CheckResult(name, started_ms, (self.clock() - t0) * 1000, ok, summary=summary)
                 if ok and ctime is not None and not summary.get("aborted"):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from autorecovery import metrics
-from autorecovery.errors import NoSuchLedgerError
+from autorecovery.errors import NoSuchLedgerError, ZooKeeperError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.roles.auditor import Auditor, AuditorSettings
 from autorecovery.rpc.convert import encode_service_info
@@ -615,6 +615,29 @@ async def test_replicas_check_logs_error_only_when_a_person_must_act(zk, mark):
             await a.stop()
     level = {e["ledger_id"]: e["log_level"] for e in logs if e["event"] == "ledger has entries with fewer replicas than WQ"}
     assert level == {1: "error", 3: "warning" if mark else "error"}
+
+
+@pytest.mark.parametrize(("exc", "level"), [(ZooKeeperError("ZooKeeper operation on /x failed: ConnectionLoss"), "warning"),
+                                          (RuntimeError("a bug"), "error")], ids=["retriable", "bug"])
+async def test_a_periodic_check_failing_on_a_retriable_error_logs_a_warning(zk, exc, level):
+    """Issue 26 (chaos campaign, ZooKeeper faults): a periodic check that fails on a retriable error (a
+    ConnectionLoss) is run again at its next period: WARNING; any other failure stays ERROR."""
+    from structlog.testing import capture_logs
+
+    class Failing(Auditor):
+        async def _replicas_check(self) -> dict:
+            raise exc
+
+    with capture_logs() as logs:
+        a = Failing(zk, P, settings(auditor_replicas_check_interval=1000), None, FakeBookies(zk), bookie_id="auditor:1",
+                    registry=metrics.MetricsRegistry())
+        await a.start()
+        try:
+            assert await wait_for(lambda: "replicas_check" in a.last_results, 5)
+            assert a.last_results["replicas_check"].ok is False
+        finally:
+            await a.stop()
+    assert [e["log_level"] for e in logs if e["event"] == "periodic check failed"] == [level]
 
 
 async def test_placement_check_reports_markers_older_than_the_grace_period(zk):
