@@ -724,7 +724,8 @@ class Auditor:
                     try:
                         await self.urm.set_check_ctime(ctime, self.wall_ms())
                     except Exception as exc:  # noqa: BLE001 - the next run writes it again
-                        log.error("could not write the check's ctime", check=name, error=repr(exc))
+                        (log.warning if getattr(exc, "retriable", False) else log.error)(
+                            "could not write the check's ctime", check=name, error=repr(exc))
             if interval_s <= 0:
                 return
             at = next_run_s(scheduled, interval_s, self.clock())

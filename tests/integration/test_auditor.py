@@ -640,6 +640,29 @@ async def test_a_periodic_check_failing_on_a_retriable_error_logs_a_warning(zk, 
     assert [e["log_level"] for e in logs if e["event"] == "periodic check failed"] == [level]
 
 
+@pytest.mark.parametrize(("exc", "level"), [(ZooKeeperError("ZooKeeper operation on /x failed: ConnectionLoss"), "warning"),
+                                          (RuntimeError("a bug"), "error")], ids=["retriable", "bug"])
+async def test_a_check_ctime_write_failing_on_a_retriable_error_logs_a_warning(zk, exc, level):
+    """Issue 26 (chaos campaign, ZooKeeper quorum changes): the ctime write after a check that meets a
+    ConnectionLoss is written again by the next run: WARNING; any other failure stays ERROR."""
+    from structlog.testing import capture_logs
+
+    a = Auditor(zk, P, settings(auditor_replicas_check_interval=1000), None, FakeBookies(zk), bookie_id="auditor:1",
+                registry=metrics.MetricsRegistry())
+
+    async def failing_write(which: str, ms: int) -> None:
+        raise exc
+
+    a.urm.set_check_ctime = failing_write  # type: ignore[method-assign]  # the write meets the fault
+    with capture_logs() as logs:
+        await a.start()
+        try:
+            assert await wait_for(lambda: any(e["event"] == "could not write the check's ctime" for e in logs), 5)
+        finally:
+            await a.stop()
+    assert {e["log_level"] for e in logs if e["event"] == "could not write the check's ctime"} == {level}
+
+
 async def test_placement_check_reports_markers_older_than_the_grace_period(zk):
     from autorecovery.placement import DefaultPolicy
 
