@@ -110,6 +110,7 @@ class Report:
     error_lines: int = 0
     error_sample: list[str] = field(default_factory=list)
     longest_under_replicated_s: float = 0.0
+    longest_under_replicated_ledger: int | None = None
     daemon_procs: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def must_be_zero(self) -> dict[str, int]:
@@ -138,7 +139,8 @@ class Report:
             f"  copies missing        {self.copies_missing} of {self.ledgers_checked} closed ledgers (must be 0)",
             f"  daemons alive         {self.daemons_alive}/{self.daemons_total}",
             f"  ERROR lines           {self.error_lines} (must be 0)",
-            f"  longest under-repl.   {self.longest_under_replicated_s:.1f}s after its bookie was lost",
+            f"  longest under-repl.   {self.longest_under_replicated_s:.1f}s after its bookie was lost "
+            f"(ledger {self.longest_under_replicated_ledger})",
         ]
         for name, p in sorted(self.daemon_procs.items()):
             lines.append(f"  {name:<20}  RSS peak {p['rss_peak'] / 2**20:.0f} MiB (last {p['rss_last'] / 2**20:.0f}), "
@@ -297,7 +299,8 @@ async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[
         await zk.stop()
     tl = sampler.timeline
     rep.ledgers_marked, rep.ledgers_healed = len(tl.marked), tl.healed
-    rep.longest_under_replicated_s = round(tl.longest_under_replicated_s(time.monotonic()), 1)
+    span, rep.longest_under_replicated_ledger = tl.longest(time.monotonic())
+    rep.longest_under_replicated_s = round(span, 1)
     rep.daemon_procs = {k: {"rss_peak": p.rss_peak, "rss_last": p.rss_last, "fds_peak": p.fds_peak,
                             "fds_last": p.fds_last, "samples": p.samples} for k, p in sampler.procs.items()}
     rep.daemons_total = len(cluster.daemons)

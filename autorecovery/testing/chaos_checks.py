@@ -68,13 +68,19 @@ class Timeline:
     def longest_under_replicated_s(self, now: float) -> float:
         """Longest span from the bookie loss before a ledger was first marked to its marker's removal
         (``now`` for a ledger still marked)."""
-        best = 0.0
-        for first, healed in self.marked.values():
+        return self.longest(now)[0]
+
+    def longest(self, now: float) -> tuple[float, int | None]:
+        """(:meth:`longest_under_replicated_s`, the ledger id it belongs to or None)."""
+        best, which = 0.0, None
+        for lid, (first, healed) in self.marked.items():
             assert first is not None
             lost = [t for t, _ in self.losses if t <= first]
             start = lost[-1] if lost else first
-            best = max(best, (healed if healed is not None else now) - start)
-        return best
+            span = (healed if healed is not None else now) - start
+            if span > best:
+                best, which = span, lid
+        return best, which
 
 
 class Sampler:
