@@ -45,9 +45,10 @@ class ProcPeak:
 
 @dataclass
 class Timeline:
-    """Markers seen during the run: ledger id → (first seen marked, healed at or None), monotonic s."""
+    """Markers seen during the run: ledger id → its episodes [first seen marked, healed at or None]
+    (monotonic s); a ledger marked again after a heal starts a new episode."""
 
-    marked: dict[int, list[float | None]] = field(default_factory=dict)
+    marked: dict[int, list[list[float | None]]] = field(default_factory=dict)
     losses: list[tuple[float, str]] = field(default_factory=list)
 
     def bookie_lost(self, bookie_id: str, at: float) -> None:
@@ -55,31 +56,34 @@ class Timeline:
 
     def observe(self, marked_now: set[int], at: float) -> None:
         for lid in marked_now:
-            span = self.marked.setdefault(lid, [at, None])
-            span[1] = None  # marked (again)
-        for lid, span in self.marked.items():
-            if lid not in marked_now and span[1] is None:
-                span[1] = at
+            eps = self.marked.setdefault(lid, [])
+            if not eps or eps[-1][1] is not None:
+                eps.append([at, None])
+        for lid, eps in self.marked.items():
+            if lid not in marked_now and eps[-1][1] is None:
+                eps[-1][1] = at
 
     @property
     def healed(self) -> int:
-        return sum(1 for s in self.marked.values() if s[1] is not None)
+        """Ledgers whose last episode ended (marker gone)."""
+        return sum(1 for eps in self.marked.values() if eps[-1][1] is not None)
 
     def longest_under_replicated_s(self, now: float) -> float:
-        """Longest span from the bookie loss before a ledger was first marked to its marker's removal
-        (``now`` for a ledger still marked)."""
+        """Longest episode, from the bookie loss before the ledger was seen marked to its marker's
+        removal (``now`` for a ledger still marked)."""
         return self.longest(now)[0]
 
     def longest(self, now: float) -> tuple[float, int | None]:
         """(:meth:`longest_under_replicated_s`, the ledger id it belongs to or None)."""
         best, which = 0.0, None
-        for lid, (first, healed) in self.marked.items():
-            assert first is not None
-            lost = [t for t, _ in self.losses if t <= first]
-            start = lost[-1] if lost else first
-            span = (healed if healed is not None else now) - start
-            if span > best:
-                best, which = span, lid
+        for lid, eps in self.marked.items():
+            for first, healed in eps:
+                assert first is not None
+                lost = [t for t, _ in self.losses if t <= first]
+                start = lost[-1] if lost else first
+                span = (healed if healed is not None else now) - start
+                if span > best:
+                    best, which = span, lid
         return best, which
 
 

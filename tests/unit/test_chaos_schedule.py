@@ -43,7 +43,18 @@ def test_timeline_longest_span_starts_at_the_bookie_loss_and_ends_at_the_heal():
     assert tl.healed == 3 and len(tl.marked) == 3
     assert tl.longest_under_replicated_s(100.0) == pytest.approx(12.5)
     tl.observe({4}, 30.0)      # still marked: counted up to now
-    assert tl.longest_under_replicated_s(100.0) == pytest.approx(80.0)
+    assert tl.longest(100.0) == (pytest.approx(80.0), 4)
+
+
+def test_a_ledger_marked_again_after_a_heal_starts_a_new_episode():
+    tl = Timeline()
+    tl.bookie_lost("b1", 10.0)
+    tl.observe({1}, 11.0)
+    tl.observe(set(), 14.0)    # healed: 4 s
+    tl.bookie_lost("b2", 200.0)
+    tl.observe({1}, 201.0)
+    tl.observe(set(), 206.0)   # healed again: 6 s, not 196 s from the first marking
+    assert tl.longest(300.0) == (pytest.approx(6.0), 1) and tl.healed == 1
 
 
 def test_report_fails_on_any_must_be_zero_figure_or_an_unread_entry():
