@@ -510,7 +510,13 @@ class UnderreplicationManager:
         try:
             await self.zk.create(self.paths.ur_lock(ledger_id), _text(lock), ephemeral=True)
         except NodeExistsError:
-            return False
+            if not await self._own_lock(ledger_id):
+                return False
+        except ZooKeeperError:
+            # ConnectionLoss: the server may have made the lock anyway, under this live session, and
+            # nobody would ever release it (issue 26: found by the chaos campaign). Look once connected.
+            if not await self._own_lock(ledger_id, wait=True):
+                raise
         except NoNodeError:
             await self.zk.ensure_path(self.paths.ur_locks)
             if require_marker:
@@ -520,6 +526,25 @@ class UnderreplicationManager:
             except NodeExistsError:
                 return False
         self.held[ledger_id] = version
+        return True
+
+    async def _own_lock(self, ledger_id: int, *, wait: bool = False) -> bool:
+        """True when ``ledger_id``'s lock exists and belongs to this ZooKeeper session (a lock this
+        instance made but lost track of). With ``wait``, first waits for the connection (up to the
+        session timeout); False when still disconnected or on any ZooKeeper error."""
+        if wait:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000.0)
+        cid = self.zk.client_id
+        if cid is None:
+            return False
+        try:
+            stat = await self.zk.exists(self.paths.ur_lock(ledger_id))
+        except ZooKeeperError:
+            return False
+        if stat is None or stat.ephemeralOwner != cid[0]:
+            return False
+        log.info("adopted this session's earlier lock", ledger_id=ledger_id)
         return True
 
     def _on_child_watch(self, path: str):

@@ -325,3 +325,24 @@ async def test_a_lock_release_during_a_connection_loss_is_retried_not_forgotten(
         await worker.close()
         await wz.stop()
         proxy.close()
+
+
+async def test_a_lock_this_session_made_but_lost_track_of_is_adopted(zk, urm):
+    """Issue 26 (chaos campaign: a ledger marked and locked by nobody for minutes): a lock create that
+    failed with ConnectionLoss after the server made the znode leaves a lock of this live session.
+    Acquiring that ledger again adopts it instead of treating it as another worker's lock."""
+    from autorecovery.proto import bookkeeper_formats_pb2 as fmt
+
+    await urm.mark_underreplicated(9, ["10.0.0.1:3181"])
+    orphan = fmt.LockDataFormat(bookieId="host-a")
+    await zk.create(Paths("/ledgers").ur_lock(9), text_format.MessageToString(orphan).encode(), ephemeral=True)
+    assert 9 not in urm.held
+    assert await urm.acquire(9) is True and 9 in urm.held
+    other = await ZkClient(zk.hosts, session_timeout_ms=4000).start()
+    try:  # another session's lock is still refused
+        um2 = UnderreplicationManager(other, Paths("/ledgers"), lock_owner="host-b")
+        await um2.init()
+        assert await um2.acquire(9) is False
+        await um2.close()
+    finally:
+        await other.stop()
