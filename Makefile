@@ -14,7 +14,7 @@ UV_VERSION := 0.13.9
 LOCK_TOOLS := .lock-tools
 LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform linux --custom-compile-command 'make lock' --quiet
 
-.PHONY: demo test test-unit test-integration lint proto zookeeper chromium upstream venv bench clean dashboard lock
+.PHONY: demo test test-unit test-integration lint proto zookeeper chromium upstream venv bench clean dashboard lock chaos
 
 venv: $(STAMP)
 
@@ -113,3 +113,10 @@ bench: venv zookeeper
 
 clean:
 	rm -rf $(VENV) .cluster build *.egg-info $(UPSTREAM) $(LOCK_TOOLS)
+
+# A seeded fault campaign with its report (docs/chaos.md). Root for the namespace and tmpfs faults;
+# iproute2's `ip` is all it needs beyond ZooKeeper (tc netem and nftables are not used).
+CHAOS_ARGS ?= --seed 1 --faults 40 --duration 300
+chaos: venv zookeeper
+	@command -v ip >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get install -y -qq iproute2 >/dev/null; }
+	$(BIN)/python bench/chaos.py $(CHAOS_ARGS)

@@ -714,14 +714,18 @@ class Auditor:
                 except Exception as exc:  # noqa: BLE001 - one failed run does not stop the schedule
                     ok = False
                     summary = {"error": repr(exc)}
-                    log.error("periodic check failed", check=name, error=repr(exc))
+                    # a retriable failure (ZooKeeper's ConnectionLoss during a quorum change) is retried
+                    # by the next run: nobody must act (issue 26, the chaos campaign's ZooKeeper faults)
+                    (log.warning if getattr(exc, "retriable", False) else log.error)(
+                        "periodic check failed", check=name, error=repr(exc))
                 self._zk_ops[name].inc(self.zk.ops - ops0)
                 self.last_results[name] = CheckResult(name, started_ms, (self.clock() - t0) * 1000, ok, summary=summary)
                 if ok and ctime is not None and not summary.get("aborted"):
                     try:
                         await self.urm.set_check_ctime(ctime, self.wall_ms())
                     except Exception as exc:  # noqa: BLE001 - the next run writes it again
-                        log.error("could not write the check's ctime", check=name, error=repr(exc))
+                        (log.warning if getattr(exc, "retriable", False) else log.error)(
+                            "could not write the check's ctime", check=name, error=repr(exc))
             if interval_s <= 0:
                 return
             at = next_run_s(scheduled, interval_s, self.clock())
@@ -894,9 +898,15 @@ class Auditor:
                 v = classify(md, answers)
                 buckets[v.bucket].append(lid)
                 if v.bucket != Bucket.OK:
-                    log.error("ledger has entries with fewer replicas than WQ", ledger_id=lid, bucket=v.bucket.value,
-                              least_replicas=v.least_replicas, missing_entries=v.missing_total,
-                              sample_entries=sorted(v.missing_counts))
+                    # ERROR only when a person must act: an entry with no copy, or copies nobody will
+                    # repair (marking off). A ledger at >= AQ copies that is marked here heals by itself
+                    # (issue 26: the chaos campaign's disk-full fault leaves such ledgers).
+                    heals = (v.bucket == Bucket.LESS_THAN_WQ and bool(v.bookies_missing)
+                             and self.settings.auditor_replicas_check_mark_under_replicated)
+                    (log.warning if heals else log.error)(
+                        "ledger has entries with fewer replicas than WQ", ledger_id=lid, bucket=v.bucket.value,
+                        least_replicas=v.least_replicas, missing_entries=v.missing_total,
+                        sample_entries=sorted(v.missing_counts), marked_for_repair=heals)
                     if v.bookies_missing:
                         to_mark[lid] = v.bookies_missing
                 unanswered = [b for b in v.unavailable if not isinstance(answers.get(b), ForeignBookie)]

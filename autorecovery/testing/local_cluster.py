@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autorecovery.testing.zk_ensemble import ZooKeeperEnsemble
 from autorecovery.testing.zk_server import ZooKeeperServer, free_port
 
 
@@ -91,8 +92,11 @@ class LocalCluster:
     """
 
     def __init__(self, base_dir: Path | str, *, bookies: int = 3, racks: int = 1,
-                 ledgers_root: str = "/ledgers", ledger_manager: str | None = None) -> None:
+                 ledgers_root: str = "/ledgers", ledger_manager: str | None = None, zk_members: int = 1) -> None:
         self.base = Path(base_dir).resolve()
+        #: 1 = one standalone ZooKeeper; 3 (or 5) = a :class:`ZooKeeperEnsemble` on 127.0.0.2.. (issue 26)
+        self.zk_members = zk_members
+        self.zk_ensemble: ZooKeeperEnsemble | None = None
         #: ledger manager factory class written to LAYOUT by :meth:`format` (None = hierarchical)
         self.ledger_manager = ledger_manager
         self.num_bookies = bookies
@@ -171,6 +175,11 @@ class LocalCluster:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start_zookeeper(self) -> str:
+        if self.zk_members > 1:
+            self.zk_ensemble = ZooKeeperEnsemble(self.base / "zookeeper", self.zk_members).start()
+            self.zk_connect = self.zk_ensemble.connect_string
+            self.save()
+            return self.zk_connect
         self.zk = ZooKeeperServer(self.base / "zookeeper").start()
         self.zk_connect = self.zk.connect_string
         self.save()
@@ -406,7 +415,10 @@ class LocalCluster:
             if info.pid and _alive(info.pid):
                 self.signal_proc(info, signal.SIGTERM)
                 stopped.append(info.name)
-        if self.zk is not None:
+        if self.zk_ensemble is not None:
+            self.zk_ensemble.stop()
+            stopped.append("zookeeper")
+        elif self.zk is not None:
             self.zk.stop()
             stopped.append("zookeeper")
         elif self._zk_pid and _alive(self._zk_pid):

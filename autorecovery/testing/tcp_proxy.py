@@ -4,7 +4,10 @@ ZooKeeper *session* behind it (test aid for issue 9's "watch lost on a connectio
 Put it between a client and ZooKeeper (``ZkClient(proxy.address + chroot)``). :meth:`TcpProxy.cut`
 closes every proxied connection and answers new ones by closing them at once, so the client sees a
 connection loss (kazoo: SUSPENDED) and keeps retrying; :meth:`TcpProxy.restore` lets connections through
-again, so the client reconnects to the same session if it is still alive on the server. Threads, not
+again, so the client reconnects to the same session if it is still alive on the server.
+:meth:`TcpProxy.blackhole` is a silent partition instead (issue 26): connections stay open and new ones
+are accepted, but no byte is forwarded either way, so the client learns of the loss only from its own
+timeouts, as behind a link whose packets are dropped. Threads, not
 asyncio: the proxy keeps working while the test's event loop waits.
 """
 
@@ -35,6 +38,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._cut = False
+        self._blackhole = False
         self._closed = False
         self.accepted = 0
         self._thread = threading.Thread(target=self._accept_loop, name="tcp-proxy", daemon=True)
@@ -51,10 +55,17 @@ class TcpProxy:
         for s in socks:
             _close(s)
 
+    def blackhole(self) -> None:
+        """Forward nothing (either way) until :meth:`restore`; connections stay open, new ones are
+        accepted and held without reaching the target."""
+        with self._lock:
+            self._blackhole = True
+
     def restore(self) -> None:
-        """Let new connections through again."""
+        """Let new connections and bytes through again."""
         with self._lock:
             self._cut = False
+            self._blackhole = False
 
     def close(self) -> None:
         self._closed = True
@@ -68,9 +79,14 @@ class TcpProxy:
             except OSError:
                 return
             with self._lock:
-                refuse = self._cut
+                refuse, hole = self._cut, self._blackhole
             if refuse:
                 _close(client)
+                continue
+            if hole:  # a dropped SYN-ACK path: the client's connection goes nowhere
+                with self._lock:
+                    self._open.add(client)
+                threading.Thread(target=self._pump, args=(client, None), daemon=True).start()
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
@@ -88,21 +104,24 @@ class TcpProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket | None) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                dst.sendall(data)
+                if dst is not None and not self._blackhole:
+                    dst.sendall(data)
         except OSError:
             pass
         finally:
             with self._lock:
                 self._open.discard(src)
-                self._open.discard(dst)
+                if dst is not None:
+                    self._open.discard(dst)
             _close(src)
-            _close(dst)
+            if dst is not None:
+                _close(dst)
 
 
 def _close(s: socket.socket) -> None:

@@ -112,7 +112,7 @@ class AuditorElector:
         await self._ensure_parents()
         while True:
             if self.vote_path is None or await self.zk.exists(self.vote_path) is None:
-                self.vote_path = await self.zk.create(
+                self.vote_path = await self._own_vote() or await self.zk.create(
                     f"{self.paths.auditor_election}/{VOTE_PREFIX}", encode_vote(self.bookie_id),
                     ephemeral=True, sequence=True,
                 )
@@ -134,6 +134,38 @@ class AuditorElector:
                 continue
             await gone.wait()
             self._attempts.inc()
+
+    async def _own_vote(self) -> str | None:
+        """A vote this ZooKeeper *session* already holds, adopted instead of voting again (the
+        lowest; any other is deleted), or None.
+
+        A vote survives a connection loss (the session lives on): a ``create`` that failed with
+        ConnectionLoss after the server made the znode, or a rejoin after an error while
+        disconnected, leaves it. Voting again behind it would deadlock the election once it comes
+        first: nobody watches it and it never goes (issue 26: the chaos campaign ran 3 minutes
+        without an auditor). Upstream's Curator-style fix is the same: find your own node by owner.
+        """
+        cid = self.zk.client_id
+        if cid is None:
+            return None
+        mine: list[str] = []
+        for name in sorted_votes(await self.zk.get_children(self.paths.auditor_election)):
+            path = f"{self.paths.auditor_election}/{name}"
+            try:
+                data, stat = await self.zk.get(path)
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == cid[0] and decode_vote(data) == self.bookie_id:
+                mine.append(path)
+        for extra in mine[1:]:
+            try:
+                await self.zk.delete(extra)
+            except NoNodeError:
+                pass
+        if mine:
+            log.info("adopted this session's earlier auditor vote", bookie_id=self.bookie_id, vote=mine[0],
+                     deleted=len(mine) - 1)
+        return mine[0] if mine else None
 
     async def watch_own_vote(self) -> None:
         """Return when this candidate's vote is deleted (by an operator, or the session ended)."""

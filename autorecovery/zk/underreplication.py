@@ -36,7 +36,7 @@ import structlog
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from autorecovery.errors import CompatibilityError, UnavailableError
+from autorecovery.errors import CompatibilityError, UnavailableError, ZooKeeperError
 from autorecovery.ledger import textformat
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
@@ -510,7 +510,13 @@ class UnderreplicationManager:
         try:
             await self.zk.create(self.paths.ur_lock(ledger_id), _text(lock), ephemeral=True)
         except NodeExistsError:
-            return False
+            if not await self._own_lock(ledger_id):
+                return False
+        except ZooKeeperError:
+            # ConnectionLoss: the server may have made the lock anyway, under this live session, and
+            # nobody would ever release it (issue 26: found by the chaos campaign). Look once connected.
+            if not await self._own_lock(ledger_id, wait=True):
+                raise
         except NoNodeError:
             await self.zk.ensure_path(self.paths.ur_locks)
             if require_marker:
@@ -520,6 +526,25 @@ class UnderreplicationManager:
             except NodeExistsError:
                 return False
         self.held[ledger_id] = version
+        return True
+
+    async def _own_lock(self, ledger_id: int, *, wait: bool = False) -> bool:
+        """True when ``ledger_id``'s lock exists and belongs to this ZooKeeper session (a lock this
+        instance made but lost track of). With ``wait``, first waits for the connection (up to the
+        session timeout); False when still disconnected or on any ZooKeeper error."""
+        if wait:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000.0)
+        cid = self.zk.client_id
+        if cid is None:
+            return False
+        try:
+            stat = await self.zk.exists(self.paths.ur_lock(ledger_id))
+        except ZooKeeperError:
+            return False
+        if stat is None or stat.ephemeralOwner != cid[0]:
+            return False
+        log.info("adopted this session's earlier lock", ledger_id=ledger_id)
         return True
 
     def _on_child_watch(self, path: str):
@@ -642,12 +667,38 @@ class UnderreplicationManager:
         return deleted
 
     async def release(self, ledger_id: int) -> None:
-        """Delete this instance's lock on ``ledger_id`` (missing lock ignored)."""
+        """Delete this instance's lock on ``ledger_id`` (missing lock ignored).
+
+        A connection loss does not end the session, so the ephemeral lock outlives a failed delete:
+        the delete is retried (0.1 s backoff, once connected again) while the session is the same, for
+        up to two session timeouts (past that the server has expired the session, and the lock with
+        it). Forgetting the lock after one failed delete left it held by nobody until the daemon's
+        session ended (issue 26: found by the chaos campaign, a ledger stuck marked and locked).
+
+        Raises:
+            ZooKeeperError: the delete still fails after that bound (the lock stays in :attr:`held`).
+        """
+        path = self.paths.ur_lock(ledger_id)
+        generation = self.zk.session_generation
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * self.zk.session_timeout_ms / 1000.0
+        while True:
+            try:
+                await self.zk.delete(path)
+            except NoNodeError:
+                pass
+            except ZooKeeperError:
+                if self.zk.session_generation != generation:
+                    pass  # a new session: the old one's ephemeral lock is gone
+                elif loop.time() >= deadline:
+                    raise
+                else:
+                    await asyncio.sleep(0.1)  # retry backoff
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self.zk.connected.wait(), max(0.1, deadline - loop.time()))
+                    continue
+            break
         self.held.pop(ledger_id, None)
-        try:
-            await self.zk.delete(self.paths.ur_lock(ledger_id))
-        except NoNodeError:
-            pass
 
     async def release_all(self) -> None:
         for lid in list(self.held):

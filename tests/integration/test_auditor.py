@@ -13,7 +13,7 @@ import time
 import pytest
 
 from autorecovery import metrics
-from autorecovery.errors import NoSuchLedgerError
+from autorecovery.errors import NoSuchLedgerError, ZooKeeperError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.roles.auditor import Auditor, AuditorSettings
 from autorecovery.rpc.convert import encode_service_info
@@ -588,6 +588,79 @@ async def test_replicas_check_buckets_and_optional_marking(zk, mark):
             assert marked == set(), "upstream's replicas check only reports"
     finally:
         await a.stop()
+
+
+@pytest.mark.parametrize("mark", [False, True])
+async def test_replicas_check_logs_error_only_when_a_person_must_act(zk, mark):
+    """Issue 26 (found by the chaos campaign's disk-full fault): a ledger left at >= AQ but < WQ copies
+    that the replicas check marks for the workers heals by itself: WARNING, not ERROR. Without marking,
+    or with an entry under AQ copies, a person must act: ERROR."""
+    from structlog.testing import capture_logs
+
+    fb = FakeBookies(zk)
+    b = B[:4]
+    for x in b:
+        await fb.add(x)
+    store = LedgerStore(zk, P)
+    await store.create(1, closed(b, last=3, E=4, WQ=3, AQ=2))   # entry 2 on one bookie only → < AQ
+    await store.create(3, closed(b[:3], last=1, E=3, WQ=3))     # one copy of entry 1 missing → < WQ
+    table = {(b[0], 1): [(0, 0)], (b[1], 1): [(0, 1), (3, 3)], (b[2], 1): [(0, 1)], (b[3], 1): [(1, 3)],
+             (b[0], 3): [(0, 1)], (b[1], 3): [(0, 1)], (b[2], 3): [(0, 0)]}
+    st = settings(auditor_replicas_check_interval=1000, auditor_replicas_check_mark_under_replicated=mark)
+    with capture_logs() as logs:
+        a = await start_auditor(zk, st, bookies=AvailabilityBookies(zk, table), registry=metrics.MetricsRegistry())
+        try:
+            assert await wait_for(lambda: "replicas_check" in a.last_results, 5)
+        finally:
+            await a.stop()
+    level = {e["ledger_id"]: e["log_level"] for e in logs if e["event"] == "ledger has entries with fewer replicas than WQ"}
+    assert level == {1: "error", 3: "warning" if mark else "error"}
+
+
+@pytest.mark.parametrize(("exc", "level"), [(ZooKeeperError("ZooKeeper operation on /x failed: ConnectionLoss"), "warning"),
+                                          (RuntimeError("a bug"), "error")], ids=["retriable", "bug"])
+async def test_a_periodic_check_failing_on_a_retriable_error_logs_a_warning(zk, exc, level):
+    """Issue 26 (chaos campaign, ZooKeeper faults): a periodic check that fails on a retriable error (a
+    ConnectionLoss) is run again at its next period: WARNING; any other failure stays ERROR."""
+    from structlog.testing import capture_logs
+
+    class Failing(Auditor):
+        async def _replicas_check(self) -> dict:
+            raise exc
+
+    with capture_logs() as logs:
+        a = Failing(zk, P, settings(auditor_replicas_check_interval=1000), None, FakeBookies(zk), bookie_id="auditor:1",
+                    registry=metrics.MetricsRegistry())
+        await a.start()
+        try:
+            assert await wait_for(lambda: "replicas_check" in a.last_results, 5)
+            assert a.last_results["replicas_check"].ok is False
+        finally:
+            await a.stop()
+    assert [e["log_level"] for e in logs if e["event"] == "periodic check failed"] == [level]
+
+
+@pytest.mark.parametrize(("exc", "level"), [(ZooKeeperError("ZooKeeper operation on /x failed: ConnectionLoss"), "warning"),
+                                          (RuntimeError("a bug"), "error")], ids=["retriable", "bug"])
+async def test_a_check_ctime_write_failing_on_a_retriable_error_logs_a_warning(zk, exc, level):
+    """Issue 26 (chaos campaign, ZooKeeper quorum changes): the ctime write after a check that meets a
+    ConnectionLoss is written again by the next run: WARNING; any other failure stays ERROR."""
+    from structlog.testing import capture_logs
+
+    a = Auditor(zk, P, settings(auditor_replicas_check_interval=1000), None, FakeBookies(zk), bookie_id="auditor:1",
+                registry=metrics.MetricsRegistry())
+
+    async def failing_write(which: str, ms: int) -> None:
+        raise exc
+
+    a.urm.set_check_ctime = failing_write  # type: ignore[method-assign]  # the write meets the fault
+    with capture_logs() as logs:
+        await a.start()
+        try:
+            assert await wait_for(lambda: any(e["event"] == "could not write the check's ctime" for e in logs), 5)
+        finally:
+            await a.stop()
+    assert {e["log_level"] for e in logs if e["event"] == "could not write the check's ctime"} == {level}
 
 
 async def test_placement_check_reports_markers_older_than_the_grace_period(zk):

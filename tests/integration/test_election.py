@@ -10,7 +10,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from autorecovery.zk.bridge import NoNodeError, ZkClient, wait_for
-from autorecovery.zk.election import AuditorElector, current_auditor, decode_vote, elector_loop, sorted_votes
+from autorecovery.zk.election import (AuditorElector, current_auditor, decode_vote, elector_loop, encode_vote,
+                                       sorted_votes)
 from autorecovery.zk.paths import Paths
 
 pytestmark = pytest.mark.integration
@@ -121,3 +122,30 @@ async def test_session_expiry_stops_roles_and_rejoins(chroot):
     await asyncio.gather(tasks[0], return_exceptions=True)
     for c in clients:
         await c.stop()
+
+
+async def test_a_vote_left_by_a_connection_loss_is_adopted_not_a_deadlock(chroot):
+    """Issue 26 (chaos campaign: 3 minutes without an auditor): a vote this session created but lost
+    track of (a create that failed with ConnectionLoss after the server made the znode, a rejoin
+    while disconnected) must not sit first in line forever. Candidate B votes behind it and watches
+    it; A's elector, on the same session, adopts it and is elected instead of voting behind B."""
+    za = await ZkClient(chroot, session_timeout_ms=SESSION_MS).start()
+    zb = await ZkClient(chroot, session_timeout_ms=SESSION_MS).start()
+    a, b = AuditorElector(za, P, "10.0.0.1:3181"), AuditorElector(zb, P, "10.0.0.2:3181")
+    try:
+        await a._ensure_parents()
+        orphan = await za.create(f"{P.auditor_election}/V_", encode_vote("10.0.0.1:3181"), ephemeral=True,
+                                 sequence=True)
+        tb = asyncio.ensure_future(b.run_for_leadership())
+        assert await wait_for(lambda: b.vote_path is not None, 5)
+        await asyncio.wait_for(a.run_for_leadership(), 5)
+        assert a.elected and a.vote_path == orphan
+        assert sorted_votes(await za.get_children(P.auditor_election)) == [orphan.rsplit("/", 1)[1],
+                                                                        b.vote_path.rsplit("/", 1)[1]]
+        assert not tb.done()
+        await a.resign()  # the adopted vote goes away like any other: B takes over
+        await asyncio.wait_for(tb, 10)
+        assert b.elected
+    finally:
+        await za.stop()
+        await zb.stop()

@@ -293,3 +293,56 @@ async def test_batch_marking_survives_a_worker_removing_the_empty_upper_levels(c
     finally:
         await other.close()
         await other_zk.stop()
+
+
+async def test_a_lock_release_during_a_connection_loss_is_retried_not_forgotten(zk_server, chroot, urm):
+    """Issue 26 (chaos campaign: a ledger stuck marked and locked after a ZooKeeper fault): a worker's
+    release whose delete fails with ConnectionLoss must not forget the lock, since the session and
+    its ephemeral lock live on. The release waits for the connection and deletes it."""
+    from autorecovery.testing.tcp_proxy import TcpProxy
+
+    proxy = TcpProxy((zk_server.host, zk_server.port)).start()
+    path = chroot[chroot.index("/"):]
+    wz = await ZkClient(proxy.address + path, session_timeout_ms=20000).start()
+    worker = UnderreplicationManager(wz, Paths("/ledgers"), lock_owner="host-b")
+    try:
+        await worker.init()
+        await urm.mark_underreplicated(7, ["10.0.0.1:3181"])
+        assert await worker.acquire(7)
+        gen = wz.session_generation
+        proxy.cut()
+        release = asyncio.ensure_future(worker.release(7))
+        assert await wait_for(lambda: not wz.connected.is_set(), 10)
+        with pytest.raises(asyncio.TimeoutError):  # it keeps retrying (the old code raised ConnectionLoss)
+            await asyncio.wait_for(asyncio.shield(release), 1.0)
+        assert 7 in worker.held
+        proxy.restore()
+        await asyncio.wait_for(release, 20)
+        assert wz.session_generation == gen  # the same session: only the delete could free the lock
+        assert 7 not in worker.held
+        assert await urm.zk.exists(Paths("/ledgers").ur_lock(7)) is None
+    finally:
+        await worker.close()
+        await wz.stop()
+        proxy.close()
+
+
+async def test_a_lock_this_session_made_but_lost_track_of_is_adopted(zk, urm):
+    """Issue 26 (chaos campaign: a ledger marked and locked by nobody for minutes): a lock create that
+    failed with ConnectionLoss after the server made the znode leaves a lock of this live session.
+    Acquiring that ledger again adopts it instead of treating it as another worker's lock."""
+    from autorecovery.proto import bookkeeper_formats_pb2 as fmt
+
+    await urm.mark_underreplicated(9, ["10.0.0.1:3181"])
+    orphan = fmt.LockDataFormat(bookieId="host-a")
+    await zk.create(Paths("/ledgers").ur_lock(9), text_format.MessageToString(orphan).encode(), ephemeral=True)
+    assert 9 not in urm.held
+    assert await urm.acquire(9) is True and 9 in urm.held
+    other = await ZkClient(zk.hosts, session_timeout_ms=4000).start()
+    try:  # another session's lock is still refused
+        um2 = UnderreplicationManager(other, Paths("/ledgers"), lock_owner="host-b")
+        await um2.init()
+        assert await um2.acquire(9) is False
+        await um2.close()
+    finally:
+        await other.stop()

@@ -1,0 +1,368 @@
+"""A seeded fault campaign over a real local cluster, ending with a report (EDGE; issue 26).
+
+:func:`run_campaign` starts a :class:`LocalCluster` (ZooKeeper, ``bookies`` bookie processes and one
+autorecovery daemon process per bookie, each daemon reaching ZooKeeper through its own
+:class:`TcpProxy`), writes continuously with the project's ledger client
+(:func:`autorecovery.workload.write_continuous`, E3/WQ3/AQ2, every acknowledged entry in an ack log),
+injects the faults of :func:`autorecovery.testing.chaos_schedule.schedule` one after another (waiting
+before each until every process is up and every bookie registered), then stops the faults and the
+writer and checks (see :class:`Report`). ``bench/chaos.py`` is the command; docs/chaos.md the manual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.testing import chaos_disk
+from autorecovery.testing.chaos_checks import Sampler, copies_missing, error_lines, queue_state
+from autorecovery.testing.chaos_faults import Injector, until
+from autorecovery.testing.chaos_schedule import CHEAP_KINDS, Fault, schedule, usable_kinds
+from autorecovery.testing.chaos_netns import BookieNetns, NetnsError
+from autorecovery.testing.local_cluster import LocalCluster, ProcInfo
+from autorecovery.testing.tcp_proxy import TcpProxy
+from autorecovery.workload import AckLog, read_ack_log, verify_acks, write_continuous
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+#: seconds between the auditor's replicas checks in a campaign
+REPLICAS_CHECK_S = 10
+
+#: daemon settings: react in seconds (as the integration tests' FAST settings)
+DAEMON_PROPS = {
+    "lostBookieRecoveryDelay": "0",
+    "openLedgerRereplicationGracePeriod": "1000",
+    "rwRereplicateBackoffMs": "200",
+    "lockReleaseOfFailedLedgerGracePeriod": "2000",
+    "zkTimeout": "3000",
+    "auditorPeriodicCheckInterval": "0",
+    "auditorPeriodicBookieCheckInterval": "0",
+    "getBookieInfoIntervalSeconds": "1",
+    "getBookieInfoRetryIntervalSeconds": "1",
+    "httpServerPort": "0",
+    "shutdownTimeoutSeconds": "15",
+    # the replicas check finds entries a write left at fewer than WQ copies (an add acknowledged by AQ
+    # bookies whose ensemble could not be changed, e.g. no writable bookie to replace a full one) and
+    # marks them for the workers; the settle phase waits for two of its runs after the faults
+    "auditorReplicasCheckInterval": str(REPLICAS_CHECK_S),
+    "auditorReplicasCheckMarkUnderReplicated": "true",
+}
+
+
+@dataclass
+class CampaignConfig:
+    """A campaign: ``seed``; ``faults`` budget; ``duration_s`` cap on the fault phase (s); ``bookies``
+    (one daemon each); ``zk_members`` (1, or 3 for the ensemble faults); ``disk_full_mb`` size (MiB) of the last
+    bookie's tmpfs data dir (0: none, and no disk-full fault); writer ``rate`` (entries/s) and ``entry_size`` (bytes); hold bounds (s) of each
+    fault; ``settle_s`` bound on the wait for an empty queue after the faults; ``kinds`` to draw from."""
+
+    base_dir: Path
+    seed: int = 1
+    faults: int = 30
+    duration_s: float = 300.0
+    bookies: int = 5
+    rate: float = 100.0
+    entry_size: int = 512
+    min_hold_s: float = 0.5
+    max_hold_s: float = 3.0
+    settle_s: float = 120.0
+    kinds: tuple[str, ...] = CHEAP_KINDS
+    zk_members: int = 3
+    disk_full_mb: int = 128
+
+
+@dataclass
+class Report:
+    """What a campaign did and found. Fields named in :data:`MUST_BE_ZERO` must be 0 for a pass, and
+    ``entries_read_back`` must equal ``entries_acked``."""
+
+    seed: int
+    schedule: list[str]
+    skipped_kinds: dict[str, str]
+    faults_by_kind: dict[str, int] = field(default_factory=dict)
+    fault_log: list[str] = field(default_factory=list)
+    fault_errors: list[str] = field(default_factory=list)
+    fault_phase_s: float = 0.0
+    entries_acked: int = 0
+    entries_read_back: int = 0
+    entries_lost: int = 0
+    lost_sample: list[str] = field(default_factory=list)
+    digest_errors: int = 0
+    adds_failed: int = 0
+    ledgers_written: int = 0
+    ledgers_marked: int = 0
+    ledgers_healed: int = 0
+    settle_s: float = 0.0
+    settle_timeouts: list[str] = field(default_factory=list)
+    markers_left: int = 0
+    locks_left: int = 0
+    ledgers_checked: int = 0
+    copies_missing: int = 0
+    copies_missing_ledgers: dict[int, str] = field(default_factory=dict)
+    daemons_alive: int = 0
+    daemons_total: int = 0
+    daemons_dead: int = 0
+    error_lines: int = 0
+    error_sample: list[str] = field(default_factory=list)
+    longest_under_replicated_s: float = 0.0
+    longest_under_replicated_ledger: int | None = None
+    daemon_procs: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def must_be_zero(self) -> dict[str, int]:
+        return {k: len(v) if isinstance(v, list) else int(v) for k, v in asdict(self).items() if k in MUST_BE_ZERO}
+
+    @property
+    def passed(self) -> bool:
+        return not any(self.must_be_zero().values()) and self.entries_read_back == self.entries_acked
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "passed": self.passed}, indent=2, sort_keys=True)
+
+    def to_text(self) -> str:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.faults_by_kind.items())) or "none"
+        lines = [
+            f"chaos campaign, seed {self.seed}: {'PASS' if self.passed else 'FAIL'}",
+            f"  faults injected       {sum(self.faults_by_kind.values())} in {self.fault_phase_s:.0f}s: {kinds}",
+            f"  fault errors          {len(self.fault_errors)} (must be 0)",
+            f"  entries acknowledged  {self.entries_acked} ({self.adds_failed} adds failed, never acknowledged)",
+            f"  read back, digest ok  {self.entries_read_back} (must be all); lost {self.entries_lost}, "
+            f"digest errors {self.digest_errors}",
+            f"  ledgers written       {self.ledgers_written}; marked {self.ledgers_marked}, healed {self.ledgers_healed}",
+            f"  left after settle     markers {self.markers_left}, locks {self.locks_left} (must be 0; "
+            f"settled in {self.settle_s:.1f}s)",
+            f"  settle waits timed out {len(self.settle_timeouts)} (must be 0) {'; '.join(self.settle_timeouts)}",
+            f"  copies missing        {self.copies_missing} of {self.ledgers_checked} closed ledgers (must be 0)",
+            f"  daemons alive         {self.daemons_alive}/{self.daemons_total}",
+            f"  ERROR lines           {self.error_lines} (must be 0)",
+            f"  longest under-repl.   {self.longest_under_replicated_s:.1f}s after its bookie was lost "
+            f"(ledger {self.longest_under_replicated_ledger})",
+        ]
+        for name, p in sorted(self.daemon_procs.items()):
+            lines.append(f"  {name:<20}  RSS peak {p['rss_peak'] / 2**20:.0f} MiB (last {p['rss_last'] / 2**20:.0f}), "
+                         f"fds peak {p['fds_peak']} (last {p['fds_last']})")
+        for kind, why in sorted(self.skipped_kinds.items()):
+            lines.append(f"  skipped {kind}: {why}")
+        lines += [f"  fault error: {e}" for e in self.fault_errors[:10]]
+        lines += [f"  lost: {e}" for e in self.lost_sample]
+        lines += [f"  copies missing: ledger {lid}: {why}" for lid, why in sorted(self.copies_missing_ledgers.items())[:10]]
+        lines += [f"  error line: {e[:300]}" for e in self.error_sample]
+        return "\n".join(lines)
+
+
+MUST_BE_ZERO = ("fault_errors", "settle_timeouts", "entries_lost", "digest_errors", "markers_left", "locks_left", "copies_missing",
+                "daemons_dead", "error_lines")
+
+
+def print_schedule(plan: list[Fault], skipped: dict[str, str]) -> list[str]:
+    return [f.describe() for f in plan] + [f"skipped {k}: {why}" for k, why in sorted(skipped.items())]
+
+
+async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
+    """Run one campaign (see the module docstring); ``echo`` gets progress lines. Stops every process
+    it started before returning.
+
+    Raises:
+        ValueError: from :func:`schedule` for a bad budget, cluster size or kind.
+    """
+    base = Path(cfg.base_dir)
+    refused: dict[str, str] = {}
+    tmpfs: Path | None = None
+    if "disk_full_during_copy" in cfg.kinds:
+        if cfg.disk_full_mb <= 0:
+            refused["disk_full_during_copy"] = "no size-limited data dir (disk_full_mb = 0)"
+        else:
+            tmpfs = base / f"bookie-{cfg.bookies - 1}"
+            why = chaos_disk.mount_tmpfs(tmpfs, cfg.disk_full_mb)
+            if why is not None:
+                refused["disk_full_during_copy"] = f"cannot mount a tmpfs data dir: {why}"
+                tmpfs = None
+    kinds, skipped = usable_kinds(cfg.kinds, cfg.zk_members, refused)
+    try:
+        plan = schedule(cfg.seed, cfg.faults, cfg.bookies, kinds, min_hold_s=cfg.min_hold_s, max_hold_s=cfg.max_hold_s)
+    except ValueError:
+        if tmpfs is not None:
+            chaos_disk.unmount(tmpfs)
+        raise
+    rep = Report(seed=cfg.seed, schedule=print_schedule(plan, skipped), skipped_kinds=skipped)
+    for line in rep.schedule:
+        echo(f"schedule {line}")
+    cluster = ChaosCluster(base, bookies=cfg.bookies, racks=1, zk_members=cfg.zk_members)
+    cluster.bookie_session_timeout_ms = 2000
+    proxies: dict[int, list[TcpProxy]] = {}
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(cluster.start_zookeeper)
+        await asyncio.to_thread(cluster.format)
+        servers = [(h, int(p)) for h, p in (a.rsplit(":", 1) for a in cluster.zk_connect.split(","))]
+        if "partition_bookie_from_workers" in kinds:
+            try:
+                cluster.put_in_netns(NETNS_BOOKIE, await asyncio.to_thread(BookieNetns.plan(NETNS_BOOKIE).up, servers))
+            except NetnsError as exc:
+                why = f"cannot build a network namespace: {exc}"
+                skipped["partition_bookie_from_workers"] = why
+                rep.skipped_kinds = skipped
+                echo(f"skipping partition_bookie_from_workers: {why}")
+                plan = [Fault(f.seq, "bookie_kill9", f.target, f.hold_s) if f.kind == "partition_bookie_from_workers"
+                        else f for f in plan]
+                echo("  (its scheduled faults become bookie_kill9)")
+        await asyncio.to_thread(cluster.start_bookies)
+        for i in range(cfg.bookies):
+            # one proxy per ZooKeeper server: zk_conn_cut cuts them all
+            proxies[i] = [TcpProxy(srv).start() for srv in servers]
+            zk_servers = ",".join(p.address for p in proxies[i])
+            await asyncio.to_thread(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": zk_servers})
+        echo(f"cluster up: {cfg.bookies} bookies, {cfg.bookies} daemons, zk {cluster.zk_connect}"
+             + (f"; bookie {cfg.bookies - 1} on a {cfg.disk_full_mb} MiB tmpfs" if tmpfs else ""))
+        await _campaign(cfg, cluster, proxies, plan, rep, echo, disk_full_bookie=cfg.bookies - 1 if tmpfs else None)
+    finally:
+        await asyncio.to_thread(cluster.down)
+        if cluster.netns is not None:
+            cluster.netns[1].down()
+        if tmpfs is not None:
+            chaos_disk.unmount(tmpfs)
+        for ps in proxies.values():
+            for p in ps:
+                p.close()
+    return rep
+
+
+async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[int, list[TcpProxy]], plan: list[Fault],
+                    rep: Report, echo, disk_full_bookie: int | None = None) -> None:
+    paths = Paths(cluster.ledgers_root)
+    zk = await ZkClient(cluster.zk_connect).start()
+    urm = UnderreplicationManager(zk, paths)
+    await urm.init()
+    bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
+    sampler = Sampler(cluster, urm).start()
+    inj = Injector(cluster, zk, paths, proxies, int(DAEMON_PROPS["zkTimeout"]) / 1000, sampler.timeline.bookie_lost)
+    inj.disk_full_bookie = disk_full_bookie
+    inj.netns = cluster.netns
+    ack_path = Path(cfg.base_dir) / "acks.log"
+    acks = AckLog(ack_path)
+    stop = asyncio.Event()
+    writer = asyncio.ensure_future(write_continuous(
+        bk, acks, stop, rate=cfg.rate, ledgers=4, entries_per_ledger=500, size=cfg.entry_size, ensemble=3,
+        write_quorum=3, ack_quorum=2, seed=cfg.seed, mixed=True))
+    try:
+        t0 = time.monotonic()
+        for f in plan:
+            if time.monotonic() - t0 >= cfg.duration_s:
+                echo(f"duration {cfg.duration_s}s reached after {f.seq - 1} faults")
+                break
+            try:
+                await until(inj.healthy, 90, "every process up and every bookie registered")
+                what = await inj.apply(f)
+                rep.faults_by_kind[f.kind] = rep.faults_by_kind.get(f.kind, 0) + 1
+                rep.fault_log.append(f"#{f.seq} {what}")
+                echo(f"fault #{f.seq} {f.kind}: {what}")
+            except Exception as exc:  # noqa: BLE001 - a fault that cannot be applied or healed is a finding
+                rep.fault_errors.append(f"#{f.seq} {f.kind}: {type(exc).__name__}: {exc}")
+                echo(f"fault #{f.seq} {f.kind} FAILED: {exc}")
+        rep.fault_phase_s = time.monotonic() - t0
+        # faults stop: every process back, writer stops, the queue must drain
+        await _heal_all(cluster, inj, rep)
+        stop.set()
+        stats = await writer
+        acks.close()
+        rep.adds_failed, rep.ledgers_written = stats.failed, len(stats.ledgers)
+        echo(f"faults over after {rep.fault_phase_s:.0f}s; writer stopped ({stats.acked} acknowledged); settling")
+        t1 = time.monotonic()
+        try:
+            await _two_replicas_checks(urm, int(time.time() * 1000), cfg.settle_s)
+            await until(lambda: _queue_empty(zk, paths, urm), max(1.0, cfg.settle_s - (time.monotonic() - t1)),
+                        "an empty under-replication queue", 0.5)
+        except TimeoutError as exc:
+            rep.settle_timeouts.append(str(exc))
+            echo(f"settle: {exc}")
+        rep.settle_s = time.monotonic() - t1
+        await sampler.sample_once()
+        # every acknowledged entry reads back with its digest (open ledgers are recovered and closed)
+        records = read_ack_log(ack_path)
+        v = await verify_acks(bk, records)
+        rep.entries_acked, rep.entries_read_back = len(records), v.entries_ok
+        rep.entries_lost, rep.lost_sample, rep.digest_errors = len(v.lost), v.lost[:10], v.digest_errors
+        copies = await copies_missing(bk)
+        rep.ledgers_checked, rep.copies_missing, rep.copies_missing_ledgers = copies.checked, len(copies.not_ok), copies.not_ok
+        rep.markers_left, rep.locks_left = await queue_state(zk, paths, urm)
+    finally:
+        stop.set()
+        if not writer.done():
+            writer.cancel()
+        await sampler.stop()
+        await bk.close()
+        await urm.close()
+        await zk.stop()
+    tl = sampler.timeline
+    rep.ledgers_marked, rep.ledgers_healed = len(tl.marked), tl.healed
+    span, rep.longest_under_replicated_ledger = tl.longest(time.monotonic())
+    rep.longest_under_replicated_s = round(span, 1)
+    rep.daemon_procs = {k: {"rss_peak": p.rss_peak, "rss_last": p.rss_last, "fds_peak": p.fds_peak,
+                            "fds_last": p.fds_last, "samples": p.samples} for k, p in sampler.procs.items()}
+    rep.daemons_total = len(cluster.daemons)
+    rep.daemons_alive = sum(1 for i in cluster.daemons if cluster.daemon_alive(i))
+    rep.daemons_dead = rep.daemons_total - rep.daemons_alive
+    errors = [ln for i in sorted(cluster.daemons) for ln in error_lines(Path(cluster.daemons[i].log))]
+    rep.error_lines, rep.error_sample = len(errors), errors[:5]
+
+
+#: the bookie that runs in its own network namespace (the disk-full one is the last)
+NETNS_BOOKIE = 0
+
+
+class ChaosCluster(LocalCluster):
+    """A :class:`LocalCluster` one of whose bookies may run in a network namespace (chaos_netns.py):
+    it binds the namespace's address and reaches ZooKeeper through the namespace's proxies."""
+
+    netns: tuple[int, BookieNetns] | None = None
+
+    def put_in_netns(self, i: int, ns: BookieNetns) -> None:
+        self.netns = (i, ns)
+        self.bookies[i] = ProcInfo(name=f"bookie-{i}", pid=0, host=ns.data_ns, port=3181,
+                                   data_dir=str(self.base / f"bookie-{i}"), log=str(self.base / f"bookie-{i}.log"))
+
+    def bookie_args(self, i: int) -> list[str]:
+        args = super().bookie_args(i)
+        if self.netns is None or self.netns[0] != i:
+            return args
+        ns = self.netns[1]
+        args[args.index("--zk") + 1] = ns.zk_connect
+        return ns.exec_prefix() + args
+
+
+async def _two_replicas_checks(urm: UnderreplicationManager, since_ms: int, timeout_s: float) -> None:
+    """Wait until the auditor's replicas check completed twice after ``since_ms`` (wall ms): the second
+    run started after the first ended, so after the faults stopped."""
+    seen: list[int] = []
+
+    async def advanced() -> bool:
+        c = await urm.get_check_ctime("replicascheck")
+        if c > since_ms and (not seen or c > seen[-1]):
+            seen.append(c)
+        return len(seen) >= 2
+
+    await until(advanced, timeout_s, "two replicas checks after the faults", 0.5)
+
+
+async def _queue_empty(zk: ZkClient, paths: Paths, urm: UnderreplicationManager) -> bool:
+    return await queue_state(zk, paths, urm) == (0, 0)
+
+
+async def _heal_all(cluster: LocalCluster, inj: Injector, rep: Report) -> None:
+    """Start whatever a failed fault left down (recorded as a fault error)."""
+    for i in cluster.bookies:
+        if not cluster.bookie_alive(i):
+            rep.fault_errors.append(f"bookie {i} was down when the faults stopped")
+            await asyncio.to_thread(cluster.start_bookie, i)
+    for i in cluster.daemons:
+        if not cluster.daemon_alive(i):
+            rep.fault_errors.append(f"daemon {i} was down when the faults stopped")
+            await asyncio.to_thread(cluster.start_daemon, i, None, 60.0)
+    try:
+        await until(inj.healthy, 60, "every process up and every bookie registered")
+    except TimeoutError as exc:
+        rep.fault_errors.append(str(exc))

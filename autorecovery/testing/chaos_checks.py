@@ -1,0 +1,209 @@
+"""The checks of a chaos campaign: what is sampled during the run and what is proved after it (EDGE).
+
+During the run, :class:`Sampler` polls every ``interval_s``:
+
+- the under-replication markers (``/ledgers/underreplication/ledgers``): each ledger seen marked is
+  counted; a ledger is *under-replicated* from the loss of a bookie (the last bookie lost before the
+  ledger was first seen marked) until its marker is gone; the longest such span is reported;
+- each daemon's RSS and open file descriptors, from ``/proc`` (psutil), peak and last value.
+
+After the run (faults stopped, writer stopped), :func:`copies_missing` runs the auditor's own replicas
+check maths (:func:`autorecovery.audit.replicas.classify`) over every CLOSED ledger in the metadata,
+asking every bookie of every segment for its entries (``GET_LIST_OF_ENTRIES_OF_LEDGER``), and
+:func:`error_lines` counts ERROR/CRITICAL lines in the daemons' logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
+from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.errors import AutoRecoveryError, BookieError
+from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.zk.bridge import NoNodeError, ZkClient
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+
+@dataclass
+class ProcPeak:
+    """One daemon's figures: ``rss_bytes``/``fds`` peak and last sample, ``samples`` taken."""
+
+    rss_peak: int = 0
+    rss_last: int = 0
+    fds_peak: int = 0
+    fds_last: int = 0
+    samples: int = 0
+
+
+@dataclass
+class Timeline:
+    """Markers seen during the run: ledger id → its episodes [first seen marked, healed at or None]
+    (monotonic s); a ledger marked again after a heal starts a new episode."""
+
+    marked: dict[int, list[list[float | None]]] = field(default_factory=dict)
+    losses: list[tuple[float, str]] = field(default_factory=list)
+
+    def bookie_lost(self, bookie_id: str, at: float) -> None:
+        self.losses.append((at, bookie_id))
+
+    def observe(self, marked_now: set[int], at: float) -> None:
+        for lid in marked_now:
+            eps = self.marked.setdefault(lid, [])
+            if not eps or eps[-1][1] is not None:
+                eps.append([at, None])
+        for lid, eps in self.marked.items():
+            if lid not in marked_now and eps[-1][1] is None:
+                eps[-1][1] = at
+
+    @property
+    def healed(self) -> int:
+        """Ledgers whose last episode ended (marker gone)."""
+        return sum(1 for eps in self.marked.values() if eps[-1][1] is not None)
+
+    def longest_under_replicated_s(self, now: float) -> float:
+        """Longest episode, from the bookie loss before the ledger was seen marked to its marker's
+        removal (``now`` for a ledger still marked)."""
+        return self.longest(now)[0]
+
+    def longest(self, now: float) -> tuple[float, int | None]:
+        """(:meth:`longest_under_replicated_s`, the ledger id it belongs to or None)."""
+        best, which = 0.0, None
+        for lid, eps in self.marked.items():
+            for first, healed in eps:
+                assert first is not None
+                lost = [t for t, _ in self.losses if t <= first]
+                start = lost[-1] if lost else first
+                span = (healed if healed is not None else now) - start
+                if span > best:
+                    best, which = span, lid
+        return best, which
+
+
+class Sampler:
+    """Background poll of markers and daemon /proc figures (see the module docstring)."""
+
+    def __init__(self, cluster: LocalCluster, urm: UnderreplicationManager, interval_s: float = 0.5) -> None:
+        self.cluster = cluster
+        self.urm = urm
+        self.interval_s = interval_s
+        self.timeline = Timeline()
+        self.procs: dict[str, ProcPeak] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> "Sampler":
+        self._task = asyncio.ensure_future(self._run())
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def sample_once(self) -> None:
+        try:
+            marked = await self.urm.list_marked_ids()
+        except (AutoRecoveryError, NoNodeError, OSError):
+            marked = None
+        if marked is not None:
+            self.timeline.observe(set(marked), time.monotonic())
+        for i, info in self.cluster.daemons.items():
+            try:
+                p = psutil.Process(info.pid)
+                rss, fds = p.memory_info().rss, p.num_fds()
+            except (psutil.Error, OSError):
+                continue
+            pk = self.procs.setdefault(f"daemon-{i}", ProcPeak())
+            pk.rss_peak, pk.rss_last = max(pk.rss_peak, rss), rss
+            pk.fds_peak, pk.fds_last = max(pk.fds_peak, fds), fds
+            pk.samples += 1
+
+    async def _run(self) -> None:
+        while True:
+            await self.sample_once()
+            await asyncio.sleep(self.interval_s)  # a sampling period, not a synchronisation
+
+
+async def queue_state(zk: ZkClient, paths: Paths, urm: UnderreplicationManager) -> tuple[int, int]:
+    """(markers, locks) under the under-replication tree."""
+    markers = len(await urm.list_marked_ids())
+    try:
+        locks = len(await zk.get_children(paths.ur_locks))
+    except NoNodeError:
+        locks = 0
+    return markers, locks
+
+
+@dataclass
+class CopiesReport:
+    """Result of :func:`copies_missing`: ledgers checked, ledger id → bucket and where for each not OK,
+    ledgers some bookie could not answer for."""
+
+    checked: int = 0
+    not_ok: dict[int, str] = field(default_factory=dict)
+    unanswered: dict[int, list[str]] = field(default_factory=dict)
+
+
+async def copies_missing(bk: BookKeeper) -> CopiesReport:
+    """Every CLOSED, non-empty ledger's replicas, by the auditor's replicas-check maths."""
+    rep = CopiesReport()
+    sem = asyncio.Semaphore(32)
+
+    async def ask(bookie: str, lid: int):
+        try:
+            return await bk.bookies.get_list_of_entries(bookie, lid)
+        except BookieError as exc:
+            return None if exc.status == "ENOLEDGER" else exc
+        except Exception as exc:  # noqa: BLE001 - an unanswered bookie is reported, not fatal
+            return exc
+
+    async def one(lid: int) -> None:
+        async with sem:
+            try:
+                md, _ = await bk.ledgers.read(lid)
+            except NoNodeError:
+                return  # deleted meanwhile
+            if not should_check(md):
+                return
+            rep.checked += 1
+            bookies = sorted({b for _, _, ens in segment_bounds(md) for b in ens})
+            answers = dict(zip(bookies, await asyncio.gather(*(ask(b, lid) for b in bookies))))
+            v = classify(md, answers)
+            if v.bucket != Bucket.OK:
+                rep.not_ok[lid] = (f"{v.bucket.value}: {v.missing_total} entries missing on {', '.join(v.bookies_missing)} "
+                                   f"(sample {sorted(v.missing_counts)[:5]}; segments "
+                                   f"{[(a, b, list(e)) for a, b, e in segment_bounds(md)]})")
+            if v.unavailable:
+                rep.unanswered[lid] = v.unavailable
+
+    await asyncio.gather(*(one(lid) for lid in await bk.ledgers.list_ledger_ids()))
+    return rep
+
+
+def error_lines(log: Path) -> list[str]:
+    """JSON log lines at level error/critical in a daemon's log, and tracebacks."""
+    out: list[str] = []
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if "Traceback (most recent call last)" in line:
+            out.append(line)
+        elif line.startswith("{"):
+            try:
+                if json.loads(line).get("level") in ("error", "critical", "exception"):
+                    out.append(line)
+            except ValueError:
+                continue
+    return out

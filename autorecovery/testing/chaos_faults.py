@@ -1,0 +1,294 @@
+"""Fault injectors of a chaos campaign over a :class:`LocalCluster` (EDGE: signals, files, ZooKeeper).
+
+Each injector applies one :class:`~autorecovery.testing.chaos_schedule.Fault` for real, holds it, heals
+it, and returns a one-line account. Holding a fault is the fault itself; every *synchronisation* (a
+session expired, a bookie registered again, a daemon ready) waits on a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from autorecovery.bookie.entrylog import ENTRYLOG_DIR
+from autorecovery.bookie.storage import CURRENT_DIR
+from autorecovery.testing import chaos_disk
+from autorecovery.testing.chaos_netns import BookieNetns
+from autorecovery.testing.chaos_schedule import Fault
+from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.testing.tcp_proxy import TcpProxy
+from autorecovery.testing.zk_ensemble import ZooKeeperEnsemble
+from autorecovery.zk.bridge import NoNodeError, ZkClient
+from autorecovery.zk.election import current_auditor
+from autorecovery.zk.paths import Paths
+
+#: bytes a crash in the middle of an add leaves after the last indexed body (as tests/integration does)
+TORN_TAIL = b"\x00garbage-of-an-unacknowledged-add" * 7
+
+
+async def until(pred: Callable[[], Awaitable[bool]], timeout_s: float, what: str, interval_s: float = 0.1) -> None:
+    """Poll ``await pred()`` until true.
+
+    Raises:
+        TimeoutError: naming ``what`` after ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not await pred():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(interval_s)  # polling a condition with a deadline
+
+
+class Injector:
+    """Applies faults to ``cluster`` (bookies and daemons indexed alike: node i = bookie i + daemon i).
+
+    Args:
+        zk: a session of the runner's own (not proxied), for conditions.
+        proxies: daemon i's ZooKeeper proxies, one per ZooKeeper server (the ``zk_conn_cut`` fault).
+        daemon_session_s: the daemons' zkTimeout in seconds (how long a SIGSTOP must last).
+        on_bookie_lost: called with (bookie id, monotonic time) when a bookie goes down.
+    """
+
+    def __init__(self, cluster: LocalCluster, zk: ZkClient, paths: Paths, proxies: dict[int, list[TcpProxy]],
+                 daemon_session_s: float, on_bookie_lost: Callable[[str, float], None]) -> None:
+        self.cluster = cluster
+        self.zk = zk
+        self.paths = paths
+        self.proxies = proxies
+        self.daemon_session_s = daemon_session_s
+        self.on_bookie_lost = on_bookie_lost
+        #: the bookie whose data dir is a size-limited tmpfs (the ``disk_full_during_copy`` fault), or None
+        self.disk_full_bookie: int | None = None
+        #: (bookie index, its namespace) for ``partition_bookie_from_workers``, or None
+        self.netns: tuple[int, BookieNetns] | None = None
+
+    # -- conditions ----------------------------------------------------------------------------
+    async def registered(self, bookie_id: str) -> bool:
+        try:
+            return bookie_id in await self.zk.get_children(self.paths.available)
+        except NoNodeError:
+            return False
+
+    async def auditor_index(self) -> int | None:
+        who = await current_auditor(self.zk, self.paths)
+        ids = self.cluster.bookie_ids()
+        return ids.index(who) if who in ids else None
+
+    async def healthy(self) -> bool:
+        """Every bookie and daemon process alive and every bookie registered."""
+        for i in self.cluster.bookies:
+            if not self.cluster.bookie_alive(i) or not await self.registered(self.cluster.bookie_id(i)):
+                return False
+        if not all(self.cluster.daemon_alive(i) for i in self.cluster.daemons):
+            return False
+        ens = self.cluster.zk_ensemble
+        if ens is None:
+            return True
+        # four-letter words are blocking socket calls: off the event loop (the writer runs on it)
+        return await asyncio.to_thread(lambda: all(m.mode() in ("leader", "follower") for m in ens.members))
+
+    # -- faults --------------------------------------------------------------------------------
+    async def apply(self, f: Fault) -> str:
+        """Inject ``f``, hold it, heal it; returns what was done (``kind target: detail``)."""
+        return await getattr(self, f"_{f.kind}")(f)
+
+    async def _start_bookie(self, i: int) -> None:
+        bid = self.cluster.bookie_id(i)
+        await asyncio.to_thread(self.cluster.start_bookie, i)
+        await until(lambda: self.registered(bid), 30, f"bookie {bid} registered again")
+
+    async def _bookie_kill9(self, f: Fault) -> str:
+        bid = await asyncio.to_thread(self.cluster.kill_bookie, f.target)
+        self.on_bookie_lost(bid, time.monotonic())
+        await asyncio.sleep(f.hold_s)  # the fault's duration, not a synchronisation
+        await self._start_bookie(f.target)
+        return f"bookie {bid} killed (SIGKILL), down {f.hold_s}s, restarted"
+
+    async def _bookie_restart(self, f: Fault) -> str:
+        bid = await asyncio.to_thread(self.cluster.stop_bookie, f.target)
+        await self._start_bookie(f.target)
+        return f"bookie {bid} stopped (SIGTERM) and restarted"
+
+    async def _bookie_torn_tail(self, f: Fault) -> str:
+        bid = await asyncio.to_thread(self.cluster.kill_bookie, f.target)
+        self.on_bookie_lost(bid, time.monotonic())
+        logs = sorted((Path(self.cluster.bookies[f.target].data_dir) / CURRENT_DIR / ENTRYLOG_DIR).glob("*.log"))
+        torn = "no entry log yet"
+        if logs:
+            with open(logs[-1], "ab") as fh:
+                fh.write(TORN_TAIL)
+            torn = f"{len(TORN_TAIL)} torn bytes after {logs[-1].name}"
+        await self._start_bookie(f.target)
+        return f"bookie {bid} killed (SIGKILL), {torn}, restarted"
+
+    async def _bookie_sigstop(self, f: Fault) -> str:
+        info = self.cluster.bookies[f.target]
+        bid = self.cluster.bookie_id(f.target)
+        os.killpg(info.pid, signal.SIGSTOP)
+        try:
+            self.on_bookie_lost(bid, time.monotonic())
+            session_s = self.cluster.bookie_session_timeout_ms / 1000
+            await until(lambda: _not(self.registered(bid)), session_s * 3 + 10, f"{bid}'s session to expire")
+            await asyncio.sleep(f.hold_s)  # the fault's duration past the expiry
+        finally:
+            os.killpg(info.pid, signal.SIGCONT)
+        # a bookie whose session expired registers again (or exits and is restarted)
+        try:
+            await until(lambda: self.registered(bid), 20, f"bookie {bid} registered after SIGCONT")
+            return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, registered again"
+        except TimeoutError:
+            if self.cluster.bookie_alive(f.target):
+                await asyncio.to_thread(self.cluster.kill_bookie, f.target)
+            await self._start_bookie(f.target)
+            return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, did not register: restarted"
+
+    async def _restart_daemon(self, i: int) -> None:
+        await asyncio.to_thread(self.cluster.start_daemon, i, None, 60.0)
+
+    async def _daemon_kill9(self, f: Fault) -> str:
+        aud = await self.auditor_index()
+        i = f.target if f.target != aud else (f.target + 1) % len(self.cluster.daemons)
+        await asyncio.to_thread(self.cluster.stop_daemon, i, signal.SIGKILL)
+        await asyncio.sleep(f.hold_s)  # the fault's duration
+        await self._restart_daemon(i)
+        return f"daemon {i} killed (SIGKILL), down {f.hold_s}s, restarted"
+
+    async def _auditor_kill9(self, f: Fault) -> str:
+        await until(lambda: _is_not_none(self.auditor_index()), 30, "an elected auditor")
+        i = await self.auditor_index()
+        assert i is not None
+        await asyncio.to_thread(self.cluster.stop_daemon, i, signal.SIGKILL)
+        await until(lambda: _differs(self.auditor_index(), i), 60, "a new auditor")
+        await asyncio.sleep(f.hold_s)  # the fault's duration
+        await self._restart_daemon(i)
+        return f"auditor daemon {i} killed (SIGKILL), another elected, restarted after {f.hold_s}s"
+
+    async def _daemon_sigstop(self, f: Fault) -> str:
+        info = self.cluster.daemons[f.target]
+        os.killpg(info.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(self.daemon_session_s + f.hold_s)  # past the session timeout: the fault
+        finally:
+            os.killpg(info.pid, signal.SIGCONT)
+        return f"daemon {f.target} stopped (SIGSTOP) {self.daemon_session_s + f.hold_s:.1f}s, resumed"
+
+    async def _zk_conn_cut(self, f: Fault) -> str:
+        for p in self.proxies[f.target]:
+            p.cut()
+        try:
+            await asyncio.sleep(f.hold_s)  # the fault's duration (shorter than the session timeout)
+        finally:
+            for p in self.proxies[f.target]:
+                p.restore()
+        return f"daemon {f.target}'s ZooKeeper connections cut for {f.hold_s}s, restored"
+
+    # -- partitions -------------------------------------------------------------------------------
+    async def _partition_bookie_from_workers(self, f: Fault) -> str:
+        if self.netns is None:
+            raise RuntimeError("partition_bookie_from_workers needs a bookie in a network namespace")
+        i, ns = self.netns
+        await asyncio.to_thread(ns.cut)
+        try:
+            await asyncio.sleep(f.hold_s + 2)  # the fault's duration
+        finally:
+            await asyncio.to_thread(ns.heal)
+        return (f"bookie {self.cluster.bookie_id(i)} cut from workers and clients (veth {ns.data_link} down; its "
+                f"ZooKeeper link up) for {f.hold_s + 2:.1f}s, healed")
+
+    async def _partition_daemon_from_zk(self, f: Fault) -> str:
+        for p in self.proxies[f.target]:
+            p.blackhole()
+        hold = self.daemon_session_s + f.hold_s
+        try:
+            await asyncio.sleep(hold)  # the fault's duration: past the session timeout
+        finally:
+            for p in self.proxies[f.target]:
+                p.restore()
+        return f"daemon {f.target} cut from ZooKeeper (proxies blackholed, bookies reachable) for {hold:.1f}s, healed"
+
+    # -- a full disk ----------------------------------------------------------------------------
+    async def _disk_full_during_copy(self, f: Fault) -> str:
+        t = self.disk_full_bookie
+        if t is None:
+            raise RuntimeError("disk_full_during_copy needs a bookie on a tmpfs data dir (CampaignConfig.disk_full_mb)")
+        data = Path(self.cluster.bookies[t].data_dir)
+        filled = await asyncio.to_thread(chaos_disk.fill, data)
+        victim = f.target if f.target != t else (t + 1) % len(self.cluster.bookies)
+        try:
+            bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
+            self.on_bookie_lost(bid, time.monotonic())
+            # workers copy the victim's ledgers while the target's disk is full (the fault's duration)
+            await asyncio.sleep(f.hold_s + 2)
+        finally:
+            await asyncio.to_thread(chaos_disk.free, data)
+        await self._start_bookie(victim)
+        return (f"bookie {self.cluster.bookie_id(t)}'s tmpfs filled ({filled} bytes, ENOSPC) while bookie {bid} "
+                f"was down {f.hold_s + 2:.1f}s (copies running), space freed, {bid} restarted")
+
+    # -- ZooKeeper ensemble ----------------------------------------------------------------------
+    def _ensemble(self) -> ZooKeeperEnsemble:
+        ens = self.cluster.zk_ensemble
+        if ens is None:
+            raise RuntimeError("ZooKeeper ensemble faults need LocalCluster(zk_members=3)")
+        return ens
+
+    async def _zk_member_down_up(self, myids: list[int], hold_s: float, sig: int = signal.SIGKILL) -> None:
+        ens = self._ensemble()
+        for n in myids:
+            await asyncio.to_thread(ens.kill, n, sig)
+        await asyncio.sleep(hold_s)  # the fault's duration
+        for n in myids:
+            await asyncio.to_thread(ens.spawn, n)
+        await asyncio.to_thread(ens.wait_serving, None, 60.0)
+
+    async def _zk_leader(self) -> int:
+        ens = self._ensemble()
+        await until(lambda: _is_not_none(asyncio.to_thread(ens.leader)), 30, "a ZooKeeper leader")
+        lead = await asyncio.to_thread(ens.leader)
+        assert lead is not None
+        return lead
+
+    async def _zk_leader_kill9(self, f: Fault) -> str:
+        lead = await self._zk_leader()
+        await self._zk_member_down_up([lead], f.hold_s)
+        return f"ZooKeeper leader {lead} killed (SIGKILL), down {f.hold_s}s, restarted; quorum serving"
+
+    async def _zk_follower_kill9(self, f: Fault) -> str:
+        lead = await self._zk_leader()
+        ids = [m.myid for m in self._ensemble().members if m.myid != lead]
+        n = ids[f.target % len(ids)]
+        await self._zk_member_down_up([n], f.hold_s)
+        return f"ZooKeeper follower {n} killed (SIGKILL), down {f.hold_s}s, restarted; quorum serving"
+
+    async def _zk_quorum_loss(self, f: Fault) -> str:
+        ens = self._ensemble()
+        lost = [m.myid for m in ens.members][: len(ens.members) // 2 + 1]
+        longest = max(self.cluster.bookie_session_timeout_ms / 1000, self.daemon_session_s)
+        hold = longest + f.hold_s
+        await self._zk_member_down_up(lost, hold)
+        return f"ZooKeeper members {lost} killed (SIGKILL): no quorum for {hold:.1f}s (> session timeouts), restarted"
+
+    async def _zk_rolling_restart(self, f: Fault) -> str:
+        ens = self._ensemble()
+        for m in ens.members:
+            await asyncio.to_thread(ens.kill, m.myid, signal.SIGTERM)
+            await asyncio.to_thread(ens.spawn, m.myid)
+            await asyncio.to_thread(ens.wait_serving, None, 60.0)
+        return f"ZooKeeper rolling restart of {len(ens.members)} members (SIGTERM, start, quorum serving, next)"
+
+
+async def _not(a: Awaitable[bool]) -> bool:
+    return not await a
+
+
+async def _is_not_none(a: Awaitable[object]) -> bool:
+    return await a is not None
+
+
+async def _differs(a: Awaitable[object], old: object) -> bool:
+    now = await a
+    return now is not None and now != old

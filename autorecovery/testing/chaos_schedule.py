@@ -1,0 +1,109 @@
+"""Fault kinds and the seeded fault schedule of a chaos campaign (PURE: no I/O).
+
+A campaign injects faults one after another (never two at once: with E3/WQ3/AQ2 one bookie lost at a
+time can never lose an acknowledged entry, so any loss the checks find is a bug, not bad luck). The
+schedule is drawn from ``random.Random(seed)`` only, so the same seed, budget and cluster size give the
+same list of faults; targets that only exist at run time (the current auditor) are resolved then and
+named ``auditor`` in the schedule.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+#: kind → what it does (docs/chaos.md repeats this table).
+KINDS: dict[str, str] = {
+    "bookie_kill9": "SIGKILL a bookie, keep it down for the hold time (the auditor marks its ledgers, "
+                    "workers copy), then start it again on the same data dir and address",
+    "bookie_sigstop": "SIGSTOP a bookie until its ZooKeeper session expires (its znode leaves available/), "
+                      "then SIGCONT",
+    "bookie_restart": "SIGTERM a bookie (clean unregister) and start it again at once",
+    "bookie_torn_tail": "SIGKILL a bookie, append the bytes of a torn, unacknowledged add to its current "
+                        "entry log, start it again",
+    "daemon_kill9": "SIGKILL an autorecovery daemon that is not the auditor, then start it again",
+    "auditor_kill9": "SIGKILL the daemon holding the auditor election, then start it again",
+    "daemon_sigstop": "SIGSTOP a daemon past its ZooKeeper session timeout (zkTimeout), then SIGCONT",
+    "zk_conn_cut": "cut every connection of one daemon's ZooKeeper proxies (TcpProxy) for the hold time",
+    "zk_leader_kill9": "SIGKILL the ZooKeeper ensemble's leader, hold, start it again; wait for the quorum",
+    "zk_follower_kill9": "SIGKILL a ZooKeeper follower, hold, start it again; wait for the quorum",
+    "zk_quorum_loss": "SIGKILL a majority of the ZooKeeper ensemble for longer than the bookies' and daemons' "
+                      "session timeouts plus the hold, then start them again",
+    "zk_rolling_restart": "SIGTERM and restart each ZooKeeper member in turn, waiting for the quorum each time",
+    "partition_bookie_from_workers": "take down the data veth link of the bookie that runs in its own network "
+                                     "namespace (it keeps its ZooKeeper link: still registered, unreachable "
+                                     "by workers and clients) for the hold time, then bring it up",
+    "partition_daemon_from_zk": "blackhole a daemon's ZooKeeper proxies (connections open, no byte forwarded) past "
+                                "its session timeout, then restore (it keeps the bookies)",
+    "disk_full_during_copy": "fill the last bookie's size-limited tmpfs data dir to ENOSPC, SIGKILL another "
+                             "bookie so workers copy while it is full, hold, free the space, restart the other",
+}
+
+#: kinds that need LocalCluster(zk_members=3)
+ZK_ENSEMBLE_KINDS = ("zk_leader_kill9", "zk_follower_kill9", "zk_quorum_loss", "zk_rolling_restart")
+
+#: kinds cheap enough for CI (seconds each)
+CHEAP_KINDS = ("bookie_kill9", "bookie_sigstop", "bookie_restart", "bookie_torn_tail", "daemon_kill9",
+               "auditor_kill9", "daemon_sigstop", "zk_conn_cut", "zk_leader_kill9", "zk_follower_kill9",
+               "partition_bookie_from_workers", "partition_daemon_from_zk")
+
+#: every kind this runner injects (a full campaign's default)
+ALL_KINDS = CHEAP_KINDS + ("zk_quorum_loss", "zk_rolling_restart", "disk_full_during_copy")
+
+#: kinds asked for by issue 26 that this runner does not inject yet, each with the reason printed
+NOT_AVAILABLE: dict[str, str] = {
+    "slow_link": "tc netem is absent from this kernel; a delaying userspace proxy between a worker and a source "
+                 "bookie is not built yet (workers dial the bookie id registered in ZooKeeper directly)",
+    "one_way_loss": "needs packet filtering per direction (nftables, not installed) or a one-way proxy; not built yet",
+    "asymmetric_partition": "needs per-pair filtering (nftables) across namespaces; not built yet",
+}
+
+
+def usable_kinds(kinds: tuple[str, ...], zk_members: int,
+                 unavailable: dict[str, str] | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(kinds this cluster can take, kind → reason for each one it cannot), the second including
+    :data:`NOT_AVAILABLE` and ``unavailable`` (kinds the machine refused, with the exact error).
+    ZooKeeper ensemble kinds need ``zk_members`` >= 3."""
+    skipped = {**NOT_AVAILABLE, **(unavailable or {})}
+    if zk_members < 3:
+        for k in kinds:
+            if k in ZK_ENSEMBLE_KINDS:
+                skipped[k] = f"the cluster runs {zk_members} ZooKeeper server; ensemble faults need --zk-members 3"
+    return tuple(k for k in kinds if k not in skipped), skipped
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One scheduled fault: ``seq`` from 1, ``kind`` (a key of :data:`KINDS`), ``target`` node index
+    (bookie i / daemon i; ignored for ``auditor_kill9``), ``hold_s`` seconds the fault lasts at least."""
+
+    seq: int
+    kind: str
+    target: int
+    hold_s: float
+
+    def describe(self) -> str:
+        who = "auditor" if self.kind == "auditor_kill9" else f"node {self.target}"
+        return f"#{self.seq:<4} {self.kind:<17} {who:<8} hold {self.hold_s:.1f}s"
+
+
+def schedule(seed: int, faults: int, nodes: int, kinds: tuple[str, ...] = CHEAP_KINDS, *,
+             min_hold_s: float = 1.0, max_hold_s: float = 5.0) -> list[Fault]:
+    """The campaign's faults in order, drawn from ``random.Random(seed)``.
+
+    Raises:
+        ValueError: naming the offending argument (``faults`` < 1, ``nodes`` < 4, an unknown kind,
+            hold bounds out of order).
+    """
+    if faults < 1:
+        raise ValueError(f"--faults must be >= 1, got {faults}")
+    if nodes < 4:
+        raise ValueError(f"--bookies must be >= 4 (E3 ledgers need 3 bookies while one is down), got {nodes}")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown fault kind(s) {unknown or kinds!r}; known: {', '.join(KINDS)}")
+    if not 0 < min_hold_s <= max_hold_s:
+        raise ValueError(f"hold bounds must satisfy 0 < min <= max, got {min_hold_s}..{max_hold_s}")
+    rng = random.Random(seed)
+    return [Fault(n, rng.choice(kinds), rng.randrange(nodes), round(rng.uniform(min_hold_s, max_hold_s), 1))
+            for n in range(1, faults + 1)]

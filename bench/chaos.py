@@ -1,0 +1,67 @@
+"""A seeded fault campaign over a real local cluster, ending with a report (issue 26; docs/chaos.md).
+
+    python bench/chaos.py --seed 7 --faults 40 --duration 300 [--dir DIR] [--json report.json]
+
+Starts ZooKeeper, ``--bookies`` bookie processes and one autorecovery daemon per bookie in ``--dir``
+(a temporary directory by default, removed afterwards unless ``--keep``), writes continuously with the
+ledger client, injects up to ``--faults`` faults (drawn from the seed; the schedule is printed first)
+for at most ``--duration`` seconds, then checks and prints the report (text; JSON with ``--json``).
+Exit code 0 when every must-be-zero figure is 0 and every acknowledged entry read back, 1 otherwise,
+2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autorecovery.testing.chaos import CampaignConfig, run_campaign  # noqa: E402
+from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and of the payloads")
+    ap.add_argument("--faults", type=int, default=30, help="fault budget (default 30)")
+    ap.add_argument("--duration", type=float, default=300.0, help="cap on the fault phase, seconds (default 300)")
+    ap.add_argument("--bookies", type=int, default=5, help="bookies, one daemon each (default 5, at least 4)")
+    ap.add_argument("--rate", type=float, default=100.0, help="writer rate, entries/s (default 100)")
+    ap.add_argument("--min-hold", type=float, default=0.5, help="shortest hold of a fault, seconds")
+    ap.add_argument("--max-hold", type=float, default=3.0, help="longest hold of a fault, seconds")
+    ap.add_argument("--settle", type=float, default=120.0, help="bound on the wait for an empty queue, seconds")
+    ap.add_argument("--zk-members", type=int, default=3, choices=(1, 3, 5),
+                    help="ZooKeeper servers: 3 (default) allows the ensemble faults; 1 skips them")
+    ap.add_argument("--disk-mb", type=int, default=128,
+                    help="size (MiB) of the last bookie's tmpfs data dir for the disk-full fault; 0 = none")
+    ap.add_argument("--kinds", default=",".join(ALL_KINDS), help=f"comma-separated fault kinds of: {', '.join(KINDS)}")
+    ap.add_argument("--dir", type=Path, help="cluster directory (default: a new temporary one)")
+    ap.add_argument("--keep", action="store_true", help="keep the cluster directory (logs, ack log)")
+    ap.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    a = ap.parse_args(argv)
+    base = a.dir or Path(tempfile.mkdtemp(prefix="chaos-"))
+    cfg = CampaignConfig(base_dir=base, seed=a.seed, faults=a.faults, duration_s=a.duration, bookies=a.bookies,
+                         rate=a.rate, min_hold_s=a.min_hold, max_hold_s=a.max_hold, settle_s=a.settle, zk_members=a.zk_members,
+                         disk_full_mb=a.disk_mb,
+                         kinds=tuple(k.strip() for k in a.kinds.split(",") if k.strip()))
+    try:
+        rep = asyncio.run(run_campaign(cfg, echo=lambda s: print(s, flush=True)))
+    except ValueError as exc:
+        print(f"chaos: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if a.dir is None and not a.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    print(rep.to_text())
+    if a.json:
+        a.json.write_text(rep.to_json())
+    return 0 if rep.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
