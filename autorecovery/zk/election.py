@@ -247,12 +247,24 @@ async def elector_loop(
                     except Exception as exc:  # noqa: BLE001
                         log.error("stopping the auditor failed", error=str(exc))
                 if zk.connected.is_set() and zk.session_generation == generation:
-                    await asyncio.shield(elector.resign())
+                    try:
+                        await asyncio.shield(elector.resign())
+                    except Exception as exc:  # noqa: BLE001 - the loop must outlive a failed resign
+                        # (a ConnectionLoss mid-delete: the chaos campaign's ZooKeeper faults ended the
+                        # loop here and the daemon exited). The vote stays with this session; the next
+                        # elector adopts it (``run_for_leadership``) or the session's end removes it.
+                        log.warning("withdrawing the auditor vote failed; rejoining", bookie_id=bookie_id,
+                                    error=str(exc))
+                        reason = reason or "error"
                 else:
                     elector.vote_path = None
                     elector.elected = False
             if reason.startswith("session-lost") and on_session_lost is not None:
-                await on_session_lost()
+                try:
+                    await on_session_lost()
+                except Exception as exc:  # noqa: BLE001 - a role that fails to stop must not end the election
+                    log.warning("stopping the roles after a session loss failed", bookie_id=bookie_id,
+                                error=str(exc))
             if reason == "error":
                 await asyncio.sleep(0.5)  # back off before retrying a failing ZooKeeper
     finally:

@@ -149,3 +149,39 @@ async def test_a_vote_left_by_a_connection_loss_is_adopted_not_a_deadlock(chroot
     finally:
         await za.stop()
         await zb.stop()
+
+
+async def test_a_failed_vote_withdrawal_does_not_end_the_election_loop(chroot):
+    """Chaos campaign (issue 26): a ConnectionLoss while withdrawing the vote ended the loop, and the
+    daemon's watchdog then stopped the whole daemon ("the election loop ended"). The loop must log,
+    rejoin and be elected again."""
+    from autorecovery.zk.bridge import ConnectionLoss
+
+    zk = await ZkClient(chroot, session_timeout_ms=SESSION_MS).start()
+    elected: list[float] = []
+    electors: list[AuditorElector] = []
+
+    async def on_elected():
+        elected.append(time.monotonic())
+
+    async def on_lost():
+        pass
+
+    def created(e: AuditorElector) -> None:
+        electors.append(e)
+        if len(electors) == 1:  # the first withdrawal meets a connection loss
+            async def failing_resign() -> None:
+                raise ConnectionLoss()
+            e.resign = failing_resign  # type: ignore[method-assign]
+
+    task = asyncio.ensure_future(elector_loop(zk, P, "node0:3181", on_elected, on_lost, elector_created=created))
+    try:
+        assert await wait_for(lambda: len(elected) == 1, 10)
+        await zk.delete(electors[0].vote_path)  # step down: the loop withdraws (fails) and rejoins
+        assert await wait_for(lambda: len(elected) == 2, 15), "the loop did not run for auditor again"
+        assert not task.done(), task.exception() if task.done() and not task.cancelled() else "ended"
+        assert await current_auditor(zk, P) == "node0:3181"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await zk.stop()
