@@ -108,10 +108,17 @@ class TableWriter:
         self._writer.close()
 
 
+#: The snapshot format this version writes and reads (``format`` in manifest.json); a manifest without
+#: the field is format 1 (written before the field existed). Raise it when a table's schema changes in a
+#: way an older reader cannot take.
+SNAPSHOT_FORMAT = 1
+
+
 def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
-    """Write ``manifest.json`` last (atomically), so a snapshot with a manifest is complete."""
+    """Write ``manifest.json`` last (atomically), so a snapshot with a manifest is complete; it carries
+    ``format`` = :data:`SNAPSHOT_FORMAT`."""
     tmp = Path(out) / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    tmp.write_text(json.dumps({"format": SNAPSHOT_FORMAT, **manifest}, indent=2, sort_keys=True))
     tmp.replace(Path(out) / "manifest.json")
 
 

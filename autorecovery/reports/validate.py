@@ -20,10 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from autorecovery.errors import AutoRecoveryError, ConfigError
-from autorecovery.reports.snapshot import TABLES
-
-#: The snapshot format this version reads; a manifest without ``format`` is format 1 (before the field).
-SNAPSHOT_FORMAT = 1
+from autorecovery.reports.snapshot import SNAPSHOT_FORMAT, TABLES
 #: How long the ``spark://`` probe waits for a TCP connect, in seconds.
 PROBE_TIMEOUT_S = 2.0
 

@@ -187,3 +187,13 @@ def test_cli_bad_input_one_line_exit_2_fast(snap, tmp_path, case):
     assert took < FAST_S
     assert not (tmp_path / "out").exists()  # nothing started
 
+
+
+def test_a_written_manifest_carries_the_format_and_a_newer_one_is_refused(snap):
+    from autorecovery.reports.snapshot import SNAPSHOT_FORMAT
+
+    doc = json.loads((snap / "manifest.json").read_text())
+    assert doc["format"] == SNAPSHOT_FORMAT  # written by write_manifest, not left for readers to assume
+    (snap / "manifest.json").write_text(json.dumps({**doc, "format": SNAPSHOT_FORMAT + 1}))
+    with pytest.raises(BadInput, match=f"snapshot format {SNAPSHOT_FORMAT + 1} is newer"):
+        check_snapshot(snap)
