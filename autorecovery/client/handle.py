@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING
 
 import structlog
 
+from autorecovery.client.context import ClientContext
 from autorecovery.errors import (
     BookieError,
     LedgerClosedError,
@@ -30,8 +30,6 @@ from autorecovery.errors import (
 from autorecovery.ledger.digest import ledger_digest, master_key
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
 
-if TYPE_CHECKING:
-    from autorecovery.client.bookkeeper import BookKeeper
 
 log = structlog.get_logger("autorecovery.client")
 
@@ -55,7 +53,7 @@ class LedgerHandle:
         lac: last add confirmed (-1 when nothing is confirmed). length: cumulative payload bytes.
     """
 
-    def __init__(self, bk: "BookKeeper", ledger_id: int, metadata: LedgerMetadata, version: int,
+    def __init__(self, bk: ClientContext, ledger_id: int, metadata: LedgerMetadata, version: int,
                  *, recovery: bool = False, last_entry_id: int = -1, length: int = 0) -> None:
         self.bk = bk
         self.ledger_id = ledger_id

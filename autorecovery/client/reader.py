@@ -18,16 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import structlog
 
+from autorecovery.client.context import ClientContext
 from autorecovery.errors import BookieError, DigestMismatchError, ReadError
 from autorecovery.ledger.digest import Entry, ledger_digest
 from autorecovery.ledger.metadata import LedgerMetadata, write_set
 
-if TYPE_CHECKING:
-    from autorecovery.client.bookkeeper import BookKeeper
 
 log = structlog.get_logger("autorecovery.client")
 
@@ -42,7 +40,7 @@ class ReadHandle:
         fallback_reads: entries a range stream could not deliver intact, read one by one instead.
     """
 
-    bk: "BookKeeper"
+    bk: ClientContext
     ledger_id: int
     metadata: LedgerMetadata
     version: int

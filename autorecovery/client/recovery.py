@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING
 
 import structlog
 
+from autorecovery.client.context import ClientContext
 from autorecovery.client.handle import LedgerHandle
 from autorecovery.errors import BookieError, DigestMismatchError, LedgerRecoveryError
 from autorecovery.ledger.digest import Entry, ledger_digest, master_key, peek_ids
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
 
-if TYPE_CHECKING:
-    from autorecovery.client.bookkeeper import BookKeeper
 
 log = structlog.get_logger("autorecovery.client")
 
@@ -45,7 +43,7 @@ def covers(answered: set[int], ensemble_size: int, write_quorum: int, ack_quorum
     return True
 
 
-async def _fence(bk: "BookKeeper", ledger_id: int, md: LedgerMetadata) -> int:
+async def _fence(bk: ClientContext, ledger_id: int, md: LedgerMetadata) -> int:
     ens = md.last_ensemble
     answered: set[int] = set()
     max_lac = -1
@@ -77,7 +75,7 @@ async def _fence(bk: "BookKeeper", ledger_id: int, md: LedgerMetadata) -> int:
     return max_lac
 
 
-async def _probe(bk: "BookKeeper", ledger_id: int, md: LedgerMetadata, entry_id: int) -> Entry | None:
+async def _probe(bk: ClientContext, ledger_id: int, md: LedgerMetadata, entry_id: int) -> Entry | None:
     """Return the entry if any replica has a valid copy, None if proven absent."""
     ens = md.ensemble_at(entry_id)
     absent = 0
@@ -99,7 +97,7 @@ async def _probe(bk: "BookKeeper", ledger_id: int, md: LedgerMetadata, entry_id:
     )
 
 
-async def recover_ledger(bk: "BookKeeper", ledger_id: int) -> tuple[LedgerMetadata, int]:
+async def recover_ledger(bk: ClientContext, ledger_id: int) -> tuple[LedgerMetadata, int]:
     """Fence and close ``ledger_id``; returns the closed ``(metadata, version)``.
 
     Raises:

@@ -21,11 +21,8 @@ can answer wrongly for entry ids >= 2**31; Python integers do not overflow, so t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # only for annotations: keeps this module importable from ledger.metadata
-    from autorecovery.ledger.metadata import LedgerMetadata
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 __all__ = [
     "write_set",
@@ -40,7 +37,39 @@ __all__ = [
     "count_on_index",
     "segment_holds_entries",
     "bookie_holds_entries",
+    "StripedLedger",
 ]
+
+
+class StripedSegment(Protocol):
+    """What striping reads of a segment (``ledger.metadata.Segment`` has it)."""
+
+    @property
+    def first_entry_id(self) -> int: ...
+
+    @property
+    def ensemble(self) -> Sequence[str]: ...
+
+
+class StripedLedger(Protocol):
+    """What striping reads of a ledger's metadata (``ledger.metadata.LedgerMetadata`` has it).
+
+    A structural type, so this module needs no import of ``ledger.metadata`` (which imports this one).
+    """
+
+    @property
+    def ensemble_size(self) -> int: ...
+
+    @property
+    def write_quorum(self) -> int: ...
+
+    @property
+    def segments(self) -> Sequence[StripedSegment]: ...
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    def segment_end(self, index: int, last_entry_id: int | None = None) -> int: ...
 
 
 def _check(ensemble_size: int, write_quorum: int) -> None:
@@ -201,7 +230,7 @@ def count_on_index(first: int, last: int, index: int, ensemble_size: int, write_
             - _stored_below(first + shift, index, ensemble_size, write_quorum))
 
 
-def segment_holds_entries(md: LedgerMetadata, segment_index: int, bookie_index: int) -> bool:
+def segment_holds_entries(md: StripedLedger, segment_index: int, bookie_index: int) -> bool:
     """Whether ensemble index ``bookie_index`` of segment ``segment_index`` stores (or may store) ≥1 entry.
 
     The last segment of a ledger that is not CLOSED always counts: entries may still arrive, and
@@ -216,7 +245,7 @@ def segment_holds_entries(md: LedgerMetadata, segment_index: int, bookie_index: 
     return first_last_on_index(first, last, bookie_index, md.ensemble_size, md.write_quorum)[0] != -1
 
 
-def bookie_holds_entries(md: LedgerMetadata, bookie: str) -> bool:
+def bookie_holds_entries(md: StripedLedger, bookie: str) -> bool:
     """Whether ``bookie`` stores (or may store) ≥1 entry of the ledger in any segment, at any index it
     holds there (see :func:`segment_holds_entries`; upstream
     ``BookKeeperAdmin.areEntriesOfLedgerStoredInTheBookie``)."""
