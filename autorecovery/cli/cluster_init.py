@@ -21,7 +21,8 @@ import click
 
 from autorecovery import logs
 from autorecovery.cli.params import FiniteFloatRange
-from autorecovery.cli.shell import EXIT_FAIL, EXIT_USAGE, _settings, command
+from autorecovery.cli.shell_group import command
+from autorecovery.cli.shell_run import EXIT_FAIL, EXIT_USAGE, shell_settings
 from autorecovery.config.keys import YEAR_S
 from autorecovery.errors import CompatibilityError, ConfigError, ZooKeeperError
 from autorecovery.ledger.layout import HIERARCHICAL
@@ -38,7 +39,7 @@ from autorecovery.zk.paths import Paths
               help="Seconds to wait for ZooKeeper (an init container may start before it).")
 def initnewcluster(conf, zk, ledgers_root, sets, if_absent, timeout_s):
     try:
-        settings = _settings(conf, zk, ledgers_root, sets)
+        settings = shell_settings(conf, zk, ledgers_root, sets)
     except ConfigError as exc:
         click.echo(f"ERROR: {exc}", err=True)
         sys.exit(EXIT_USAGE)

@@ -8,7 +8,8 @@ import click
 
 from autorecovery.admin import maintenance as m
 from autorecovery.cli import params as P
-from autorecovery.cli.shell import _execute, _location, shell
+from autorecovery.cli.shell_group import shell
+from autorecovery.cli.shell_run import execute, shell_location
 
 
 @shell.group("maintenance", help="Maintenance windows on bookies or racks (their loss is not audited until "
@@ -25,7 +26,7 @@ def _target_options(f):
 
 @maintenance.command("start", help="Open a window: the bookie's (or rack's) loss is not audited until it expires; "
                                    "a failure leaving a fragment below AQ still is.")
-@_location
+@shell_location
 @_target_options
 @click.option("--ttl", required=True, type=P.DURATION, help="How long: 90s, 30m, 2h, 1d (at most 365 days).")
 @click.option("--reason", required=True, help="Why (shown to every operator).")
@@ -34,12 +35,12 @@ def start_cmd(conf, zk, ledgers_root, sets, bookie, rack, ttl, reason):
         w = await m.start(ctx, bookie=bookie, rack=rack, ttl=ttl, reason=reason)
         click.echo(f"Maintenance window on {w['kind']} {w['target']} until {w['expires_ms']} "
                    f"(in {w['expires_in_s']} s): {w['reason']}")
-    _execute(conf, zk, ledgers_root, sets, body)
+    execute(conf, zk, ledgers_root, sets, body)
 
 
 @maintenance.command("override", help="Lift the rack-loss guard for one rack (autorecoveryDownOutSubtreeLimit): "
                                       "its lost bookies are audited now.")
-@_location
+@shell_location
 @click.option("--rack", required=True, help="The failure domain, e.g. /rack1.")
 @click.option("--ttl", default="1h", show_default=True, type=P.DURATION,
               help="How long the override lasts (at most 365 days).")
@@ -48,11 +49,11 @@ def override_cmd(conf, zk, ledgers_root, sets, rack, ttl, reason):
     async def body(ctx):
         w = await m.start(ctx, rack=rack, ttl=ttl, reason=reason, override=True)
         click.echo(f"Rack-loss guard lifted for {w['target']} for {w['expires_in_s']} s: {w['reason']}")
-    _execute(conf, zk, ledgers_root, sets, body)
+    execute(conf, zk, ledgers_root, sets, body)
 
 
 @maintenance.command("stop", help="Close a window (or, with --override, a guard override) before it expires.")
-@_location
+@shell_location
 @_target_options
 @click.option("--override", "is_override", is_flag=True, help="Close the guard override of --rack.")
 def stop_cmd(conf, zk, ledgers_root, sets, bookie, rack, is_override):
@@ -62,11 +63,11 @@ def stop_cmd(conf, zk, ledgers_root, sets, bookie, rack, is_override):
             return 1
         click.echo(f"Maintenance window on {bookie or rack} stopped; lostBookieRecoveryDelay applies from now")
         return 0
-    _execute(conf, zk, ledgers_root, sets, body)
+    execute(conf, zk, ledgers_root, sets, body)
 
 
 @maintenance.command("list", help="Windows, overrides and what the auditor holds back right now.")
-@_location
+@shell_location
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(conf, zk, ledgers_root, sets, as_json):
     async def body(ctx):
@@ -84,4 +85,4 @@ def list_cmd(conf, zk, ledgers_root, sets, as_json):
             click.echo(f"rack {d} lost as a whole: waiting ({', '.join(bs)})")
         for b, w in sorted((held.get("windows") or {}).items()):
             click.echo(f"lost bookie {b} held by the window on {w['target']}")
-    _execute(conf, zk, ledgers_root, sets, body)
+    execute(conf, zk, ledgers_root, sets, body)
