@@ -117,3 +117,15 @@ class FileStamp:
         except (OSError, ValueError):
             return FileStamp(missing=True)
         return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def secret_first_line(key: str, path: str, errors: list[str]) -> str | None:
+    """The first line of the file ``key`` names (a digest, password or token file), or None after
+    appending why it cannot be read to ``errors``: naming ``key`` and the path, never the content. Only
+    a regular file under the size cap is read (:func:`read_first_line`): a
+    FIFO, ``/dev/zero`` or a huge file is an error naming the key, not a hang or a memory blow-up."""
+    try:
+        return read_first_line(path, key) + "\n"
+    except ConfigError as exc:
+        errors.append(str(exc))
+    return None
