@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from autorecovery.admin.context import OpProgress
-from autorecovery.admin.ops import _b64, upstream_digest_name
+from autorecovery.admin.ops_ledgers import base64_text, upstream_digest_name
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 
 
@@ -32,7 +32,7 @@ def format_metadata(md: LedgerMetadata, *, with_password: bool = False) -> str:
     text; see ``ledgermetadata --json``.
     """
     ens = ", ".join(f"{s.first_entry_id}=[{', '.join(s.ensemble)}]" for s in md.segments)
-    custom = ", ".join(f"{k}=base64:{_b64(v)}" for k, v in sorted(md.custom_metadata.items()))
+    custom = ", ".join(f"{k}=base64:{base64_text(v)}" for k, v in sorted(md.custom_metadata.items()))
     parts = [
         f"formatVersion={md.format_version}",
         f"ensembleSize={md.ensemble_size}",
@@ -44,7 +44,7 @@ def format_metadata(md: LedgerMetadata, *, with_password: bool = False) -> str:
         parts += [f"length={md.length}", f"lastEntryId={md.last_entry_id}"]
     parts += [
         f"digestType={upstream_digest_name(md)}",
-        f"password=base64:{_b64(md.password)}" if with_password else "password=OMITTED",
+        f"password=base64:{base64_text(md.password)}" if with_password else "password=OMITTED",
         f"ensembles={{{ens}}}",
         f"customMetadata={{{custom}}}",
     ]
