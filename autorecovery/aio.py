@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 async def wait_condition(cond: asyncio.Condition, predicate: Callable[[], bool], timeout_s: float) -> bool:
@@ -20,3 +20,21 @@ async def wait_condition(cond: asyncio.Condition, predicate: Callable[[], bool],
         return True
     except asyncio.TimeoutError:
         return predicate()
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout_s`` passes; returns its last value.
+
+    Used where a condition cannot be watched (test helpers, readiness); never to synchronise on time.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        res = predicate()
+        if asyncio.iscoroutine(res):
+            res = await res
+        if res:
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(interval_s)

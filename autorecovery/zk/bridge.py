@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import ssl
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +46,12 @@ from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from autorecovery import logs
+from autorecovery.aio import wait_for  # noqa: F401  (re-exported: tests and tools import it from here)
 from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk import kazoo_ext
 from autorecovery.zk import probe as zk_probe
+from autorecovery.zk.client_security import kazoo_security_kwargs, zk_ssl_context
 from autorecovery.zk.kazoo_ext import ServerTooOld  # noqa: F401  (re-exported)
 
 _log = logs.get_logger("autorecovery.zk")
@@ -74,49 +75,6 @@ class Op:
 
 
 WatchCallback = Callable[[WatchedEvent], Any]
-
-
-def kazoo_security_kwargs(security: ZkSecurity) -> dict[str, Any]:
-    """The ``KazooClient`` arguments for ``security``: ``auth_data`` (digest scheme), ``sasl_options``
-    (DIGEST-MD5 via pure-sasl, service ``zookeeper``: the server's default) and the TLS options
-    (``use_ssl``, ``ca``, ``certfile``/``keyfile`` = ZooKeeper's one-file PEM key store,
-    ``verify_certs`` always on, ``check_hostname`` from ``zookeeper.ssl.hostnameVerification``).
-    Empty for the default (no authentication, plaintext), so that path is unchanged."""
-    kw: dict[str, Any] = {}
-    if security.digest:
-        kw["auth_data"] = [("digest", security.digest)]
-    else:
-        kw["auth_data"] = None
-    if security.sasl is not None:
-        kw["sasl_options"] = {"mechanism": security.sasl.mechanism, "username": security.sasl.username,
-                              "password": security.sasl.password}
-    if security.tls is not None:
-        kw.update(use_ssl=True, ca=security.tls.trust_path, certfile=security.tls.keystore_path,
-                  keyfile=security.tls.keystore_path, verify_certs=True,
-                  check_hostname=security.tls.hostname_verification)
-    return kw
-
-
-def zk_ssl_context(security: ZkSecurity) -> ssl.SSLContext | None:
-    """The client TLS context kazoo's connection uses for ``security.tls`` (None: plaintext), for the
-    failure probe of :meth:`ZkClient.start`.
-
-    Raises:
-        OSError, ValueError: a trust store or key store that cannot be read.
-    """
-    tls = security.tls
-    if tls is None:
-        return None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = tls.hostname_verification
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    if tls.trust_path:
-        ctx.load_verify_locations(tls.trust_path)
-    else:
-        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    if tls.keystore_path:
-        ctx.load_cert_chain(tls.keystore_path, tls.keystore_path)
-    return ctx
 
 
 class ZkClient:
@@ -542,21 +500,3 @@ def _translate(exc: Exception, path: str) -> Exception:
     if isinstance(exc, (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)):
         return exc
     return ZooKeeperError(f"ZooKeeper operation on {path} failed: {type(exc).__name__} {exc}")
-
-
-async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout_s`` passes; returns its last value.
-
-    Used where a condition cannot be watched (test helpers, readiness); never to synchronise on time.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        res = predicate()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if res:
-            return True
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(interval_s)
