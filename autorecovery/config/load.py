@@ -21,6 +21,13 @@ from those typed values: ``.zk`` (connect string, ledgers root, session timeout,
 (:class:`~autorecovery.placement.config.PlacementConfig`), ``.bookie_info``, ``.stats``; the daemon,
 the admin commands and ``config check`` hand these down instead of re-parsing raw strings. Nothing else
 in the code reads the environment.
+
+This module is the loader; the parts it assembles are modules of their own (issue 30), and every name
+they define that callers used from here still resolves from here: :mod:`~autorecovery.config.settings`
+(the frozen tree), :mod:`~autorecovery.config.sources` (file and environment properties, name mapping),
+:mod:`~autorecovery.config.uri` (``metadataServiceUri``, ``zkServers``),
+:mod:`~autorecovery.config.zk_auth` (ZooKeeper digest, SASL, TLS), :mod:`~autorecovery.config.tls_settings`
+(TLS to the bookies) and :mod:`~autorecovery.config.listeners` (HTTP API, Prometheus).
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ __all__ = [
     "strip_pulsar_store_prefix", "zk_security",
 ]
 
+
 def _default_bookie_id(values: Mapping[str, Any]) -> str:
     host = values.get("advertisedAddress")
     if not host:
@@ -81,7 +89,9 @@ def _default_bookie_id(values: Mapping[str, Any]) -> str:
     return f"{host}:{values.get('bookiePort', 3181)}"
 
 
+#: what ``values`` and ``properties`` show instead of a secret
 SECRET_MASK = "******"
+
 
 def load_settings(
     conf_path: str | Path | None = None,
