@@ -13,6 +13,11 @@ progress to stderr. Deviations from upstream: docs/operators.md, "Compatibility 
 Exit codes: 0 success; 1 the operation failed (no auditor, missing ledger, ZooKeeper unreachable,
 recovery failed, decommission timed out...); 2 bad usage (bad bookie or ledger id, bad option values,
 bad configuration). Every failure prints ``ERROR: <what and why>`` on stderr.
+
+This module gathers the group and its commands (issue 30): ``shell_group`` (the group, ``command``,
+``help``), ``shell_run`` (location options, settings, :func:`execute` and the exit codes), the commands in
+``shell_status`` (AutoRecovery's state), ``shell_inspect`` (bookies, cluster, ledger metadata, placement),
+``shell_recover`` (recover, decommission), ``maintenance`` and ``cluster_init`` (initnewcluster).
 """
 
 from __future__ import annotations
