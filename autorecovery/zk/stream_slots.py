@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
@@ -166,6 +166,18 @@ class ClusterStreamSlots:
                 await self.zk.delete(path)
             except NoNodeError:
                 pass
+
+    def targets_in_flight(self, own: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Bookie → copies known to be streaming into it, without any ZooKeeper read: per bookie the
+        larger of ``own`` (this process's streams) and the target slots in this process's last listing
+        of the bookie's slot directory (every worker's; only bookies this process copied to lately).
+        The cheap cross-daemon signal for spreading replacements (:mod:`autorecovery.placement.spread`)."""
+        out = {b: int(n) for b, n in (own or {}).items() if n > 0}
+        for bookie, (held, _changed, _at) in self._views.items():
+            n = sum(1 for name in held or () if name.startswith(f"{TARGET}-"))
+            if n > out.get(bookie, 0):
+                out[bookie] = n
+        return out
 
     async def holders(self, bookie: str) -> dict[str, str]:
         """Slot name → owner on ``bookie`` now (for the admin API and tests)."""
