@@ -56,6 +56,14 @@ log = structlog.get_logger("autorecovery.underreplication")
 #: ``held`` value of a lock taken without a marker (admin ``recover``); -1 keeps meaning "any version".
 _NO_MARKER = -2
 
+
+def _first_failure(results: list) -> tuple[int, Exception] | None:
+    """``(index, error)`` of the op that failed a ``multi`` (the others report a roll-back), or None."""
+    for i, r in enumerate(results):
+        if isinstance(r, Exception) and type(r).__name__ not in ("RolledBackError", "RuntimeInconsistency"):
+            return i, r
+    return None
+
 #: Values of ``which`` for the ctime znodes, mapped to (Paths attribute, protobuf message, field).
 CTIME_KINDS = {
     "checkallledgers": ("check_all_ledgers_ctime", pb.CheckAllLedgersFormat, "checkAllLedgersCTime"),
@@ -173,6 +181,9 @@ class UnderreplicationManager:
         self._session_task: asyncio.Task | None = None
         self._known_dirs: set[str] = set()  # upper hex levels known to exist (mark_many)
         self.ops_multi = 0  # successful multi transactions (benchmarks report it)
+        self._marker_read: dict[int, tuple[bytes, object]] = {}  # marker read by acquire, for get_marker
+        self._enabled_seen = False  # "disable" absent, and an exists-watch armed on it is still pending
+        self._disable_gen = 0  # events of that watch
 
     # -- set-up ---------------------------------------------------------------------------------
     async def init(self) -> None:
@@ -208,9 +219,11 @@ class UnderreplicationManager:
             ev = await self._session_q.get()
             # after a reconnect or a new session our watch-based cache may be stale
             self._cache.clear()
+            self._enabled_seen = False
             self._notify()
             if ev == SessionEvent.LOST:
                 self.held.clear()  # ephemeral locks died with the session
+                self._marker_read.clear()
 
     def _notify(self) -> None:
         self._changed.set()
@@ -393,12 +406,17 @@ class UnderreplicationManager:
 
     # -- reading --------------------------------------------------------------------------------
     async def get_marker(self, ledger_id: int) -> UnderreplicatedLedger | None:
-        """The marker of ``ledger_id`` or None when the ledger is not marked."""
+        """The marker of ``ledger_id`` or None when the ledger is not marked. The first call after
+        :meth:`acquire` locked a marked ledger returns the marker that acquire read (no round trip)."""
         path = self.paths.ur_marker(ledger_id)
-        try:
-            data, stat = await self.zk.get(path)
-        except NoNodeError:
-            return None
+        read = self._marker_read.pop(ledger_id, None)
+        if read is not None:
+            data, stat = read
+        else:
+            try:
+                data, stat = await self.zk.get(path)
+            except NoNodeError:
+                return None
         m = decode_marker(data, path)
         return UnderreplicatedLedger(ledger_id, list(m.replica), m.ctime if m.HasField("ctime") else UNASSIGNED_CTIME,
                                      stat.version)
@@ -499,14 +517,10 @@ class UnderreplicationManager:
         """
         if ledger_id in self.held:
             return True
-        version = _NO_MARKER
-        if require_marker:
-            stat = await self.zk.exists(self.paths.ur_marker(ledger_id))
-            if stat is None:
-                return False
-            version = stat.version
         lock = pb.LockDataFormat()
         lock.bookieId = owner or self.lock_owner
+        if require_marker:
+            return await self._lock_marked(ledger_id, _text(lock))
         try:
             await self.zk.create(self.paths.ur_lock(ledger_id), _text(lock), ephemeral=True)
         except NodeExistsError:
@@ -519,14 +533,52 @@ class UnderreplicationManager:
                 raise
         except NoNodeError:
             await self.zk.ensure_path(self.paths.ur_locks)
-            if require_marker:
-                return False
             try:  # the admin path: the locks directory was missing; one more try
                 await self.zk.create(self.paths.ur_lock(ledger_id), _text(lock), ephemeral=True)
             except NodeExistsError:
                 return False
-        self.held[ledger_id] = version
+        self.held[ledger_id] = _NO_MARKER
         return True
+
+    async def _lock_marked(self, ledger_id: int, data: bytes) -> bool:
+        """The worker's lock: read the marker (data and version), then one ``multi`` checks that the
+        marker still has that version and creates the ephemeral lock (upstream: ``exists``, ``create``,
+        and the worker's later read of the marker: three round trips; here two, and the lock is only
+        made on the marker version remembered). The marker read here is handed to the next
+        :meth:`get_marker` of the ledger instead of reading it again."""
+        path = self.paths.ur_marker(ledger_id)
+        for _ in range(3):
+            try:
+                body, stat = await self.zk.get(path)
+            except NoNodeError:
+                return False
+            ops = [Op("check", path, version=stat.version),
+                   Op("create", self.paths.ur_lock(ledger_id), data, ephemeral=True)]
+            try:
+                results = await self.zk.multi(ops)
+            except ZooKeeperError:
+                # ConnectionLoss: the server may have made the lock anyway, under this live session, and
+                # nobody would ever release it (issue 26: found by the chaos campaign). Look once connected.
+                if not await self._own_lock(ledger_id, wait=True):
+                    raise
+                failed = None
+            else:
+                failed = _first_failure(results)
+            if failed is None:
+                self.ops_multi += 1
+                self.held[ledger_id] = stat.version
+                self._marker_read[ledger_id] = (body, stat)
+                return True
+            i, err = failed
+            if i == 0 and isinstance(err, BadVersionError):
+                continue  # re-marked since the read: read it again
+            if i == 1 and isinstance(err, NodeExistsError) and await self._own_lock(ledger_id):
+                self.held[ledger_id] = stat.version
+                return True
+            if i == 1 and isinstance(err, NoNodeError):
+                await self.zk.ensure_path(self.paths.ur_locks)  # the locks directory was missing
+            return False
+        return False
 
     async def _own_lock(self, ledger_id: int, *, wait: bool = False) -> bool:
         """True when ``ledger_id``'s lock exists and belongs to this ZooKeeper session (a lock this
@@ -637,6 +689,11 @@ class UnderreplicationManager:
     async def mark_replicated(self, ledger_id: int) -> bool:
         """Delete the marker with the version seen at acquire, clean empty parent levels, release.
 
+        One ``multi`` deletes the marker (versioned), its leaf level (one ledger per leaf) and the lock
+        (upstream: three or more round trips); the upper levels are deleted only when the watch cache
+        does not show other children in them. Any failure of the transaction other than a re-mark
+        falls back to the step-by-step deletes.
+
         Returns False (marker kept) when it was re-marked meanwhile (BadVersion: a new replica was
         added, so the ledger must be checked again) or when this instance does not hold the lock.
         """
@@ -647,6 +704,26 @@ class UnderreplicationManager:
             await self.release(ledger_id)
             return False
         path = self.paths.ur_marker(ledger_id)
+        leaf = path.rsplit("/", 1)[0]
+        upper = leaf.rsplit("/", 1)[0]
+        siblings = self._cache.get(upper)  # before the delete: its watch drops the entry
+        try:
+            results: list | None = await self.zk.multi([
+                Op("delete", path, version=version), Op("delete", leaf), Op("delete", self.paths.ur_lock(ledger_id))])
+        except ZooKeeperError:
+            results = None  # maybe applied: the step-by-step path below copes with either
+        failed = _first_failure(results) if results is not None else (-1, None)
+        if failed is None:
+            self.ops_multi += 1
+            self.held.pop(ledger_id, None)
+            self._marker_read.pop(ledger_id, None)
+            self._known_dirs.discard(leaf)
+            if siblings is None or set(siblings) == {leaf.rsplit("/", 1)[1]}:
+                await self._delete_empty_levels(upper, 3)
+            return True
+        if failed[0] == 0 and isinstance(failed[1], BadVersionError):
+            await self.release(ledger_id)
+            return False
         deleted = True
         try:
             await self.zk.delete(path, version)
@@ -655,16 +732,19 @@ class UnderreplicationManager:
         except NoNodeError:
             pass
         if deleted:
-            parent = path.rsplit("/", 1)[0]
-            for _ in range(4):
-                try:
-                    await self.zk.delete(parent)
-                except (NotEmptyError, NoNodeError):
-                    break
-                self._known_dirs.discard(parent)
-                parent = parent.rsplit("/", 1)[0]
+            await self._delete_empty_levels(leaf, 4)
         await self.release(ledger_id)
         return deleted
+
+    async def _delete_empty_levels(self, level: str, n: int) -> None:
+        """Delete ``level`` and up to ``n - 1`` levels above it while they are empty."""
+        for _ in range(n):
+            try:
+                await self.zk.delete(level)
+            except (NotEmptyError, NoNodeError):
+                break
+            self._known_dirs.discard(level)
+            level = level.rsplit("/", 1)[0]
 
     async def release(self, ledger_id: int) -> None:
         """Delete this instance's lock on ``ledger_id`` (missing lock ignored).
@@ -699,6 +779,7 @@ class UnderreplicationManager:
                     continue
             break
         self.held.pop(ledger_id, None)
+        self._marker_read.pop(ledger_id, None)
 
     async def release_all(self) -> None:
         for lid in list(self.held):
@@ -731,11 +812,26 @@ class UnderreplicationManager:
             raise UnavailableError(f"AutoRecovery is already enabled ({self.paths.ur_disable} is absent)") from exc
 
     async def wait_while_disabled(self) -> None:
-        """Return once ``disable`` is absent; waits on an exists-watch (no polling)."""
-        while True:
+        """Return once ``disable`` is absent; waits on an exists-watch (no polling).
+
+        The answer "enabled" is kept while the exists-watch it armed has not fired (and the session
+        has not changed), so a worker pays no ZooKeeper read per ledger for this check (upstream reads
+        the znode before every lock)."""
+        while not self._enabled_seen:
             ev = asyncio.Event()
-            stat = await self.zk.exists(self.paths.ur_disable, watch=lambda _e: ev.set())
+            gen = self._disable_gen
+
+            def on_event(_e, ev=ev) -> None:
+                self._disable_gen += 1
+                self._enabled_seen = False
+                ev.set()
+
+            stat = await self.zk.exists(self.paths.ur_disable, watch=on_event)
             if stat is None:
+                # cache only if the watch did not fire meanwhile (its event may overtake this answer)
+                # and only with the session listener of init() running (it forgets the answer when
+                # the session changes and the watch may be lost)
+                self._enabled_seen = self._disable_gen == gen and self._session_task is not None
                 return
             await ev.wait()
 

@@ -63,14 +63,15 @@ async def test_waiters_on_a_full_bookie_write_nothing_and_wake_on_the_release(zk
     wait."""
     zks = [await ZkClient(zk_connect).start() for _ in range(6)]
     creates = [0] * 6
-    for n, z in enumerate(zks):  # count the creates (ZooKeeper writes) each worker sends
+    for n, z in enumerate(zks):  # count the slots each worker creates (ZooKeeper writes)
         def counting(orig, n=n):
-            async def create(*a, **kw):
-                path = await orig(*a, **kw)
-                creates[n] += 1  # slots created (a create that finds the slot taken raises)
-                return path
-            return create
-        z.create = counting(z.create)
+            async def multi(ops):
+                results = await orig(ops)
+                if not any(isinstance(r, Exception) for r in results):  # a failed transaction wrote nothing
+                    creates[n] += sum(1 for op in ops if op.kind == "create")
+                return results
+            return multi
+        z.multi = counting(z.multi)
     try:
         paths = Paths("/ledgers")
         slots = [ClusterStreamSlots(z, paths, 4, 1, f"worker-{n}") for n, z in enumerate(zks)]
