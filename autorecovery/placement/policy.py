@@ -218,6 +218,16 @@ class PlacementPolicy(abc.ABC):
         self._selector = None
         self._version += 1
 
+    @property
+    def bookie_info(self) -> Mapping[str, BookieInfo]:
+        """The disk info known per bookie (bytes; read-only view)."""
+        return dict(self._bookie_info)
+
+    def spread_pool(self) -> frozenset[str]:
+        """Bookies this policy may place a replacement on, before the ensemble's own rules
+        (:mod:`.spread`): every writable bookie here; topology-aware policies narrow it."""
+        return frozenset(self._writable)
+
     def weight_of(self, bookie: str) -> int:
         """Raw placement weight of a bookie: its free disk space in bytes, 0 when unknown."""
         info = self._bookie_info.get(bookie)

@@ -2,7 +2,7 @@
 
 Holds the topology of writable bookies, resolves and caches network locations, keeps departed bookies for
 the stabilize period, judges adherence write set by write set, runs the exact minimum-swap repair
-(:mod:`.repair`) and orders reads (upstream ``reorderReadSequenceWithRegion``).
+(:mod:`.repair`); reads are ordered by :mod:`.read_order` (upstream ``reorderReadSequenceWithRegion``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from autorecovery.errors import ConfigError, NotEnoughBookiesError
 
 from .config import PlacementConfig
 from .policy import Adherence, BookieInfo, BookiesHealthInfo, PlacementPolicy, PlacementResult, RepairJob
+from .read_order import UNKNOWN_REGION, reorder_with_region
 from .repair import DEFAULT_MAX_NODES, LabelGroups, RepairOutcome, SearchBudgetExceeded, solve_min_swaps
 from .resolvers import Resolver, ScriptResolver
 from .schedule import ensemble_write_sets
@@ -23,12 +24,6 @@ from .topology import DEFAULT_REGION_AND_RACK, NetworkTopology, normalize_locati
 __all__ = ["TopologyAwarePolicy", "UNKNOWN_REGION"]
 
 Label = Hashable
-
-#: Region of a bookie whose location carries no region (upstream ``UNKNOWN_REGION``).
-UNKNOWN_REGION = "UnknownRegion"
-
-# read-order classes (upstream masks, in sort order)
-_LOCAL, _LOCAL_FAIL, _REMOTE, _REMOTE_FAIL, _READ_ONLY, _SLOW, _UNAVAIL = range(7)
 
 
 class _RepairIndex:
@@ -302,6 +297,10 @@ class TopologyAwarePolicy(PlacementPolicy):
         """May ``bookie`` be kept in, or added to, an ensemble by a repair? (writable and known by default)"""
         return bookie in self.topology
 
+    def spread_pool(self) -> frozenset[str]:
+        """Writable bookies in the topology that the policy's rules allow (``_eligible``)."""
+        return frozenset(b for b in self.topology if self._eligible(b))
+
     def _target_label(self, bookie: str) -> Label:
         return self._label_of(bookie)
 
@@ -466,69 +465,5 @@ class TopologyAwarePolicy(PlacementPolicy):
 
     def _reorder(self, ensemble: Sequence[str], health: BookiesHealthInfo, write_set: Sequence[int],
                  region_of: Callable[[str], str] | None, my_region: str, remote_node_in_reorder: int) -> list[int]:
-        """Upstream ``reorderReadSequenceWithRegion`` (see the reference §11), with its quirks:
-
-        * nothing is reordered (except by pending requests) unless random reordering is on, the policy is
-          region-aware with a known client region, or a write-set member is unavailable or slow;
-        * inside the LOCAL_FAIL / REMOTE_FAIL / SLOW classes the original order is kept;
-        * only the first remote member is promoted, to position <= ``remote_node_in_reorder``.
-        """
-        ws = list(write_set)
-        use_region = region_of is not None and my_region != UNKNOWN_REGION
-        known = self.topology
-        readonly = self._readonly
-        randomize = self.config.ensemble_random_read_reordering
-        any_unavailable = use_region or randomize
-        if not any_unavailable:
-            for idx in ws:
-                b = ensemble[idx]
-                if (b not in known and b not in readonly) or self._is_slow(b):
-                    any_unavailable = True
-                    break
-        threshold = self.config.read_reorder_threshold_pending_requests
-        if threshold > 0 and ws:
-            pending = [health.pending_requests(ensemble[i]) for i in ws]
-            best = 0
-            for i in range(1, len(ws)):
-                if pending[i] < pending[best]:
-                    best = i
-            if best > 0 and pending[0] >= pending[best] + threshold:
-                ws.insert(0, ws.pop(best))
-        if not any_unavailable:
-            return ws
-        classes: list[tuple[int, int, int]] = []
-        for pos, idx in enumerate(ws):
-            b = ensemble[idx]
-            if b not in known:
-                if b in readonly:
-                    cls = _SLOW if self._is_slow(b) else _READ_ONLY
-                else:
-                    cls = _UNAVAIL
-            elif health.failure_history(b) < 0:
-                if self._is_slow(b):
-                    cls = _SLOW
-                elif use_region and region_of(b) != my_region:  # type: ignore[misc]
-                    cls = _REMOTE
-                else:
-                    cls = _LOCAL
-            else:
-                remote = use_region and region_of(b) != my_region  # type: ignore[misc]
-                cls = _REMOTE_FAIL if remote else _LOCAL_FAIL
-            classes.append((cls, pos, idx))
-        classes.sort()
-        if randomize:
-            for group in (_LOCAL, _REMOTE, _READ_ONLY, _UNAVAIL):
-                at = [i for i, c in enumerate(classes) if c[0] == group]
-                if len(at) > 1:
-                    vals = [classes[i] for i in at]
-                    self.rng.shuffle(vals)
-                    for i, v in zip(at, vals):
-                        classes[i] = v
-        flat = [(_LOCAL if c == _LOCAL_FAIL else _REMOTE if c == _REMOTE_FAIL else c, idx) for c, _p, idx in classes]
-        first_remote = next((i for i, (c, _) in enumerate(flat) if c == _REMOTE), -1)
-        if first_remote != -1:
-            i = 0
-            while i < remote_node_in_reorder and i < len(flat) and flat[i][0] == _LOCAL:
-                i += 1
-            flat.insert(i, flat.pop(first_remote))
-        return [idx for _c, idx in flat]
+        """Upstream ``reorderReadSequenceWithRegion`` (:func:`.read_order.reorder_with_region`)."""
+        return reorder_with_region(self, ensemble, health, write_set, region_of, my_region, remote_node_in_reorder)

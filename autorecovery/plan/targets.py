@@ -20,7 +20,10 @@ every entry id of the range, including ids the lost index never stored, and writ
 Where we beat upstream on target choice: each ``replace_bookie`` call sees the ensemble with the earlier
 replacements applied (rack diversity counts them), read-only bookies are never accepted, and when no
 other bookie exists but the lost index's bookie is alive and writable again (lost its disk, came back
-with the same id, #3905) the entries are written back to it in place instead of getting stuck.
+with the same id, #3905) the entries are written back to it in place instead of getting stuck. The
+ReplicationWorker passes :class:`autorecovery.placement.spread.SpreadReplacer` as ``replace_bookie``:
+replacements spread over every bookie that keeps the ensemble adhering, not the replaced bookie's rack
+first (issue 29).
 """
 
 from __future__ import annotations

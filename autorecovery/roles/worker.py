@@ -75,6 +75,7 @@ from autorecovery.errors import (
 from autorecovery.ledger.digest import EntryDigest, ledger_digest
 from autorecovery.ledger.metadata import LedgerMetadata, write_set
 from autorecovery.placement.policy import Adherence
+from autorecovery.placement.spread import SpreadReplacer
 from autorecovery.plan import pass_plan as pp
 from autorecovery.plan import entry_runs
 from autorecovery.plan.backoff import FailureMemory
@@ -623,7 +624,8 @@ class ReplicationWorker:
             return md
         try:
             repl = choose_replacements(
-                ensemble=ensemble, bad_indexes=bad, replace_bookie=self.policy.replace_bookie,
+                ensemble=ensemble, bad_indexes=bad,
+                replace_bookie=SpreadReplacer(self.policy, self.copier.cluster_slots.targets_in_flight(self.caps.targets)),
                 ensemble_size=md.ensemble_size, write_quorum=md.write_quorum, ack_quorum=md.ack_quorum,
                 exclude=self._excluded_targets(), readonly=self.watcher.readonly, writable=self.watcher.writable)
         except NotEnoughBookiesError as exc:

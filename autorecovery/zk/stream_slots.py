@@ -8,10 +8,10 @@ such bound (only ``replicationRateByBytes`` per worker).
 Layout (ours): ``<root>/underreplication/streams/<bookie id>/src-<n>`` and ``.../tgt-<n>``,
 ``0 <= n < cap``, **ephemeral** znodes holding JSON ``{"owner": "<worker>"}``. Taking a slot is creating the first
 free one; releasing is deleting it; a worker that dies releases its slots with its session. A copy
-takes its source slot and every target slot all together or none (a partial hold would deadlock two
-workers waiting for each other's bookies); when one is full it gives back what it took and waits on
-a child watch of the full bookie's directory (a release wakes it), with a bounded fallback wait in case
-the watch fires before it is armed.
+takes its source slot and every target slot all together or none, in one ZooKeeper ``multi`` (a partial
+hold would deadlock two workers waiting for each other's bookies), and gives them back in one ``multi``;
+when one is full it waits on a child watch of the full bookie's directory (a release wakes it), with a
+bounded fallback wait in case the watch fires before it is armed.
 
 One process runs many copies at once (``replicationWorkerConcurrentLedgers``), so it shares its ZooKeeper
 work among them: each bookie's slot listing is read once per change (the read arms the child watch; the
@@ -24,10 +24,12 @@ hundreds of reads and failed creates per second in a heal with five workers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
+from autorecovery.errors import ZooKeeperError
+from autorecovery.zk.bridge import NodeExistsError, NoNodeError, Op, ZkClient
 from autorecovery.zk.paths import Paths
 
 SOURCE, TARGET = "src", "tgt"
@@ -52,6 +54,8 @@ class ClusterStreamSlots:
         #: bookie → (slot names when read, event set when its child watch fired, monotonic read time)
         self._views: dict[str, tuple[list[str] | None, asyncio.Event, float]] = {}
         self._attempt = asyncio.Lock()  # one attempt to take slots at a time in this process
+        #: bookie → slot names held as last seen, with this process's own takes and releases applied
+        self._hints: dict[str, set[str]] = {}
 
     def _dir(self, bookie: str) -> str:
         return f"{self.paths.underreplication}/streams/{bookie}"
@@ -79,6 +83,7 @@ class ClusterStreamSlots:
             changed.set()  # no directory, no watch: read again next time
         view = (held, changed, loop.time())
         self._views[bookie] = view
+        self._hints[bookie] = set(held or ())
         return view
 
     def _forget(self, bookie: str) -> None:
@@ -89,62 +94,93 @@ class ClusterStreamSlots:
         names = set(held or ())
         return [f"{kind}-{n}" for n in range(self.caps[kind]) if f"{kind}-{n}" not in names]
 
-    async def _take(self, bookie: str, kind: str) -> str | None:
-        """Create a free ``<kind>-<n>`` slot of ``bookie``; None when all are taken.
+    def _hint(self, bookie: str, kind: str) -> str | None:
+        """First ``<kind>-<n>`` slot free in this process's last known listing of ``bookie`` (a hint:
+        kept up to date with this process's own takes and releases, possibly stale about others')."""
+        free = self._free(self._hints.get(bookie), kind)
+        return free[0] if free else None
 
-        The directory is read first and only slots seen free are tried, so a full bookie costs one
-        read, not ``cap`` failed creates (every create is a ZooKeeper write)."""
-        base = self._dir(bookie)
-        for name in self._free(await self._held(bookie), kind):
-            path = f"{base}/{name}"
-            self._forget(bookie)
-            try:
-                await self.zk.create(path, self.owner, ephemeral=True, makepath=True)
-                return path
-            except NodeExistsError:  # taken since the read
-                continue
-        return None
+    async def _create_all(self, names: list[tuple[str, str]]) -> list[str] | tuple[str, bool]:
+        """Create the slots ``(bookie, name)`` in one ``multi`` (all or none). Returns the paths, or
+        ``(bookie, taken)`` for the bookie whose op failed (``taken``: its slot was taken since the
+        listing; otherwise its directory was missing and has been made).
+
+        Raises:
+            ZooKeeperError: ZooKeeper unreachable (slots this session may have made are deleted first).
+        """
+        paths = [f"{self._dir(b)}/{n}" for b, n in names]
+        try:
+            results = await self.zk.multi([Op("create", p, self.owner, ephemeral=True) for p in paths])
+        except ZooKeeperError:
+            await self._drop_own(paths)
+            raise
+        for i, r in enumerate(results):
+            if isinstance(r, Exception) and type(r).__name__ not in ("RolledBackError", "RuntimeInconsistency"):
+                bookie, name = names[i]
+                self._forget(bookie)
+                if isinstance(r, NoNodeError):
+                    await self.zk.ensure_path(self._dir(bookie))
+                    return bookie, False
+                if isinstance(r, NodeExistsError):
+                    self._hints.setdefault(bookie, set()).add(name)
+                    return bookie, True
+                raise r
+        for b, n in names:
+            self._hints.setdefault(b, set()).add(n)
+            self._forget(b)
+        return paths
+
+    async def _drop_own(self, paths: list[str]) -> None:
+        """After a lost connection: delete those of ``paths`` this session created (best effort)."""
+        cid = self.zk.client_id
+        for path in paths:
+            with contextlib.suppress(Exception):
+                stat = await self.zk.exists(path)
+                if stat is not None and cid is not None and stat.ephemeralOwner == cid[0]:
+                    await self.zk.delete(path)
 
     async def acquire(self, source: str, targets: Collection[str]) -> list[str]:
-        """Take a source slot on ``source`` and a target slot on every target, all or none; waits while
-        a bookie is full. Returns the slot paths to pass to :meth:`release`.
+        """Take a source slot on ``source`` and a target slot on every target, all or none, in one
+        ``multi``; waits while a bookie is full. Returns the slot paths to pass to :meth:`release`.
 
-        While any bookie is full nothing is written: every wanted bookie is checked with a read first,
-        and the caller waits on the full one's child watch. Without this, every release woke each
-        waiter into taking (and giving back) its source slot and trying every target slot: a burst of
-        ZooKeeper writes, each synced to its log, per release (seen as slow heals into one bookie).
+        The slots to take come from this process's last listing of each bookie (no read when it shows
+        a free slot: a stale listing costs one failed transaction, then a read). While any bookie is
+        full nothing is written: its directory is read again and the caller waits on its child watch.
+        Without this, every release woke each waiter into taking (and giving back) its source slot and
+        trying every target slot: a burst of ZooKeeper writes, each synced to its log, per release
+        (seen as slow heals into one bookie).
 
         Raises:
             ZooKeeperError: ZooKeeper unreachable (nothing is held).
         """
         wanted = [(source, SOURCE)] + [(t, TARGET) for t in sorted(set(targets))]
         wanted = [(b, k) for b, k in wanted if self.caps[k] > 0]
+        if not wanted:
+            return []
         while True:
             full: tuple[str, str] | None = None
             async with self._attempt:
+                names: list[tuple[str, str]] = []
                 for bookie, kind in wanted:
-                    if not self._free(await self._held(bookie), kind):
+                    name = self._hint(bookie, kind)
+                    if name is None:  # the hint says full: look (a read, unless the watch says unchanged)
+                        free = self._free(await self._held(bookie), kind)
+                        name = free[0] if free else None
+                    if name is None:
                         full = (bookie, kind)
                         break
+                    names.append((bookie, name))
                 if full is None:
-                    taken: list[str] = []
-                    try:
-                        for bookie, kind in wanted:
-                            path = await self._take(bookie, kind)
-                            if path is None:
-                                full = (bookie, kind)
-                                break
-                            taken.append(path)
-                    except BaseException:
-                        await self.release(taken)
-                        raise
-                    if full is None:
-                        return taken
-                    await self.release(taken)  # lost a race for the last slot: give back, then wait
+                    got = await self._create_all(names)
+                    if isinstance(got, list):
+                        return got
+                    bookie, taken = got
+                    if not taken:
+                        continue  # its directory was missing: made now, try again
+                    full = next((b, k) for b, k in wanted if b == bookie)  # lost a race: wait for a release
             self.waits += 1
             await self._wait_for_release(*full)
-            # the bookie that was full is the contended one: try it first, so that losing the race for
-            # its freed slot costs one failed create and no slot taken and given back elsewhere
+            # the bookie that was full is the contended one: try it first
             wanted.sort(key=lambda bk: bk != full)
 
     async def _wait_for_release(self, bookie: str, kind: str) -> None:
@@ -159,13 +195,36 @@ class ClusterStreamSlots:
             self._forget(bookie)  # the watch may be lost (a session expiry): read again
 
     async def release(self, taken: Collection[str]) -> None:
-        """Delete the slots in ``taken`` (missing ones ignored: the session may have expired)."""
+        """Delete the slots in ``taken`` (missing ones ignored: the session may have expired): one
+        ``multi``, or one delete each when that fails."""
+        taken = list(taken)
         for path in taken:
-            self._forget(path.rsplit("/", 2)[-2])
+            bookie, name = path.rsplit("/", 2)[-2:]
+            self._forget(bookie)
+            self._hints.get(bookie, set()).discard(name)
+        if not taken:
+            return
+        with contextlib.suppress(ZooKeeperError):
+            results = await self.zk.multi([Op("delete", p) for p in taken])
+            if not any(isinstance(r, Exception) for r in results):
+                return
+        for path in taken:
             try:
                 await self.zk.delete(path)
             except NoNodeError:
                 pass
+
+    def targets_in_flight(self, own: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Bookie → copies known to be streaming into it, without any ZooKeeper read: per bookie the
+        larger of ``own`` (this process's streams) and the target slots in this process's last listing
+        of the bookie's slot directory (every worker's; only bookies this process copied to lately).
+        The cheap cross-daemon signal for spreading replacements (:mod:`autorecovery.placement.spread`)."""
+        out = {b: int(n) for b, n in (own or {}).items() if n > 0}
+        for bookie, held in self._hints.items():
+            n = sum(1 for name in held if name.startswith(f"{TARGET}-"))
+            if n > out.get(bookie, 0):
+                out[bookie] = n
+        return out
 
     async def holders(self, bookie: str) -> dict[str, str]:
         """Slot name → owner on ``bookie`` now (for the admin API and tests)."""

@@ -63,14 +63,15 @@ async def test_waiters_on_a_full_bookie_write_nothing_and_wake_on_the_release(zk
     wait."""
     zks = [await ZkClient(zk_connect).start() for _ in range(6)]
     creates = [0] * 6
-    for n, z in enumerate(zks):  # count the creates (ZooKeeper writes) each worker sends
+    for n, z in enumerate(zks):  # count the slots each worker creates (ZooKeeper writes)
         def counting(orig, n=n):
-            async def create(*a, **kw):
-                path = await orig(*a, **kw)
-                creates[n] += 1  # slots created (a create that finds the slot taken raises)
-                return path
-            return create
-        z.create = counting(z.create)
+            async def multi(ops):
+                results = await orig(ops)
+                if not any(isinstance(r, Exception) for r in results):  # a failed transaction wrote nothing
+                    creates[n] += sum(1 for op in ops if op.kind == "create")
+                return results
+            return multi
+        z.multi = counting(z.multi)
     try:
         paths = Paths("/ledgers")
         slots = [ClusterStreamSlots(z, paths, 4, 1, f"worker-{n}") for n, z in enumerate(zks)]
@@ -137,3 +138,27 @@ async def test_copies_of_one_process_share_its_reads_and_its_watch(zk_connect):
     finally:
         await owner_zk.stop()
         await zk.stop()
+
+
+async def test_targets_in_flight_needs_no_read(zk_connect):
+    """The spread signal (issue 29): this process's own target slots and every worker's slots in its
+    last listing of a bookie, counted without a ZooKeeper request."""
+    zk_a, zk_b = await ZkClient(zk_connect).start(), await ZkClient(zk_connect).start()
+    try:
+        paths = Paths("/ledgers")
+        a = ClusterStreamSlots(zk_a, paths, 4, 2, "worker-a")
+        b = ClusterStreamSlots(zk_b, paths, 4, 2, "worker-b")
+        held_a = await a.acquire(S, [T1])
+        assert a.targets_in_flight() == {T1: 1}
+        held_b = await b.acquire(S2, [T1])  # b's hint of T1 was empty: it takes tgt-0, fails, reads
+        assert sorted(n.rsplit("/", 1)[1] for n in held_a + held_b) == ["src-0", "src-0", "tgt-0", "tgt-1"]
+        ops = zk_b.ops
+        assert b.targets_in_flight({T2: 3}) == {T1: 2, T2: 3}  # a's slot seen in b's listing, and its own
+        assert zk_b.ops == ops
+        await a.release(held_a)
+        await b.release(held_b)
+        assert b.targets_in_flight() == {T1: 1}  # a's release is not seen without a read: a hint only
+        assert a.targets_in_flight() == {}
+    finally:
+        await zk_a.stop()
+        await zk_b.stop()

@@ -346,3 +346,58 @@ async def test_a_lock_this_session_made_but_lost_track_of_is_adopted(zk, urm):
         await um2.close()
     finally:
         await other.stop()
+
+
+async def test_lock_and_marker_round_trips(urm, zk):
+    """Issue 29: the lock costs a marker read and one multi, the worker's get_marker right after it
+    none, and mark_replicated one multi (marker, its leaf level and the lock) when the watch cache
+    shows the level above holding other markers."""
+    await urm.mark_many({5: ["b:1"], 6: ["b:1"]})
+    await urm.watched_marked_ids()  # the worker's walk fills the watch cache
+    ops = zk.ops
+    assert await urm.acquire(5)
+    assert zk.ops - ops == 2
+    m = await urm.get_marker(5)
+    assert m is not None and m.replicas == ["b:1"] and urm.held[5] == m.version
+    assert zk.ops - ops == 2
+    ops = zk.ops
+    assert await urm.mark_replicated(5)
+    assert zk.ops - ops == 1
+    assert await zk.exists(urm.paths.ur_marker(5).rsplit("/", 1)[0]) is None  # leaf level gone
+    assert await zk.get_children(urm.paths.ur_locks) == []
+    assert await urm.get_marker(6) is not None
+    assert await urm.get_marker(5) is None  # read again, not the acquire's copy
+
+
+async def test_lock_only_on_the_marker_version_read(urm, zk, monkeypatch):
+    """A re-mark between acquire's read and its multi fails the version check: the marker is read
+    again and the lock is taken on the new version (so the re-mark is not lost)."""
+    await urm.mark_underreplicated(7, ["a:1"])
+    other = UnderreplicationManager(zk, Paths("/ledgers"))
+    orig_multi, remarked = zk.multi, []
+
+    async def multi(ops):
+        if not remarked:
+            remarked.append(1)
+            await other.mark_underreplicated(7, ["b:1"])
+        return await orig_multi(ops)
+
+    monkeypatch.setattr(zk, "multi", multi)
+    assert await urm.acquire(7)
+    m = await urm.get_marker(7)
+    assert m.replicas == ["a:1", "b:1"] and urm.held[7] == m.version
+
+
+async def test_enabled_answer_is_kept_under_its_watch(urm, zk):
+    await urm.wait_while_disabled()
+    ops = zk.ops
+    await urm.wait_while_disabled()
+    assert zk.ops == ops  # no read while the exists-watch has not fired
+    other = UnderreplicationManager(zk, Paths("/ledgers"))
+    await other.disable()
+    assert await wait_for(lambda: not urm._enabled_seen, 10)
+    waiter = asyncio.ensure_future(urm.wait_while_disabled())
+    done, _ = await asyncio.wait({waiter}, timeout=0.3)
+    assert not done
+    await other.enable()
+    await asyncio.wait_for(waiter, 10)

@@ -1,0 +1,233 @@
+"""Worker locks on under-replicated ledgers (the ReplicationWorker's side of
+:mod:`autorecovery.zk.underreplication`). EDGE.
+
+Locks ``R/underreplication/locks/urL{id:010d}``: EPHEMERAL, text ``LockDataFormat`` with the owner's
+name. Round trips per ledger (issue 29): locking is a marker read plus one ``multi`` (check that
+version, create the lock), and the worker's following :meth:`get_marker` is served by that read;
+:meth:`LockingMixin.mark_replicated` deletes marker, leaf level and lock in one ``multi``. Upstream:
+``exists`` + ``create`` + ``getData`` to lock and read, then a delete per znode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+
+from autorecovery.errors import ZooKeeperError
+from autorecovery.proto import bookkeeper_formats_pb2 as pb
+from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, Op, ZkClient
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.ur_formats import NO_MARKER, first_failure, text_bytes
+
+log = structlog.get_logger("autorecovery.underreplication")
+
+
+class LockingMixin:
+    """Lock, release and mark-replicated of :class:`~autorecovery.zk.underreplication.UnderreplicationManager`."""
+
+    zk: ZkClient
+    paths: Paths
+    lock_owner: str
+    held: dict[int, int]
+    ops_multi: int
+    _cache: dict[str, list[str]]
+    _known_dirs: set[str]
+    _marker_read: dict[int, tuple[bytes, object]]
+
+    async def acquire(self, ledger_id: int, *, require_marker: bool = True, owner: str | None = None) -> bool:
+        """Lock one ledger: remember the marker's version, create the ephemeral lock
+        (upstream ``ZkLedgerUnderreplicationManager.tryGetLedgerToRereplicate``'s lock step).
+
+        Args:
+            require_marker: the worker locks marked ledgers only (default). The admin ``recover`` locks
+                any ledger it is about to change (``False``), so it never races a worker; the marker
+                version is then remembered as -1 (``mark_replicated`` deletes nothing).
+            owner: the lock's ``bookieId`` text (default :attr:`lock_owner`).
+
+        Returns False when the ledger is not marked (with ``require_marker``) or somebody else holds
+        the lock (see :meth:`lock_holder`).
+        """
+        if ledger_id in self.held:
+            return True
+        lock = pb.LockDataFormat()
+        lock.bookieId = owner or self.lock_owner
+        if require_marker:
+            return await self._lock_marked(ledger_id, text_bytes(lock))
+        try:
+            await self.zk.create(self.paths.ur_lock(ledger_id), text_bytes(lock), ephemeral=True)
+        except NodeExistsError:
+            if not await self._own_lock(ledger_id):
+                return False
+        except ZooKeeperError:
+            # ConnectionLoss: the server may have made the lock anyway, under this live session, and
+            # nobody would ever release it (issue 26: found by the chaos campaign). Look once connected.
+            if not await self._own_lock(ledger_id, wait=True):
+                raise
+        except NoNodeError:
+            await self.zk.ensure_path(self.paths.ur_locks)
+            try:  # the admin path: the locks directory was missing; one more try
+                await self.zk.create(self.paths.ur_lock(ledger_id), text_bytes(lock), ephemeral=True)
+            except NodeExistsError:
+                return False
+        self.held[ledger_id] = NO_MARKER
+        return True
+
+    async def _lock_marked(self, ledger_id: int, data: bytes) -> bool:
+        """The worker's lock: read the marker (data and version), then one ``multi`` checks that the
+        marker still has that version and creates the ephemeral lock (upstream: ``exists``, ``create``,
+        and the worker's later read of the marker: three round trips; here two, and the lock is only
+        made on the marker version remembered). The marker read here is handed to the next
+        :meth:`get_marker` of the ledger instead of reading it again."""
+        path = self.paths.ur_marker(ledger_id)
+        for _ in range(3):
+            try:
+                body, stat = await self.zk.get(path)
+            except NoNodeError:
+                return False
+            ops = [Op("check", path, version=stat.version),
+                   Op("create", self.paths.ur_lock(ledger_id), data, ephemeral=True)]
+            try:
+                results = await self.zk.multi(ops)
+            except ZooKeeperError:
+                # ConnectionLoss: the server may have made the lock anyway, under this live session, and
+                # nobody would ever release it (issue 26: found by the chaos campaign). Look once connected.
+                if not await self._own_lock(ledger_id, wait=True):
+                    raise
+                failed = None
+            else:
+                failed = first_failure(results)
+            if failed is None:
+                self.ops_multi += 1
+                self.held[ledger_id] = stat.version
+                self._marker_read[ledger_id] = (body, stat)
+                return True
+            i, err = failed
+            if i == 0 and isinstance(err, BadVersionError):
+                continue  # re-marked since the read: read it again
+            if i == 1 and isinstance(err, NodeExistsError) and await self._own_lock(ledger_id):
+                self.held[ledger_id] = stat.version
+                return True
+            if i == 1 and isinstance(err, NoNodeError):
+                await self.zk.ensure_path(self.paths.ur_locks)  # the locks directory was missing
+            return False
+        return False
+
+    async def _own_lock(self, ledger_id: int, *, wait: bool = False) -> bool:
+        """True when ``ledger_id``'s lock exists and belongs to this ZooKeeper session (a lock this
+        instance made but lost track of). With ``wait``, first waits for the connection (up to the
+        session timeout); False when still disconnected or on any ZooKeeper error."""
+        if wait:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000.0)
+        cid = self.zk.client_id
+        if cid is None:
+            return False
+        try:
+            stat = await self.zk.exists(self.paths.ur_lock(ledger_id))
+        except ZooKeeperError:
+            return False
+        if stat is None or stat.ephemeralOwner != cid[0]:
+            return False
+        log.info("adopted this session's earlier lock", ledger_id=ledger_id)
+        return True
+
+    async def mark_replicated(self, ledger_id: int) -> bool:
+        """Delete the marker with the version seen at acquire, clean empty parent levels, release.
+
+        One ``multi`` deletes the marker (versioned), its leaf level (one ledger per leaf) and the lock
+        (upstream: three or more round trips); the upper levels are deleted only when the watch cache
+        does not show other children in them. Any failure of the transaction other than a re-mark
+        falls back to the step-by-step deletes.
+
+        Returns False (marker kept) when it was re-marked meanwhile (BadVersion: a new replica was
+        added, so the ledger must be checked again) or when this instance does not hold the lock.
+        """
+        version = self.held.get(ledger_id)
+        if version is None:
+            return False
+        if version == NO_MARKER:  # locked without a marker (admin): nothing to delete
+            await self.release(ledger_id)
+            return False
+        path = self.paths.ur_marker(ledger_id)
+        leaf = path.rsplit("/", 1)[0]
+        upper = leaf.rsplit("/", 1)[0]
+        siblings = self._cache.get(upper)  # before the delete: its watch drops the entry
+        try:
+            results: list | None = await self.zk.multi([
+                Op("delete", path, version=version), Op("delete", leaf), Op("delete", self.paths.ur_lock(ledger_id))])
+        except ZooKeeperError:
+            results = None  # maybe applied: the step-by-step path below copes with either
+        failed = first_failure(results) if results is not None else (-1, None)
+        if failed is None:
+            self.ops_multi += 1
+            self.held.pop(ledger_id, None)
+            self._marker_read.pop(ledger_id, None)
+            self._known_dirs.discard(leaf)
+            if siblings is None or set(siblings) == {leaf.rsplit("/", 1)[1]}:
+                await self._delete_empty_levels(upper, 3)
+            return True
+        if failed[0] == 0 and isinstance(failed[1], BadVersionError):
+            await self.release(ledger_id)
+            return False
+        deleted = True
+        try:
+            await self.zk.delete(path, version)
+        except BadVersionError:
+            deleted = False
+        except NoNodeError:
+            pass
+        if deleted:
+            await self._delete_empty_levels(leaf, 4)
+        await self.release(ledger_id)
+        return deleted
+
+    async def _delete_empty_levels(self, level: str, n: int) -> None:
+        """Delete ``level`` and up to ``n - 1`` levels above it while they are empty."""
+        for _ in range(n):
+            try:
+                await self.zk.delete(level)
+            except (NotEmptyError, NoNodeError):
+                break
+            self._known_dirs.discard(level)
+            level = level.rsplit("/", 1)[0]
+
+    async def release(self, ledger_id: int) -> None:
+        """Delete this instance's lock on ``ledger_id`` (missing lock ignored).
+
+        A connection loss does not end the session, so the ephemeral lock outlives a failed delete:
+        the delete is retried (0.1 s backoff, once connected again) while the session is the same, for
+        up to two session timeouts (past that the server has expired the session, and the lock with
+        it). Forgetting the lock after one failed delete left it held by nobody until the daemon's
+        session ended (issue 26: found by the chaos campaign, a ledger stuck marked and locked).
+
+        Raises:
+            ZooKeeperError: the delete still fails after that bound (the lock stays in :attr:`held`).
+        """
+        path = self.paths.ur_lock(ledger_id)
+        generation = self.zk.session_generation
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * self.zk.session_timeout_ms / 1000.0
+        while True:
+            try:
+                await self.zk.delete(path)
+            except NoNodeError:
+                pass
+            except ZooKeeperError:
+                if self.zk.session_generation != generation:
+                    pass  # a new session: the old one's ephemeral lock is gone
+                elif loop.time() >= deadline:
+                    raise
+                else:
+                    await asyncio.sleep(0.1)  # retry backoff
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self.zk.connected.wait(), max(0.1, deadline - loop.time()))
+                    continue
+            break
+        self.held.pop(ledger_id, None)
+        self._marker_read.pop(ledger_id, None)
+
+    async def release_all(self) -> None:
+        for lid in list(self.held):
+            await self.release(lid)
