@@ -6,12 +6,26 @@ tries first, from the policy's membership, slow-bookie memory, pending requests 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+import random
+from typing import Callable, Container, Protocol, Sequence
 
+from .config import PlacementConfig
 from .policy import BookiesHealthInfo
 
-if TYPE_CHECKING:
-    from .topology_aware import TopologyAwarePolicy
+
+class ReadOrderPolicy(Protocol):
+    """What the read order needs from a topology-aware policy (:class:`.topology_aware.TopologyAwarePolicy`)."""
+
+    @property
+    def topology(self) -> Container[str]: ...
+    @property
+    def _readonly(self) -> Container[str]: ...
+    @property
+    def config(self) -> PlacementConfig: ...
+    @property
+    def rng(self) -> random.Random: ...
+
+    def _is_slow(self, bookie: str) -> bool: ...
 
 __all__ = ["reorder_with_region", "UNKNOWN_REGION"]
 
@@ -22,7 +36,7 @@ UNKNOWN_REGION = "UnknownRegion"
 _LOCAL, _LOCAL_FAIL, _REMOTE, _REMOTE_FAIL, _READ_ONLY, _SLOW, _UNAVAIL = range(7)
 
 
-def reorder_with_region(policy: TopologyAwarePolicy, ensemble: Sequence[str], health: BookiesHealthInfo,
+def reorder_with_region(policy: ReadOrderPolicy, ensemble: Sequence[str], health: BookiesHealthInfo,
                         write_set: Sequence[int], region_of: Callable[[str], str] | None, my_region: str,
                         remote_node_in_reorder: int) -> list[int]:
     """Upstream ``reorderReadSequenceWithRegion`` (see the reference §11), with its quirks:
