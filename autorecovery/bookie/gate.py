@@ -32,7 +32,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from autorecovery.bookie.admission import Admission
-from autorecovery.bookie.storage import BookieStatusError
+from autorecovery.bookie.status import BookieStatusError
 from autorecovery.bookie.validate import problem
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.rpc.convert import status_code
