@@ -18,7 +18,7 @@ from autorecovery.bookie.admission import Admission
 from autorecovery.bookie.limits import STREAM_WINDOW_ENTRIES
 from autorecovery.bookie.status import SKIPPED, BookieStatusError
 from autorecovery.bookie.storage import BookieStorage
-from autorecovery.bookie.validate import add_problem
+from autorecovery.bookie.validate import add_fields_problem
 from autorecovery.ledger.digest import METADATA_LENGTH, peek_ids
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.rpc.convert import status_code
@@ -41,16 +41,32 @@ class AddHandlers:
     _closing: bool
     _intakes: set[asyncio.Task]
 
-    def _check_add(self, req: pb.AddRequest, body: bytes | None = None) -> None:
+    def _check_add(self, req: pb.AddRequest, body: bytes | None = None) -> int:
         """Validation before the store sees an add (upstream: read-only first, then the frame; then the
-        fields, :func:`bookie.validate.add_problem`). ``body``: ``req.body`` if already taken out."""
-        if not self.is_readonly():
-            bad = add_problem(req)
-            if bad is not None:
-                raise BookieStatusError("EBADREQ", f"ledger {req.ledger_id} entry {req.entry_id}: {bad}")
-        self._check_entry(req.ledger_id, req.entry_id, req.body if body is None else body)
+        fields, :func:`bookie.validate.add_fields_problem`). ``body``: ``req.body`` if already taken
+        out (every access to a message's ``body`` copies it). Returns the entry's piggy-backed LAC.
 
-    def _check_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
+        Raises:
+            BookieStatusError: ``EREADONLY``, or ``EBADREQ`` naming the ledger, entry and field.
+        """
+        return self._check_fields(req.ledger_id, req.entry_id, req.flags, req.master_key,
+                                  req.body if body is None else body)
+
+    def _check_fields(self, ledger_id: int, entry_id: int, flags: int, master_key: bytes, body: bytes) -> int:
+        """:meth:`_check_add` on an add's fields, already taken out of its message (each once)."""
+        if not self.is_readonly():
+            bad = add_fields_problem(ledger_id, entry_id, flags, master_key)
+            if bad is not None:
+                raise BookieStatusError("EBADREQ", f"ledger {ledger_id} entry {entry_id}: {bad}")
+        return self._check_entry(ledger_id, entry_id, body)
+
+    def _check_entry(self, ledger_id: int, entry_id: int, body: bytes) -> int:
+        """The checks of any entry this bookie is asked to store (read-only, size, ids, header; the add
+        paths and PullEntries). Returns the entry's piggy-backed LAC, read from its header.
+
+        Raises:
+            BookieStatusError: ``EREADONLY``, or ``EBADREQ`` naming the ledger, entry and sizes or ids.
+        """
         if self.is_readonly():
             raise BookieStatusError("EREADONLY", f"bookie {self.bookie_id} is read-only")
         n = len(body)
@@ -68,12 +84,13 @@ class AddHandlers:
                 f"ledger {ledger_id} entry {entry_id}: body of {n} bytes is shorter than the "
                 f"{METADATA_LENGTH}-byte entry header",
             )
-        lid, eid, _lac = peek_ids(body)
+        lid, eid, lac = peek_ids(body)
         if lid != ledger_id or eid != entry_id:
             raise BookieStatusError(
                 "EBADREQ",
                 f"request for ledger {ledger_id} entry {entry_id} carries a body for ledger {lid} entry {eid}",
             )
+        return lac
 
     def _idle_error(self, written: int | None = None) -> BookieStatusError:
         """The answer to an add stream idle for ``stream_idle_timeout_s``."""
@@ -82,12 +99,14 @@ class AddHandlers:
                                             f"this stream; closing it{done}")
 
     def _submit_adds(self, ledger_id: int, master_key: bytes, entries: list[tuple[int, bytes]], *,
-                     recovery: bool, stream, nbytes: int) -> asyncio.Future:
-        """Queue admitted adds of one ledger (``(entry id, body)``, ``nbytes`` body bytes in all) as one
-        storage operation on ``stream`` (:meth:`BookieStorage.submit_adds`); their admission is released
-        if queueing fails (the exception is re-raised)."""
+                     recovery: bool, stream, nbytes: int, lacs: list[int] | None = None) -> asyncio.Future:
+        """Queue admitted adds of one ledger (``(entry id, body)``, ``nbytes`` body bytes in all; ``lacs``:
+        their piggy-backed LACs when already read by the checks) as one storage operation on
+        ``stream`` (:meth:`BookieStorage.submit_adds`); their admission is released if queueing fails
+        (the exception is re-raised)."""
         try:
-            return self.storage.submit_adds(ledger_id, master_key, entries, recovery=recovery, stream=stream)
+            return self.storage.submit_adds(ledger_id, master_key, entries, recovery=recovery, stream=stream,
+                                            lacs=lacs, nbytes=nbytes)
         except BaseException:
             self.admission.release_add(nbytes, len(entries))
             raise
@@ -164,11 +183,12 @@ class AddHandlers:
         pending = [0, 0]  # body bytes, entries in ``inflight``
         room = asyncio.Event()  # set whenever entries settle (the intake waits on it when the window is full)
 
-        async def submit_run(key: tuple[int, bytes, bool], run: list[tuple[int, bytes]]) -> bool:
-            """Queue ``run`` (checked entries of one ledger, key and flags, in stream order) as one storage
-            operation once the window and the bookie's admission have room; False after recording why not."""
+        async def submit_run(key: tuple[int, bytes, bool], run: list[tuple[int, bytes]], lacs: list[int],
+                             n: int) -> bool:
+            """Queue ``run`` (checked entries of one ledger, key and flags, in stream order; their LACs,
+            ``n`` body bytes) as one storage operation once the window and the bookie's admission have
+            room; False after recording why not."""
             lid, master_key, recovery = key
-            n = sum(len(body) for _eid, body in run)
             while inflight and (pending[0] + n > self.stream_window_bytes
                                 or pending[1] + len(run) > STREAM_WINDOW_ENTRIES):
                 room.clear()
@@ -177,7 +197,7 @@ class AddHandlers:
                 failure.append((run[0][0], BookieStatusError(
                     "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}")))
                 return False
-            fut = self._submit_adds(lid, master_key, run, recovery=recovery, stream=stream, nbytes=n)
+            fut = self._submit_adds(lid, master_key, run, recovery=recovery, stream=stream, nbytes=n, lacs=lacs)
             inflight.append(([eid for eid, _body in run], fut, n))
             pending[0] += n
             pending[1] += len(run)
@@ -203,23 +223,30 @@ class AddHandlers:
                         return
                     # consecutive entries of one ledger, master key and flags go to storage as one
                     # operation (one admission, hand-off and future per run, not per entry)
+                    # each field is taken out of its message once (``body`` copies on every access)
                     run: list[tuple[int, bytes]] = []
+                    lacs: list[int] = []
+                    nbytes = 0
                     key: tuple[int, bytes, bool] = (-1, b"", False)  # the run's; set with its first entry
                     refused: tuple[int, BookieStatusError] | None = None
                     for req in batch.entries:
+                        lid, eid, flags, master_key, body = (req.ledger_id, req.entry_id, req.flags,
+                                                             req.master_key, req.body)
                         try:
-                            self._check_add(req)
+                            lac = self._check_fields(lid, eid, flags, master_key, body)
                         except BookieStatusError as exc:
-                            refused = (req.entry_id, exc)  # the entries before it are still stored
+                            refused = (eid, exc)  # the entries before it are still stored
                             break
-                        k = (req.ledger_id, req.master_key, bool(req.flags & pb.RECOVERY_ADD))
+                        k = (lid, master_key, bool(flags & pb.RECOVERY_ADD))
                         if run and (k != key or len(run) >= STREAM_WINDOW_ENTRIES):
-                            if not await submit_run(key, run):
+                            if not await submit_run(key, run, lacs, nbytes):
                                 return
-                            run = []
+                            run, lacs, nbytes = [], [], 0
                         key = k
-                        run.append((req.entry_id, req.body))
-                    if run and not await submit_run(key, run):
+                        run.append((eid, body))
+                        lacs.append(lac)
+                        nbytes += len(body)
+                    if run and not await submit_run(key, run, lacs, nbytes):
                         return
                     if refused is not None:
                         failure.append(refused)
@@ -289,7 +316,8 @@ class AddHandlers:
 
     async def _apply_adds(self, requests: AsyncIterator[pb.AddRequest]) -> pb.AddEntriesResponse:
         stream = self.storage.new_stream()
-        inflight: deque[tuple[pb.AddRequest, asyncio.Future, int]] = deque()
+        # (entry id, future, body bytes): not the request, whose message would hold a copy of the body
+        inflight: deque[tuple[int, asyncio.Future, int]] = deque()
         inflight_bytes = 0
         written = 0
         written_bytes = 0
@@ -322,42 +350,43 @@ class AddHandlers:
                     break
                 if failure is not None or stream.failed:
                     break
+                eid, body = req.entry_id, req.body  # each access to ``body`` copies it: once
+                n = len(body)
                 try:
-                    self._check_add(req)
+                    lac = self._check_add(req, body)
                 except BookieStatusError as exc:
-                    failure = (req.entry_id, exc)
+                    failure = (eid, exc)
                     break
-                if not self.admission.add_fits(len(req.body)):
+                if not self.admission.add_fits(n):
                     # our own unsettled entries may be what fills the budget: settle them first
                     while inflight:
                         old, ofut, on = inflight.popleft()
                         inflight_bytes -= on
-                        settle(old.entry_id, on, await ofut)
+                        settle(old, on, await ofut)
                     if failure is not None:
                         break
-                if not await self.admission.wait_add(len(req.body)):
-                    failure = (req.entry_id, BookieStatusError(
+                if not await self.admission.wait_add(n):
+                    failure = (eid, BookieStatusError(
                         "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
                     break
-                n = len(req.body)
-                fut = self._submit_adds(req.ledger_id, req.master_key, [(req.entry_id, req.body)],
+                fut = self._submit_adds(req.ledger_id, req.master_key, [(eid, body)], lacs=[lac],
                                         recovery=bool(req.flags & pb.RECOVERY_ADD), stream=stream, nbytes=n)
-                inflight.append((req, fut, n))
+                inflight.append((eid, fut, n))
                 inflight_bytes += n
                 while inflight and (inflight_bytes > self.stream_window_bytes
                                     or len(inflight) > STREAM_WINDOW_ENTRIES):
                     old, ofut, on = inflight.popleft()
                     inflight_bytes -= on
-                    settle(old.entry_id, on, await ofut)
+                    settle(old, on, await ofut)
             # drain: everything submitted must be durable (or failed) before answering
             while inflight:
                 old, ofut, on = inflight.popleft()
-                settle(old.entry_id, on, await ofut)
+                settle(old, on, await ofut)
         except Exception as exc:  # noqa: BLE001
             log.exception("AddEntries failed")
             while inflight:  # never answer before submitted writes settle
                 old, ofut, on = inflight.popleft()
-                settle(old.entry_id, on, await ofut)
+                settle(old, on, await ofut)
             return pb.AddEntriesResponse(
                 status=pb.EIO,
                 entries_written=written,

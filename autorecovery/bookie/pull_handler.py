@@ -46,7 +46,7 @@ class PullHandler:
     peers: GrpcBookieClient | None
     peer_check: Callable[[str], Awaitable[bool]] | None
     _closing: bool
-    _check_entry: Callable[[int, int, bytes], None]
+    _check_entry: Callable[[int, int, bytes], int]
     _range_problem: Callable[[int, int, int, int, int, int], str | None]
     _submit_adds: Callable[..., asyncio.Future]
 
@@ -122,18 +122,23 @@ class PullHandler:
             stored, stored_bytes, failed = [], 0, []
             return msg
 
-        def accept(batch: list) -> list[tuple[int, bytes]]:
-            """The entries of one message to store, in order. Records the failed ones; an entry this
-            bookie refuses sets ``failure`` and ends the list (the entries before it are still stored)."""
+        # the request's fields, taken out of the message once (not per entry)
+        E, WQ, idx, master_key = request.ensemble_size, request.write_quorum, request.bookie_index, request.master_key
+
+        def accept(batch: list) -> tuple[list[tuple[int, bytes]], list[int], int]:
+            """The entries of one message to store, in order, their piggy-backed LACs and body bytes.
+            Records the failed ones; an entry this bookie refuses sets ``failure`` and ends the list
+            (the entries before it are still stored)."""
             nonlocal failure
             good: list[tuple[int, bytes]] = []
+            lacs: list[int] = []
+            nbytes = 0
             for item in batch:
                 if isinstance(item, BookieError):
                     failed.append(pb.PullFailure(entry_id=getattr(item, "entry_id", -1), reason=item.status))
                     continue
                 eid, body = item.entry_id, item.body
-                if not first <= eid <= last or (request.ensemble_size and not index_stores(
-                        request.bookie_index, eid, request.ensemble_size, request.write_quorum)):
+                if not first <= eid <= last or (E and not index_stores(idx, eid, E, WQ)):
                     continue  # not asked for (a source that ignores the filter): never stored
                 try:
                     digest.verify(body, lid, eid, source=source)
@@ -144,33 +149,35 @@ class PullHandler:
                     failed.append(pb.PullFailure(entry_id=eid, reason="DIGEST"))
                     continue
                 try:
-                    self._check_entry(lid, eid, body)
+                    lac = self._check_entry(lid, eid, body)
                 except BookieStatusError as exc:
                     failure = (eid, exc)
                     break
                 good.append((eid, body))
-            return good
+                lacs.append(lac)
+                nbytes += len(body)
+            return good, lacs, nbytes
 
         # a message at a time: one admission, one storage operation and one future per message, not
         # per entry (the per-entry cost of the event loop was most of this handler's CPU)
-        reader = self.peers.read_entry_batches(source, lid, first, last, ensemble_size=request.ensemble_size,
-                                               write_quorum=request.write_quorum, bookie_index=request.bookie_index)
+        reader = self.peers.read_entry_batches(source, lid, first, last, ensemble_size=E, write_quorum=WQ,
+                                               bookie_index=idx)
         try:
             async with contextlib.aclosing(reader):
                 async for batch in reader:
                     if self._closing:
                         failure = (-1, BookieStatusError("EIO", f"bookie {self.bookie_id} is shutting down"))
                         break
-                    good = accept(batch)
+                    good, lacs, n = accept(batch)
                     if good:
-                        n = sum(len(body) for _eid, body in good)
                         while inflight and inflight_bytes + n > self.stream_window_bytes:
                             await settle_head()  # our own adds may be what fills the admission budget
                         if not await self.admission.wait_add(n, len(good)):
                             failure = (good[0][0], BookieStatusError(
                                 "ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_adds()}"))
                             break
-                        fut = self._submit_adds(lid, request.master_key, good, recovery=True, stream=stream, nbytes=n)
+                        fut = self._submit_adds(lid, master_key, good, recovery=True, stream=stream, nbytes=n,
+                                                lacs=lacs)
                         inflight.append(([eid for eid, _body in good], fut, n))
                         inflight_bytes += n
                         inflight_entries += len(good)

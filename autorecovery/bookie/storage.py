@@ -288,18 +288,36 @@ class BookieStorage(GroupCommit, StoreReads):
         *,
         recovery: bool = False,
         stream: StreamState | None = None,
+        lacs: Sequence[int] | None = None,
+        nbytes: int | None = None,
     ) -> asyncio.Future:
         """Queue the adds of ``entries`` (``(entry id, body)``, at least one, all of ``ledger_id``) as one
         operation: one queue hand-off, one ``writev`` of the bodies, one future. It resolves like
         :meth:`submit_add`'s, for all of them: the ledger checks (master key, fencing) are the same for
         every entry of one ledger, and a storage failure fails the whole group anyway. Used by the
-        batched handlers (PullEntries), whose per-entry cost this keeps out of the event loop.
+        batched handlers (AddStream, PullEntries), whose per-entry cost this keeps out of the event loop.
+
+        ``lacs`` (one per entry) and ``nbytes`` (the bodies' total length) are what a caller that has
+        already read each entry's header (``peek_ids``) and sized the bodies passes, so they are not
+        read again on the event loop (issue 29); the bodies must then be ``bytes`` (immutable: they
+        are written by another thread). Without them the bodies are copied to ``bytes`` if need be
+        and their headers read here.
+
+        Raises:
+            ValueError: ``entries`` is empty, or ``lacs`` is not one per entry (nothing is queued).
         """
-        items = [(eid, bytes(body), peek_ids(body)[2]) for eid, body in entries]
+        if lacs is None:
+            items = [(eid, bytes(body), peek_ids(body)[2]) for eid, body in entries]
+        else:
+            if len(lacs) != len(entries):
+                raise ValueError(f"ledger {ledger_id}: {len(lacs)} LACs for {len(entries)} entries")
+            items = [(eid, body, lac) for (eid, body), lac in zip(entries, lacs)]
         if not items:
             raise ValueError(f"ledger {ledger_id}: no entries to add")
+        if nbytes is None:
+            nbytes = sum(len(b) for _e, b, _l in items)
         return self._submit(_Op("add", ledger_id=ledger_id, entries=items, master_key=bytes(master_key),
-                                recovery=recovery, stream=stream, size=sum(len(b) for _e, b, _l in items)))
+                                recovery=recovery, stream=stream, size=nbytes))
 
     async def add_entry(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *, recovery: bool = False
