@@ -45,6 +45,8 @@ MAX_BATCH_ENTRIES = 65_536
 ADD_METHODS = frozenset({"AddEntry", "AddEntries", "AddEntryBatches", "AddStream"})
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["Bookie"]
+#: The key byte of ``AddBatch.entries`` (field 1, wire type 2) on the wire.
+_ENTRY_KEY = b"\x0a"
 
 
 def refusal(method: str, status: str, message: str) -> Any:
@@ -125,7 +127,11 @@ def _parse(method: str, cls: Any, raw: bytes, bookie_id: str) -> Message:
 def _parse_checked(method: str, cls: Any, raw: bytes) -> Message:
     if method not in ADD_METHODS and len(raw) > MAX_SMALL_REQUEST_BYTES:
         raise _Refused("EBADREQ", f"{method}: request of {len(raw)} bytes, more than {MAX_SMALL_REQUEST_BYTES}")
-    if cls is pb.AddBatch and _count_top_fields(raw, MAX_BATCH_ENTRIES) > MAX_BATCH_ENTRIES:
+    # every entry of an AddBatch starts with the key byte 0x0a (field 1, length-delimited), so a message
+    # with at most MAX_BATCH_ENTRIES such bytes (any real batch: bytes.count runs at memory speed) holds
+    # at most that many entries; only the others are walked field by field (about 0.4 us per field)
+    if (cls is pb.AddBatch and raw.count(_ENTRY_KEY) > MAX_BATCH_ENTRIES
+            and _count_top_fields(raw, MAX_BATCH_ENTRIES) > MAX_BATCH_ENTRIES):
         raise _Refused("EBADREQ", f"{method}: AddBatch with more than {MAX_BATCH_ENTRIES} entries")
     try:
         msg = cls.FromString(raw)

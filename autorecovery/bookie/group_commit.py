@@ -35,8 +35,10 @@ class _Ledger:
 class _Op:
     kind: str  # "add" | "fence" | "sync"
     ledger_id: int = 0
-    #: an add's entries, in order: ``(entry id, body, piggy-backed LAC)``
-    entries: Sequence[tuple[int, bytes, int]] = ()
+    #: an add's entry ids and bodies, in order, and the largest LAC their headers carry
+    eids: Sequence[int] = ()
+    bodies: Sequence[bytes] = ()
+    lac: int = -1
     master_key: bytes = field(default=b"", repr=False)
     recovery: bool = False
     stream: StreamState | None = None
@@ -79,7 +81,8 @@ class _Prepared:
     epoch: int
     statements: list[tuple[str, tuple]] = field(default_factory=list)
     lacs: dict[int, int] = field(default_factory=dict)
-    rows: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    #: the index rows, flat: ``ledger id, entry id, log id, offset, length`` for each entry in turn
+    index_values: list[int] = field(default_factory=list)
     failure: str | None = None
 
 
@@ -92,13 +95,19 @@ _INSERT_SQLS = {size: "INSERT OR REPLACE INTO entries(ledger_id, entry_id, log_i
 
 def _insert_index_rows(conn: sqlite3.Connection, rows: list[tuple[int, int, int, int, int]]) -> None:
     """``INSERT OR REPLACE`` the ``(ledger id, entry id, log id, offset, length)`` rows, many per
+    statement (:func:`_insert_index_values` on the rows laid flat)."""
+    _insert_index_values(conn, [v for row in rows for v in row])
+
+
+def _insert_index_values(conn: sqlite3.Connection, values: list[int]) -> None:
+    """``INSERT OR REPLACE`` index rows given flat (five values per row, in row order), many rows per
     statement: ``executemany`` steps once per row and gives up the GIL at every step, and each time the
     committer must win it back from the event loop. Statements are for 128, 32, 8 and 1 rows only, so
-    SQLite's statement cache keeps them all."""
-    i, n = 0, len(rows)
+    SQLite's statement cache keeps them all; each takes a slice of ``values`` (no per-row work)."""
+    i, n = 0, len(values) // 5
     for size, sql in _INSERT_SQLS.items():  # largest first
         while n - i >= size:
-            conn.execute(sql, [v for row in rows[i:i + size] for v in row])
+            conn.execute(sql, values[5 * i:5 * (i + size)])
             i += size
 
 
@@ -242,8 +251,8 @@ class GroupCommit:
                         if prep.lacs:
                             conn.executemany("UPDATE ledgers SET lac=? WHERE ledger_id=? AND lac<?",
                                              [(lac, lid, lac) for lid, lac in prep.lacs.items()])
-                        if prep.rows:
-                            _insert_index_rows(conn, prep.rows)
+                        if prep.index_values:
+                            _insert_index_values(conn, prep.index_values)
                     self.logs.sync()  # the bodies are durable before the index rows that point at them
                     conn.execute("COMMIT")
                 except BaseException:
@@ -288,15 +297,14 @@ class GroupCommit:
     def _apply_add(self, prep: "_Prepared", op: _Op) -> BookieStatusError | None:
         if op.stream is not None and op.stream.failed:
             return SKIPPED
-        entries = op.entries
-        lac = max(e[2] for e in entries)
+        eids, bodies, lac = op.eids, op.bodies, op.lac
         st = self._ledger(op.ledger_id)
         if st is None:
             prep.statements.append(("INSERT INTO ledgers(ledger_id, master_key, fenced, lac) VALUES (?, ?, 0, ?)",
                                     (op.ledger_id, op.master_key, lac)))
             self._cache[op.ledger_id] = _Ledger(op.master_key, False, lac)
         else:
-            what = f"entry {entries[0][0]}" if len(entries) == 1 else f"entries {entries[0][0]}..{entries[-1][0]}"
+            what = f"entry {eids[0]}" if len(eids) == 1 else f"entries {eids[0]}..{eids[-1]}"
             if st.master_key != op.master_key:
                 return self._fail(op, "EUA", f"ledger {op.ledger_id}: master key does not match ({what})")
             if st.fenced and not op.recovery:
@@ -306,9 +314,11 @@ class GroupCommit:
                 st.lac = lac
         # a run's bodies go out in a few writev calls (EntryLogs.append_many: each system call costs this
         # thread a wait for the GIL), the index rows follow
-        locs = self.logs.append_many([body for _eid, body, _lac in entries])
+        locs = self.logs.append_many(bodies)
         lid = op.ledger_id
-        prep.rows.extend((lid, e[0], log_id, offset, len(e[1])) for e, (log_id, offset) in zip(entries, locs))
+        values = prep.index_values
+        for eid, body, (log_id, offset) in zip(eids, bodies, locs):
+            values += (lid, eid, log_id, offset, len(body))
         return None
 
     @staticmethod

@@ -306,18 +306,20 @@ class BookieStorage(GroupCommit, StoreReads):
         Raises:
             ValueError: ``entries`` is empty, or ``lacs`` is not one per entry (nothing is queued).
         """
+        if not entries:
+            raise ValueError(f"ledger {ledger_id}: no entries to add")
+        eids = [eid for eid, _body in entries]
         if lacs is None:
-            items = [(eid, bytes(body), peek_ids(body)[2]) for eid, body in entries]
+            bodies = [bytes(body) for _eid, body in entries]
+            lacs = [peek_ids(body)[2] for body in bodies]
         else:
             if len(lacs) != len(entries):
                 raise ValueError(f"ledger {ledger_id}: {len(lacs)} LACs for {len(entries)} entries")
-            items = [(eid, body, lac) for (eid, body), lac in zip(entries, lacs)]
-        if not items:
-            raise ValueError(f"ledger {ledger_id}: no entries to add")
+            bodies = [body for _eid, body in entries]
         if nbytes is None:
-            nbytes = sum(len(b) for _e, b, _l in items)
-        return self._submit(_Op("add", ledger_id=ledger_id, entries=items, master_key=bytes(master_key),
-                                recovery=recovery, stream=stream, size=nbytes))
+            nbytes = sum(map(len, bodies))
+        return self._submit(_Op("add", ledger_id=ledger_id, eids=eids, bodies=bodies, lac=max(lacs),
+                                master_key=bytes(master_key), recovery=recovery, stream=stream, size=nbytes))
 
     async def add_entry(
         self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *, recovery: bool = False
