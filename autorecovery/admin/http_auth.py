@@ -100,8 +100,11 @@ class Credentials:
     def identify(self, request: web.Request) -> Caller | None:
         """The caller of ``request``; None when it presents a bearer token that is not accepted.
 
-        The ``Authorization`` header is taken as bytes (a non-UTF-8 header is a wrong token, not an
-        error); both tokens are compared, each in constant time.
+        Order: a bearer token (when any token is configured) decides alone; else a verified client
+        certificate (admin when its CN or full subject is in ``admin_subjects``, or that set is
+        empty; else read); else anonymous. The ``Authorization`` header is taken as bytes (a non-UTF-8
+        header is a wrong token, not an error); both tokens are compared, each in constant time.
+        Never raises.
         """
         header = request.headers.get("Authorization")
         if header is not None and (self.admin_token or self.read_token):
@@ -123,6 +126,7 @@ class Credentials:
 
 
 def _same(got: bytes, want: str | None) -> bool:
+    """Whether ``got`` is the token ``want`` (constant time; False when no token is configured)."""
     if not want:
         return False
     return hmac.compare_digest(got, want.encode("utf-8"))
@@ -186,6 +190,7 @@ def _refusal(caller: Caller | None, creds: Credentials, request: web.Request) ->
 
 
 def _unauthorized(why: str) -> web.Response:
+    """A 401 answer with ``why`` and ``WWW-Authenticate: Bearer realm="autorecovery"`` (RFC 6750)."""
     resp = _text(f"401 Unauthorized: {why}", 401)
     resp.headers["WWW-Authenticate"] = 'Bearer realm="autorecovery"'
     return resp
@@ -214,6 +219,8 @@ def auth_middleware(creds: Credentials) -> Callable:
 
 
 def _result(status: int) -> str:
+    """The audit ``result`` label of an HTTP status: ok (< 400), denied (401, 403), rejected (other 4xx),
+    failed (5xx)."""
     if status < 400:
         return "ok"
     if status in (401, 403):
@@ -303,7 +310,17 @@ class ReloadableTls:
     """An HTTPS server context whose certificate, key and client CA can be replaced under a running
     server: :attr:`server_context` is given to the listener once; each new handshake switches (in the
     SNI callback, called for every ClientHello) to the context built last by :meth:`reload`.
-    Connections already open keep theirs."""
+    Connections already open keep theirs.
+
+    Args:
+        cert_path: ``httpServerCertificatePath``, a PEM certificate chain.
+        key_path: ``httpServerKeyPath``, its PEM key.
+        client_ca_path: ``httpServerClientCaPath``, PEM CAs whose client certificates are required;
+            None = no client certificates.
+
+    Raises:
+        ConfigError: from :func:`server_ssl_context`, naming the key whose file does not load.
+    """
 
     def __init__(self, cert_path: str, key_path: str, client_ca_path: str | None = None) -> None:
         self.cert_path, self.key_path, self.client_ca_path = cert_path, key_path, client_ca_path
@@ -316,9 +333,11 @@ class ReloadableTls:
 
     @property
     def client_certs(self) -> bool:
+        """Whether the listener requires a client certificate (a client CA was given)."""
         return self.server_context.verify_mode == ssl.CERT_REQUIRED
 
     def paths(self) -> dict[str, str]:
+        """The files this context is built from, by config key (the client CA only when set)."""
         out = {"httpServerCertificatePath": self.cert_path, "httpServerKeyPath": self.key_path}
         if self.client_ca_path:
             out["httpServerClientCaPath"] = self.client_ca_path
@@ -354,7 +373,8 @@ class CredentialReloader:
         return list(self.tokens.values()) + (list(self.tls.paths().values()) if self.tls else [])
 
     def check(self) -> bool:
-        """Reload what changed since the last check; True when something was reloaded."""
+        """Reload what changed since the last check; True when something was reloaded. A file that does
+        not load keeps the old credential and logs one WARNING naming its key (never raises for it)."""
         changed = {p for p in self._paths() if FileStamp.of(p) != self._stamps.get(p)}
         if not changed:
             return False
@@ -376,6 +396,8 @@ class CredentialReloader:
         return done
 
     def _reload_token(self, key: str, path: str) -> bool:
+        """Take the first line of ``path`` as the new token of ``key``; False (and a WARNING) when it is
+        missing, unreadable or empty."""
         try:
             token = read_first_line(path, key).strip()
             if not token:

@@ -6,6 +6,10 @@ names the field, never a 500.
   duplicate keys, no ``NaN``/``Infinity``, a JSON object whose fields are all known to the endpoint.
 * :func:`query_choice` and :func:`query_bool` check a query parameter against its allowed values.
 * :func:`one_line` makes an error text one bounded line.
+
+Every check raises :class:`~autorecovery.admin.ops.BadRequestError`, which the HTTP layer answers 400
+with its text (a one-line ``text/plain`` body). Source: ours (issue 25); upstream's HTTP handlers have
+no such checks, and the accepted field names and values are upstream's where the endpoint is upstream's.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ MAX_JSON_DEPTH = 16
 
 
 def one_line(text: str, limit: int = 300) -> str:
-    """``text`` on one line (line ends as spaces), cut to ``limit`` characters with ``...``."""
+    """``text`` on one line (every run of whitespace, line ends included, as one space), cut to
+    ``limit`` characters (then ``...`` is appended, so at most ``limit + 3``). Never raises: a
+    non-string is shown with ``str``."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[:limit] + "..."
 
@@ -49,6 +55,7 @@ def _depth(text: str) -> int:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: the object of ``pairs``; raises BadRequestError naming a repeated key."""
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
@@ -65,6 +72,7 @@ class _NonFinite:
 
 
 def _find_non_finite(value: Any, where: str) -> None:
+    """Raise BadRequestError naming the field (``where``) of the first ``NaN``/``Infinity`` in ``value``."""
     if isinstance(value, _NonFinite):
         raise ops.BadRequestError(f"{where}: {value.name} is not a JSON number")
     if isinstance(value, dict):
@@ -76,7 +84,9 @@ def _find_non_finite(value: Any, where: str) -> None:
 
 
 def parse_json(raw: bytes) -> Any:
-    """Parse a request body.
+    """Parse a request body (``raw``: its bytes, UTF-8 JSON) into a JSON value: a dict, list, str, int,
+    float, bool or None. The nesting is checked on the text before parsing (a linear scan), so a
+    hostile body costs no recursion.
 
     Raises:
         BadRequestError: empty, not UTF-8, nested deeper than :data:`MAX_JSON_DEPTH`, not JSON, a
@@ -120,14 +130,20 @@ async def json_object(request: web.Request, fields: frozenset[str] | set[str], *
 
 
 def known_fields(body: dict[str, Any], fields: frozenset[str] | set[str]) -> None:
-    """Raise BadRequestError naming the first field of ``body`` not in ``fields``."""
+    """Check that every key of ``body`` (a parsed JSON object) is in ``fields``; returns nothing.
+
+    Raises:
+        BadRequestError: naming the first unknown field in sorted order (cut to 50 characters) and
+            listing the known ones.
+    """
     unknown = sorted(k for k in body if k not in fields)
     if unknown:
         raise ops.BadRequestError(f"request body: unknown field {unknown[0][:50]!r} (known: {', '.join(sorted(fields))})")
 
 
 def query_choice(request: web.Request, name: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
-    """The query parameter ``name`` when it is one of ``choices`` (``default`` when absent).
+    """The query parameter ``name`` when it is one of ``choices`` (compared exactly, case included),
+    ``default`` when absent.
 
     Raises:
         BadRequestError: ``bad value for query parameter <name>: expected a|b``.

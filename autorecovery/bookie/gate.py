@@ -20,6 +20,10 @@ bookie decides when a message is read:
 
 The refusal message of each method is built from its descriptor (:func:`refusal`), so a method added to
 bookie.proto is gated and refused the same way without code here.
+
+Source: ours (issue 25), after upstream's ``maxAddsInProgressLimit`` / ``maxReadsInProgressLimit``, with
+which a bookie stops reading its channels at the bound (see ``bookie.admission``); gRPC gives no such
+switch per connection, so here each message waits for a receive slot before it is read.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from autorecovery.bookie.admission import Admission
-from autorecovery.bookie.storage import BookieStatusError
+from autorecovery.bookie.status import BookieStatusError
 from autorecovery.bookie.validate import problem
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.rpc.convert import status_code
@@ -45,6 +49,8 @@ MAX_BATCH_ENTRIES = 65_536
 ADD_METHODS = frozenset({"AddEntry", "AddEntries", "AddEntryBatches", "AddStream"})
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["Bookie"]
+#: The key byte of ``AddBatch.entries`` (field 1, wire type 2) on the wire.
+_ENTRY_KEY = b"\x0a"
 
 
 def refusal(method: str, status: str, message: str) -> Any:
@@ -59,6 +65,7 @@ def refusal(method: str, status: str, message: str) -> Any:
 
 
 def _refusal_message(desc: Any, status: str, message: str) -> Message:
+    """A message of type ``desc`` (a protobuf descriptor of bookie.proto) carrying the refusal."""
     cls = getattr(pb, desc.name)
     fields = desc.fields_by_name
     kw: dict[str, Any] = {"status": status_code(status)}
@@ -110,6 +117,7 @@ class _Refused(Exception):
     """A request refused before its handler ran: ``status`` (name) and ``detail``."""
 
     def __init__(self, status: str, detail: str) -> None:
+        """``status``: a status name (``EBADREQ``, ``ETOOMANYREQUESTS``); ``detail``: the one-line reason."""
         super().__init__(detail)
         self.status, self.detail = status, detail
 
@@ -123,9 +131,14 @@ def _parse(method: str, cls: Any, raw: bytes, bookie_id: str) -> Message:
 
 
 def _parse_checked(method: str, cls: Any, raw: bytes) -> Message:
+    """:func:`_parse` without the bookie id in the reason: size, entry count, parse, field checks."""
     if method not in ADD_METHODS and len(raw) > MAX_SMALL_REQUEST_BYTES:
         raise _Refused("EBADREQ", f"{method}: request of {len(raw)} bytes, more than {MAX_SMALL_REQUEST_BYTES}")
-    if cls is pb.AddBatch and _count_top_fields(raw, MAX_BATCH_ENTRIES) > MAX_BATCH_ENTRIES:
+    # every entry of an AddBatch starts with the key byte 0x0a (field 1, length-delimited), so a message
+    # with at most MAX_BATCH_ENTRIES such bytes (any real batch: bytes.count runs at memory speed) holds
+    # at most that many entries; only the others are walked field by field (about 0.4 us per field)
+    if (cls is pb.AddBatch and raw.count(_ENTRY_KEY) > MAX_BATCH_ENTRIES
+            and _count_top_fields(raw, MAX_BATCH_ENTRIES) > MAX_BATCH_ENTRIES):
         raise _Refused("EBADREQ", f"{method}: AddBatch with more than {MAX_BATCH_ENTRIES} entries")
     try:
         msg = cls.FromString(raw)
@@ -150,11 +163,17 @@ class Gate:
         self.bookie_id = bookie_id
 
     def _busy(self) -> _Refused:
+        """The ``ETOOMANYREQUESTS`` refusal when no receive slot is free (names the bookie and its limit)."""
         return _Refused("ETOOMANYREQUESTS", f"bookie {self.bookie_id}: {self.admission.describe_receiving()}")
 
     async def _one(self, method: str, cls: Any, requests: AsyncIterator[bytes]) -> Message:
         """The single message of a unary-request call, read under a receive slot given back once it is
-        parsed (its handler admits it at once, synchronously, or it is a small request)."""
+        parsed (its handler admits it at once, synchronously, or it is a small request).
+
+        Raises:
+            _Refused: ``ETOOMANYREQUESTS`` (no free slot: the message is never read) or ``EBADREQ`` (no
+                message, too large, unparsable, a bad field), naming the bookie and the method.
+        """
         if not self.admission.try_receive():
             raise self._busy()
         try:
@@ -195,7 +214,19 @@ class Gate:
 
     def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """``handler`` re-registered as client-streaming over raw bytes, gated and parsed as the module
-        docstring says; the servicer's behaviour itself is unchanged."""
+        docstring says; the servicer's behaviour itself is unchanged.
+
+        Args:
+            method: the method's name in bookie.proto (``AddEntry``, ``ReadEntryBatches``, ...).
+            handler: the generated code's handler of that method (its response serializer is kept).
+
+        Returns:
+            a ``stream_unary`` handler for a unary-response method, else a ``stream_stream`` one; a
+            refused call gets its method's :func:`refusal` answer, never a gRPC error status.
+
+        Raises:
+            KeyError: ``method`` is not a method of bookie.proto's ``Bookie`` service.
+        """
         cls = getattr(pb, _SERVICE.methods_by_name[method].input_type.name)
         ser = handler.response_serializer
         if handler.unary_unary is not None:

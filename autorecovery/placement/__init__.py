@@ -1,7 +1,8 @@
 """Ensemble placement: topology, rack/region/zone-aware policies, disk weights, adherence, minimum-swap repair.
 
-PURE library shared by the client, the Auditor and the ReplicationWorker (no I/O; the script resolver is the
-only ``subprocess`` user). Everything below is importable from ``autorecovery.placement``:
+PURE library (lowest floor) shared by the client, the Auditor and the ReplicationWorker (no I/O; the script
+resolver is the only ``subprocess`` user). It may import only the PURE core (``ledger``, ``errors``,
+``config.keys``); ``.importlinter`` fails anything higher. Everything below is importable from ``autorecovery.placement``:
 
 * :class:`PlacementConfig` (``from_properties`` with upstream key names), :class:`ConfigError`;
 * resolvers :class:`StaticResolver`, :class:`PulsarRackResolver`, :class:`ScriptResolver`;

@@ -256,31 +256,16 @@ async def test_heal_between_mtls_bookie_processes_goes_by_pull_entries(zk_server
     """Issue 25: TLS bookies requiring client certificates (``autorecovery bookie --tls-* --tls-client-auth``
     processes) pull from each other, each presenting its own certificate to the source: a daemon heals a
     stopped bookie's ledger by PullEntries and the data reads back."""
-    import io
+    from autorecovery.testing.bookie_proc import BookieProcess
+    from tls_certs import (bookie_tls_flags, client_tls, init_test_cluster, make_ca, mtls_daemon, read_back,
+                           wait_healed, write_ledger)
 
-    from autorecovery.client.bookkeeper import BookKeeper
-    from autorecovery.config.load import load_settings
-    from autorecovery.daemon import Daemon
-    from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY, BookieTls
-    from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
-    from autorecovery.zk.bridge import ZkClient, wait_for
-    from autorecovery.zk.ledgers import LedgerStore, init_cluster
-    from autorecovery.zk.paths import Paths
-    from test_shell_support import FAST
-    from tls_certs import make_ca
-
-    cluster = await format_test_cluster(zk_server.connect_string)
-    zk = await ZkClient(cluster).start()
-    try:
-        await init_cluster(zk, Paths("/ledgers"))
-    finally:
-        await zk.stop()
+    cluster = await init_test_cluster(zk_server.connect_string)
     ca = make_ca(tmp_path / "pki", "ours")
     b, c = ca.issue("bookie"), ca.issue("client")
-    tls = BookieTls(enabled=True, client_auth=True, cert_path=c.cert, key_path=c.key, trust_path=ca.path)
+    tls = client_tls(c.cert, c.key, ca.path)
     procs = [BookieProcess(["--zk", cluster, "--data-dir", str(tmp_path / f"b{i}"), "--port", "0",
-                            "--log-format", "json", "--tls-cert", b.cert, "--tls-key", b.key,
-                            "--tls-trust-store", ca.path, "--tls-client-auth"], tmp_path / f"b{i}.log")
+                            "--log-format", "json", *bookie_tls_flags(b.cert, b.key, ca.path)], tmp_path / f"b{i}.log")
              for i in range(3)]
     d = None
     try:
@@ -290,42 +275,15 @@ async def test_heal_between_mtls_bookie_processes_goes_by_pull_entries(zk_server
             assert all([await tls_client.pulls(i) for i in ids])  # a TLS bookie reports PULL_ENTRIES
         finally:
             await tls_client.close()
-        bk = await BookKeeper.connect(cluster, tls=tls)
-        try:
-            lh = await bk.create_ledger(2, 2, 2)
-            for e in range(30):
-                await lh.add_entry(b"entry-%d" % e)
-            await lh.close()
-            lid, ensemble = lh.ledger_id, list(lh.metadata.segments[0].ensemble)
-        finally:
-            await bk.close()
+        lid, ensemble = await write_ledger(cluster, tls, quorums=(2, 2, 2), entries=30)
         victim = procs[ids.index(ensemble[0])]
         victim.stop()
         await victim.await_exit(30)
-        settings = load_settings(None, env={}, overrides={
-            **FAST, "zkServers": cluster, "bookieId": "127.0.0.1:1", "httpServerEnabled": "false",
-            "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY, "tlsClientAuthentication": "true",
-            "tlsKeyStore": c.key, "tlsCertificatePath": c.cert, "tlsTrustStore": ca.path})
-        d = Daemon(settings, out=io.StringIO())
+        d = mtls_daemon(cluster, c.cert, c.key, ca.path)
         await d.start()
-        zk = await ZkClient(cluster).start()
-        try:
-            store = LedgerStore(zk, Paths("/ledgers"))
-
-            async def healed() -> bool:
-                md, _ = await store.read(lid)
-                return ensemble[0] not in md.all_bookies()
-
-            assert await wait_for(healed, 60, interval_s=0.2), "the daemon never replaced the stopped bookie"
-        finally:
-            await zk.stop()
+        await wait_healed(cluster, lid, ensemble[0], 60)
         assert d.worker.copier.pulls > 0, "the copy went through the worker, not by PullEntries"
-        bk = await BookKeeper.connect(cluster, tls=tls)
-        try:
-            h = await bk.open_ledger(lid)
-            assert [e.payload for e in await h.read_entries(0, 29)] == [b"entry-%d" % e for e in range(30)]
-        finally:
-            await bk.close()
+        assert await read_back(cluster, tls, lid, 30) == [b"entry-%d" % e for e in range(30)]
     finally:
         if d is not None:
             await d.stop()

@@ -210,3 +210,15 @@ async def test_a_batch_of_adds_is_one_operation_with_one_outcome(store: BookieSt
     assert await store.list_entries(8) == [(0, 49), (60, 61)]
     with pytest.raises(ValueError, match="ledger 8"):
         store.submit_adds(8, b"k", [])
+
+
+async def test_adds_whose_headers_the_caller_read_keep_their_lacs_and_sizes(store: BookieStorage) -> None:
+    """``submit_adds(lacs=, nbytes=)`` (the service read each header once already): the ledger's LAC is
+    the largest of ``lacs``, the entries are stored as given; LACs not one per entry are refused."""
+    entries = [(e, body(9, e, e - 1)) for e in range(5)]
+    lacs = [e - 1 for e in range(5)]
+    assert await store.submit_adds(9, b"k", entries, lacs=lacs, nbytes=sum(len(b) for _e, b in entries)) is None
+    assert await store.read_lac(9) == 3
+    assert [(await store.read_entry(9, e))[1] for e in range(5)] == [b for _e, b in entries]
+    with pytest.raises(ValueError, match="ledger 9: 1 LACs for 2 entries"):
+        store.submit_adds(9, b"k", entries[:2], lacs=[0])

@@ -18,7 +18,6 @@ import pytest
 from click.testing import CliRunner
 
 from autorecovery.bookie.server import BookieConfig, BookieServer
-from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.cli.bookie import bookie_command
 from autorecovery.config.load import load_settings
 from autorecovery.daemon import Daemon
@@ -26,11 +25,8 @@ from autorecovery.errors import BookieUnavailableError, ConfigError
 from autorecovery.ledger.digest import pack_entry
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY, BookieTls, ServerTls
-from autorecovery.testing.bookie_proc import format_test_cluster
-from autorecovery.zk.bridge import ZkClient, wait_for
-from autorecovery.zk.ledgers import LedgerStore, init_cluster
-from autorecovery.zk.paths import Paths
-from tls_certs import make_ca
+from autorecovery.zk.bridge import wait_for
+from tls_certs import client_tls, init_test_cluster, make_ca, mtls_daemon, read_back, wait_healed, write_ledger
 
 pytestmark = pytest.mark.integration
 
@@ -49,13 +45,7 @@ def pki(tmp_path):
 @pytest.fixture
 async def cluster(zk_server):
     """A fresh chroot formatted as ``cluster init`` does (LAYOUT, INSTANCEID, ...)."""
-    connect = await format_test_cluster(zk_server.connect_string)
-    zk = await ZkClient(connect).start()
-    try:
-        await init_cluster(zk, Paths("/ledgers"))
-    finally:
-        await zk.stop()
-    return connect
+    return await init_test_cluster(zk_server.connect_string)
 
 
 @pytest.fixture
@@ -76,10 +66,7 @@ async def tls_bookies(cluster, tmp_path, pki):
 
 
 def _client_tls(pki, **kw) -> BookieTls:
-    args = dict(enabled=True, client_auth=True, cert_path=pki["client"].cert, key_path=pki["client"].key,
-                trust_path=pki["ca"].path)
-    args.update(kw)
-    return BookieTls(**args)
+    return client_tls(pki["client"].cert, pki["client"].key, pki["ca"].path, **kw)
 
 
 async def test_mtls_client_works_and_wrong_peers_are_refused(tls_bookies, pki):
@@ -128,49 +115,20 @@ async def test_client_refuses_a_bookie_certificate_without_its_ip(cluster, tmp_p
 
 
 async def test_daemon_heals_a_stopped_bookie_over_mtls(cluster, tls_bookies, pki):
-    from test_shell_support import FAST
-
     bookies = [await tls_bookies(f"b{i}") for i in range(3)]
     tls = _client_tls(pki)
-    bk = await BookKeeper.connect(cluster, tls=tls)
-    try:
-        lh = await bk.create_ledger(2, 2, 2)
-        for e in range(20):
-            await lh.add_entry(b"entry-%d" % e)
-        await lh.close()
-        lid = lh.ledger_id
-        ensemble = list(lh.metadata.segments[0].ensemble)
-    finally:
-        await bk.close()
+    lid, ensemble = await write_ledger(cluster, tls, quorums=(2, 2, 2), entries=20)
     victim = next(b for b in bookies if b.bookie_id == ensemble[0])
     await victim.stop()
 
-    settings = load_settings(None, env={}, overrides={
-        **FAST, "zkServers": cluster, "bookieId": "127.0.0.1:1", "httpServerEnabled": "false",
-        "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY, "tlsClientAuthentication": "true",
-        "tlsKeyStoreType": "PEM", "tlsKeyStore": pki["client"].key, "tlsCertificatePath": pki["client"].cert,
-        "tlsTrustStoreType": "PEM", "tlsTrustStore": pki["ca"].path})
-    assert settings.tls.enabled and settings.tls.client_auth
-    d = Daemon(settings, out=io.StringIO())
+    d = mtls_daemon(cluster, pki["client"].cert, pki["client"].key, pki["ca"].path,
+                    tlsKeyStoreType="PEM", tlsTrustStoreType="PEM")
     await d.start()
-    zk = await ZkClient(cluster).start()
     try:
-        store = LedgerStore(zk, Paths("/ledgers"))
-
-        async def healed() -> bool:
-            md, _ = await store.read(lid)
-            return victim.bookie_id not in md.all_bookies()
-
-        assert await wait_for(healed, 60, interval_s=0.2), "the daemon never replaced the stopped bookie"
+        await wait_healed(cluster, lid, victim.bookie_id, 60)
     finally:
-        await zk.stop()
         await d.stop()
-    bk = await BookKeeper.connect(cluster, tls=tls)
-    try:
-        h = await bk.open_ledger(lid)
-        assert [e.payload for e in await h.read_entries(0, 19)] == [b"entry-%d" % e for e in range(20)]
-    finally:
-        await bk.close()
+    assert await read_back(cluster, tls, lid, 20) == [b"entry-%d" % e for e in range(20)]
 
 
 def test_settings_refuse_jks_and_unreadable_pem(tmp_path, pki):

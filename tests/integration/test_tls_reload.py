@@ -15,7 +15,6 @@ processes, a real daemon and a real ZooKeeper.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -25,20 +24,16 @@ import pytest
 from structlog.testing import capture_logs
 
 from autorecovery.bookie.server import BookieConfig, BookieServer
-from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.config.load import load_settings
-from autorecovery.daemon import Daemon
 from autorecovery.errors import BookieUnavailableError
 from autorecovery.ledger.digest import pack_entry
-from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY, BookieTls, ServerTls
+from autorecovery.rpc.tls import BookieTls, ServerTls
 from autorecovery.rpc.tls_reload import CERT, KEY, TRUST, PemFile, PemFiles
 from autorecovery.rpc.transport import BookieClient
-from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
+from autorecovery.testing.bookie_proc import BookieProcess
 from autorecovery.testing.zk_server import free_port
-from autorecovery.zk.bridge import ZkClient, wait_for
-from autorecovery.zk.ledgers import LedgerStore, init_cluster
-from autorecovery.zk.paths import Paths
-from tls_certs import make_ca
+from autorecovery.zk.bridge import wait_for
+from tls_certs import (bookie_tls_flags, client_tls, init_test_cluster, make_ca, mtls_daemon, read_back,
+                       wait_healed, write_ledger)
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +63,7 @@ class Live:
         _put(self.cert, Path(issued.cert).read_bytes())
 
     def client_tls(self, refresh_s: float = 0) -> BookieTls:
-        return BookieTls(enabled=True, client_auth=True, cert_path=self.cert, key_path=self.key,
-                         trust_path=self.ca, refresh_s=refresh_s)
+        return client_tls(self.cert, self.key, self.ca, refresh_s=refresh_s)
 
     def server_tls(self, refresh_s: float = 0) -> ServerTls:
         return ServerTls(cert_path=self.cert, key_path=self.key, trust_path=self.ca, client_auth=True,
@@ -88,13 +82,7 @@ def pki(tmp_path):
 
 @pytest.fixture
 async def cluster(zk_server):
-    connect = await format_test_cluster(zk_server.connect_string)
-    zk = await ZkClient(connect).start()
-    try:
-        await init_cluster(zk, Paths("/ledgers"))
-    finally:
-        await zk.stop()
-    return connect
+    return await init_test_cluster(zk_server.connect_string)
 
 
 def test_a_new_version_is_taken_whole_or_not_at_all_with_one_warning(tmp_path, pki):
@@ -167,8 +155,8 @@ async def test_a_failed_handshake_after_a_rotation_reopens_the_channel_with_the_
 
 def _bookie(cluster: str, tmp_path: Path, name: str, files: Live) -> BookieProcess:
     return BookieProcess(["--zk", cluster, "--data-dir", str(tmp_path / name), "--port", "0", "--log-format", "json",
-                          "--tls-cert", files.cert, "--tls-key", files.key, "--tls-trust-store", files.ca,
-                          "--tls-client-auth", "--tls-cert-files-refresh-seconds", "1"], tmp_path / f"{name}.log")
+                          *bookie_tls_flags(files.cert, files.key, files.ca), "--tls-cert-files-refresh-seconds", "1"],
+                         tmp_path / f"{name}.log")
 
 
 def _events(p: BookieProcess, event: str) -> list[dict]:
@@ -195,37 +183,22 @@ async def _refused(bookie_id: str, tls: BookieTls) -> bool:
 
 
 async def test_ca_replaced_under_a_live_daemon_and_live_bookies(cluster, tmp_path, pki):
-    from test_shell_support import FAST
-
     bookie_files = Live(tmp_path / "bookie-live", "bookie")
     bookie_files.install(pki["ca1"], pki["bookie1"])
     daemon_files = Live(tmp_path / "daemon-live", "client")
     daemon_files.install(pki["ca1"], pki["client1"])
-    old_only = BookieTls(enabled=True, client_auth=True, cert_path=pki["client1"].cert, key_path=pki["client1"].key,
-                         trust_path=pki["ca1"].path)
+    old_only = client_tls(pki["client1"].cert, pki["client1"].key, pki["ca1"].path)
     procs = [_bookie(cluster, tmp_path, f"b{i}", bookie_files) for i in range(3)]
     d = None
     reader = BookieClient(timeout_s=5, tls=daemon_files.client_tls(refresh_s=1))
     try:
         ids = [await p.await_ready() for p in procs]
-        bk = await BookKeeper.connect(cluster, tls=old_only)
-        try:
-            lh = await bk.create_ledger(3, 3, 2)
-            for e in range(20):
-                await lh.add_entry(b"entry-%d" % e)
-            await lh.close()
-            lid = lh.ledger_id
-        finally:
-            await bk.close()
+        lid, _ensemble = await write_ledger(cluster, old_only, quorums=(3, 3, 2), entries=20)
         assert (await reader.read_entry(ids[1], lid, 0)).body.endswith(b"entry-0")
 
-        settings = load_settings(None, env={}, overrides={
-            **FAST, "zkServers": cluster, "bookieId": "127.0.0.1:1", "httpServerEnabled": "false",
-            "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY, "tlsClientAuthentication": "true",
-            "tlsKeyStore": daemon_files.key, "tlsCertificatePath": daemon_files.cert,
-            "tlsTrustStore": daemon_files.ca, "tlsCertFilesRefreshDurationSeconds": "1"})
-        assert settings.tls.refresh_s == 1
-        d = Daemon(settings, out=io.StringIO())
+        d = mtls_daemon(cluster, daemon_files.cert, daemon_files.key, daemon_files.ca,
+                        tlsCertFilesRefreshDurationSeconds="1")
+        assert d.settings.tls.refresh_s == 1
         await d.start()
 
         # a partial bookie certificate: every bookie keeps serving the old one, and says so once
@@ -254,28 +227,12 @@ async def test_ca_replaced_under_a_live_daemon_and_live_bookies(cluster, tmp_pat
         victim = procs[0]
         victim.stop()
         await victim.await_exit(30)
-        zk = await ZkClient(cluster).start()
-        try:
-            store = LedgerStore(zk, Paths("/ledgers"))
-
-            async def healed() -> bool:
-                md, _ = await store.read(lid)
-                return ids[0] not in md.all_bookies()
-
-            assert await wait_for(healed, 90, interval_s=0.2), "the daemon never replaced the stopped bookie"
-            md, _ = await store.read(lid)
-            assert ids[3] in md.all_bookies()
-        finally:
-            await zk.stop()
+        md = await wait_healed(cluster, lid, ids[0], 90)
+        assert ids[3] in md.all_bookies()
         assert d.worker.copier.pulls > 0, "the heal did not go by PullEntries between the rotated bookies"
         # the long-lived client reads from the new bookie with the rotated files, without a restart
         assert (await reader.read_entry(ids[3], lid, 19)).body.endswith(b"entry-19")
-        bk = await BookKeeper.connect(cluster, tls=daemon_files.client_tls())
-        try:
-            h = await bk.open_ledger(lid)
-            assert [e.payload for e in await h.read_entries(0, 19)] == [b"entry-%d" % e for e in range(20)]
-        finally:
-            await bk.close()
+        assert await read_back(cluster, daemon_files.client_tls(), lid, 20) == [b"entry-%d" % e for e in range(20)]
     finally:
         await reader.close()
         if d is not None:

@@ -3,11 +3,17 @@
 ``make_ca(dir, name)`` writes ``<name>-ca.pem`` and returns a :class:`Ca`; ``ca.issue(name, ips=...)``
 writes ``<name>.pem`` (certificate) and ``<name>-key.pem`` (unencrypted PKCS#8 key) signed by it, with
 IP SANs (bookie ids are ``127.0.0.x:port``) and DNS SANs. EC P-256 keys: fast to generate.
+
+The mTLS heal set-up the TLS tests share (``test_tls.py``, ``test_tls_reload.py``, ``test_bookie_pull.py``)
+is here too: :func:`client_tls` (a client's mTLS settings), :func:`bookie_tls_flags` (an ``autorecovery
+bookie`` process's), :func:`init_test_cluster`, :func:`write_ledger`, :func:`mtls_daemon` (a daemon with
+upstream's TLS keys), :func:`wait_healed` and :func:`read_back`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +22,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.config.load import load_settings
+from autorecovery.daemon import Daemon
+from autorecovery.ledger.metadata import LedgerMetadata
+from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY, BookieTls
+from autorecovery.testing.bookie_proc import format_test_cluster
+from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.ledgers import LedgerStore, init_cluster
+from autorecovery.zk.paths import Paths
 
 
 @dataclass(frozen=True)
@@ -89,3 +105,87 @@ def make_ca(directory: Path, name: str = "test") -> Ca:
     path = directory / f"{name}-ca.pem"
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return Ca(directory, name, key, cert, str(path))
+
+
+# -- the mTLS heal set-up ------------------------------------------------------------------------------
+
+
+def client_tls(cert: str, key: str, trust: str, **kw: object) -> BookieTls:
+    """A client's mTLS settings: present ``cert``/``key`` (PEM paths), trust the CA in ``trust``;
+    ``kw`` overrides any :class:`BookieTls` field (``refresh_s``, ``client_auth``, ...)."""
+    args: dict = dict(enabled=True, client_auth=True, cert_path=cert, key_path=key, trust_path=trust)
+    args.update(kw)
+    return BookieTls(**args)
+
+
+def bookie_tls_flags(cert: str, key: str, trust: str) -> list[str]:
+    """The flags of an ``autorecovery bookie`` process that serves TLS and requires client certificates."""
+    return ["--tls-cert", cert, "--tls-key", key, "--tls-trust-store", trust, "--tls-client-auth"]
+
+
+async def init_test_cluster(zk_connect: str) -> str:
+    """A fresh chroot formatted as ``cluster init`` does (LAYOUT, INSTANCEID, ...); its connect string."""
+    connect = await format_test_cluster(zk_connect)
+    zk = await ZkClient(connect).start()
+    try:
+        await init_cluster(zk, Paths("/ledgers"))
+    finally:
+        await zk.stop()
+    return connect
+
+
+async def write_ledger(cluster: str, tls: BookieTls, *, quorums: tuple[int, int, int] = (2, 2, 2),
+                       entries: int = 20) -> tuple[int, list[str]]:
+    """Create a ledger of ``quorums`` (E, WQ, AQ) over mTLS, add ``entries`` entries ``b"entry-<n>"``
+    and close it; returns ``(ledger id, the first segment's ensemble)``."""
+    bk = await BookKeeper.connect(cluster, tls=tls)
+    try:
+        lh = await bk.create_ledger(*quorums)
+        for e in range(entries):
+            await lh.add_entry(b"entry-%d" % e)
+        await lh.close()
+        return lh.ledger_id, list(lh.metadata.segments[0].ensemble)
+    finally:
+        await bk.close()
+
+
+def mtls_daemon(cluster: str, cert: str, key: str, trust: str, **overrides: str) -> Daemon:
+    """A daemon (not started) on ``cluster`` with the tests' fast timings, no HTTP, and upstream's TLS
+    keys set for mTLS with ``cert``/``key`` (PEM) and the CA in ``trust``; ``overrides`` add or replace
+    config keys."""
+    from test_shell_support import FAST
+
+    settings = load_settings(None, env={}, overrides={
+        **FAST, "zkServers": cluster, "bookieId": "127.0.0.1:1", "httpServerEnabled": "false",
+        "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY, "tlsClientAuthentication": "true",
+        "tlsKeyStore": key, "tlsCertificatePath": cert, "tlsTrustStore": trust, **overrides})
+    assert settings.tls.enabled and settings.tls.client_auth
+    return Daemon(settings, out=io.StringIO())
+
+
+async def wait_healed(cluster: str, ledger_id: int, gone: str, timeout_s: float = 60) -> LedgerMetadata:
+    """Wait until no segment of the ledger's metadata names bookie ``gone`` (the daemon replaced it);
+    returns that metadata. Fails the test after ``timeout_s`` seconds."""
+    zk = await ZkClient(cluster).start()
+    try:
+        store = LedgerStore(zk, Paths("/ledgers"))
+
+        async def healed() -> bool:
+            md, _ = await store.read(ledger_id)
+            return gone not in md.all_bookies()
+
+        assert await wait_for(healed, timeout_s, interval_s=0.2), "the daemon never replaced the stopped bookie"
+        md, _ = await store.read(ledger_id)
+        return md
+    finally:
+        await zk.stop()
+
+
+async def read_back(cluster: str, tls: BookieTls, ledger_id: int, entries: int) -> list[bytes]:
+    """The payloads of the ledger's entries ``0..entries-1``, read over mTLS."""
+    bk = await BookKeeper.connect(cluster, tls=tls)
+    try:
+        h = await bk.open_ledger(ledger_id)
+        return [e.payload for e in await h.read_entries(0, entries - 1)]
+    finally:
+        await bk.close()

@@ -51,3 +51,19 @@ def test_good_requests_pass_and_a_long_id_is_not_echoed_whole():
     assert add_problem(pb.AddRequest(ledger_id=1, entry_id=0, master_key=MK, flags=pb.RECOVERY_ADD)) is None
     msg = problem(pb.PullRequest(ledger_id=1, master_key=MK, source_bookie_id="\x01" * 200))
     assert msg is not None and len(msg) < 120
+
+
+def test_the_add_streams_field_check_gives_each_add_the_same_answer_as_the_message_check():
+    """``add_fields_problem`` (the add streams' per-entry check, on fields taken out once) answers every
+    add, good or bad, exactly as the field-by-field check of the message does."""
+    from autorecovery.bookie import validate
+
+    cases = [(1, 0, 0, MK), (1, 0, pb.RECOVERY_ADD, MK), (0, 2**63 - 1, 0, b"k"),
+             (1, 0, 0, b"k" * MAX_MASTER_KEY_BYTES), (-1, 0, 0, MK), (1, -1, 0, MK), (1, 0, 2, MK),
+             (1, 0, 2**31, MK), (1, 0, 0, b""), (1, 0, 0, b"k" * (MAX_MASTER_KEY_BYTES + 1)), (-1, -1, 2, b"")]
+    for lid, eid, flags, key in cases:
+        slow = validate._first(validate._nonneg(ledger_id=lid, entry_id=eid),
+                               validate._bits("flags", flags, pb.AddFlag), validate._key(key, "an add"))
+        assert validate.add_fields_problem(lid, eid, flags, key) == slow, (lid, eid, flags, key)
+        msg = pb.AddRequest(ledger_id=lid, entry_id=eid, flags=flags, master_key=key)
+        assert add_problem(msg) == slow
