@@ -1,22 +1,14 @@
-"""The reference bookie's gRPC server set-up: channel options, binding (plaintext or TLS) and the
-servicer's registration behind the receive gate (EDGE; imports ``bookie.limits``, ``bookie.gate``,
-``rpc.tls``, ``rpc.wire``).
+"""The reference bookie's gRPC server set-up: channel options and binding (plaintext or TLS) (EDGE;
+imports ``bookie.limits``, ``rpc.tls``). The servicer's registration behind the receive gate is
+:func:`autorecovery.bookie.service.add_service`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import grpc
 
-from autorecovery.bookie.gate import Gate
 from autorecovery.bookie.limits import DEFAULT_MAX_CONNECTIONS, GRPC_HEADROOM, STREAM_LOOKAHEAD_BYTES
 from autorecovery.rpc.tls import ServerTls
-from autorecovery.rpc.wire import add_bookie_servicer
-
-if TYPE_CHECKING:
-    from autorecovery.bookie.service import BookieService
-
 
 def grpc_server_options(max_entry_size: int, max_concurrent_streams: int = 1000,
                         max_connections: int = DEFAULT_MAX_CONNECTIONS) -> list[tuple[str, int]]:
@@ -69,11 +61,3 @@ def build_grpc_server(host: str, port: int, max_entry_size: int, *, max_concurre
     if bound == 0:
         raise RuntimeError(f"cannot bind the bookie gRPC server to {addr} (port in use?)")
     return server, bound
-
-
-def add_service(server: grpc.aio.Server, service: BookieService) -> None:
-    """Register ``service`` as the ``autorecovery.bookie.Bookie`` servicer of ``server``, its batch
-    answers encoded by :func:`autorecovery.rpc.wire.encode_batch`, every method behind the receive
-    slots and request checks of :class:`autorecovery.bookie.gate.Gate`."""
-    gate = Gate(service.admission, service.bookie_id)
-    add_bookie_servicer(service, server, wrap=gate.wrap)

@@ -44,7 +44,7 @@ import structlog
 from autorecovery.bookie.add_handlers import AddHandlers
 from autorecovery.bookie.admission import Admission, AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe
-from autorecovery.bookie.grpc_server import add_service as add_service
+from autorecovery.bookie.gate import Gate
 from autorecovery.bookie.grpc_server import build_grpc_server as build_grpc_server
 from autorecovery.bookie.grpc_server import grpc_server_options as grpc_server_options
 from autorecovery.bookie.limits import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
@@ -59,6 +59,7 @@ from autorecovery.bookie.read_handlers import ReadHandlers
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
+from autorecovery.rpc.wire import add_bookie_servicer
 
 if TYPE_CHECKING:
     from autorecovery.rpc.bookie_client import GrpcBookieClient
@@ -148,3 +149,11 @@ class BookieService(AddHandlers, ReadHandlers, PullHandler, pb_grpc.BookieServic
         if request.requested & pb.FREE_DISK_SPACE:
             resp.free_disk_space = usage.free_bytes
         return resp
+
+
+def add_service(server: grpc.aio.Server, service: BookieService) -> None:
+    """Register ``service`` as the ``autorecovery.bookie.Bookie`` servicer of ``server``, its batch
+    answers encoded by :func:`autorecovery.rpc.wire.encode_batch`, every method behind the receive
+    slots and request checks of :class:`autorecovery.bookie.gate.Gate`."""
+    gate = Gate(service.admission, service.bookie_id)
+    add_bookie_servicer(service, server, wrap=gate.wrap)
