@@ -292,9 +292,11 @@ def report_side(r: dict, lim: limits.Limits) -> None:
           f"expiry + the audit, to the first marker) + {copy_s:.2f}s healing; {r['cache']}")
     print(f"  heal:      {r['rate']:8.1f} MB/s from the kill ({r['bytes'] / 2**20:.0f} MiB; {r['rate_copy']:.1f} MB/s "
           f"after detection); {lim.fractions(r['rate'])}")
+    small = r["bytes"] <= r["ledgers"] * 2**20  # small ledgers: project the issue's 10,000
     print(f"  ledgers:   {r['ledgers'] / dt:8.1f} ledgers/s from the kill ({r['ledgers']} ledgers stored entries on the victim; "
-          f"{r['ledgers'] / copy_s:.1f}/s after detection; 10,000 such ledgers at this rate: "
-          f"{detect + 10000 / max(1e-9, r['ledgers'] / copy_s):.0f} s from the kill, issue 29 target < 60 s)")
+          f"{r['ledgers'] / copy_s:.1f}/s after detection"
+          + (f"; 10,000 such ledgers at this rate: {detect + 10000 / max(1e-9, r['ledgers'] / copy_s):.0f} s from the "
+             f"kill, issue 29 target < 60 s)" if small else ")"))
     print(f"  streams:   peak {r['peak']}, mean {r['mean']:.1f} while healing (stream-slot znodes); "
           f"{workers} of {len(r['copied'])} daemons copied: "
           + ", ".join(f"{i}: {b / 2**20:.0f} MiB" for i, b in sorted(r["copied"].items())))
