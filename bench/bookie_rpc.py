@@ -8,7 +8,9 @@ One in-process bookie (SQLite store + gRPC service, no ZooKeeper), one BookieCli
 - one AddEntries client stream (pipelined into the group-commit writer);
 - sequential ReadEntry, and one ReadEntries server stream over the same entries.
 
-It prints each figure and its ratio to the baseline (writes) or to sequential reads (reads).
+It prints each figure and its ratio to the baseline (writes) or to sequential reads (reads), and the
+machine's own limits (``bench/limits.py``: fdatasync write and loopback TCP rates) with the fraction of
+each every figure reached.
 Not a test: ``python bench/bookie_rpc.py [--quick]``.
 """
 
@@ -22,7 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import limits  # noqa: E402
 from autorecovery.bookie.disk import DiskProbe  # noqa: E402
 from autorecovery.bookie.service import BookieService, add_service, build_grpc_server  # noqa: E402
 from autorecovery.bookie.storage import BookieStorage  # noqa: E402
@@ -32,7 +36,7 @@ from autorecovery.rpc.transport import BookieClient  # noqa: E402
 MK = b"bench"
 
 
-async def run(size: int, n: int, data_dir: Path) -> None:
+async def run(size: int, n: int, data_dir: Path, lim: limits.Limits) -> None:
     storage = BookieStorage(data_dir, name="bench")
     await asyncio.to_thread(storage.open)
     server, port = build_grpc_server("127.0.0.1", 0, 5 * 1024 * 1024)
@@ -52,7 +56,7 @@ async def run(size: int, n: int, data_dir: Path) -> None:
         dt = time.perf_counter() - t
         rate = count / dt
         print(f"  {label:<34} {rate:>10.0f} entries/s {rate * size / 1e6:>8.1f} MB/s "
-              f"({storage.commits - c0} commits)")
+              f"({storage.commits - c0} commits; {lim.fractions(rate * size / 1e6)})")
         return rate
 
     print(f"entries of {size} bytes, {n} per run")
@@ -101,9 +105,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer entries")
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        lim = limits.measure(Path(d))
+        print(lim.line(Path(d)))
     for size, n in ((1024, 500 if args.quick else 3000), (64 * 1024, 100 if args.quick else 600)):
         with tempfile.TemporaryDirectory() as d:
-            asyncio.run(run(size, n, Path(d)))
+            asyncio.run(run(size, n, Path(d), lim))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from autorecovery.client.bookkeeper import BookKeeper  # noqa: E402
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
 from autorecovery.rpc.transport import BookieClient  # noqa: E402
 from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
+import limits  # noqa: E402
 from nullbookie import MAX_MSG, spawn_null, stop  # noqa: E402
 
 
@@ -35,10 +36,11 @@ async def raw_grpc(size: int, count: int, ensemble: int = 3, wq: int = 2) -> tup
     Same fan-out and bytes as the client: each null bookie runs in its own process; writes stripe
     round-robin (entry ``e`` goes to bookies ``e..e+wq-1 mod ensemble``, every copy sent) with one
     AddEntries stream per bookie, all in parallel; reads fetch each entry once, ``ensemble`` ReadEntries
-    streams in parallel (the client reads each write set from its first bookie).
+    streams in parallel (the client reads each write set from its first bookie), served from pre-built
+    bodies (``bench/nullbookie.py --prebuild``: the transport's ceiling, not entry building).
     """
     body = pack_entry(1, 0, -1, size, b"x" * size)
-    servers = [spawn_null(size) for _ in range(ensemble)]
+    servers = [spawn_null(size, (1, 1, count)) for _ in range(ensemble)]  # reads served from pre-built bodies
     ids = [bid for _p, bid in servers]
     bc = BookieClient(max_message_bytes=MAX_MSG)
     try:
@@ -105,6 +107,8 @@ def main() -> None:
     args = ap.parse_args()
     plans = [(1024, 2000 if args.quick else 10000), (64 * 1024, 200 if args.quick else 1000)]
     with tempfile.TemporaryDirectory() as d:
+        lim = limits.measure(Path(d))
+        print(lim.line(Path(d)))
         cluster = LocalCluster(Path(d), bookies=3, racks=1)
         cluster.up()
         try:
@@ -112,7 +116,8 @@ def main() -> None:
             for size, count in plans:
                 cw, cr = asyncio.run(client_rates(cluster, size, count))
                 rw, rr = asyncio.run(raw_grpc(size, count))
-                print(f"{size:>7}B {cw:>13.2f} {rw:>10.2f} {cw / rw:>6.2f} {cr:>12.2f} {rr:>9.2f} {cr / rr:>6.2f}")
+                print(f"{size:>7}B {cw:>13.2f} {rw:>10.2f} {cw / rw:>6.2f} {cr:>12.2f} {rr:>9.2f} {cr / rr:>6.2f}  "
+                      f"(client write: {lim.fractions(cw)})")
         finally:
             cluster.down()
 

@@ -5,11 +5,19 @@
 ``max_batch_bytes``, as the reference bookie does); ``PullEntries`` reads the range from the source with
 the batched framing and reports every entry stored without storing it (the raw one-hop baseline of a
 bookie-to-bookie copy); GetBookieInfo reports ``BATCHED_ENTRIES`` and ``PULL_ENTRIES``, so a client
-uses the same framing with a null bookie as with a real one. Each server runs in a child process (``spawn_null``) so that a baseline pays
-the same process boundary, kernel loopback and serialisation as the bookies it is compared with
-(issue 13: a baseline server inside the client's own process is not a fair baseline).
+uses the same framing with a null bookie as with a real one. Each server runs in a child process
+(``spawn_null``) so that a baseline pays the same process boundary, kernel loopback and serialisation
+as the bookies it is compared with (issue 13: a baseline server inside the client's own process is
+not a fair baseline).
 
-    python bench/nullbookie.py PORT [--entry-size BYTES]   # prints NULL_READY once serving
+**Pre-built bodies** (issue 29): with ``--prebuild FIRST:COUNT:ENTRIES`` the server packs (header +
+CRC32C) and serializes every entry of ledgers ``FIRST .. FIRST+COUNT-1``, ids ``0 .. ENTRIES-1``, before
+it prints ``NULL_READY``, each already framed as a ``ReadBatch`` element; a ``ReadEntryBatches`` of
+those ledgers then costs one ``bytes.join`` per message (about 1 MiB), nothing per entry, so the
+baseline is the transport's ceiling, not the cost of building entries on the fly (which was about
+70% of a 128 MiB window). Ranges outside the pre-built set are built on the fly as before.
+
+    python bench/nullbookie.py PORT [--entry-size BYTES] [--prebuild FIRST:COUNT:ENTRIES]   # prints NULL_READY
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from autorecovery.bookie.service import FEATURES, MAX_READ_BATCH_BYTES, PULL_REP
 from autorecovery.ledger.digest import pack_entry  # noqa: E402
 from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
 from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
-from autorecovery.rpc.wire import add_bookie_servicer  # noqa: E402
+from autorecovery.rpc.wire import _TAG_ENTRIES, _varint, add_bookie_servicer, encode_batch  # noqa: E402
 from autorecovery.testing.zk_server import free_port  # noqa: E402
 
 MAX_MSG = 16 << 20
@@ -40,10 +48,22 @@ READY = "NULL_READY"
 class NullBookie(pbg.BookieServicer):
     """Swallows adds; serves reads with ``entry_size``-byte payloads packed as real entries."""
 
-    def __init__(self, entry_size: int) -> None:
+    def __init__(self, entry_size: int, prebuild: tuple[int, int, int] | None = None) -> None:
         self.blob = os.urandom(entry_size)
         self.entry_size = entry_size
         self.peers = None
+        #: ledger id -> framed ``ReadBatch`` elements (tag, length, serialized ReadResponse) by entry id
+        self.framed: dict[int, list[bytes]] = {}
+        self.body_len = entry_size
+        if prebuild is not None:
+            first, count, entries = prebuild
+            for lid in range(first, first + count):
+                rows = []
+                for resp in self._built(lid, 0, entries - 1):
+                    self.body_len = len(resp.body)  # the same for every entry: the batch cut matches
+                    data = resp.SerializeToString()
+                    rows.append(_TAG_ENTRIES + _varint(len(data)) + data)
+                self.framed[lid] = rows
 
     async def PullEntries(self, request, context):
         from autorecovery.rpc.bookie_client import GrpcBookieClient
@@ -75,12 +95,15 @@ class NullBookie(pbg.BookieServicer):
                 b += len(req.body)
         return pb.AddEntriesResponse(status=pb.EOK, entries_written=n, bytes_written=b, failed_entry_id=-1)
 
-    def _responses(self, request):
+    def _built(self, ledger_id: int, first: int, last: int):
         size = self.entry_size
-        for e in range(request.first_entry_id, request.last_entry_id + 1):
+        for e in range(first, last + 1):
             payload = e.to_bytes(8, "big") + self.blob[8:]
-            body = pack_entry(request.ledger_id, e, e - 1, (e + 1) * size, payload)
-            yield pb.ReadResponse(status=pb.EOK, ledger_id=request.ledger_id, entry_id=e, body=body, lac=e - 1)
+            body = pack_entry(ledger_id, e, e - 1, (e + 1) * size, payload)
+            yield pb.ReadResponse(status=pb.EOK, ledger_id=ledger_id, entry_id=e, body=body, lac=e - 1)
+
+    def _responses(self, request):
+        return self._built(request.ledger_id, request.first_entry_id, request.last_entry_id)
 
     async def ReadEntries(self, request, context):
         for resp in self._responses(request):
@@ -88,6 +111,19 @@ class NullBookie(pbg.BookieServicer):
 
     async def ReadEntryBatches(self, request, context):
         limit = request.max_batch_bytes or MAX_READ_BATCH_BYTES
+        rows = self.framed.get(request.ledger_id)
+        if rows is not None and request.last_entry_id < len(rows) and not request.ensemble_size:
+            # pre-built: one join per message, the message's bytes exactly as encode_batch writes them
+            parts, size = [], 0
+            for row in rows[request.first_entry_id:request.last_entry_id + 1]:
+                if parts and size + self.body_len > limit:
+                    yield b"".join(parts)
+                    parts, size = [], 0
+                parts.append(row)
+                size += self.body_len
+            if parts:
+                yield b"".join(parts)
+            return
         batch, size = [], 0
         for resp in self._responses(request):
             if batch and size + len(resp.body) > limit:
@@ -102,26 +138,40 @@ class NullBookie(pbg.BookieServicer):
         return pb.GetBookieInfoResponse(status=pb.EOK, features=FEATURES | pb.PULL_ENTRIES)
 
 
-async def serve(port: int, entry_size: int) -> None:
-    """Serve a :class:`NullBookie` on 127.0.0.1:``port`` until terminated; prints ``NULL_READY``."""
+def _passthrough(batch) -> bytes:
+    """``ReadEntryBatches`` answers: pre-built message bytes as they are, lists through encode_batch."""
+    return batch if isinstance(batch, bytes) else encode_batch(batch)
+
+
+def _wrap(name: str, handler):
+    return handler._replace(response_serializer=_passthrough) if name == "ReadEntryBatches" else handler
+
+
+async def serve(port: int, entry_size: int, prebuild: tuple[int, int, int] | None = None) -> None:
+    """Serve a :class:`NullBookie` on 127.0.0.1:``port`` until terminated; prints ``NULL_READY`` once
+    the pre-built entries (if any) are ready."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MSG),
                                       ("grpc.max_send_message_length", MAX_MSG)])
-    add_bookie_servicer(NullBookie(entry_size), server)  # the same batch encoding as a bookie
+    # the same batch encoding as a bookie; pre-built messages pass through as bytes
+    add_bookie_servicer(NullBookie(entry_size, prebuild), server, wrap=_wrap)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print(READY, flush=True)
     await server.wait_for_termination()
 
 
-def spawn_null(entry_size: int) -> tuple[subprocess.Popen, str]:
+def spawn_null(entry_size: int, prebuild: tuple[int, int, int] | None = None) -> tuple[subprocess.Popen, str]:
     """Start one null bookie in a child process; returns ``(process, bookie id "127.0.0.1:port")``.
+    ``prebuild = (first ledger, ledgers, entries per ledger)`` pre-builds those entries' bodies (memory:
+    their size) before the child reports ready.
 
     Raises:
         RuntimeError: the child did not print ``NULL_READY``.
     """
     port = free_port()
+    extra = ["--prebuild", ":".join(map(str, prebuild))] if prebuild else []
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(port), "--entry-size",
-                             str(entry_size)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             str(entry_size), *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             start_new_session=True)
     line = proc.stdout.readline()
     if READY not in line:
@@ -145,5 +195,14 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("port", type=int)
     ap.add_argument("--entry-size", type=int, default=64 * 1024)
+    ap.add_argument("--prebuild", metavar="FIRST:COUNT:ENTRIES",
+                    help="pre-build the bodies of ledgers FIRST..FIRST+COUNT-1, entries 0..ENTRIES-1")
     a = ap.parse_args()
-    asyncio.run(serve(a.port, a.entry_size))
+    pre = None
+    if a.prebuild:
+        try:
+            first, count, entries = (int(x) for x in a.prebuild.split(":"))
+        except ValueError:
+            ap.error(f"--prebuild {a.prebuild!r}: expected FIRST:COUNT:ENTRIES (integers)")
+        pre = (first, count, entries)
+    asyncio.run(serve(a.port, a.entry_size, pre))

@@ -34,7 +34,8 @@ Then upstream's Java reader reads every entry of every ledger back (digest check
 with the victim still down: OK or FAILED. Also printed: the bytes to heal (entry payloads whose write
 set held the victim), the heal rate counted from the kill, the CPU used by the recovery processes and the
 surviving bookies from the kill to healed, and the machine's own limits measured first: an fdatasync
-write rate (``dd ... bs=1M count=256 conv=fdatasync`` in the work dir) and a loopback TCP rate (a Python
+write rate (256 MiB in 1 MiB writes and one fdatasync in the work dir, what ``dd ... conv=fdatasync``
+measures) and a loopback TCP rate (a Python
 socket copy of 256 MiB), with the fraction of each the heal rate reached; the whole machine's busy CPU
 and the part of it outside this bench's process tree (other work on a shared machine skews a run).
 Ratios are upstream / ours (above 1: ours is faster). Medians over rounds. Not a test.
@@ -58,12 +59,10 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +83,9 @@ from autorecovery.testing.daemon_proc import DaemonProcess  # noqa: E402
 from autorecovery.testing.upstream_java import tail, wait_until  # noqa: E402
 from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
 from autorecovery.zk.paths import Paths  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+import limits  # noqa: E402  (bench/limits.py: the machine's own ceilings, shared by the benches)
 
 VARIANTS = ("defaults", "tuned", "ours")
 #: upstream's documented replication tuning keys (bk_server.conf "Replication Worker settings" and
@@ -114,50 +116,6 @@ def _kill_children() -> None:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
-
-
-# -- machine limits ----------------------------------------------------------------------------
-def dd_rate(directory: Path) -> float:
-    """MB/s of ``dd if=/dev/zero of=FILE bs=1M count=256 conv=fdatasync`` in ``directory``."""
-    f = directory / "dd.tmp"
-    try:
-        out = subprocess.run(["dd", "if=/dev/zero", f"of={f}", "bs=1M", "count=256", "conv=fdatasync"],
-                             capture_output=True, text=True, timeout=300, check=True).stderr
-    finally:
-        f.unlink(missing_ok=True)
-    m = re.search(r"^(\d+) bytes.* copied, ([\d.,]+) s", out, re.M)
-    if not m:
-        raise SystemExit(f"cannot parse dd's output: {out}")
-    return int(m.group(1)) / float(m.group(2).replace(",", ".")) / 1e6
-
-
-def tcp_rate(nbytes: int = 256 * 2**20, chunk: int = 2**20) -> float:
-    """MB/s of one loopback TCP stream: a Python thread sends ``nbytes`` (sendall of 1 MiB), this one receives."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
-
-    def send() -> None:
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            buf, left = b"\0" * chunk, nbytes
-            while left > 0:
-                s.sendall(buf[:min(chunk, left)])
-                left -= chunk
-
-    t = threading.Thread(target=send, daemon=True)
-    t0 = time.perf_counter()
-    t.start()
-    conn, _ = srv.accept()
-    buf, got = bytearray(chunk), 0
-    with conn:
-        while got < nbytes:
-            n = conn.recv_into(buf)
-            if not n:
-                break
-            got += n
-    dt = time.perf_counter() - t0
-    t.join(10)
-    srv.close()
-    return got / dt / 1e6
 
 
 # -- cluster and recovery processes --------------------------------------------------------------
@@ -346,6 +304,7 @@ class Side:
     cpu_bookies: float = 0.0
     cpu_machine: float = 0.0  # every process on the machine (busy = not idle, not iowait), core-s
     cpu_others: float = 0.0  # the machine's busy time not spent by this bench and its children, core-s
+    cache: str = "page cache warm"  # what --cold-cache did before the kill
 
 
 def run_side(a: argparse.Namespace, zk: ZooKeeperServer, base: Path, variant: str, rnd: int) -> Side:
@@ -392,6 +351,7 @@ def run_side(a: argparse.Namespace, zk: ZooKeeperServer, base: Path, variant: st
         procs.update(rec)
         procs.update(bench_tree())
         cpu0, m0 = cpu_s(procs), machine_busy()
+        s.cache = limits.cold(a.cold_cache)
         t0 = time.perf_counter()
         c.bookies[a.victim].kill()
         if a.kill_host:
@@ -454,7 +414,7 @@ def side_line(s: Side) -> str:
             f"recovery {s.cpu_recovery:.1f} core-s, surviving bookies {s.cpu_bookies:.1f} core-s, machine "
             f"{s.cpu_machine:.1f} of {(os.cpu_count() or 1) * (h.healed or 0):.1f} core-s of which outside this "
             f"bench {s.cpu_others:.1f}; read back: "
-            f"{s.verified} (untimed: {', '.join(f'{k} {v:.1f} s' for k, v in s.phases.items())})")
+            f"{s.verified}; {s.cache} (untimed: {', '.join(f'{k} {v:.1f} s' for k, v in s.phases.items())})")
 
 
 def report(sides: list[Side], variants: list[str], dd: float, tcp: float, poll_ms: int) -> None:
@@ -473,7 +433,7 @@ def report(sides: list[Side], variants: list[str], dd: float, tcp: float, poll_m
         ("bytes to heal (MiB)", lambda s: s.to_heal / 2**20, ".1f"),
         ("heal rate from the kill (MB/s)", lambda s: s.to_heal / s.heal.healed / 1e6, ".1f"),
         ("heal rate after detection (MB/s)", lambda s: s.to_heal / (s.heal.healed - s.heal.detect) / 1e6, ".1f"),
-        ("  fraction of dd fdatasync rate", lambda s: s.to_heal / s.heal.healed / 1e6 / dd, ".3f"),
+        ("  fraction of fdatasync write rate", lambda s: s.to_heal / s.heal.healed / 1e6 / dd, ".3f"),
         ("  fraction of loopback TCP rate", lambda s: s.to_heal / s.heal.healed / 1e6 / tcp, ".3f"),
         ("CPU recovery processes (core-s)", lambda s: s.cpu_recovery, ".1f"),
         ("CPU surviving bookies (core-s)", lambda s: s.cpu_bookies, ".1f"),
@@ -498,7 +458,8 @@ def report(sides: list[Side], variants: list[str], dd: float, tcp: float, poll_m
             mark = [m(x, lambda s: s.heal.all_marked - s.heal.detect) for x in (v, "ours")]
             parts.append(f"(marking after detection: {fmt(mark[0])} s vs {fmt(mark[1])} s, polled every "
                          f"{poll_ms} ms)")
-            print(f"ratio upstream {v} / ours (time; > 1: ours faster): " + ", ".join(parts))
+            print(f"ratio upstream {v} / ours (time; > 1: ours faster): " + ", ".join(parts)
+                  + " (issue 29 target: healed from the kill >= 10)")
 
 
 def main() -> None:
@@ -533,6 +494,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 8 ledgers x 500 entries x 4 KiB, one round, 120 s timeout")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (failed sides are always kept)")
+    ap.add_argument("--cold-cache", action="store_true",
+                    help="drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches, needs root) before each kill")
     a = ap.parse_args()
     if a.quick:
         a.ledgers, a.entries, a.entry_size, a.rounds, a.timeout = 8, 500, 4096, 1, 120
@@ -547,7 +510,8 @@ def main() -> None:
     t_start = time.perf_counter()
     zk = ZooKeeperServer(base / "zookeeper")
     try:
-        dd, tcp = dd_rate(base), tcp_rate()
+        lim = limits.measure(base)
+        dd, tcp = lim.disk, lim.loopback
         zk.start()
         size = a.ledgers * a.entries * a.entry_size
         caches = bookie_caches(a)
@@ -559,8 +523,7 @@ def main() -> None:
               f"DbLedgerStorage caches {cache_txt}; journalSyncData={str(a.journal_sync_data).lower()}; zkTimeout "
               f"{a.zk_timeout_ms} ms; JVMs (bookies, AutoRecoveryMain): "
               f"{'tiered C1+C2, G1' if a.jit == 'full' else 'C1 only, serial GC'}, -Xmx{a.heap}")
-        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start; dd fdatasync write {dd:.0f} MB/s (256 MiB in {base}); "
-              f"loopback TCP {tcp:.0f} MB/s (Python socket copy of 256 MiB)")
+        print(lim.line(base) + ("; page cache dropped before each kill (--cold-cache)" if a.cold_cache else ""))
         print(f"data per side: {a.ledgers} ledgers x {a.entries} entries x {a.entry_size} B = {size / 2**20:.0f} MiB, "
               f"E3/WQ2/AQ2, {a.digest}, written by upstream's Java client; victim bookie {a.victim} "
               f"({'bookie and its recovery process' if a.kill_host else 'the bookie only'}), SIGKILL")
