@@ -14,7 +14,8 @@ A pass is two decisions with I/O between them:
    lock and the marker (done, defer for the open ledger, data loss fixed with placement pending,
    surface as unrecoverable, or release after a backoff).
 
-:func:`classify_unreadable` splits entries no replica served into data loss (every replica
+:mod:`autorecovery.plan.pass_end` wraps both into the worker's five steps (the reading, the early and
+failed endings, what each ending keeps). :func:`classify_unreadable` splits entries no replica served into data loss (every replica
 definitively has no valid copy) and transient failures.
 """
 

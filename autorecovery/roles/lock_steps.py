@@ -57,6 +57,15 @@ class LockSteps:
     def holds(self, lid: int) -> bool:
         return lid in self.um.held
 
+    @property
+    def owner(self) -> str:
+        """What this worker writes into its lock znodes (the host name by default)."""
+        return self.um.lock_owner
+
+    def held_version(self, lid: int) -> int:
+        """The marker version remembered when the lock was taken (-1 when not held)."""
+        return self.um.held.get(lid, -1)
+
     async def release(self, lid: int) -> None:
         """Release the lock if still held (errors ignored: the session's end releases it)."""
         if lid in self.um.held:

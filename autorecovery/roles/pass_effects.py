@@ -126,7 +126,7 @@ class PassEffects:
             with contextlib.suppress(Exception):
                 marker = await self.locks.marker(lid)
             self.backlog.record_not_retriable(
-                lid, (marker.version, marker.ctime) if marker else (self.locks.um.held.get(lid, -1), -1), end.reason)
+                lid, (marker.version, marker.ctime) if marker else (self.locks.held_version(lid), -1), end.reason)
             log.error("replication pass failed with an error retrying will not fix; the ledger is skipped until "
                       "it is marked again", ledger_id=lid, error=str(end.error), error_type=type(end.error).__name__)
             self.tracker.block(lid, end.reason)
@@ -152,7 +152,7 @@ class PassEffects:
             log.info("marker changed while replicating (re-marked); it stays for another pass", ledger_id=lid)
 
     async def _surface_unrecoverable(self, lid: int, p: pp.PassOutcome) -> None:
-        doc = await self.backlog.surface_unrecoverable(lid, p.unrecoverable, self.locks.um.lock_owner)
+        doc = await self.backlog.surface_unrecoverable(lid, p.unrecoverable, self.locks.owner)
         waiting = doc["waiting_for"]
         self.m.unrecoverable_total.inc()
         self.tracker.block(lid, unrecoverable_reason(doc))

@@ -425,9 +425,10 @@ class ReplicationWorker:
                 if isinstance(decision, pp.PassPlan):
                     self.effects.planned(lid, reading, decision)
                     check = await self.steps.act(lid, reading, decision, out)            # act
-                    decision = pe.conclude(decision, out, check,                         # conclude
-                                           open_grace_ms=self.settings.open_ledger_grace_ms)
-                end = decision
+                    end = pe.conclude(decision, out, check,                              # conclude
+                                      open_grace_ms=self.settings.open_ledger_grace_ms)
+                else:
+                    end = decision
                 await self.effects.carry_out(lid, end, out)                              # carry out
             except asyncio.CancelledError:
                 end = pe.CANCELLED_ENDING
