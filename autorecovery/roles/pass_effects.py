@@ -190,18 +190,20 @@ class PassEffects:
 
     # -- every pass --------------------------------------------------------------------------------
     async def finish(self, lid: int, end: pe.Ending, out: pp.PassOutcome, t0: float) -> None:
-        """End any pass: count what it copied, release the lock unless the ending keeps it, progress,
-        op stats, history and one INFO line."""
+        """End any pass: count what it copied, progress, history, release the lock unless the ending
+        keeps it, op stats and one INFO line."""
         if out.copied:
             self.m.replicated.inc()
             if out.copied_placement:
                 self.m.replicated_placement.inc()
         self.backlog.active.discard(lid)
         self.tracker.finish(lid, end.finished)
+        # the history is written before the first await here: whoever sees the ending's effects (a
+        # counter, a side znode) sees its history entry too
+        self.history.append((lid, end.outcome))
+        del self.history[:-HISTORY]
         if not end.keeps_lock:
             await self.locks.release(lid)
         ms = (self.clock() - t0) * 1000.0
         self.m.rereplicate.record(ms, success=end.success)
-        self.history.append((lid, end.outcome))
-        del self.history[:-HISTORY]
         log.info("replication pass", ledger_id=lid, outcome=end.outcome, ms=round(ms, 1))
