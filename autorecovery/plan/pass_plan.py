@@ -14,7 +14,8 @@ A pass is two decisions with I/O between them:
    lock and the marker (done, defer for the open ledger, data loss fixed with placement pending,
    surface as unrecoverable, or release after a backoff).
 
-:func:`classify_unreadable` splits entries no replica served into data loss (every replica
+:mod:`autorecovery.plan.pass_end` wraps both into the worker's five steps (the reading, the early and
+failed endings, what each ending keeps). :func:`classify_unreadable` splits entries no replica served into data loss (every replica
 definitively has no valid copy) and transient failures.
 """
 
@@ -116,6 +117,9 @@ class PassOutcome:
             (:class:`~autorecovery.plan.entry_runs.Gap`; never one item per entry).
         placement_impossible: segments BP-54 cannot repair ("no more bookie").
         cancelled: copies skipped because the lost bookie came back.
+        readable_again / unreadable_found / unreadable_counted: what the failure memory learns from
+            the pass (remembered runs read again; runs no replica served, to count and remember;
+            runs the copier already counted, to remember), applied when the pass is carried out.
     """
 
     copied: int = 0
@@ -124,6 +128,9 @@ class PassOutcome:
     unrecoverable: list[Gap] = field(default_factory=list)
     placement_impossible: list[int] = field(default_factory=list)
     cancelled: int = 0
+    readable_again: list[Gap] = field(default_factory=list)
+    unreadable_found: list[Gap] = field(default_factory=list)
+    unreadable_counted: list[Gap] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,18 @@ The worker keeps the lifecycle and the slots; the parts live apart:
 
 * :mod:`autorecovery.roles.backlog` — markers, metadata, priorities, candidate order, unrecoverable
   records, non-retriable failures;
-* :mod:`autorecovery.plan.pass_plan` (PURE) — what a pass does and how it ends;
+* :mod:`autorecovery.roles.lock_steps` — every ZooKeeper step on a ledger's lock and marker;
+* :mod:`autorecovery.roles.pass_steps` — a pass's reads, actions and re-check;
+* :mod:`autorecovery.plan.pass_end` and :mod:`autorecovery.plan.pass_plan` (PURE) — what a pass does
+  and how it ends;
+* :mod:`autorecovery.roles.pass_effects` — every side effect of every ending, in one place;
 * :mod:`autorecovery.roles.replicator` — copy plan → copier → guarded ensemble CAS (shared with the
   admin ``recover``);
 * :mod:`autorecovery.roles.copier` — the streams.
 
-One pass over a ledger (:meth:`ReplicationWorker._rereplicate`):
+One pass over a ledger (:meth:`ReplicationWorker._rereplicate`) is read → decide (pure) → act →
+conclude (pure) → carry out; a ledger id travels slot → lock steps → pass steps → replicator →
+copier → metadata CAS, and the ending goes to the effects alone. What the steps do:
 
 1. Lock it with the upstream protocol (ephemeral ``locks/urL…``, marker version remembered) through
    :class:`~autorecovery.zk.underreplication.UnderreplicationManager`, candidates ordered by
@@ -61,32 +67,23 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 
 from autorecovery import metrics as metrics_mod
-from autorecovery.audit.checker import BadFragment
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.client.recovery import recover_ledger
 from autorecovery.config.keys import KEY_BY_NAME
-from autorecovery.errors import (
-    BookieError,
-    DigestMismatchError,
-    NoSuchLedgerError,
-    NotEnoughBookiesError,
-    is_retriable,
-)
-from autorecovery.ledger.digest import EntryDigest, ledger_digest
-from autorecovery.ledger.metadata import LedgerMetadata, write_set
-from autorecovery.placement.policy import Adherence
-from autorecovery.placement.spread import SpreadReplacer
+from autorecovery.errors import NoSuchLedgerError, is_retriable
+from autorecovery.plan import pass_end as pe
 from autorecovery.plan import pass_plan as pp
-from autorecovery.plan import entry_runs
 from autorecovery.plan.backoff import FailureMemory
-from autorecovery.plan.entry_runs import Gap
-from autorecovery.plan.progress import Progress, ProgressTracker, estimate_copy_bytes, unrecoverable_reason
-from autorecovery.plan.targets import FragmentPlan, choose_replacements, plan_fragment_copy
+from autorecovery.plan.progress import Progress, ProgressTracker
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 from autorecovery.roles import replicator as rp
 from autorecovery.roles.backlog import Backlog
 from autorecovery.roles.checker import LedgerChecker
-from autorecovery.roles.copier import CopyResult, FragmentCopier
+from autorecovery.roles.copier import FragmentCopier
+from autorecovery.roles.lock_steps import LockSteps
+from autorecovery.roles.pass_effects import PassEffects
+from autorecovery.roles.pass_steps import PassSteps
+from autorecovery.roles.worker_metrics import OUR_SCOPE, SCOPE, WorkerMetrics
+from autorecovery.roles.worker_metrics import WorkerMetrics as _Metrics  # noqa: F401 (the old name)
 from autorecovery.roles.worker_settings import CONFIG_KEYS, WorkerSettings  # noqa: F401 (re-exported)
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.ledgers import LedgerStore
@@ -96,47 +93,7 @@ from autorecovery.zk.underreplication import UnderreplicationManager
 
 log = structlog.get_logger("autorecovery.worker")
 
-SCOPE = "replication_worker"
-OUR_SCOPE = "autorecovery"
-
-
-class _Metrics:
-    """The worker's metric handles (upstream names under ``replication_worker_``; ours Prometheus style)."""
-
-    def __init__(self, registry: metrics_mod.MetricsRegistry, scope: str = SCOPE) -> None:
-        self.registry, self.scope = registry, scope
-        c, o = registry.counter, registry.op_stats
-        self.rereplicate = o(scope, "rereplicate")
-        self.replicated = c(scope, "NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED")
-        self.replicated_placement = c(scope, "NUM_NOT_ADHERING_PLACEMENT_LEDGERS_REPLICATED")
-        self.defer = c(scope, "NUM_DEFER_LEDGER_LOCK_RELEASE_OF_FAILED_LEDGER")
-        self.unable_to_read = c(scope, "NUM_ENTRIES_UNABLE_TO_READ_FOR_REPLICATION")
-        self.entries_read = c(scope, "NUM_ENTRIES_READ")
-        self.entries_written = c(scope, "NUM_ENTRIES_WRITTEN")
-        self.bytes_read = o(scope, "NUM_BYTES_READ")
-        self.bytes_written = o(scope, "NUM_BYTES_WRITTEN")
-        self.read_latency = o(scope, "READ_DATA_LATENCY")
-        self.write_latency = o(scope, "WRITE_DATA_LATENCY")
-        # per-worker figures (sum() over nodes is the cluster's work in hand); the cluster-wide counts
-        # are the auditor's autorecovery_underreplicated_* / autorecovery_unrecoverable_ledgers
-        self.bytes_remaining = registry.gauge(OUR_SCOPE, "worker_bytes_remaining",
-                                              doc="estimated bytes this worker still has to copy for the ledgers it holds")
-        self.ledgers_remaining = registry.gauge(OUR_SCOPE, "worker_ledgers_remaining",
-                                                doc="ledgers this worker holds (locked: in progress or backing off)")
-        self.ledgers_blocked = registry.gauge(OUR_SCOPE, "worker_ledgers_blocked",
-                                              doc="still-marked ledgers this worker's last pass left blocked")
-        self.unrecoverable_total = c(OUR_SCOPE, "unrecoverable_ledgers_total",
-                                     doc="times a ledger was surfaced as unrecoverable")
-        self.no_more_bookie = c(OUR_SCOPE, "placement_no_more_bookie_total",
-                                doc="BP-54 repairs impossible: no bookie can make the segment adhere")
-        self.corrupt_source_entries = c(OUR_SCOPE, "replication_corrupt_source_entries_total",
-                                        doc="source copies that failed the digest check and were not copied")
-        self.copies_cancelled = c(OUR_SCOPE, "replication_copies_cancelled_total",
-                                  doc="fragment copies skipped or aborted because the lost bookie came back")
-
-    def exception(self, exc: BaseException) -> None:
-        name = getattr(exc, "upstream_name", None) or type(exc).__name__
-        self.registry.counter(self.scope, f"exceptions_{name}").inc()
+__all__ = ["ReplicationWorker", "WorkerSettings", "CONFIG_KEYS", "SCOPE", "OUR_SCOPE"]
 
 
 class ReplicationWorker:
@@ -174,7 +131,7 @@ class ReplicationWorker:
         self.clock = clock or time.monotonic
         self.sleep = sleep
         self.rng = rng or random.Random()
-        self.m = _Metrics(registry or metrics_mod.REGISTRY)
+        self.m = WorkerMetrics(registry or metrics_mod.REGISTRY)
         self.um = UnderreplicationManager(zk, paths, lock_owner=lock_owner)
         self.store = LedgerStore(zk, paths)
         self.checker = checker or LedgerChecker(
@@ -197,10 +154,15 @@ class ReplicationWorker:
                                                                       self.um.lock_owner))
         self.replicator = rp.SegmentReplicator(self.store, self.copier)
         self.tracker = ProgressTracker(self.clock)
-        self.history: list[tuple[int, str]] = []
         self.backlog = Backlog(zk, paths, self.um, self.store, clock=self.clock, on_change=self._poke)
-        self._bad_targets: dict[str, float] = {}
-        self._deferred: dict[int, asyncio.Task] = {}
+        # the pass: lock/marker steps, read/act steps, and the carrying out of its ending
+        self.locks = LockSteps(self.um, sleep=sleep, stopping=lambda: self._stopping, released=self._wake_slots)
+        self.steps = PassSteps(store=self.store, markers=self.locks, checker=self.checker, policy=policy,
+                               watcher=watcher, bookies=bookies, replicator=self.replicator, copier=self.copier,
+                               memory=self.memory, tracker=self.tracker, metrics=self.m, settings=settings,
+                               clock=self.clock, abort=lambda: self._abort_copies)
+        self.effects = PassEffects(locks=self.locks, backlog=self.backlog, memory=self.memory, tracker=self.tracker,
+                                   metrics=self.m, steps=self.steps, bk=self.bk, settings=settings, clock=self.clock)
         self._slots: list[asyncio.Task] = []
         self._busy: set[asyncio.Task] = set()
         self._refresh_task: asyncio.Task | None = None
@@ -269,11 +231,12 @@ class ReplicationWorker:
                     _, pending = await asyncio.wait(pending, timeout=5.0)
                 for t in pending:
                     t.cancel()
-            for t in [*self._slots, *self._deferred.values()]:
+            deferred = self.locks.deferred
+            for t in [*self._slots, *deferred.values()]:
                 t.cancel()
-            await asyncio.gather(*self._slots, *self._deferred.values(),
+            await asyncio.gather(*self._slots, *deferred.values(),
                                  *( [self._refresh_task] if self._refresh_task else []), return_exceptions=True)
-            self._deferred.clear()
+            deferred.clear()
             with contextlib.suppress(Exception):
                 await self.um.close()
             log.info("replication worker stopped")
@@ -298,6 +261,14 @@ class ReplicationWorker:
 
     def _order(self, ids: list[int]) -> list[int]:
         return self.backlog.order(ids, self.rng, self.watcher.available)
+
+    @property
+    def history(self) -> list[tuple[int, str]]:
+        """``(ledger_id, outcome)`` of the last passes, oldest first."""
+        return self.effects.history
+
+    def _wake_slots(self) -> None:
+        self._wake.set()
 
     def _poke(self) -> None:
         self._refresh_wanted.set()
@@ -424,7 +395,7 @@ class ReplicationWorker:
             changed = self.um.changes
             changed.clear()
             self._wake.clear()
-            lid = await self.um.poll_ledger_to_rereplicate(self._order)
+            lid = await self.locks.lock_next(self._order)
             if lid is not None:
                 if lid in self._active:  # cannot happen: acquisitions are serialised; be safe
                     continue
@@ -438,411 +409,34 @@ class ReplicationWorker:
         return None
 
     # -- one ledger ------------------------------------------------------------------------------
-    def _record(self, lid: int, outcome: str) -> None:
-        self.history.append((lid, outcome))
-        del self.history[:-2000]
-
     async def _rereplicate(self, lid: int) -> bool:
-        """One pass over a locked ledger: decide with :func:`~autorecovery.plan.pass_plan.plan_pass`,
-        act, re-check, end with :func:`~autorecovery.plan.pass_plan.conclude_pass`. Returns True when
-        the ledger is done (or made progress that a later pass continues without backoff), False for an
-        unsuccessful pass (the slot backs off)."""
+        """One pass over a locked ledger: read → decide (pure) → act → conclude (pure) → carry out.
+
+        Returns True when the ledger is done (or made progress that a later pass continues without
+        backoff), False for an unsuccessful pass (the slot backs off)."""
         t0 = self.clock()
-        outcome = "failed"
-        keep_lock = False
-        self._active.add(lid)
-        self.tracker.start(lid)
+        out = pp.PassOutcome()
+        end = pe.UNSTARTED
+        self.effects.begin(lid)
         try:
             try:
-                md, _version = await self.store.read(lid)
-            except NoSuchLedgerError as exc:
-                self.m.exception(exc)
-                log.info("ledger deleted; removing its marker", ledger_id=lid)
-                await self.um.mark_replicated(lid)
-                await self.backlog.clear_unrecoverable(lid)
-                self.memory.replicated(lid)
-                outcome = "deleted"
-                return False
-            marker = await self.um.get_marker(lid)
-            if marker is None:
-                outcome = "not-marked"
-                return True
-            self.backlog.remember_marker(lid, marker.version, marker.ctime, marker.replicas)
-            data_loss = await self.checker.check(lid, md)
-            plan = pp.plan_pass(md, data_loss, self._placement_segments(md) if not data_loss else [],
-                                self.watcher.available)
-            if plan.nothing_to_do:
-                outcome = await self._done(lid, "nothing-to-do")
-                return True
-            self.tracker.plan(lid, estimate_copy_bytes(md, set(plan.estimate_bookies)))
-            out = pp.PassOutcome()
-            for action in plan.actions:
-                if isinstance(action, pp.CopyFragment):
-                    md = await self._fix_data_loss(lid, md, action.fragment, out)
+                reading = await self.steps.read(lid)                                     # read
+                decision = pe.decide(reading, self.watcher.available)                    # decide
+                if isinstance(decision, pp.PassPlan):
+                    self.effects.planned(lid, reading, decision)
+                    check = await self.steps.act(lid, reading, decision, out)            # act
+                    end = pe.conclude(decision, out, check,                              # conclude
+                                      open_grace_ms=self.settings.open_ledger_grace_ms)
                 else:
-                    md = await self._fix_placement(lid, md, action.segment_first_entry_id, out)
-            if out.copied:
-                self.m.replicated.inc()
-                if out.copied_placement:
-                    self.m.replicated_placement.inc()
-            open_pending = plan.open_fragment or await self._last_segment_open_and_missing(lid, md)
-            remaining: list[BadFragment] = []
-            rem_placement: list[int] = []
-            if not open_pending:  # re-check from fresh metadata
-                md, _version = await self.store.read(lid)
-                remaining = await self.checker.check(lid, md)
-                rem_placement = self._placement_segments(md) if not remaining else []
-            end = pp.conclude_pass(
-                plan, out, open_pending=open_pending, remaining_data_loss=bool(remaining),
-                remaining_placement=rem_placement,
-                release_delay_ms=0, open_grace_ms=self.settings.open_ledger_grace_ms)
-            if end.kind == pp.RELEASE_LATER:  # only now: asking the memory counts a failure
-                end = dataclasses.replace(end, delay_ms=self.memory.next_release_delay_ms(lid))
-            outcome = end.outcome
-            if end.kind == pp.DEFER_OPEN:
-                self._defer_open_ledger(lid)
-                keep_lock = True
-                self.tracker.block(lid, end.reason)
-                return False
-            if end.kind == pp.DONE:
-                if end.no_more_bookie:
-                    log.warning("placement cannot be repaired: no more bookie; marker removed until the auditor "
-                                "marks the ledger again", ledger_id=lid, segments=list(end.no_more_bookie))
-                await self._done(lid, end.outcome)
-                return True
-            if end.kind == pp.DATA_LOSS_FIXED:  # placement is left for a later pass (BP-54)
-                return True
-            if end.kind == pp.UNRECOVERABLE:
-                await self._surface_unrecoverable(lid, out)
-                return False
-            self.m.defer.inc()
-            self._schedule_release(lid, end.delay_ms)
-            keep_lock = True
-            self.tracker.block(lid, end.reason)
-            self.backlog.try_later(lid, end.delay_ms / 1000.0)
-            log.warning("ledger still under-replicated; deferring lock release", ledger_id=lid, delay_ms=end.delay_ms,
-                        failures=self.memory.failures(lid), reason=end.reason)
-            return False
-        except NoSuchLedgerError as exc:
-            self.m.exception(exc)
-            with contextlib.suppress(Exception):
-                await self.um.mark_replicated(lid)
-            outcome = "deleted"
-            return False
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except Exception as exc:  # noqa: BLE001 - upstream: release the lock, count, back off
-            self.m.exception(exc)
-            if is_retriable(exc):
-                log.warning("replication pass failed; the ledger is retried", ledger_id=lid, error=str(exc),
-                            error_type=type(exc).__name__)
-                self.tracker.block(lid, f"{type(exc).__name__}: {exc}")
-                return False
-            reason = f"not retriable: {type(exc).__name__}: {exc} (skipped until the ledger is marked again)"
-            marker = None
-            with contextlib.suppress(Exception):
-                marker = await self.um.get_marker(lid)
-            self.backlog.record_not_retriable(
-                lid, (marker.version, marker.ctime) if marker else (self.um.held.get(lid, -1), -1), reason)
-            log.error("replication pass failed with an error retrying will not fix; the ledger is skipped until "
-                      "it is marked again", ledger_id=lid, error=str(exc), error_type=type(exc).__name__)
-            self.tracker.block(lid, reason)
-            return False
-        finally:
-            self._active.discard(lid)
-            done = outcome in ("replicated", "nothing-to-do", "no-more-bookie")
-            self.tracker.finish(lid, done)
-            if not keep_lock and lid in self.um.held:
-                with contextlib.suppress(Exception):
-                    await self.um.release(lid)
-            self.m.rereplicate.record((self.clock() - t0) * 1000.0, success=done or outcome.startswith("data-loss-fixed"))
-            self._record(lid, outcome)
-            log.info("replication pass", ledger_id=lid, outcome=outcome, ms=round((self.clock() - t0) * 1000.0, 1))
-
-    async def _done(self, lid: int, outcome: str) -> str:
-        """Versioned delete of the marker (+ lock release); forget failures; returns ``outcome``."""
-        deleted = await self.um.mark_replicated(lid)
-        self.memory.replicated(lid)
-        self.backlog.forget_failures(lid)
-        await self.backlog.clear_unrecoverable(lid)
-        self.tracker.unblock(lid)
-        if not deleted:
-            log.info("marker changed while replicating (re-marked); it stays for another pass", ledger_id=lid)
-        return outcome
-
-    # -- data loss -------------------------------------------------------------------------------
-    async def _fix_data_loss(self, lid: int, md: LedgerMetadata, frag: BadFragment, p: pp.PassOutcome) -> LedgerMetadata:
-        seg_i = _segment_index(md, frag.segment_first_entry_id)
-        if seg_i is None:
-            p.retriable.append("segment changed during the pass")
-            return md
-        seg = md.segments[seg_i]
-        ensemble = seg.ensemble
-        first, last = seg.first_entry_id, md.segment_end(seg_i)
-        bad = set(frag.bad_indexes)
-        avail = self.watcher.available
-        # a bookie that was lost is registered again: check before copying anything (#2766)
-        if any(ensemble[i] in avail for i in bad):
-            fresh = await self.checker.check(lid, md)
-            again = [f for f in fresh if f.segment_first_entry_id == seg.first_entry_id]
-            if not again:
-                self.m.copies_cancelled.inc()
-                p.cancelled += 1
-                log.info("lost bookie is back and holds its entries; copy skipped", ledger_id=lid,
-                         bookies=sorted(ensemble[i] for i in bad))
-                return md
-            bad = set(again[0].bad_indexes)
-        bad_bookies = {ensemble[i] for i in bad}
-        # entries that could not be read last time are tried first; nothing is written if they still fail
-        remembered = self.memory.unreadable(lid, first, last)
-        if remembered:
-            failed = await self._probe_entries(lid, ensemble, md.write_quorum, remembered, ledger_digest(md))
-            self.memory.readable_again(lid, [g for g in remembered if g.run not in {f.run for f in failed}])
-            if failed:
-                self._classify_unreadable(failed, p)
-                return md
-        # entries no registered replica holds: copy nothing of the fragment (no partial copies), and
-        # find that out before asking for targets (a missing target must not hide data loss)
-        probe = plan_fragment_copy(
-            ensemble=ensemble, write_quorum=md.write_quorum, first=first, last=last,
-            replacements={i: f"?target-{i}" for i in bad}, readable=avail - bad_bookies,
-            last_resort=avail & bad_bookies)
-        if probe.unsourced:
-            res = CopyResult(unreadable=[Gap(run) for run in probe.unsourced])
-            await self.copier.explain(lid, ensemble, md.write_quorum, res, lambda: self.watcher.available,
-                                      ledger_digest(md))
-            self.m.unable_to_read.inc(self.memory.add_unreadable(lid, res.unreadable))
-            self._classify_unreadable(res.unreadable, p)
-            return md
-        # entries that no bookie of their write set stores at all (a ledger whose metadata claims more
-        # than was ever written, issue 25): data loss found from the bookies' listings, before targets
-        gone = await self.copier.absent(lid, ensemble, md.write_quorum, first, last, lambda: self.watcher.available)
-        if gone:
-            self.m.unable_to_read.inc(self.memory.add_unreadable(lid, gone))
-            self._classify_unreadable(gone, p)
-            return md
-        try:
-            repl = choose_replacements(
-                ensemble=ensemble, bad_indexes=bad,
-                replace_bookie=SpreadReplacer(self.policy, self.copier.cluster_slots.targets_in_flight(self.caps.targets)),
-                ensemble_size=md.ensemble_size, write_quorum=md.write_quorum, ack_quorum=md.ack_quorum,
-                exclude=self._excluded_targets(), readonly=self.watcher.readonly, writable=self.watcher.writable)
-        except NotEnoughBookiesError as exc:
-            self.m.exception(exc)
-            p.retriable.append(f"no eligible target bookie: {exc}")
-            log.warning("no target bookie for fragment", ledger_id=lid, first_entry_id=first, error=str(exc))
-            return md
-        plan = plan_fragment_copy(
-            ensemble=ensemble, write_quorum=md.write_quorum, first=first, last=last, replacements=repl,
-            readable=avail - bad_bookies, last_resort=avail & bad_bookies, source_load=dict(self.caps.sources))
-        if plan.unsourced:  # an in-place target was the only holder: nothing to copy from
-            p.retriable.append(f"entries {entry_runs.spans(plan.unsourced)} have no source besides their in-place target")
-            return md
-        watch_back = {b for b in bad_bookies if b not in avail}
-        return await self._copy_and_swap(lid, md, seg.first_entry_id, plan, p, watch_back,
-                                         skip_sources=bad_bookies, placement=False)
-
-    def _excluded_targets(self) -> set[str]:
-        """Bookies not to copy to: targets that failed recently, and bookies that do not advertise our
-        gRPC endpoint (a stock BookKeeper bookie cannot take a RECOVERY_ADD over our protocol)."""
-        now = self.clock()
-        for b, until in list(self._bad_targets.items()):
-            if until <= now:
-                del self._bad_targets[b]
-        return set(self._bad_targets) | set(getattr(self.watcher, "foreign", {}) or {})
-
-    async def _probe_entries(self, lid: int, ensemble, wq: int, remembered: list[Gap],
-                             digest: EntryDigest) -> list[Gap]:
-        """Read the first entry of each remembered unreadable run (one residue each) from any replica
-        (checked with the ledger's ``digest``); returns the runs whose probe no replica served, with
-        the reason per replica (the probe's answer stands for its run: O(runs) reads, whatever their
-        length)."""
-        reg = self.watcher.available
-        failed: list[Gap] = []
-        for g in remembered:
-            e = g.run.bounds()[0]
-            if e < 0:
-                continue
-            why: dict[str, str] = {}
-            ok = False
-            for j in write_set(e, len(ensemble), wq):
-                b = ensemble[j]
-                if b not in reg:
-                    why[b] = "NOT_REGISTERED"
-                    continue
-                try:
-                    r = await self.bookies.read_entry(b, lid, e)
-                    digest.verify(r.body, lid, e, source=b)
-                    ok = True
-                    break
-                except DigestMismatchError:
-                    why[b] = "DIGEST"
-                except BookieError as exc:
-                    why[b] = exc.status
-            if not ok:
-                failed.append(Gap(g.run, why))
-        return failed
-
-    def _classify_unreadable(self, unreadable: list[Gap], p: pp.PassOutcome) -> None:
-        """Record unreadable runs in the pass outcome: data loss, or a reason to retry
-        (:func:`~autorecovery.plan.pass_plan.classify_unreadable`)."""
-        gone, rest = pp.classify_unreadable(unreadable)
-        p.unrecoverable.extend(gone)
-        if rest:
-            p.retriable.append(f"entries {entry_runs.spans(rest)} could not be read now (replicas unreachable or failing)")
-
-    async def _copy_and_swap(self, lid: int, md: LedgerMetadata, seg_first: int, plan: FragmentPlan,
-                             p: pp.PassOutcome, watch_back: set[str], *, skip_sources, placement: bool) -> LedgerMetadata:
-        """Run ``plan`` through the :class:`~autorecovery.roles.replicator.SegmentReplicator` and record
-        the result in ``p``."""
-        def should_abort() -> str | None:
-            if self._abort_copies:
-                return self._abort_copies
-            if watch_back and watch_back <= self.watcher.available:
-                return "lost bookies are back: " + ",".join(sorted(watch_back))
-            return None
-
-        r = await self.replicator.replicate(
-            lid, md, seg_first, plan, registered=lambda: self.watcher.available, skip_sources=skip_sources,
-            should_abort=should_abort, on_bytes=lambda n: self.tracker.copied(lid, n))
-        if r.status == rp.TARGET_FAILED:
-            self.m.exception(r.cause)
-            self._bad_targets[r.bad_target] = self.clock() + 60.0
-            p.retriable.append(f"target {r.bad_target} failed: {r.cause}")
-            log.warning("target write failed; excluding it for 60 s", ledger_id=lid, bookie_id=r.bad_target,
-                        error=str(r.cause))
-        elif r.status == rp.ABORTED:
-            self.m.copies_cancelled.inc()
-            p.retriable.append(r.detail)
-        elif r.status == rp.INCOMPLETE:
-            self.memory.add_unreadable(lid, r.copy.unreadable)  # the copier counted them per entry
-            self._classify_unreadable(r.copy.unreadable, p)
-        elif r.status == rp.SEGMENT_CHANGED:
-            p.retriable.append(r.detail)
-        else:  # swapped, or every member already replaced by someone else: the fragment is fine
-            p.copied += 1
-            if placement:
-                p.copied_placement += 1
-        return r.metadata
-
-    # -- BP-54 -----------------------------------------------------------------------------------
-    def _placement_segments(self, md: LedgerMetadata) -> list[int]:
-        """First entry ids of the closed ledger's segments that FAIL the placement policy (BP-54 on)."""
-        if not self.settings.repair_placement or not md.is_closed:
-            return []
-        out = []
-        for seg in md.segments:
-            if self.policy.is_ensemble_adhering(list(seg.ensemble), md.write_quorum, md.ack_quorum) == Adherence.FAIL:
-                out.append(seg.first_entry_id)
-        return out
-
-    async def _fix_placement(self, lid: int, md: LedgerMetadata, seg_first: int, p: pp.PassOutcome) -> LedgerMetadata:
-        seg_i = _segment_index(md, seg_first)
-        if seg_i is None:
-            return md
-        seg = md.segments[seg_i]
-        # the exact minimum-swap search runs in a worker thread on a snapshot of the policy's state
-        # (RepairJob): the event loop keeps serving while it searches
-        job = self.policy.plan_replace_to_adhere(md.ensemble_size, md.write_quorum, md.ack_quorum,
-                                                 frozenset(self._excluded_targets()), list(seg.ensemble))
-        res = await asyncio.to_thread(job.run) if job.needs_search else job.run()
-        new_ens = list(res.ensemble)
-        changed = [i for i in range(len(seg.ensemble)) if i < len(new_ens) and new_ens[i] != seg.ensemble[i]]
-        if res.adherence == Adherence.FAIL or not changed or any(new_ens[i] in self.watcher.readonly for i in changed):
-            self.m.no_more_bookie.inc()
-            p.placement_impossible.append(seg_first)
-            log.warning("no more bookie: placement of segment cannot be repaired", ledger_id=lid,
-                        segment_first_entry_id=seg_first, ensemble=list(seg.ensemble))
-            return md
-        repl = {i: new_ens[i] for i in changed}
-        plan = plan_fragment_copy(ensemble=seg.ensemble, write_quorum=md.write_quorum, first=seg.first_entry_id,
-                                  last=md.segment_end(seg_i), replacements=repl, readable=self.watcher.available,
-                                  source_load=dict(self.caps.sources))
-        if plan.unsourced:
-            p.retriable.append(f"placement move of segment {seg_first}: entries {entry_runs.spans(plan.unsourced)} unreadable")
-            return md
-        return await self._copy_and_swap(lid, md, seg_first, plan, p, set(), skip_sources=(), placement=True)
-
-    # -- open ledgers ----------------------------------------------------------------------------
-    async def _last_segment_open_and_missing(self, lid: int, md: LedgerMetadata) -> bool:
-        """Upstream isLastSegmentOpenAndMissingBookies: open ledger whose last ensemble has a bookie
-        that is not writable; also the previous segment when the LAC lags its end (#3917)."""
-        if md.is_closed:
-            return False
-        writable = self.watcher.writable
-        if any(b not in writable for b in md.last_ensemble):
-            return True
-        if len(md.segments) > 1:
-            lac = await self.checker.read_lac(lid, md)
-            if lac < md.segments[-1].first_entry_id - 1:
-                return any(b not in writable for b in md.segments[-2].ensemble)
-        return False
-
-    def _defer_open_ledger(self, lid: int) -> None:
-        async def later() -> None:
-            try:
-                await self.sleep(self.settings.open_ledger_grace_ms / 1000.0)
-                md, _ = await self.store.read(lid)
-                need = await self._last_segment_open_and_missing(lid, md)
-                if not need and not md.is_closed:
-                    need = any(not f.closed for f in await self.checker.check(lid, md))
-                if need:
-                    log.info("opening ledger for recovery (fence and close) after the grace period", ledger_id=lid)
-                    await recover_ledger(self.bk, lid)
-                else:
-                    log.info("writer moved on within the grace period; ledger left open", ledger_id=lid)
+                    end = decision
+                await self.effects.carry_out(lid, end, out)                              # carry out
             except asyncio.CancelledError:
+                end = pe.CANCELLED_ENDING
                 raise
-            except NoSuchLedgerError:
-                with contextlib.suppress(Exception):
-                    await self.um.mark_replicated(lid)
-            except Exception as exc:  # noqa: BLE001 - logged and counted; the lock is released below
-                self.m.exception(exc)
-                log.warning("open-ledger recovery failed", ledger_id=lid, error=str(exc))
-            finally:
-                self._deferred.pop(lid, None)
-                if lid in self.um.held and not self._stopping:
-                    with contextlib.suppress(Exception):
-                        await self.um.release(lid)
-                self.tracker.unblock(lid)
-                self._wake.set()
+            except Exception as exc:  # noqa: BLE001 - upstream: release the lock, count, back off
+                end = pe.failed(exc, deleted=isinstance(exc, NoSuchLedgerError), retriable=is_retriable(exc))
+                await self.effects.carry_out(lid, end, out)
+        finally:
+            await self.effects.finish(lid, end, out, t0)
+        return end.ok
 
-        self._deferred[lid] = asyncio.create_task(later(), name=f"open-ledger-{lid}")
-
-    # -- failures --------------------------------------------------------------------------------
-    def _schedule_release(self, lid: int, delay_ms: int) -> None:
-        async def later() -> None:
-            try:
-                await self.sleep(delay_ms / 1000.0)
-            finally:
-                self._deferred.pop(lid, None)
-            if lid in self.um.held and not self._stopping:
-                await self.um.release(lid)
-            self._wake.set()
-
-        old = self._deferred.pop(lid, None)
-        if old is not None:
-            old.cancel()
-        self._deferred[lid] = asyncio.create_task(later(), name=f"release-{lid}")
-
-    async def _surface_unrecoverable(self, lid: int, p: pp.PassOutcome) -> None:
-        doc = await self.backlog.surface_unrecoverable(lid, p.unrecoverable, self.um.lock_owner)
-        waiting = doc["waiting_for"]
-        self.m.unrecoverable_total.inc()
-        self.tracker.block(lid, unrecoverable_reason(doc))
-        # WARNING here, once per pass of this worker: the elected auditor logs the record once at ERROR
-        # for the whole cluster (issue 9: every daemon used to log it at ERROR, 860 characters a line)
-        log.warning("ledger surfaced as unrecoverable; not retrying until a bookie returns", ledger_id=lid,
-                    waiting_for=waiting or "an operator", entry_count=doc["entry_count"], reason=doc["reason"],
-                    side_znode=self.backlog.record_path(lid))
-
-
-def _segment_index(md: LedgerMetadata, first_entry_id: int) -> int | None:
-    for i, seg in enumerate(md.segments):
-        if seg.first_entry_id == first_entry_id:
-            return i
-    return None
-
-
-__all__ = ["ReplicationWorker", "WorkerSettings", "CONFIG_KEYS"]

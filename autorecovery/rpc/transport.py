@@ -9,6 +9,11 @@ fencing and recovery, the GET_BOOKIE_INFO poller and the admin commands all call
 bookie-to-bookie PullEntries) stay negotiated optimisations: a stock bookie reports none of them, so
 the same code takes its plain path.
 
+:class:`BookieTransport` is the one interface (every operation the roles, the ledger client and the
+admin commands use); mypy holds both implementations to it (this module is in pyproject's mypy
+files). :meth:`BookieClient.transport` is the one place a transport name becomes an implementation;
+the roles import only this module.
+
 The registration is looked up through ``resolve`` (bookie id → the protocols its ``available/<id>``
 znode advertises, None when it is not registered), given by whoever composes the client: the daemon
 passes its live :class:`~autorecovery.zk.bookies.BookieWatcher`, the admin shell a ZooKeeper read.
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from autorecovery.errors import BookieError, BookieUnavailableError
 from autorecovery.rpc.bookie_client import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ENTRIES, AddStream, GrpcBookieClient
@@ -78,9 +83,18 @@ class BookieTransport(Protocol):
     async def add_entry_batches(self, bookie_id: str, ledger_id: int, master_key: bytes, batches: Any, *,
                                 recovery: bool = True) -> tuple[int, int]: ...
 
+    def pull_entries(self, target: str, source: str, ledger_id: int, master_key: bytes, first: int, last: int, *,
+                     ensemble_size: int = 0, write_quorum: int = 0, bookie_index: int = 0,
+                     digest_type: int = 0) -> AsyncIterator[PullReport]: ...
+
     async def forget(self, bookie_id: str) -> None: ...
 
     async def close(self) -> None: ...
+
+
+if TYPE_CHECKING:  # mypy holds both implementations to the interface (pyproject's mypy files)
+    def _both_transports(grpc_client: GrpcBookieClient, upstream: UpstreamBookieClient) -> list[BookieTransport]:
+        return [grpc_client, upstream]
 
 
 def choose_transport(advertised: tuple[str, ...] | None) -> str:
@@ -151,8 +165,13 @@ class BookieClient:
             name = self._chosen[bookie_id] = self._last_seen[bookie_id] = choose_transport(advertised)
         return name
 
+    def transport(self, name: str) -> BookieTransport:
+        """The implementation behind a transport name (the one place it is chosen): :data:`UPSTREAM` →
+        :class:`UpstreamBookieClient`, anything else (:data:`GRPC`) → :class:`GrpcBookieClient`."""
+        return self.upstream if name == UPSTREAM else self.grpc
+
     async def _for(self, bookie_id: str) -> BookieTransport:
-        return self.upstream if await self.transport_name(bookie_id) == UPSTREAM else self.grpc
+        return self.transport(await self.transport_name(bookie_id))
 
     async def _call(self, bookie_id: str, method: str, *args: Any, **kw: Any) -> Any:
         t = await self._for(bookie_id)
@@ -217,7 +236,7 @@ class BookieClient:
     def _stream(self, bookie_id: str, method: str, *args: Any, **kw: Any) -> AsyncIterator[Any]:
         name = self._chosen.get(bookie_id)
         if name is not None:
-            return getattr(self.upstream if name == UPSTREAM else self.grpc, method)(bookie_id, *args, **kw)
+            return getattr(self.transport(name), method)(bookie_id, *args, **kw)
         return self._resolved_stream(bookie_id, method, *args, **kw)
 
     async def _resolved_stream(self, bookie_id: str, method: str, *args: Any, **kw: Any) -> AsyncIterator[Any]:

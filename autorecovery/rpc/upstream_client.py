@@ -5,7 +5,8 @@ on its bookie port, framed as upstream ``BookieProtoEncoding``: a big-endian int
 ``Request`` / ``Response`` (see ``proto/autorecovery/proto/bookkeeper_protocol.proto``). This module is
 that protocol's client, with the same methods and results as the gRPC client
 (:class:`autorecovery.rpc.bookie_client.GrpcBookieClient`), so the roles run unchanged over either
-(:class:`autorecovery.rpc.transport.BookieClient` picks one per bookie).
+(:class:`autorecovery.rpc.transport.BookieClient` picks one per bookie). One connection (framing,
+pipelining, status codes) is :mod:`autorecovery.rpc.upstream_connection`.
 
 * One TCP connection per bookie, opened on first use. Requests are pipelined on it: each carries a
   fresh ``txnId`` and its answer is matched by that id (upstream ``PerChannelBookieClient``), so range
@@ -37,20 +38,26 @@ import struct
 import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import structlog
-from google.protobuf.message import DecodeError
 
-from autorecovery.errors import BookieError, BookieRefusedError, BookieUnavailableError, LedgerFencedError
+from autorecovery.errors import BookieError, BookieRefusedError, BookieUnavailableError
 from autorecovery.ledger.striping import index_stores
 from autorecovery.proto import bookkeeper_protocol_pb2 as up
 from autorecovery.rpc.availability import ranges_from_availability
 from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
+from autorecovery.rpc.upstream_connection import (  # noqa: F401 (re-exported: the names callers use)
+    FRAME,
+    _Connection,
+    _raise,
+    _status_error,
+    bookie_address,
+    status_name,
+)
 
 log = structlog.get_logger(__name__)
 
-FRAME = struct.Struct(">I")
 #: Upstream's default ``nettyMaxFrameSizeBytes`` (5 MiB): the largest frame a stock bookie takes.
 UPSTREAM_MAX_FRAME_BYTES = 5 * 1024 * 1024
 #: Requests kept in flight by a range read or a copy to one bookie, and the body bytes in flight.
@@ -64,126 +71,6 @@ _V3 = up.VERSION_THREE
 UNSUPPORTED = "EUNSUPPORTED"
 NO_ENTRY_LISTS = ("the bookie answers every request but GET_LIST_OF_ENTRIES_OF_LEDGER (upstream's DbLedgerStorage "
                   "does not implement it)")
-
-
-def status_name(code: int) -> str:
-    """Name of an upstream ``StatusCode`` (``504`` → ``"EFENCED"``); unknown numbers become ``"E<n>"``."""
-    try:
-        return up.StatusCode.Name(code)
-    except ValueError:
-        return f"E{code}"
-
-
-def _status_error(bookie_id: str, code: int, what: str) -> BookieError:
-    name = status_name(code)
-    if name == "EFENCED":
-        return LedgerFencedError(bookie_id, name, what)
-    return BookieError(bookie_id, name, what)
-
-
-def _raise(err: BookieError) -> NoReturn:
-    raise err
-
-
-def bookie_address(bookie_id: str) -> tuple[str, int]:
-    """``(host, port)`` of a ``host:port`` bookie id.
-
-    Raises:
-        BookieError: ``EBADREQ`` when the id has no numeric port.
-    """
-    host, sep, port = bookie_id.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BookieError(bookie_id, "EBADREQ", "bookie id is not host:port")
-    return host.strip("[]"), int(port)
-
-
-class _Connection:
-    """One TCP connection to a stock bookie: pending requests by txnId, a reader task."""
-
-    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 max_frame_bytes: int) -> None:
-        self.bookie_id = bookie_id
-        self.reader = reader
-        self.writer = writer
-        self.max_frame_bytes = max_frame_bytes
-        self.pending: dict[int, asyncio.Future] = {}
-        self.error: BookieError | None = None
-        self._out: list[bytes] = []  # frames queued in this turn of the event loop
-        #: GET_LIST_OF_ENTRIES_OF_LEDGER went unanswered while the bookie answered other requests
-        self.no_entry_lists = False
-        self.task = asyncio.ensure_future(self._read_loop())
-
-    @property
-    def alive(self) -> bool:
-        return self.error is None and not self.task.done()
-
-    def send(self, txn: int, data: bytes) -> asyncio.Future:
-        """Queue one framed request; the future resolves to its ``Response``. The frames queued in one
-        turn of the event loop leave in one write (a window of 64 reads is one system call, not 64:
-        a send per request was the largest cost of a copy between stock bookies)."""
-        if not self.alive:
-            raise self.error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed")
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self.pending[txn] = fut
-        if not self._out:
-            loop.call_soon(self.flush)
-        self._out += (FRAME.pack(len(data)), data)
-        return fut
-
-    def flush(self) -> None:
-        """Hand the queued frames to the socket in one write."""
-        out, self._out = self._out, []
-        if out and self.error is None:
-            self.writer.write(b"".join(out))
-
-    async def _read_loop(self) -> None:
-        err: BookieError
-        try:
-            while True:
-                head = await self.reader.readexactly(FRAME.size)
-                (size,) = FRAME.unpack(head)
-                if size > self.max_frame_bytes:
-                    err = BookieError(self.bookie_id, "EIO", f"answer frame of {size} bytes is over the "
-                                      f"{self.max_frame_bytes}-byte limit")
-                    break
-                data = await self.reader.readexactly(size)
-                resp = up.Response()
-                try:
-                    resp.ParseFromString(data)
-                except DecodeError as exc:
-                    err = BookieError(self.bookie_id, "EIO", f"answer does not parse as a v3 Response: {exc}")
-                    break
-                fut = self.pending.pop(resp.header.txnId, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(resp)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            err = BookieUnavailableError(self.bookie_id, "UNAVAILABLE", f"connection lost: {exc.__class__.__name__}")
-        except asyncio.CancelledError:
-            err = BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed")
-            self.fail(err)
-            raise
-        if err.status == "EIO":
-            log.warning("stock bookie sent a malformed answer; connection closed", bookie_id=self.bookie_id,
-                        error=str(err))
-        self.fail(err)
-
-    def fail(self, err: BookieError) -> None:
-        if self.error is None:
-            self.error = err
-        pending, self.pending = self.pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(self.error)
-                fut.exception()  # retrieved: a caller that gave up must not log "never retrieved"
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-    async def close(self) -> None:
-        self.fail(BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed"))
-        self.task.cancel()
-        with contextlib.suppress(BaseException):
-            await self.task
 
 
 class UpstreamBookieClient:
@@ -312,7 +199,8 @@ class UpstreamBookieClient:
         return None
 
     async def pull_entries(self, target: str, source: str, ledger_id: int, master_key: bytes, first: int,
-                           last: int, **_striping: int) -> AsyncIterator[PullReport]:
+                           last: int, *, ensemble_size: int = 0, write_quorum: int = 0, bookie_index: int = 0,
+                           digest_type: int = 0) -> AsyncIterator[PullReport]:
         """Stock bookies do not pull: always raises.
 
         Raises:

@@ -1,0 +1,379 @@
+"""One copy stream of a fragment copy: a source's entries to the stream's targets (EDGE).
+
+Upstream source: ``LedgerFragmentReplicator`` (read each entry, re-pack, ``RECOVERY_ADD`` to the targets).
+The stream is a part of :class:`~autorecovery.roles.copier.FragmentCopier` (a mixin: it uses the
+copier's bookie client, windows, byte bucket, metrics and stream caps); see that module for what a
+copy does as a whole. :meth:`StreamCopy._stream` runs one
+:class:`~autorecovery.plan.targets.StreamSpec`: a bookie-to-bookie pull when the target offers it,
+then ranged ``ReadEntries`` streams from the source (and alternates for what it cannot serve) feeding
+one ``AddEntries`` writer per target through bounded windows, every digest verified first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import structlog
+
+from autorecovery.errors import BookieError, DigestMismatchError
+from autorecovery.ledger.digest import EntryDigest
+from autorecovery.ledger.metadata import DigestType
+from autorecovery.ledger.striping import index_stores, write_set
+from autorecovery.plan.entry_runs import Gap, IntervalSet, merge_gaps, split_gaps
+from autorecovery.plan.pass_plan import DEFINITIVE
+from autorecovery.plan.targets import StreamSpec
+from autorecovery.proto import bookie_pb2 as pb
+from autorecovery.roles.copy_result import MAX_CORRUPT_LISTED, CopyResult, TargetWriteError, _Aborted
+from autorecovery.roles.copy_window import Window as _Window
+
+log = structlog.get_logger("autorecovery.copier")
+
+#: The bookie refuses ranges longer than this (service.MAX_RANGE_ENTRIES is 1,000,000).
+MAX_STREAM_IDS = 500_000
+
+class StreamCopy:
+    """One stream of a :class:`~autorecovery.roles.copier.FragmentCopier` copy (see the module docstring)."""
+
+    # -- one stream ----------------------------------------------------------------------------------
+    async def _stream(self, ledger_id, master_key, ensemble, wq, spec: StreamSpec, res: CopyResult,
+                      registered, skip_sources, should_abort, on_bytes, digest: EntryDigest,
+                      held_cache: dict) -> None:
+        e_size = len(ensemble)
+        run0 = spec.run().clip(spec.first, spec.last)
+        # entries of the stream still to copy, as runs with each tried bookie's reason: O(reason changes)
+        gaps: list[Gap] = [Gap(run0)] if run0 is not None else []
+        queues: dict[str, _Window] = {t: _Window(self.window_entries, self.window_bytes) for t in spec.targets}
+        failed: dict[str, BaseException] = {}
+        sent: dict[str, int] = {t: 0 for t in spec.targets}
+        queued: dict[str, int] = {t: 0 for t in spec.targets}  # bytes handed to each target's window
+
+        async def drain(q: _Window):
+            # everything queued meanwhile leaves in one message (batched framing, issue 13)
+            limit = self.bookies.batch_bytes
+            while (batch := await q.get_batch(limit)) is not None:
+                yield batch
+
+        async def write(target: str) -> tuple[int, int]:
+            # NUM_BYTES_WRITTEN counts what the target acknowledged (as upstream, on the add's callback),
+            # not what was queued: the dashboard's heal throughput must not include failed copies
+            t0 = time.monotonic()
+            try:
+                n, nbytes = await self.bookies.add_entry_batches(target, ledger_id, master_key,
+                                                                 drain(queues[target]), recovery=True)
+            except BaseException as exc:
+                if self.m is not None:
+                    done_n, done_b = getattr(exc, "entries_written", 0), getattr(exc, "bytes_written", 0)
+                    self.m.bytes_written.record_many(done_n, done_b)
+                    self.m.bytes_written.record_many(sent[target] - done_n, queued[target] - done_b, success=False)
+                raise
+            if self.m is not None:
+                self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
+                self.m.bytes_written.record_many(n, nbytes)
+            return n, nbytes
+
+        def on_writer_done(target: str, task: asyncio.Task) -> None:
+            if task.cancelled():
+                failed.setdefault(target, asyncio.CancelledError())
+            elif task.exception() is not None:
+                failed.setdefault(target, task.exception())
+            if target in failed:  # unblock a reader waiting on this full window
+                queues[target].discard()
+
+        writers: dict[str, asyncio.Task] = {}
+
+        def start_writers() -> None:
+            # opened with the first entry copied through this process (none when a pull did it all)
+            for t in spec.targets:
+                if t not in writers:
+                    writers[t] = task = asyncio.create_task(write(t))
+                    task.add_done_callback(lambda tk, t=t: on_writer_done(t, tk))
+
+        async def emit(eid: int, body: bytes) -> None:
+            start_writers()
+            wait = self.bucket.reserve(len(body) * len(spec.targets))
+            if wait > 0:
+                await self.sleep(wait)
+            for t in spec.targets:
+                if failed:
+                    raise TargetWriteError(next(iter(failed)), next(iter(failed.values())))
+                await queues[t].put((eid, body))
+                sent[t] += 1
+                queued[t] += len(body)
+            on_bytes(len(body) * len(spec.targets))
+
+        def accept(eid: int, body: bytes, source: str, t_read: float) -> bool:
+            try:
+                digest.verify(body, ledger_id, eid, source=source)
+            except DigestMismatchError as exc:
+                if len(res.corrupt) < MAX_CORRUPT_LISTED:
+                    res.corrupt.append((eid, source))
+                if self.m is not None:
+                    self.m.corrupt_source_entries.inc()
+                log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid, bookie_id=source, error=str(exc))
+                return False
+            res.entries_read += 1
+            res.bytes_read += len(body)
+            if self.m is not None:
+                self.m.entries_read.inc()
+                self.m.bytes_read.record(len(body))
+                self.m.read_latency.record(t_read * 1000.0)
+            return True
+
+        def check_abort() -> None:
+            why = should_abort()
+            if why:
+                raise _Aborted(why)
+
+        async def read_gap(source: str, g: Gap, index: int, length: int) -> tuple[list[Gap], str]:
+            """Stream ``g``'s ids from ``source`` (filter ``bookie_index=index, write_quorum=length``) in
+            chunks of :data:`MAX_STREAM_IDS`, copy what verifies, and return the sub-gaps not copied with
+            ``source``'s reason, and the status that ended the stream early (``""``: none)."""
+            run = g.run
+            out: list[Gap] = []
+            state = {"cursor": run.first, "reason": "", "seen": run.first - 1}
+
+            def close(upto: int, reason: str) -> None:
+                piece = run.clip(state["cursor"], upto)
+                if piece is not None:
+                    out.append(Gap(piece, {**g.why, source: reason}))
+                state["cursor"] = max(state["cursor"], upto + 1)
+                state["reason"] = ""
+
+            def note(eid: int, reason: str) -> None:
+                if state["reason"] and state["reason"] != reason:
+                    close(eid - 1, state["reason"])
+                state["reason"] = reason
+                state["seen"] = max(state["seen"], eid)
+
+            for a in range(run.first, run.last + 1, MAX_STREAM_IDS):
+                b = min(run.last, a + MAX_STREAM_IDS - 1)
+                try:
+                    t_prev = time.monotonic()
+                    # aclosing: leaving the loop early (abort, a dead target) closes the stream
+                    # here, not in a finaliser task that may outlive the copy (issue 9)
+                    async with contextlib.aclosing(self.bookies.read_entries(
+                        source, ledger_id, a, b, ensemble_size=e_size, write_quorum=length, bookie_index=index,
+                    )) as stream:
+                        async for item in stream:
+                            now = time.monotonic()
+                            check_abort()
+                            if isinstance(item, BookieError):
+                                eid = _entry_of(item)
+                                if eid is not None and eid >= state["cursor"] and run.covers(eid):
+                                    note(eid, item.status)
+                                t_prev = now
+                                continue
+                            eid = item.entry_id
+                            if eid >= state["cursor"] and run.covers(eid):
+                                if accept(eid, item.body, source, now - t_prev):
+                                    if eid > state["cursor"]:
+                                        close(eid - 1, state["reason"] or "MISSING")
+                                    state["cursor"], state["reason"] = eid + 1, ""
+                                    state["seen"] = max(state["seen"], eid)
+                                    await emit(eid, item.body)
+                                else:
+                                    note(eid, "DIGEST")
+                            t_prev = now
+                except BookieError as exc:
+                    log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source,
+                                status=exc.status, error=str(exc))
+                    if state["reason"]:
+                        close(state["seen"], state["reason"])
+                    close(run.last, exc.status)  # the rest of the gap, this chunk's and later ones
+                    return out, exc.status
+            close(run.last, state["reason"] or "MISSING")  # anything the stream skipped silently
+            return out, ""
+
+        async def can_pull(source: str) -> bool:
+            """Whether the single target can copy from ``source`` itself (PullEntries)."""
+            target = spec.targets[0]
+            if not self.pull or len(spec.targets) != 1 or not self.bucket.unlimited or target in writers:
+                return False
+            if digest.digest_type == DigestType.HMAC:
+                # the target would have to verify each entry's HMAC, which needs the ledger's password;
+                # passwords never go to bookies (they get the master key, a one-way hash of it), so an
+                # HMAC ledger is always copied through this process, which verifies it
+                return False
+            try:
+                if not await self.bookies.pulls(target, source):
+                    return False
+                if digest.digest_type != DigestType.CRC32C and not (
+                        await self.bookies.features(target) & pb.PULL_DIGEST_TYPES):
+                    return False  # an older bookie would check every pulled entry as CRC32C
+            except BookieError:
+                return False  # the target is unreachable: the local path reports it as a target failure
+            return True
+
+        pulled = [0, 0]  # entries, bytes stored on the target by PullEntries
+
+        async def pull_gap(source: str, g: Gap) -> tuple[list[Gap], str]:
+            """Have the single target copy ``g`` from ``source`` itself: the bytes cross the network once.
+            Returns the sub-gaps it could not get (with ``source``'s reason) and the source's failure
+            status (``""``: the source served the whole gap)."""
+            target = spec.targets[0]
+            run = g.run
+            stored = IntervalSet(run)  # joined over ids the stream does not carry: O(holes)
+            failures: dict[str, IntervalSet] = {}
+            source_failed = ""
+            t0 = time.monotonic()
+            try:
+                for a in range(run.first, run.last + 1, MAX_STREAM_IDS):
+                    b = min(run.last, a + MAX_STREAM_IDS - 1)
+                    t_prev = time.monotonic()
+                    async with contextlib.aclosing(self.bookies.pull_entries(
+                        target, source, ledger_id, master_key, a, b, ensemble_size=e_size,
+                        write_quorum=spec.arc_len, bookie_index=spec.arc_end, digest_type=int(digest.digest_type),
+                    )) as reports:
+                        async for rep in reports:
+                            now = time.monotonic()
+                            for eid, why in rep.failed.items():
+                                failures.setdefault(why, IntervalSet(run)).add(eid)
+                                if why == "DIGEST":
+                                    if len(res.corrupt) < MAX_CORRUPT_LISTED:
+                                        res.corrupt.append((eid, source))
+                                    if self.m is not None:
+                                        self.m.corrupt_source_entries.inc()
+                                    log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid,
+                                              bookie_id=source, target=target)
+                            n = len(rep.stored)
+                            if n:
+                                for eid in rep.stored:
+                                    stored.add(eid)
+                                pulled[0] += n
+                                pulled[1] += rep.bytes_stored
+                                res.entries_read += n
+                                res.bytes_read += rep.bytes_stored
+                                if self.m is not None:
+                                    per_entry_ms = (now - t_prev) * 1000.0 / n
+                                    self.m.entries_read.inc(n)
+                                    self.m.entries_written.inc(n)
+                                    self.m.read_latency.record_many(n, per_entry_ms * n)
+                                    self.m.bytes_read.record_many(n, rep.bytes_stored)
+                                    self.m.bytes_written.record_many(n, rep.bytes_stored)
+                                on_bytes(rep.bytes_stored)
+                            t_prev = now
+                            if rep.source_status:
+                                source_failed = rep.source_status
+                                log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source, target=target,
+                                            status=rep.source_status, error=rep.source_message)
+                            check_abort()
+                    if source_failed:  # its other chunks are not tried either
+                        break
+            except BookieError as exc:
+                raise TargetWriteError(target, exc) from exc
+            if self.m is not None:
+                self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
+            self.pulls += 1
+            out: list[Gap] = []
+            for a, b in stored.complement(run.first, run.last):
+                piece = run.clip(a, b)
+                if piece is None:
+                    continue
+                lo = piece.first
+                reason = next((why for why, ids in failures.items() if lo in ids), "") or source_failed or "MISSING"
+                out.append(Gap(piece, {**g.why, source: reason}))
+            return out, source_failed
+
+        try:
+            reg = set(registered())
+            sources = [spec.source] + [a for a in spec.alternates
+                                       if all(index_stores(ensemble.index(a), r, e_size, wq) for r in spec.residues())]
+            touched = False  # a pull copies exactly a stream's own range, before anything else was tried
+            for source in sources:
+                if not gaps:
+                    break
+                if source in skip_sources:
+                    continue
+                if source not in reg:
+                    gaps = [g.because(source, "NOT_REGISTERED") for g in gaps]
+                    continue
+                held, absent = await self._held(source, ledger_id, held_cache, (ensemble.index(source), e_size, wq))
+                present, nxt = split_gaps(gaps, held, source, absent)
+                pulling = not touched and await can_pull(source)
+                touched = True
+                if present:
+                    async with self._slot(source, spec.targets):
+                        for i, g in enumerate(present):
+                            got, status = await (pull_gap(source, g) if pulling else
+                                                 read_gap(source, g, spec.arc_end, spec.arc_len))
+                            nxt.extend(got)
+                            if status:  # the source failed: its other gaps are not tried either
+                                nxt.extend(x.because(source, status) for x in present[i + 1:])
+                                break
+                gaps = merge_gaps(nxt)
+            # fallback over every replica of the write set, residue by residue (each residue has one
+            # write set): replicas that store only part of the stream's arc are read here
+            pending_all: list[Gap] = []
+            for g in gaps:
+                for r in g.run.residues():
+                    sub = g.run.with_residue(r)
+                    if sub is not None:
+                        pending_all.append(Gap(sub, g.why))
+            for g in pending_all:
+                check_abort()
+                r = g.run.arc_end
+                order = [spec.source, *spec.alternates] + [ensemble[j] for j in write_set(r, e_size, wq)]
+                pending = [g]
+                for b in dict.fromkeys(order):
+                    if not pending:
+                        break
+                    # bookies the checker flagged (skip_sources) are tried too: they may hold these entries
+                    if not index_stores(ensemble.index(b), r, e_size, wq):
+                        continue
+                    nxt, todo = [], []
+                    for x in pending:
+                        if x.why.get(b) in DEFINITIVE:
+                            nxt.append(x)
+                        elif b not in reg:
+                            nxt.append(x.because(b, "NOT_REGISTERED"))
+                        else:
+                            todo.append(x)
+                    if todo:
+                        held, absent = await self._held(b, ledger_id, held_cache, (ensemble.index(b), e_size, wq))
+                        present, missing = split_gaps(todo, held, b, absent)
+                        nxt.extend(missing)
+                        for i, x in enumerate(present):
+                            got, status = await read_gap(b, x, r, 1)
+                            nxt.extend(got)
+                            if status:
+                                nxt.extend(y.because(b, status) for y in present[i + 1:])
+                                break
+                    pending = merge_gaps(nxt)
+                for x in pending:
+                    why = dict(x.why)
+                    for j in write_set(r, e_size, wq):
+                        b = ensemble[j]
+                        if b not in why:
+                            why[b] = "NOT_REGISTERED" if b not in reg else "UNTRIED"
+                    res.unreadable.append(Gap(x.run, why))
+                    if self.m is not None:
+                        self.m.unable_to_read.inc(x.count())
+            for t in writers:
+                if t not in failed:
+                    await queues[t].put(None)
+            results = await asyncio.gather(*writers.values(), return_exceptions=True)
+        except BaseException:
+            for task in writers.values():
+                task.cancel()
+            await asyncio.gather(*writers.values(), return_exceptions=True)
+            raise
+        res.entries_written += pulled[0]
+        res.bytes_written += pulled[1]
+        for t, r in zip(writers, results):
+            if isinstance(r, BaseException):
+                raise TargetWriteError(t, r)
+            n, nbytes = r
+            expected = sent[t]
+            if n != expected:
+                raise TargetWriteError(t, BookieError(t, "EIO", f"wrote {n} of {expected} entries"))
+            res.entries_written += n
+            res.bytes_written += nbytes
+            if self.m is not None:
+                self.m.entries_written.inc(n)
+
+
+def _entry_of(err: BookieError) -> int | None:
+    """Entry id of an ENOENTRY stream item (``BookieClient.read_entries`` sets ``entry_id``)."""
+    return getattr(err, "entry_id", None)

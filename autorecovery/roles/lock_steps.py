@@ -1,0 +1,106 @@
+"""Every ZooKeeper step the ReplicationWorker takes on a ledger's lock and marker, in one place (EDGE).
+
+Upstream source: ``ReplicationWorker`` with ``LedgerUnderreplicationManager`` (``getLedgerToRereplicate``,
+``markLedgerReplicated``, ``releaseUnderreplicatedLedger``, the deferred release of a failed ledger's
+lock). The znodes and their protocol (``locks/urL…`` ephemeral locks, the marker's version remembered
+at acquire, versioned delete) are :class:`~autorecovery.zk.underreplication.UnderreplicationManager`'s;
+this class is the worker's only way to them during a pass, so batching these steps (a ZooKeeper
+``multi``) changes this module alone:
+
+* :meth:`LockSteps.lock_next` — lock the best candidate;
+* :meth:`LockSteps.marker` — read the marker;
+* :meth:`LockSteps.delete_marker` — versioned delete of the marker, then release the lock;
+* :meth:`LockSteps.release` / :meth:`LockSteps.release_after` — release the lock now or after a delay;
+* :meth:`LockSteps.hold_while` — keep the lock while a task runs (the open-ledger grace), then release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from autorecovery.zk.underreplication import UnderreplicatedLedger, UnderreplicationManager
+
+
+class LockSteps:
+    """The lock and marker steps of the worker's passes.
+
+    Args:
+        um: the worker's :class:`~autorecovery.zk.underreplication.UnderreplicationManager`.
+        sleep: async sleep in seconds (tests pass a fake clock's).
+        stopping: True once the worker stops (deferred releases are then left to ``stop``).
+        released: called after a deferred release (wakes the worker's slots).
+
+    Attributes:
+        deferred: ledger id → the task that will release its lock (a backoff or the open-ledger grace).
+    """
+
+    def __init__(self, um: UnderreplicationManager, *, sleep: Callable[[float], Awaitable[None]],
+                 stopping: Callable[[], bool], released: Callable[[], None]) -> None:
+        self.um, self.sleep, self.stopping, self.released = um, sleep, stopping, released
+        self.deferred: dict[int, asyncio.Task] = {}
+
+    async def lock_next(self, order: Callable[[list[int]], list[int]]) -> int | None:
+        """Lock the first lockable marked ledger in ``order``; None when there is none."""
+        return await self.um.poll_ledger_to_rereplicate(order)
+
+    async def marker(self, lid: int) -> UnderreplicatedLedger | None:
+        """The ledger's marker, None when it is not marked any more."""
+        return await self.um.get_marker(lid)
+
+    async def delete_marker(self, lid: int) -> bool:
+        """Versioned delete of the marker (the version seen at acquire), then release the lock.
+        False when it was re-marked meanwhile (the marker stays for another pass)."""
+        return await self.um.mark_replicated(lid)
+
+    def holds(self, lid: int) -> bool:
+        return lid in self.um.held
+
+    @property
+    def owner(self) -> str:
+        """What this worker writes into its lock znodes (the host name by default)."""
+        return self.um.lock_owner
+
+    def held_version(self, lid: int) -> int:
+        """The marker version remembered when the lock was taken (-1 when not held)."""
+        return self.um.held.get(lid, -1)
+
+    async def release(self, lid: int) -> None:
+        """Release the lock if still held (errors ignored: the session's end releases it)."""
+        if lid in self.um.held:
+            with contextlib.suppress(Exception):
+                await self.um.release(lid)
+
+    def release_after(self, lid: int, delay_ms: int) -> None:
+        """Keep the lock for ``delay_ms`` ms, then release it (a failed ledger's backoff); replaces an
+        earlier deferred release of the ledger."""
+        async def later() -> None:
+            try:
+                await self.sleep(delay_ms / 1000.0)
+            finally:
+                self.deferred.pop(lid, None)
+            if lid in self.um.held and not self.stopping():
+                await self.um.release(lid)
+            self.released()
+
+        old = self.deferred.pop(lid, None)
+        if old is not None:
+            old.cancel()
+        self.deferred[lid] = asyncio.create_task(later(), name=f"release-{lid}")
+
+    def hold_while(self, lid: int, work: Callable[[], Awaitable[None]], *, name: str,
+                   then: Callable[[], None] = lambda: None) -> None:
+        """Keep the lock while ``work`` runs in its own task, then release it and call ``then``."""
+        async def run() -> None:
+            try:
+                await work()
+            finally:
+                self.deferred.pop(lid, None)
+                if lid in self.um.held and not self.stopping():
+                    with contextlib.suppress(Exception):
+                        await self.um.release(lid)
+                then()
+                self.released()
+
+        self.deferred[lid] = asyncio.create_task(run(), name=name)
