@@ -154,7 +154,11 @@ def damaged_of(row: Any, gone: frozenset[str]) -> frozenset[str]:
     return gone | frozenset(str(b) for b in marked)
 
 
-def _aggregating(make: Callable[[], tuple[Callable[[Any], None], Callable[[], Iterator[pd.DataFrame]]]]):
+#: ``(step, finish)`` of a folding part: ``step(batch)`` folds one batch, ``finish()`` yields the sums.
+Fold = tuple[Callable[[Any], None], Callable[[], Iterator[pd.DataFrame]]]
+
+
+def _aggregating(make: Callable[[], Fold]):
     """A mapInPandas function that folds every batch of its partition into one state and emits the sums
     once, at the end. ``make()`` gives fresh ``(step, finish)``: ``step(batch)`` folds one batch (a
     pandas frame or a :class:`Prepared`), ``finish()`` yields the rows. :func:`fused_partition` drives
@@ -173,7 +177,7 @@ def _aggregating(make: Callable[[], tuple[Callable[[Any], None], Callable[[], It
 def capacity_partition(recent_since_ms: int):
     """mapInPandas function: bytes per bookie (all, and of ledgers created since ``recent_since_ms``)."""
 
-    def make():
+    def make() -> Fold:
         used: dict[str, float] = {}
         recent: dict[str, float] = {}
         count: dict[str, int] = {}
@@ -323,7 +327,7 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
             for b, loc in location.items()}
     gone = frozenset(gone)
 
-    def make():
+    def make() -> Fold:
         agg: dict[tuple[str, str, int, str], list[float]] = {}
         src: dict[tuple[str, str, str], float] = {}
         k1: dict[str, list[float]] = {}
@@ -438,7 +442,7 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
     from autorecovery.errors import AutoRecoveryError
     from autorecovery.reports import whatif
 
-    def make():
+    def make() -> Fold:
         live = ([b for b in members[0] if b != bookie], [b for b in members[1] if b != bookie])
         pol = _policy(placement, locations, live)
         agg: dict[tuple[str, str, str, str], list[float]] = {}
