@@ -151,7 +151,8 @@ def baseline(snapshot: Path, what_if: dict[str, str]) -> dict:
     tri = pd.concat(list(jobs.triple_partition(list(pairs), gone)(iter(batches))))
     k3 = whatif.worst_triples(pairs, singles, {tuple(r.name.split("|")): (r.ledgers, r.lost_bytes, r.below)
                                                for r in tri.groupby("name", as_index=False).sum().itertuples()}, live, 3)
-    return {"bookies": len(cap), "verdicts": counts.to_dict(), "swaps": int(plan["fixable"].sum()),
+    return {"bookies": len(cap), "verdicts": {f"{c}|{w}": int(v) for (c, w), v in counts.items()},
+            "swaps": int(plan["fixable"].sum()),
             "risk_rows": len(risk), "k3": [list(ids) for ids, _v in k3]}
 
 
@@ -164,7 +165,10 @@ def _baseline_child(snapshot: Path, what_if: dict[str, str], out: Path) -> None:
 
 def run_baseline(snapshot: Path, what_if: dict[str, str], cap_gb: float) -> tuple[float, PeakRss, dict | None]:
     """The baseline in a fresh process (spawned: nothing inherited from Spark): seconds, its memory, the
-    result (None when it went over ``cap_gb`` and was killed)."""
+    result (None when it went over ``cap_gb`` and was killed: ``mem.capped``).
+
+    Raises:
+        RuntimeError: the baseline process failed (its traceback is on stderr)."""
     import json
     import multiprocessing
 
@@ -177,6 +181,8 @@ def run_baseline(snapshot: Path, what_if: dict[str, str], cap_gb: float) -> tupl
     with PeakRss(tree=False, pid=p.pid, cap_bytes=int(cap_gb * 2**30)) as mem:
         p.join()
     secs = time.perf_counter() - t
+    if p.exitcode != 0 and not mem.capped:
+        raise RuntimeError(f"the baseline process failed (exit code {p.exitcode}); see its traceback above")
     return secs, mem, json.loads(res.read_text()) if res.exists() and not mem.capped else None
 
 
