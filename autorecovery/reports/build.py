@@ -368,6 +368,17 @@ def _existing(rows: pd.DataFrame, bk: pd.DataFrame, thr: Throttles) -> dict[str,
             "heal_bytes": heal, **_heal(model.heal_time(heal, {}, thr.heal_model(frozenset(gone))))}
 
 
+#: Ledgers per shuffle partition at most (the fused task of a partition folds them in one Python worker)
+LEDGERS_PER_PARTITION = 500_000
+
+
+def shuffle_partitions(manifest: dict) -> int:
+    """Shuffle partitions for a snapshot: 8 (four tasks per core on ``local[2]``), more for snapshots
+    over 4M ledgers so a partition holds at most :data:`LEDGERS_PER_PARTITION`."""
+    n = int(manifest.get("counts", {}).get("ledgers") or 0)
+    return max(8, -(-n // LEDGERS_PER_PARTITION))
+
+
 def write(report: Report, out: Path) -> None:
     """Each table as CSV and Parquet under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -408,6 +419,9 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
     if own:
         step("starting Spark")
     spark = spark or jobs.spark_session(master, conf=spark_conf, log_path=out / "spark.log")
+    if own and "spark.sql.shuffle.partitions" not in (spark_conf or {}):
+        # the ledger view is one shuffle (segments grouped per ledger); each partition one fused task
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(manifest)))
     try:
         step("reading the snapshot")
         t = jobs.load(spark, snapshot)

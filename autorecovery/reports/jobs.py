@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -154,14 +154,35 @@ def damaged_of(row: Any, gone: frozenset[str]) -> frozenset[str]:
     return gone | frozenset(str(b) for b in marked)
 
 
+#: ``(step, finish)`` of a folding part: ``step(batch)`` folds one batch, ``finish()`` yields the sums.
+Fold = tuple[Callable[[Any], None], Callable[[], Iterator[pd.DataFrame]]]
+
+
+def _aggregating(make: Callable[[], Fold]):
+    """A mapInPandas function that folds every batch of its partition into one state and emits the sums
+    once, at the end. ``make()`` gives fresh ``(step, finish)``: ``step(batch)`` folds one batch (a
+    pandas frame or a :class:`Prepared`), ``finish()`` yields the rows. :func:`fused_partition` drives
+    ``make`` itself so that such parts emit once per partition, not once per Arrow batch."""
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        step, finish = make()
+        for pdf in batches:
+            step(pdf)
+        yield from finish()
+
+    run.make = make  # type: ignore[attr-defined]
+    return run
+
+
 def capacity_partition(recent_since_ms: int):
     """mapInPandas function: bytes per bookie (all, and of ledgers created since ``recent_since_ms``)."""
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    def make() -> Fold:
         used: dict[str, float] = {}
         recent: dict[str, float] = {}
         count: dict[str, int] = {}
-        for pdf in batches:
+
+        def step(pdf: "pd.DataFrame | Prepared") -> None:
             for lv, row in _views(pdf):
                 share = model.bytes_per_bookie(lv)
                 new = int(row.ctime) >= recent_since_ms
@@ -172,11 +193,15 @@ def capacity_partition(recent_since_ms: int):
                 for b in {m for seg in lv.segments for m in seg.ensemble}:
                     count[b] = count.get(b, 0) + 1
                     used.setdefault(b, 0.0)
-        yield pd.DataFrame({"bookie_id": list(used), "used_bytes": [used[b] for b in used],
-                            "recent_bytes": [recent.get(b, 0.0) for b in used],
-                            "ledgers": [float(count.get(b, 0)) for b in used]})
 
-    return run
+        def finish() -> Iterator[pd.DataFrame]:
+            yield pd.DataFrame({"bookie_id": list(used), "used_bytes": [used[b] for b in used],
+                                "recent_bytes": [recent.get(b, 0.0) for b in used],
+                                "ledgers": [float(count.get(b, 0)) for b in used]})
+
+        return step, finish
+
+    return _aggregating(make)
 
 
 CAPACITY_SCHEMA = "bookie_id string, used_bytes double, recent_bytes double, ledgers double"
@@ -302,65 +327,83 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
             for b, loc in location.items()}
     gone = frozenset(gone)
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        agg: dict[tuple[str, str, str, int, str], list[float]] = {}
+    def make() -> Fold:
+        agg: dict[tuple[str, str, int, str], list[float]] = {}
         src: dict[tuple[str, str, str], float] = {}
-        kl: dict[tuple[str, str], list[float]] = {}
+        k1: dict[str, list[float]] = {}
+        k2: dict[tuple[str, str], list[float]] = {}
 
-        def kadd(key: tuple[str, str], m: tuple[float, float, float, float]) -> None:
-            v = kl.setdefault(key, [0.0, 0.0, 0.0, 0.0])
-            for i in range(4):
-                v[i] += m[i]
-
-        def add(key: tuple[str, str, str, int, str], d: model.DomainLoss, sign: int = 1) -> None:
+        def add(key: tuple[str, str, int, str], d: whatif.Loss, sign: int = 1) -> None:
             a = agg.get(key)
             if a is None:
-                a = agg[key] = [0.0, 0.0, 0.0]
-            a[0] += sign
-            a[1] += sign * d.lost_bytes
-            a[2] += sign * d.heal_bytes
+                agg[key] = [sign, sign * d[1], sign * d[2]]
+            else:
+                a[0] += sign
+                a[1] += sign * d[1]
+                a[2] += sign * d[2]
 
-        for pdf in batches:
+        def step(pdf: "pd.DataFrame | Prepared") -> None:
             for lv, row in _views(pdf):
-                _t, ns, _topic = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger}
-                                                    if row.managed_ledger else None)
-                damaged = damaged_of(row, gone)
-                single: dict[str, model.DomainLoss] = {}
-                for kind, name, d in model.ledger_risk(lv, tags, damaged=damaged, existing=True):
+                ns = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger})[1] if row.managed_ledger else ""
+                domains, singles, pairs = whatif.ledger_losses(lv, tags, damaged_of(row, gone))
+                single: dict[str, whatif.Loss] = {}
+                for kind, name, d in domains:
                     if kind == "rack":
                         single[name] = d
                     if kind == "rack_pair":
                         a, b = name.split("|", 1)
-                        if d.outcome != model.NONE:
-                            add(("risk", kind, name, d.outcome, ""), d)
+                        if d[0] != model.NONE:
+                            add((kind, name, d[0], ""), d)
                         for r in (a, b):
-                            if single[r].outcome != model.NONE:
-                                add(("risk", kind, name, single[r].outcome, ""), single[r], -1)
-                    elif (kind in kinds or kind == "existing") and d.outcome != model.NONE:
-                        add(("risk", kind, name, d.outcome, ""), d)
-                        if ns:
-                            add(("risk", kind, name, d.outcome, ns), d)
-                        for bk, nbytes in d.sources.items():
-                            src[(kind, name, bk)] = src.get((kind, name, bk), 0.0) + nbytes
+                            sr = single[r]
+                            if sr[0] != model.NONE:
+                                add((kind, name, sr[0], ""), sr, -1)
+                    elif (kind in kinds or kind == "existing") and d[0] != model.NONE:
+                        add((kind, name, d[0], ""), d)
+                        # per namespace: only what the report shows (racks losing data or going below AQ)
+                        if ns and kind == "rack" and d[0] >= model.BELOW_AQ:
+                            add((kind, name, d[0], ns), d)
+                        for bk, nbytes in (d[3] or {}).items():
+                            key = (kind, name, bk)
+                            src[key] = src.get(key, 0.0) + nbytes
                 if bookie_sets:
-                    singles, pairs = whatif.bookie_sets(lv, damaged)
                     for b, d in singles:
-                        m = whatif.metrics(d)
-                        kadd(("bookie", b), (m[0], m[1], m[2], m[3]))
+                        v = k1.get(b)
+                        m = whatif.loss_metrics(d)
+                        if v is None:
+                            k1[b] = [float(m[0]), m[1], float(m[2]), m[3]]
+                        else:
+                            v[0] += m[0]
+                            v[1] += m[1]
+                            v[2] += m[2]
+                            v[3] += m[3]
                     for a, b, delta in pairs:
-                        kadd(("bookie_pair", f"{a}|{b}"), (delta[0], delta[1], delta[2], 0.0))
-        yield pd.DataFrame({"part": "kloss", "kind": [k[0] for k in kl], "name": [k[1] for k in kl],
-                            "ledgers": [v[0] for v in kl.values()], "lost_bytes": [v[1] for v in kl.values()],
-                            "bytes": [v[2] for v in kl.values()], "heal_bytes": [v[3] for v in kl.values()]})
-        rows = pd.DataFrame({"part": [k[0] for k in agg], "kind": [k[1] for k in agg], "name": [k[2] for k in agg],
-                             "outcome": [k[3] for k in agg], "namespace": [k[4] for k in agg],
-                             "ledgers": [v[0] for v in agg.values()], "lost_bytes": [v[1] for v in agg.values()],
-                             "heal_bytes": [v[2] for v in agg.values()]})
-        yield rows
-        yield pd.DataFrame({"part": "heal_src", "kind": [k[0] for k in src], "name": [k[1] for k in src],
-                            "bookie_id": [k[2] for k in src], "bytes": list(src.values())})
+                        v = k2.get((a, b))
+                        if v is None:
+                            k2[(a, b)] = [float(delta[0]), delta[1], float(delta[2])]
+                        else:
+                            v[0] += delta[0]
+                            v[1] += delta[1]
+                            v[2] += delta[2]
 
-    return run
+        def finish() -> Iterator[pd.DataFrame]:
+            n1, n2 = len(k1), len(k2)
+            yield pd.DataFrame({"part": "kloss", "kind": ["bookie"] * n1 + ["bookie_pair"] * n2,
+                                "name": list(k1) + [f"{a}|{b}" for a, b in k2],
+                                "ledgers": [v[0] for v in k1.values()] + [v[0] for v in k2.values()],
+                                "lost_bytes": [v[1] for v in k1.values()] + [v[1] for v in k2.values()],
+                                "bytes": [v[2] for v in k1.values()] + [v[2] for v in k2.values()],
+                                "heal_bytes": [v[3] for v in k1.values()] + [0.0] * n2})
+            yield pd.DataFrame({"part": "risk", "kind": [k[0] for k in agg], "name": [k[1] for k in agg],
+                                "outcome": [k[2] for k in agg], "namespace": [k[3] for k in agg],
+                                "ledgers": [float(v[0]) for v in agg.values()], "lost_bytes": [v[1] for v in agg.values()],
+                                "heal_bytes": [v[2] for v in agg.values()]})
+            yield pd.DataFrame({"part": "heal_src", "kind": [k[0] for k in src], "name": [k[1] for k in src],
+                                "bookie_id": [k[2] for k in src], "bytes": list(src.values())})
+
+        return step, finish
+
+    return _aggregating(make)
 
 
 def triple_partition(candidates: list[tuple[str, str]], gone: frozenset[str] = frozenset()):
@@ -399,7 +442,7 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
     from autorecovery.errors import AutoRecoveryError
     from autorecovery.reports import whatif
 
-    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    def make() -> Fold:
         live = ([b for b in members[0] if b != bookie], [b for b in members[1] if b != bookie])
         pol = _policy(placement, locations, live)
         agg: dict[tuple[str, str, str, str], list[float]] = {}
@@ -409,7 +452,7 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
             v[0] += nbytes
             v[1] += n
 
-        for pdf in batches:
+        def step(pdf: "pd.DataFrame | Prepared") -> None:
             for lv, _row in _views(pdf):
                 for si, idx, stored, sources in whatif.decommission_shares(lv, bookie):
                     ens = list(lv.segments[si].ensemble)
@@ -425,11 +468,15 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
                     for b, nbytes in sources.items():
                         add(("source", b, "", ""), nbytes, 0.0)
                     add(("verdict", "", before, _verdict(pol, new, lv)), stored)
-        yield pd.DataFrame({"part": "decom", "kind": [k[0] for k in agg], "bookie_id": [k[1] for k in agg],
-                            "current": [k[2] for k in agg], "what_if": [k[3] for k in agg],
-                            "bytes": [v[0] for v in agg.values()], "ledgers": [v[1] for v in agg.values()]})
 
-    return run
+        def finish() -> Iterator[pd.DataFrame]:
+            yield pd.DataFrame({"part": "decom", "kind": [k[0] for k in agg], "bookie_id": [k[1] for k in agg],
+                                "current": [k[2] for k in agg], "what_if": [k[3] for k in agg],
+                                "bytes": [v[0] for v in agg.values()], "ledgers": [v[1] for v in agg.values()]})
+
+        return step, finish
+
+    return _aggregating(make)
 
 
 def non_empty(fn):
@@ -466,16 +513,29 @@ def fused_partition(parts: Mapping[str, Any]):
     """mapInPandas function running several reports in one pass: ``parts`` maps ``capacity`` /
     ``placement`` / ``repair`` / ``risk`` to the function one of the ``*_partition`` factories above
     returned. Each Arrow batch is turned into ledger views once; every report's rows come out tagged
-    with ``part`` (capacity and risk rows are pre-aggregated per batch)."""
+    with ``part``. Per-ledger parts (placement, repair) emit rows per batch; the folding parts
+    (capacity, risk, decommission: :func:`_aggregating`) emit their sums once per partition, so the
+    rows persisted and shuffled grow with partitions × bookies (pairs), not with ledgers."""
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        def typed(name: str, out: pd.DataFrame) -> pd.DataFrame:
+            if "part" not in out.columns:
+                out = out.assign(part=name)
+            return out.reindex(columns=_FUSED_COLUMNS).astype(_FUSED_DTYPES)
+
+        folds = {name: fn.make() for name, fn in parts.items() if hasattr(fn, "make")}
         for pdf in batches:
             prepared = Prepared(pdf)
             for name, fn in parts.items():
+                if name in folds:
+                    folds[name][0](prepared)
+                    continue
                 for out in fn(iter([prepared])):
                     if len(out):
-                        if "part" not in out.columns:
-                            out = out.assign(part=name)
-                        yield out.reindex(columns=_FUSED_COLUMNS).astype(_FUSED_DTYPES)
+                        yield typed(name, out)
+        for name, (_step, finish) in folds.items():
+            for out in finish():
+                if len(out):
+                    yield typed(name, out)
 
     return run

@@ -11,6 +11,13 @@ Per ledger, as :mod:`autorecovery.reports.model`; the Spark jobs sum the rows. L
   ledgers that hold the third bookie and a pair member, :func:`triple_corrections`). It finds the worst
   triple that contains one of the worst pairs; a worse triple made of three individually mild pairs
   is possible in principle, so k = 3 is a lower bound of the worst case (said so in the summary).
+
+Units: bytes (floats: a ledger's ``length`` spread evenly over its entries, :attr:`LedgerView.bytes_per_entry`),
+ledgers as counts (0/1 per ledger, summed; deltas may be negative). Striping is upstream's
+``RoundRobinDistributionSchedule`` (:func:`autorecovery.ledger.striping.write_set`); "damaged" bookies
+are copies already lost (gone bookies, the replicas of a ledger's under-replication markers), as
+:func:`autorecovery.reports.model.domain_loss`. Errors: the functions take metadata as read; a write
+quorum < 1 raises :func:`write_set`'s ``ValueError`` (naming E and WQ), nothing else is raised.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from autorecovery.ledger.striping import write_set
-from autorecovery.reports.model import BELOW_AQ, COPY, LOSS, NONE, DomainLoss, LedgerView, residue_counts
+from autorecovery.reports.model import (
+    BELOW_AQ, COPY, KINDS, LOSS, NONE, UNKNOWN, DomainLoss, LedgerView, residue_counts,
+)
 
 
 def members(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[str]:
@@ -31,12 +40,14 @@ def members(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[s
 
 
 def severity(data_loss_ledgers: float, lost_bytes: float, below_aq_ledgers: float) -> tuple[float, float, float]:
-    """The ranking key of a loss (bigger is worse)."""
+    """The ranking key of a loss, bigger is worse: ``(ledgers losing data, bytes lost, ledgers below AQ)``
+    compared lexicographically (a ledger losing data outranks any number of bytes)."""
     return (data_loss_ledgers, lost_bytes, below_aq_ledgers)
 
 
 def metrics(d: DomainLoss) -> tuple[int, float, int, float]:
-    """``(ledgers lost (0/1), bytes lost, ledgers below AQ (0/1), bytes to heal)`` of one ledger's loss."""
+    """``(ledgers losing data (0/1), bytes lost for good, ledgers below AQ (0/1), bytes to heal)`` of one
+    ledger's loss (a ledger losing data is not also counted below AQ: its outcome is the worst)."""
     return (1 if d.outcome == LOSS else 0, d.lost_bytes, 1 if d.outcome == BELOW_AQ else 0, d.heal_bytes)
 
 
@@ -44,7 +55,8 @@ Groups = list[tuple[int, tuple[str, ...], int]]
 
 
 def _groups(ledger: LedgerView, damaged: frozenset[str]) -> Groups:
-    """Per segment and residue: (entries, the write set's bookies, copies in it already lost)."""
+    """Per segment and residue ``s`` (entries ``e ≡ s mod E``) with entries: ``(entries, the write set's
+    bookie ids (WQ of them, write order), copies in it already lost)``; empty residues are left out."""
     E, WQ = ledger.ensemble_size, ledger.write_quorum
     out: Groups = []
     for seg in ledger.segments:
@@ -57,7 +69,8 @@ def _groups(ledger: LedgerView, damaged: frozenset[str]) -> Groups:
 
 
 def _loss(ledger: LedgerView, groups: Groups, dead: frozenset[str] | set[str]) -> DomainLoss:
-    """:func:`domain_loss` from precomputed groups (``dead`` holds no damaged bookie); no sources."""
+    """:func:`domain_loss` from precomputed :func:`_groups` (``dead`` holds no damaged bookie): the same
+    outcome and bytes, no sources."""
     WQ, AQ, bpe = ledger.write_quorum, ledger.ack_quorum, ledger.bytes_per_entry
     outcome = NONE
     lost = heal = 0.0
@@ -80,8 +93,8 @@ def _loss(ledger: LedgerView, groups: Groups, dead: frozenset[str] | set[str]) -
 
 
 def single_losses(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[tuple[str, DomainLoss]]:
-    """Losing each one member of ``ledger`` (on top of ``damaged``); members whose loss changes nothing
-    are left out."""
+    """Losing each one member of ``ledger`` (on top of ``damaged``): ``[(bookie id, DomainLoss)]`` in
+    sorted id order (no ``sources``); members whose loss changes nothing are left out."""
     out = []
     groups = _groups(ledger, damaged)
     for b in members(ledger, damaged):
@@ -93,7 +106,8 @@ def single_losses(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> 
 
 def bookie_sets(ledger: LedgerView, damaged: frozenset[str] = frozenset()
                 ) -> tuple[list[tuple[str, DomainLoss]], list[tuple[str, str, tuple[int, float, int]]]]:
-    """:func:`single_losses` and :func:`pair_corrections` in one go (the write sets built once)."""
+    """:func:`single_losses` and :func:`pair_corrections` in one go (the write sets built once):
+    ``(singles, pairs)`` with the shapes of those two functions."""
     ms = members(ledger, damaged)
     groups = _groups(ledger, damaged)
     singles = [(b, _loss(ledger, groups, {b})) for b in ms]
@@ -127,6 +141,109 @@ def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
     return out
 
 
+#: One loss of one ledger, as :func:`ledger_losses` gives it: (outcome, bytes lost for good, bytes to
+#: heal, bytes read per surviving bookie to heal, or None when not asked for).
+Loss = tuple[int, float, float, "dict[str, float] | None"]
+
+
+def loss_metrics(d: Loss) -> tuple[int, float, int, float]:
+    """:func:`metrics` of a :data:`Loss`."""
+    return (1 if d[0] == LOSS else 0, d[1], 1 if d[0] == BELOW_AQ else 0, d[2])
+
+
+def ledger_losses(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
+                  damaged: frozenset[str] = frozenset()
+                  ) -> tuple[list[tuple[str, str, Loss]], list[tuple[str, Loss]], list[tuple[str, str, tuple[int, float, int]]]]:
+    """Everything the risk pass asks of one ledger, each distinct set of lost members evaluated once.
+
+    Returns ``(domains, singles, pairs)``:
+
+    * ``domains``: :func:`model.ledger_risk` ``(ledger, tags, pairs=True, damaged=damaged,
+      existing=True)`` in the same order (``existing``, then each rack, zone, region by name, then rack
+      pairs), each loss a :data:`Loss` (sources for every kind but ``rack_pair``, as there);
+    * ``singles`` and ``pairs``: :func:`bookie_sets` ``(ledger, damaged)``, singles as :data:`Loss`.
+
+    Same figures, bit for bit (same groups, same order of float sums; tested against both): a rack
+    holding one member of the ledger loses what that bookie loses, a zone often what a rack does, so
+    about half the evaluations of calling both are memo hits. ``tags[bookie] = (rack, zone, region)``;
+    a bookie missing from it is in ``"unknown"`` everywhere. Pure; raises nothing for valid metadata
+    (E, WQ >= 1: :func:`write_set`'s ValueError otherwise)."""
+    E, WQ, AQ = ledger.ensemble_size, ledger.write_quorum, ledger.ack_quorum
+    bpe = ledger.bytes_per_entry
+    seen: dict[str, tuple[str, str, str]] = {}
+    groups: Groups = []
+    for seg in ledger.segments:
+        ens = seg.ensemble
+        for b in ens:
+            if b not in seen:
+                seen[b] = tags.get(b, UNKNOWN)
+        for s, cnt in enumerate(residue_counts(seg.first, seg.last, E)):
+            if cnt:
+                ws = tuple(ens[j] for j in write_set(s, E, WQ))
+                groups.append((cnt, ws, sum(1 for b in ws if b in damaged)))
+    memo: dict[frozenset[str], Loss] = {}
+
+    def evaluate(dead: frozenset[str], with_sources: bool) -> Loss:
+        hit = memo.get(dead)
+        if hit is not None and (hit[3] is not None or not with_sources):
+            return hit
+        outcome = NONE
+        lost = heal = 0.0
+        sources: dict[str, float] | None = {} if with_sources else None
+        for cnt, ws, pre in groups:
+            d = pre
+            for b in ws:
+                if b in dead:
+                    d += 1
+            if d == 0:
+                continue
+            left = WQ - d
+            if left <= 0:
+                outcome = LOSS
+                lost += cnt * bpe
+            else:
+                if outcome < LOSS:
+                    outcome = max(outcome, BELOW_AQ if left < AQ else COPY)
+                heal += cnt * d * bpe
+                if sources is not None:
+                    share = cnt * bpe / left
+                    for b in ws:
+                        if b not in dead and b not in damaged:
+                            sources[b] = sources.get(b, 0.0) + share
+        res: Loss = (outcome, lost, heal, sources)
+        memo[dead] = res
+        return res
+
+    live = {b: t for b, t in seen.items() if b not in damaged}
+    domains: list[tuple[str, str, Loss]] = []
+    if damaged:
+        d = evaluate(frozenset(), True)
+        if d[0] != NONE:
+            domains.append(("existing", "", d))
+    for k, kind in enumerate(KINDS):
+        for name in sorted({t[k] for t in seen.values()}):
+            domains.append((kind, name, evaluate(frozenset(b for b, t in live.items() if t[k] == name), True)))
+    racks = sorted({t[0] for t in seen.values()})
+    for i in range(len(racks)):
+        for j in range(i + 1, len(racks)):
+            ra, rb = racks[i], racks[j]
+            d = evaluate(frozenset(b for b, t in live.items() if t[0] == ra or t[0] == rb), False)
+            domains.append(("rack_pair", f"{ra}|{rb}", (d[0], d[1], d[2], None)))
+    ms = sorted(live)
+    one = {b: evaluate(frozenset((b,)), False) for b in ms}
+    m1 = {b: loss_metrics(d) for b, d in one.items()}
+    pairs = []
+    for i, a in enumerate(ms):
+        ma = m1[a]
+        for b in ms[i + 1:]:
+            ab = loss_metrics(evaluate(frozenset((a, b)), False))
+            mb = m1[b]
+            delta = (ab[0] - ma[0] - mb[0], ab[1] - ma[1] - mb[1], ab[2] - ma[2] - mb[2])
+            if delta != (0, 0.0, 0):
+                pairs.append((a, b, delta))
+    return domains, [(b, d) for b, d in one.items() if d[0] != NONE], pairs
+
+
 def worst_pairs(singles: Mapping[str, tuple[float, float, float]],
                 corrections: Mapping[tuple[str, str], tuple[float, float, float]],
                 top: int = 3, bookies: Iterable[str] = ()) -> list[tuple[tuple[str, str], tuple[float, float, float]]]:
@@ -135,7 +252,8 @@ def worst_pairs(singles: Mapping[str, tuple[float, float, float]],
     adding the same figures keeps an order), the worst uncorrected pairs with ``a`` are its first
     ``top`` uncorrected partners in the order of singles: O(bookies × top + corrections).
     ``singles[b]`` and the values are (data-loss ledgers, lost bytes, below-AQ ledgers); a bookie of
-    ``bookies`` missing from ``singles`` loses nothing alone."""
+    ``bookies`` missing from ``singles`` loses nothing alone. Returns ``[((a, b) with a < b, figures)]``,
+    worst first by :func:`severity` (ties: the larger ids first), at most ``top``."""
     zero = (0.0, 0.0, 0.0)
     cand = dict(corrections)
     order = sorted(set(singles) | set(bookies), key=lambda b: (severity(*singles.get(b, zero)), b), reverse=True)
@@ -162,7 +280,9 @@ def triple_corrections(ledger: LedgerView, candidates: Iterable[tuple[str, str]]
     delta)`` with ``delta = m({a,b,c}) − m({a,b}) − m({c})`` over (data-loss ledgers, lost bytes,
     below-AQ ledgers), so that summed over every ledger, triple(a, b, c) = pair(a, b) + single(c) +
     Σ delta (a ledger without ``c`` adds the pair's figures; one with ``c`` and neither pair member adds
-    ``c``'s). Zero deltas are left out."""
+    ``c``'s). Zero deltas are left out; a ledger holding neither member of any candidate gives ``[]``
+    (most ledgers: the pass costs one membership test per candidate). Deltas are (ledgers, bytes,
+    ledgers), as :func:`pair_corrections`."""
     ms = members(ledger, damaged)
     mset = set(ms)
     out = []
@@ -191,7 +311,10 @@ def worst_triples(pairs: Mapping[tuple[str, str], tuple[float, float, float]],
                   bookies: Iterable[str], top: int = 3) -> list[tuple[tuple[str, str, str], tuple[float, float, float]]]:
     """The ``top`` worst triples made of a candidate pair (the keys of ``pairs``, each given as its
     (data-loss ledgers, lost bytes, below-AQ ledgers)) and any third bookie of ``bookies``, using
-    :func:`triple_corrections` summed over every ledger. Each triple once (sorted ids)."""
+    :func:`triple_corrections` summed over every ledger (``corrections[(a, b, c)]``, the pair first as
+    given). Returns ``[((x, y, z) sorted ids, (data-loss ledgers, lost bytes, below-AQ ledgers))]``, worst
+    first by :func:`severity`, each triple once; ``[]`` when ``pairs`` is empty. ``singles[c]`` missing
+    counts as no loss."""
     bookies = list(bookies)
     best: dict[tuple[str, str, str], tuple[float, float, float]] = {}
     zero = (0.0, 0.0, 0.0)
@@ -208,9 +331,12 @@ def worst_triples(pairs: Mapping[tuple[str, str], tuple[float, float, float]],
 
 def decommission_shares(ledger: LedgerView, bookie: str) -> list[tuple[int, int, float, dict[str, float]]]:
     """What decommissioning ``bookie`` makes the workers copy for ``ledger``: per segment holding it,
-    ``(segment index, ensemble index, bytes it stores there, bytes read from each other member)`` (each
+    ``(segment index, ensemble index, bytes it stores there, {other member: bytes read from it})`` (each
     entry it stores is read once from one of its other copies, spread evenly; WQ = 1 entries have no
-    other copy and are read from ``bookie`` itself while it still runs)."""
+    other copy and are read from ``bookie`` itself while it still runs). ``[]`` when the ledger does not
+    use ``bookie``. The model of upstream's ``decommissionbookie`` (``BookKeeperAdmin.decommissionBookie``:
+    trigger an audit, wait until the workers have re-replicated every fragment of the bookie to one
+    placement picks; the target is chosen by the caller, :func:`reports.jobs.decommission_partition`)."""
     E, WQ = ledger.ensemble_size, ledger.write_quorum
     bpe = ledger.bytes_per_entry
     out = []

@@ -210,3 +210,21 @@ def test_spread_matches_statistics():
     assert (s["count"], s["min"], s["p50"], s["p90"], s["max"]) == (10, 1.0, 5.0, 9.0, 10.0)
     assert s["stddev"] == pytest.approx(statistics.pstdev(vals)) and s["max_over_mean"] == pytest.approx(10 / 5.5)
     assert model.spread([])["p50"] is None and model.spread([0.0, 0.0])["max_over_mean"] is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(ledgers(), st.sets(st.sampled_from(POOL), max_size=3))
+def test_ledger_losses_equal_ledger_risk_and_bookie_sets_exactly(lv, damaged):
+    """The risk pass's memoised evaluation gives the very floats of the two functions it replaces."""
+    tags = {b: (f"r{i % 3}", f"z{i % 2}", "reg") for i, b in enumerate(POOL[:-1])}  # the last bookie: "unknown"
+    dmg = frozenset(damaged)
+    domains, singles, pairs = whatif.ledger_losses(lv, tags, dmg)
+    want = model.ledger_risk(lv, tags, damaged=dmg, existing=True)
+    assert [(k, n) for k, n, _d in domains] == [(k, n) for k, n, _d in want]
+    for (kind, name, d), (_k, _n, w) in zip(domains, want):
+        assert d[:3] == (w.outcome, w.lost_bytes, w.heal_bytes), (kind, name)
+        assert (d[3] or {}) == dict(w.sources), (kind, name)
+    w1, w2 = whatif.bookie_sets(lv, dmg)
+    assert [(b, d[:3]) for b, d in singles] == [(b, (w.outcome, w.lost_bytes, w.heal_bytes)) for b, w in w1]
+    assert [whatif.loss_metrics(d) for _b, d in singles] == [whatif.metrics(w) for _b, w in w1]
+    assert pairs == w2
