@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing import chaos_disk
 from autorecovery.testing.chaos_checks import Sampler, copies_missing, error_lines, queue_state
 from autorecovery.testing.chaos_faults import Injector, until
-from autorecovery.testing.chaos_schedule import CHEAP_KINDS, Fault, schedule, usable_kinds
+from autorecovery.testing.chaos_trend import FDS_FLAT_PER_H, MIN_SPAN_S, RSS_FLAT_MIB_PER_H, WARMUP_S
+from autorecovery.testing.chaos_schedule import CHEAP_KINDS, LIGHT_KINDS, NETFILTER_KINDS, Fault, schedule, usable_kinds
+from autorecovery.testing.chaos_netfilter import LinkFaults, NetfilterError, probe_nft, table_name
 from autorecovery.testing.chaos_netns import BookieNetns, NetnsError
 from autorecovery.testing.local_cluster import LocalCluster, ProcInfo
 from autorecovery.testing.tcp_proxy import TcpProxy
@@ -59,7 +62,8 @@ class CampaignConfig:
     """A campaign: ``seed``; ``faults`` budget; ``duration_s`` cap on the fault phase (s); ``bookies``
     (one daemon each); ``zk_members`` (1, or 3 for the ensemble faults); ``disk_full_mb`` size (MiB) of the last
     bookie's tmpfs data dir (0: none, and no disk-full fault); writer ``rate`` (entries/s) and ``entry_size`` (bytes); hold bounds (s) of each
-    fault; ``settle_s`` bound on the wait for an empty queue after the faults; ``kinds`` to draw from."""
+    fault; ``settle_s`` bound on the wait for an empty queue after the faults; ``kinds`` to draw from (a kind
+    repeated is weighted); ``witness`` a node no fault kills (see :attr:`Injector.witness`)."""
 
     base_dir: Path
     seed: int = 1
@@ -74,6 +78,12 @@ class CampaignConfig:
     kinds: tuple[str, ...] = CHEAP_KINDS
     zk_members: int = 3
     disk_full_mb: int = 128
+    #: the soak witness node (its bookie and daemon are never killed: their RSS and fds trends span
+    #: the whole run), or None
+    witness: int | None = None
+    #: 1: one fault at a time; 2: the network faults (:data:`LIGHT_KINDS`) run in a second lane,
+    #: concurrently with the process, ZooKeeper and disk faults
+    lanes: int = 1
 
 
 @dataclass
@@ -111,7 +121,11 @@ class Report:
     error_sample: list[str] = field(default_factory=list)
     longest_under_replicated_s: float = 0.0
     longest_under_replicated_ledger: int | None = None
-    daemon_procs: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: name → :meth:`Trends.summary` (RSS and fds of every bookie and daemon over the run)
+    procs: dict[str, dict[str, float | int | str]] = field(default_factory=dict)
+    #: the ZooKeeper servers (``host:port``) and the soak witness node (None: none)
+    zk_members: list[str] = field(default_factory=list)
+    witness: int | None = None
 
     def must_be_zero(self) -> dict[str, int]:
         return {k: len(v) if isinstance(v, list) else int(v) for k, v in asdict(self).items() if k in MUST_BE_ZERO}
@@ -129,6 +143,8 @@ class Report:
             f"chaos campaign, seed {self.seed}: {'PASS' if self.passed else 'FAIL'}",
             f"  faults injected       {sum(self.faults_by_kind.values())} in {self.fault_phase_s:.0f}s: {kinds}",
             f"  fault errors          {len(self.fault_errors)} (must be 0)",
+            f"  ZooKeeper             {len(self.zk_members)} server(s) {','.join(self.zk_members)}; soak witness "
+            f"{'none' if self.witness is None else f'node {self.witness} (never killed)'}",
             f"  entries acknowledged  {self.entries_acked} ({self.adds_failed} adds failed, never acknowledged)",
             f"  read back, digest ok  {self.entries_read_back} (must be all); lost {self.entries_lost}, "
             f"digest errors {self.digest_errors}",
@@ -142,9 +158,16 @@ class Report:
             f"  longest under-repl.   {self.longest_under_replicated_s:.1f}s after its bookie was lost "
             f"(ledger {self.longest_under_replicated_ledger})",
         ]
-        for name, p in sorted(self.daemon_procs.items()):
-            lines.append(f"  {name:<20}  RSS peak {p['rss_peak'] / 2**20:.0f} MiB (last {p['rss_last'] / 2**20:.0f}), "
-                         f"fds peak {p['fds_peak']} (last {p['fds_last']})")
+        verdicts = [p["verdict"] for p in self.procs.values()]
+        lines.append(f"  RSS and fds trend     {verdicts.count('flat')} flat, {verdicts.count('growing')} growing, "
+                     f"{verdicts.count('too short')} too short (flat: slope of the longest life <= {RSS_FLAT_MIB_PER_H:g} "
+                     f"MiB/h and <= {FDS_FLAT_PER_H:g} fds/h over >= {MIN_SPAN_S:.0f}s after {WARMUP_S:.0f}s warm-up)")
+        for name, p in sorted(self.procs.items()):
+            mib = {k: float(p[k]) / 2**20 for k in ("rss_start", "rss_peak", "rss_end")}
+            lines.append(f"  {name:<10} RSS {mib['rss_start']:.0f}/{mib['rss_peak']:.0f}/{mib['rss_end']:.0f} MiB "
+                         f"(start/peak/end) {float(p['rss_slope_mib_h']):+.1f} MiB/h; fds {p['fds_start']}/{p['fds_peak']}/"
+                         f"{p['fds_end']} {float(p['fds_slope_h']):+.1f}/h; longest life {float(p['span_s']):.0f}s of "
+                         f"{p['incarnations']}: {p['verdict']}")
         for kind, why in sorted(self.skipped_kinds.items()):
             lines.append(f"  skipped {kind}: {why}")
         lines += [f"  fault error: {e}" for e in self.fault_errors[:10]]
@@ -170,6 +193,10 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
         ValueError: from :func:`schedule` for a bad budget, cluster size or kind.
     """
     base = Path(cfg.base_dir)
+    if cfg.lanes not in (1, 2):
+        raise ValueError(f"--lanes must be 1 or 2, got {cfg.lanes}")
+    if cfg.witness is not None and not 0 <= cfg.witness < cfg.bookies:
+        raise ValueError(f"--witness must be a node in 0..{cfg.bookies - 1}, got {cfg.witness}")
     refused: dict[str, str] = {}
     tmpfs: Path | None = None
     if "disk_full_during_copy" in cfg.kinds:
@@ -188,28 +215,30 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
         if tmpfs is not None:
             chaos_disk.unmount(tmpfs)
         raise
-    rep = Report(seed=cfg.seed, schedule=print_schedule(plan, skipped), skipped_kinds=skipped)
+    rep = Report(seed=cfg.seed, schedule=print_schedule(plan, skipped), skipped_kinds=skipped, witness=cfg.witness)
     for line in rep.schedule:
         echo(f"schedule {line}")
     cluster = ChaosCluster(base, bookies=cfg.bookies, racks=1, zk_members=cfg.zk_members)
     cluster.bookie_session_timeout_ms = 2000
     proxies: dict[int, list[TcpProxy]] = {}
+    link_faults: tuple[LinkFaults, LinkFaults] | str | None = None
     try:
         base.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(cluster.start_zookeeper)
         await asyncio.to_thread(cluster.format)
         servers = [(h, int(p)) for h, p in (a.rsplit(":", 1) for a in cluster.zk_connect.split(","))]
-        if "partition_bookie_from_workers" in kinds:
+        rep.zk_members = cluster.zk_connect.split(",")
+        ns_kinds = ("partition_bookie_from_workers", *NETFILTER_KINDS)
+        if any(k in kinds for k in ns_kinds):
             try:
                 cluster.put_in_netns(NETNS_BOOKIE, await asyncio.to_thread(BookieNetns.plan(NETNS_BOOKIE).up, servers))
             except NetnsError as exc:
-                why = f"cannot build a network namespace: {exc}"
-                skipped["partition_bookie_from_workers"] = why
-                rep.skipped_kinds = skipped
-                echo(f"skipping partition_bookie_from_workers: {why}")
-                plan = [Fault(f.seq, "bookie_kill9", f.target, f.hold_s) if f.kind == "partition_bookie_from_workers"
-                        else f for f in plan]
-                echo("  (its scheduled faults become bookie_kill9)")
+                plan = _refuse(plan, rep, skipped, ns_kinds, f"cannot build a network namespace: {exc}", echo)
+        if cluster.netns is not None and any(k in kinds for k in NETFILTER_KINDS):
+            link_faults = _link_faults(cluster.netns[1])
+            if isinstance(link_faults, str):
+                plan = _refuse(plan, rep, skipped, NETFILTER_KINDS, link_faults, echo)
+                link_faults = None
         await asyncio.to_thread(cluster.start_bookies)
         for i in range(cfg.bookies):
             # one proxy per ZooKeeper server: zk_conn_cut cuts them all
@@ -218,9 +247,13 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
             await asyncio.to_thread(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": zk_servers})
         echo(f"cluster up: {cfg.bookies} bookies, {cfg.bookies} daemons, zk {cluster.zk_connect}"
              + (f"; bookie {cfg.bookies - 1} on a {cfg.disk_full_mb} MiB tmpfs" if tmpfs else ""))
-        await _campaign(cfg, cluster, proxies, plan, rep, echo, disk_full_bookie=cfg.bookies - 1 if tmpfs else None)
+        await _campaign(cfg, cluster, proxies, plan, rep, echo, disk_full_bookie=cfg.bookies - 1 if tmpfs else None,
+                        link_faults=link_faults if isinstance(link_faults, tuple) else None)
     finally:
         await asyncio.to_thread(cluster.down)
+        if isinstance(link_faults, tuple):
+            for lf in link_faults:
+                lf.down()
         if cluster.netns is not None:
             cluster.netns[1].down()
         if tmpfs is not None:
@@ -232,7 +265,8 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
 
 
 async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[int, list[TcpProxy]], plan: list[Fault],
-                    rep: Report, echo, disk_full_bookie: int | None = None) -> None:
+                    rep: Report, echo, disk_full_bookie: int | None = None,
+                    link_faults: tuple[LinkFaults, LinkFaults] | None = None) -> None:
     paths = Paths(cluster.ledgers_root)
     zk = await ZkClient(cluster.zk_connect).start()
     urm = UnderreplicationManager(zk, paths)
@@ -242,6 +276,8 @@ async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[
     inj = Injector(cluster, zk, paths, proxies, int(DAEMON_PROPS["zkTimeout"]) / 1000, sampler.timeline.bookie_lost)
     inj.disk_full_bookie = disk_full_bookie
     inj.netns = cluster.netns
+    inj.link_faults = link_faults
+    inj.witness = cfg.witness
     ack_path = Path(cfg.base_dir) / "acks.log"
     acks = AckLog(ack_path)
     stop = asyncio.Event()
@@ -250,19 +286,14 @@ async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[
         write_quorum=3, ack_quorum=2, seed=cfg.seed, mixed=True))
     try:
         t0 = time.monotonic()
-        for f in plan:
-            if time.monotonic() - t0 >= cfg.duration_s:
-                echo(f"duration {cfg.duration_s}s reached after {f.seq - 1} faults")
-                break
-            try:
-                await until(inj.healthy, 90, "every process up and every bookie registered")
-                what = await inj.apply(f)
-                rep.faults_by_kind[f.kind] = rep.faults_by_kind.get(f.kind, 0) + 1
-                rep.fault_log.append(f"#{f.seq} {what}")
-                echo(f"fault #{f.seq} {f.kind}: {what}")
-            except Exception as exc:  # noqa: BLE001 - a fault that cannot be applied or healed is a finding
-                rep.fault_errors.append(f"#{f.seq} {f.kind}: {type(exc).__name__}: {exc}")
-                echo(f"fault #{f.seq} {f.kind} FAILED: {exc}")
+        if cfg.lanes == 2:
+            light = [f for f in plan if f.kind in LIGHT_KINDS]
+            heavy = [f for f in plan if f.kind not in LIGHT_KINDS]
+            echo(f"two lanes: {len(heavy)} process/ZooKeeper/disk faults and, at the same time, {len(light)} network faults")
+            await asyncio.gather(_lane(heavy, cfg, inj, rep, echo, t0, inj.healthy),
+                                 _lane(light, cfg, inj, rep, echo, t0, None))
+        else:
+            await _lane(plan, cfg, inj, rep, echo, t0, inj.healthy)
         rep.fault_phase_s = time.monotonic() - t0
         # faults stop: every process back, writer stops, the queue must drain
         await _heal_all(cluster, inj, rep)
@@ -281,6 +312,7 @@ async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[
             echo(f"settle: {exc}")
         rep.settle_s = time.monotonic() - t1
         await sampler.sample_once()
+        sampler.sample_procs(time.monotonic())
         # every acknowledged entry reads back with its digest (open ledgers are recovered and closed)
         records = read_ack_log(ack_path)
         v = await verify_acks(bk, records)
@@ -301,8 +333,7 @@ async def _campaign(cfg: CampaignConfig, cluster: "ChaosCluster", proxies: dict[
     rep.ledgers_marked, rep.ledgers_healed = len(tl.marked), tl.healed
     span, rep.longest_under_replicated_ledger = tl.longest(time.monotonic())
     rep.longest_under_replicated_s = round(span, 1)
-    rep.daemon_procs = {k: {"rss_peak": p.rss_peak, "rss_last": p.rss_last, "fds_peak": p.fds_peak,
-                            "fds_last": p.fds_last, "samples": p.samples} for k, p in sampler.procs.items()}
+    rep.procs = sampler.trends.summaries()
     rep.daemons_total = len(cluster.daemons)
     rep.daemons_alive = sum(1 for i in cluster.daemons if cluster.daemon_alive(i))
     rep.daemons_dead = rep.daemons_total - rep.daemons_alive
@@ -332,6 +363,55 @@ class ChaosCluster(LocalCluster):
         ns = self.netns[1]
         args[args.index("--zk") + 1] = ns.zk_connect
         return ns.exec_prefix() + args
+
+
+async def _lane(plan: list[Fault], cfg: CampaignConfig, inj: Injector, rep: Report, echo, t0: float,
+                ready: Callable[[], Awaitable[bool]] | None) -> None:
+    """Apply ``plan``'s faults one after another until ``cfg.duration_s`` after ``t0``; before each, wait
+    (90 s bound) for ``ready`` when given. A fault that fails is recorded in ``rep.fault_errors``."""
+    for f in plan:
+        if time.monotonic() - t0 >= cfg.duration_s:
+            echo(f"duration {cfg.duration_s}s reached before fault #{f.seq}")
+            break
+        try:
+            if ready is not None:
+                await until(ready, 90, "every process up and every bookie registered")
+            what = await inj.apply(f)
+            rep.faults_by_kind[f.kind] = rep.faults_by_kind.get(f.kind, 0) + 1
+            rep.fault_log.append(f"#{f.seq} {what}")
+            echo(f"fault #{f.seq} {f.kind}: {what}")
+        except Exception as exc:  # noqa: BLE001 - a fault that cannot be applied or healed is a finding
+            rep.fault_errors.append(f"#{f.seq} {f.kind}: {type(exc).__name__}: {exc}")
+            echo(f"fault #{f.seq} {f.kind} FAILED: {exc}")
+
+
+def _refuse(plan: list[Fault], rep: Report, skipped: dict[str, str], kinds: tuple[str, ...], why: str,
+            echo) -> list[Fault]:
+    """Mark ``kinds`` skipped with ``why`` (printed) and turn their scheduled faults into ``bookie_kill9``
+    (the schedule keeps its length and seed)."""
+    for k in kinds:
+        skipped[k] = why
+    rep.skipped_kinds = skipped
+    echo(f"skipping {', '.join(kinds)}: {why}")
+    echo("  (their scheduled faults become bookie_kill9)")
+    return [Fault(f.seq, "bookie_kill9", f.target, f.hold_s) if f.kind in kinds else f for f in plan]
+
+
+def _link_faults(ns: BookieNetns) -> tuple[LinkFaults, LinkFaults] | str:
+    """(data link, ZooKeeper link) per-direction faults of the namespaced bookie, or why not (the
+    exact error: nftables not installed or refused by the kernel)."""
+    why = probe_nft()
+    if why is not None:
+        return f"nftables unusable ({why}); `make chaos-deps` installs it"
+    made: list[LinkFaults] = []
+    try:
+        for link, suffix in ((ns.data_link, "d"), (ns.zk_link, "z")):
+            made.append(LinkFaults(link, f"{link}n", ns.name, table=f"{table_name()}{suffix}").up())
+    except NetfilterError as exc:
+        for lf in made:
+            lf.down()
+        return f"nftables refused a table: {exc}"
+    return made[0], made[1]
 
 
 async def _two_replicas_checks(urm: UnderreplicationManager, since_ms: int, timeout_s: float) -> None:

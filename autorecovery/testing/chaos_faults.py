@@ -17,6 +17,7 @@ from pathlib import Path
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR
 from autorecovery.bookie.storage import CURRENT_DIR
 from autorecovery.testing import chaos_disk
+from autorecovery.testing.chaos_netfilter import LinkFaults
 from autorecovery.testing.chaos_netns import BookieNetns
 from autorecovery.testing.chaos_schedule import Fault
 from autorecovery.testing.local_cluster import LocalCluster
@@ -65,6 +66,11 @@ class Injector:
         self.disk_full_bookie: int | None = None
         #: (bookie index, its namespace) for ``partition_bookie_from_workers``, or None
         self.netns: tuple[int, BookieNetns] | None = None
+        #: per-direction faults on that bookie's (data link, ZooKeeper link), or None (nftables missing)
+        self.link_faults: tuple[LinkFaults, LinkFaults] | None = None
+        #: the soak witness: the node whose bookie and daemon no fault kills (its RSS and fds are
+        #: sampled over the whole run; a fault aimed at it hits the next node), or None
+        self.witness: int | None = None
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
@@ -91,6 +97,19 @@ class Injector:
         # four-letter words are blocking socket calls: off the event loop (the writer runs on it)
         return await asyncio.to_thread(lambda: all(m.mode() in ("leader", "follower") for m in ens.members))
 
+    def victim(self, target: int, *avoid: int | None) -> int:
+        """The first node from ``target`` on (cyclic) that is neither in ``avoid`` nor the witness.
+
+        Raises:
+            RuntimeError: every node is excluded.
+        """
+        n = len(self.cluster.bookies)
+        for k in range(n):
+            c = (target + k) % n
+            if c not in avoid and c != self.witness:
+                return c
+        raise RuntimeError(f"no node to fault: all of {n} are the witness or excluded ({avoid})")
+
     # -- faults --------------------------------------------------------------------------------
     async def apply(self, f: Fault) -> str:
         """Inject ``f``, hold it, heal it; returns what was done (``kind target: detail``)."""
@@ -102,32 +121,36 @@ class Injector:
         await until(lambda: self.registered(bid), 30, f"bookie {bid} registered again")
 
     async def _bookie_kill9(self, f: Fault) -> str:
-        bid = await asyncio.to_thread(self.cluster.kill_bookie, f.target)
+        b = self.victim(f.target)
+        bid = await asyncio.to_thread(self.cluster.kill_bookie, b)
         self.on_bookie_lost(bid, time.monotonic())
         await asyncio.sleep(f.hold_s)  # the fault's duration, not a synchronisation
-        await self._start_bookie(f.target)
+        await self._start_bookie(b)
         return f"bookie {bid} killed (SIGKILL), down {f.hold_s}s, restarted"
 
     async def _bookie_restart(self, f: Fault) -> str:
-        bid = await asyncio.to_thread(self.cluster.stop_bookie, f.target)
-        await self._start_bookie(f.target)
+        b = self.victim(f.target)
+        bid = await asyncio.to_thread(self.cluster.stop_bookie, b)
+        await self._start_bookie(b)
         return f"bookie {bid} stopped (SIGTERM) and restarted"
 
     async def _bookie_torn_tail(self, f: Fault) -> str:
-        bid = await asyncio.to_thread(self.cluster.kill_bookie, f.target)
+        b = self.victim(f.target)
+        bid = await asyncio.to_thread(self.cluster.kill_bookie, b)
         self.on_bookie_lost(bid, time.monotonic())
-        logs = sorted((Path(self.cluster.bookies[f.target].data_dir) / CURRENT_DIR / ENTRYLOG_DIR).glob("*.log"))
+        logs = sorted((Path(self.cluster.bookies[b].data_dir) / CURRENT_DIR / ENTRYLOG_DIR).glob("*.log"))
         torn = "no entry log yet"
         if logs:
             with open(logs[-1], "ab") as fh:
                 fh.write(TORN_TAIL)
             torn = f"{len(TORN_TAIL)} torn bytes after {logs[-1].name}"
-        await self._start_bookie(f.target)
+        await self._start_bookie(b)
         return f"bookie {bid} killed (SIGKILL), {torn}, restarted"
 
     async def _bookie_sigstop(self, f: Fault) -> str:
-        info = self.cluster.bookies[f.target]
-        bid = self.cluster.bookie_id(f.target)
+        b = self.victim(f.target)
+        info = self.cluster.bookies[b]
+        bid = self.cluster.bookie_id(b)
         os.killpg(info.pid, signal.SIGSTOP)
         try:
             self.on_bookie_lost(bid, time.monotonic())
@@ -141,9 +164,9 @@ class Injector:
             await until(lambda: self.registered(bid), 20, f"bookie {bid} registered after SIGCONT")
             return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, registered again"
         except TimeoutError:
-            if self.cluster.bookie_alive(f.target):
-                await asyncio.to_thread(self.cluster.kill_bookie, f.target)
-            await self._start_bookie(f.target)
+            if self.cluster.bookie_alive(b):
+                await asyncio.to_thread(self.cluster.kill_bookie, b)
+            await self._start_bookie(b)
             return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, did not register: restarted"
 
     async def _restart_daemon(self, i: int) -> None:
@@ -151,7 +174,7 @@ class Injector:
 
     async def _daemon_kill9(self, f: Fault) -> str:
         aud = await self.auditor_index()
-        i = f.target if f.target != aud else (f.target + 1) % len(self.cluster.daemons)
+        i = self.victim(f.target, aud)
         await asyncio.to_thread(self.cluster.stop_daemon, i, signal.SIGKILL)
         await asyncio.sleep(f.hold_s)  # the fault's duration
         await self._restart_daemon(i)
@@ -210,6 +233,73 @@ class Injector:
                 p.restore()
         return f"daemon {f.target} cut from ZooKeeper (proxies blackholed, bookies reachable) for {hold:.1f}s, healed"
 
+    # -- per direction (nftables, tc tbf: chaos_netfilter.py) -----------------------------------------
+    def _links(self, kind: str) -> tuple[int, BookieNetns, LinkFaults, LinkFaults]:
+        if self.netns is None or self.link_faults is None:
+            raise RuntimeError(f"{kind} needs a bookie in a network namespace and nftables")
+        return (*self.netns, *self.link_faults)
+
+    async def _registered_or_restart(self, i: int) -> str:
+        """Wait for bookie ``i`` to be registered (20 s bound); restart it when it is not."""
+        bid = self.cluster.bookie_id(i)
+        try:
+            await until(lambda: self.registered(bid), 20, f"bookie {bid} registered after the heal")
+            return "registered"
+        except TimeoutError:
+            if self.cluster.bookie_alive(i):
+                await asyncio.to_thread(self.cluster.kill_bookie, i)
+            await self._start_bookie(i)
+            return "not registered 20 s after the heal: restarted"
+
+    async def _one_way_loss(self, f: Fault) -> str:
+        """Random loss of 20-50 % of the packets in one direction of the bookie's data link (target's
+        parity: even = to the bookie, odd = from it) for the hold + 2 s."""
+        i, _, data, _ = self._links(f.kind)
+        direction, pct = ("to", "from")[f.target % 2], 20 + 10 * (f.target % 4)
+        await asyncio.to_thread(data.drop, direction, pct)
+        try:
+            await asyncio.sleep(f.hold_s + 2)  # the fault's duration
+        finally:
+            await asyncio.to_thread(data.clear_drops)
+        return (f"{pct}% of the packets {direction} bookie {self.cluster.bookie_id(i)} dropped at random "
+                f"(data link {data.link}, the other direction intact) for {f.hold_s + 2:.1f}s, healed")
+
+    async def _asymmetric_partition(self, f: Fault) -> str:
+        """Every packet of one direction dropped, the other delivered (target % 4: 0 workers/clients →
+        bookie, 1 bookie → workers/clients, 2 bookie → ZooKeeper, 3 ZooKeeper → bookie). A cut of its
+        ZooKeeper link lasts past the bookie's session timeout."""
+        i, _, data, zkl = self._links(f.kind)
+        link, direction, what = ((data, "to", "workers and clients → bookie"), (data, "from", "bookie → workers and clients"),
+                                 (zkl, "from", "bookie → ZooKeeper"), (zkl, "to", "ZooKeeper → bookie"))[f.target % 4]
+        hold = f.hold_s + 2 + (self.cluster.bookie_session_timeout_ms / 1000 if link is zkl else 0)
+        if link is zkl:
+            self.on_bookie_lost(self.cluster.bookie_id(i), time.monotonic())
+        await asyncio.to_thread(link.drop, direction)
+        try:
+            await asyncio.sleep(hold)  # the fault's duration
+        finally:
+            await asyncio.to_thread(link.clear_drops)
+        after = await self._registered_or_restart(i)
+        return (f"one-way partition {what} (bookie {self.cluster.bookie_id(i)}, link {link.link}; the reverse "
+                f"direction delivered) for {hold:.1f}s, healed; {after}")
+
+    async def _slow_link(self, f: Fault) -> str:
+        """The bookie's data link capped at ``SLOW_RATE_KBIT`` each way (tc tbf) while another bookie
+        is down, so workers copy that bookie's ledgers reading from this one over the slow link; the
+        other bookie is started again and the cap removed after the hold + 3 s."""
+        i, _, data, _ = self._links(f.kind)
+        victim = self.victim(f.target, i)
+        await asyncio.to_thread(data.slow)
+        try:
+            bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
+            self.on_bookie_lost(bid, time.monotonic())
+            await asyncio.sleep(f.hold_s + 3)  # the fault's duration: copies read over the slow link
+            await self._start_bookie(victim)
+        finally:
+            await asyncio.to_thread(data.clear_slow)
+        return (f"bookie {self.cluster.bookie_id(i)}'s data link slowed (tbf {data.link}) while bookie {bid} was "
+                f"down {f.hold_s + 3:.1f}s (copies reading from the slow source), {bid} restarted, link restored")
+
     # -- a full disk ----------------------------------------------------------------------------
     async def _disk_full_during_copy(self, f: Fault) -> str:
         t = self.disk_full_bookie
@@ -217,7 +307,7 @@ class Injector:
             raise RuntimeError("disk_full_during_copy needs a bookie on a tmpfs data dir (CampaignConfig.disk_full_mb)")
         data = Path(self.cluster.bookies[t].data_dir)
         filled = await asyncio.to_thread(chaos_disk.fill, data)
-        victim = f.target if f.target != t else (t + 1) % len(self.cluster.bookies)
+        victim = self.victim(f.target, t)
         try:
             bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
             self.on_bookie_lost(bid, time.monotonic())
@@ -243,6 +333,7 @@ class Injector:
         await asyncio.sleep(hold_s)  # the fault's duration
         for n in myids:
             await asyncio.to_thread(ens.spawn, n)
+        await asyncio.to_thread(self.cluster.save)  # cluster.json names the members' new pids
         await asyncio.to_thread(ens.wait_serving, None, 60.0)
 
     async def _zk_leader(self) -> int:
@@ -277,6 +368,7 @@ class Injector:
         for m in ens.members:
             await asyncio.to_thread(ens.kill, m.myid, signal.SIGTERM)
             await asyncio.to_thread(ens.spawn, m.myid)
+            await asyncio.to_thread(self.cluster.save)
             await asyncio.to_thread(ens.wait_serving, None, 60.0)
         return f"ZooKeeper rolling restart of {len(ens.members)} members (SIGTERM, start, quorum serving, next)"
 
