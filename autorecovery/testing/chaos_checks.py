@@ -44,9 +44,13 @@ class Timeline:
     losses: list[tuple[float, str]] = field(default_factory=list)
 
     def bookie_lost(self, bookie_id: str, at: float) -> None:
+        """Record that ``bookie_id`` went down at ``at`` (monotonic s): the start of the under-replication of
+        the ledgers marked after it."""
         self.losses.append((at, bookie_id))
 
     def observe(self, marked_now: set[int], at: float) -> None:
+        """Fold one poll of the marked ledger ids taken at ``at`` (monotonic s): a ledger newly marked opens
+        an episode, a ledger no longer marked closes its open one."""
         for lid in marked_now:
             eps = self.marked.setdefault(lid, [])
             if not eps or eps[-1][1] is not None:
@@ -95,10 +99,12 @@ class Sampler:
         self._task: asyncio.Task | None = None
 
     def start(self) -> "Sampler":
+        """Start polling in a background task (of the running event loop); returns self."""
         self._task = asyncio.ensure_future(self._run())
         return self
 
     async def stop(self) -> None:
+        """Cancel the polling task and wait for it (idempotent)."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -107,6 +113,8 @@ class Sampler:
                 pass
 
     async def sample_once(self) -> None:
+        """One poll: the markers (a ZooKeeper error skips this poll's markers, the next poll retries) and,
+        when ``proc_interval_s`` has passed since the last, the processes (:meth:`sample_procs`)."""
         try:
             marked = await self.urm.list_marked_ids()
         except (AutoRecoveryError, NoNodeError, OSError):
@@ -165,6 +173,7 @@ async def copies_missing(bk: BookKeeper) -> CopiesReport:
     sem = asyncio.Semaphore(32)
 
     async def ask(bookie: str, lid: int):
+        """The entries ``bookie`` holds of ``lid``: its answer, None for ENOLEDGER, the exception otherwise."""
         try:
             return await bk.bookies.get_list_of_entries(bookie, lid)
         except BookieError as exc:
@@ -173,6 +182,7 @@ async def copies_missing(bk: BookKeeper) -> CopiesReport:
             return exc
 
     async def one(lid: int) -> None:
+        """Classify one ledger's replicas (skips a deleted, open or empty ledger)."""
         async with sem:
             try:
                 md, _ = await bk.ledgers.read(lid)

@@ -1,8 +1,12 @@
-"""Fault injectors of a chaos campaign over a :class:`LocalCluster` (EDGE: signals, files, ZooKeeper).
+"""Fault injectors of a chaos campaign over a :class:`LocalCluster` (EDGE: signals, files, ZooKeeper,
+``ip``/``nft``/``tc``).
 
-Each injector applies one :class:`~autorecovery.testing.chaos_schedule.Fault` for real, holds it, heals
-it, and returns a one-line account. Holding a fault is the fault itself; every *synchronisation* (a
-session expired, a bookie registered again, a daemon ready) waits on a condition with a deadline.
+Each injector applies one :class:`~autorecovery.testing.chaos_schedule.Fault` for real, holds it (at
+least ``hold_s`` seconds; kinds that must outlast a session timeout add it), heals it, and returns a
+one-line account; a fault that cannot be applied or healed raises (the runner records it as a fault
+error: a finding). Holding a fault is the fault itself; every *synchronisation* (a session expired, a
+bookie registered again, a daemon ready) waits on a condition with a deadline (:func:`until`). A fault
+aimed at the soak witness (:attr:`Injector.witness`) that would kill or restart it hits the next node.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR
 from autorecovery.bookie.storage import CURRENT_DIR
 from autorecovery.testing import chaos_disk
+from autorecovery.testing.chaos_daemon_netns import DaemonNetns
 from autorecovery.testing.chaos_netfilter import LinkFaults
 from autorecovery.testing.chaos_netns import BookieNetns
 from autorecovery.testing.chaos_schedule import Fault
@@ -68,18 +73,23 @@ class Injector:
         self.netns: tuple[int, BookieNetns] | None = None
         #: per-direction faults on that bookie's (data link, ZooKeeper link), or None (nftables missing)
         self.link_faults: tuple[LinkFaults, LinkFaults] | None = None
+        #: (daemon index, its namespace, its link's faults) for the ``daemon_netns_*`` and
+        #: ``slow_link_one_worker`` kinds, or None
+        self.daemon_ns: tuple[int, DaemonNetns, LinkFaults] | None = None
         #: the soak witness: the node whose bookie and daemon no fault kills (its RSS and fds are
         #: sampled over the whole run; a fault aimed at it hits the next node), or None
         self.witness: int | None = None
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
+        """True when ``bookie_id`` is under ZooKeeper's ``available/`` (False when the path is missing)."""
         try:
             return bookie_id in await self.zk.get_children(self.paths.available)
         except NoNodeError:
             return False
 
     async def auditor_index(self) -> int | None:
+        """The node index of the daemon holding the auditor election, or None (no vote, or not ours)."""
         who = await current_auditor(self.zk, self.paths)
         ids = self.cluster.bookie_ids()
         return ids.index(who) if who in ids else None
@@ -299,6 +309,56 @@ class Injector:
             await asyncio.to_thread(data.clear_slow)
         return (f"bookie {self.cluster.bookie_id(i)}'s data link slowed (tbf {data.link}) while bookie {bid} was "
                 f"down {f.hold_s + 3:.1f}s (copies reading from the slow source), {bid} restarted, link restored")
+
+    # -- the daemon in its own namespace (chaos_daemon_netns.py) ---------------------------------------
+    def _dns(self, kind: str) -> tuple[int, DaemonNetns, LinkFaults]:
+        if self.daemon_ns is None:
+            raise RuntimeError(f"{kind} needs a daemon in a network namespace and nftables")
+        return self.daemon_ns
+
+    async def _cut_both_ways(self, lf: LinkFaults, peer: str, hold_s: float) -> None:
+        await asyncio.to_thread(lf.drop, "to", 100, peer)
+        try:
+            await asyncio.to_thread(lf.drop, "from", 100, peer)
+            await asyncio.sleep(hold_s)  # the fault's duration
+        finally:
+            await asyncio.to_thread(lf.clear_drops)
+
+    async def _daemon_netns_cut_zk(self, f: Fault) -> str:
+        """Every packet between the namespaced daemon and its ZooKeeper proxies dropped (its link's root
+        address) past its session timeout; the bookies stay reachable over the same link."""
+        i, ns, lf = self._dns(f.kind)
+        hold = self.daemon_session_s + f.hold_s
+        await self._cut_both_ways(lf, ns.root, hold)
+        return (f"daemon {i} (own namespace) cut from ZooKeeper by packet drops on {ns.link} for {hold:.1f}s "
+                f"(bookies reachable), healed")
+
+    async def _daemon_netns_cut_bookie(self, f: Fault) -> str:
+        """Every packet between the namespaced daemon and bookie ``target`` dropped for the hold + 2 s:
+        that worker loses one bookie that every other process still reaches."""
+        i, ns, lf = self._dns(f.kind)
+        b = f.target
+        await self._cut_both_ways(lf, self.cluster.bookies[b].host, f.hold_s + 2)
+        return (f"daemon {i} (own namespace) cut from bookie {self.cluster.bookie_id(b)} only, by packet drops on "
+                f"{ns.link}, for {f.hold_s + 2:.1f}s, healed")
+
+    async def _slow_link_one_worker(self, f: Fault) -> str:
+        """What one source bookie sends to the namespaced daemon capped at ``SLOW_RATE_KBIT`` (tc htb +
+        u32) while another bookie is down, so that worker copies the lost bookie's ledgers reading from the
+        slow source; the other bookie is started again and the cap removed after the hold + 3 s."""
+        i, ns, lf = self._dns(f.kind)
+        src = f.target
+        victim = self.victim((src + 1) % len(self.cluster.bookies), src)
+        await asyncio.to_thread(lf.slow_from, self.cluster.bookies[src].host)
+        try:
+            bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
+            self.on_bookie_lost(bid, time.monotonic())
+            await asyncio.sleep(f.hold_s + 3)  # the fault's duration: copies read over the slow link
+            await self._start_bookie(victim)
+        finally:
+            await asyncio.to_thread(lf.clear_slow)
+        return (f"bookie {self.cluster.bookie_id(src)} → daemon {i} slowed (htb on {ns.link}; every other pair "
+                f"at full speed) while bookie {bid} was down {f.hold_s + 3:.1f}s, {bid} restarted, link restored")
 
     # -- a full disk ----------------------------------------------------------------------------
     async def _disk_full_during_copy(self, f: Fault) -> str:

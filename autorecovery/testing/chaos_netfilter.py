@@ -9,7 +9,7 @@ qdisc kind is unknown.``) and no ``gact`` action (``Error: Failed to load TC act
 - loss and drops per direction are nftables rules in one table of the root namespace (``inet
   chaos<pid>``), matched on the root side's veth end: packets *to* the bookie leave the root namespace
   through it (hook ``output``, ``oifname``), packets *from* the bookie arrive through it (hook ``input``,
-  ``iifname``). Random loss is ``numgen random mod 100 < percent drop`` (uniform per packet, not
+  ``iifname``); the same rule goes into the ``forward`` hook for packets between two namespaces. Random loss is ``numgen random mod 100 < percent drop`` (uniform per packet, not
   bursty); a one-way partition is the same rule at 100 %. TCP (all the campaign's traffic: gRPC,
   ZooKeeper) sees a dropped packet as lost and retransmits, nothing is refused; a local *UDP* sender
   gets EPERM from a drop in the output hook;
@@ -26,6 +26,7 @@ daemon in its own namespace, see docs/chaos.md). Every command's failure raises
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import subprocess
 
@@ -83,7 +84,8 @@ class LinkFaults:
         self._slowed = False
 
     def up(self) -> "LinkFaults":
-        """Create table ``inet <table>`` with an ``output`` and an ``input`` filter chain (policy accept).
+        """Create table ``inet <table>`` with ``output``, ``input`` and ``forward`` filter chains (policy
+        accept; forwarded packets cross between two namespaces, e.g. the namespaced daemon and bookie).
 
         Raises:
             NetfilterError: nftables missing or refused (the exact error).
@@ -92,15 +94,17 @@ class LinkFaults:
             f"table inet {self.table} {{\n"
             f"  chain out {{ type filter hook output priority 0; policy accept; }}\n"
             f"  chain in {{ type filter hook input priority 0; policy accept; }}\n"
+            f"  chain fw {{ type filter hook forward priority 0; policy accept; }}\n"
             f"}}\n"))
         return self
 
-    def drop(self, direction: str, percent: int = 100) -> None:
-        """Drop ``percent`` % of the packets going ``direction`` (``"to"`` the bookie or ``"from"`` it)
-        on this link, chosen at random per packet.
+    def drop(self, direction: str, percent: int = 100, peer: str | None = None) -> None:
+        """Drop ``percent`` % of the packets going ``direction`` (``"to"`` the namespace's process or
+        ``"from"`` it) on this link, chosen at random per packet; with ``peer`` (an IPv4 address of the
+        root namespace: a bookie, a proxy) only the packets exchanged with that address.
 
         Raises:
-            ValueError: ``direction`` not to/from or ``percent`` outside 1..100.
+            ValueError: ``direction`` not to/from, ``percent`` outside 1..100 or ``peer`` not an IPv4 address.
             NetfilterError: the rule was refused.
         """
         if direction not in ("to", "from"):
@@ -108,8 +112,16 @@ class LinkFaults:
         if not 1 <= percent <= 100:
             raise ValueError(f"percent must be in 1..100, got {percent}")
         chain, match = ("out", f"oifname {self.link}") if direction == "to" else ("in", f"iifname {self.link}")
+        if peer is not None:
+            try:
+                ipaddress.IPv4Address(peer)
+            except ValueError:
+                raise ValueError(f"peer must be an IPv4 address, got {peer!r}") from None
+            match += f" ip {'saddr' if direction == 'to' else 'daddr'} {peer}"
         verdict = "drop" if percent == 100 else f"numgen random mod 100 < {percent} drop"
-        run(["nft", "add", "rule", "inet", self.table, chain, *match.split(), *verdict.split()])
+        # local traffic (root namespace ↔ this namespace) and forwarded traffic (another namespace ↔ this one)
+        for c in (chain, "fw"):
+            run(["nft", "add", "rule", "inet", self.table, c, *match.split(), *verdict.split()])
 
     def slow(self, rate_kbit: int = SLOW_RATE_KBIT, burst_bytes: int = SLOW_BURST_BYTES,
              latency_ms: int = SLOW_LATENCY_MS) -> None:
@@ -123,6 +135,36 @@ class LinkFaults:
         try:
             run(["tc", "qdisc", "replace", "dev", self.link, *spec])
             run(["ip", "netns", "exec", self.ns, "tc", "qdisc", "replace", "dev", self.peer, *spec])
+        except NetfilterError:
+            try:
+                self.clear_slow()
+            except NetfilterError:
+                pass  # the first refusal is the one to report
+            raise
+
+    def slow_from(self, peer: str, rate_kbit: int = SLOW_RATE_KBIT) -> None:
+        """Cap what ``peer`` (an IPv4 address of the root namespace, e.g. a source bookie) sends over
+        this link to ``rate_kbit`` kbit/s, everything else unchanged: an ``htb`` qdisc on the root
+        side's egress, a ``u32`` filter classifying ``ip src <peer>`` into a narrow class (the other
+        direction is not limited: requests are small, the copy's data flows from the peer).
+
+        Raises:
+            ValueError: ``peer`` not an IPv4 address.
+            NetfilterError: ``tc`` refused (what was added is removed again).
+        """
+        try:
+            ipaddress.IPv4Address(peer)
+        except ValueError:
+            raise ValueError(f"peer must be an IPv4 address, got {peer!r}") from None
+        self._slowed = True
+        dev = ["dev", self.link]
+        try:
+            run(["tc", "qdisc", "replace", *dev, "root", "handle", "1:", "htb", "default", "10"])
+            run(["tc", "class", "add", *dev, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit", "quantum", "60000"])
+            run(["tc", "class", "add", *dev, "parent", "1:", "classid", "1:20", "htb", "rate", f"{rate_kbit}kbit",
+                 "ceil", f"{rate_kbit}kbit", "quantum", "1514"])
+            run(["tc", "filter", "add", *dev, "parent", "1:", "protocol", "ip", "u32", "match", "ip", "src", f"{peer}/32",
+                 "classid", "1:20"])
         except NetfilterError:
             try:
                 self.clear_slow()
@@ -145,8 +187,8 @@ class LinkFaults:
         Raises:
             NetfilterError: a flush was refused.
         """
-        run(["nft", "flush", "chain", "inet", self.table, "out"])
-        run(["nft", "flush", "chain", "inet", self.table, "in"])
+        for chain in ("out", "in", "fw"):
+            run(["nft", "flush", "chain", "inet", self.table, chain])
 
     def clear_slow(self) -> None:
         """Remove the rate limit only (the drop rules stay); nothing to do when none was added.

@@ -41,6 +41,12 @@ KINDS: dict[str, str] = {
                             "ZooKeeper (nftables), the reverse direction delivered, for the hold time",
     "slow_link": "cap the namespaced bookie's data link at 1 Mbit/s each way (tc tbf) while another bookie is down, "
                  "so workers copy reading from it over the slow link",
+    "daemon_netns_cut_zk": "drop every packet between the daemon in its own network namespace and ZooKeeper "
+                           "(nftables on its link, both directions) past its session timeout; its bookies stay reachable",
+    "daemon_netns_cut_bookie": "drop every packet between the namespaced daemon and one bookie (nftables on the daemon's "
+                               "link): that worker loses the bookie, every other process still reaches it",
+    "slow_link_one_worker": "cap what one source bookie sends to the namespaced daemon at 1 Mbit/s (tc htb + u32 on "
+                            "the daemon's link) while another bookie is down, so that worker copies over a slow link",
     "disk_full_during_copy": "fill the last bookie's size-limited tmpfs data dir to ENOSPC, SIGKILL another "
                              "bookie so workers copy while it is full, hold, free the space, restart the other",
 }
@@ -51,24 +57,24 @@ ZK_ENSEMBLE_KINDS = ("zk_leader_kill9", "zk_follower_kill9", "zk_quorum_loss", "
 #: kinds that need the namespaced bookie and nftables (``make chaos-deps``)
 NETFILTER_KINDS = ("one_way_loss", "asymmetric_partition", "slow_link")
 
+#: kinds that need the daemon in its own network namespace and nftables
+DAEMON_NETNS_KINDS = ("daemon_netns_cut_zk", "daemon_netns_cut_bookie", "slow_link_one_worker")
+
 #: network faults that start and kill no process (the second lane of a two-lane campaign): they make a
 #: bookie or a daemon unreachable for seconds, never lose what a disk holds
 LIGHT_KINDS = ("zk_conn_cut", "one_way_loss", "asymmetric_partition", "partition_bookie_from_workers",
-               "partition_daemon_from_zk")
+               "partition_daemon_from_zk", "daemon_netns_cut_zk", "daemon_netns_cut_bookie")
 
 #: kinds cheap enough for CI (seconds each)
 CHEAP_KINDS = ("bookie_kill9", "bookie_sigstop", "bookie_restart", "bookie_torn_tail", "daemon_kill9",
                "auditor_kill9", "daemon_sigstop", "zk_conn_cut", "zk_leader_kill9", "zk_follower_kill9",
-               "partition_bookie_from_workers", "partition_daemon_from_zk") + NETFILTER_KINDS
+               "partition_bookie_from_workers", "partition_daemon_from_zk") + NETFILTER_KINDS + DAEMON_NETNS_KINDS
 
 #: every kind this runner injects (a full campaign's default)
 ALL_KINDS = CHEAP_KINDS + ("zk_quorum_loss", "zk_rolling_restart", "disk_full_during_copy")
 
-#: kinds asked for by issue 26 that this runner does not inject, each with the reason printed
-NOT_AVAILABLE: dict[str, str] = {
-    "slow_link_one_worker": "a slow link between ONE worker and a source bookie: the daemons share the root "
-                            "namespace's address, so slow_link slows the bookie for every worker and client",
-}
+#: kinds asked for by issue 26 that this runner does not inject, each with the reason printed (none left)
+NOT_AVAILABLE: dict[str, str] = {}
 
 
 def usable_kinds(kinds: tuple[str, ...], zk_members: int,
@@ -95,6 +101,7 @@ class Fault:
     hold_s: float
 
     def describe(self) -> str:
+        """One line: ``#seq kind target hold``, as printed in the schedule."""
         who = "auditor" if self.kind == "auditor_kill9" else f"node {self.target}"
         return f"#{self.seq:<4} {self.kind:<17} {who:<8} hold {self.hold_s:.1f}s"
 

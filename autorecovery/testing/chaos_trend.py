@@ -49,6 +49,7 @@ class Incarnation:
 
     @property
     def span_s(self) -> float:
+        """Seconds from the first to the last sample (0.0 without samples)."""
         return self.samples[-1][0] - self.samples[0][0] if self.samples else 0.0
 
     def steady(self) -> list[tuple[float, int, int]]:
@@ -64,6 +65,7 @@ class Trends:
     procs: dict[str, dict[int, Incarnation]] = field(default_factory=dict)
 
     def add(self, name: str, pid: int, t: float, rss: int, fds: int) -> None:
+        """Record one sample of process ``name`` (pid ``pid``): ``t`` monotonic s, ``rss`` bytes, ``fds`` count."""
         self.procs.setdefault(name, {}).setdefault(pid, Incarnation(pid)).samples.append((t, rss, fds))
 
     def summary(self, name: str) -> dict[str, float | int | str]:
@@ -95,4 +97,5 @@ class Trends:
                 "incarnations": len(incs), "samples": len(every), "verdict": verdict}
 
     def summaries(self) -> dict[str, dict[str, float | int | str]]:
+        """name → :meth:`summary` for every process sampled, names sorted."""
         return {name: self.summary(name) for name in sorted(self.procs)}

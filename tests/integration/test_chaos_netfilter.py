@@ -1,17 +1,20 @@
 """Issue 26: the per-direction faults, for real on a network namespace's veth link (root; nftables from
 ``make chaos-deps``): a one-way drop stops one direction and delivers the other, random loss drops a
-share of the packets, and the tbf slow link narrows a transfer; each heals to a clean link."""
+share of the packets, and the tbf slow link narrows a transfer; a daemon's own namespace reaches the root
+namespace's loopback services and is cut or slowed per peer; each heals to a clean link."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from autorecovery.testing.chaos_netfilter import SLOW_RATE_KBIT, LinkFaults, NetfilterError, probe_nft
+from autorecovery.testing.chaos_daemon_netns import DaemonNetns
 from autorecovery.testing.chaos_netns import BookieNetns, NetnsError
 
 pytestmark = pytest.mark.integration
@@ -153,3 +156,74 @@ def test_a_refused_command_names_itself_and_its_error(link):
     bad = LinkFaults("no-such-link0", "no-such-link0n", ns.name, table=f"t{ns.data_link}")
     with pytest.raises(NetfilterError, match="tc qdisc replace dev no-such-link0 .*exit"):
         bad.slow()
+
+
+def test_a_daemon_namespace_reaches_loopback_bookies_and_is_cut_per_peer():
+    """The namespaced daemon reaches a root-namespace loopback service (a bookie at 127.0.0.1x) and its
+    ZooKeeper proxy over its own link; a cut from one peer leaves the other reachable; slow_from narrows
+    only that peer; everything heals."""
+    why = probe_nft()
+    if why is not None:
+        pytest.skip(f"nftables unusable here (make chaos-deps): {why}")
+    bookie = socket.socket()
+    bookie.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    bookie.bind(("127.0.0.19", 0))
+    bookie.listen()
+    zk = socket.socket()
+    zk.bind(("127.0.0.1", 0))
+    zk.listen()
+    stop = False
+
+    def serve(s: socket.socket, payload: bytes) -> None:
+        while not stop:
+            try:
+                c, _ = s.accept()
+            except OSError:
+                return
+            with c:
+                c.sendall(payload)
+
+    for s, payload in ((bookie, b"b" * 200_000), (zk, b"zk")):
+        threading.Thread(target=serve, args=(s, payload), daemon=True).start()
+    try:
+        d = DaemonNetns.plan(5).up([("127.0.0.1", zk.getsockname()[1])])
+    except NetnsError as exc:
+        bookie.close()
+        zk.close()
+        pytest.skip(f"network namespaces not permitted here: {exc}")
+    lf = LinkFaults(d.link, d.peer, d.name, table=f"t{d.link}")
+    code = ("import socket,sys,time\nt=time.monotonic()\ntry:\n c=socket.create_connection((sys.argv[1],int(sys.argv[2])),2)\n"
+            " c.settimeout(10);n=0\n while (b:=c.recv(65536)): n+=len(b)\n print(n, round(time.monotonic()-t,2))\n"
+            "except OSError as e: print('cut', type(e).__name__)")
+
+    def fetch(host: str, port: int) -> str:
+        return subprocess.run(d.exec_prefix() + [sys.executable, "-c", code, host, str(port)], capture_output=True,
+                              text=True, timeout=60).stdout.strip()
+
+    zh, zp = d.zk_connect.rsplit(":", 1)
+    bport = bookie.getsockname()[1]
+    try:
+        lf.up()
+        assert fetch("127.0.0.19", bport).startswith("200000 ") and fetch(zh, int(zp)).startswith("2 ")
+        lf.drop("to", 100, d.root)
+        lf.drop("from", 100, d.root)
+        assert fetch(zh, int(zp)) == "cut TimeoutError" and fetch("127.0.0.19", bport).startswith("200000 ")
+        lf.clear_drops()
+        lf.drop("to", 100, "127.0.0.19")
+        lf.drop("from", 100, "127.0.0.19")
+        assert fetch("127.0.0.19", bport) == "cut TimeoutError" and fetch(zh, int(zp)).startswith("2 ")
+        lf.clear_drops()
+        lf.slow_from("127.0.0.19")
+        slow = float(fetch("127.0.0.19", bport).split()[1])
+        assert slow >= 0.8 * 200_000 * 8 / (SLOW_RATE_KBIT * 1000) - 0.2, slow  # 1.6 s at 1 Mbit/s
+        assert fetch(zh, int(zp)).startswith("2 ")
+        lf.clear()
+        assert float(fetch("127.0.0.19", bport).split()[1]) < 1.0
+        with pytest.raises(ValueError, match="IPv4"):
+            lf.drop("to", 100, "bookie-1")
+    finally:
+        stop = True
+        lf.down()
+        d.down()
+        bookie.close()
+        zk.close()
