@@ -348,7 +348,9 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
 async def _lane(plan: list[Fault], cfg: CampaignConfig, inj: Injector, rep: Report, echo, t0: float,
                 ready: Callable[[], Awaitable[bool]] | None) -> None:
     """Apply ``plan``'s faults one after another until ``cfg.duration_s`` after ``t0``; before each, wait
-    (90 s bound) for ``ready`` when given. A fault that fails is recorded in ``rep.fault_errors``."""
+    (90 s bound) for ``ready`` when given. A fault that fails is recorded in ``rep.fault_errors`` (the
+    report fails); in the lane given ``ready`` (the one that stops and starts processes) whatever it left
+    down is started again (:func:`_heal_all`), so one failure does not fail every later fault."""
     for f in plan:
         if time.monotonic() - t0 >= cfg.duration_s:
             echo(f"duration {cfg.duration_s}s reached before fault #{f.seq}")
@@ -361,8 +363,10 @@ async def _lane(plan: list[Fault], cfg: CampaignConfig, inj: Injector, rep: Repo
             rep.fault_log.append(f"#{f.seq} {what}")
             echo(f"fault #{f.seq} {f.kind}: {what}")
         except Exception as exc:  # noqa: BLE001 - a fault that cannot be applied or healed is a finding
-            rep.fault_errors.append(f"#{f.seq} {f.kind}: {type(exc).__name__}: {exc}")
-            echo(f"fault #{f.seq} {f.kind} FAILED: {exc}")
+            rep.fault_errors.append(f"#{f.seq} {f.kind}: {type(exc).__name__}: {str(exc)[-500:]}")
+            echo(f"fault #{f.seq} {f.kind} FAILED: {str(exc)[-500:]}")
+            if ready is not None:  # the lane that starts and stops processes brings back what the failure left down
+                await _heal_all(inj.cluster, inj, rep, f"after fault #{f.seq} failed")
 
 
 def _refuse(plan: list[Fault], rep: Report, skipped: dict[str, str], kinds: tuple[str, ...], why: str,
@@ -396,16 +400,19 @@ async def _queue_empty(zk: ZkClient, paths: Paths, urm: UnderreplicationManager)
     return await queue_state(zk, paths, urm) == (0, 0)
 
 
-async def _heal_all(cluster: LocalCluster, inj: Injector, rep: Report) -> None:
-    """Start whatever a failed fault left down (recorded as a fault error)."""
-    for i in cluster.bookies:
-        if not cluster.bookie_alive(i):
-            rep.fault_errors.append(f"bookie {i} was down when the faults stopped")
-            await asyncio.to_thread(cluster.start_bookie, i)
-    for i in cluster.daemons:
-        if not cluster.daemon_alive(i):
-            rep.fault_errors.append(f"daemon {i} was down when the faults stopped")
-            await asyncio.to_thread(cluster.start_daemon, i, None, 60.0)
+async def _heal_all(cluster: LocalCluster, inj: Injector, rep: Report, when: str = "when the faults stopped") -> None:
+    """Start whatever a failed fault left down, each recorded as a fault error naming ``when``; a start
+    that fails is recorded too (the campaign goes on: the next fault finds it down and waits)."""
+    for kind, procs, alive, start in (("bookie", cluster.bookies, cluster.bookie_alive, cluster.start_bookie),
+                                      ("daemon", cluster.daemons, cluster.daemon_alive,
+                                       lambda i: cluster.start_daemon(i, None, 60.0))):
+        for i in list(procs):
+            if not alive(i):
+                rep.fault_errors.append(f"{kind} {i} was down {when}")
+                try:
+                    await asyncio.to_thread(start, i)
+                except Exception as exc:  # noqa: BLE001 - recorded; the report fails on it
+                    rep.fault_errors.append(f"{kind} {i} did not start again {when}: {str(exc)[-300:]}")
     try:
         await until(inj.healthy, 60, "every process up and every bookie registered")
     except TimeoutError as exc:
