@@ -28,6 +28,7 @@ from autorecovery.testing.chaos_schedule import Fault
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.testing.zk_ensemble import ZooKeeperEnsemble
+from autorecovery.errors import is_retriable
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.election import current_auditor
 from autorecovery.zk.paths import Paths
@@ -82,15 +83,27 @@ class Injector:
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
-        """True when ``bookie_id`` is under ZooKeeper's ``available/`` (False when the path is missing)."""
+        """True when ``bookie_id`` is under ZooKeeper's ``available/``; False when the path is missing or
+        the runner's own session cannot tell right now (a retriable error such as ConnectionLoss while
+        the other lane holds a ZooKeeper fault: the waits poll again until their deadline)."""
         try:
             return bookie_id in await self.zk.get_children(self.paths.available)
         except NoNodeError:
             return False
+        except Exception as exc:  # noqa: BLE001 - only what a later poll may answer
+            if is_retriable(exc):
+                return False
+            raise
 
     async def auditor_index(self) -> int | None:
-        """The node index of the daemon holding the auditor election, or None (no vote, or not ours)."""
-        who = await current_auditor(self.zk, self.paths)
+        """The node index of the daemon holding the auditor election, or None (no vote, not ours, or the
+        runner's session cannot tell right now: a retriable error)."""
+        try:
+            who = await current_auditor(self.zk, self.paths)
+        except Exception as exc:  # noqa: BLE001 - only what a later poll may answer
+            if is_retriable(exc):
+                return None
+            raise
         ids = self.cluster.bookie_ids()
         return ids.index(who) if who in ids else None
 
