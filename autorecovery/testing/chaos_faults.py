@@ -204,9 +204,17 @@ class Injector:
         return f"daemon {i} killed (SIGKILL), down {f.hold_s}s, restarted"
 
     async def _auditor_kill9(self, f: Fault) -> str:
-        await until(lambda: _is_not_none(self.auditor_index()), 30, "an elected auditor")
-        i = await self.auditor_index()
-        assert i is not None
+        seen: list[int] = []
+
+        async def elected() -> bool:
+            # one read both waits and names the auditor: a second read could see the vote gone
+            i = await self.auditor_index()
+            if i is not None:
+                seen[:] = [i]
+            return i is not None
+
+        await until(elected, 30, "an elected auditor")
+        i = seen[0]
         await asyncio.to_thread(self.cluster.stop_daemon, i, signal.SIGKILL)
         await until(lambda: _differs(self.auditor_index(), i), 60, "a new auditor")
         await asyncio.sleep(f.hold_s)  # the fault's duration
@@ -410,11 +418,22 @@ class Injector:
         await asyncio.to_thread(ens.wait_serving, None, 60.0)
 
     async def _zk_leader(self) -> int:
+        """The ensemble's leader (myid), waited for (30 s bound) and named by the same read.
+
+        Raises:
+            TimeoutError: no leader within 30 s.
+        """
         ens = self._ensemble()
-        await until(lambda: _is_not_none(asyncio.to_thread(ens.leader)), 30, "a ZooKeeper leader")
-        lead = await asyncio.to_thread(ens.leader)
-        assert lead is not None
-        return lead
+        seen: list[int] = []
+
+        async def led() -> bool:
+            lead = await asyncio.to_thread(ens.leader)
+            if lead is not None:
+                seen[:] = [lead]
+            return lead is not None
+
+        await until(led, 30, "a ZooKeeper leader")
+        return seen[0]
 
     async def _zk_leader_kill9(self, f: Fault) -> str:
         lead = await self._zk_leader()
@@ -448,10 +467,6 @@ class Injector:
 
 async def _not(a: Awaitable[bool]) -> bool:
     return not await a
-
-
-async def _is_not_none(a: Awaitable[object]) -> bool:
-    return await a is not None
 
 
 async def _differs(a: Awaitable[object], old: object) -> bool:
