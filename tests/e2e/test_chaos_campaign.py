@@ -27,7 +27,7 @@ SEED, FAULTS = 26, 24
 @pytest.mark.timeout(900)
 async def test_short_seeded_campaign_loses_nothing_and_leaves_nothing(tmp_path):
     cfg = CampaignConfig(base_dir=tmp_path / "chaos", seed=SEED, faults=FAULTS, duration_s=480, bookies=5,
-                         rate=80, min_hold_s=0.3, max_hold_s=1.5, settle_s=90)
+                         rate=80, min_hold_s=0.3, max_hold_s=1.5, settle_s=240)
     printed: list[str] = []
     rep = await run_campaign(cfg, echo=printed.append)
     text = rep.to_text()
