@@ -17,12 +17,13 @@ import asyncio
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autorecovery.testing.chaos import CampaignConfig, run_campaign  # noqa: E402
-from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS  # noqa: E402
+from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS, parse_kinds  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,18 +40,29 @@ def main(argv: list[str] | None = None) -> int:
                     help="ZooKeeper servers: 3 (default) allows the ensemble faults; 1 skips them")
     ap.add_argument("--disk-mb", type=int, default=128,
                     help="size (MiB) of the last bookie's tmpfs data dir for the disk-full fault; 0 = none")
-    ap.add_argument("--kinds", default=",".join(ALL_KINDS), help=f"comma-separated fault kinds of: {', '.join(KINDS)}")
+    ap.add_argument("--kinds", default=",".join(ALL_KINDS), help="comma-separated fault kinds, each optionally weighted as kind:w (1..100, drawn w times as often); "
+                         f"of: {', '.join(KINDS)}")
+    ap.add_argument("--witness", type=int, default=None,
+                    help="a node whose bookie and daemon no fault kills, so their RSS/fd trends span the run (the soak)")
+    ap.add_argument("--lanes", type=int, default=1, choices=(1, 2),
+                    help="2: network faults run in a second lane, concurrently with the others (default 1: one at a time)")
     ap.add_argument("--dir", type=Path, help="cluster directory (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the cluster directory (logs, ack log)")
     ap.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     a = ap.parse_args(argv)
+    try:
+        kinds = parse_kinds(a.kinds)
+    except ValueError as exc:
+        print(f"chaos: {exc}", file=sys.stderr)
+        return 2
     base = a.dir or Path(tempfile.mkdtemp(prefix="chaos-"))
     cfg = CampaignConfig(base_dir=base, seed=a.seed, faults=a.faults, duration_s=a.duration, bookies=a.bookies,
                          rate=a.rate, min_hold_s=a.min_hold, max_hold_s=a.max_hold, settle_s=a.settle, zk_members=a.zk_members,
                          disk_full_mb=a.disk_mb,
-                         kinds=tuple(k.strip() for k in a.kinds.split(",") if k.strip()))
+                         kinds=kinds, witness=a.witness, lanes=a.lanes)
     try:
-        rep = asyncio.run(run_campaign(cfg, echo=lambda s: print(s, flush=True)))
+        t0 = time.monotonic()
+        rep = asyncio.run(run_campaign(cfg, echo=lambda s: print(f"{time.monotonic() - t0:7.1f}s {s}", flush=True)))
     except ValueError as exc:
         print(f"chaos: {exc}", file=sys.stderr)
         return 2

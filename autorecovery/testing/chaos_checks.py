@@ -5,7 +5,9 @@ During the run, :class:`Sampler` polls every ``interval_s``:
 - the under-replication markers (``/ledgers/underreplication/ledgers``): each ledger seen marked is
   counted; a ledger is *under-replicated* from the loss of a bookie (the last bookie lost before the
   ledger was first seen marked) until its marker is gone; the longest such span is reported;
-- each daemon's RSS and open file descriptors, from ``/proc`` (psutil), peak and last value.
+- every ``proc_interval_s`` (5 s), each bookie's and daemon's RSS and open file descriptors, from
+  ``/proc`` (psutil), into :class:`~autorecovery.testing.chaos_trend.Trends` (start, peak, end and
+  slope per hour of each process's longest incarnation).
 
 After the run (faults stopped, writer stopped), :func:`copies_missing` runs the auditor's own replicas
 check maths (:func:`autorecovery.audit.replicas.classify`) over every CLOSED ledger in the metadata,
@@ -26,21 +28,11 @@ import psutil
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import AutoRecoveryError, BookieError
+from autorecovery.testing.chaos_trend import Trends
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
-
-
-@dataclass
-class ProcPeak:
-    """One daemon's figures: ``rss_bytes``/``fds`` peak and last sample, ``samples`` taken."""
-
-    rss_peak: int = 0
-    rss_last: int = 0
-    fds_peak: int = 0
-    fds_last: int = 0
-    samples: int = 0
 
 
 @dataclass
@@ -52,9 +44,13 @@ class Timeline:
     losses: list[tuple[float, str]] = field(default_factory=list)
 
     def bookie_lost(self, bookie_id: str, at: float) -> None:
+        """Record that ``bookie_id`` went down at ``at`` (monotonic s): the start of the under-replication of
+        the ledgers marked after it."""
         self.losses.append((at, bookie_id))
 
     def observe(self, marked_now: set[int], at: float) -> None:
+        """Fold one poll of the marked ledger ids taken at ``at`` (monotonic s): a ledger newly marked opens
+        an episode, a ledger no longer marked closes its open one."""
         for lid in marked_now:
             eps = self.marked.setdefault(lid, [])
             if not eps or eps[-1][1] is not None:
@@ -88,21 +84,27 @@ class Timeline:
 
 
 class Sampler:
-    """Background poll of markers and daemon /proc figures (see the module docstring)."""
+    """Background poll of markers (every ``interval_s`` s) and of the bookies' and daemons' /proc
+    figures (every ``proc_interval_s`` s); see the module docstring."""
 
-    def __init__(self, cluster: LocalCluster, urm: UnderreplicationManager, interval_s: float = 0.5) -> None:
+    def __init__(self, cluster: LocalCluster, urm: UnderreplicationManager, interval_s: float = 0.5,
+                 proc_interval_s: float = 5.0) -> None:
         self.cluster = cluster
         self.urm = urm
         self.interval_s = interval_s
+        self.proc_interval_s = proc_interval_s
         self.timeline = Timeline()
-        self.procs: dict[str, ProcPeak] = {}
+        self.trends = Trends()
+        self._next_proc = 0.0
         self._task: asyncio.Task | None = None
 
     def start(self) -> "Sampler":
+        """Start polling in a background task (of the running event loop); returns self."""
         self._task = asyncio.ensure_future(self._run())
         return self
 
     async def stop(self) -> None:
+        """Cancel the polling task and wait for it (idempotent)."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -111,22 +113,33 @@ class Sampler:
                 pass
 
     async def sample_once(self) -> None:
+        """One poll: the markers (a ZooKeeper error skips this poll's markers, the next poll retries) and,
+        when ``proc_interval_s`` has passed since the last, the processes (:meth:`sample_procs`)."""
         try:
             marked = await self.urm.list_marked_ids()
         except (AutoRecoveryError, NoNodeError, OSError):
             marked = None
         if marked is not None:
             self.timeline.observe(set(marked), time.monotonic())
-        for i, info in self.cluster.daemons.items():
-            try:
-                p = psutil.Process(info.pid)
-                rss, fds = p.memory_info().rss, p.num_fds()
-            except (psutil.Error, OSError):
-                continue
-            pk = self.procs.setdefault(f"daemon-{i}", ProcPeak())
-            pk.rss_peak, pk.rss_last = max(pk.rss_peak, rss), rss
-            pk.fds_peak, pk.fds_last = max(pk.fds_peak, fds), fds
-            pk.samples += 1
+        now = time.monotonic()
+        if now >= self._next_proc:
+            self._next_proc = now + self.proc_interval_s
+            self.sample_procs(now)
+
+    def sample_procs(self, now: float) -> None:
+        """One RSS and fd sample of every bookie and daemon process (a process gone is skipped)."""
+        for kind, procs in (("bookie", self.cluster.bookies), ("daemon", self.cluster.daemons)):
+            for i, info in list(procs.items()):
+                if info.pid <= 0:
+                    continue
+                try:
+                    p = psutil.Process(info.pid)
+                    rss, fds = p.memory_info().rss, p.num_fds()
+                except (psutil.Error, OSError, ValueError):
+                    continue
+                if rss == 0:  # a zombie (killed, not yet reaped) has no memory: not a sample
+                    continue
+                self.trends.add(f"{kind}-{i}", info.pid, now, rss, fds)
 
     async def _run(self) -> None:
         while True:
@@ -160,6 +173,7 @@ async def copies_missing(bk: BookKeeper) -> CopiesReport:
     sem = asyncio.Semaphore(32)
 
     async def ask(bookie: str, lid: int):
+        """The entries ``bookie`` holds of ``lid``: its answer, None for ENOLEDGER, the exception otherwise."""
         try:
             return await bk.bookies.get_list_of_entries(bookie, lid)
         except BookieError as exc:
@@ -168,6 +182,7 @@ async def copies_missing(bk: BookKeeper) -> CopiesReport:
             return exc
 
     async def one(lid: int) -> None:
+        """Classify one ledger's replicas (skips a deleted, open or empty ledger)."""
         async with sem:
             try:
                 md, _ = await bk.ledgers.read(lid)

@@ -1,8 +1,12 @@
-"""Fault injectors of a chaos campaign over a :class:`LocalCluster` (EDGE: signals, files, ZooKeeper).
+"""Fault injectors of a chaos campaign over a :class:`LocalCluster` (EDGE: signals, files, ZooKeeper,
+``ip``/``nft``/``tc``).
 
-Each injector applies one :class:`~autorecovery.testing.chaos_schedule.Fault` for real, holds it, heals
-it, and returns a one-line account. Holding a fault is the fault itself; every *synchronisation* (a
-session expired, a bookie registered again, a daemon ready) waits on a condition with a deadline.
+Each injector applies one :class:`~autorecovery.testing.chaos_schedule.Fault` for real, holds it (at
+least ``hold_s`` seconds; kinds that must outlast a session timeout add it), heals it, and returns a
+one-line account; a fault that cannot be applied or healed raises (the runner records it as a fault
+error: a finding). Holding a fault is the fault itself; every *synchronisation* (a session expired, a
+bookie registered again, a daemon ready) waits on a condition with a deadline (:func:`until`). A fault
+aimed at the soak witness (:attr:`Injector.witness`) that would kill or restart it hits the next node.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from pathlib import Path
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR
 from autorecovery.bookie.storage import CURRENT_DIR
 from autorecovery.testing import chaos_disk
+from autorecovery.testing.chaos_daemon_netns import DaemonNetns
+from autorecovery.testing.chaos_netfilter import LinkFaults
 from autorecovery.testing.chaos_netns import BookieNetns
 from autorecovery.testing.chaos_schedule import Fault
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.testing.zk_ensemble import ZooKeeperEnsemble
+from autorecovery.errors import is_retriable
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.election import current_auditor
 from autorecovery.zk.paths import Paths
@@ -65,16 +72,38 @@ class Injector:
         self.disk_full_bookie: int | None = None
         #: (bookie index, its namespace) for ``partition_bookie_from_workers``, or None
         self.netns: tuple[int, BookieNetns] | None = None
+        #: per-direction faults on that bookie's (data link, ZooKeeper link), or None (nftables missing)
+        self.link_faults: tuple[LinkFaults, LinkFaults] | None = None
+        #: (daemon index, its namespace, its link's faults) for the ``daemon_netns_*`` and
+        #: ``slow_link_one_worker`` kinds, or None
+        self.daemon_ns: tuple[int, DaemonNetns, LinkFaults] | None = None
+        #: the soak witness: the node whose bookie and daemon no fault kills (its RSS and fds are
+        #: sampled over the whole run; a fault aimed at it hits the next node), or None
+        self.witness: int | None = None
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
+        """True when ``bookie_id`` is under ZooKeeper's ``available/``; False when the path is missing or
+        the runner's own session cannot tell right now (a retriable error such as ConnectionLoss while
+        the other lane holds a ZooKeeper fault: the waits poll again until their deadline)."""
         try:
             return bookie_id in await self.zk.get_children(self.paths.available)
         except NoNodeError:
             return False
+        except Exception as exc:  # noqa: BLE001 - only what a later poll may answer
+            if is_retriable(exc):
+                return False
+            raise
 
     async def auditor_index(self) -> int | None:
-        who = await current_auditor(self.zk, self.paths)
+        """The node index of the daemon holding the auditor election, or None (no vote, not ours, or the
+        runner's session cannot tell right now: a retriable error)."""
+        try:
+            who = await current_auditor(self.zk, self.paths)
+        except Exception as exc:  # noqa: BLE001 - only what a later poll may answer
+            if is_retriable(exc):
+                return None
+            raise
         ids = self.cluster.bookie_ids()
         return ids.index(who) if who in ids else None
 
@@ -91,6 +120,19 @@ class Injector:
         # four-letter words are blocking socket calls: off the event loop (the writer runs on it)
         return await asyncio.to_thread(lambda: all(m.mode() in ("leader", "follower") for m in ens.members))
 
+    def victim(self, target: int, *avoid: int | None) -> int:
+        """The first node from ``target`` on (cyclic) that is neither in ``avoid`` nor the witness.
+
+        Raises:
+            RuntimeError: every node is excluded.
+        """
+        n = len(self.cluster.bookies)
+        for k in range(n):
+            c = (target + k) % n
+            if c not in avoid and c != self.witness:
+                return c
+        raise RuntimeError(f"no node to fault: all of {n} are the witness or excluded ({avoid})")
+
     # -- faults --------------------------------------------------------------------------------
     async def apply(self, f: Fault) -> str:
         """Inject ``f``, hold it, heal it; returns what was done (``kind target: detail``)."""
@@ -102,32 +144,36 @@ class Injector:
         await until(lambda: self.registered(bid), 30, f"bookie {bid} registered again")
 
     async def _bookie_kill9(self, f: Fault) -> str:
-        bid = await asyncio.to_thread(self.cluster.kill_bookie, f.target)
+        b = self.victim(f.target)
+        bid = await asyncio.to_thread(self.cluster.kill_bookie, b)
         self.on_bookie_lost(bid, time.monotonic())
         await asyncio.sleep(f.hold_s)  # the fault's duration, not a synchronisation
-        await self._start_bookie(f.target)
+        await self._start_bookie(b)
         return f"bookie {bid} killed (SIGKILL), down {f.hold_s}s, restarted"
 
     async def _bookie_restart(self, f: Fault) -> str:
-        bid = await asyncio.to_thread(self.cluster.stop_bookie, f.target)
-        await self._start_bookie(f.target)
+        b = self.victim(f.target)
+        bid = await asyncio.to_thread(self.cluster.stop_bookie, b)
+        await self._start_bookie(b)
         return f"bookie {bid} stopped (SIGTERM) and restarted"
 
     async def _bookie_torn_tail(self, f: Fault) -> str:
-        bid = await asyncio.to_thread(self.cluster.kill_bookie, f.target)
+        b = self.victim(f.target)
+        bid = await asyncio.to_thread(self.cluster.kill_bookie, b)
         self.on_bookie_lost(bid, time.monotonic())
-        logs = sorted((Path(self.cluster.bookies[f.target].data_dir) / CURRENT_DIR / ENTRYLOG_DIR).glob("*.log"))
+        logs = sorted((Path(self.cluster.bookies[b].data_dir) / CURRENT_DIR / ENTRYLOG_DIR).glob("*.log"))
         torn = "no entry log yet"
         if logs:
             with open(logs[-1], "ab") as fh:
                 fh.write(TORN_TAIL)
             torn = f"{len(TORN_TAIL)} torn bytes after {logs[-1].name}"
-        await self._start_bookie(f.target)
+        await self._start_bookie(b)
         return f"bookie {bid} killed (SIGKILL), {torn}, restarted"
 
     async def _bookie_sigstop(self, f: Fault) -> str:
-        info = self.cluster.bookies[f.target]
-        bid = self.cluster.bookie_id(f.target)
+        b = self.victim(f.target)
+        info = self.cluster.bookies[b]
+        bid = self.cluster.bookie_id(b)
         os.killpg(info.pid, signal.SIGSTOP)
         try:
             self.on_bookie_lost(bid, time.monotonic())
@@ -141,9 +187,9 @@ class Injector:
             await until(lambda: self.registered(bid), 20, f"bookie {bid} registered after SIGCONT")
             return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, registered again"
         except TimeoutError:
-            if self.cluster.bookie_alive(f.target):
-                await asyncio.to_thread(self.cluster.kill_bookie, f.target)
-            await self._start_bookie(f.target)
+            if self.cluster.bookie_alive(b):
+                await asyncio.to_thread(self.cluster.kill_bookie, b)
+            await self._start_bookie(b)
             return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, did not register: restarted"
 
     async def _restart_daemon(self, i: int) -> None:
@@ -151,16 +197,24 @@ class Injector:
 
     async def _daemon_kill9(self, f: Fault) -> str:
         aud = await self.auditor_index()
-        i = f.target if f.target != aud else (f.target + 1) % len(self.cluster.daemons)
+        i = self.victim(f.target, aud)
         await asyncio.to_thread(self.cluster.stop_daemon, i, signal.SIGKILL)
         await asyncio.sleep(f.hold_s)  # the fault's duration
         await self._restart_daemon(i)
         return f"daemon {i} killed (SIGKILL), down {f.hold_s}s, restarted"
 
     async def _auditor_kill9(self, f: Fault) -> str:
-        await until(lambda: _is_not_none(self.auditor_index()), 30, "an elected auditor")
-        i = await self.auditor_index()
-        assert i is not None
+        seen: list[int] = []
+
+        async def elected() -> bool:
+            # one read both waits and names the auditor: a second read could see the vote gone
+            i = await self.auditor_index()
+            if i is not None:
+                seen[:] = [i]
+            return i is not None
+
+        await until(elected, 30, "an elected auditor")
+        i = seen[0]
         await asyncio.to_thread(self.cluster.stop_daemon, i, signal.SIGKILL)
         await until(lambda: _differs(self.auditor_index(), i), 60, "a new auditor")
         await asyncio.sleep(f.hold_s)  # the fault's duration
@@ -210,6 +264,123 @@ class Injector:
                 p.restore()
         return f"daemon {f.target} cut from ZooKeeper (proxies blackholed, bookies reachable) for {hold:.1f}s, healed"
 
+    # -- per direction (nftables, tc tbf: chaos_netfilter.py) -----------------------------------------
+    def _links(self, kind: str) -> tuple[int, BookieNetns, LinkFaults, LinkFaults]:
+        if self.netns is None or self.link_faults is None:
+            raise RuntimeError(f"{kind} needs a bookie in a network namespace and nftables")
+        return (*self.netns, *self.link_faults)
+
+    async def _registered_or_restart(self, i: int) -> str:
+        """Wait for bookie ``i`` to be registered (20 s bound); restart it when it is not."""
+        bid = self.cluster.bookie_id(i)
+        try:
+            await until(lambda: self.registered(bid), 20, f"bookie {bid} registered after the heal")
+            return "registered"
+        except TimeoutError:
+            if self.cluster.bookie_alive(i):
+                await asyncio.to_thread(self.cluster.kill_bookie, i)
+            await self._start_bookie(i)
+            return "not registered 20 s after the heal: restarted"
+
+    async def _one_way_loss(self, f: Fault) -> str:
+        """Random loss of 20-50 % of the packets in one direction of the bookie's data link (target's
+        parity: even = to the bookie, odd = from it) for the hold + 2 s."""
+        i, _, data, _ = self._links(f.kind)
+        direction, pct = ("to", "from")[f.target % 2], 20 + 10 * (f.target % 4)
+        await asyncio.to_thread(data.drop, direction, pct)
+        try:
+            await asyncio.sleep(f.hold_s + 2)  # the fault's duration
+        finally:
+            await asyncio.to_thread(data.clear_drops)
+        return (f"{pct}% of the packets {direction} bookie {self.cluster.bookie_id(i)} dropped at random "
+                f"(data link {data.link}, the other direction intact) for {f.hold_s + 2:.1f}s, healed")
+
+    async def _asymmetric_partition(self, f: Fault) -> str:
+        """Every packet of one direction dropped, the other delivered (target % 4: 0 workers/clients →
+        bookie, 1 bookie → workers/clients, 2 bookie → ZooKeeper, 3 ZooKeeper → bookie). A cut of its
+        ZooKeeper link lasts past the bookie's session timeout."""
+        i, _, data, zkl = self._links(f.kind)
+        link, direction, what = ((data, "to", "workers and clients → bookie"), (data, "from", "bookie → workers and clients"),
+                                 (zkl, "from", "bookie → ZooKeeper"), (zkl, "to", "ZooKeeper → bookie"))[f.target % 4]
+        hold = f.hold_s + 2 + (self.cluster.bookie_session_timeout_ms / 1000 if link is zkl else 0)
+        if link is zkl:
+            self.on_bookie_lost(self.cluster.bookie_id(i), time.monotonic())
+        await asyncio.to_thread(link.drop, direction)
+        try:
+            await asyncio.sleep(hold)  # the fault's duration
+        finally:
+            await asyncio.to_thread(link.clear_drops)
+        after = await self._registered_or_restart(i)
+        return (f"one-way partition {what} (bookie {self.cluster.bookie_id(i)}, link {link.link}; the reverse "
+                f"direction delivered) for {hold:.1f}s, healed; {after}")
+
+    async def _slow_link(self, f: Fault) -> str:
+        """The bookie's data link capped at ``SLOW_RATE_KBIT`` each way (tc tbf) while another bookie
+        is down, so workers copy that bookie's ledgers reading from this one over the slow link; the
+        other bookie is started again and the cap removed after the hold + 3 s."""
+        i, _, data, _ = self._links(f.kind)
+        victim = self.victim(f.target, i)
+        await asyncio.to_thread(data.slow)
+        try:
+            bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
+            self.on_bookie_lost(bid, time.monotonic())
+            await asyncio.sleep(f.hold_s + 3)  # the fault's duration: copies read over the slow link
+            await self._start_bookie(victim)
+        finally:
+            await asyncio.to_thread(data.clear_slow)
+        return (f"bookie {self.cluster.bookie_id(i)}'s data link slowed (tbf {data.link}) while bookie {bid} was "
+                f"down {f.hold_s + 3:.1f}s (copies reading from the slow source), {bid} restarted, link restored")
+
+    # -- the daemon in its own namespace (chaos_daemon_netns.py) ---------------------------------------
+    def _dns(self, kind: str) -> tuple[int, DaemonNetns, LinkFaults]:
+        if self.daemon_ns is None:
+            raise RuntimeError(f"{kind} needs a daemon in a network namespace and nftables")
+        return self.daemon_ns
+
+    async def _cut_both_ways(self, lf: LinkFaults, peer: str, hold_s: float) -> None:
+        await asyncio.to_thread(lf.drop, "to", 100, peer)
+        try:
+            await asyncio.to_thread(lf.drop, "from", 100, peer)
+            await asyncio.sleep(hold_s)  # the fault's duration
+        finally:
+            await asyncio.to_thread(lf.clear_drops)
+
+    async def _daemon_netns_cut_zk(self, f: Fault) -> str:
+        """Every packet between the namespaced daemon and its ZooKeeper proxies dropped (its link's root
+        address) past its session timeout; the bookies stay reachable over the same link."""
+        i, ns, lf = self._dns(f.kind)
+        hold = self.daemon_session_s + f.hold_s
+        await self._cut_both_ways(lf, ns.root, hold)
+        return (f"daemon {i} (own namespace) cut from ZooKeeper by packet drops on {ns.link} for {hold:.1f}s "
+                f"(bookies reachable), healed")
+
+    async def _daemon_netns_cut_bookie(self, f: Fault) -> str:
+        """Every packet between the namespaced daemon and bookie ``target`` dropped for the hold + 2 s:
+        that worker loses one bookie that every other process still reaches."""
+        i, ns, lf = self._dns(f.kind)
+        b = f.target
+        await self._cut_both_ways(lf, self.cluster.bookies[b].host, f.hold_s + 2)
+        return (f"daemon {i} (own namespace) cut from bookie {self.cluster.bookie_id(b)} only, by packet drops on "
+                f"{ns.link}, for {f.hold_s + 2:.1f}s, healed")
+
+    async def _slow_link_one_worker(self, f: Fault) -> str:
+        """What one source bookie sends to the namespaced daemon capped at ``SLOW_RATE_KBIT`` (tc htb +
+        u32) while another bookie is down, so that worker copies the lost bookie's ledgers reading from the
+        slow source; the other bookie is started again and the cap removed after the hold + 3 s."""
+        i, ns, lf = self._dns(f.kind)
+        src = f.target
+        victim = self.victim((src + 1) % len(self.cluster.bookies), src)
+        await asyncio.to_thread(lf.slow_from, self.cluster.bookies[src].host)
+        try:
+            bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
+            self.on_bookie_lost(bid, time.monotonic())
+            await asyncio.sleep(f.hold_s + 3)  # the fault's duration: copies read over the slow link
+            await self._start_bookie(victim)
+        finally:
+            await asyncio.to_thread(lf.clear_slow)
+        return (f"bookie {self.cluster.bookie_id(src)} → daemon {i} slowed (htb on {ns.link}; every other pair "
+                f"at full speed) while bookie {bid} was down {f.hold_s + 3:.1f}s, {bid} restarted, link restored")
+
     # -- a full disk ----------------------------------------------------------------------------
     async def _disk_full_during_copy(self, f: Fault) -> str:
         t = self.disk_full_bookie
@@ -217,7 +388,7 @@ class Injector:
             raise RuntimeError("disk_full_during_copy needs a bookie on a tmpfs data dir (CampaignConfig.disk_full_mb)")
         data = Path(self.cluster.bookies[t].data_dir)
         filled = await asyncio.to_thread(chaos_disk.fill, data)
-        victim = f.target if f.target != t else (t + 1) % len(self.cluster.bookies)
+        victim = self.victim(f.target, t)
         try:
             bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
             self.on_bookie_lost(bid, time.monotonic())
@@ -243,14 +414,26 @@ class Injector:
         await asyncio.sleep(hold_s)  # the fault's duration
         for n in myids:
             await asyncio.to_thread(ens.spawn, n)
+        await asyncio.to_thread(self.cluster.save)  # cluster.json names the members' new pids
         await asyncio.to_thread(ens.wait_serving, None, 60.0)
 
     async def _zk_leader(self) -> int:
+        """The ensemble's leader (myid), waited for (30 s bound) and named by the same read.
+
+        Raises:
+            TimeoutError: no leader within 30 s.
+        """
         ens = self._ensemble()
-        await until(lambda: _is_not_none(asyncio.to_thread(ens.leader)), 30, "a ZooKeeper leader")
-        lead = await asyncio.to_thread(ens.leader)
-        assert lead is not None
-        return lead
+        seen: list[int] = []
+
+        async def led() -> bool:
+            lead = await asyncio.to_thread(ens.leader)
+            if lead is not None:
+                seen[:] = [lead]
+            return lead is not None
+
+        await until(led, 30, "a ZooKeeper leader")
+        return seen[0]
 
     async def _zk_leader_kill9(self, f: Fault) -> str:
         lead = await self._zk_leader()
@@ -277,16 +460,13 @@ class Injector:
         for m in ens.members:
             await asyncio.to_thread(ens.kill, m.myid, signal.SIGTERM)
             await asyncio.to_thread(ens.spawn, m.myid)
+            await asyncio.to_thread(self.cluster.save)
             await asyncio.to_thread(ens.wait_serving, None, 60.0)
         return f"ZooKeeper rolling restart of {len(ens.members)} members (SIGTERM, start, quorum serving, next)"
 
 
 async def _not(a: Awaitable[bool]) -> bool:
     return not await a
-
-
-async def _is_not_none(a: Awaitable[object]) -> bool:
-    return await a is not None
 
 
 async def _differs(a: Awaitable[object], old: object) -> bool:

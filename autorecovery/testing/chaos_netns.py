@@ -99,9 +99,12 @@ class BookieNetns:
 
     @property
     def zk_connect(self) -> str:
+        """The ZooKeeper connect string the namespaced bookie uses: its proxies on the root side of the
+        ZooKeeper link (``host:port,...``, one per ZooKeeper server)."""
         return ",".join(p.address for p in self.zk_proxies)
 
     def exec_prefix(self) -> list[str]:
+        """``ip netns exec <name>``: the prefix that runs a command inside the namespace."""
         return ["ip", "netns", "exec", self.name]
 
     def cut(self) -> None:
@@ -114,6 +117,11 @@ class BookieNetns:
         ip("link", "set", self.data_link, "down")
 
     def heal(self) -> None:
+        """Undo :meth:`cut`: the data link up and the sink route removed.
+
+        Raises:
+            NetnsError: naming the ``ip`` command and its exact error.
+        """
         ip("link", "set", self.data_link, "up")
         ip("route", "del", f"{self.data_ns}/32", "dev", self.sink)
 

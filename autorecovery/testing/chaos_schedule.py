@@ -35,6 +35,18 @@ KINDS: dict[str, str] = {
                                      "by workers and clients) for the hold time, then bring it up",
     "partition_daemon_from_zk": "blackhole a daemon's ZooKeeper proxies (connections open, no byte forwarded) past "
                                 "its session timeout, then restore (it keeps the bookies)",
+    "one_way_loss": "drop 20-50 % of the packets, at random, in one direction of the namespaced bookie's data link "
+                    "(nftables numgen), the other direction intact, for the hold time",
+    "asymmetric_partition": "drop every packet of one direction between the namespaced bookie and the workers or "
+                            "ZooKeeper (nftables), the reverse direction delivered, for the hold time",
+    "slow_link": "cap the namespaced bookie's data link at 1 Mbit/s each way (tc tbf) while another bookie is down, "
+                 "so workers copy reading from it over the slow link",
+    "daemon_netns_cut_zk": "drop every packet between the daemon in its own network namespace and ZooKeeper "
+                           "(nftables on its link, both directions) past its session timeout; its bookies stay reachable",
+    "daemon_netns_cut_bookie": "drop every packet between the namespaced daemon and one bookie (nftables on the daemon's "
+                               "link): that worker loses the bookie, every other process still reaches it",
+    "slow_link_one_worker": "cap what one source bookie sends to the namespaced daemon at 1 Mbit/s (tc htb + u32 on "
+                            "the daemon's link) while another bookie is down, so that worker copies over a slow link",
     "disk_full_during_copy": "fill the last bookie's size-limited tmpfs data dir to ENOSPC, SIGKILL another "
                              "bookie so workers copy while it is full, hold, free the space, restart the other",
 }
@@ -42,21 +54,27 @@ KINDS: dict[str, str] = {
 #: kinds that need LocalCluster(zk_members=3)
 ZK_ENSEMBLE_KINDS = ("zk_leader_kill9", "zk_follower_kill9", "zk_quorum_loss", "zk_rolling_restart")
 
+#: kinds that need the namespaced bookie and nftables (``make chaos-deps``)
+NETFILTER_KINDS = ("one_way_loss", "asymmetric_partition", "slow_link")
+
+#: kinds that need the daemon in its own network namespace and nftables
+DAEMON_NETNS_KINDS = ("daemon_netns_cut_zk", "daemon_netns_cut_bookie", "slow_link_one_worker")
+
+#: network faults that start and kill no process (the second lane of a two-lane campaign): they make a
+#: bookie or a daemon unreachable for seconds, never lose what a disk holds
+LIGHT_KINDS = ("zk_conn_cut", "one_way_loss", "asymmetric_partition", "partition_bookie_from_workers",
+               "partition_daemon_from_zk", "daemon_netns_cut_zk", "daemon_netns_cut_bookie")
+
 #: kinds cheap enough for CI (seconds each)
 CHEAP_KINDS = ("bookie_kill9", "bookie_sigstop", "bookie_restart", "bookie_torn_tail", "daemon_kill9",
                "auditor_kill9", "daemon_sigstop", "zk_conn_cut", "zk_leader_kill9", "zk_follower_kill9",
-               "partition_bookie_from_workers", "partition_daemon_from_zk")
+               "partition_bookie_from_workers", "partition_daemon_from_zk") + NETFILTER_KINDS + DAEMON_NETNS_KINDS
 
 #: every kind this runner injects (a full campaign's default)
 ALL_KINDS = CHEAP_KINDS + ("zk_quorum_loss", "zk_rolling_restart", "disk_full_during_copy")
 
-#: kinds asked for by issue 26 that this runner does not inject yet, each with the reason printed
-NOT_AVAILABLE: dict[str, str] = {
-    "slow_link": "tc netem is absent from this kernel; a delaying userspace proxy between a worker and a source "
-                 "bookie is not built yet (workers dial the bookie id registered in ZooKeeper directly)",
-    "one_way_loss": "needs packet filtering per direction (nftables, not installed) or a one-way proxy; not built yet",
-    "asymmetric_partition": "needs per-pair filtering (nftables) across namespaces; not built yet",
-}
+#: kinds asked for by issue 26 that this runner does not inject, each with the reason printed (none left)
+NOT_AVAILABLE: dict[str, str] = {}
 
 
 def usable_kinds(kinds: tuple[str, ...], zk_members: int,
@@ -83,13 +101,38 @@ class Fault:
     hold_s: float
 
     def describe(self) -> str:
+        """One line: ``#seq kind target hold``, as printed in the schedule."""
         who = "auditor" if self.kind == "auditor_kill9" else f"node {self.target}"
         return f"#{self.seq:<4} {self.kind:<17} {who:<8} hold {self.hold_s:.1f}s"
 
 
+def parse_kinds(spec: str) -> tuple[str, ...]:
+    """``"a,b:3,c"`` → ``("a", "b", "b", "b", "c")``: a kind listed with ``:w`` is drawn ``w`` times as
+    often (weights 1..100; a kind without one weighs 1, so unweighted lists draw as before).
+
+    Raises:
+        ValueError: naming the entry whose weight is not an integer in 1..100.
+    """
+    out: list[str] = []
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            continue
+        kind, _, w = entry.partition(":")
+        try:
+            weight = int(w) if w else 1
+        except ValueError:
+            weight = 0
+        if not 1 <= weight <= 100:
+            raise ValueError(f"--kinds entry {entry!r}: the weight must be an integer in 1..100")
+        out += [kind.strip()] * weight
+    return tuple(out)
+
+
 def schedule(seed: int, faults: int, nodes: int, kinds: tuple[str, ...] = CHEAP_KINDS, *,
              min_hold_s: float = 1.0, max_hold_s: float = 5.0) -> list[Fault]:
-    """The campaign's faults in order, drawn from ``random.Random(seed)``.
+    """The campaign's faults in order, drawn from ``random.Random(seed)``: each a uniform choice from
+    ``kinds`` (a kind repeated is weighted, see :func:`parse_kinds`), a target in ``range(nodes)`` and a
+    hold uniform in ``[min_hold_s, max_hold_s]`` rounded to 0.1 s.
 
     Raises:
         ValueError: naming the offending argument (``faults`` < 1, ``nodes`` < 4, an unknown kind,

@@ -111,6 +111,8 @@ class LocalCluster:
         #: settings (upstream keys) every daemon started without explicit properties gets (``-D``)
         self.daemon_properties: dict[str, str] = {}
         self._zk_pid: int | None = None
+        #: the ensemble's members as the state file recorded them (a handle that did not start it)
+        self._zk_members: list[dict[str, object]] = []
 
     # -- state file --------------------------------------------------------------------------
     @property
@@ -127,10 +129,20 @@ class LocalCluster:
             "bookies": {str(k): asdict(v) for k, v in self.bookies.items()},
             "daemons": {str(k): asdict(v) for k, v in self.daemons.items()},
             "daemon_properties": self.daemon_properties,
+            # a replicated ZooKeeper (zk_members > 1): each member's myid, address and current pid
+            "zk_ensemble": self.zk_ensemble_state(),
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_file)
+
+    def zk_ensemble_state(self) -> list[dict[str, object]]:
+        """``[{myid, address, pid (0 when down), data_dir}]`` of the ensemble, or ``[]`` (one server);
+        loaded from the state file when this handle did not start it."""
+        if self.zk_ensemble is None:
+            return list(self._zk_members)
+        return [{"myid": m.myid, "address": m.address, "pid": m.proc.pid if m.alive and m.proc else 0,
+                 "data_dir": str(m.data_dir)} for m in self.zk_ensemble.members]
 
     @classmethod
     def load(cls, base_dir: Path | str) -> "LocalCluster":
@@ -147,6 +159,7 @@ class LocalCluster:
         c.bookies = {int(k): ProcInfo(**v) for k, v in state["bookies"].items()}
         c.daemons = {int(k): ProcInfo(**v) for k, v in state["daemons"].items()}
         c.daemon_properties = dict(state.get("daemon_properties", {}))
+        c._zk_members = list(state.get("zk_ensemble") or [])
         return c
 
     # -- topology ----------------------------------------------------------------------------
@@ -424,6 +437,11 @@ class LocalCluster:
         elif self._zk_pid and _alive(self._zk_pid):
             self.signal_proc(ProcInfo("zookeeper", self._zk_pid, "", 0, "", ""), signal.SIGTERM)
             stopped.append("zookeeper")
+        for m in self._zk_members:
+            pid = int(str(m.get("pid") or 0))
+            if pid and _alive(pid):
+                self.signal_proc(ProcInfo(f"zookeeper-{m['myid']}", pid, "", 0, "", ""), signal.SIGTERM)
+                stopped.append(f"zookeeper-{m['myid']}")
         return stopped
 
     def status(self) -> dict[str, bool]:
@@ -433,4 +451,7 @@ class LocalCluster:
             out[info.name] = bool(info.pid) and _alive(info.pid)
         zk_pid = self.zk.proc.pid if self.zk and self.zk.proc else self._zk_pid
         out["zookeeper"] = bool(zk_pid) and _alive(zk_pid)
+        for m in self.zk_ensemble_state():
+            pid = int(str(m.get("pid") or 0))
+            out[f"zookeeper-{m['myid']}"] = bool(pid) and _alive(pid)
         return out

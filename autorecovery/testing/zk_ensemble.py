@@ -34,6 +34,7 @@ class Member:
 
     @property
     def address(self) -> str:
+        """``host:client_port``."""
         return f"{self.host}:{self.client_port}"
 
     def mode(self) -> str | None:
@@ -49,6 +50,7 @@ class Member:
 
     @property
     def alive(self) -> bool:
+        """True while the member's process runs (False before its first start and after it exited)."""
         return self.proc is not None and self.proc.poll() is None
 
 
@@ -74,9 +76,17 @@ class ZooKeeperEnsemble:
 
     @property
     def connect_string(self) -> str:
+        """Every member's ``host:port``, comma-separated (a ZooKeeper connect string)."""
         return ",".join(m.address for m in self.members)
 
     def member(self, myid: int) -> Member:
+        """The member whose ``myid`` (1..size) is given.
+
+        Raises:
+            ValueError: naming a ``myid`` outside 1..size.
+        """
+        if not 1 <= myid <= len(self.members):
+            raise ValueError(f"no ZooKeeper member with myid {myid} (members 1..{len(self.members)})")
         return self.members[myid - 1]
 
     def _write_config(self, m: Member) -> Path:
@@ -161,4 +171,5 @@ class ZooKeeperEnsemble:
 
     @property
     def pids(self) -> list[int]:
+        """The pids of the members started at least once (a stopped member's last pid included)."""
         return [m.proc.pid for m in self.members if m.proc is not None]

@@ -1,25 +1,33 @@
 """Issue 26: a short seeded chaos campaign (CI size: two dozen cheap faults, about two minutes) over a
 real local cluster of bookie and daemon processes (a 3-node ZooKeeper ensemble; one bookie in its own
-network namespace when the machine allows it, else that kind is printed as skipped) under continuous writes. Every must-be-zero figure of
-the report is zero and every acknowledged entry reads back with its digest checked."""
+network namespace with nftables one-way loss, asymmetric partitions and a tbf slow link, and one daemon in
+its own namespace cut from ZooKeeper or from one bookie and slowed from one source bookie, when the machine
+allows it, else those kinds are printed as skipped with the exact error) under continuous writes. Every
+must-be-zero figure of the report is zero, every acknowledged entry reads back with its digest checked,
+and every bookie and daemon has RSS and fd samples."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from autorecovery.testing.chaos import MUST_BE_ZERO, CampaignConfig, run_campaign
-from autorecovery.testing.chaos_schedule import CHEAP_KINDS, schedule, usable_kinds
+from autorecovery.testing.chaos_netfilter import probe_nft
+from autorecovery.testing.chaos_schedule import CHEAP_KINDS, DAEMON_NETNS_KINDS, NETFILTER_KINDS, schedule, usable_kinds
 
 pytestmark = pytest.mark.e2e
 
 SEED, FAULTS = 26, 24
 
 
+# the budget ends the campaign (about 2.5 minutes of faults on an idle 2-core machine); the duration cap and the
+# timeout only bound a machine loaded by other jobs (at load 50 the 24 faults took 5 minutes)
+@pytest.mark.timeout(900)
 async def test_short_seeded_campaign_loses_nothing_and_leaves_nothing(tmp_path):
-    cfg = CampaignConfig(base_dir=tmp_path / "chaos", seed=SEED, faults=FAULTS, duration_s=150, bookies=5,
-                         rate=80, min_hold_s=0.3, max_hold_s=1.5, settle_s=90)
+    cfg = CampaignConfig(base_dir=tmp_path / "chaos", seed=SEED, faults=FAULTS, duration_s=480, bookies=5,
+                         rate=80, min_hold_s=0.3, max_hold_s=1.5, settle_s=240)
     printed: list[str] = []
     rep = await run_campaign(cfg, echo=printed.append)
     text = rep.to_text()
@@ -35,7 +43,12 @@ async def test_short_seeded_campaign_loses_nothing_and_leaves_nothing(tmp_path):
     assert rep.entries_acked > 1000 and rep.entries_read_back == rep.entries_acked, text
     assert rep.ledgers_checked >= 1 and rep.daemons_alive == rep.daemons_total == 5, text
     assert rep.ledgers_marked >= 1 and rep.ledgers_healed == rep.ledgers_marked, text
-    assert all(p["samples"] > 0 and p["rss_peak"] > 0 and p["fds_peak"] > 0 for p in rep.daemon_procs.values()), text
+    assert set(rep.procs) == {f"{k}-{i}" for k in ("bookie", "daemon") for i in range(5)}, text
+    assert all(int(p["samples"]) > 0 and int(p["rss_peak"]) > 0 and int(p["fds_peak"]) > 0 for p in rep.procs.values()), text
     assert rep.passed and json.loads(rep.to_json())["passed"] is True
-    assert "zk_leader_kill9" not in rep.skipped_kinds  # a 3-node ensemble by default
-    assert "slow_link" in rep.skipped_kinds
+    assert "zk_leader_kill9" not in rep.skipped_kinds and len(rep.zk_members) == 3  # a 3-node ensemble by default
+    per_direction = set(NETFILTER_KINDS) | set(DAEMON_NETNS_KINDS)
+    if os.geteuid() == 0 and probe_nft() is None:  # the per-direction faults ran for real (seed 26 draws all six)
+        assert per_direction <= set(rep.faults_by_kind) and not per_direction & set(rep.skipped_kinds), text
+    else:
+        assert per_direction <= set(rep.skipped_kinds), text

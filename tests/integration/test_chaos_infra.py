@@ -3,6 +3,7 @@ a 3-node ZooKeeper ensemble losing its leader, and a bookie's network namespace 
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 
@@ -113,3 +114,24 @@ def test_bookie_namespace_data_link_cut_and_healed_keeps_the_zookeeper_link():
         inner.close()
         ns.down()
         srv.close()
+
+
+def test_cluster_json_names_the_ensemble_so_another_process_stops_it(tmp_path):
+    from autorecovery.testing.local_cluster import LocalCluster, _alive
+
+    c = LocalCluster(tmp_path / "c", bookies=4, zk_members=3)
+    try:
+        c.start_zookeeper()
+        state = json.loads((tmp_path / "c" / "cluster.json").read_text())
+        members = state["zk_ensemble"]
+        assert [m["myid"] for m in members] == [1, 2, 3]
+        assert ",".join(m["address"] for m in members) == c.zk_connect
+        pids = [m["pid"] for m in members]
+        assert all(p > 0 and _alive(p) for p in pids)
+        other = LocalCluster.load(tmp_path / "c")  # a handle of another process
+        assert {k: v for k, v in other.status().items() if k.startswith("zookeeper-")} == {
+            "zookeeper-1": True, "zookeeper-2": True, "zookeeper-3": True}
+        assert {"zookeeper-1", "zookeeper-2", "zookeeper-3"} <= set(other.down())
+        assert not any(_alive(p) for p in pids)
+    finally:
+        c.down()

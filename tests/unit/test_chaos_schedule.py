@@ -6,7 +6,18 @@ import pytest
 
 from autorecovery.testing.chaos import Report
 from autorecovery.testing.chaos_checks import Timeline
-from autorecovery.testing.chaos_schedule import ALL_KINDS, CHEAP_KINDS, KINDS, ZK_ENSEMBLE_KINDS, schedule, usable_kinds
+from autorecovery.testing.chaos_schedule import (
+    ALL_KINDS,
+    CHEAP_KINDS,
+    KINDS,
+    LIGHT_KINDS,
+    NETFILTER_KINDS,
+    NOT_AVAILABLE,
+    ZK_ENSEMBLE_KINDS,
+    parse_kinds,
+    schedule,
+    usable_kinds,
+)
 
 
 def test_same_seed_same_schedule_other_seed_other_schedule():
@@ -73,3 +84,20 @@ def test_ensemble_kinds_are_skipped_with_a_reason_on_one_zookeeper():
     assert all("--zk-members 3" in skipped[k] for k in ZK_ENSEMBLE_KINDS)
     kinds3, skipped3 = usable_kinds(ALL_KINDS, 3)
     assert kinds3 == ALL_KINDS and not set(skipped3) & set(ZK_ENSEMBLE_KINDS)
+
+
+def test_weighted_kinds_are_drawn_in_proportion_and_unweighted_lists_draw_as_before():
+    assert parse_kinds("a, b:3 ,c,") == ("a", "b", "b", "b", "c")
+    assert schedule(7, 50, 5, parse_kinds(",".join(CHEAP_KINDS))) == schedule(7, 50, 5, CHEAP_KINDS)
+    plan = schedule(3, 2000, 5, parse_kinds("zk_conn_cut:9,bookie_kill9"))
+    share = sum(f.kind == "zk_conn_cut" for f in plan) / len(plan)
+    assert 0.85 <= share <= 0.95, share
+    for bad in ("bookie_kill9:0", "bookie_kill9:x", "bookie_kill9:101"):
+        with pytest.raises(ValueError, match=f"'{bad}'.*1..100"):
+            parse_kinds(bad)
+
+
+def test_light_kinds_start_no_process_and_are_all_known():
+    assert set(LIGHT_KINDS) <= set(CHEAP_KINDS) and set(NETFILTER_KINDS) <= set(CHEAP_KINDS)
+    assert not {"bookie_kill9", "slow_link", "disk_full_during_copy", "daemon_kill9"} & set(LIGHT_KINDS)
+    assert not set(NOT_AVAILABLE) & set(KINDS)  # what is printed as not built is no kind the runner takes
