@@ -162,3 +162,21 @@ async def test_targets_in_flight_needs_no_read(zk_connect):
     finally:
         await zk_a.stop()
         await zk_b.stop()
+
+
+async def test_release_after_the_session_ended_does_not_raise(zk_connect):
+    """The chaos campaign (issue 26) saw 'Task exception was never retrieved': a release shielded from
+    a cancelled copy met an expired session and raised. The slots are ephemeral, gone with the session,
+    so the release is done: it must return quietly, and leave the slots to other workers."""
+    zk, other = await ZkClient(zk_connect).start(), await ZkClient(zk_connect).start()
+    try:
+        slots = ClusterStreamSlots(zk, Paths("/ledgers"), 1, 1, "worker-0")
+        held = await slots.acquire(S, [T1])
+        assert len(held) == 2
+        await zk.stop()  # the session ends while the copy still holds its slots
+        await slots.release(held)
+        watcher = ClusterStreamSlots(other, Paths("/ledgers"), 1, 1, "worker-1")
+        assert await watcher.holders(S) == {} and await watcher.holders(T1) == {}
+    finally:
+        await zk.stop()
+        await other.stop()
