@@ -6,107 +6,22 @@ partition — ``reports/model.py`` for bytes and failure domains, the placement 
 (``is_ensemble_adhering``, BP-54 ``replace_to_adhere``) for placement — so a report and the daemon can
 never disagree. Partitions pre-aggregate what they emit (per bookie, per domain and outcome), and only
 those small aggregates, or tables sized by bookies and racks, reach the driver. Per-ledger verdicts are
-written by Spark to Parquet, never collected.
+written by Spark to Parquet, never collected. Starting Spark and reading the snapshot:
+:mod:`autorecovery.reports.spark_io`.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from autorecovery.reports import model
+from autorecovery.reports.spark_io import load as load  # re-exported: build.py and bench use jobs.load
+from autorecovery.reports.spark_io import spark_session as spark_session  # re-exported
 
 DAY_MS = 86_400_000
-
-
-def spark_session(master: str | None = None, app: str = "autorecovery-report", conf: Mapping[str, str] | None = None,
-                  log_path: Path | None = None):
-    """A SparkSession on ``master`` (``local[*]`` by default), bound to loopback unless configured.
-
-    Python workers run this interpreter (``PYSPARK_PYTHON``), so they import the same ``autorecovery``.
-    With ``log_path``, the JVM (and the Python workers it starts) write their stderr — log4j's console,
-    the JVM's own warnings, executor stack traces — to that file instead of ours: a terminal shows only
-    the result, or one error line.
-    """
-    if log_path is not None:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        saved = os.dup(2)
-        sys.stderr.flush()
-        os.dup2(fd, 2)  # the JVM is forked now and inherits this stderr for its whole life
-        try:
-            return _start(master, app, conf)
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(fd)
-    return _start(master, app, conf)
-
-
-def _start(master: str | None, app: str, conf: Mapping[str, str] | None):
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    b = (SparkSession.builder.appName(app).master(master or "local[*]")
-         .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "8")
-         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-         # the ledgers table is O(ledgers): never broadcast it into the driver (a 1M snapshot's Parquet is
-         # small enough to pass the default threshold and then does not fit once expanded)
-         .config("spark.sql.autoBroadcastJoinThreshold", "-1")
-         .config("spark.driver.memory", "2g")
-         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    for k, v in (conf or {}).items():
-        b = b.config(k, v)
-    try:
-        spark = b.getOrCreate()
-    except Exception as exc:  # noqa: BLE001 - only the JVM-start failure below is retried
-        # the JVM is started by fork+exec; in a process where gRPC's poller threads run (the test suite;
-        # an embedding program) the child can die before it reports its port ("JAVA_GATEWAY_EXITED",
-        # seen once in CI with an epoll "Bad file descriptor" from gRPC). One more start, then give up.
-        if "JAVA_GATEWAY_EXITED" not in str(exc):
-            raise
-        import structlog
-
-        structlog.get_logger("autorecovery.reports").warning("Spark's JVM exited at start; starting it once more",
-                                                             error=str(exc)[:300])
-        spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def load(spark, snapshot: Path) -> dict[str, Any]:
-    """The snapshot's tables as DataFrames, plus ``ledger_view``: one row per ledger with ``segs``, its
-    segments sorted by first entry id."""
-    from pyspark.sql import functions as F
-
-    from autorecovery.reports.snapshot import OPTIONAL_LEDGER_COLUMNS
-
-    snap = str(Path(snapshot).resolve())
-    t = {name: spark.read.parquet(f"{snap}/{name}.parquet") for name in ("ledgers", "segments", "bookies", "markers")}
-    t["lac_read"] = "lac" in t["ledgers"].columns
-    for col in OPTIONAL_LEDGER_COLUMNS:  # an older snapshot: LAC unknown, the open ledger's last segment empty
-        if col not in t["ledgers"].columns:
-            t["ledgers"] = t["ledgers"].withColumn(col, F.lit(None).cast("long"))
-    segs = (t["segments"].groupBy("ledger_id")
-            .agg(F.sort_array(F.collect_list(F.struct("first_entry_id", "last_entry_id", "ensemble"))).alias("segs")))
-    # bookies whose copies of a ledger are already lost: the replicas named by its markers
-    marked = (t["markers"].groupBy("ledger_id")
-              .agg(F.array_distinct(F.flatten(F.collect_list("replicas"))).alias("marked")))
-    t["ledger_view"] = (t["ledgers"].join(segs, "ledger_id", "inner").join(marked, "ledger_id", "left")
-                        .drop("custom_metadata"))
-    return t
 
 
 # -- executor side ------------------------------------------------------------------------------------
