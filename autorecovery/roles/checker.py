@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import structlog
 
@@ -32,6 +32,7 @@ from autorecovery.audit.checker import (
 from autorecovery.errors import AutoRecoveryError, BookieError
 from autorecovery.ledger.digest import EntryDigest, ledger_digest
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.roles import holdings
 
 log = structlog.get_logger("autorecovery.checker")
 
@@ -112,7 +113,8 @@ class LedgerChecker:
         lacs = await asyncio.gather(*(one(b) for b in md.last_ensemble))
         return max([-1, *lacs])
 
-    async def check(self, ledger_id: int, md: LedgerMetadata, lac: int | None = None) -> list[BadFragment]:
+    async def check(self, ledger_id: int, md: LedgerMetadata, lac: int | None = None,
+                    verify_all: Collection[str] = ()) -> list[BadFragment]:
         """Bad fragments of the ledger (empty list: every copy checked is fine).
 
         Args:
@@ -120,6 +122,10 @@ class LedgerChecker:
                 HMAC ledger needs its real password: metadata read from ZooKeeper, not the auditor
                 index's view).
             lac: last add confirmed of an open ledger; read from the bookies when None.
+            verify_all: bookie ids whose every stored entry is read (100 %, whatever
+                ``verification_percentage`` says): the live bookies a marker names, e.g. one the
+                replicas check marked for entries missing inside a fragment, which the first-and-last
+                sample cannot see (issue 26: found by the chaos campaign's one-way loss).
         """
         if md.state != LedgerState.CLOSED and lac is None:
             lac = await self.read_lac(ledger_id, md)
@@ -127,7 +133,8 @@ class LedgerChecker:
         frags, probe = fragments_of(md, lac)
         if probe is not None and await self._probe(ledger_id, probe, digest):
             frags.append(probe)
-        results = await asyncio.gather(*(self._check_fragment(ledger_id, f, digest) for f in frags))
+        full = frozenset(verify_all)
+        results = await asyncio.gather(*(self._check_fragment(ledger_id, f, digest, full) for f in frags))
         return [r for r in results if r is not None]
 
     async def _probe(self, ledger_id: int, frag: Fragment, digest: EntryDigest) -> bool:
@@ -136,10 +143,12 @@ class LedgerChecker:
                                           for i in indexes))
         return probe_says_exists(statuses)
 
-    async def _check_fragment(self, ledger_id: int, frag: Fragment, digest: EntryDigest) -> BadFragment | None:
+    async def _check_fragment(self, ledger_id: int, frag: Fragment, digest: EntryDigest,
+                              verify_all: frozenset[str] = frozenset()) -> BadFragment | None:
         avail = self.available()
         foreign = self.foreign()
         bad: dict[int, str] = {}
+        listings: holdings.Cache = {}
 
         async def one(idx: int) -> None:
             bookie = frag.ensemble[idx]
@@ -150,8 +159,12 @@ class LedgerChecker:
             up = bookie in avail
             failures = 0
             if up and first_b >= 0:
+                if bookie in verify_all and not await self._holds_all(ledger_id, frag, idx, listings):
+                    failures += 1
                 for e in entries_to_read(first_b, last_b, idx, frag.ensemble_size, frag.write_quorum,
                                          self.verification_percentage, self._rng):
+                    if failures:
+                        break
                     status = await self._read_status(bookie, ledger_id, e, digest)
                     if status != "EOK":
                         log.info("ledger checker read failed", ledger_id=ledger_id, entry_id=e, bookie_id=bookie,
@@ -163,6 +176,22 @@ class LedgerChecker:
 
         await asyncio.gather(*(one(i) for i in range(len(frag.ensemble))))
         return bad_fragment(frag, bad)
+
+    async def _holds_all(self, ledger_id: int, frag: Fragment, idx: int, listings: holdings.Cache) -> bool:
+        """Whether ensemble index ``idx`` stores every entry of its share of ``frag``, from one
+        ``GetListOfEntriesOfLedger`` answer (ranges joined over the ids of other indexes, so a full
+        share is one covering range). True when the bookie cannot say (a stock bookie, an error): the
+        sampled reads then decide, as before."""
+        first_b, last_b = frag.stored_range(idx)
+        ranges, _reason = await holdings.held(self.bookies, frag.ensemble[idx], ledger_id, listings,
+                                              (idx, frag.ensemble_size, frag.write_quorum))
+        if ranges is None:
+            return True
+        if any(a <= first_b and last_b <= b for a, b in ranges):
+            return True
+        log.info("bookie misses entries of its share", ledger_id=ledger_id, bookie_id=frag.ensemble[idx],
+                 first_entry_id=first_b, last_entry_id=last_b)
+        return False
 
 
 __all__ = ["LedgerChecker", "BadFragment"]

@@ -86,9 +86,16 @@ class PassSteps:
         marker = await self.markers.marker(lid)
         if marker is None:
             return pe.Reading(md, marked=False)
-        data_loss = await self.checker.check(lid, md)
+        data_loss = await self.checker.check(lid, md, verify_all=self.named_live(marker.replicas))
         return pe.Reading(md, True, (marker.version, marker.ctime, list(marker.replicas)), data_loss,
                           self.placement_segments(md) if not data_loss else [], self.memory.unreadable(lid))
+
+    def named_live(self, replicas: list[str] | None) -> frozenset[str]:
+        """The registered bookies a marker names: their shares are checked in full (from their entry
+        listings), not by the first-and-last sample, since a replicas check (or a bookie that came back)
+        may mark entries missing inside a fragment (issue 26: the chaos campaign's one-way loss left
+        such a ledger passed as ``nothing-to-do`` and its copies missing)."""
+        return frozenset(replicas or ()) & frozenset(self.watcher.available)
 
     def placement_segments(self, md: LedgerMetadata) -> list[int]:
         """First entry ids of the closed ledger's segments that FAIL the placement policy (BP-54 on)."""
@@ -104,19 +111,21 @@ class PassSteps:
     async def act(self, lid: int, reading: pe.Reading, plan: pp.PassPlan, out: pp.PassOutcome) -> pe.Recheck:
         """Each action of ``plan`` in order (recording what it achieved in ``out``), then the re-check."""
         md = reading.md
+        full = self.named_live(reading.marker[2] if reading.marker else None)
         for action in plan.actions:
             if isinstance(action, pp.CopyFragment):
-                md = await self._fix_data_loss(lid, md, action.fragment, reading.remembered, out)
+                md = await self._fix_data_loss(lid, md, action.fragment, reading.remembered, out, full)
             else:
                 md = await self._fix_placement(lid, md, action.segment_first_entry_id, out)
-        return await self._recheck(lid, md, plan)
+        return await self._recheck(lid, md, plan, full)
 
-    async def _recheck(self, lid: int, md: LedgerMetadata, plan: pp.PassPlan) -> pe.Recheck:
+    async def _recheck(self, lid: int, md: LedgerMetadata, plan: pp.PassPlan,
+                       full: frozenset[str] = frozenset()) -> pe.Recheck:
         """An open ledger still pending ends the pass as is; otherwise re-check from fresh metadata."""
         if plan.open_fragment or await self.last_segment_open_and_missing(lid, md):
             return pe.Recheck(open_pending=True)
         md, _version = await self.store.read(lid)
-        remaining = await self.checker.check(lid, md)
+        remaining = await self.checker.check(lid, md, verify_all=full)
         return pe.Recheck(False, bool(remaining), self.placement_segments(md) if not remaining else [])
 
     async def last_segment_open_and_missing(self, lid: int, md: LedgerMetadata) -> bool:
@@ -135,7 +144,7 @@ class PassSteps:
 
     # -- data loss ---------------------------------------------------------------------------------
     async def _fix_data_loss(self, lid: int, md: LedgerMetadata, frag: BadFragment, remembered_runs: list[Gap],
-                             p: pp.PassOutcome) -> LedgerMetadata:
+                             p: pp.PassOutcome, full: frozenset[str] = frozenset()) -> LedgerMetadata:
         seg_i = segment_index(md, frag.segment_first_entry_id)
         if seg_i is None:
             p.retriable.append("segment changed during the pass")
@@ -147,7 +156,7 @@ class PassSteps:
         avail = self.watcher.available
         # a bookie that was lost is registered again: check before copying anything (#2766)
         if any(ensemble[i] in avail for i in bad):
-            fresh = await self.checker.check(lid, md)
+            fresh = await self.checker.check(lid, md, verify_all=full)
             again = [f for f in fresh if f.segment_first_entry_id == seg.first_entry_id]
             if not again:
                 self.m.copies_cancelled.inc()
