@@ -39,6 +39,7 @@ from autorecovery.admin import ops
 from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer
 from autorecovery.admin.http_auth import CredentialReloader, Credentials, ReloadableTls, refresh_period_s
 from autorecovery.config.load import Settings
+from autorecovery.errors import ZooKeeperError, is_retriable
 from autorecovery.roles.bookie_info import BookieInfoReader
 from autorecovery.roles.role import Role
 from autorecovery.roles.cluster_gauges import NodeGauges
@@ -57,6 +58,8 @@ READY_MARKER = "AUTORECOVERY_READY"
 #: Exit codes: 0 clean stop, 1 a role died / start failed, 2 bad configuration, 3 ZooKeeper session
 #: expired and rejoin is off (upstream ``ExitCode.ZK_EXPIRED`` is 4; ours keeps small numbers).
 EXIT_OK, EXIT_ROLE_DIED, EXIT_CONFIG, EXIT_ZK_EXPIRED = 0, 1, 2, 3
+#: How long :meth:`Daemon.start_retrying` keeps starting again after ZooKeeper dropped mid-start, s.
+START_RETRY_BUDGET_S = 60.0
 
 #: ``factory(zk, paths, settings, policy, bookies, <bookie id | watcher>) -> Role``
 RoleFactory = Callable[..., Role]
@@ -144,6 +147,7 @@ class Daemon:
         self._rack_prefetch: asyncio.Future | None = None
         self._started_at = time.time()
         self.stop_reason = ""
+        self._connected_once = False
 
     # -- start ----------------------------------------------------------------------------------------
     async def start(self) -> "Daemon":
@@ -162,6 +166,7 @@ class Daemon:
             self.zk = ZkClient.from_settings(
                 s, max_concurrent_ops=s.auditor.auditor_max_number_of_concurrent_open_ledger_operations)
             await self.zk.start(timeout_s=max(10.0, s.zk_timeout_ms / 1000.0))
+            self._connected_once = True
             # refuse a wrong ledgers root or a layout we cannot lay out ledger paths for before anything
             # is created under it (the under-replication tree, a vote) — issue 9
             self.paths = self.paths.with_layout(await ops.check_cluster(self.zk, self.paths, s))
@@ -234,6 +239,42 @@ class Daemon:
                  racks=self.placement.source)
         print(f"{READY_MARKER} bookie_id={self.bookie_id} http={http}{prom}", file=self.out, flush=True)
         return self
+
+    async def start_retrying(self, budget_s: float = START_RETRY_BUDGET_S) -> "Daemon":
+        """:meth:`start`, started again (after a full teardown) when ZooKeeper drops *during* start-up:
+        a retriable ZooKeeper error after the first connect succeeded (ConnectionLoss, an expired
+        session), for up to ``budget_s`` seconds with backoff 0.5 → 5 s, one WARNING per attempt.
+        Upstream's AutoRecoveryMain exits; the chaos campaign (issue 26) saw a 1 s cut of a starting
+        daemon's ZooKeeper link end the process. ZooKeeper unreachable from the start, a missing cluster,
+        a bad setting or a port in use still fail at once (one line, as before).
+
+        Raises:
+            whatever :meth:`start` raises, the last error once the budget is spent.
+        """
+        loop = asyncio.get_running_loop()
+        deadline, pause, attempt = loop.time() + budget_s, 0.5, 1
+        while True:
+            try:
+                return await self.start()
+            except ZooKeeperError as exc:
+                if not (self._connected_once and is_retriable(exc)) or loop.time() + pause > deadline \
+                        or self._stop_requested.is_set():
+                    raise
+                log.warning("ZooKeeper dropped during start-up; starting again", error=str(exc),
+                            attempt=attempt, retry_in_s=pause)
+            self._forget_parts()
+            await asyncio.sleep(pause)
+            pause, attempt = min(5.0, pause * 2), attempt + 1
+
+    def _forget_parts(self) -> None:
+        """After a failed start's teardown: every part is gone, so a new :meth:`start` builds them anew."""
+        self.zk = self.urm = self.node_gauges = self.watcher = self.placement = None
+        self.policy = self.bookies = self.reader = self.worker = self.auditor = None
+        self.http = self.prometheus = self.ctx = self.racks = self._rack_prefetch = None
+        self.http_port = self.prometheus_port = None
+        self._tasks = {}
+        self._stopping = False
+        self._stopped.clear()
 
     async def _start_prometheus(self) -> None:
         """Open upstream's Prometheus listener when the settings ask for it (``Settings.stats``); when its
@@ -486,7 +527,7 @@ class Daemon:
                 except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
                     pass
         try:
-            await self.start()
+            await self.start_retrying()
             await self._stop_requested.wait()
         finally:
             await self.stop()

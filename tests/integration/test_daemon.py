@@ -324,3 +324,52 @@ async def votes_and_locks_async(cluster):
         except NoNodeError:  # no daemon ever voted on this cluster
             votes = []
         return votes, await zk.get_children(paths.ur_locks)
+
+
+async def test_zookeeper_dropping_during_start_up_starts_again(cluster):
+    """Issue 26 (chaos campaign: a 1 s cut of a starting daemon's ZooKeeper link ended the process with
+    'autorecovery failed to start'): a retriable ZooKeeper error after the first connect tears down
+    what was started and starts again (WARNING); any other start-up error still fails at once."""
+    import io
+
+    from structlog.testing import capture_logs
+
+    from autorecovery.config.load import load_settings
+    from autorecovery.daemon import Daemon, default_worker_factory
+    from autorecovery.errors import ConfigError, ZooKeeperError
+
+    settings = load_settings(None, env={}, overrides={
+        **FAST, "zkServers": cluster.zk_connect, "bookieId": cluster.bookie_id(3), "zkTimeout": "4000",
+        "httpServerEnabled": "false"})
+    calls: list[int] = []
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 1:  # ZooKeeper drops while the daemon is half started
+            raise ZooKeeperError("ZooKeeper operation on /ledgers/underreplication failed: ConnectionLoss")
+        return default_worker_factory(*args)
+
+    out = io.StringIO()
+    d = Daemon(settings, out=out, worker_factory=flaky)
+    with capture_logs() as logs:
+        await d.start_retrying(budget_s=30)
+    try:
+        assert out.getvalue().startswith(f"AUTORECOVERY_READY bookie_id={cluster.bookie_id(3)}")
+        assert len(calls) == 2
+        assert [e["log_level"] for e in logs if e["event"] == "ZooKeeper dropped during start-up; starting again"] \
+            == ["warning"]
+        assert await wait_for(lambda: d.readiness()[0], 10)
+    finally:
+        await d.stop()
+    votes, locks = await votes_and_locks_async(cluster)
+    assert votes == [] and locks == []
+
+    def broken(*args):
+        calls.append(1)
+        raise ConfigError("workerBroken: not retried")
+
+    calls.clear()
+    d = Daemon(settings, out=io.StringIO(), worker_factory=broken)
+    with pytest.raises(ConfigError, match="workerBroken"):
+        await d.start_retrying(budget_s=30)
+    assert len(calls) == 1
