@@ -39,9 +39,12 @@ from autorecovery.admin import ops
 from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer
 from autorecovery.admin.http_auth import CredentialReloader, Credentials, ReloadableTls, refresh_period_s
 from autorecovery.config.load import Settings
-from autorecovery.errors import ZooKeeperError, is_retriable
+from autorecovery.daemon_roles import START_RETRY_BUDGET_S as START_RETRY_BUDGET_S
+from autorecovery.daemon_roles import RoleFactory as RoleFactory
+from autorecovery.daemon_roles import default_auditor_factory as default_auditor_factory
+from autorecovery.daemon_roles import default_worker_factory as default_worker_factory
+from autorecovery.daemon_roles import role_running, start_retrying
 from autorecovery.roles.bookie_info import BookieInfoReader
-from autorecovery.roles.role import Role
 from autorecovery.roles.cluster_gauges import NodeGauges
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.topology_source import RackInfoWatcher
@@ -58,41 +61,12 @@ READY_MARKER = "AUTORECOVERY_READY"
 #: Exit codes: 0 clean stop, 1 a role died / start failed, 2 bad configuration, 3 ZooKeeper session
 #: expired and rejoin is off (upstream ``ExitCode.ZK_EXPIRED`` is 4; ours keeps small numbers).
 EXIT_OK, EXIT_ROLE_DIED, EXIT_CONFIG, EXIT_ZK_EXPIRED = 0, 1, 2, 3
-#: How long :meth:`Daemon.start_retrying` keeps starting again after ZooKeeper dropped mid-start, s.
-START_RETRY_BUDGET_S = 60.0
-
-#: ``factory(zk, paths, settings, policy, bookies, <bookie id | watcher>) -> Role``
-RoleFactory = Callable[..., Role]
-
-
-def default_auditor_factory(zk: ZkClient, paths: Paths, settings: Settings, policy: Any, bookies: Any,
-                            bookie_id: str) -> Any:
-    """Build the Auditor (``autorecovery.roles.auditor``) with ``settings.auditor``."""
-    from autorecovery.roles.auditor import Auditor
-
-    return Auditor(zk, paths, settings.auditor, policy, bookies, bookie_id=bookie_id,
-                   update_policy=False)  # the daemon keeps the policy current
-
-
-def default_worker_factory(zk: ZkClient, paths: Paths, settings: Settings, policy: Any, bookies: Any,
-                           watcher: BookieWatcher) -> Any:
-    """Build the ReplicationWorker (``autorecovery.roles.worker``) with ``settings.worker``."""
-    from autorecovery.roles.worker import ReplicationWorker
-
-    return ReplicationWorker(zk, paths, settings.worker, policy, bookies, watcher,
-                             update_policy=False)  # the daemon keeps the policy current
-
 
 async def _maybe_await(x: Any) -> Any:
     """Teardown steps mix coroutine and plain stop functions of the daemon's own parts."""
     if asyncio.iscoroutine(x) or isinstance(x, asyncio.Future):
         return await x
     return x
-
-
-def _role_running(role: Role | None) -> bool:
-    """A role is running while it says so (:class:`~autorecovery.roles.role.Role` ``running``)."""
-    return role is not None and bool(role.running)
 
 
 class Daemon:
@@ -241,30 +215,10 @@ class Daemon:
         return self
 
     async def start_retrying(self, budget_s: float = START_RETRY_BUDGET_S) -> "Daemon":
-        """:meth:`start`, started again (after a full teardown) when ZooKeeper drops *during* start-up:
-        a retriable ZooKeeper error after the first connect succeeded (ConnectionLoss, an expired
-        session), for up to ``budget_s`` seconds with backoff 0.5 → 5 s, one WARNING per attempt.
-        Upstream's AutoRecoveryMain exits; the chaos campaign (issue 26) saw a 1 s cut of a starting
-        daemon's ZooKeeper link end the process. ZooKeeper unreachable from the start, a missing cluster,
-        a bad setting or a port in use still fail at once (one line, as before).
-
-        Raises:
-            whatever :meth:`start` raises, the last error once the budget is spent.
-        """
-        loop = asyncio.get_running_loop()
-        deadline, pause, attempt = loop.time() + budget_s, 0.5, 1
-        while True:
-            try:
-                return await self.start()
-            except ZooKeeperError as exc:
-                if not (self._connected_once and is_retriable(exc)) or loop.time() + pause > deadline \
-                        or self._stop_requested.is_set():
-                    raise
-                log.warning("ZooKeeper dropped during start-up; starting again", error=str(exc),
-                            attempt=attempt, retry_in_s=pause)
-            self._forget_parts()
-            await asyncio.sleep(pause)
-            pause, attempt = min(5.0, pause * 2), attempt + 1
+        """:meth:`start`, started again when ZooKeeper drops during start-up
+        (:func:`autorecovery.daemon_roles.start_retrying`: the rule, the budget and the errors raised)."""
+        await start_retrying(self, budget_s)
+        return self
 
     def _forget_parts(self) -> None:
         """After a failed start's teardown: every part is gone, so a new :meth:`start` builds them anew."""
@@ -390,7 +344,7 @@ class Daemon:
         zk_up = bool(self.zk is not None and self.zk.connected.is_set())
         election = self._tasks.get("election")
         roles = {
-            "worker": _role_running(self.worker),
+            "worker": role_running(self.worker),
             "election": bool(election is not None and not election.done()),
             "bookie_info_reader": bool(self.reader is not None and self.reader.running),
             "auditor": self.auditor is not None,
@@ -428,7 +382,7 @@ class Daemon:
                 self.request_stop("election loop died")
                 return
             if self.zk is not None and self.zk.connected.is_set() and not self._role_lock.locked() \
-                    and self.worker is not None and not _role_running(self.worker):
+                    and self.worker is not None and not role_running(self.worker):
                 log.error("the replication worker stopped unexpectedly", bookie_id=self.bookie_id)
                 self.exit_code = EXIT_ROLE_DIED
                 self.request_stop("replication worker died")
