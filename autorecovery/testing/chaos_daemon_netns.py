@@ -22,10 +22,9 @@ Every command's failure raises :class:`~autorecovery.testing.chaos_netns.NetnsEr
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass, field
 
-from autorecovery.testing.chaos_netns import BookieNetns, NetnsError, ip
+from autorecovery.testing.chaos_netns import BookieNetns, NetnsError, ip, run_in_netns
 from autorecovery.testing.tcp_proxy import TcpProxy
 
 
@@ -35,13 +34,7 @@ def sysctl(key: str, value: str, ns: str | None = None) -> None:
     Raises:
         NetnsError: naming the command and its exact error.
     """
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["sysctl", "-qw", f"{key}={value}"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except OSError as exc:
-        raise NetnsError(f"{' '.join(cmd)}: {exc}") from None
-    if r.returncode != 0:
-        raise NetnsError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
+    run_in_netns(["sysctl", "-qw", f"{key}={value}"], ns)
 
 
 @dataclass

@@ -314,6 +314,15 @@ class Injector:
         return (f"one-way partition {what} (bookie {self.cluster.bookie_id(i)}, link {link.link}; the reverse "
                 f"direction delivered) for {hold:.1f}s, healed; {after}")
 
+    async def _bookie_down_for(self, victim: int, hold_s: float) -> str:
+        """Kill bookie ``victim`` (SIGKILL), hold it down ``hold_s`` seconds (the fault's duration:
+        copies of its ledgers run meanwhile), start it again; returns its bookie id."""
+        bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
+        self.on_bookie_lost(bid, time.monotonic())
+        await asyncio.sleep(hold_s)  # the fault's duration, not a synchronisation
+        await self._start_bookie(victim)
+        return bid
+
     async def _slow_link(self, f: Fault) -> str:
         """The bookie's data link capped at ``SLOW_RATE_KBIT`` each way (tc tbf) while another bookie
         is down, so workers copy that bookie's ledgers reading from this one over the slow link; the
@@ -322,10 +331,7 @@ class Injector:
         victim = self.victim(f.target, i)
         await asyncio.to_thread(data.slow)
         try:
-            bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
-            self.on_bookie_lost(bid, time.monotonic())
-            await asyncio.sleep(f.hold_s + 3)  # the fault's duration: copies read over the slow link
-            await self._start_bookie(victim)
+            bid = await self._bookie_down_for(victim, f.hold_s + 3)
         finally:
             await asyncio.to_thread(data.clear_slow)
         return (f"bookie {self.cluster.bookie_id(i)}'s data link slowed (tbf {data.link}) while bookie {bid} was "
@@ -372,10 +378,7 @@ class Injector:
         victim = self.victim((src + 1) % len(self.cluster.bookies), src)
         await asyncio.to_thread(lf.slow_from, self.cluster.bookies[src].host)
         try:
-            bid = await asyncio.to_thread(self.cluster.kill_bookie, victim)
-            self.on_bookie_lost(bid, time.monotonic())
-            await asyncio.sleep(f.hold_s + 3)  # the fault's duration: copies read over the slow link
-            await self._start_bookie(victim)
+            bid = await self._bookie_down_for(victim, f.hold_s + 3)
         finally:
             await asyncio.to_thread(lf.clear_slow)
         return (f"bookie {self.cluster.bookie_id(src)} → daemon {i} slowed (htb on {ns.link}; every other pair "

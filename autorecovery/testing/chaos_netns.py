@@ -34,7 +34,16 @@ def ip(*args: str, ns: str | None = None) -> None:
     Raises:
         NetnsError: naming the command and its exact error.
     """
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
+    run_in_netns(["ip", *args], ns)
+
+
+def run_in_netns(argv: list[str], ns: str | None = None) -> None:
+    """Run ``argv`` (in namespace ``ns`` through ``ip netns exec``), 30 s at most.
+
+    Raises:
+        NetnsError: naming the command and its exact error (exit code and stderr, or the OSError).
+    """
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(argv)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     except OSError as exc:
