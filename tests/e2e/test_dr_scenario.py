@@ -115,8 +115,12 @@ async def test_dr_two_racks(cluster_factory, E, WQ, AQ):
                        for ens in await ensembles())
 
         assert await wait_for(all_adhere, 120, interval_s=0.2), await _dump(env, ledgers, rack_a, workers)
-        moved = sum(w.m.replicated_placement.value for w in workers)
-        assert moved >= LEDGERS, moved
+        # the pass counts a placement move in its last step, after the metadata CAS the check above
+        # sees, so the count may trail the ensembles by one pass: wait for it (CI saw 29 of 30 once)
+        async def all_counted() -> bool:
+            return sum(w.m.replicated_placement.value for w in workers) >= LEDGERS
+
+        assert await wait_for(all_counted, 30, interval_s=0.1), sum(w.m.replicated_placement.value for w in workers)
         await auditor.stop()
         for w in workers:
             await w.stop()
