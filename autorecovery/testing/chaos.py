@@ -25,7 +25,7 @@ from pathlib import Path
 
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing import chaos_disk
-from autorecovery.testing.chaos_checks import Sampler, copies_missing, error_lines, queue_state
+from autorecovery.testing.chaos_checks import Sampler, copies_missing, error_lines, queue_dump, queue_state
 from autorecovery.testing.chaos_faults import Injector, until
 from autorecovery.testing.chaos_trend import FDS_FLAT_PER_H, MIN_SPAN_S, RSS_FLAT_MIB_PER_H, WARMUP_S
 from autorecovery.testing.chaos_schedule import CHEAP_KINDS, LIGHT_KINDS, Fault, schedule, usable_kinds
@@ -58,13 +58,6 @@ DAEMON_PROPS = {
     # marks them for the workers; the settle phase waits for two of its runs after the faults
     "auditorReplicasCheckInterval": str(REPLICAS_CHECK_S),
     "auditorReplicasCheckMarkUnderReplicated": "true",
-    # workaround for the campaign's open finding (docs/chaos.md, "Findings"): a worker verifies a marked
-    # ledger by reading the first and last entry of each fragment from each bookie, so a ledger the
-    # replicas check marked for entries missing INSIDE a fragment (a one-way loss or an asymmetric
-    # partition leaves such ledgers) passes as "nothing-to-do", its marker is removed and the copies stay
-    # missing. Verifying every entry makes the worker see them. Remove once the worker checks the bookies
-    # its marker names (roles/worker.py, roles/checker.py).
-    "auditorLedgerVerificationPercentage": "100",
 }
 
 
@@ -314,6 +307,9 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
         except TimeoutError as exc:
             rep.settle_timeouts.append(str(exc))
             echo(f"settle: {exc}")
+            for line in await queue_dump(zk, paths, urm):
+                echo(f"  left: {line}")
+                rep.settle_timeouts.append(line)
         rep.settle_s = time.monotonic() - t1
         await sampler.sample_once()
         sampler.sample_procs(time.monotonic())

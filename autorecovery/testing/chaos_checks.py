@@ -28,6 +28,7 @@ import psutil
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import AutoRecoveryError, BookieError
+from autorecovery.ledger.ids import ur_leaf_name
 from autorecovery.testing.chaos_trend import Trends
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.bridge import NoNodeError, ZkClient
@@ -155,6 +156,25 @@ async def queue_state(zk: ZkClient, paths: Paths, urm: UnderreplicationManager) 
     except NoNodeError:
         locks = 0
     return markers, locks
+
+
+async def queue_dump(zk: ZkClient, paths: Paths, urm: UnderreplicationManager, limit: int = 10) -> list[str]:
+    """Up to ``limit`` markers left in the queue, one line each: ledger id, the bookies the marker
+    names, the lock holder and whether an unrecoverable record exists, so a settle timeout says what
+    stayed (issue 26: the hour's settle once timed out with no word of which ledgers)."""
+    try:
+        unrecoverable = set(await zk.get_children(paths.unrecoverable))
+    except NoNodeError:
+        unrecoverable = set()
+    out: list[str] = []
+    async for m in urm.list_underreplicated():
+        holder = await urm.lock_holder(m.ledger_id)
+        rec = ur_leaf_name(m.ledger_id) in unrecoverable
+        out.append(f"ledger {m.ledger_id}: replicas {sorted(m.replicas)}, lock {holder or '-'}"
+                   f"{', unrecoverable record' if rec else ''}")
+        if len(out) >= limit:
+            break
+    return out
 
 
 @dataclass
