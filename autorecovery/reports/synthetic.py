@@ -7,10 +7,11 @@ E2/WQ2/AQ2 and E5/WQ3/AQ2), a fraction of ledgers with a second segment (an ense
 fraction of open ledgers, and ``--violations`` of closed ensembles placed in a single rack (placement
 violations for BP-54).
 
-Every column of a batch is drawn with numpy and handed to Arrow whole (no per-ledger Python): about
-2.5 µs per ledger on one core, a million ledgers in a few seconds. Batches of ``batch`` ledgers are
-appended to the Parquet files as they are made (one row group each), so memory is bounded by the batch,
-not by ``ledgers``. The same seed and batch give the same snapshot.
+Every column of a batch is drawn with numpy and handed to Arrow whole (no per-ledger Python): a million
+ledgers took 1.6 s of CPU (6.8 s of wall time with a load average of 13 on 2 cores). Batches of ``batch``
+ledgers are appended to the Parquet files as they are made (one row group each), so memory is bounded by
+the batch, not by ``ledgers`` (peak RSS 260 MB at 200k ledgers, 294 MB at 1M). The same seed and batch
+give the same snapshot.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def generate(out: Path, *, ledgers: int, bookies: int, racks: int, zones: int = 
     """Write a synthetic snapshot of ``ledgers`` ledgers on ``bookies`` bookies in ``racks`` racks to ``out``.
 
     Racks are spread round robin over ``zones`` zones and ``regions`` regions; bookie ``i`` is in rack
-    ``i mod racks``. Ledgers are made ``batch`` at a time (memory: about 1 KB per ledger of the batch).
+    ``i mod racks``. Ledgers are made ``batch`` at a time (memory grows with ``batch``, not ``ledgers``).
     Returns the manifest.
 
     Raises:
