@@ -276,10 +276,31 @@ class ZkClient:
 
         return fire
 
+    async def _until_connected(self, path: str) -> None:
+        """Hold a request while the session is disconnected, for up to the session timeout (then
+        :class:`ZooKeeperError` naming ``path``, a ConnectionLoss). kazoo queues a request made while
+        disconnected and wakes its I/O thread with one byte on a socket pair that it drains only once
+        connected: some 280 such requests fill the pair and the next one blocked this event loop until
+        ZooKeeper came back (issue 26: a campaign's sampler froze the runner during a quorum loss)."""
+        loop = self._loop
+        assert loop is not None
+        deadline = loop.time() + self.session_timeout_ms / 1000.0
+        while not self._kz.connected and not self._stopping:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise _translate(ConnectionLoss("not connected within the session timeout"), path)
+            try:
+                await asyncio.wait_for(self.connected.wait(), timeout=min(left, 0.5))
+            except TimeoutError:
+                continue
+            if not self._kz.connected:  # the event lags kazoo's state by one loop turn at most
+                await asyncio.sleep(0.01)
+
     async def _call(self, path: str, start: Callable[[], Any]) -> Any:
         assert self._loop is not None, "ZkClient.start() was not awaited"
         loop = self._loop
         async with self._sem:
+            await self._until_connected(path)
             self.ops += 1
             fut: asyncio.Future = loop.create_future()
 

@@ -1,0 +1,76 @@
+"""Requests made while the ZooKeeper connection is down never block the event loop (issue 26).
+
+kazoo queues a request made while disconnected and wakes its I/O thread with one byte on a socket pair
+it drains only once connected; some 280 such bytes fill the pair, and the next request's write blocked
+the calling thread, here the event loop, until ZooKeeper came back. The one-hour chaos campaign froze
+that way during a quorum loss: its sampler kept asking while the runner's own loop, which restarts the
+ZooKeeper members, could no longer run. The connection here goes through a real proxy that refuses
+every connection while cut; the server is the session's real ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from autorecovery.testing.tcp_proxy import TcpProxy
+from autorecovery.zk.bridge import ZkClient, ZooKeeperError
+
+pytestmark = pytest.mark.integration
+
+
+async def _loop_gaps(stop: asyncio.Event) -> float:
+    """Longest gap (s) between turns of a 20 ms ticker until ``stop``."""
+    worst, last = 0.0, time.monotonic()
+    while not stop.is_set():
+        await asyncio.sleep(0.02)
+        now = time.monotonic()
+        worst, last = max(worst, now - last), now
+    return worst
+
+
+@pytest.mark.timeout(60)
+async def test_many_requests_while_disconnected_wait_and_then_succeed(zk_server):
+    host, port = zk_server.connect_string.split(":")
+    proxy = TcpProxy((host, int(port))).start()
+    zk = await ZkClient(proxy.address, session_timeout_ms=20000).start()
+    try:
+        await zk.ensure_path("/held")
+        proxy.cut()
+        stop = asyncio.Event()
+        ticker = asyncio.ensure_future(_loop_gaps(stop))
+        # 450 at once: more than the socket pair holds (the old code froze the loop here for good)
+        calls = asyncio.gather(*(zk.get_children("/held") for _ in range(450)))
+        await asyncio.sleep(2.0)  # the ticker must keep turning through the outage (not a sync point)
+        assert not calls.done()
+        proxy.restore()
+        results = await asyncio.wait_for(calls, 30)
+        stop.set()
+        assert await ticker < 1.0
+        assert all(r == [] for r in results)
+    finally:
+        proxy.close()
+        await zk.stop()
+
+
+async def test_a_request_outliving_the_session_timeout_fails_naming_its_path(zk_server):
+    host, port = zk_server.connect_string.split(":")
+    proxy = TcpProxy((host, int(port))).start()
+    zk = await ZkClient(proxy.address, session_timeout_ms=4000).start()
+    try:
+        proxy.cut()
+        await asyncio.wait_for(_disconnected(zk), 10)
+        t0 = time.monotonic()
+        with pytest.raises(ZooKeeperError, match="/somewhere/else.*ConnectionLoss"):
+            await asyncio.wait_for(zk.get("/somewhere/else"), 30)
+        assert time.monotonic() - t0 < 10
+    finally:
+        proxy.close()
+        await zk.stop()
+
+
+async def _disconnected(zk: ZkClient) -> None:
+    while zk.connected.is_set():
+        await asyncio.sleep(0.05)
