@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 import structlog
 
@@ -80,6 +80,12 @@ class Backlog:
         self.unrecoverable: dict[int, dict] = {}
         self.active: set[int] = set()
         self._last_full = -1e18
+        # the candidate ranking reused between picks (see order)
+        self._rank_gen = 0
+        self._rank_sig: tuple | None = None
+        self._ranked: list[int] = []
+        self._cursor = 0
+        self.rankings = 0  # rankings computed (tests)
 
     # -- refresh -----------------------------------------------------------------------------------
     async def refresh(self, available: Collection[str]) -> tuple[dict[int, int], int]:
@@ -133,16 +139,21 @@ class Backlog:
             self.on_change()  # a ledger was marked again: let the slots look at it
         backlog: dict[int, int] = {}
         placement_marks = 0
+        changed = False
         for lid, (_v, ctime, replicas) in self.markers.items():
             md = self.mds.get(lid)
             if md is None:
                 backlog[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
                 continue
             p = ledger_priority(lid, md, replicas, available, ctime)
-            self.known[lid] = p
+            if self.known.get(lid) != p:
+                self.known[lid] = p
+                changed = True
             backlog[lid] = estimate_copy_bytes(md, p.lost)
             if not replicas:
                 placement_marks += 1
+        if changed:
+            self._rank_gen += 1  # the next pick ranks again
         await self.sync_unrecoverable()
         return backlog, placement_marks
 
@@ -151,15 +162,40 @@ class Backlog:
         self.markers[lid] = (version, ctime, list(replicas))
 
     # -- candidate order ---------------------------------------------------------------------------
-    def order(self, ids: list[int], rng, available: Collection[str]) -> list[int]:
-        """Candidates in the order to try them (the ``order`` callback of
-        ``UnderreplicationManager.poll_ledger_to_rereplicate``)."""
+    def order(self, ids: Collection[int], rng, available: Collection[str]) -> Iterator[int]:
+        """Candidates in the order to try them, lazily (the ``order`` callback of
+        ``UnderreplicationManager.poll_ledger_to_rereplicate``; ``ids`` is the manager's set of marked
+        ids).
+
+        The ranking (:func:`~autorecovery.plan.priority.order_candidates`, O(n log n)) is kept and reused
+        while nothing that orders it changed: the priorities (a refresh), the ledgers to skip or try
+        later, and no ledger newly marked (``um.marked_generation``); markers deleted meanwhile only
+        leave it, and a cursor steps past them for good, so a pick costs O(1) amortised, not O(queue)
+        (issue 29: the heal rate fell with the queue length)."""
         now = self.clock()
         for lid, until in list(self.later.items()):
             if until <= now:
                 del self.later[lid]
-        skip = {lid for lid in ids if self.still_unrecoverable(lid, available) or self.skip_not_retriable(lid)}
-        return order_candidates(ids, self.known, skip=skip | self.active, later=set(self.later), rng=rng)
+        records = set(self.unrecoverable) | set(self.not_retriable)
+        skip = frozenset(lid for lid in records if lid in ids and (
+            self.still_unrecoverable(lid, available) or self.skip_not_retriable(lid)))
+        sig = (self._rank_gen, self.um.marked_generation, skip, frozenset(self.later))
+        if sig != self._rank_sig:
+            self._ranked = order_candidates(ids, self.known, skip=skip, later=set(self.later), rng=rng)
+            self._rank_sig, self._cursor = sig, 0
+            self.rankings += 1
+        return self._walk_ranking(ids)
+
+    def _walk_ranking(self, ids: Collection[int]) -> Iterator[int]:
+        ranked = self._ranked
+        i = self._cursor
+        while i < len(ranked) and ranked[i] not in ids:  # healed since the ranking: gone for good
+            i += 1
+        self._cursor = i
+        for j in range(i, len(ranked)):
+            lid = ranked[j]
+            if lid in ids and lid not in self.active:
+                yield lid
 
     def try_later(self, lid: int, delay_s: float) -> None:
         """Try ``lid`` after the other candidates for ``delay_s`` seconds."""
