@@ -223,7 +223,12 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                 data, stat = await self.zk.get(path)
             except NoNodeError:
                 return None
-        m = decode_marker(data, path)
+        return self.marker_from(ledger_id, data, stat)
+
+    def marker_from(self, ledger_id: int, data: bytes, stat) -> UnderreplicatedLedger:
+        """The marker of ``ledger_id`` from its znode's data and stat (read elsewhere, e.g. a
+        ``multiRead``). Raises the decoder's error naming the path when the text is not a marker."""
+        m = decode_marker(data, self.paths.ur_marker(ledger_id))
         return UnderreplicatedLedger(ledger_id, list(m.replica), m.ctime if m.HasField("ctime") else UNASSIGNED_CTIME,
                                      stat.version)
 
