@@ -87,6 +87,7 @@ class Backlog:
         # the candidate ranking reused between picks (see order)
         self._rank_gen = 0
         self._rank_sig: tuple | None = None
+        self._rank_ids: Collection[int] | None = None  # the set ranked (kept: its identity is compared)
         self._ranked: list[int] = []
         self._cursor = 0
         self.rankings = 0  # rankings computed (tests)
@@ -225,7 +226,8 @@ class Backlog:
         while nothing that orders it changed: the priorities (a refresh), the ledgers to skip or try
         later, and no ledger newly marked (``um.marked_generation``); markers deleted meanwhile only
         leave it, and a cursor steps past them for good, so a pick costs O(1) amortised, not O(queue)
-        (issue 29: the heal rate fell with the queue length)."""
+        (issue 29: the heal rate fell with the queue length). Only the manager's live set is ranked
+        once for many picks; any other collection is ranked afresh."""
         now = self.clock()
         for lid, until in list(self.later.items()):
             if until <= now:
@@ -234,9 +236,9 @@ class Backlog:
         skip = frozenset(lid for lid in records if lid in ids and (
             self.still_unrecoverable(lid, available) or self.skip_not_retriable(lid)))
         sig = (self._rank_gen, self.um.marked_generation, skip, frozenset(self.later))
-        if sig != self._rank_sig:
+        if sig != self._rank_sig or ids is not self._rank_ids:  # another set (not the live one): rank it
             self._ranked = order_candidates(ids, self.known, skip=skip, later=set(self.later), rng=rng)
-            self._rank_sig, self._cursor = sig, 0
+            self._rank_sig, self._rank_ids, self._cursor = sig, ids, 0
             self.rankings += 1
         return self._walk_ranking(ids)
 
