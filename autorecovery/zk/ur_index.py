@@ -83,6 +83,7 @@ class MarkedIndex:
         self.syncs = 0
         self._uppers: Counter[int] = Counter()  # id >> 16 → markers sharing the upper three hex levels
         self._ready = False
+        self._epoch = 0  # invalidations so far
         self._buffer: list[tuple[bool, str, int]] | None = None  # notifications during a rebuild
         self._lock = asyncio.Lock()
         self._regs: dict[str, Callable[[str, str], None]] = {}
@@ -103,8 +104,10 @@ class MarkedIndex:
         return self._ready
 
     def invalidate(self) -> None:
-        """A session event: the server may have dropped the watches; rebuild on the next :meth:`ensure`."""
+        """A session event: the server may have dropped the watches; rebuild on the next :meth:`ensure`
+        (a rebuild under way when this is called does not count)."""
         self._ready = False
+        self._epoch += 1
 
     def others_under(self, ledger_id: int) -> bool:
         """True when another marked ledger shares ``ledger_id``'s upper three hex levels (valid while
@@ -130,6 +133,7 @@ class MarkedIndex:
         return self._ready
 
     async def _sync(self) -> None:
+        epoch = self._epoch
         self._buffer = []
         try:
             for path in (self.paths.ur_ledgers, self.paths.ur_locks):
@@ -163,7 +167,7 @@ class MarkedIndex:
                 self._apply(is_marker, etype, lid)
             self.generation += 1
             self.syncs += 1
-            self._ready = True
+            self._ready = epoch == self._epoch  # invalidated meanwhile: the watches may be gone again
         finally:
             self._buffer = None
         self._notify()

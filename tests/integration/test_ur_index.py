@@ -137,3 +137,28 @@ async def test_index_rebuilt_after_a_session_event(zk, other):
     assert await wait_for(lambda: 6 in um._index.marked, 10)  # watching again
     await um.close()
     await remote.close()
+
+
+async def test_a_session_event_during_the_rebuild_leaves_the_index_to_rebuild(zk, other):
+    """An invalidation that lands while the hierarchy is walked (a connection loss then) must not be
+    overwritten by that walk's end: the next use walks again."""
+    um = UnderreplicationManager(zk, PATHS)
+    remote = UnderreplicationManager(other, PATHS)
+    await um.init()
+    await remote.init()
+    await remote.mark_many({1: ["x:1"]})
+    index = um._index
+    walk = index._walk
+
+    async def walk_then_lose():
+        got = await walk()
+        index.invalidate()
+        return got
+
+    index._walk = walk_then_lose
+    assert await index.ensure() is False and not index.ready
+    index._walk = walk
+    assert await index.ensure() is True
+    assert index.marked == {1}
+    await um.close()
+    await remote.close()
