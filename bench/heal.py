@@ -4,7 +4,11 @@ Set-up (not timed): a local cluster of ``--bookies`` bookie processes (default 7
 autorecovery daemon next to the victim and next to ``--daemons`` other hosts (default: every other
 host; ``lostBookieRecoveryDelay=0``), and the data written with the ledger client into ``--ledgers``
 ledgers E3/WQ2/AQ2 of ``--entries`` entries (default: ``--mib`` MiB spread over them) of
-``--entry-size`` bytes. Many small ledgers: ``--ledgers 10000 --entries 1`` (10,000 ledgers of 64 KiB).
+``--entry-size`` bytes. Many small ledgers: ``--ledgers 10000 --entries 1`` (10,000 ledgers of 64 KiB;
+without ``--entries 1`` the default ``--mib`` is spread over them: 3 entries each). With one entry per
+ledger on 7 bookies the victim stores an entry of about 2/7 of them (WQ 2 of 7), so about 2,900 of the
+10,000 are healed; the line ``ledgers:`` projects 10,000 healed at the measured rate, and
+``--ledgers 35000`` heals about 10,000 for real.
 
 Timed, in the same run, per daemon count of ``--daemons`` (e.g. ``--daemons 6,1``: each on a fresh
 cluster with the same data shape, so the ratio of the two is printed by one run):

@@ -128,15 +128,35 @@ class ClusterRate:
         self.done_bytes = 0
 
     def observe(self, remaining: Mapping[int, int]) -> None:
-        t = self.now()
+        """The whole backlog now (ledger id → bytes left): what went down since the last look is done."""
         done = 0
         for lid, before in self._last.items():
             after = remaining.get(lid, 0)
             if after < before:
                 done += before - after
         self._last = {lid: max(0, int(b)) for lid, b in remaining.items()}
+        self._account(done, empty=not remaining)
+
+    def observe_some(self, changed: Mapping[int, int | None], *, empty: bool) -> None:
+        """Like :meth:`observe` for the ledgers in ``changed`` only (None: left the backlog), the others
+        unchanged since the last look; ``empty``: nothing is left at all. O(len(changed)), where
+        :meth:`observe` is O(backlog): a pass ends with this (issue 29: per-ledger cost)."""
+        done = 0
+        for lid, after in changed.items():
+            before = self._last.get(lid, 0)
+            now_left = 0 if after is None else max(0, int(after))
+            if now_left < before:
+                done += before - now_left
+            if after is None:
+                self._last.pop(lid, None)
+            else:
+                self._last[lid] = now_left
+        self._account(done, empty=empty)
+
+    def _account(self, done: int, *, empty: bool) -> None:
+        t = self.now()
         self.done_bytes += max(0, done)
-        if not remaining:  # the queue is empty: the episode is over, the next one measures afresh
+        if empty:  # the queue is empty: the episode is over, the next one measures afresh
             self.rate, self._since = None, None
             self._events.clear()
             self._episode_done = 0
@@ -308,6 +328,13 @@ class ProgressTracker:
             out[lid] = max(0, planned - copied)
         return out
 
+    def _left(self, ledger_id: int) -> int | None:
+        """Bytes left of one ledger as :meth:`_remaining` counts them; None when not in it."""
+        act = self._active.get(ledger_id)
+        if act is not None:
+            return max(0, act[0] - act[1])
+        return self._backlog.get(ledger_id)
+
     def _observe(self) -> None:
         self.cluster.observe(self._remaining())
 
@@ -331,7 +358,7 @@ class ProgressTracker:
         """Refine the bytes planned for an active ledger (after its fragments were checked)."""
         if ledger_id in self._active:
             self._active[ledger_id][0] = max(0, planned_bytes)
-            self.cluster._last[ledger_id] = self._remaining().get(ledger_id, 0)  # a re-plan is not progress
+            self.cluster._last[ledger_id] = self._left(ledger_id) or 0  # a re-plan is not progress
 
     def copied(self, ledger_id: int, nbytes: int) -> None:
         self.meter.add(nbytes)
@@ -349,7 +376,9 @@ class ProgressTracker:
             # not done: what it still needs is the estimate again (copied bytes of an aborted pass
             # are not progress), without counting the difference as work done
             self.cluster._last[ledger_id] = self._backlog[ledger_id]
-        self._observe()
+        # only the active ledgers (copies progress) and this one changed since the last look
+        self.cluster.observe_some({lid: self._left(lid) for lid in [*self._active, ledger_id]},
+                                  empty=not self._backlog and not self._active)
 
     def block(self, ledger_id: int, reason: str) -> None:
         self._blocked[ledger_id] = reason

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 import structlog
 
@@ -35,7 +35,8 @@ from autorecovery.plan.priority import LedgerPriority, ledger_priority, order_ca
 from autorecovery.plan.progress import estimate_copy_bytes, unrecoverable_reason
 from autorecovery.plan import entry_runs
 from autorecovery.plan.entry_runs import Gap
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
+from autorecovery.ledger.formats import deserialize as decode_metadata
+from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ServerTooOld, ZkClient
 from autorecovery.zk.ledgers import LedgerStore, now_ms
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
@@ -46,6 +47,8 @@ log = structlog.get_logger("autorecovery.worker")
 FULL_REFRESH_S = 60.0
 #: Markers read per refresh (the rest on the next one).
 REFRESH_BATCH = 5000
+#: Znodes per multiRead request of a refresh (markers and metadata of half as many ledgers).
+READ_BATCH = 1000
 
 
 class Backlog:
@@ -80,6 +83,14 @@ class Backlog:
         self.unrecoverable: dict[int, dict] = {}
         self.active: set[int] = set()
         self._last_full = -1e18
+        self._multi_read = True  # False once the server refused multiRead (before 3.6)
+        # the candidate ranking reused between picks (see order)
+        self._rank_gen = 0
+        self._rank_sig: tuple | None = None
+        self._rank_ids: Collection[int] | None = None  # the set ranked (kept: its identity is compared)
+        self._ranked: list[int] = []
+        self._cursor = 0
+        self.rankings = 0  # rankings computed (tests)
 
     # -- refresh -----------------------------------------------------------------------------------
     async def refresh(self, available: Collection[str]) -> tuple[dict[int, int], int]:
@@ -106,60 +117,141 @@ class Backlog:
                 self.mds.pop(lid, None)
                 self.known.pop(lid, None)
         todo = [lid for lid in sorted(ids) if full or lid not in self.markers or lid in self.not_retriable]
-        sem = asyncio.Semaphore(32)
-
-        async def load(lid: int) -> None:
-            async with sem:
-                try:
-                    marker = await self.um.get_marker(lid)
-                except AutoRecoveryError as exc:
-                    if exc.retriable:
-                        raise
-                    # one garbage marker must not freeze the whole backlog (and progress) forever
-                    log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
-                                error=str(exc))
-                    return
-                if marker is None:
-                    return
-                self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
-                if full or lid not in self.mds:
-                    try:
-                        self.mds[lid], _ = await self.store.read(lid)
-                    except (NoSuchLedgerError, AutoRecoveryError):
-                        self.mds.pop(lid, None)
-
-        await asyncio.gather(*(load(lid) for lid in todo[:REFRESH_BATCH]))
+        batch = todo[:REFRESH_BATCH]
+        if not await self._load_many(batch, full):
+            sem = asyncio.Semaphore(32)
+            await asyncio.gather(*(self._load_one(lid, full, sem) for lid in batch))
         if any(not self.skip_not_retriable(lid) for lid in list(self.not_retriable)):
             self.on_change()  # a ledger was marked again: let the slots look at it
         backlog: dict[int, int] = {}
         placement_marks = 0
+        changed = False
         for lid, (_v, ctime, replicas) in self.markers.items():
             md = self.mds.get(lid)
             if md is None:
                 backlog[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
                 continue
             p = ledger_priority(lid, md, replicas, available, ctime)
-            self.known[lid] = p
+            if self.known.get(lid) != p:
+                self.known[lid] = p
+                changed = True
             backlog[lid] = estimate_copy_bytes(md, p.lost)
             if not replicas:
                 placement_marks += 1
+        if changed:
+            self._rank_gen += 1  # the next pick ranks again
         await self.sync_unrecoverable()
         return backlog, placement_marks
+
+    async def _load_one(self, lid: int, full: bool, sem: asyncio.Semaphore) -> None:
+        """Marker and (if needed) metadata of one ledger, a request each (servers before 3.6)."""
+        async with sem:
+            try:
+                marker = await self.um.get_marker(lid)
+            except AutoRecoveryError as exc:
+                if exc.retriable:
+                    raise
+                # one garbage marker must not freeze the whole backlog (and progress) forever
+                log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
+                            error=str(exc))
+                return
+            if marker is None:
+                return
+            self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+            if full or lid not in self.mds:
+                try:
+                    self.mds[lid], _ = await self.store.read(lid)
+                except (NoSuchLedgerError, AutoRecoveryError):
+                    self.mds.pop(lid, None)
+
+    async def _load_many(self, lids: list[int], full: bool) -> bool:
+        """Markers and metadata of ``lids`` in ``multiRead`` requests of :data:`READ_BATCH` znodes
+        (issue 29: every worker reads every new marker and its ledger's metadata; a request per znode
+        was two ZooKeeper operations per ledger per worker). False when the server has no multiRead
+        (before 3.6): nothing was read.
+
+        Raises:
+            ZooKeeperError: a request failed (retriable: the next round reads again).
+        """
+        if not self._multi_read or not lids:
+            return self._multi_read
+        paths = self.um.paths
+        for i in range(0, len(lids), READ_BATCH // 2):
+            chunk = lids[i:i + READ_BATCH // 2]
+            want_md = [lid for lid in chunk if full or lid not in self.mds]
+            try:
+                got = await self.zk.get_many([paths.ur_marker(lid) for lid in chunk] +
+                                             [paths.ledger(lid) for lid in want_md])
+            except ServerTooOld:
+                self._multi_read = False
+                return False
+            mds = dict(zip(want_md, got[len(chunk):]))
+            for lid, res in zip(chunk, got[:len(chunk)]):
+                if isinstance(res, NoNodeError):
+                    continue
+                if isinstance(res, Exception):
+                    raise res
+                try:
+                    marker = self.um.marker_from(lid, *res)
+                except AutoRecoveryError as exc:
+                    log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
+                                error=str(exc))
+                    continue
+                self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+                md = mds.get(lid)
+                if md is None:
+                    continue
+                if isinstance(md, tuple):
+                    try:
+                        self.mds[lid] = decode_metadata(md[0], paths.ledger(lid))
+                        continue
+                    except AutoRecoveryError:
+                        pass
+                elif not isinstance(md, NoNodeError):
+                    raise md
+                self.mds.pop(lid, None)
+        return True
 
     def remember_marker(self, lid: int, version: int, ctime: int, replicas: list[str]) -> None:
         """The marker as a pass read it."""
         self.markers[lid] = (version, ctime, list(replicas))
 
     # -- candidate order ---------------------------------------------------------------------------
-    def order(self, ids: list[int], rng, available: Collection[str]) -> list[int]:
-        """Candidates in the order to try them (the ``order`` callback of
-        ``UnderreplicationManager.poll_ledger_to_rereplicate``)."""
+    def order(self, ids: Collection[int], rng, available: Collection[str]) -> Iterator[int]:
+        """Candidates in the order to try them, lazily (the ``order`` callback of
+        ``UnderreplicationManager.poll_ledger_to_rereplicate``; ``ids`` is the manager's set of marked
+        ids).
+
+        The ranking (:func:`~autorecovery.plan.priority.order_candidates`, O(n log n)) is kept and reused
+        while nothing that orders it changed: the priorities (a refresh), the ledgers to skip or try
+        later, and no ledger newly marked (``um.marked_generation``); markers deleted meanwhile only
+        leave it, and a cursor steps past them for good, so a pick costs O(1) amortised, not O(queue)
+        (issue 29: the heal rate fell with the queue length). Only the manager's live set is ranked
+        once for many picks; any other collection is ranked afresh."""
         now = self.clock()
         for lid, until in list(self.later.items()):
             if until <= now:
                 del self.later[lid]
-        skip = {lid for lid in ids if self.still_unrecoverable(lid, available) or self.skip_not_retriable(lid)}
-        return order_candidates(ids, self.known, skip=skip | self.active, later=set(self.later), rng=rng)
+        records = set(self.unrecoverable) | set(self.not_retriable)
+        skip = frozenset(lid for lid in records if lid in ids and (
+            self.still_unrecoverable(lid, available) or self.skip_not_retriable(lid)))
+        sig = (self._rank_gen, self.um.marked_generation, skip, frozenset(self.later))
+        if sig != self._rank_sig or ids is not self._rank_ids:  # another set (not the live one): rank it
+            self._ranked = order_candidates(ids, self.known, skip=skip, later=set(self.later), rng=rng)
+            self._rank_sig, self._rank_ids, self._cursor = sig, ids, 0
+            self.rankings += 1
+        return self._walk_ranking(ids)
+
+    def _walk_ranking(self, ids: Collection[int]) -> Iterator[int]:
+        ranked = self._ranked
+        i = self._cursor
+        while i < len(ranked) and ranked[i] not in ids:  # healed since the ranking: gone for good
+            i += 1
+        self._cursor = i
+        for j in range(i, len(ranked)):
+            lid = ranked[j]
+            if lid in ids and lid not in self.active:
+                yield lid
 
     def try_later(self, lid: int, delay_s: float) -> None:
         """Try ``lid`` after the other candidates for ``delay_s`` seconds."""

@@ -20,8 +20,9 @@ name                                                where   value
 The four cluster-wide gauges are 0 on every node that is not the auditor (registered at 0 by
 :class:`NodeGauges` on every daemon, reset to 0 when an auditor stops), so ``sum()`` over nodes is the
 cluster figure and ``max()`` is too. The auditor refreshes them on every marker created or deleted (the
-child watches of :meth:`UnderreplicationManager.watched_marked_ids`, which reads only the hierarchy
-levels that changed) and on every change of the side-znode directory; marker data is read once per
+watches of :meth:`UnderreplicationManager.watched_marked_ids`: no read) and on every change of the
+side-znode directory (its listing is read once per change of it), at most every
+:data:`COALESCE_S_PER_MARKER` per marker queued (a recount is O(queue)); marker data is read once per
 marker (for its ctime). The oldest age is computed at collection time, so it grows between changes.
 """
 
@@ -50,6 +51,9 @@ UR_BYTES = "underreplicated_bytes"
 UNRECOVERABLE = "unrecoverable_ledgers"
 OLDEST_AGE = "underreplicated_oldest_age_seconds"
 CLUSTER_GAUGES = (UR_LEDGERS, UR_BYTES, UNRECOVERABLE, OLDEST_AGE)
+#: Recounts are spaced by this per marker queued, s (at most :data:`MAX_COALESCE_S`).
+COALESCE_S_PER_MARKER = 1e-4
+MAX_COALESCE_S = 1.0
 
 _DOCS = {
     ELECTED: "1 on the node that is the elected auditor, 0 elsewhere",
@@ -156,6 +160,7 @@ class ClusterGauges:
         self._oldest_ms: int | None = None
         self._active = False
         self.refreshes = 0
+        self._unrecoverable_names: list[str] | None = None  # cached while the directory's watch is armed
 
     def _age_s(self) -> float:
         if not self._active or self._oldest_ms is None:
@@ -180,13 +185,9 @@ class ClusterGauges:
                 self._ctimes[lid] = m.ctime if m.ctime >= 0 else now
 
         await asyncio.gather(*(ctime(lid) for lid in new))
-        cb = (lambda _e: changed.set()) if changed is not None else None
-        try:
-            names = await self.zk.get_children(self.paths.unrecoverable, watch=cb)
-        except NoNodeError:
-            names = []
-            if cb is not None:
-                await self.zk.exists(self.paths.unrecoverable, watch=cb)
+        names = self._unrecoverable_names
+        if names is None or changed is None:
+            names = await self._read_unrecoverable(changed)
         unrecoverable = 0
         for n in names:
             with contextlib.suppress(ValueError):
@@ -200,6 +201,25 @@ class ClusterGauges:
         self._oldest_ms = min(self._ctimes.values()) if self._ctimes else None
         self.g[OLDEST_AGE].set_function(self._age_s)
         self.refreshes += 1
+
+    async def _read_unrecoverable(self, changed: asyncio.Event | None) -> list[str]:
+        """The side-znode directory's names, kept until its watch fires (one read per change of the
+        directory, not per marker change)."""
+        def on_event(_e) -> None:
+            self._unrecoverable_names = None
+            if changed is not None:
+                changed.set()
+
+        cb = on_event if changed is not None else None
+        try:
+            names = await self.zk.get_children(self.paths.unrecoverable, watch=cb)
+        except NoNodeError:
+            names = []
+            if cb is not None:
+                await self.zk.exists(self.paths.unrecoverable, watch=cb)
+        if cb is not None:
+            self._unrecoverable_names = names
+        return names
 
     async def run(self) -> None:
         """Refresh now and after every change (marker created/deleted, side znode, reconnect); a failed
@@ -224,6 +244,11 @@ class ClusterGauges:
                             await changed.wait()
                     continue
                 await changed.wait()
+                # a heal deletes markers one by one: recount at most every len(queue) x 100 µs (1 s at
+                # 10,000 markers), not per marker (each recount is O(queue))
+                pause = min(MAX_COALESCE_S, len(self._ctimes) * COALESCE_S_PER_MARKER)
+                if pause > 0.01:
+                    await asyncio.sleep(pause)
         finally:
             self.urm.unsubscribe(changed)
             self.reset()
@@ -231,6 +256,7 @@ class ClusterGauges:
     def reset(self) -> None:
         """Not the auditor any more: every cluster-wide gauge back to 0."""
         self._active = False
+        self._unrecoverable_names = None
         self._ctimes.clear()
         self._oldest_ms = None
         for n in (UR_LEDGERS, UR_BYTES, UNRECOVERABLE):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 
 from autorecovery.zk.underreplication import UnderreplicatedLedger, UnderreplicationManager
 
@@ -41,7 +41,7 @@ class LockSteps:
         self.um, self.sleep, self.stopping, self.released = um, sleep, stopping, released
         self.deferred: dict[int, asyncio.Task] = {}
 
-    async def lock_next(self, order: Callable[[list[int]], list[int]]) -> int | None:
+    async def lock_next(self, order: Callable[[Collection[int]], Iterable[int]]) -> int | None:
         """Lock the first lockable marked ledger in ``order``; None when there is none."""
         return await self.um.poll_ledger_to_rereplicate(order)
 

@@ -62,7 +62,7 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 
 import structlog
 
@@ -259,7 +259,7 @@ class ReplicationWorker:
     def _active(self) -> set[int]:
         return self.backlog.active
 
-    def _order(self, ids: list[int]) -> list[int]:
+    def _order(self, ids: Collection[int]) -> Iterator[int]:
         return self.backlog.order(ids, self.rng, self.watcher.available)
 
     @property

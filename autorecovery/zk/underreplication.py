@@ -17,8 +17,10 @@ Better than upstream:
 
 * :meth:`UnderreplicationManager.mark_many` writes markers in ZooKeeper ``multi`` batches (the parent
   level and the marker in one transaction; upstream issues one create per ledger, #3541);
-* the acquire walk reads the hierarchy through a watch-invalidated cache (upstream's SubTreeCache) and
-  lets the caller *order* candidates (priority) instead of a random walk only;
+* the marked and locked ids are kept by persistent watches (:mod:`.ur_index`, ZooKeeper 3.6+): a
+  pick reads nothing to know its candidates, whatever the queue length (upstream walks the hierarchy
+  per pick); before 3.6, the walk reads it through a watch-invalidated cache (upstream's
+  SubTreeCache). The caller may *order* candidates (priority) instead of a random walk only;
 * :meth:`get_ledger_to_rereplicate` waits on watches, never polls; the ``disable`` answer is kept
   under its exists-watch (no read per lock);
 * fewer round trips per healed ledger (issue 29): see :mod:`autorecovery.zk.ur_locks`.
@@ -36,7 +38,7 @@ import contextlib
 import random
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 
 import structlog
 from google.protobuf import text_format
@@ -57,6 +59,7 @@ from autorecovery.zk.ur_formats import (
     encode_ctime,
     encode_marker,
 )
+from autorecovery.zk.ur_index import MarkedIndex, shared_index
 from autorecovery.zk.ur_locks import LockingMixin
 from autorecovery.zk.ur_marking import MarkingMixin
 from autorecovery.zk.ur_switches import SwitchesMixin
@@ -103,6 +106,10 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         self._marker_read: dict[int, tuple[bytes, object]] = {}  # marker read by acquire, for get_marker
         self._enabled_seen = False  # "disable" absent, and an exists-watch armed on it is still pending
         self._disable_gen = 0  # events of that watch
+        self._walks = 0  # child-watch walks (without the index)
+        # marked and locked ids from persistent watches (ZooKeeper 3.6+): a pick reads nothing to know them
+        self._index: MarkedIndex = shared_index(zk, paths, self.list_marked_ids)
+        self._index.subscribe(self._notify)
 
     # -- set-up ---------------------------------------------------------------------------------
     async def init(self) -> None:
@@ -138,6 +145,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
             ev = await self._session_q.get()
             # after a reconnect or a new session our watch-based cache may be stale
             self._cache.clear()
+            self._index.invalidate()
             self._enabled_seen = False
             self._notify()
             if ev == SessionEvent.LOST:
@@ -164,11 +172,21 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
             self._subscribers.remove(ev)
 
     async def watched_marked_ids(self) -> list[int]:
-        """Every marked ledger id, read through the watch cache (only levels that changed since the last
-        call are read again) and leaving a child watch on every level: the next marker created or
-        deleted sets :attr:`changes` and every :meth:`subscribe` event. Marker *data* changes (a merge
-        into an existing marker) are not watched."""
+        """Every marked ledger id, watched: the next marker created or deleted sets :attr:`changes` and
+        every :meth:`subscribe` event. Served from the persistent-watch index
+        (:mod:`autorecovery.zk.ur_index`: no read once built); before ZooKeeper 3.6, read through the
+        child-watch cache (only levels that changed since the last call are read again). Marker *data*
+        changes (a merge into an existing marker) are not watched."""
+        if await self._index.ensure():
+            return list(self._index.marked)
         return await self._candidates()
+
+    @property
+    def marked_generation(self) -> int:
+        """Changes whenever a ledger may have become marked since the last look (see
+        :attr:`MarkedIndex.generation`); without the index it changes on every pick. A ranking of the
+        marked ids stays valid while it is unchanged: markers deleted meanwhile only leave it."""
+        return self._index.generation if self._index.ready else -self._walks
 
     @property
     def changes(self) -> asyncio.Event:
@@ -184,6 +202,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         try:
             await self.release_all()
         finally:
+            self._index.unsubscribe(self._notify)
             if self._session_task is not None:
                 self._session_task.cancel()
                 self._session_task = None
@@ -204,7 +223,12 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                 data, stat = await self.zk.get(path)
             except NoNodeError:
                 return None
-        m = decode_marker(data, path)
+        return self.marker_from(ledger_id, data, stat)
+
+    def marker_from(self, ledger_id: int, data: bytes, stat) -> UnderreplicatedLedger:
+        """The marker of ``ledger_id`` from its znode's data and stat (read elsewhere, e.g. a
+        ``multiRead``). Raises the decoder's error naming the path when the text is not a marker."""
+        m = decode_marker(data, self.paths.ur_marker(ledger_id))
         return UnderreplicatedLedger(ledger_id, list(m.replica), m.ctime if m.HasField("ctime") else UNASSIGNED_CTIME,
                                      stat.version)
 
@@ -320,7 +344,8 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         return kids
 
     async def _candidates(self) -> list[int]:
-        """Every marked ledger id, read through the watch cache."""
+        """Every marked ledger id, read through the watch cache (servers before 3.6)."""
+        self._walks += 1
         out: list[int] = []
         level = [self.paths.ur_ledgers]
         for _ in range(4):
@@ -338,25 +363,34 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                     continue
         return out
 
-    async def poll_ledger_to_rereplicate(self, order: Callable[[list[int]], list[int]] | None = None) -> int | None:
+    async def poll_ledger_to_rereplicate(
+            self, order: Callable[[Collection[int]], Iterable[int]] | None = None) -> int | None:
         """One non-blocking attempt to lock a marked ledger (upstream pollLedgerToRereplicate).
 
-        Candidates are every marked ledger that has no lock; ``order`` sorts them (the worker's
-        priority), otherwise they are shuffled (upstream's random walk). Returns the ledger id or None.
+        Candidates are every marked ledger that has no lock. ``order`` is given the marked ids (a set:
+        with the index, the live one, so a lazy ``order`` costs O(1) amortised per pick) and returns them
+        in the order to try (the worker's priority); locked ones are skipped as they come. Without
+        ``order`` they are shuffled (upstream's random walk). Returns the ledger id or None.
         """
-        cands = await self._candidates()
-        locked = set()
-        for n in await self._cached_children(self.paths.ur_locks):
-            try:
-                locked.add(ledger_id_from_ur_leaf(n))
-            except ValueError:
-                pass
-        cands = [c for c in cands if c not in locked and c not in self.held]
-        if order is not None:
-            cands = order(cands)
+        if await self._index.ensure():
+            marked: Collection[int] = self._index.marked
+            locked: Collection[int] = self._index.locked
         else:
-            self._rng.shuffle(cands)
-        for lid in cands:
+            marked = set(await self._candidates())
+            locked = set()
+            for n in await self._cached_children(self.paths.ur_locks):
+                try:
+                    locked.add(ledger_id_from_ur_leaf(n))
+                except ValueError:
+                    pass
+        if order is not None:
+            seq: Iterable[int] = order(marked)
+        else:
+            seq = list(marked)
+            self._rng.shuffle(seq)
+        for lid in seq:
+            if lid in locked or lid in self.held:
+                continue
             if await self.acquire(lid):
                 return lid
         return None

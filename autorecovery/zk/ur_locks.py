@@ -20,6 +20,7 @@ from autorecovery.proto import bookkeeper_formats_pb2 as pb
 from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, Op, ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.ur_formats import NO_MARKER, first_failure, text_bytes
+from autorecovery.zk.ur_index import MarkedIndex
 
 log = structlog.get_logger("autorecovery.underreplication")
 
@@ -35,6 +36,7 @@ class LockingMixin:
     _cache: dict[str, list[str]]
     _known_dirs: set[str]
     _marker_read: dict[int, tuple[bytes, object]]
+    _index: MarkedIndex
 
     async def acquire(self, ledger_id: int, *, require_marker: bool = True, owner: str | None = None) -> bool:
         """Lock one ledger: remember the marker's version, create the ephemeral lock
@@ -153,7 +155,11 @@ class LockingMixin:
         path = self.paths.ur_marker(ledger_id)
         leaf = path.rsplit("/", 1)[0]
         upper = leaf.rsplit("/", 1)[0]
-        siblings = self._cache.get(upper)  # before the delete: its watch drops the entry
+        if self._index.ready:  # before the delete: others sharing the upper levels keep them
+            siblings: list[str] | None = [leaf.rsplit("/", 1)[1], "other"] if self._index.others_under(ledger_id) \
+                else [leaf.rsplit("/", 1)[1]]
+        else:
+            siblings = self._cache.get(upper)  # before the delete: its watch drops the entry
         try:
             results: list | None = await self.zk.multi([
                 Op("delete", path, version=version), Op("delete", leaf), Op("delete", self.paths.ur_lock(ledger_id))])

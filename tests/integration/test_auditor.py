@@ -278,7 +278,9 @@ async def test_precise_marking_and_multi_batches(zk):
         assert await wait_for(lambda: a.last_audit is not None and a.last_audit.lost == [B[2]], 5)
         marked = await urm.list_marked_ids()
         assert marked == {3} | set(range(100, 400))
-        assert a.last_audit.zk_ops < 10, f"batched marking expected, used {a.last_audit.zk_ops} ZooKeeper ops"
+        # 301 markers in a few multis; the gauges' first look may land in the audit's window and build
+        # the marker index (two addWatch and the lock listing: 3 more than the walk it replaced)
+        assert a.last_audit.zk_ops < 13, f"batched marking expected, used {a.last_audit.zk_ops} ZooKeeper ops"
     finally:
         await a.stop()
 

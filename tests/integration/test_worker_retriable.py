@@ -32,7 +32,7 @@ async def test_malformed_metadata_is_surfaced_not_retried_until_marked_again(clu
 
         assert await wait_for(lambda: fails() >= 1, 20, interval_s=0.02), w.history
         # skipped from now on: the acquire order leaves it out, and progress says why
-        assert w._order([bad.ledger_id, good.ledger_id]) == [good.ledger_id]
+        assert list(w._order({bad.ledger_id, good.ledger_id})) == [good.ledger_id]
         reason = w.progress().blocked[bad.ledger_id]
         assert reason.startswith("not retriable: MalformedMetadataError") and path in reason, reason
         assert w.m.registry.get("replication_worker_exceptions_BKMetadataSerializationException").value == 1
@@ -45,6 +45,6 @@ async def test_malformed_metadata_is_surfaced_not_retried_until_marked_again(clu
         await env.zk.delete(env.paths.ur_marker(bad.ledger_id))
         await env.um.mark_underreplicated(bad.ledger_id, [b[1]])
         assert await wait_for(lambda: fails() == 2, 20, interval_s=0.02), w.history
-        assert w._order([bad.ledger_id]) == []
+        assert list(w._order({bad.ledger_id})) == []
     finally:
         await env.close()

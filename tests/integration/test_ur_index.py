@@ -1,0 +1,164 @@
+"""The marked/locked index of the UnderreplicationManager and the worker's reused ranking: a pick costs
+the same whatever the queue length (issue 29 item 3), on a real ZooKeeper."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from autorecovery.roles.backlog import Backlog
+from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.ledgers import LedgerStore
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
+
+pytestmark = pytest.mark.integration
+
+PATHS = Paths("/ledgers")
+
+
+@pytest.fixture
+async def zk(zk_connect):
+    c = await ZkClient(zk_connect, session_timeout_ms=4000).start()
+    yield c
+    await c.stop()
+
+
+@pytest.fixture
+async def other(zk_connect):
+    c = await ZkClient(zk_connect, session_timeout_ms=4000).start()
+    yield c
+    await c.stop()
+
+
+class CountingZk:
+    """Counts the reads a ZkClient sends, by kind (wraps the real client)."""
+
+    def __init__(self, zk: ZkClient) -> None:
+        self._zk = zk
+        self.listings = 0
+        self.listed_names = 0
+
+    def __getattr__(self, name):
+        return getattr(self._zk, name)
+
+    async def get_children(self, path, watch=None):
+        kids = await self._zk.get_children(path, watch=watch)
+        self.listings += 1
+        self.listed_names += len(kids)
+        return kids
+
+
+async def _picks(um: UnderreplicationManager, order, n: int) -> list[int]:
+    done = []
+    for _ in range(n):
+        lid = await um.poll_ledger_to_rereplicate(order)
+        assert lid is not None
+        assert await um.get_marker(lid) is not None
+        assert await um.mark_replicated(lid)
+        done.append(lid)
+    return done
+
+
+@pytest.mark.parametrize("queue", [50, 1500])
+async def test_a_pick_reads_nothing_to_know_the_candidates(zk, other, queue):
+    """With ``queue`` markers (every id below 65,536, so all in one upper level: the old walk listed
+    that level again after every delete and walked every leaf), 30 picks cost 3 ZooKeeper operations
+    each (marker read, lock multi, delete multi) and no listing at all; the ranking is computed once."""
+    auditor = UnderreplicationManager(other, PATHS)
+    await auditor.init()
+    await auditor.mark_many({lid: ["b:3181"] for lid in range(1, queue + 1)})
+    counting = CountingZk(zk)
+    um = UnderreplicationManager(counting, PATHS)  # type: ignore[arg-type]
+    await um.init()
+    backlog = Backlog(counting, PATHS, um, LedgerStore(zk, PATHS), clock=time.monotonic)  # type: ignore[arg-type]
+    rng = random.Random(1)
+    assert len(await um.watched_marked_ids()) == queue  # builds the index (one walk)
+    listings, ops = counting.listings, zk.ops
+    done = await _picks(um, lambda ids: backlog.order(ids, rng, set()), 30)
+    assert len(set(done)) == 30
+    assert counting.listings == listings, f"{counting.listings - listings} listings in 30 picks"
+    assert zk.ops - ops == 3 * 30
+    assert backlog.rankings == 1
+    assert set(await um.watched_marked_ids()) == set(range(1, queue + 1)) - set(done)
+    await um.close()
+    await auditor.close()
+
+
+async def test_index_follows_other_sessions_and_is_shared_per_client(zk, other):
+    """Markers and locks made by another session appear and disappear in the index of both managers
+    of one client (the worker's and the auditor's share the client's one watch per path); a newly
+    marked ledger changes ``marked_generation`` (rankings are redone), a deletion does not."""
+    a = UnderreplicationManager(zk, PATHS, lock_owner="a")
+    b = UnderreplicationManager(zk, PATHS, lock_owner="b")
+    remote = UnderreplicationManager(other, PATHS, lock_owner="remote")
+    for m in (a, b, remote):
+        await m.init()
+    await remote.mark_many({3: ["x:1"], 70000: ["x:1"]})
+    assert sorted(await a.watched_marked_ids()) == [3, 70000]
+    assert sorted(await b.watched_marked_ids()) == [3, 70000]
+    gen = a.marked_generation
+    await remote.mark_underreplicated(9, ["x:1"])
+    assert await wait_for(lambda: 9 in a._index.marked and 9 in b._index.marked, 10)
+    assert a.marked_generation != gen
+    assert await remote.acquire(3)
+    assert await wait_for(lambda: 3 in a._index.locked, 10)
+    assert await a.poll_ledger_to_rereplicate(sorted) == 9  # 3 is locked by the other session
+    gen = a.marked_generation
+    assert await remote.mark_replicated(3)
+    assert await wait_for(lambda: 3 not in b._index.marked and 3 not in b._index.locked, 10)
+    assert a.marked_generation == gen
+    await a.close()
+    assert 70000 in b._index.marked  # a's close leaves b's index alone
+    await remote.mark_underreplicated(11, ["x:1"])
+    assert await wait_for(lambda: 11 in b._index.marked, 10)
+    await b.close()
+    await remote.close()
+
+
+async def test_index_rebuilt_after_a_session_event(zk, other):
+    """Changes made while the index is invalid (as after a connection loss) are found by the rebuild."""
+    um = UnderreplicationManager(zk, PATHS)
+    remote = UnderreplicationManager(other, PATHS)
+    await um.init()
+    await remote.init()
+    await remote.mark_many({1: ["x:1"], 2: ["x:1"]})
+    assert sorted(await um.watched_marked_ids()) == [1, 2]
+    syncs = um._index.syncs
+    um._index.invalidate()
+    await um._index.close()  # the server forgets the watches, as on a connection loss
+    await remote.mark_underreplicated(5, ["x:1"])
+    assert await remote.acquire(1) and await remote.mark_replicated(1)
+    assert sorted(await um.watched_marked_ids()) == [2, 5]
+    assert um._index.syncs == syncs + 1
+    await remote.mark_underreplicated(6, ["x:1"])
+    assert await wait_for(lambda: 6 in um._index.marked, 10)  # watching again
+    await um.close()
+    await remote.close()
+
+
+async def test_a_session_event_during_the_rebuild_leaves_the_index_to_rebuild(zk, other):
+    """An invalidation that lands while the hierarchy is walked (a connection loss then) must not be
+    overwritten by that walk's end: the next use walks again."""
+    um = UnderreplicationManager(zk, PATHS)
+    remote = UnderreplicationManager(other, PATHS)
+    await um.init()
+    await remote.init()
+    await remote.mark_many({1: ["x:1"]})
+    index = um._index
+    walk = index._walk
+
+    async def walk_then_lose():
+        got = await walk()
+        index.invalidate()
+        return got
+
+    index._walk = walk_then_lose
+    assert await index.ensure() is False and not index.ready
+    index._walk = walk
+    assert await index.ensure() is True
+    assert index.marked == {1}
+    await um.close()
+    await remote.close()
