@@ -39,6 +39,9 @@ async def test_many_requests_while_disconnected_wait_and_then_succeed(zk_server)
     try:
         await zk.ensure_path("/held")
         proxy.cut()
+        # requests already with kazoo when the connection drops fail with ConnectionLoss (as upstream's
+        # client): these are made once the client knows it is disconnected
+        await asyncio.wait_for(_disconnected(zk), 10)
         stop = asyncio.Event()
         ticker = asyncio.ensure_future(_loop_gaps(stop))
         # 450 at once: more than the socket pair holds (the old code froze the loop here for good)
