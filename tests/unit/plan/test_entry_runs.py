@@ -17,15 +17,17 @@ from autorecovery.plan.targets import plan_fragment_copy
 ENS3 = ("a:1", "b:1", "c:1")
 
 
-def _bounded(fn, max_bytes: int = 1_000_000, max_s: float = 2.0):
+def _bounded(fn, max_bytes: int = 1_000_000, max_s: float = 6.0):
+    """Run ``fn`` and assert its peak traced memory (bytes) and its CPU time (s, this process's, so a
+    loaded machine does not fail it): the bounds catch a size-proportional blow-up, not a slow run."""
     tracemalloc.start()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     try:
         out = fn()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     assert peak < max_bytes, f"peak {peak} bytes"
     assert dt < max_s, f"{dt:.2f} s"
     return out
@@ -110,7 +112,7 @@ def test_interval_set():
 
 def test_interval_set_joins_over_ids_a_striped_stream_does_not_carry():
     s = IntervalSet(Run(0, 10**9, 1, 1, 3))  # residue 1 of E3: 1, 4, 7, ...
-    _bounded(lambda: [s.add(e) for e in range(1, 300_000, 3)], max_bytes=5_000_000, max_s=5.0)
+    _bounded(lambda: [s.add(e) for e in range(1, 300_000, 3)], max_bytes=5_000_000, max_s=15.0)
     assert s.intervals() == [(1, 299_998)]
     s.add(300_004)  # 300_001 missing: a real hole
     assert len(s) == 2 and s.complement(0, 300_004) == [(0, 0), (299_999, 300_003)]
