@@ -21,6 +21,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -117,9 +118,10 @@ def main() -> None:
         p.join()
     wall = time.perf_counter() - t
     if p.exitcode != 0 or not res.exists():
-        print(f"failed: exit code {p.exitcode}; see {out / 'spark.log'}")
+        print(f"failed: exit code {p.exitcode}; Spark's log kept: {out / 'spark.log'}")
         sys.exit(1)
     got = json.loads(res.read_text())
+    shutil.rmtree(tmp, ignore_errors=True)
     desc = {j["jobId"]: j.get("description") or j["name"] for j in got["jobs"]}
     stage_job = {s: j["jobId"] for j in got["jobs"] for s in j.get("stageIds", [])}
     print(f"{'stage':>5} {'job':>4} {'tasks':>5} {'run s':>7} {'jvm cpu s':>9}  name")
