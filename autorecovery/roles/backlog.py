@@ -59,6 +59,8 @@ class Backlog:
         clock: monotonic seconds.
         on_change: called when something happened that may make a skipped ledger eligible again (a
             side znode removed, a ledger marked again).
+        salt: this worker's tie-break among candidates of equal stake
+            (:func:`~autorecovery.plan.priority.order_candidates`); None: by ledger id.
 
     Attributes:
         markers: ledger id → (marker version, marker ctime, missing replicas).
@@ -71,8 +73,10 @@ class Backlog:
     """
 
     def __init__(self, zk: ZkClient, paths: Paths, um: UnderreplicationManager, store: LedgerStore, *,
-                 clock: Callable[[], float], on_change: Callable[[], None] = lambda: None) -> None:
+                 clock: Callable[[], float], on_change: Callable[[], None] = lambda: None,
+                 salt: int | None = None) -> None:
         self.zk, self.paths, self.um, self.store = zk, paths, um, store
+        self.salt = salt
         self.clock = clock
         self.on_change = on_change
         self.markers: dict[int, tuple[int, int, list[str]]] = {}
@@ -237,7 +241,8 @@ class Backlog:
             self.still_unrecoverable(lid, available) or self.skip_not_retriable(lid)))
         sig = (self._rank_gen, self.um.marked_generation, skip, frozenset(self.later))
         if sig != self._rank_sig or ids is not self._rank_ids:  # another set (not the live one): rank it
-            self._ranked = order_candidates(ids, self.known, skip=skip, later=set(self.later), rng=rng)
+            self._ranked = order_candidates(ids, self.known, skip=skip, later=set(self.later), rng=rng,
+                                            salt=self.salt)
             self._rank_sig, self._rank_ids, self._cursor = sig, ids, 0
             self.rankings += 1
         return self._walk_ranking(ids)
