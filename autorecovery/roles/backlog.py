@@ -151,9 +151,10 @@ class Backlog:
                 p = ledger_priority(lid, md, marker[2], avail, marker[1])
                 c = costs[lid] = (marker, md, p, estimate_copy_bytes(md, p.lost))
             p = c[2]
-            if self.known.get(lid) != p:
-                self.known[lid] = p
+            old = self.known.get(lid)
+            if old is not p and old != p:  # the cached object itself: no field-by-field comparison
                 changed = True
+            self.known[lid] = p
             backlog[lid] = c[3]
             if not marker[2]:
                 placement_marks += 1
