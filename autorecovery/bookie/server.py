@@ -23,6 +23,7 @@ import structlog
 from autorecovery.bookie.cookie import check_and_stamp_cookie
 from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe, DiskThresholds
+from autorecovery.bookie.peers import RegisteredPeers
 from autorecovery.bookie.service import (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM,
                                          BookieService, add_service, build_grpc_server)
 from autorecovery.bookie.storage import BookieStorage
@@ -221,7 +222,7 @@ class BookieServer:
                 limits=cfg.limits,
                 stream_idle_timeout_s=cfg.stream_idle_timeout_s,
                 peers=self.peers,
-                peer_check=self._registered,
+                peer_check=RegisteredPeers(self.zk, self.paths).registered,
             )
             add_service(self._server, self.service)
             await self._server.start()
@@ -240,14 +241,6 @@ class BookieServer:
             raise
         log.info("bookie started", bookie_id=self.bookie_id, readonly=self.readonly)
         return self
-
-    async def _registered(self, bookie_id: str) -> bool:
-        """Whether ``bookie_id`` is registered now, writable or read-only (a PullEntries source)."""
-        zk = self.zk
-        if zk is None or "/" in bookie_id:
-            return False
-        return (await zk.exists(self.paths.available_bookie(bookie_id)) is not None
-                or await zk.exists(self.paths.readonly_bookie(bookie_id)) is not None)
 
     async def _disk_monitor(self) -> None:
         """Re-check the disk periodically; move between writable and read-only (upstream

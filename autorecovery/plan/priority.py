@@ -17,6 +17,12 @@ missing replicas, the ledger metadata and the current bookie membership (writabl
 
 Ledgers in ``skip`` (surfaced as unrecoverable, see ``roles/worker.py``) are left out entirely; ledgers in
 ``later`` (recently blocked, e.g. no eligible target) go behind everything else of their class.
+
+**Spreading the daemons** (issue 29): with a per-worker ``salt``, ledgers of equal stake whose markers
+are of the same :data:`TIE_WINDOW_MS` window are ordered by a stable hash of (salt, ledger id) instead
+of by ledger id, so several daemons on one queue go for different ledgers first and rarely race for
+one lock (each lost race costs a marker read and a failed ``multi``). Every daemon may still take any
+marked ledger, as upstream's (whose random walk spreads them too, without any priority).
 """
 
 from __future__ import annotations
@@ -28,6 +34,22 @@ from dataclasses import dataclass
 
 from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.ledger.striping import residues_in_range, write_set
+
+
+#: Markers created within one window of this many ms count as equally old when a ``salt`` spreads the
+#: daemons (an auditor marks a lost bookie's ledgers within seconds).
+TIE_WINDOW_MS = 10_000
+
+_MASK64 = (1 << 64) - 1
+
+
+def spread_key(salt: int, ledger_id: int) -> int:
+    """A stable 64-bit hash of (``salt``, ``ledger_id``) (the splitmix64 finaliser): the per-worker
+    tie-break among candidates of equal stake."""
+    z = (ledger_id * 0x9E3779B97F4A7C15 + salt) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
 
 
 class WorkKind(enum.IntEnum):
@@ -68,6 +90,12 @@ class LedgerPriority:
     def sort_key(self) -> tuple:
         ctime = self.ctime if self.ctime >= 0 else 2**62
         return (int(self.kind), self.margin, self.copies_left, ctime, self.ledger_id)
+
+    def spread_sort_key(self, salt: int) -> tuple:
+        """:meth:`sort_key` with marker age counted in :data:`TIE_WINDOW_MS` windows and ties broken by
+        :func:`spread_key` instead of the ledger id."""
+        ctime = self.ctime // TIE_WINDOW_MS if self.ctime >= 0 else 2**62
+        return (int(self.kind), self.margin, self.copies_left, ctime, spread_key(salt, self.ledger_id))
 
 
 def min_copies_left(md: LedgerMetadata, lost: Collection[str]) -> int:
@@ -132,8 +160,12 @@ def order_candidates(
     skip: Collection[int] = (),
     later: Collection[int] = (),
     rng: random.Random | None = None,
+    salt: int | None = None,
 ) -> list[int]:
-    """Order lockable ledger ids for acquisition (see module doc). Returns a new list without ``skip``."""
+    """Order lockable ledger ids for acquisition (see module doc). Returns a new list without ``skip``.
+
+    ``salt``: the worker's tie-break seed (any int; see "Spreading the daemons"); None orders ties by
+    marker ctime then ledger id."""
     rng = rng or random.Random()
     skip_set, later_set = set(skip), set(later)
     keyed: list[tuple[int, int, tuple, int]] = []
@@ -145,7 +177,8 @@ def order_candidates(
         if p is None:
             unknown.append(lid)
         else:
-            keyed.append((int(p.kind), 1 if lid in later_set else 0, p.sort_key(), lid))
+            key = p.sort_key() if salt is None else p.spread_sort_key(salt)
+            keyed.append((int(p.kind), 1 if lid in later_set else 0, key, lid))
     rng.shuffle(unknown)  # upstream's random walk for ledgers we know nothing about yet
     for rank, lid in enumerate(unknown):
         keyed.append((int(WorkKind.UNKNOWN), 1 if lid in later_set else 0, (rank,), lid))

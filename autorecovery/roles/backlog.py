@@ -59,6 +59,8 @@ class Backlog:
         clock: monotonic seconds.
         on_change: called when something happened that may make a skipped ledger eligible again (a
             side znode removed, a ledger marked again).
+        salt: this worker's tie-break among candidates of equal stake
+            (:func:`~autorecovery.plan.priority.order_candidates`); None: by ledger id.
 
     Attributes:
         markers: ledger id → (marker version, marker ctime, missing replicas).
@@ -71,8 +73,10 @@ class Backlog:
     """
 
     def __init__(self, zk: ZkClient, paths: Paths, um: UnderreplicationManager, store: LedgerStore, *,
-                 clock: Callable[[], float], on_change: Callable[[], None] = lambda: None) -> None:
+                 clock: Callable[[], float], on_change: Callable[[], None] = lambda: None,
+                 salt: int | None = None) -> None:
         self.zk, self.paths, self.um, self.store = zk, paths, um, store
+        self.salt = salt
         self.clock = clock
         self.on_change = on_change
         self.markers: dict[int, tuple[int, int, list[str]]] = {}
@@ -83,6 +87,11 @@ class Backlog:
         self.unrecoverable: dict[int, dict] = {}
         self.active: set[int] = set()
         self._last_full = -1e18
+        # per marked ledger: (marker tuple, metadata, priority, bytes to copy) computed from those very
+        # objects for the membership ``_costed_for``; a refresh recomputes only what changed (issue 29:
+        # recomputing every marked ledger's priority twice a second was half the daemon's CPU)
+        self._costs: dict[int, tuple[tuple[int, int, list[str]], LedgerMetadata, LedgerPriority, int]] = {}
+        self._costed_for: frozenset[str] | None = None
         self._multi_read = True  # False once the server refused multiRead (before 3.6)
         # the candidate ranking reused between picks (see order)
         self._rank_gen = 0
@@ -116,6 +125,7 @@ class Backlog:
                 self.markers.pop(lid, None)
                 self.mds.pop(lid, None)
                 self.known.pop(lid, None)
+                self._costs.pop(lid, None)
         todo = [lid for lid in sorted(ids) if full or lid not in self.markers or lid in self.not_retriable]
         batch = todo[:REFRESH_BATCH]
         if not await self._load_many(batch, full):
@@ -126,17 +136,27 @@ class Backlog:
         backlog: dict[int, int] = {}
         placement_marks = 0
         changed = False
-        for lid, (_v, ctime, replicas) in self.markers.items():
+        avail = frozenset(available)
+        if avail != self._costed_for:  # membership changed: every priority may have
+            self._costs.clear()
+            self._costed_for = avail
+        costs = self._costs
+        for lid, marker in self.markers.items():
             md = self.mds.get(lid)
             if md is None:
                 backlog[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
                 continue
-            p = ledger_priority(lid, md, replicas, available, ctime)
-            if self.known.get(lid) != p:
-                self.known[lid] = p
+            c = costs.get(lid)
+            if c is None or c[0] is not marker or c[1] is not md:  # new, re-read or re-marked
+                p = ledger_priority(lid, md, marker[2], avail, marker[1])
+                c = costs[lid] = (marker, md, p, estimate_copy_bytes(md, p.lost))
+            p = c[2]
+            old = self.known.get(lid)
+            if old is not p and old != p:  # the cached object itself: no field-by-field comparison
                 changed = True
-            backlog[lid] = estimate_copy_bytes(md, p.lost)
-            if not replicas:
+            self.known[lid] = p
+            backlog[lid] = c[3]
+            if not marker[2]:
                 placement_marks += 1
         if changed:
             self._rank_gen += 1  # the next pick ranks again
@@ -237,7 +257,8 @@ class Backlog:
             self.still_unrecoverable(lid, available) or self.skip_not_retriable(lid)))
         sig = (self._rank_gen, self.um.marked_generation, skip, frozenset(self.later))
         if sig != self._rank_sig or ids is not self._rank_ids:  # another set (not the live one): rank it
-            self._ranked = order_candidates(ids, self.known, skip=skip, later=set(self.later), rng=rng)
+            self._ranked = order_candidates(ids, self.known, skip=skip, later=set(self.later), rng=rng,
+                                            salt=self.salt)
             self._rank_sig, self._rank_ids, self._cursor = sig, ids, 0
             self.rankings += 1
         return self._walk_ranking(ids)

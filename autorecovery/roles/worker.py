@@ -154,7 +154,9 @@ class ReplicationWorker:
                                                                       self.um.lock_owner))
         self.replicator = rp.SegmentReplicator(self.store, self.copier)
         self.tracker = ProgressTracker(self.clock)
-        self.backlog = Backlog(zk, paths, self.um, self.store, clock=self.clock, on_change=self._poke)
+        # salt: daemons on one queue go for different ledgers of equal stake first (issue 29)
+        self.backlog = Backlog(zk, paths, self.um, self.store, clock=self.clock, on_change=self._poke,
+                               salt=self.rng.getrandbits(64))
         # the pass: lock/marker steps, read/act steps, and the carrying out of its ending
         self.locks = LockSteps(self.um, sleep=sleep, stopping=lambda: self._stopping, released=self._wake_slots)
         self.steps = PassSteps(store=self.store, markers=self.locks, checker=self.checker, policy=policy,

@@ -103,6 +103,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         self._session_task: asyncio.Task | None = None
         self._known_dirs: set[str] = set()  # upper hex levels known to exist (mark_many)
         self.ops_multi = 0  # successful multi transactions (benchmarks report it)
+        self.lost_races = 0  # worker locks lost to another worker (lock held or marker gone meanwhile)
         self._marker_read: dict[int, tuple[bytes, object]] = {}  # marker read by acquire, for get_marker
         self._enabled_seen = False  # "disable" absent, and an exists-watch armed on it is still pending
         self._disable_gen = 0  # events of that watch

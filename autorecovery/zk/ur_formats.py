@@ -6,6 +6,7 @@ the small constants the manager's parts share (:mod:`autorecovery.zk.underreplic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -72,10 +73,42 @@ def decode_marker(data: bytes, path: str = "?") -> pb.UnderreplicatedLedgerForma
     """
     m = pb.UnderreplicatedLedgerFormat()
     try:
-        text_format.Parse(data.decode(), m)
+        text = data.decode()
+        if _parse_plain_marker(text, m):
+            return m
+        m.Clear()
+        text_format.Parse(text, m)
     except (text_format.ParseError, UnicodeDecodeError) as exc:
         raise CompatibilityError(f"under-replication marker {path} is not a text UnderreplicatedLedgerFormat: {str(exc)[:500]}") from exc
     return m
+
+
+#: One line of a marker as upstream and we write it: a replica without escapes, or the ctime.
+_PLAIN_LINE = re.compile(r'[ \t]*(?:replica[ \t]*:[ \t]*"([^"\\\n]*)"|ctime[ \t]*:[ \t]*(-?[0-9]{1,19}))[ \t]*')
+_INT64 = range(-2**63, 2**63)
+
+
+def _parse_plain_marker(text: str, m: pb.UnderreplicatedLedgerFormat) -> bool:
+    """Fill ``m`` from a marker of plain ``replica: "…"`` and ``ctime: <n>`` lines (what every writer
+    produces); False, with ``m`` partly filled, for anything else (escapes, comments, other spellings,
+    a second ctime), which the full text-format parser then reads or refuses. About 20 times cheaper
+    than ``text_format.Parse``, which every worker ran on every new marker (issue 29)."""
+    ctime: int | None = None
+    for line in text.split("\n"):
+        if not line or line.isspace():
+            continue
+        g = _PLAIN_LINE.fullmatch(line)
+        if g is None:
+            return False
+        if g.group(1) is not None:
+            m.replica.append(g.group(1))
+        elif ctime is None and int(g.group(2)) in _INT64:
+            ctime = int(g.group(2))
+        else:
+            return False
+    if ctime is not None:
+        m.ctime = ctime
+    return True
 
 
 def encode_ctime(which: str, ms: int) -> bytes:

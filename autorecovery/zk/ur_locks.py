@@ -33,6 +33,7 @@ class LockingMixin:
     lock_owner: str
     held: dict[int, int]
     ops_multi: int
+    lost_races: int
     _cache: dict[str, list[str]]
     _known_dirs: set[str]
     _marker_read: dict[int, tuple[bytes, object]]
@@ -87,6 +88,7 @@ class LockingMixin:
             try:
                 body, stat = await self.zk.get(path)
             except NoNodeError:
+                self.lost_races += 1  # healed by another worker since the index showed it
                 return False
             ops = [Op("check", path, version=stat.version),
                    Op("create", self.paths.ur_lock(ledger_id), data, ephemeral=True)]
@@ -113,6 +115,8 @@ class LockingMixin:
                 return True
             if i == 1 and isinstance(err, NoNodeError):
                 await self.zk.ensure_path(self.paths.ur_locks)  # the locks directory was missing
+            elif i == 1 and isinstance(err, NodeExistsError):
+                self.lost_races += 1  # another worker locked it first
             return False
         return False
 

@@ -162,3 +162,51 @@ async def test_a_session_event_during_the_rebuild_leaves_the_index_to_rebuild(zk
     assert index.marked == {1}
     await um.close()
     await remote.close()
+
+
+async def test_refresh_recomputes_only_what_changed(zk, other, monkeypatch):
+    """A refresh computes the priority of a marked ledger once, not on every refresh (issue 29: that was
+    half the daemon's CPU while many small ledgers healed); a membership change or a re-marked ledger
+    is computed again, and the priorities follow it."""
+    from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
+    from autorecovery.plan.priority import WorkKind
+    from autorecovery.roles import backlog as backlog_mod
+
+    calls: list[int] = []
+    real = backlog_mod.ledger_priority
+
+    def counting(lid, *a, **kw):
+        calls.append(lid)
+        return real(lid, *a, **kw)
+
+    monkeypatch.setattr(backlog_mod, "ledger_priority", counting)
+    auditor = UnderreplicationManager(other, PATHS)
+    await auditor.init()
+    store = LedgerStore(other, PATHS)
+    md = LedgerMetadata(ensemble_size=3, write_quorum=2, ack_quorum=2, segments=(Segment(0, ("a:1", "b:1", "c:1")),),
+                        state=LedgerState.CLOSED, last_entry_id=9, length=1000)
+    ids = list(range(1, 41))
+    for lid in ids:
+        await store.create(lid, md)
+    await auditor.mark_many({lid: ["a:1"] for lid in ids})
+    um = UnderreplicationManager(zk, PATHS)
+    await um.init()
+    backlog = Backlog(zk, PATHS, um, LedgerStore(zk, PATHS), clock=time.monotonic)
+    live = {"b:1", "c:1"}
+    sizes, _ = await backlog.refresh(live)
+    assert sorted(calls) == ids and sorted(sizes) == ids
+    for _ in range(3):
+        assert (await backlog.refresh(live))[0] == sizes
+    assert sorted(calls) == ids  # nothing changed: nothing computed again
+    assert all(p.kind == WorkKind.DATA_LOSS and p.copies_left == 1 for p in backlog.known.values())
+    calls.clear()
+    await backlog.refresh({"b:1"})  # c:1 lost too: every priority may change
+    assert sorted(calls) == ids
+    assert all(p.kind == WorkKind.NO_COPY_LEFT for p in backlog.known.values())
+    calls.clear()
+    await auditor.mark_underreplicated(7, ["a:1", "b:1"])  # re-marked: a new marker version
+    backlog._last_full = -1e18  # the next refresh re-reads every marker (as every 60 s)
+    await backlog.refresh({"b:1"})
+    assert 7 in calls and backlog.markers[7][2] == ["a:1", "b:1"]
+    await um.close()
+    await auditor.close()

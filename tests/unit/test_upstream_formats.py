@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from autorecovery.admin import ops
 from autorecovery.cli import formatting as fmt
 from autorecovery.cli.shell import jackson_pretty
@@ -98,3 +100,39 @@ def test_bookie_addresses_bounded_when_the_resolver_hangs(monkeypatch):
     assert time.monotonic() - t0 < 5, "asyncio.run waited for the stuck lookups"
     assert got == {"10.1.2.3:3181": ("10.1.2.3", 3181, "10.1.2.3"), "bk.example:3181": ("UNKNOWN", 3181, "bk.example"),
                    "odd": ("UNKNOWN", 0, "UNKNOWN")}
+
+
+@pytest.mark.parametrize("text", [
+    'replica: "127.0.0.1:3181"\nctime: 1764230000000\n',
+    'replica: "a:1"\nreplica: "b:2"\n',
+    '',
+    'ctime: -1',
+    '  replica :  "a:1"  \n\n ctime:5 \n',
+    'replica: "a\\"b:1"\n',                  # an escape: the full parser
+    "replica: 'a:1'\n",                      # other quotes
+    '# comment\nreplica: "a:1"\n',
+    'replica: "a:1" ctime: 3\n',             # two fields on a line
+    'ctime: 0x10\n',
+    'ctime: 1\nctime: 2\n',                  # a second ctime: refused
+    'ctime: 9223372036854775808\n',          # out of int64: refused
+    'replica: "a:1"\r\nctime: 3\r\n',
+    'bogus: 1\n',
+])
+def test_marker_fast_path_reads_what_the_text_format_parser_reads(text):
+    """The plain-line fast path of ``decode_marker`` gives the text-format parser's message, or the same
+    refusal (CompatibilityError naming the path)."""
+    from google.protobuf import text_format
+
+    from autorecovery.errors import CompatibilityError
+    from autorecovery.proto import bookkeeper_formats_pb2 as fpb
+    from autorecovery.zk.ur_formats import decode_marker
+
+    want = fpb.UnderreplicatedLedgerFormat()
+    try:
+        text_format.Parse(text, want)
+    except text_format.ParseError:
+        with pytest.raises(CompatibilityError, match="/m/x"):
+            decode_marker(text.encode(), "/m/x")
+        return
+    got = decode_marker(text.encode(), "/m/x")
+    assert got == want and got.HasField("ctime") == want.HasField("ctime")

@@ -106,6 +106,26 @@ def test_order_skip_and_later():
     assert order_candidates([9, 1], {1: known[1]}, later={1}) == [1, 9]
 
 
+def test_order_salt_spreads_equal_stake_but_keeps_the_classes():
+    """With a salt, ledgers of equal stake and the same ctime window come in a per-salt order (daemons
+    spread over the queue); stake, the ctime window and ``later`` still order first."""
+    avail = ALL - {"a:1"}
+    tied = {i: ledger_priority(i, md(["a:1", "b:1", "c:1"], wq=2, aq=1), ["a:1"], avail, ctime=20_000 + i)
+            for i in range(1, 41)}
+    urgent = ledger_priority(99, md(["a:1", "b:1"], wq=2, aq=2), ["a:1"], avail, ctime=50_000)
+    old = ledger_priority(98, md(["a:1", "b:1", "c:1"], wq=2, aq=1), ["a:1"], avail, ctime=1)
+    known = {**tied, 99: urgent, 98: old}
+    firsts = set()
+    for salt in range(8):
+        order = order_candidates(list(known), known, salt=salt, later={5})
+        assert order[:2] == [99, 98] and order[-1] == 5
+        assert sorted(order[2:-1]) == [i for i in range(1, 41) if i != 5]
+        assert order == order_candidates(list(reversed(list(known))), known, salt=salt, later={5})  # stable
+        firsts.add(order[2])
+    assert len(firsts) >= 5, firsts  # not every daemon goes for the same ledger first
+    assert order_candidates(list(known), known, later={5})[2:5] == [1, 2, 3]  # no salt: ledger id
+
+
 def test_fragment_copies_left():
     ens = ("a:1", "b:1", "c:1")
     assert fragment_copies_left(ens, 2, 0, 9, {0}, {"b:1", "c:1"}) == 1
