@@ -51,6 +51,7 @@ from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk import kazoo_ext
 from autorecovery.zk import probe as zk_probe
+from autorecovery.zk import wake
 from autorecovery.zk.client_security import kazoo_security_kwargs, zk_ssl_context
 from autorecovery.zk.kazoo_ext import ServerTooOld  # noqa: F401  (re-exported)
 
@@ -112,6 +113,8 @@ class ZkClient:
         )
         self.max_concurrent_ops = max_concurrent_ops
         self._sem = asyncio.Semaphore(max_concurrent_ops)
+        self._submitter = wake.submit_thread()
+        self.offloaded = 0  # requests submitted from the submit thread (kazoo's wake-up pair backed up)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subscribers: list[asyncio.Queue[SessionEvent]] = []
         self._lock = threading.Lock()
@@ -195,6 +198,7 @@ class ZkClient:
             await asyncio.to_thread(self._kz.close)
         except Exception:
             pass
+        self._submitter.shutdown(wait=False)
 
     @property
     def client_id(self) -> tuple[int, bytes] | None:
@@ -316,8 +320,15 @@ class ZkClient:
                 if not loop.is_closed():
                     loop.call_soon_threadsafe(settle)
 
-            try:
+            def submit() -> None:
                 start().rawlink(done)
+
+            try:
+                if wake.wake_backlog(self._kz) < wake.SAFE_BACKLOG:
+                    submit()
+                else:  # kazoo's wake-up pair is backed up: a write may block, so not on this loop
+                    self.offloaded += 1
+                    await loop.run_in_executor(self._submitter, submit)
             except KazooException as exc:
                 raise _translate(exc, path) from exc
             try:
