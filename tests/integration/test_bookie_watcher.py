@@ -47,3 +47,21 @@ async def test_a_raising_listener_does_not_hide_changes_from_the_others(zk):
         assert w.writable == frozenset({"10.0.0.2:3181"})
     finally:
         await w.stop()
+
+
+async def test_a_burst_of_watch_events_queues_one_refresh_and_the_last_change_is_seen(zk):
+    """Every refresh re-arms the watches, and kazoo fires each armed callback once per event (all of
+    them on a connection loss): one refresh per callback piled up refreshes waiting for the lock under
+    churn. A burst queues one, which still reads the state after the burst."""
+    w = await BookieWatcher(zk, P).start()
+    try:
+        for _ in range(500):
+            w._on_watch(None)
+        assert len(w._tasks) == 1
+        for i in range(30):
+            await zk.create(P.available_bookie(f"10.0.1.{i}:3181"), b"", ephemeral=True)
+        want = frozenset(f"10.0.1.{i}:3181" for i in range(30))
+        assert await wait_for(lambda: w.writable == want, 10)
+        assert await wait_for(lambda: len(w._tasks) <= 1, 5)
+    finally:
+        await w.stop()
