@@ -127,7 +127,11 @@ def test_rolling_migration_one_auditor_across_both_and_upstream_agrees_with_our_
     ours = {c.bookie_ids[i] for i in daemons}
     try:
         assert c.auditor() == c.bookie_ids[0], c.election_votes()  # upstream voted first: one Auditor
-        assert set(c.election_votes()) == ours | {c.bookie_ids[0]}
+        # a ready daemon has an Auditor elected, not necessarily its own vote cast yet (a loaded CI run saw
+        # one of three missing at this point): wait for every vote, with a deadline
+        wait_until(lambda: set(c.election_votes()) == ours | {c.bookie_ids[0]}, 30,
+                   "upstream's vote and each of our daemons' in the Auditor election")
+        assert c.auditor() == c.bookie_ids[0], c.election_votes()
 
         # upstream's Auditor marks; both sides' workers heal
         v1 = c.bookie_ids[5]
