@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from autorecovery import aio
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.zk import wake
 from autorecovery.zk.bridge import ZkClient, ZooKeeperError
@@ -44,7 +45,7 @@ async def _cut_client(zk_server, session_timeout_ms: int = 20000):
     try:
         await zk.ensure_path("/held")
         proxy.cut()
-        await asyncio.wait_for(_disconnected(zk), 10)
+        assert await aio.wait_for(lambda: not zk.connected.is_set(), 10), "still connected 10 s after the cut"
         yield zk, proxy
     finally:
         proxy.close()
@@ -79,11 +80,6 @@ async def test_a_request_outliving_the_session_timeout_fails_naming_its_path(zk_
         with pytest.raises(ZooKeeperError, match="/somewhere/else.*ConnectionLoss"):
             await asyncio.wait_for(zk.get("/somewhere/else"), 30)
         assert time.monotonic() - t0 < 10
-
-
-async def _disconnected(zk: ZkClient) -> None:
-    while zk.connected.is_set():
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.timeout(60)
