@@ -30,6 +30,8 @@ import ipaddress
 import os
 import subprocess
 
+from autorecovery.testing.chaos_undo import undone_on
+
 #: the slow link: rate (kbit/s each way), bucket (bytes), longest queueing (ms)
 SLOW_RATE_KBIT = 1000
 SLOW_BURST_BYTES = 16_000
@@ -132,15 +134,9 @@ class LinkFaults:
         """
         spec = ["root", "tbf", "rate", f"{rate_kbit}kbit", "burst", str(burst_bytes), "latency", f"{latency_ms}ms"]
         self._slowed = True
-        try:
+        with undone_on(NetfilterError, self.clear_slow):
             run(["tc", "qdisc", "replace", "dev", self.link, *spec])
             run(["ip", "netns", "exec", self.ns, "tc", "qdisc", "replace", "dev", self.peer, *spec])
-        except NetfilterError:
-            try:
-                self.clear_slow()
-            except NetfilterError:
-                pass  # the first refusal is the one to report
-            raise
 
     def slow_from(self, peer: str, rate_kbit: int = SLOW_RATE_KBIT) -> None:
         """Cap what ``peer`` (an IPv4 address of the root namespace, e.g. a source bookie) sends over
@@ -158,19 +154,13 @@ class LinkFaults:
             raise ValueError(f"peer must be an IPv4 address, got {peer!r}") from None
         self._slowed = True
         dev = ["dev", self.link]
-        try:
+        with undone_on(NetfilterError, self.clear_slow):
             run(["tc", "qdisc", "replace", *dev, "root", "handle", "1:", "htb", "default", "10"])
             run(["tc", "class", "add", *dev, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit", "quantum", "60000"])
             run(["tc", "class", "add", *dev, "parent", "1:", "classid", "1:20", "htb", "rate", f"{rate_kbit}kbit",
                  "ceil", f"{rate_kbit}kbit", "quantum", "1514"])
             run(["tc", "filter", "add", *dev, "parent", "1:", "protocol", "ip", "u32", "match", "ip", "src", f"{peer}/32",
                  "classid", "1:20"])
-        except NetfilterError:
-            try:
-                self.clear_slow()
-            except NetfilterError:
-                pass  # the first refusal is the one to report
-            raise
 
     def clear(self) -> None:
         """Remove every drop rule and the rate limit (idempotent).
