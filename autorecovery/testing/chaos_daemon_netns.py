@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from autorecovery.testing.chaos_netns import BookieNetns, NetnsError, ip, run_in_netns
+from autorecovery.testing.chaos_netns import BookieNetns, NetnsError, add_veth, ip, remove_netns, run_in_netns
+from autorecovery.testing.chaos_undo import undone_on
 from autorecovery.testing.tcp_proxy import TcpProxy
 
 
@@ -70,13 +71,8 @@ class DaemonNetns:
             NetnsError: the first command the machine refused (the namespace is removed again).
         """
         ip("netns", "add", self.name)
-        try:
-            ip("link", "add", self.link, "type", "veth", "peer", "name", self.peer)
-            ip("link", "set", self.peer, "netns", self.name)
-            ip("addr", "add", f"{self.root}/30", "dev", self.link)
-            ip("link", "set", self.link, "up")
-            ip("addr", "add", f"{self.inner}/30", "dev", self.peer, ns=self.name)
-            ip("link", "set", self.peer, "up", ns=self.name)
+        with undone_on(NetnsError, self.down):
+            add_veth(self.link, self.name, self.root, self.inner)
             ip("link", "set", "lo", "up", ns=self.name)
             sysctl(f"net.ipv4.conf.{self.link}.route_localnet", "1")
             sysctl(f"net.ipv4.conf.{self.peer}.route_localnet", "1", ns=self.name)
@@ -85,9 +81,6 @@ class DaemonNetns:
             ip("route", "replace", "local", "127.0.0.1", "dev", "lo", "table", "local", ns=self.name)
             ip("route", "add", "127.0.0.0/8", "via", self.root, "dev", self.peer, "src", self.inner, ns=self.name)
             self.zk_proxies = [TcpProxy(srv, listen_host=self.root).start() for srv in zk_servers]
-        except NetnsError:
-            self.down()
-            raise
         return self
 
     @property
@@ -115,11 +108,5 @@ class DaemonNetns:
 
     def down(self) -> None:
         """Remove the proxies, the link and the namespace (errors ignored: idempotent)."""
-        for p in self.zk_proxies:
-            p.close()
+        remove_netns(self.name, (self.link,), self.zk_proxies)
         self.zk_proxies = []
-        for cmd in (("link", "del", self.link), ("netns", "del", self.name)):
-            try:
-                ip(*cmd)
-            except NetnsError:
-                pass

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from autorecovery.testing.chaos_undo import undone_on
 from autorecovery.testing.tcp_proxy import TcpProxy
 
 
@@ -50,6 +52,33 @@ def run_in_netns(argv: list[str], ns: str | None = None) -> None:
         raise NetnsError(f"{' '.join(cmd)}: {exc}") from None
     if r.returncode != 0:
         raise NetnsError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
+
+
+def add_veth(link: str, ns: str, root: str, inner: str) -> None:
+    """A veth link ``link`` ↔ ``<link>n``: the ``n`` end moved into namespace ``ns``, ``root``/30 on the
+    root end and ``inner``/30 on the namespace's end, both up.
+
+    Raises:
+        NetnsError: naming the first refused ``ip`` command and its exact error.
+    """
+    ip("link", "add", link, "type", "veth", "peer", "name", f"{link}n")
+    ip("link", "set", f"{link}n", "netns", ns)
+    ip("addr", "add", f"{root}/30", "dev", link)
+    ip("link", "set", link, "up")
+    ip("addr", "add", f"{inner}/30", "dev", f"{link}n", ns=ns)
+    ip("link", "set", f"{link}n", "up", ns=ns)
+
+
+def remove_netns(name: str, links: Iterable[str], proxies: Iterable[TcpProxy]) -> None:
+    """Close ``proxies``, then delete ``links`` (root-side ends) and namespace ``name``, in that order
+    (errors ignored: idempotent)."""
+    for p in proxies:
+        p.close()
+    for cmd in (*(("link", "del", link) for link in links), ("netns", "del", name)):
+        try:
+            ip(*cmd)
+        except NetnsError:
+            pass
 
 
 @dataclass
@@ -82,23 +111,14 @@ class BookieNetns:
             NetnsError: the first command the machine refused (the namespace is removed again).
         """
         ip("netns", "add", self.name)
-        try:
-            for link, root, inner in ((self.data_link, self.data_root, self.data_ns),
-                                      (self.zk_link, self.zk_root, self.zk_ns)):
-                ip("link", "add", link, "type", "veth", "peer", "name", f"{link}n")
-                ip("link", "set", f"{link}n", "netns", self.name)
-                ip("addr", "add", f"{root}/30", "dev", link)
-                ip("link", "set", link, "up")
-                ip("addr", "add", f"{inner}/30", "dev", f"{link}n", ns=self.name)
-                ip("link", "set", f"{link}n", "up", ns=self.name)
+        with undone_on(NetnsError, self.down):
+            add_veth(self.data_link, self.name, self.data_root, self.data_ns)
+            add_veth(self.zk_link, self.name, self.zk_root, self.zk_ns)
             ip("link", "set", "lo", "up", ns=self.name)
             # a veth end whose peer stays down has no carrier: what is routed to it is dropped
             ip("link", "add", self.sink, "type", "veth", "peer", "name", f"{self.data_link}y")
             ip("link", "set", self.sink, "up")
             self.zk_proxies = [TcpProxy(srv, listen_host=self.zk_root).start() for srv in zk_servers]
-        except NetnsError:
-            self.down()
-            raise
         return self
 
     @property
@@ -136,11 +156,5 @@ class BookieNetns:
 
     def down(self) -> None:
         """Remove the proxies, the links and the namespace (errors ignored: idempotent)."""
-        for p in self.zk_proxies:
-            p.close()
+        remove_netns(self.name, (self.sink, self.data_link, self.zk_link), self.zk_proxies)
         self.zk_proxies = []
-        for cmd in (("link", "del", self.sink), ("link", "del", self.data_link), ("link", "del", self.zk_link), ("netns", "del", self.name)):
-            try:
-                ip(*cmd)
-            except NetnsError:
-                pass
