@@ -21,10 +21,10 @@ Every command's failure raises :class:`~autorecovery.testing.chaos_netns.NetnsEr
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
-from autorecovery.testing.chaos_netns import BookieNetns, NetnsError, add_veth, ip, remove_netns, run_in_netns
+from autorecovery.testing.chaos_netns import (BookieNetns, NetnsError, add_veth, ip, plan_address, plan_tag, remove_netns,
+                                              run_in_netns)
 from autorecovery.testing.chaos_undo import undone_on
 from autorecovery.testing.tcp_proxy import TcpProxy
 
@@ -52,11 +52,8 @@ class DaemonNetns:
     def plan(cls, k: int, tag: str | None = None) -> "DaemonNetns":
         """Names and addresses for daemon namespace ``k`` (< 32), unique to this process (``tag``: pid
         based; addresses in the block after the bookie namespaces' of :class:`BookieNetns`)."""
-        t = tag or f"c{os.getpid() % 100000}"
-        net = 100 + os.getpid() % 100
-        base = 8 * (64 + k)
-        return cls(f"{t}-dns{k}", f"{t}w{k}", f"10.{net}.{base // 256}.{base % 256 + 9}",
-                   f"10.{net}.{base // 256}.{base % 256 + 10}")
+        t = plan_tag(tag)
+        return cls(f"{t}-dns{k}", f"{t}w{k}", plan_address(64 + k, 9), plan_address(64 + k, 10))
 
     @property
     def peer(self) -> str:

@@ -81,6 +81,20 @@ def remove_netns(name: str, links: Iterable[str], proxies: Iterable[TcpProxy]) -
             pass
 
 
+def plan_tag(tag: str | None = None) -> str:
+    """``tag``, or the prefix of this process's namespace and link names (``c<pid % 100000>``)."""
+    return tag or f"c{os.getpid() % 100000}"
+
+
+def plan_address(block: int, offset: int) -> str:
+    """``10.<net>.<hi>.<lo>``: ``offset`` past the first address of 8-address block ``block`` of this
+    process's /16 (``net`` = 100 + pid % 100), the links' addresses (:class:`BookieNetns` uses blocks
+    0..63, :class:`~autorecovery.testing.chaos_daemon_netns.DaemonNetns` the ones after)."""
+    net = 100 + os.getpid() % 100
+    base = 8 * block
+    return f"10.{net}.{base // 256}.{base % 256 + offset}"
+
+
 @dataclass
 class BookieNetns:
     """Namespace ``name`` for one bookie (see the module docstring); ``zk_proxies`` after :meth:`up`."""
@@ -97,12 +111,9 @@ class BookieNetns:
     @classmethod
     def plan(cls, k: int, tag: str | None = None) -> "BookieNetns":
         """Names and addresses for namespace ``k`` (< 64), unique to this process (``tag``: pid based)."""
-        t = tag or f"c{os.getpid() % 100000}"
-        net = 100 + os.getpid() % 100
-        base = 8 * k
-        return cls(f"{t}-ns{k}", f"{t}d{k}", f"{t}z{k}", f"10.{net}.{base // 256}.{base % 256 + 1}",
-                   f"10.{net}.{base // 256}.{base % 256 + 2}", f"10.{net}.{base // 256}.{base % 256 + 5}",
-                   f"10.{net}.{base // 256}.{base % 256 + 6}")
+        t = plan_tag(tag)
+        return cls(f"{t}-ns{k}", f"{t}d{k}", f"{t}z{k}", plan_address(k, 1), plan_address(k, 2),
+                   plan_address(k, 5), plan_address(k, 6))
 
     def up(self, zk_servers: list[tuple[str, int]]) -> "BookieNetns":
         """Create the namespace, both links and the ZooKeeper proxies.
