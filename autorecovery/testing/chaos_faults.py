@@ -12,10 +12,11 @@ aimed at the soak witness (:attr:`Injector.witness`) that would kill or restart 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR
@@ -48,6 +49,40 @@ async def until(pred: Callable[[], Awaitable[bool]], timeout_s: float, what: str
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(interval_s)  # polling a condition with a deadline
+
+
+@contextlib.asynccontextmanager
+async def applied(apply: Callable[[], object], heal: Callable[[], object]) -> AsyncIterator[None]:
+    """``apply`` a fault in a worker thread (``ip``/``nft``/``tc`` commands block), run the block (the
+    fault held), then ``heal`` in a worker thread however the block ends. A raising ``apply`` heals nothing."""
+    await asyncio.to_thread(apply)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(heal)
+
+
+@contextlib.contextmanager
+def stopped(pgid: int) -> Iterator[None]:
+    """SIGSTOP process group ``pgid`` for the block, SIGCONT however it ends."""
+    os.killpg(pgid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(pgid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def proxies_faulted(proxies: list[TcpProxy], fault: Callable[[TcpProxy], None]) -> Iterator[None]:
+    """``fault`` every proxy (:meth:`TcpProxy.cut` or :meth:`TcpProxy.blackhole`) for the block, then
+    :meth:`TcpProxy.restore` every one however it ends."""
+    for p in proxies:
+        fault(p)
+    try:
+        yield
+    finally:
+        for p in proxies:
+            p.restore()
 
 
 class Injector:
@@ -144,11 +179,7 @@ class Injector:
         await until(lambda: self.registered(bid), 30, f"bookie {bid} registered again")
 
     async def _bookie_kill9(self, f: Fault) -> str:
-        b = self.victim(f.target)
-        bid = await asyncio.to_thread(self.cluster.kill_bookie, b)
-        self.on_bookie_lost(bid, time.monotonic())
-        await asyncio.sleep(f.hold_s)  # the fault's duration, not a synchronisation
-        await self._start_bookie(b)
+        bid = await self._bookie_down_for(self.victim(f.target), f.hold_s)
         return f"bookie {bid} killed (SIGKILL), down {f.hold_s}s, restarted"
 
     async def _bookie_restart(self, f: Fault) -> str:
@@ -174,23 +205,15 @@ class Injector:
         b = self.victim(f.target)
         info = self.cluster.bookies[b]
         bid = self.cluster.bookie_id(b)
-        os.killpg(info.pid, signal.SIGSTOP)
-        try:
+        with stopped(info.pid):
             self.on_bookie_lost(bid, time.monotonic())
             session_s = self.cluster.bookie_session_timeout_ms / 1000
             await until(lambda: _not(self.registered(bid)), session_s * 3 + 10, f"{bid}'s session to expire")
             await asyncio.sleep(f.hold_s)  # the fault's duration past the expiry
-        finally:
-            os.killpg(info.pid, signal.SIGCONT)
         # a bookie whose session expired registers again (or exits and is restarted)
-        try:
-            await until(lambda: self.registered(bid), 20, f"bookie {bid} registered after SIGCONT")
+        if await self._registered_or_restart(b):
             return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, registered again"
-        except TimeoutError:
-            if self.cluster.bookie_alive(b):
-                await asyncio.to_thread(self.cluster.kill_bookie, b)
-            await self._start_bookie(b)
-            return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, did not register: restarted"
+        return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, did not register: restarted"
 
     async def _restart_daemon(self, i: int) -> None:
         await asyncio.to_thread(self.cluster.start_daemon, i, None, 60.0)
@@ -223,21 +246,13 @@ class Injector:
 
     async def _daemon_sigstop(self, f: Fault) -> str:
         info = self.cluster.daemons[f.target]
-        os.killpg(info.pid, signal.SIGSTOP)
-        try:
+        with stopped(info.pid):
             await asyncio.sleep(self.daemon_session_s + f.hold_s)  # past the session timeout: the fault
-        finally:
-            os.killpg(info.pid, signal.SIGCONT)
         return f"daemon {f.target} stopped (SIGSTOP) {self.daemon_session_s + f.hold_s:.1f}s, resumed"
 
     async def _zk_conn_cut(self, f: Fault) -> str:
-        for p in self.proxies[f.target]:
-            p.cut()
-        try:
+        with proxies_faulted(self.proxies[f.target], TcpProxy.cut):
             await asyncio.sleep(f.hold_s)  # the fault's duration (shorter than the session timeout)
-        finally:
-            for p in self.proxies[f.target]:
-                p.restore()
         return f"daemon {f.target}'s ZooKeeper connections cut for {f.hold_s}s, restored"
 
     # -- partitions -------------------------------------------------------------------------------
@@ -245,23 +260,15 @@ class Injector:
         if self.netns is None:
             raise RuntimeError("partition_bookie_from_workers needs a bookie in a network namespace")
         i, ns = self.netns
-        await asyncio.to_thread(ns.cut)
-        try:
+        async with applied(ns.cut, ns.heal):
             await asyncio.sleep(f.hold_s + 2)  # the fault's duration
-        finally:
-            await asyncio.to_thread(ns.heal)
         return (f"bookie {self.cluster.bookie_id(i)} cut from workers and clients (veth {ns.data_link} down; its "
                 f"ZooKeeper link up) for {f.hold_s + 2:.1f}s, healed")
 
     async def _partition_daemon_from_zk(self, f: Fault) -> str:
-        for p in self.proxies[f.target]:
-            p.blackhole()
         hold = self.daemon_session_s + f.hold_s
-        try:
+        with proxies_faulted(self.proxies[f.target], TcpProxy.blackhole):
             await asyncio.sleep(hold)  # the fault's duration: past the session timeout
-        finally:
-            for p in self.proxies[f.target]:
-                p.restore()
         return f"daemon {f.target} cut from ZooKeeper (proxies blackholed, bookies reachable) for {hold:.1f}s, healed"
 
     # -- per direction (nftables, tc tbf: chaos_netfilter.py) -----------------------------------------
@@ -270,28 +277,25 @@ class Injector:
             raise RuntimeError(f"{kind} needs a bookie in a network namespace and nftables")
         return (*self.netns, *self.link_faults)
 
-    async def _registered_or_restart(self, i: int) -> str:
-        """Wait for bookie ``i`` to be registered (20 s bound); restart it when it is not."""
+    async def _registered_or_restart(self, i: int) -> bool:
+        """Wait for bookie ``i`` to be registered (20 s bound): True; restart it when it is not: False."""
         bid = self.cluster.bookie_id(i)
         try:
             await until(lambda: self.registered(bid), 20, f"bookie {bid} registered after the heal")
-            return "registered"
+            return True
         except TimeoutError:
             if self.cluster.bookie_alive(i):
                 await asyncio.to_thread(self.cluster.kill_bookie, i)
             await self._start_bookie(i)
-            return "not registered 20 s after the heal: restarted"
+            return False
 
     async def _one_way_loss(self, f: Fault) -> str:
         """Random loss of 20-50 % of the packets in one direction of the bookie's data link (target's
         parity: even = to the bookie, odd = from it) for the hold + 2 s."""
         i, _, data, _ = self._links(f.kind)
         direction, pct = ("to", "from")[f.target % 2], 20 + 10 * (f.target % 4)
-        await asyncio.to_thread(data.drop, direction, pct)
-        try:
+        async with applied(lambda: data.drop(direction, pct), data.clear_drops):
             await asyncio.sleep(f.hold_s + 2)  # the fault's duration
-        finally:
-            await asyncio.to_thread(data.clear_drops)
         return (f"{pct}% of the packets {direction} bookie {self.cluster.bookie_id(i)} dropped at random "
                 f"(data link {data.link}, the other direction intact) for {f.hold_s + 2:.1f}s, healed")
 
@@ -305,12 +309,9 @@ class Injector:
         hold = f.hold_s + 2 + (self.cluster.bookie_session_timeout_ms / 1000 if link is zkl else 0)
         if link is zkl:
             self.on_bookie_lost(self.cluster.bookie_id(i), time.monotonic())
-        await asyncio.to_thread(link.drop, direction)
-        try:
+        async with applied(lambda: link.drop(direction), link.clear_drops):
             await asyncio.sleep(hold)  # the fault's duration
-        finally:
-            await asyncio.to_thread(link.clear_drops)
-        after = await self._registered_or_restart(i)
+        after = "registered" if await self._registered_or_restart(i) else "not registered 20 s after the heal: restarted"
         return (f"one-way partition {what} (bookie {self.cluster.bookie_id(i)}, link {link.link}; the reverse "
                 f"direction delivered) for {hold:.1f}s, healed; {after}")
 
@@ -329,11 +330,8 @@ class Injector:
         other bookie is started again and the cap removed after the hold + 3 s."""
         i, _, data, _ = self._links(f.kind)
         victim = self.victim(f.target, i)
-        await asyncio.to_thread(data.slow)
-        try:
+        async with applied(data.slow, data.clear_slow):
             bid = await self._bookie_down_for(victim, f.hold_s + 3)
-        finally:
-            await asyncio.to_thread(data.clear_slow)
         return (f"bookie {self.cluster.bookie_id(i)}'s data link slowed (tbf {data.link}) while bookie {bid} was "
                 f"down {f.hold_s + 3:.1f}s (copies reading from the slow source), {bid} restarted, link restored")
 
@@ -344,12 +342,9 @@ class Injector:
         return self.daemon_ns
 
     async def _cut_both_ways(self, lf: LinkFaults, peer: str, hold_s: float) -> None:
-        await asyncio.to_thread(lf.drop, "to", 100, peer)
-        try:
+        async with applied(lambda: lf.drop("to", 100, peer), lf.clear_drops):
             await asyncio.to_thread(lf.drop, "from", 100, peer)
             await asyncio.sleep(hold_s)  # the fault's duration
-        finally:
-            await asyncio.to_thread(lf.clear_drops)
 
     async def _daemon_netns_cut_zk(self, f: Fault) -> str:
         """Every packet between the namespaced daemon and its ZooKeeper proxies dropped (its link's root
@@ -376,11 +371,9 @@ class Injector:
         i, ns, lf = self._dns(f.kind)
         src = f.target
         victim = self.victim((src + 1) % len(self.cluster.bookies), src)
-        await asyncio.to_thread(lf.slow_from, self.cluster.bookies[src].host)
-        try:
+        host = self.cluster.bookies[src].host
+        async with applied(lambda: lf.slow_from(host), lf.clear_slow):
             bid = await self._bookie_down_for(victim, f.hold_s + 3)
-        finally:
-            await asyncio.to_thread(lf.clear_slow)
         return (f"bookie {self.cluster.bookie_id(src)} → daemon {i} slowed (htb on {ns.link}; every other pair "
                 f"at full speed) while bookie {bid} was down {f.hold_s + 3:.1f}s, {bid} restarted, link restored")
 
