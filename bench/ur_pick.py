@@ -24,12 +24,12 @@ import resource
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autorecovery.roles.backlog import Backlog  # noqa: E402
+from autorecovery.testing.zk_chroot import fresh_chroot  # noqa: E402
 from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
 from autorecovery.zk.bridge import ZkClient  # noqa: E402
 from autorecovery.zk.ledgers import LedgerStore  # noqa: E402
@@ -112,17 +112,7 @@ def main() -> None:
         server = ZooKeeperServer(Path(d)).start()
         try:
             for q in queues:
-                from kazoo.client import KazooClient
-
-                chroot = f"/q{uuid.uuid4().hex[:8]}"
-                kz = KazooClient(server.connect_string)
-                kz.start(10)
-                try:
-                    kz.ensure_path(chroot)
-                finally:
-                    kz.stop()
-                    kz.close()
-                print(asyncio.run(one(server.connect_string + chroot, q, a.picks, a.refresh)), flush=True)
+                print(asyncio.run(one(fresh_chroot(server.connect_string, "q"), q, a.picks, a.refresh)), flush=True)
         finally:
             server.stop()
 

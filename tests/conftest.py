@@ -4,12 +4,12 @@ factory for real local clusters (ZooKeeper + bookie processes) that are always t
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 
 import pytest
 
 from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.testing.zk_chroot import fresh_chroot
 from autorecovery.testing.zk_server import ZooKeeperServer
 
 
@@ -24,17 +24,7 @@ def zk_server(tmp_path_factory) -> ZooKeeperServer:
 @pytest.fixture
 def zk_connect(zk_server: ZooKeeperServer) -> str:
     """A connect string with a fresh chroot (``host:port/t<uuid>``) that already exists."""
-    from kazoo.client import KazooClient
-
-    chroot = f"/t{uuid.uuid4().hex[:12]}"
-    kz = KazooClient(zk_server.connect_string)
-    kz.start(10)
-    try:
-        kz.ensure_path(chroot)
-    finally:
-        kz.stop()
-        kz.close()
-    return f"{zk_server.connect_string}{chroot}"
+    return fresh_chroot(zk_server.connect_string)
 
 
 @pytest.fixture
