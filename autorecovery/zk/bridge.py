@@ -1,5 +1,6 @@
-"""ZooKeeper operations as asyncio coroutines (EDGE); with :mod:`autorecovery.zk.kazoo_ext` the only
-module that imports kazoo.
+"""ZooKeeper operations as asyncio coroutines (EDGE); with :mod:`autorecovery.zk.kazoo_ext` and
+:mod:`autorecovery.zk.gate` (the connected gate and the error translation) the only modules that import
+kazoo.
 
 kazoo runs its own threads. Every ``*_async`` result and every watch callback is handed to the event
 loop with ``loop.call_soon_threadsafe``; callbacks only enqueue, so no kazoo thread ever runs our code
@@ -49,10 +50,9 @@ from autorecovery import logs
 from autorecovery.aio import wait_for  # noqa: F401  (re-exported: tests and tools import it from here)
 from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
-from autorecovery.zk import kazoo_ext
-from autorecovery.zk import probe as zk_probe
+from autorecovery.zk import gate, kazoo_ext
 from autorecovery.zk import wake
-from autorecovery.zk.client_security import kazoo_security_kwargs, zk_ssl_context
+from autorecovery.zk.client_security import kazoo_security_kwargs
 from autorecovery.zk.kazoo_ext import ServerTooOld  # noqa: F401  (re-exported)
 
 _log = logs.get_logger("autorecovery.zk")
@@ -159,18 +159,8 @@ class ZkClient:
         self._kz.add_listener(self._on_state)
         try:
             await asyncio.to_thread(self._kz.start, timeout_s)
-        except AuthFailedError as exc:
-            why = str(exc) or "the server refused the credentials"
-            raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: auth failed ({why}) - check "
-                                 "zookeeper.authProvider and the digest or SASL user and password") from exc
-        except Exception as exc:  # kazoo raises its own timeout error, whatever the cause: probe the servers
-            try:
-                ctx = zk_ssl_context(self.security)
-            except (OSError, ValueError) as ctx_exc:
-                raise ZooKeeperError(f"cannot connect to ZooKeeper at {self.hosts}: TLS set-up failed: {ctx_exc} "
-                                     "- check the zookeeper.ssl.* trust store and key store files") from exc
-            probes = await zk_probe.probe(self.hosts, timeout_s=min(3.0, max(1.0, timeout_s)), tls=ctx)
-            raise ZooKeeperError(zk_probe.explain(self.hosts, probes, str(exc) or type(exc).__name__)) from exc
+        except Exception as exc:  # AuthFailedError, or kazoo's own timeout error whatever the cause
+            raise await gate.connect_failure(exc, self.hosts, self.security, timeout_s) from exc
         if self.security.sasl is not None:
             # kazoo reports CONNECTED before the SASL exchange; a refused identity shows on the first
             # request (or its connection thread ends), so make one before the caller relies on the session
@@ -280,31 +270,13 @@ class ZkClient:
 
         return fire
 
-    async def _until_connected(self, path: str) -> None:
-        """Hold a request while the session is disconnected, for up to the session timeout (then
-        :class:`ZooKeeperError` naming ``path``, a ConnectionLoss). kazoo queues a request made while
-        disconnected and wakes its I/O thread with one byte on a socket pair that it drains only once
-        connected: some 280 such requests fill the pair and the next one blocked this event loop until
-        ZooKeeper came back (issue 26: a campaign's sampler froze the runner during a quorum loss)."""
-        loop = self._loop
-        assert loop is not None
-        deadline = loop.time() + self.session_timeout_ms / 1000.0
-        while not self._kz.connected and not self._stopping:
-            left = deadline - loop.time()
-            if left <= 0:
-                raise _translate(ConnectionLoss("not connected within the session timeout"), path)
-            try:
-                await asyncio.wait_for(self.connected.wait(), timeout=min(left, 0.5))
-            except TimeoutError:
-                continue
-            if not self._kz.connected:  # the event lags kazoo's state by one loop turn at most
-                await asyncio.sleep(0.01)
-
     async def _call(self, path: str, start: Callable[[], Any]) -> Any:
         assert self._loop is not None, "ZkClient.start() was not awaited"
         loop = self._loop
         async with self._sem:
-            await self._until_connected(path)
+            # the connected gate (issue 26): no request reaches kazoo while disconnected
+            await gate.until_connected(self._kz, self.connected, lambda: self._stopping, loop,
+                                       self.session_timeout_ms / 1000.0, path)
             self.ops += 1
             fut: asyncio.Future = loop.create_future()
 
@@ -330,13 +302,13 @@ class ZkClient:
                     self.offloaded += 1
                     await loop.run_in_executor(self._submitter, submit)
             except KazooException as exc:
-                raise _translate(exc, path) from exc
+                raise gate.translate(exc, path) from exc
             try:
                 return await fut
-            except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
+            except gate.PASSED_THROUGH:
                 raise
             except KazooException as exc:
-                raise _translate(exc, path) from exc
+                raise gate.translate(exc, path) from exc
 
     # -- operations -------------------------------------------------------------------------
     async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, ZnodeStat]:
@@ -526,9 +498,3 @@ def _run_callback(cb: WatchCallback, event: WatchedEvent) -> None:
     res = cb(event)
     if asyncio.iscoroutine(res):
         asyncio.ensure_future(res)
-
-
-def _translate(exc: Exception, path: str) -> Exception:
-    if isinstance(exc, (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)):
-        return exc
-    return ZooKeeperError(f"ZooKeeper operation on {path} failed: {type(exc).__name__} {exc}")
