@@ -208,9 +208,11 @@ class LockingMixin:
 
         A connection loss does not end the session, so the ephemeral lock outlives a failed delete:
         the delete is retried (0.1 s backoff, once connected again) while the session is the same, for
-        up to two session timeouts (past that the server has expired the session, and the lock with
-        it). Forgetting the lock after one failed delete left it held by nobody until the daemon's
-        session ended (issue 26: found by the chaos campaign, a ledger stuck marked and locked).
+        up to two session timeouts. Forgetting the lock after one failed delete left it held by nobody
+        until the daemon's session ended (issue 26: found by the chaos campaign, a ledger stuck marked
+        and locked). Past that bound the session may still live: during a quorum loss no server can
+        expire it, and the new leader renews every session, so the caller must keep the lock in mind
+        (the worker retries in the background: :class:`~autorecovery.roles.lock_steps.LockSteps`).
 
         Raises:
             ZooKeeperError: the delete still fails after that bound (the lock stays in :attr:`held`).
