@@ -104,7 +104,7 @@ class LockSteps:
                 while lid in self.um.held:
                     await self.sleep(RELEASE_RETRY_S)
                     with contextlib.suppress(Exception):
-                        await self.um.release(lid)
+                        await self.um.release_own(lid)
             finally:
                 if self.deferred.get(lid) is task:
                     del self.deferred[lid]

@@ -240,6 +240,26 @@ class LockingMixin:
         self.held.pop(ledger_id, None)
         self._marker_read.pop(ledger_id, None)
 
+    async def release_own(self, ledger_id: int) -> None:
+        """One more try of a :meth:`release` that failed: delete the lock only if this session made it
+        (ephemeral owner and version checked: a delete that was applied but whose answer was lost may
+        have let another worker lock the ledger since), then forget it; forgotten too when it is gone
+        or another session's.
+
+        Raises:
+            ZooKeeperError: ZooKeeper unreachable (the lock stays in :attr:`held`).
+        """
+        path = self.paths.ur_lock(ledger_id)
+        stat = await self.zk.exists(path)
+        cid = self.zk.client_id
+        if cid is None:
+            raise ZooKeeperError(f"ZooKeeper operation on {path} failed: no session (disconnected)")
+        if stat is not None and stat.ephemeralOwner == cid[0]:
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                await self.zk.delete(path, stat.version)
+        self.held.pop(ledger_id, None)
+        self._marker_read.pop(ledger_id, None)
+
     async def release_all(self) -> None:
         for lid in list(self.held):
             await self.release(lid)

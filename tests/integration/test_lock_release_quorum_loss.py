@@ -25,7 +25,8 @@ from autorecovery.zk.underreplication import UnderreplicationManager
 
 pytestmark = pytest.mark.integration
 
-SESSION_MS = 2000  # the release gives up after two of these; the outage below is longer
+SESSION_MS = 4000  # the release gives up after two of these; the outage below is longer (a restarted
+# server gives each restored session one timeout to come back: 2 s was too short for a loaded machine)
 
 
 async def test_a_release_failed_during_a_quorum_loss_is_retried_once_zookeeper_is_back(tmp_path):
@@ -69,6 +70,48 @@ async def test_a_release_failed_during_a_quorum_loss_is_retried_once_zookeeper_i
         for t in list(locks.deferred.values()):
             t.cancel()
         await um.close()
+        if other is not None:
+            await other.stop()
+        await zk.stop()
+        await asyncio.to_thread(server.stop)
+
+
+async def test_stream_slots_released_during_a_quorum_loss_are_freed_once_zookeeper_is_back(tmp_path):
+    """The same outage left the copies' cluster-wide stream slots (ephemeral, one per stream and
+    bookie) taken by nobody until their sessions ended: nine in the campaign, each a stream fewer for
+    its bookie cluster-wide."""
+    from autorecovery.zk.stream_slots import ClusterStreamSlots
+
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    zk = await ZkClient(server.connect_string, session_timeout_ms=SESSION_MS).start()
+    other = None
+    paths = Paths("/ledgers")
+    slots = ClusterStreamSlots(zk, paths, 1, 1, "host-a")
+    try:
+        await zk.ensure_path(paths.underreplication)
+        taken = await slots.acquire("10.0.0.1:3181", ["10.0.0.2:3181"])
+        assert len(taken) == 2
+        session = zk.client_id
+
+        await asyncio.to_thread(server.stop)
+        assert await wait_for(lambda: not zk.connected.is_set(), 10)
+        await asyncio.wait_for(slots.release(taken), 6 * SESSION_MS / 1000.0 + 5)  # a copy ends in the outage
+
+        await asyncio.to_thread(server.start)
+        assert await wait_for(lambda: zk.connected.is_set(), 15)
+        assert zk.client_id == session  # the same session: its slots live on
+
+        other = await ZkClient(server.connect_string).start()
+        deadline = asyncio.get_running_loop().time() + 15
+        while any([await other.exists(p) is not None for p in taken]):  # the old code: taken until the session's end
+            assert asyncio.get_running_loop().time() < deadline, f"slots still taken by {session[0]:#x}: {taken}"
+            await asyncio.sleep(0.1)  # polling a condition with a deadline
+        assert await wait_for(lambda: not slots.retries, 5)
+        mine = ClusterStreamSlots(other, paths, 1, 1, "host-b")  # cap 1: free again for any worker
+        assert sorted(await asyncio.wait_for(mine.acquire("10.0.0.1:3181", ["10.0.0.2:3181"]), 10)) == sorted(taken)
+    finally:
+        for t in list(slots.retries):
+            t.cancel()
         if other is not None:
             await other.stop()
         await zk.stop()
