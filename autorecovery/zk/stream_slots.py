@@ -203,10 +203,10 @@ class ClusterStreamSlots:
 
     async def release(self, taken: Collection[str]) -> None:
         """Delete the slots in ``taken`` (missing ones ignored: the session may have expired): one
-        ``multi``, or one delete each when that fails. Never raises: a slot is ephemeral, so one this
-        session cannot delete (session expired or closed, connection lost) goes with the session; the
-        chaos campaign (issue 26) saw the exception escape a shielded release as "Task exception was
-        never retrieved"."""
+        ``multi``, or one delete each when that fails. Never raises (the chaos campaign, issue 26, saw
+        the exception escape a shielded release as "Task exception was never retrieved"): a slot this
+        session cannot delete now is deleted by a background retry (:attr:`retries`) while the session
+        lives (a quorum loss keeps it alive however long), or goes with the session when it ends."""
         taken = list(taken)
         for path in taken:
             bookie, name = path.rsplit("/", 2)[-2:]
