@@ -12,6 +12,12 @@ this class is the worker's only way to them during a pass, so batching these ste
 * :meth:`LockSteps.delete_marker` — versioned delete of the marker, then release the lock;
 * :meth:`LockSteps.release` / :meth:`LockSteps.release_after` — release the lock now or after a delay;
 * :meth:`LockSteps.hold_while` — keep the lock while a task runs (the open-ledger grace), then release.
+
+A release that fails is retried in the background for as long as the lock is held (issue 26, the
+chaos campaign: a ZooKeeper quorum lost for 340 s; every session outlived it, since nobody can expire a
+session without a quorum and the new leader renews them all, but each worker's release had given up
+after two session timeouts, so ten ledgers stayed locked by live sessions and unhealed until those
+sessions ended, 10 minutes later: a held lock is never picked again by its own worker).
 """
 
 from __future__ import annotations
@@ -20,7 +26,15 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Collection, Iterable
 
+import structlog
+
 from autorecovery.zk.underreplication import UnderreplicatedLedger, UnderreplicationManager
+
+log = structlog.get_logger("autorecovery.worker")
+
+#: seconds between two attempts of a release that failed (each attempt itself waits for the
+#: connection, up to two session timeouts)
+RELEASE_RETRY_S = 0.5
 
 
 class LockSteps:
@@ -33,7 +47,8 @@ class LockSteps:
         released: called after a deferred release (wakes the worker's slots).
 
     Attributes:
-        deferred: ledger id → the task that will release its lock (a backoff or the open-ledger grace).
+        deferred: ledger id → the task that will release its lock (a backoff, the open-ledger grace, or
+            the retry of a release that failed).
     """
 
     def __init__(self, um: UnderreplicationManager, *, sleep: Callable[[float], Awaitable[None]],
@@ -67,10 +82,40 @@ class LockSteps:
         return self.um.held.get(lid, -1)
 
     async def release(self, lid: int) -> None:
-        """Release the lock if still held (errors ignored: the session's end releases it)."""
-        if lid in self.um.held:
-            with contextlib.suppress(Exception):
-                await self.um.release(lid)
+        """Release the lock if still held. When the delete fails (ZooKeeper unreachable for longer than
+        :meth:`UnderreplicationManager.release` waits), the lock is not forgotten: the release is
+        retried in the background (a :attr:`deferred` task) until it succeeds or the session ends
+        (the manager then drops the lock from ``held``), since a live session keeps the lock however
+        long the outage lasts. Never raises."""
+        if lid not in self.um.held:
+            return
+        try:
+            await self.um.release(lid)
+        except Exception as exc:  # noqa: BLE001 - retried in the background, never dropped
+            self._retry_release(lid, exc)
+
+    def _retry_release(self, lid: int, first: BaseException) -> None:
+        """Start the background retry of ``lid``'s failed release (replaces a deferred task of it)."""
+        log.warning("lock release failed; retrying it while the session lives", ledger_id=lid,
+                    error=str(first), error_type=type(first).__name__)
+
+        async def retry() -> None:
+            try:
+                while lid in self.um.held:
+                    await self.sleep(RELEASE_RETRY_S)
+                    with contextlib.suppress(Exception):
+                        await self.um.release_own(lid)
+            finally:
+                if self.deferred.get(lid) is task:
+                    del self.deferred[lid]
+            log.info("failed lock release settled (deleted, or its session ended)", ledger_id=lid)
+            self.released()
+
+        old = self.deferred.pop(lid, None)
+        if old is not None and old is not asyncio.current_task():
+            old.cancel()
+        task = asyncio.create_task(retry(), name=f"release-retry-{lid}")
+        self.deferred[lid] = task
 
     def release_after(self, lid: int, delay_ms: int) -> None:
         """Keep the lock for ``delay_ms`` ms, then release it (a failed ledger's backoff); replaces an
@@ -80,8 +125,8 @@ class LockSteps:
                 await self.sleep(delay_ms / 1000.0)
             finally:
                 self.deferred.pop(lid, None)
-            if lid in self.um.held and not self.stopping():
-                await self.um.release(lid)
+            if not self.stopping():
+                await self.release(lid)
             self.released()
 
         old = self.deferred.pop(lid, None)
@@ -97,9 +142,8 @@ class LockSteps:
                 await work()
             finally:
                 self.deferred.pop(lid, None)
-                if lid in self.um.held and not self.stopping():
-                    with contextlib.suppress(Exception):
-                        await self.um.release(lid)
+                if not self.stopping():
+                    await self.release(lid)
                 then()
                 self.released()
 

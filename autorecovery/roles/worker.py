@@ -234,9 +234,10 @@ class ReplicationWorker:
                 for t in pending:
                     t.cancel()
             deferred = self.locks.deferred
-            for t in [*self._slots, *deferred.values()]:
+            slot_retries = list(self.copier.cluster_slots.retries) if self.copier.cluster_slots else []
+            for t in [*self._slots, *deferred.values(), *slot_retries]:
                 t.cancel()
-            await asyncio.gather(*self._slots, *deferred.values(),
+            await asyncio.gather(*self._slots, *deferred.values(), *slot_retries,
                                  *( [self._refresh_task] if self._refresh_task else []), return_exceptions=True)
             deferred.clear()
             with contextlib.suppress(Exception):

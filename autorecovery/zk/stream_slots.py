@@ -31,7 +31,7 @@ from collections.abc import Collection, Mapping
 import structlog
 
 from autorecovery.errors import ZooKeeperError
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, Op, ZkClient
+from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, Op, ZkClient
 from autorecovery.zk.paths import Paths
 
 log = structlog.get_logger("autorecovery.zk.stream_slots")
@@ -39,6 +39,8 @@ log = structlog.get_logger("autorecovery.zk.stream_slots")
 SOURCE, TARGET = "src", "tgt"
 #: Longest wait between attempts when no release was seen (a watch lost on a reconnect), s.
 FALLBACK_WAIT_S = 5.0
+#: Pause between two tries of a release that failed, s.
+RELEASE_RETRY_S = 0.5
 
 
 class ClusterStreamSlots:
@@ -60,6 +62,7 @@ class ClusterStreamSlots:
         self._attempt = asyncio.Lock()  # one attempt to take slots at a time in this process
         #: bookie → slot names held as last seen, with this process's own takes and releases applied
         self._hints: dict[str, set[str]] = {}
+        self.retries: set[asyncio.Task] = set()  # releases that failed, retried while the session lives
 
     def _dir(self, bookie: str) -> str:
         return f"{self.paths.underreplication}/streams/{bookie}"
@@ -200,10 +203,10 @@ class ClusterStreamSlots:
 
     async def release(self, taken: Collection[str]) -> None:
         """Delete the slots in ``taken`` (missing ones ignored: the session may have expired): one
-        ``multi``, or one delete each when that fails. Never raises: a slot is ephemeral, so one this
-        session cannot delete (session expired or closed, connection lost) goes with the session; the
-        chaos campaign (issue 26) saw the exception escape a shielded release as "Task exception was
-        never retrieved"."""
+        ``multi``, or one delete each when that fails. Never raises (the chaos campaign, issue 26, saw
+        the exception escape a shielded release as "Task exception was never retrieved"): a slot this
+        session cannot delete now is deleted by a background retry (:attr:`retries`) while the session
+        lives (a quorum loss keeps it alive however long), or goes with the session when it ends."""
         taken = list(taken)
         for path in taken:
             bookie, name = path.rsplit("/", 2)[-2:]
@@ -215,13 +218,43 @@ class ClusterStreamSlots:
             results = await self.zk.multi([Op("delete", p) for p in taken])
             if not any(isinstance(r, Exception) for r in results):
                 return
+        left = []
         for path in taken:
             try:
                 await self.zk.delete(path)
             except NoNodeError:
                 pass
             except ZooKeeperError as exc:
-                log.info("stream slot left to its session", path=path, error=str(exc))
+                log.info("stream slot release failed; retrying it while the session lives", path=path,
+                         error=str(exc))
+                left.append(path)
+        if left:
+            task = asyncio.create_task(self._retry_release(left, self.zk.session_generation),
+                                       name="stream-slot-release-retry")
+            self.retries.add(task)
+            task.add_done_callback(self.retries.discard)
+
+    async def _retry_release(self, left: list[str], generation: int) -> None:
+        """Delete the slots in ``left`` this session made, retrying while the session is the same: a
+        session outlives a ZooKeeper quorum loss however long, and its slots with it (issue 26: the
+        chaos campaign's 340 s quorum loss left nine slots taken by nobody until their sessions ended,
+        each one a stream fewer for its bookie cluster-wide). Ownership and version are checked, since a
+        delete applied whose answer was lost may have let another worker take the slot since."""
+        while left and self.zk.session_generation == generation:
+            await asyncio.sleep(RELEASE_RETRY_S)
+            for path in list(left):
+                try:
+                    stat = await self.zk.exists(path)
+                    cid = self.zk.client_id
+                    if cid is None:
+                        break  # disconnected again: try later
+                    if stat is not None and stat.ephemeralOwner == cid[0] and self.zk.session_generation == generation:
+                        with contextlib.suppress(NoNodeError, BadVersionError):
+                            await self.zk.delete(path, stat.version)
+                except Exception:  # noqa: BLE001 - still unreachable: try again later
+                    break
+                left.remove(path)
+                self._forget(path.rsplit("/", 2)[-2])
 
     def targets_in_flight(self, own: Mapping[str, int] | None = None) -> dict[str, int]:
         """Bookie → copies known to be streaming into it, without any ZooKeeper read: per bookie the

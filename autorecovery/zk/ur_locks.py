@@ -208,9 +208,11 @@ class LockingMixin:
 
         A connection loss does not end the session, so the ephemeral lock outlives a failed delete:
         the delete is retried (0.1 s backoff, once connected again) while the session is the same, for
-        up to two session timeouts (past that the server has expired the session, and the lock with
-        it). Forgetting the lock after one failed delete left it held by nobody until the daemon's
-        session ended (issue 26: found by the chaos campaign, a ledger stuck marked and locked).
+        up to two session timeouts. Forgetting the lock after one failed delete left it held by nobody
+        until the daemon's session ended (issue 26: found by the chaos campaign, a ledger stuck marked
+        and locked). Past that bound the session may still live: during a quorum loss no server can
+        expire it, and the new leader renews every session, so the caller must keep the lock in mind
+        (the worker retries in the background: :class:`~autorecovery.roles.lock_steps.LockSteps`).
 
         Raises:
             ZooKeeperError: the delete still fails after that bound (the lock stays in :attr:`held`).
@@ -235,6 +237,26 @@ class LockingMixin:
                         await asyncio.wait_for(self.zk.connected.wait(), max(0.1, deadline - loop.time()))
                     continue
             break
+        self.held.pop(ledger_id, None)
+        self._marker_read.pop(ledger_id, None)
+
+    async def release_own(self, ledger_id: int) -> None:
+        """One more try of a :meth:`release` that failed: delete the lock only if this session made it
+        (ephemeral owner and version checked: a delete that was applied but whose answer was lost may
+        have let another worker lock the ledger since), then forget it; forgotten too when it is gone
+        or another session's.
+
+        Raises:
+            ZooKeeperError: ZooKeeper unreachable (the lock stays in :attr:`held`).
+        """
+        path = self.paths.ur_lock(ledger_id)
+        stat = await self.zk.exists(path)
+        cid = self.zk.client_id
+        if cid is None:
+            raise ZooKeeperError(f"ZooKeeper operation on {path} failed: no session (disconnected)")
+        if stat is not None and stat.ephemeralOwner == cid[0]:
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                await self.zk.delete(path, stat.version)
         self.held.pop(ledger_id, None)
         self._marker_read.pop(ledger_id, None)
 
