@@ -141,3 +141,51 @@ async def test_a_daemon_cut_from_one_bookie_drops_both_ways_then_clears_once():
     said = await inj.apply(Fault(1, "daemon_netns_cut_bookie", target=1, hold_s=-2.0))  # held 0 s (hold + 2)
     assert calls == [("drop", "to", 100, "10.1.0.10"), ("drop", "from", 100, "10.1.0.10"), ("clear_drops",)]
     assert said.startswith("daemon 2 (own namespace) cut from bookie 10.1.0.10:3181 only")
+
+
+class ElectionCluster:
+    """Five daemons and a scripted auditor election: the first vote of :attr:`order` whose daemon is
+    alive is the auditor; a daemon cut from ZooKeeper loses its session, so its vote goes to the back."""
+
+    def __init__(self, proxies: dict[int, list[TcpProxy]]) -> None:
+        self.proxies = proxies
+        self.killed: list[int] = []
+        self.order = [0, 2, 3, 1, 4]
+
+    def stop_daemon(self, i: int, sig: int) -> None:
+        self.killed.append(i)
+
+    def auditor(self) -> int:
+        for i, ps in self.proxies.items():
+            if any(p._blackhole for p in ps) and self.order[-1] != i:
+                self.order.remove(i)
+                self.order.append(i)
+        return next(i for i in self.order if i not in self.killed)
+
+
+async def test_auditor_kill9_never_kills_the_witness_but_expires_its_session_first():
+    target = socket.create_server(("127.0.0.1", 0))
+    proxy = TcpProxy(target.getsockname()).start()
+    try:
+        cluster = ElectionCluster({0: [proxy]})
+        inj = Injector(cluster=cluster, zk=None, paths=Paths("/ledgers"), proxies={0: [proxy]},  # type: ignore[arg-type]
+                       daemon_session_s=0.0, on_bookie_lost=lambda b, t: None)
+        inj.witness = 0
+        restarted: list[int] = []
+
+        async def auditor_index() -> int:
+            return cluster.auditor()
+
+        async def restart(i: int) -> None:
+            restarted.append(i)
+
+        inj.auditor_index = auditor_index  # type: ignore[method-assign]
+        inj._restart_daemon = restart  # type: ignore[method-assign]
+        said = await inj.apply(Fault(1, "auditor_kill9", target=0, hold_s=0.0))
+        assert cluster.killed == [2] and restarted == [2]  # the witness (0) was never killed
+        assert not proxy._blackhole  # its ZooKeeper link restored
+        assert said.startswith("the auditor was the witness (daemon 0): its session expired")
+        assert "auditor daemon 2 killed (SIGKILL)" in said
+    finally:
+        proxy.close()
+        target.close()
