@@ -256,9 +256,9 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     """Run the worker until every marker is gone. Returns ``seconds`` (start to empty marker tree),
     ``written`` (bytes the targets acknowledged), ``peak`` (most streams at once), ``verified`` (entries),
     ``first`` / ``last`` (seconds from the start to the first / last acknowledged bytes: the fixed cost
-    is ``first + seconds - last``, the window outside the copy), ``cache`` (what --cold-cache did) and
+    is ``first + seconds - last``, the window outside the copy), ``cache`` (what --cold-cache did),
     ``cpu`` (CPU seconds, user + system, of the worker's process, the source bookie ``bookie1`` and the
-    target ``bookie2`` over the window). ``profile``: py-spy profiles of both bookies in that directory."""
+    target ``bookie2`` over the window) and ``calls`` (their read-like and write-like system calls). ``profile``: py-spy profiles of both bookies in that directory."""
     from autorecovery.placement import PlacementConfig, RackawarePolicy
     from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
     from autorecovery.zk.bookies import BookieWatcher
@@ -300,6 +300,7 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     if spies:
         await asyncio.sleep(1.0)  # py-spy attaches before the copy starts (not a synchronisation: a bench)
     cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
+    io0 = {k: p.io_counters() for k, p in procs.items()}
     t0 = time.perf_counter()
     await w.start()
 
@@ -329,6 +330,8 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     ok = await wait_for(done, 3600, interval_s=0.02)
     dt = time.perf_counter() - t0
     cpu = {k: sum(p.cpu_times()[:2]) - cpu0[k] for k, p in procs.items()}
+    io = {k: p.io_counters() for k, p in procs.items()}
+    calls = {k: (io[k].read_count - io0[k].read_count, io[k].write_count - io0[k].write_count) for k in procs}
     await asyncio.to_thread(stop_profiles, spies)
     assert ok, "replication did not finish"
     print("CPU during the copy (cores): " + ", ".join(f"{k} {v / dt:.2f}" for k, v in cpu.items()))
@@ -340,7 +343,7 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     await watcher.stop()
     await zk.stop()
     return {"seconds": dt, "written": written, "peak": peak[0], "verified": verified,
-            "first": seen["first"] or 0.0, "last": seen["last"] or dt, "cache": cache, "cpu": cpu}
+            "first": seen["first"] or 0.0, "last": seen["last"] or dt, "cache": cache, "cpu": cpu, "calls": calls}
 
 
 async def main_async(mib: int, ledgers: int, keep: bool, pull: bool = True, cold: bool = False,
@@ -372,6 +375,8 @@ async def main_async(mib: int, ledgers: int, keep: bool, pull: bool = True, cold
               f"{cpu['bookie2'] / mibs * 1e3:.2f} ms, worker {cpu['worker'] / mibs * 1e3:.2f} ms (CPU-s, user + "
               f"system, per MiB copied: {cpu['bookie1']:.2f} / {cpu['bookie2']:.2f} / {cpu['worker']:.2f} s for "
               f"{mibs:.0f} MiB; load {load1:.1f}: compare these on a shared machine, not MB/s)")
+        print("syscalls per MiB (read-like / write-like, /proc/PID/io): " + ", ".join(
+            f"{k} {r / mibs:.0f} / {w / mibs:.0f}" for k, (r, w) in r["calls"].items()))
         worker = written / dt / 1e6
         fixed = r["first"] + (dt - r["last"])
         how = "the target bookie pulls from the source" if pull else "through the worker (--no-pull)"

@@ -209,8 +209,9 @@ class ReadHandlers:
 
 def _answer(lid: int, it: StoredEntry, lac: int) -> pb.ReadResponse:
     """The ``ReadResponse`` of one item of a range read (``ENOENTRY`` when the bookie lacks it)."""
-    if it.body is not None:
-        return pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=it.entry_id, body=it.body, lac=lac)
+    if it.body is not None:  # protobuf takes bytes only (a stored body is a view of the run read)
+        body = it.body if isinstance(it.body, bytes) else bytes(it.body)
+        return pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=it.entry_id, body=body, lac=lac)
     return pb.ReadResponse(status=pb.ENOENTRY, ledger_id=lid, entry_id=it.entry_id, lac=lac,
                            message=f"ledger {lid} entry {it.entry_id} not found")
 
