@@ -125,7 +125,9 @@ class GrpcReads:
         try:
             while True:
                 try:
-                    msg = await asyncio.wait_for(call.read(), self.timeout_s)
+                    # asyncio.timeout, not wait_for: no task per message on the hot path
+                    async with asyncio.timeout(self.timeout_s):
+                        msg = await call.read()
                 except TimeoutError:
                     raise BookieUnavailableError(
                         bookie_id, "UNAVAILABLE", f"{what}: no response for {self.timeout_s}s"
