@@ -27,10 +27,15 @@ loopback TCP rate, and the fraction of each every rate reached) and its load ave
 drops the page cache before each timed part (the source bookie then reads from the disk).
 
 Prints MB/s (10^6 bytes/s of entry bodies); the headline ratio is worker / raw pull of the same
-streams (issue 29 target >= 0.8). Not a test.
+streams (issue 29 target >= 0.8). On a shared machine compare the **CPU per MiB** line instead: CPU
+seconds (user + system, from psutil) of the source bookie, the target bookie and the worker's process
+over the worker's window, per MiB copied, with the load average; and the system calls per MiB
+(``/proc/PID/io``). ``--profile DIR`` records both bookies with ``py-spy record --native`` (raw
+collapsed stacks) during the copy; ``--copy-only`` skips the baselines. Not a test.
 
     .venv/bin/python bench/replication.py             # 512 MiB
     .venv/bin/python bench/replication.py --mib 64    # quick run
+    nice -n 19 .venv/bin/python bench/replication.py --copy-only --profile /tmp/prof   # CPU per MiB, profiles
 """
 
 from __future__ import annotations
