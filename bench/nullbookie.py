@@ -3,7 +3,7 @@
 ``AddEntries`` / ``AddEntryBatches`` swallow the stream and answer EOK; ``ReadEntries`` /
 ``ReadEntryBatches`` stream bodies of ``--entry-size`` bytes packed as real entries (batches of at most
 ``max_batch_bytes``, as the reference bookie does); ``PullEntries`` reads the range from the source with
-the batched framing and reports every entry stored without storing it (the raw one-hop baseline of a
+the batched framing, as a bookie's does (message bytes decoded by hand, bodies not copied), and reports every entry stored without storing it (the raw one-hop baseline of a
 bookie-to-bookie copy); GetBookieInfo reports ``BATCHED_ENTRIES`` and ``PULL_ENTRIES``, so a client
 uses the same framing with a null bookie as with a real one. Each server runs in a child process
 (``spawn_null``) so that a baseline pays the same process boundary, kernel loopback and serialisation
@@ -71,10 +71,12 @@ class NullBookie(pbg.BookieServicer):
         if self.peers is None:
             self.peers = GrpcBookieClient(timeout_s=30, max_message_bytes=MAX_MSG)
         ids, nbytes = [], 0
-        async for item in self.peers.read_entries(request.source_bookie_id, request.ledger_id,
-                                                  request.first_entry_id, request.last_entry_id):
-            ids.append(item.entry_id)
-            nbytes += len(item.body)
+        # the bookie's own read of the source (views of each message received, as PullEntries reads)
+        async for batch in self.peers.read_entry_batches(request.source_bookie_id, request.ledger_id,
+                                                         request.first_entry_id, request.last_entry_id, views=True):
+            for item in batch:
+                ids.append(item.entry_id)
+                nbytes += len(item.body)
             if nbytes >= PULL_REPORT_BYTES:
                 yield pb.PullProgress(status=pb.EOK, stored_entry_ids=ids, bytes_stored=nbytes, failed_entry_id=-1)
                 ids, nbytes = [], 0

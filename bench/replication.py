@@ -27,10 +27,15 @@ loopback TCP rate, and the fraction of each every rate reached) and its load ave
 drops the page cache before each timed part (the source bookie then reads from the disk).
 
 Prints MB/s (10^6 bytes/s of entry bodies); the headline ratio is worker / raw pull of the same
-streams (issue 29 target >= 0.8). Not a test.
+streams (issue 29 target >= 0.8). On a shared machine compare the **CPU per MiB** line instead: CPU
+seconds (user + system, from psutil) of the source bookie, the target bookie and the worker's process
+over the worker's window, per MiB copied, with the load average; and the system calls per MiB
+(``/proc/PID/io``). ``--profile DIR`` records both bookies with ``py-spy record --native`` (raw
+collapsed stacks) during the copy; ``--copy-only`` skips the baselines. Not a test.
 
     .venv/bin/python bench/replication.py             # 512 MiB
     .venv/bin/python bench/replication.py --mib 64    # quick run
+    nice -n 19 .venv/bin/python bench/replication.py --copy-only --profile /tmp/prof   # CPU per MiB, profiles
 """
 
 from __future__ import annotations
@@ -229,11 +234,36 @@ async def load(cluster, mib: int, ledgers: int) -> tuple[list[int], int]:
     return ids, total
 
 
-async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bool = False) -> dict:
+def start_profiles(procs: dict, out: Path) -> list:
+    """``py-spy record --native`` (raw collapsed stacks, 250 Hz, under ``nice -n 19``) on the bookie
+    processes of ``procs`` (name -> psutil.Process), into ``out/<name>.txt``."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return [subprocess.Popen(["nice", "-n", "19", spy, "record", "--native", "--rate", "250", "--format", "raw",
+                              "-o", str(out / f"{k}.txt"), "-p", str(p.pid)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for k, p in procs.items() if k.startswith("bookie")]
+
+
+def stop_profiles(spies: list) -> None:
+    """Stop the profilers (SIGINT: py-spy writes its file) and wait for them."""
+    for s in spies:
+        s.send_signal(signal.SIGINT)
+    for s in spies:
+        with contextlib.suppress(Exception):
+            s.wait(60)
+
+
+async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bool = False,
+                     profile: Path | None = None) -> dict:
     """Run the worker until every marker is gone. Returns ``seconds`` (start to empty marker tree),
     ``written`` (bytes the targets acknowledged), ``peak`` (most streams at once), ``verified`` (entries),
     ``first`` / ``last`` (seconds from the start to the first / last acknowledged bytes: the fixed cost
-    is ``first + seconds - last``, the window outside the copy) and ``cache`` (what --cold-cache did)."""
+    is ``first + seconds - last``, the window outside the copy), ``cache`` (what --cold-cache did),
+    ``cpu`` (CPU seconds, user + system, of the worker's process, the source bookie ``bookie1`` and the
+    target ``bookie2`` over the window) and ``calls`` (their read-like and write-like system calls). ``profile``: py-spy profiles of both bookies in that directory."""
     from autorecovery.placement import PlacementConfig, RackawarePolicy
     from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
     from autorecovery.zk.bookies import BookieWatcher
@@ -271,7 +301,11 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     for i in (1, 2):
         procs[f"bookie{i}"] = psutil.Process(cluster.bookies[i].pid)
     cache = await asyncio.to_thread(limits.cold, cold)
+    spies = start_profiles(procs, profile) if profile is not None else []
+    if spies:
+        await asyncio.sleep(1.0)  # py-spy attaches before the copy starts (not a synchronisation: a bench)
     cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
+    io0 = {k: p.io_counters() for k, p in procs.items()}
     t0 = time.perf_counter()
     await w.start()
 
@@ -300,9 +334,12 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
 
     ok = await wait_for(done, 3600, interval_s=0.02)
     dt = time.perf_counter() - t0
+    cpu = {k: sum(p.cpu_times()[:2]) - cpu0[k] for k, p in procs.items()}
+    io = {k: p.io_counters() for k, p in procs.items()}
+    calls = {k: (io[k].read_count - io0[k].read_count, io[k].write_count - io0[k].write_count) for k in procs}
+    await asyncio.to_thread(stop_profiles, spies)
     assert ok, "replication did not finish"
-    cpu = {k: (sum(p.cpu_times()[:2]) - cpu0[k]) / dt for k, p in procs.items()}
-    print("CPU during the copy (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+    print("CPU during the copy (cores): " + ", ".join(f"{k} {v / dt:.2f}" for k, v in cpu.items()))
     written = acked()
     verified = reg.get("replication_worker_NUM_ENTRIES_READ").value
     await w.stop()
@@ -311,11 +348,11 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     await watcher.stop()
     await zk.stop()
     return {"seconds": dt, "written": written, "peak": peak[0], "verified": verified,
-            "first": seen["first"] or 0.0, "last": seen["last"] or dt, "cache": cache}
+            "first": seen["first"] or 0.0, "last": seen["last"] or dt, "cache": cache, "cpu": cpu, "calls": calls}
 
 
 async def main_async(mib: int, ledgers: int, keep: bool, pull: bool = True, cold: bool = False,
-                     context: bool = False) -> None:
+                     context: bool = False, profile: Path | None = None, copy_only: bool = False) -> None:
     import logging
 
     import structlog
@@ -334,9 +371,17 @@ async def main_async(mib: int, ledgers: int, keep: bool, pull: bool = True, cold
         print(f"set-up: {len(ids)} ledgers E2/WQ2, {nbytes / 2**20:.0f} MiB of {ENTRY // 1024} KiB entries per "
               f"replica, loaded in {time.perf_counter() - t:.1f}s; bookie 0 lost, copy 1 -> 2")
         await asyncio.to_thread(os.sync)  # the load's dirty pages must not be flushed during the copy
-        r = await run_worker(cluster, ids, pull, cold)
+        r = await run_worker(cluster, ids, pull, cold, profile)
         dt, written, peak = r["seconds"], r["written"], r["peak"]
         assert written >= nbytes, (written, nbytes)
+        cpu, mibs = r["cpu"], written / 2**20
+        load1 = os.getloadavg()[0]
+        print(f"cpu per MiB:   source bookie {cpu['bookie1'] / mibs * 1e3:.2f} ms, target bookie "
+              f"{cpu['bookie2'] / mibs * 1e3:.2f} ms, worker {cpu['worker'] / mibs * 1e3:.2f} ms (CPU-s, user + "
+              f"system, per MiB copied: {cpu['bookie1']:.2f} / {cpu['bookie2']:.2f} / {cpu['worker']:.2f} s for "
+              f"{mibs:.0f} MiB; load {load1:.1f}: compare these on a shared machine, not MB/s)")
+        print("syscalls per MiB (read-like / write-like, /proc/PID/io): " + ", ".join(
+            f"{k} {r / mibs:.0f} / {w / mibs:.0f}" for k, (r, w) in r["calls"].items()))
         worker = written / dt / 1e6
         fixed = r["first"] + (dt - r["last"])
         how = "the target bookie pulls from the source" if pull else "through the worker (--no-pull)"
@@ -347,6 +392,12 @@ async def main_async(mib: int, ledgers: int, keep: bool, pull: bool = True, cold
               f"{written / max(1e-9, r['last'] - r['first']) / 1e6:.1f} MB/s between them")
     finally:
         await asyncio.to_thread(cluster.down)
+    if copy_only:
+        if not keep:
+            import shutil
+
+            shutil.rmtree(base, ignore_errors=True)
+        return
     streams = max(1, peak)
     cache = await asyncio.to_thread(limits.cold, cold)
     rawp = await raw_pull(nbytes // ENTRY, streams)
@@ -382,12 +433,18 @@ def main() -> None:
                          "part: the source bookie reads from the disk")
     ap.add_argument("--context", action="store_true",
                     help="also time the two-hop pipeline through this process (the --no-pull path)")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="py-spy --native profiles (raw collapsed stacks) of the source and target bookies during "
+                         "the worker's copy, in DIR/bookie1.txt and DIR/bookie2.txt")
+    ap.add_argument("--copy-only", action="store_true",
+                    help="time the worker's copy only (its MB/s and CPU per MiB), no baselines")
     ap.add_argument("--storage-only", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.storage_only:
         asyncio.run(storage_only(a.storage_only, a.mib))
     else:
-        asyncio.run(main_async(a.mib, a.ledgers, a.keep, pull=not a.no_pull, cold=a.cold_cache, context=a.context))
+        asyncio.run(main_async(a.mib, a.ledgers, a.keep, pull=not a.no_pull, cold=a.cold_cache, context=a.context,
+                               profile=a.profile, copy_only=a.copy_only))
 
 
 if __name__ == "__main__":

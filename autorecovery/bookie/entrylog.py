@@ -33,6 +33,8 @@ DEFAULT_MAX_LOG_BYTES = 1 << 30
 WRITEV_MAX_BUFFERS = 256
 #: a ``writev`` call stops adding bodies past this many bytes (bytes; one body may exceed it)
 WRITEV_MAX_BYTES = 4 << 20
+#: most bytes one ``pread`` of :meth:`EntryLogs.read_many` takes (one body may exceed it)
+READ_RUN_MAX_BYTES = 1 << 20
 
 
 class EntryLogError(AutoRecoveryError):
@@ -222,6 +224,37 @@ class EntryLogs:
         Raises:
             EntryLogError: the file is missing or shorter than the index says (names file and offset).
         """
+        return self._pread(self._read_fd(log_id), log_id, offset, length)
+
+    def read_many(self, locations: list[tuple[int, int, int]]) -> list[memoryview]:
+        """The bodies at ``locations`` (``(log id, offset, length)`` each), in order, as read-only views:
+        each run of locations that lie back to back in one log (an AddStream's or a pull's entries, written
+        by one ``writev``) is read with one ``pread`` of at most :data:`READ_RUN_MAX_BYTES`, and its bodies
+        are views of that one buffer (no copy per body). A range read of 64 KiB entries makes one system
+        call per run instead of one per entry: each call gives up the GIL, which a reader thread must then
+        win back from the busy event loop (issue 29: 84 futex calls per MiB served).
+
+        Raises:
+            EntryLogError: as :meth:`read`.
+        """
+        out: list[memoryview] = []
+        i, n = 0, len(locations)
+        while i < n:
+            log_id, start, length = locations[i]
+            end, j = start + length, i + 1
+            while j < n:
+                lid2, off2, len2 = locations[j]
+                if lid2 != log_id or off2 != end or end + len2 - start > READ_RUN_MAX_BYTES:
+                    break
+                end += len2
+                j += 1
+            buf = memoryview(self._pread(self._read_fd(log_id), log_id, start, end - start))
+            for _lid, off, ln in locations[i:j]:
+                out.append(buf[off - start:off - start + ln])
+            i = j
+        return out
+
+    def _read_fd(self, log_id: int) -> int:
         fd = self._read_fds.get(log_id)
         if fd is None:
             with self._read_lock:
@@ -233,6 +266,9 @@ class EntryLogs:
                     except OSError as exc:
                         raise EntryLogError(f"cannot open entry log {path}: {exc}") from exc
                     self._read_fds[log_id] = fd
+        return fd
+
+    def _pread(self, fd: int, log_id: int, offset: int, length: int) -> bytes:
         try:
             data = os.pread(fd, length, offset)
         except OSError as exc:

@@ -159,9 +159,11 @@ class PullHandler:
             return good, lacs, nbytes
 
         # a message at a time: one admission, one storage operation and one future per message, not
-        # per entry (the per-entry cost of the event loop was most of this handler's CPU)
+        # per entry (the per-entry cost of the event loop was most of this handler's CPU); each body is
+        # a view of the message received, verified (one copy of its payload for CRC32C), checked and
+        # written to the entry log without another copy (issue 29)
         reader = self.peers.read_entry_batches(source, lid, first, last, ensemble_size=E, write_quorum=WQ,
-                                               bookie_index=idx)
+                                               bookie_index=idx, views=True)
         try:
             async with contextlib.aclosing(reader):
                 async for batch in reader:

@@ -17,8 +17,10 @@ from autorecovery.bookie.admission import Admission
 from autorecovery.bookie.limits import MAX_READ_BATCH_BYTES
 from autorecovery.bookie.status import BookieStatusError
 from autorecovery.bookie.storage import BookieStorage
+from autorecovery.bookie.store_reads import StoredEntry
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.rpc.convert import ranges_to_proto, status_code
+from autorecovery.rpc.wire import encode_read_batch
 
 log = structlog.get_logger("autorecovery.bookie.service")
 _OK = pb.StatusCode.EOK
@@ -74,10 +76,15 @@ class ReadHandlers:
         """Stream the range in order; missing ids as ``ENOENTRY``. A request-level failure
         (``ENOLEDGER``, ``EBADREQ``, ``ETOOMANYREQUESTS``, ``EIO``) is sent as one response with that
         status, then the stream ends. The whole stream counts as one read in progress."""
+        lid = request.ledger_id
         async with contextlib.aclosing(self._read_chunks(request)) as chunks:
             async for chunk in chunks:
-                for resp in chunk:
-                    yield resp
+                if isinstance(chunk, pb.ReadResponse):
+                    yield chunk
+                    continue
+                items, lac = chunk
+                for it in items:
+                    yield _answer(lid, it, lac)
 
     def _range_problem(self, lid: int, first: int, last: int, E: int, WQ: int, idx: int) -> str | None:
         """What is wrong with a range read's ids or striping (None: nothing), shared by the range reads
@@ -92,18 +99,20 @@ class ReadHandlers:
             return f"invalid striping ensemble_size={E} write_quorum={WQ} bookie_index={idx}"
         return None
 
-    async def _read_chunks(self, request: pb.ReadRangeRequest) -> AsyncIterator[list[pb.ReadResponse]]:
-        """Validate and admit a range read, then yield its answers chunk by chunk (shared by
-        ReadEntries and ReadEntryBatches)."""
+    async def _read_chunks(self, request: pb.ReadRangeRequest
+                           ) -> AsyncIterator[tuple[list[StoredEntry], int] | pb.ReadResponse]:
+        """Validate and admit a range read, then yield its storage chunks, ``(items, lac)`` (shared by
+        ReadEntries and ReadEntryBatches); a refusal or failure is a last ``ReadResponse`` with its
+        status."""
         lid, first, last = request.ledger_id, request.first_entry_id, request.last_entry_id
         E, WQ, idx = request.ensemble_size, request.write_quorum, request.bookie_index
         bad = self._range_problem(lid, first, last, E, WQ, idx)
         if bad is not None:
-            yield [pb.ReadResponse(status=pb.EBADREQ, ledger_id=lid, entry_id=first, lac=-1, message=bad)]
+            yield pb.ReadResponse(status=pb.EBADREQ, ledger_id=lid, entry_id=first, lac=-1, message=bad)
             return
         if not self.admission.try_read():
-            yield [pb.ReadResponse(status=pb.ETOOMANYREQUESTS, ledger_id=lid, entry_id=first, lac=-1,
-                                   message=f"bookie {self.bookie_id}: {self.admission.describe_reads()}")]
+            yield pb.ReadResponse(status=pb.ETOOMANYREQUESTS, ledger_id=lid, entry_id=first, lac=-1,
+                                  message=f"bookie {self.bookie_id}: {self.admission.describe_reads()}")
             return
         try:
             async with contextlib.aclosing(self._read_range(lid, first, last, E, WQ, idx)) as chunks:
@@ -114,34 +123,34 @@ class ReadHandlers:
 
     async def ReadEntryBatches(
         self, request: pb.ReadRangeRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[list[pb.ReadResponse]]:
+    ) -> AsyncIterator[bytes | list[pb.ReadResponse]]:
         """:meth:`ReadEntries` with many answers per message (feature ``BATCHED_ENTRIES``, issue 13):
         the same responses in the same order, grouped into :class:`ReadBatch` messages of at most
         ``max_batch_bytes`` body bytes (default and cap :data:`MAX_READ_BATCH_BYTES`; an entry larger
-        than that travels alone). A batch never waits for a later storage chunk. Yields each message as
-        the list of its responses: :func:`add_service` registers :func:`~autorecovery.rpc.wire.encode_batch`
-        to write it as a ``ReadBatch`` (building the message would deep-copy every body)."""
+        than that travels alone). A batch never waits for a later storage chunk. Yields each message
+        already encoded (:func:`~autorecovery.rpc.wire.encode_read_batch`, runs of stored entries: each
+        body copied once, no ``ReadResponse`` built) or as the list of its responses (missing entries,
+        refusals); :func:`add_service` registers :func:`~autorecovery.rpc.wire.encode_batch`, which
+        writes either as a ``ReadBatch``."""
         limit = request.max_batch_bytes
         limit = MAX_READ_BATCH_BYTES if limit <= 0 else min(limit, MAX_READ_BATCH_BYTES)
-        batch: list[pb.ReadResponse] = []
-        size = 0
+        lid = request.ledger_id
         async with contextlib.aclosing(self._read_chunks(request)) as chunks:
             async for chunk in chunks:
-                for resp in chunk:
-                    n = len(resp.body)
-                    if batch and size + n > limit:
-                        yield batch
-                        batch, size = [], 0
-                    batch.append(resp)
-                    size += n
-                if batch:
-                    yield batch
-                    batch, size = [], 0
+                if isinstance(chunk, pb.ReadResponse):
+                    yield [chunk]
+                    continue
+                items, lac = chunk
+                for batch in _batches(items, limit):
+                    if all(it.body is not None for it in batch):
+                        yield encode_read_batch(lid, [(it.entry_id, it.body) for it in batch], lac)
+                    else:
+                        yield [_answer(lid, it, lac) for it in batch]
 
     async def _read_range(self, lid: int, first: int, last: int, E: int, WQ: int, idx: int
-                          ) -> AsyncIterator[list[pb.ReadResponse]]:
-        """The answers of a validated, admitted range read, one list per storage chunk (at most 256
-        entries / 4 MiB); a storage failure is a last list holding one response with its status.
+                          ) -> AsyncIterator[tuple[list[StoredEntry], int] | pb.ReadResponse]:
+        """The chunks of a validated, admitted range read, ``(items, lac)`` per storage chunk (at most
+        256 entries / 4 MiB); a storage failure is a last ``ReadResponse`` with its status.
 
         The next chunk is read while the current one is being sent (one chunk of read-ahead per
         stream, so disk and network overlap; memory per stream stays at two chunks)."""
@@ -158,24 +167,19 @@ class ReadHandlers:
                     items, nxt, lac = await pending
                 except BookieStatusError as exc:
                     pending = None
-                    yield [pb.ReadResponse(
+                    yield pb.ReadResponse(
                         status=status_code(exc.status), ledger_id=lid, entry_id=start, lac=-1, message=exc.detail
-                    )]
+                    )
                     return
                 start = nxt
                 pending = read(start) if start <= last else None
-                yield [
-                    pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=it.entry_id, body=it.body, lac=lac)
-                    if it.body is not None else
-                    pb.ReadResponse(status=pb.ENOENTRY, ledger_id=lid, entry_id=it.entry_id, lac=lac,
-                                    message=f"ledger {lid} entry {it.entry_id} not found")
-                    for it in items
-                ]
+                yield items, lac
         finally:
             if pending is not None:  # the reader went away: drop the read-ahead
                 pending.cancel()
                 with contextlib.suppress(BaseException):
                     await pending
+
     async def ReadLac(self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext) -> pb.ReadLacResponse:
         """The ledger's LAC on this bookie: the largest piggy-backed LAC of its stored entries
         (upstream ReadLacProcessorV3). Statuses: EOK, ENOLEDGER, EIO."""
@@ -201,3 +205,30 @@ class ReadHandlers:
         return pb.GetListOfEntriesOfLedgerResponse(
             status=_OK, ledger_id=request.ledger_id, ranges=ranges_to_proto(ranges)
         )
+
+
+def _answer(lid: int, it: StoredEntry, lac: int) -> pb.ReadResponse:
+    """The ``ReadResponse`` of one item of a range read (``ENOENTRY`` when the bookie lacks it)."""
+    if it.body is not None:  # protobuf takes bytes only (a stored body is a view of the run read)
+        body = it.body if isinstance(it.body, bytes) else bytes(it.body)
+        return pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=it.entry_id, body=body, lac=lac)
+    return pb.ReadResponse(status=pb.ENOENTRY, ledger_id=lid, entry_id=it.entry_id, lac=lac,
+                           message=f"ledger {lid} entry {it.entry_id} not found")
+
+
+def _batches(items: list[StoredEntry], limit: int) -> list[list[StoredEntry]]:
+    """``items`` cut in order into batches of at most ``limit`` body bytes (an entry larger than that
+    alone; a missing entry counts 0 bytes)."""
+    out: list[list[StoredEntry]] = []
+    batch: list[StoredEntry] = []
+    size = 0
+    for it in items:
+        n = len(it.body) if it.body is not None else 0
+        if batch and size + n > limit:
+            out.append(batch)
+            batch, size = [], 0
+        batch.append(it)
+        size += n
+    if batch:
+        out.append(batch)
+    return out

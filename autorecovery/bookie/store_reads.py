@@ -21,10 +21,11 @@ from autorecovery.rpc.convert import stored_on
 
 @dataclass(frozen=True, slots=True)
 class StoredEntry:
-    """An entry as read from the store: ``body`` is the packed entry (None when the entry is missing)."""
+    """An entry as read from the store: ``body`` is the packed entry (None when the entry is missing);
+    from :meth:`StoreReads.read_range_chunk`, a read-only ``memoryview`` (of the run read with it)."""
 
     entry_id: int
-    body: bytes | None
+    body: bytes | memoryview | None
 
 
 
@@ -173,31 +174,37 @@ class StoreReads:
                     "BETWEEN ? AND ? ORDER BY entry_id LIMIT ?",
                     (ledger_id, start, last, max_count),
                 )
-            items: list[StoredEntry] = []
+            # entry ids in order (None body: missing here) and where the stored ones are; the bodies
+            # are read afterwards, a run of back-to-back bodies with one pread (EntryLogs.read_many)
+            ids: list[tuple[int, bool]] = []
+            locs: list[tuple[int, int, int]] = []
             nbytes = 0
             nxt = start
             try:
                 for eid, log_id, offset, length in cur:
                     # ids between nxt and eid are missing here
-                    while nxt < eid and len(items) < max_count:
+                    while nxt < eid and len(ids) < max_count:
                         if wanted(nxt):
-                            items.append(StoredEntry(nxt, None))
+                            ids.append((nxt, False))
                         nxt += 1
-                    if len(items) >= max_count or nbytes >= max_bytes:
+                    if len(ids) >= max_count or nbytes >= max_bytes:
                         break
-                    items.append(StoredEntry(int(eid), self.logs.read(log_id, offset, length)))
+                    ids.append((int(eid), True))
+                    locs.append((log_id, offset, length))
                     nbytes += length
                     nxt = eid + 1
-                    if len(items) >= max_count or nbytes >= max_bytes:
+                    if len(ids) >= max_count or nbytes >= max_bytes:
                         break
                 else:
                     # no more stored entries in range: the rest (up to the chunk limit) are gaps
-                    while nxt <= last and len(items) < max_count:
+                    while nxt <= last and len(ids) < max_count:
                         if wanted(nxt):
-                            items.append(StoredEntry(nxt, None))
+                            ids.append((nxt, False))
                         nxt += 1
             finally:
                 cur.close()
+            bodies = iter(self.logs.read_many(locs))
+            items = [StoredEntry(eid, next(bodies) if stored else None) for eid, stored in ids]
             return items, nxt, led[1]
 
         return await self._read(fn)

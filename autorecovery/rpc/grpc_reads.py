@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 
 from autorecovery.errors import BookieError, BookieUnavailableError
 from autorecovery.proto import bookie_pb2 as pb
@@ -25,6 +26,9 @@ from autorecovery.rpc.grpc_common import (
     _status_error,
 )
 from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
+from autorecovery.rpc.wire import decode_read_batch
+
+_EOK, _ENOENTRY = pb.EOK, pb.ENOENTRY
 
 log = structlog.get_logger("autorecovery.rpc.bookie_client")
 
@@ -92,10 +96,16 @@ class GrpcReads:
         ensemble_size: int = 0,
         write_quorum: int = 0,
         bookie_index: int = 0,
+        views: bool = False,
     ) -> AsyncIterator[list[ReadResult | BookieError]]:
         """:meth:`read_entries`, a list per message received (up to ``batch_bytes`` of bodies with the
         batched framing, one entry with the old one): for callers that handle entries a group at a time
         (a bookie's PullEntries). Same items, order, errors and cancellation.
+
+        ``views``: with the batched framing, each ``body`` is a read-only ``memoryview`` of the message
+        received (:func:`~autorecovery.rpc.wire.decode_read_batch`), not ``bytes``: no copy per entry, but
+        the message stays in memory while any of its bodies does. For callers that only verify, measure
+        and write the bodies (a bookie's PullEntries).
         """
         req = pb.ReadRangeRequest(
             ledger_id=ledger_id,
@@ -109,12 +119,15 @@ class GrpcReads:
         what = f"read ledger {ledger_id} entries {first}..{last}"
         batched = await self._batched(bookie_id)
         stub = self._stub(bookie_id)
-        call = stub.ReadEntryBatches(req) if batched else stub.ReadEntries(req)
+        raw = batched and views
+        call = (stub.ReadEntryBatchesRaw(req) if raw else stub.ReadEntryBatches(req)) if batched else stub.ReadEntries(req)
         started = False  # something came back: a fallback would repeat it
         try:
             while True:
                 try:
-                    msg = await asyncio.wait_for(call.read(), self.timeout_s)
+                    # asyncio.timeout, not wait_for: no task per message on the hot path
+                    async with asyncio.timeout(self.timeout_s):
+                        msg = await call.read()
                 except TimeoutError:
                     raise BookieUnavailableError(
                         bookie_id, "UNAVAILABLE", f"{what}: no response for {self.timeout_s}s"
@@ -124,13 +137,21 @@ class GrpcReads:
                         # the bookie was replaced by one without the feature since we asked: start over
                         self._features[bookie_id] = 0
                         call.cancel()
-                        batched, started = False, False
+                        batched, raw, started = False, False, False
                         call = stub.ReadEntries(req)
                         continue
                     raise self._failed(bookie_id, exc, what) from None
                 if msg is grpc.aio.EOF:
                     return
                 started = True
+                if raw:
+                    items, failed = self._raw_items(bookie_id, msg, what)
+                    if failed is not None:
+                        if items:  # what came before the failure, then the failure
+                            yield items
+                        _raise(failed)
+                    yield items
+                    continue
                 out: list[ReadResult | BookieError] = []
                 for resp in (msg.entries if batched else (msg,)):
                     if resp.status == pb.EOK:
@@ -146,6 +167,28 @@ class GrpcReads:
                 yield out
         finally:
             call.cancel()
+
+    @staticmethod
+    def _raw_items(bookie_id: str, data: bytes, what: str) -> tuple[list[ReadResult | BookieError], BookieError | None]:
+        """The items of one ``ReadBatch`` received as bytes (bodies are views of ``data``), as
+        :meth:`read_entry_batches` makes them from a decoded message, up to the first answer that is
+        neither EOK nor ENOENTRY, and that answer's error (None: there is none; ``EIO`` for a message
+        that does not parse)."""
+        try:
+            answers = decode_read_batch(data)
+        except DecodeError as exc:
+            return [], BookieError(bookie_id, "EIO", f"{what}: {exc}")
+        out: list[ReadResult | BookieError] = []
+        for status, eid, body, lac, message in answers:
+            if status == _EOK:
+                out.append(ReadResult(eid, body, lac))  # type: ignore[arg-type]  # a view: see ``views``
+            elif status == _ENOENTRY:
+                missing = BookieError(bookie_id, "ENOENTRY", message)
+                missing.entry_id = eid
+                out.append(missing)
+            else:
+                return out, _status_error(bookie_id, status, message)
+        return out, None
 
     async def pulls(self, bookie_id: str) -> bool:
         """Whether ``bookie_id`` serves :meth:`pull_entries` (feature ``PULL_ENTRIES``; False with

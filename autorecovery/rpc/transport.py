@@ -66,7 +66,7 @@ class BookieTransport(Protocol):
                      write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]: ...
 
     def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
-                           write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]: ...
+                           write_quorum: int = 0, bookie_index: int = 0, views: bool = False) -> AsyncIterator[Any]: ...
 
     async def read_lac(self, bookie_id: str, ledger_id: int) -> int: ...
 
@@ -228,10 +228,11 @@ class BookieClient:
                             write_quorum=write_quorum, bookie_index=bookie_index)
 
     def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
-                           write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[Any]:
-        """:meth:`read_entries`, a list of items at a time; see :meth:`GrpcBookieClient.read_entry_batches`."""
+                           write_quorum: int = 0, bookie_index: int = 0, views: bool = False) -> AsyncIterator[Any]:
+        """:meth:`read_entries`, a list of items at a time; see :meth:`GrpcBookieClient.read_entry_batches`
+        (``views``: bodies may be views of the messages received)."""
         return self._stream(bookie_id, "read_entry_batches", ledger_id, first, last, ensemble_size=ensemble_size,
-                            write_quorum=write_quorum, bookie_index=bookie_index)
+                            write_quorum=write_quorum, bookie_index=bookie_index, views=views)
 
     def _stream(self, bookie_id: str, method: str, *args: Any, **kw: Any) -> AsyncIterator[Any]:
         name = self._chosen.get(bookie_id)

@@ -258,9 +258,10 @@ class UpstreamBookieClient:
                                                write_quorum=write_quorum, bookie_index=bookie_index))
 
     async def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *,
-                                 ensemble_size: int = 0, write_quorum: int = 0,
-                                 bookie_index: int = 0) -> AsyncIterator[list[ReadResult | BookieError]]:
-        """:meth:`read_entries`, a list per group of answers that arrived together."""
+                                 ensemble_size: int = 0, write_quorum: int = 0, bookie_index: int = 0,
+                                 views: bool = False) -> AsyncIterator[list[ReadResult | BookieError]]:
+        """:meth:`read_entries`, a list per group of answers that arrived together (``views`` is accepted
+        for the gRPC client's signature: bodies here are always ``bytes``)."""
         conn = await self._connection(bookie_id)
         ids = (e for e in range(first, last + 1)
                if ensemble_size <= 0 or index_stores(bookie_index, e, ensemble_size, write_quorum))

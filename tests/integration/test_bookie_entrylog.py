@@ -286,3 +286,28 @@ def test_index_rows_are_inserted_many_per_statement_and_the_last_copy_wins() -> 
     assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 300
     assert conn.execute("SELECT log_id, offset, length FROM entries WHERE entry_id=7").fetchone() == (3, 999, 12)
     assert conn.execute("SELECT offset FROM entries WHERE entry_id=299").fetchone() == (2990,)
+
+
+def test_read_many_reads_each_back_to_back_run_with_one_pread(tmp_path: Path, monkeypatch) -> None:
+    from autorecovery.bookie import entrylog
+    from autorecovery.bookie.entrylog import EntryLogs
+
+    logs = EntryLogs(tmp_path).open()
+    try:
+        bodies = [bytes([i]) * (1000 + i) for i in range(10)]
+        locs = [(lid, off, len(b)) for (lid, off), b in zip(logs.append_many(bodies), bodies)]
+        locs += [(lid, off, ln) for lid, off, ln in locs[:2]]  # a run that starts over: a second pread
+        locs.insert(5, locs[8])  # out of order: the run is cut before and after it
+        want = [bytes(logs.read(*loc)) for loc in locs]
+        calls = []
+        real = entrylog.os.pread
+        monkeypatch.setattr(entrylog.os, "pread", lambda fd, n, off: calls.append((n, off)) or real(fd, n, off))
+        got = logs.read_many(locs)
+        assert [bytes(g) for g in got] == want and all(isinstance(g, memoryview) for g in got)
+        assert [n for n, _off in calls] == [sum(len(b) for b in bodies[a:b + 1]) for a, b in ((0, 4), (8, 8), (5, 9), (0, 1))]
+        monkeypatch.setattr(entrylog, "READ_RUN_MAX_BYTES", 2500)  # runs are cut at the byte bound
+        calls.clear()
+        assert [bytes(g) for g in logs.read_many(locs[:5])] == bodies[:5]
+        assert len(calls) == 3  # 0-1, 2-3, 4
+    finally:
+        logs.close()

@@ -126,6 +126,29 @@ async def test_missing_and_corrupt_entries_are_reported_and_not_stored(bookies, 
         assert exc.value.status == "ENOENTRY"
 
 
+async def test_corrupt_entries_inside_a_whole_message_are_refused_and_the_rest_stored_byte_for_byte(bookies, client):
+    # every entry present: the source encodes each message straight from its stored bodies and the target
+    # reads views of it (issue 29); a flipped payload byte and a flipped header byte (the length, under
+    # the CRC too), mid-message, are DIGEST, the entries before and after them in the same message are
+    # stored, the very bytes
+    source = await bookies("src", pulls=False)
+    target = await bookies("tgt")
+    bad = bytearray(entry(4))
+    bad[100] ^= 0x01
+    entries = [(e, entry(e)) for e in range(12)]
+    entries[4] = (4, bytes(bad))
+    bad6 = bytearray(entry(6))
+    bad6[30] ^= 0x01  # the header's cumulative length
+    entries[6] = (6, bytes(bad6))
+    await client.add_entries(source.bookie_id, LID, MK, entries)
+    stored, nbytes, failed, last = await pull_all(client, target.bookie_id, source.bookie_id, 0, 11)
+    assert failed == {4: "DIGEST", 6: "DIGEST"} and last.done
+    good = [e for e in range(12) if e not in (4, 6)]
+    assert stored == good and nbytes == sum(len(entry(e)) for e in good)
+    for e in good:
+        assert (await client.read_entry(target.bookie_id, LID, e)).body == entry(e)
+
+
 async def test_unreachable_source_is_reported_as_the_source_status(bookies, client):
     target = await bookies("tgt")
     gone = f"127.0.0.1:{free_port()}"
