@@ -93,6 +93,11 @@ class Backlog:
         self._costs: dict[int, tuple[tuple[int, int, list[str]], LedgerMetadata, LedgerPriority, int]] = {}
         self._costed_for: frozenset[str] | None = None
         self._multi_read = True  # False once the server refused multiRead (before 3.6)
+        # ledger id → the mzxid of the marker / metadata znode its ``markers`` / ``mds`` entry was decoded
+        # from: a full refresh re-reads them but decodes (and re-costs) only what was written since
+        # (issue 29: decoding every marked ledger's metadata each minute in every worker)
+        self._marker_zxid: dict[int, int] = {}
+        self._md_zxid: dict[int, int] = {}
         # the candidate ranking reused between picks (see order)
         self._rank_gen = 0
         self._rank_sig: tuple | None = None
@@ -126,6 +131,8 @@ class Backlog:
                 self.mds.pop(lid, None)
                 self.known.pop(lid, None)
                 self._costs.pop(lid, None)
+                self._marker_zxid.pop(lid, None)
+                self._md_zxid.pop(lid, None)
         todo = [lid for lid in sorted(ids) if full or lid not in self.markers or lid in self.not_retriable]
         batch = todo[:REFRESH_BATCH]
         if not await self._load_many(batch, full):
@@ -178,7 +185,9 @@ class Backlog:
             if marker is None:
                 return
             self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+            self._marker_zxid.pop(lid, None)
             if full or lid not in self.mds:
+                self._md_zxid.pop(lid, None)
                 try:
                     self.mds[lid], _ = await self.store.read(lid)
                 except (NoSuchLedgerError, AutoRecoveryError):
@@ -211,30 +220,46 @@ class Backlog:
                     continue
                 if isinstance(res, Exception):
                     raise res
-                try:
-                    marker = self.um.marker_from(lid, *res)
-                except AutoRecoveryError as exc:
-                    log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
-                                error=str(exc))
-                    continue
-                self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+                zxid = getattr(res[1], "mzxid", None)
+                if zxid is None or lid not in self.markers or self._marker_zxid.get(lid) != zxid:
+                    try:
+                        marker = self.um.marker_from(lid, *res)
+                    except AutoRecoveryError as exc:
+                        log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
+                                    error=str(exc))
+                        continue
+                    self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+                    self._set_zxid(self._marker_zxid, lid, zxid)
                 md = mds.get(lid)
                 if md is None:
                     continue
                 if isinstance(md, tuple):
+                    zxid = getattr(md[1], "mzxid", None)
+                    if zxid is not None and lid in self.mds and self._md_zxid.get(lid) == zxid:
+                        continue  # the very znode version decoded before: same object, same costs
                     try:
                         self.mds[lid] = decode_metadata(md[0], paths.ledger(lid))
+                        self._set_zxid(self._md_zxid, lid, zxid)
                         continue
                     except AutoRecoveryError:
                         pass
                 elif not isinstance(md, NoNodeError):
                     raise md
                 self.mds.pop(lid, None)
+                self._md_zxid.pop(lid, None)
         return True
 
     def remember_marker(self, lid: int, version: int, ctime: int, replicas: list[str]) -> None:
         """The marker as a pass read it."""
         self.markers[lid] = (version, ctime, list(replicas))
+        self._marker_zxid.pop(lid, None)  # decoded again at the next full refresh
+
+    @staticmethod
+    def _set_zxid(zxids: dict[int, int], lid: int, zxid: int | None) -> None:
+        if zxid is None:
+            zxids.pop(lid, None)
+        else:
+            zxids[lid] = zxid
 
     # -- candidate order ---------------------------------------------------------------------------
     def order(self, ids: Collection[int], rng, available: Collection[str]) -> Iterator[int]:
