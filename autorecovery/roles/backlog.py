@@ -87,6 +87,8 @@ class Backlog:
         self.unrecoverable: dict[int, dict] = {}
         self.active: set[int] = set()
         self._last_full = -1e18
+        self._unrec_names: list[str] | None = None  # the side znodes' last listing, until its watch fires
+        self._unrec_gen = 0  # watch events of that listing seen
         # per marked ledger: (marker tuple, metadata, priority, bytes to copy) computed from those very
         # objects for the membership ``_costed_for``; a refresh recomputes only what changed (issue 29:
         # recomputing every marked ledger's priority twice a second was half the daemon's CPU)
@@ -167,7 +169,7 @@ class Backlog:
                 placement_marks += 1
         if changed:
             self._rank_gen += 1  # the next pick ranks again
-        await self.sync_unrecoverable()
+        await self.sync_unrecoverable(relist=full)
         return backlog, placement_marks
 
     async def _load_one(self, lid: int, full: bool, sem: asyncio.Semaphore) -> None:
@@ -323,15 +325,26 @@ class Backlog:
         return True
 
     # -- unrecoverable records ---------------------------------------------------------------------
-    async def sync_unrecoverable(self) -> None:
-        """Read the side znodes (watched: a removal or a new record calls ``on_change``)."""
+    async def sync_unrecoverable(self, relist: bool = False) -> None:
+        """Read the side znodes (watched: a removal or a new record calls ``on_change``). The listing is
+        read again only once its child watch fired, or with ``relist`` (the full refresh, every
+        :data:`FULL_REFRESH_S`, in case a watch was lost with a session): issue 29, a listing per refresh
+        was a ZooKeeper request per worker twice a second while healing."""
         def on_event(_e) -> None:
+            self._unrec_names = None
+            self._unrec_gen += 1
             self.on_change()
 
-        try:
-            names = await self.zk.get_children(self.paths.unrecoverable, watch=on_event)
-        except NoNodeError:
-            names = []
+        names = self._unrec_names
+        if names is None or relist:
+            gen = self._unrec_gen
+            try:
+                names = await self.zk.get_children(self.paths.unrecoverable, watch=on_event)
+            except NoNodeError:
+                names = None  # no directory, no watch: list again next time
+            # a watch that fired while the answer came back makes the answer stale
+            self._unrec_names = names if gen == self._unrec_gen else None
+        names = names or []
         present = set()
         for n in names:
             try:
