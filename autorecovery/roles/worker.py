@@ -23,7 +23,8 @@ copier → metadata CAS, and the ending goes to the effects alone. What the step
 
 1. Lock it with the upstream protocol (ephemeral ``locks/urL…``, marker version remembered) through
    :class:`~autorecovery.zk.underreplication.UnderreplicationManager`, candidates ordered by
-   :func:`~autorecovery.plan.priority.order_candidates` (not a random walk).
+   :func:`~autorecovery.plan.priority.order_candidates` (not a random walk); when other slots wait for
+   work too, one ledger per waiting slot is locked in one batch (:meth:`LockSteps.lock_next`).
 2. Re-check it with the :class:`~autorecovery.roles.checker.LedgerChecker`; the marker's replica list is
    never trusted. Nothing wrong → versioned delete of the marker (a re-mark meanwhile survives).
 3. Each bad **closed** fragment, most endangered first: if a lost bookie is registered again, re-check
