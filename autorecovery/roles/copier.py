@@ -163,6 +163,7 @@ class FragmentCopier(StreamCopy):
         on_bytes: Callable[[int], None] = lambda n: None,
         digest: EntryDigest = CRC32C,
         estimated_bytes: int | None = None,
+        listings: dict | None = None,
     ) -> CopyResult:
         """Copy everything ``plan`` describes; returns a :class:`CopyResult` (never partial silently).
 
@@ -176,13 +177,15 @@ class FragmentCopier(StreamCopy):
                 verified with it.
             estimated_bytes: the caller's estimate of the bytes to read (None: unknown); at most
                 :data:`SLOTLESS_COPY_BYTES` → no cluster-wide stream slots for this copy.
+            listings: what each bookie stores of the ledger, as :meth:`absent` of the same segment
+                just asked (:data:`autorecovery.roles.holdings.Cache`); None: asked again.
 
         Raises:
             TargetWriteError: a target refused a write (the caller may exclude it and retry later).
         """
         res = CopyResult()
         res.unreadable.extend(Gap(run) for run in plan.unsourced)
-        held: dict = {}  # bookie -> what it stores of the ledger (asked once per copy)
+        held: dict = {} if listings is None else listings  # bookie -> what it stores (asked once per copy)
         if not plan.streams:
             await self.explain(ledger_id, ensemble, write_quorum, res, registered, digest, held)
             return res
@@ -260,11 +263,11 @@ class FragmentCopier(StreamCopy):
         return await holdings.held(self.bookies, bookie, ledger_id, cache, striping)
 
     async def absent(self, ledger_id: int, ensemble: tuple[str, ...], wq: int, first: int, last: int,
-                     registered: Callable[[], Collection[str]]) -> list[Gap]:
+                     registered: Callable[[], Collection[str]], listings: dict | None = None) -> list[Gap]:
         """:func:`autorecovery.roles.holdings.absent` through this copier's bookie client: the entries of
         ``[first, last]`` no bookie of their write set holds (data loss found before any target is
         chosen or any entry read, issue 25)."""
-        return await holdings.absent(self.bookies, ledger_id, ensemble, wq, first, last, registered)
+        return await holdings.absent(self.bookies, ledger_id, ensemble, wq, first, last, registered, listings)
 
 #: Sorted inclusive ``[first, last]`` runs of entry ids (for logs); runs of runs: ``entry_runs.spans``.
 ranges = entry_runs.id_ranges

@@ -211,7 +211,9 @@ class PassSteps:
             return md
         # entries that no bookie of their write set stores at all (a ledger whose metadata claims more
         # than was ever written, issue 25): data loss found from the bookies' listings, before targets
-        gone = await self.copier.absent(lid, ensemble, md.write_quorum, first, last, lambda: self.watcher.available)
+        listings: dict = {}  # what each bookie of the segment stores: asked once for the check and the copy
+        gone = await self.copier.absent(lid, ensemble, md.write_quorum, first, last, lambda: self.watcher.available,
+                                        listings)
         if gone:
             p.unreadable_found.extend(gone)
             _classify_unreadable(gone, p)
@@ -235,7 +237,7 @@ class PassSteps:
             return md
         watch_back = {b for b in bad_bookies if b not in avail}
         return await self._copy_and_swap(lid, md, seg.first_entry_id, plan, p, watch_back,
-                                         skip_sources=bad_bookies, placement=False)
+                                         skip_sources=bad_bookies, placement=False, listings=listings)
 
     def excluded_targets(self) -> set[str]:
         """Bookies not to copy to: targets that failed recently, and bookies that do not advertise our
@@ -279,7 +281,8 @@ class PassSteps:
         return failed
 
     async def _copy_and_swap(self, lid: int, md: LedgerMetadata, seg_first: int, plan: FragmentPlan,
-                             p: pp.PassOutcome, watch_back: set[str], *, skip_sources, placement: bool) -> LedgerMetadata:
+                             p: pp.PassOutcome, watch_back: set[str], *, skip_sources, placement: bool,
+                             listings: dict | None = None) -> LedgerMetadata:
         """Run ``plan`` through the :class:`~autorecovery.roles.replicator.SegmentReplicator` and record
         the result in ``p``."""
         def should_abort() -> str | None:
@@ -294,7 +297,7 @@ class PassSteps:
         r = await self.replicator.replicate(
             lid, md, seg_first, plan, registered=lambda: self.watcher.available, skip_sources=skip_sources,
             should_abort=should_abort, on_bytes=lambda n: self.tracker.copied(lid, n),
-            version=known[1] if known is not None and known[0] is md else None)
+            version=known[1] if known is not None and known[0] is md else None, listings=listings)
         if r.version is not None:
             self.known[lid] = (r.metadata, r.version)
             if r.status == rp.SWAPPED:

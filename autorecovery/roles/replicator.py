@@ -125,6 +125,7 @@ class SegmentReplicator:
         should_abort: Callable[[], str | None] = lambda: None,
         on_bytes: Callable[[int], None] = lambda n: None,
         version: int | None = None,
+        listings: dict | None = None,
     ) -> ReplicateResult:
         """Copy the segment at ``seg_first`` of ``md`` as ``plan`` says and swap the targets in.
 
@@ -136,6 +137,8 @@ class SegmentReplicator:
                 then starts from ``md`` instead of reading the metadata again (one ZooKeeper read less
                 per fragment, issue 29); it is still a versioned CAS, so a change since that read is
                 a BadVersion, re-read and the guards run again on the latest metadata.
+            listings: what the segment's bookies store of the ledger, as the caller just asked them
+                (passed to the copier: not asked again).
 
         Returns a :class:`ReplicateResult`; the metadata changes only when ``status`` is
         :data:`SWAPPED`. Errors other than a target's write failure (ZooKeeper, a bookie read the
@@ -152,7 +155,7 @@ class SegmentReplicator:
                 should_abort=should_abort, on_bytes=on_bytes, digest=ledger_digest(md),
                 # a closed ledger's whole payload bounds what any copy of it reads (small ones take no
                 # cluster-wide stream slots: FragmentCopier.SLOTLESS_COPY_BYTES)
-                estimated_bytes=md.length if md.is_closed else None)
+                estimated_bytes=md.length if md.is_closed else None, listings=listings)
         except TargetWriteError as exc:
             return ReplicateResult(TARGET_FAILED, md, detail=str(exc), bad_target=exc.bookie_id, cause=exc.cause)
         if res.aborted:
