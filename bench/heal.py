@@ -21,7 +21,8 @@ cluster with the same data shape, so the ratio of the two is printed by one run)
   the dead bookie; the ledgers healed are those that stored an entry on it (a ledger whose ensemble
   names it without an entry there is not marked by our auditor, and is counted apart);
 * **streams**: the copy streams the daemons ran, from child watches on the stream-slot znodes
-  (``bench/zkstats.py``): peak and time-weighted mean while copying;
+  (``bench/zkstats.py``): peak and time-weighted mean while copying (a copy of a closed ledger of at
+  most 1 MiB takes no stream slot, issue 29: such heals show none);
 * **ZooKeeper**: packets the server received from the surviving daemons' connections (its ``cons``
   listing, each connection mapped to its process: the server's own count, no hook in the daemons,
   this bench's and the bookies' sessions excluded), from the kill to healed, per ledger healed (session
@@ -327,7 +328,8 @@ def report_side(r: dict, lim: limits.Limits) -> None:
           f"{r['ledgers'] / copy_s:.1f}/s after detection"
           + (f"; 10,000 such ledgers at this rate: {detect + 10000 / max(1e-9, r['ledgers'] / copy_s):.0f} s from the "
              f"kill, issue 29 target < 60 s)" if small else ")"))
-    print(f"  streams:   peak {r['peak']}, mean {r['mean']:.1f} while healing (stream-slot znodes); "
+    print(f"  streams:   peak {r['peak']}, mean {r['mean']:.1f} while healing (stream-slot znodes; copies of closed "
+          f"ledgers of at most 1 MiB take none); "
           f"{workers} of {len(r['copied'])} daemons copied: "
           + ", ".join(f"{i}: {b / 2**20:.0f} MiB" for i, b in sorted(r["copied"].items())))
     pings = len(r["copied"]) * dt / (r["zk_timeout_s"] / 3)

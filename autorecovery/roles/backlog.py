@@ -87,12 +87,19 @@ class Backlog:
         self.unrecoverable: dict[int, dict] = {}
         self.active: set[int] = set()
         self._last_full = -1e18
+        self._unrec_names: list[str] | None = None  # the side znodes' last listing, until its watch fires
+        self._unrec_gen = 0  # watch events of that listing seen
         # per marked ledger: (marker tuple, metadata, priority, bytes to copy) computed from those very
         # objects for the membership ``_costed_for``; a refresh recomputes only what changed (issue 29:
         # recomputing every marked ledger's priority twice a second was half the daemon's CPU)
         self._costs: dict[int, tuple[tuple[int, int, list[str]], LedgerMetadata, LedgerPriority, int]] = {}
         self._costed_for: frozenset[str] | None = None
         self._multi_read = True  # False once the server refused multiRead (before 3.6)
+        # ledger id → the mzxid of the marker / metadata znode its ``markers`` / ``mds`` entry was decoded
+        # from: a full refresh re-reads them but decodes (and re-costs) only what was written since
+        # (issue 29: decoding every marked ledger's metadata each minute in every worker)
+        self._marker_zxid: dict[int, int] = {}
+        self._md_zxid: dict[int, int] = {}
         # the candidate ranking reused between picks (see order)
         self._rank_gen = 0
         self._rank_sig: tuple | None = None
@@ -126,6 +133,8 @@ class Backlog:
                 self.mds.pop(lid, None)
                 self.known.pop(lid, None)
                 self._costs.pop(lid, None)
+                self._marker_zxid.pop(lid, None)
+                self._md_zxid.pop(lid, None)
         todo = [lid for lid in sorted(ids) if full or lid not in self.markers or lid in self.not_retriable]
         batch = todo[:REFRESH_BATCH]
         if not await self._load_many(batch, full):
@@ -160,7 +169,7 @@ class Backlog:
                 placement_marks += 1
         if changed:
             self._rank_gen += 1  # the next pick ranks again
-        await self.sync_unrecoverable()
+        await self.sync_unrecoverable(relist=full)
         return backlog, placement_marks
 
     async def _load_one(self, lid: int, full: bool, sem: asyncio.Semaphore) -> None:
@@ -178,7 +187,9 @@ class Backlog:
             if marker is None:
                 return
             self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+            self._marker_zxid.pop(lid, None)
             if full or lid not in self.mds:
+                self._md_zxid.pop(lid, None)
                 try:
                     self.mds[lid], _ = await self.store.read(lid)
                 except (NoSuchLedgerError, AutoRecoveryError):
@@ -211,30 +222,46 @@ class Backlog:
                     continue
                 if isinstance(res, Exception):
                     raise res
-                try:
-                    marker = self.um.marker_from(lid, *res)
-                except AutoRecoveryError as exc:
-                    log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
-                                error=str(exc))
-                    continue
-                self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+                zxid = getattr(res[1], "mzxid", None)
+                if zxid is None or lid not in self.markers or self._marker_zxid.get(lid) != zxid:
+                    try:
+                        marker = self.um.marker_from(lid, *res)
+                    except AutoRecoveryError as exc:
+                        log.warning("unreadable under-replication marker; left out of the backlog", ledger_id=lid,
+                                    error=str(exc))
+                        continue
+                    self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+                    self._set_zxid(self._marker_zxid, lid, zxid)
                 md = mds.get(lid)
                 if md is None:
                     continue
                 if isinstance(md, tuple):
+                    zxid = getattr(md[1], "mzxid", None)
+                    if zxid is not None and lid in self.mds and self._md_zxid.get(lid) == zxid:
+                        continue  # the very znode version decoded before: same object, same costs
                     try:
                         self.mds[lid] = decode_metadata(md[0], paths.ledger(lid))
+                        self._set_zxid(self._md_zxid, lid, zxid)
                         continue
                     except AutoRecoveryError:
                         pass
                 elif not isinstance(md, NoNodeError):
                     raise md
                 self.mds.pop(lid, None)
+                self._md_zxid.pop(lid, None)
         return True
 
     def remember_marker(self, lid: int, version: int, ctime: int, replicas: list[str]) -> None:
         """The marker as a pass read it."""
         self.markers[lid] = (version, ctime, list(replicas))
+        self._marker_zxid.pop(lid, None)  # decoded again at the next full refresh
+
+    @staticmethod
+    def _set_zxid(zxids: dict[int, int], lid: int, zxid: int | None) -> None:
+        if zxid is None:
+            zxids.pop(lid, None)
+        else:
+            zxids[lid] = zxid
 
     # -- candidate order ---------------------------------------------------------------------------
     def order(self, ids: Collection[int], rng, available: Collection[str]) -> Iterator[int]:
@@ -298,15 +325,26 @@ class Backlog:
         return True
 
     # -- unrecoverable records ---------------------------------------------------------------------
-    async def sync_unrecoverable(self) -> None:
-        """Read the side znodes (watched: a removal or a new record calls ``on_change``)."""
+    async def sync_unrecoverable(self, relist: bool = False) -> None:
+        """Read the side znodes (watched: a removal or a new record calls ``on_change``). The listing is
+        read again only once its child watch fired, or with ``relist`` (the full refresh, every
+        :data:`FULL_REFRESH_S`, in case a watch was lost with a session): issue 29, a listing per refresh
+        was a ZooKeeper request per worker twice a second while healing."""
         def on_event(_e) -> None:
+            self._unrec_names = None
+            self._unrec_gen += 1
             self.on_change()
 
-        try:
-            names = await self.zk.get_children(self.paths.unrecoverable, watch=on_event)
-        except NoNodeError:
-            names = []
+        names = self._unrec_names
+        if names is None or relist:
+            gen = self._unrec_gen
+            try:
+                names = await self.zk.get_children(self.paths.unrecoverable, watch=on_event)
+            except NoNodeError:
+                names = None  # no directory, no watch: list again next time
+            # a watch that fired while the answer came back makes the answer stale
+            self._unrec_names = names if gen == self._unrec_gen else None
+        names = names or []
         present = set()
         for n in names:
             try:

@@ -47,7 +47,10 @@ per target, whichever comes first: enough in flight to hide the target's group-c
 * Throttles: the worker's byte :class:`~autorecovery.plan.throttle.TokenBucket` is charged each
   entry's actual size before it is written; a stream starts only when its source and every target are
   below the per-bookie stream caps, in this process (:class:`~autorecovery.plan.throttle.StreamCaps`)
-  and across the cluster (:class:`~autorecovery.zk.stream_slots.ClusterStreamSlots`).
+  and across the cluster (:class:`~autorecovery.zk.stream_slots.ClusterStreamSlots`). A copy the
+  caller estimates at :data:`SLOTLESS_COPY_BYTES` or less takes no cluster-wide slots (issue 29: two
+  ZooKeeper ``multi`` and the listing reads they need cost more than copying 1 MiB); the per-process
+  caps still bound it, so N workers may each add their own cap of such small streams on one bookie.
 * ``should_abort()`` is polled between entries (the worker aborts when a lost bookie comes back,
   #2766, or on stop). Aborting or failing leaves the metadata untouched: the worker updates the
   ensemble only after :meth:`FragmentCopier.copy` returns a complete result.
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Awaitable, Callable, Collection
 
 import structlog
@@ -80,6 +84,14 @@ from autorecovery.roles.copy_stream import MAX_STREAM_IDS, StreamCopy, _entry_of
 from autorecovery.roles.copy_window import Window as _Window  # noqa: F401 (re-exported)
 
 log = structlog.get_logger("autorecovery.copier")
+
+#: A copy estimated at this many bytes or fewer takes no cluster-wide stream slots (1 MiB; the
+#: per-process stream caps still apply). See the module docstring.
+SLOTLESS_COPY_BYTES = 1024 * 1024
+
+#: True inside a copy that takes no cluster-wide slots (set by :meth:`FragmentCopier.copy` before it
+#: starts the copy's stream tasks, which inherit it).
+_SLOTLESS: contextvars.ContextVar[bool] = contextvars.ContextVar("slotless_copy", default=False)
 
 
 class FragmentCopier(StreamCopy):
@@ -125,7 +137,7 @@ class FragmentCopier(StreamCopy):
             await self.caps_changed.wait_for(lambda: self.caps.try_start(source, targets))
         held: list[str] = []
         try:
-            if self.cluster_slots is not None:  # then the cluster-wide slots (all or none, may wait)
+            if self.cluster_slots is not None and not _SLOTLESS.get():  # then the cluster-wide slots (all or none, may wait)
                 held = await self.cluster_slots.acquire(source, targets)
             yield
         finally:
@@ -150,6 +162,8 @@ class FragmentCopier(StreamCopy):
         should_abort: Callable[[], str | None] = lambda: None,
         on_bytes: Callable[[int], None] = lambda n: None,
         digest: EntryDigest = CRC32C,
+        estimated_bytes: int | None = None,
+        listings: dict | None = None,
     ) -> CopyResult:
         """Copy everything ``plan`` describes; returns a :class:`CopyResult` (never partial silently).
 
@@ -161,19 +175,28 @@ class FragmentCopier(StreamCopy):
             skip_sources: bookies never to read from (e.g. an in-place target that lost its data).
             digest: the ledger's digest (``ledger.digest.ledger_digest(md)``): every entry read is
                 verified with it.
+            estimated_bytes: the caller's estimate of the bytes to read (None: unknown); at most
+                :data:`SLOTLESS_COPY_BYTES` → no cluster-wide stream slots for this copy.
+            listings: what each bookie stores of the ledger, as :meth:`absent` of the same segment
+                just asked (:data:`autorecovery.roles.holdings.Cache`); None: asked again.
 
         Raises:
             TargetWriteError: a target refused a write (the caller may exclude it and retry later).
         """
         res = CopyResult()
         res.unreadable.extend(Gap(run) for run in plan.unsourced)
-        held: dict = {}  # bookie -> what it stores of the ledger (asked once per copy)
+        held: dict = {} if listings is None else listings  # bookie -> what it stores (asked once per copy)
         if not plan.streams:
             await self.explain(ledger_id, ensemble, write_quorum, res, registered, digest, held)
             return res
-        tasks = [asyncio.create_task(self._stream(ledger_id, master_key, ensemble, write_quorum, spec, res,
-                                                  registered, skip_sources, should_abort, on_bytes, digest, held))
-                 for spec in plan.streams]
+        token = _SLOTLESS.set(estimated_bytes is not None and 0 <= estimated_bytes <= SLOTLESS_COPY_BYTES)
+        try:  # the stream tasks copy the context (and the flag) when they are created
+            tasks = [asyncio.create_task(self._stream(ledger_id, master_key, ensemble, write_quorum, spec, res,
+                                                      registered, skip_sources, should_abort, on_bytes, digest,
+                                                      held))
+                     for spec in plan.streams]
+        finally:
+            _SLOTLESS.reset(token)
         try:
             done = await asyncio.gather(*tasks, return_exceptions=True)
         except asyncio.CancelledError:
@@ -240,11 +263,11 @@ class FragmentCopier(StreamCopy):
         return await holdings.held(self.bookies, bookie, ledger_id, cache, striping)
 
     async def absent(self, ledger_id: int, ensemble: tuple[str, ...], wq: int, first: int, last: int,
-                     registered: Callable[[], Collection[str]]) -> list[Gap]:
+                     registered: Callable[[], Collection[str]], listings: dict | None = None) -> list[Gap]:
         """:func:`autorecovery.roles.holdings.absent` through this copier's bookie client: the entries of
         ``[first, last]`` no bookie of their write set holds (data loss found before any target is
         chosen or any entry read, issue 25)."""
-        return await holdings.absent(self.bookies, ledger_id, ensemble, wq, first, last, registered)
+        return await holdings.absent(self.bookies, ledger_id, ensemble, wq, first, last, registered, listings)
 
 #: Sorted inclusive ``[first, last]`` runs of entry ids (for logs); runs of runs: ``entry_runs.spans``.
 ranges = entry_runs.id_ranges

@@ -7,7 +7,9 @@ at acquire, versioned delete) are :class:`~autorecovery.zk.underreplication.Unde
 this class is the worker's only way to them during a pass, so batching these steps (a ZooKeeper
 ``multi``) changes this module alone:
 
-* :meth:`LockSteps.lock_next` — lock the best candidate;
+* :meth:`LockSteps.lock_next` — lock the best candidate; when other slots wait for work too, lock
+  one candidate for each in one batch (two round trips for the batch, issue 29) and hand the others
+  out to the next calls;
 * :meth:`LockSteps.marker` — read the marker;
 * :meth:`LockSteps.delete_marker` — versioned delete of the marker, then release the lock;
 * :meth:`LockSteps.release` / :meth:`LockSteps.release_after` — release the lock now or after a delay;
@@ -55,10 +57,23 @@ class LockSteps:
                  stopping: Callable[[], bool], released: Callable[[], None]) -> None:
         self.um, self.sleep, self.stopping, self.released = um, sleep, stopping, released
         self.deferred: dict[int, asyncio.Task] = {}
+        #: ledgers locked by a batch for slots that asked next (oldest first); still held, no pass yet
+        self.ready: list[int] = []
 
-    async def lock_next(self, order: Callable[[Collection[int]], Iterable[int]]) -> int | None:
-        """Lock the first lockable marked ledger in ``order``; None when there is none."""
-        return await self.um.poll_ledger_to_rereplicate(order)
+    async def lock_next(self, order: Callable[[Collection[int]], Iterable[int]], want: int = 1) -> int | None:
+        """A locked ledger for a pass: one a batch locked earlier, else the first lockable marked ledger
+        in ``order`` (with ``want`` > 1: the first ``want`` locked in one batch, the others kept in
+        :attr:`ready` for the next calls; callers ask for as many as slots are waiting). None when there
+        is none."""
+        while self.ready:
+            lid = self.ready.pop(0)
+            if lid in self.um.held:  # a session loss forgets every lock
+                return lid
+        got = await self.um.poll_ledgers_to_rereplicate(order, max(1, want))
+        if not got:
+            return None
+        self.ready.extend(got[1:])
+        return got[0]
 
     async def marker(self, lid: int) -> UnderreplicatedLedger | None:
         """The ledger's marker, None when it is not marked any more."""

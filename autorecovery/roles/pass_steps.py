@@ -67,6 +67,11 @@ class PassSteps:
         tracker: progress (bytes copied, live).
         metrics: the worker's metrics. settings: :class:`~autorecovery.roles.worker_settings.WorkerSettings`.
         clock: monotonic seconds. abort: the reason to abort copies now (the worker stopping), or None.
+
+    Attributes:
+        known: ledger id → ``(metadata, znode version)`` last read or written by the ledger's pass
+            (the CAS starts from it: no re-read before the write); dropped by :meth:`forget`.
+        swapped: ledger id → ``old bookie → new bookie`` swapped by the pass (for its one INFO line).
     """
 
     def __init__(self, *, store, markers, checker, policy, watcher, bookies, replicator: rp.SegmentReplicator,
@@ -77,12 +82,24 @@ class PassSteps:
         self.replicator, self.copier, self.memory, self.tracker = replicator, copier, memory, tracker
         self.m, self.settings, self.clock, self.abort = metrics, settings, clock, abort
         self.bad_targets: dict[str, float] = {}
+        self.known: dict[int, tuple[LedgerMetadata, int]] = {}
+        self.swapped: dict[int, dict[str, str]] = {}
+        #: ledger ids whose ``known`` metadata is what this pass's own CAS wrote (the re-check of a
+        #: closed ledger starts from it instead of reading it again)
+        self._written: set[int] = set()
+
+    def forget(self, lid: int) -> dict[str, str]:
+        """End of ``lid``'s pass: drop what the pass remembered; returns what it swapped."""
+        self.known.pop(lid, None)
+        self._written.discard(lid)
+        return self.swapped.pop(lid, {})
 
     # -- read --------------------------------------------------------------------------------------
     async def read(self, lid: int) -> pe.Reading:
         """Metadata, then the marker, then (when marked) the checker's bad fragments and the placement
         verdicts. Raises ``NoSuchLedgerError`` when the ledger is gone."""
-        md, _version = await self.store.read(lid)
+        md, version = await self.store.read(lid)
+        self.known[lid] = (md, version)
         marker = await self.markers.marker(lid)
         if marker is None:
             return pe.Reading(md, marked=False)
@@ -124,7 +141,12 @@ class PassSteps:
         """An open ledger still pending ends the pass as is; otherwise re-check from fresh metadata."""
         if plan.open_fragment or await self.last_segment_open_and_missing(lid, md):
             return pe.Recheck(open_pending=True)
-        md, _version = await self.store.read(lid)
+        known = self.known.get(lid)
+        if not (md.is_closed and lid in self._written and known is not None and known[0] is md):
+            # a closed ledger's metadata changes only under its lock, which this pass holds: after its
+            # own CAS the pass knows it exactly (issue 29: one read less per healed ledger)
+            md, version = await self.store.read(lid)
+            self.known[lid] = (md, version)
         remaining = await self.checker.check(lid, md, verify_all=full)
         return pe.Recheck(False, bool(remaining), self.placement_segments(md) if not remaining else [])
 
@@ -189,7 +211,9 @@ class PassSteps:
             return md
         # entries that no bookie of their write set stores at all (a ledger whose metadata claims more
         # than was ever written, issue 25): data loss found from the bookies' listings, before targets
-        gone = await self.copier.absent(lid, ensemble, md.write_quorum, first, last, lambda: self.watcher.available)
+        listings: dict = {}  # what each bookie of the segment stores: asked once for the check and the copy
+        gone = await self.copier.absent(lid, ensemble, md.write_quorum, first, last, lambda: self.watcher.available,
+                                        listings)
         if gone:
             p.unreadable_found.extend(gone)
             _classify_unreadable(gone, p)
@@ -213,7 +237,7 @@ class PassSteps:
             return md
         watch_back = {b for b in bad_bookies if b not in avail}
         return await self._copy_and_swap(lid, md, seg.first_entry_id, plan, p, watch_back,
-                                         skip_sources=bad_bookies, placement=False)
+                                         skip_sources=bad_bookies, placement=False, listings=listings)
 
     def excluded_targets(self) -> set[str]:
         """Bookies not to copy to: targets that failed recently, and bookies that do not advertise our
@@ -257,7 +281,8 @@ class PassSteps:
         return failed
 
     async def _copy_and_swap(self, lid: int, md: LedgerMetadata, seg_first: int, plan: FragmentPlan,
-                             p: pp.PassOutcome, watch_back: set[str], *, skip_sources, placement: bool) -> LedgerMetadata:
+                             p: pp.PassOutcome, watch_back: set[str], *, skip_sources, placement: bool,
+                             listings: dict | None = None) -> LedgerMetadata:
         """Run ``plan`` through the :class:`~autorecovery.roles.replicator.SegmentReplicator` and record
         the result in ``p``."""
         def should_abort() -> str | None:
@@ -268,9 +293,16 @@ class PassSteps:
                 return "lost bookies are back: " + ",".join(sorted(watch_back))
             return None
 
+        known = self.known.get(lid)
         r = await self.replicator.replicate(
             lid, md, seg_first, plan, registered=lambda: self.watcher.available, skip_sources=skip_sources,
-            should_abort=should_abort, on_bytes=lambda n: self.tracker.copied(lid, n))
+            should_abort=should_abort, on_bytes=lambda n: self.tracker.copied(lid, n),
+            version=known[1] if known is not None and known[0] is md else None, listings=listings)
+        if r.version is not None:
+            self.known[lid] = (r.metadata, r.version)
+            if r.status == rp.SWAPPED:
+                self._written.add(lid)
+                self.swapped.setdefault(lid, {}).update(r.replaced or {})
         if r.status == rp.TARGET_FAILED:
             self.m.exception(r.cause)
             self.bad_targets[r.bad_target] = self.clock() + BAD_TARGET_S

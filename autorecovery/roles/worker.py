@@ -23,7 +23,8 @@ copier → metadata CAS, and the ending goes to the effects alone. What the step
 
 1. Lock it with the upstream protocol (ephemeral ``locks/urL…``, marker version remembered) through
    :class:`~autorecovery.zk.underreplication.UnderreplicationManager`, candidates ordered by
-   :func:`~autorecovery.plan.priority.order_candidates` (not a random walk).
+   :func:`~autorecovery.plan.priority.order_candidates` (not a random walk); when other slots wait for
+   work too, one ledger per waiting slot is locked in one batch (:meth:`LockSteps.lock_next`).
 2. Re-check it with the :class:`~autorecovery.roles.checker.LedgerChecker`; the marker's replica list is
    never trusted. Nothing wrong → versioned delete of the marker (a re-mark meanwhile survives).
 3. Each bad **closed** fragment, most endangered first: if a lost bookie is registered again, re-check
@@ -171,6 +172,7 @@ class ReplicationWorker:
         self._refresh_wanted = asyncio.Event()
         self._wake = asyncio.Event()
         self._acquire_lock = asyncio.Lock()
+        self._waiting = 0  # slots waiting for _acquire_lock
         self._warned_config = False
         self._started = False
         self._stopping = False
@@ -363,8 +365,16 @@ class ReplicationWorker:
                 wait = self.task_bucket.reserve(1)
                 if wait > 0:
                     await self.sleep(wait)
-                async with self._acquire_lock:
-                    lid = await self._next_ledger()
+                entered = False
+                self._waiting += 1  # slots queued for the acquisition: the next lock batch's size
+                try:
+                    async with self._acquire_lock:
+                        self._waiting -= 1
+                        entered = True
+                        lid = await self._next_ledger()
+                finally:
+                    if not entered:
+                        self._waiting -= 1
                 if lid is None:
                     continue
                 self._busy.add(me)
@@ -398,7 +408,8 @@ class ReplicationWorker:
             changed = self.um.changes
             changed.clear()
             self._wake.clear()
-            lid = await self.locks.lock_next(self._order)
+            # one lock per slot waiting for work, taken together (issue 29: two round trips a batch)
+            lid = await self.locks.lock_next(self._order, 1 + self._waiting)
             if lid is not None:
                 if lid in self._active:  # cannot happen: acquisitions are serialised; be safe
                     continue

@@ -364,6 +364,42 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                     continue
         return out
 
+    async def poll_ledgers_to_rereplicate(
+            self, order: Callable[[Collection[int]], Iterable[int]] | None = None, n: int = 1) -> list[int]:
+        """Like :meth:`poll_ledger_to_rereplicate`, but up to ``n`` ledgers, locked together
+        (:meth:`acquire_many`: two round trips for the batch). The first ``n`` unlocked candidates in
+        ``order`` are tried; when none of them could be locked, the next ``n``, until one is or the
+        candidates run out. Returns the ids locked (empty: none)."""
+        if n <= 1:
+            lid = await self.poll_ledger_to_rereplicate(order)
+            return [] if lid is None else [lid]
+        if await self._index.ensure():
+            marked: Collection[int] = self._index.marked
+            locked: Collection[int] = self._index.locked
+        else:
+            marked = set(await self._candidates())
+            locked = set()
+            for name in await self._cached_children(self.paths.ur_locks):
+                with contextlib.suppress(ValueError):
+                    locked.add(ledger_id_from_ur_leaf(name))
+        seq: Iterable[int]
+        if order is not None:
+            seq = order(marked)
+        else:
+            seq = list(marked)
+            self._rng.shuffle(seq)
+        batch: list[int] = []
+        for lid in seq:
+            if lid in locked or lid in self.held:
+                continue
+            batch.append(lid)
+            if len(batch) == n:
+                got = await self.acquire_many(batch)
+                if got:
+                    return got
+                batch = []
+        return await self.acquire_many(batch) if batch else []
+
     async def poll_ledger_to_rereplicate(
             self, order: Callable[[Collection[int]], Iterable[int]] | None = None) -> int | None:
         """One non-blocking attempt to lock a marked ledger (upstream pollLedgerToRereplicate).

@@ -4,6 +4,8 @@
 Locks ``R/underreplication/locks/urL{id:010d}``: EPHEMERAL, text ``LockDataFormat`` with the owner's
 name. Round trips per ledger (issue 29): locking is a marker read plus one ``multi`` (check that
 version, create the lock), and the worker's following :meth:`get_marker` is served by that read;
+:meth:`LockingMixin.acquire_many` locks several ledgers in two round trips (one ``multiRead`` of their
+markers, one ``multi`` checking every marker's version and creating every lock);
 :meth:`LockingMixin.mark_replicated` deletes marker, leaf level and lock in one ``multi``. Upstream:
 ``exists`` + ``create`` + ``getData`` to lock and read, then a delete per znode.
 """
@@ -17,7 +19,8 @@ import structlog
 
 from autorecovery.errors import ZooKeeperError
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
-from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, Op, ZkClient
+from autorecovery.zk.bridge import (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, Op, ServerTooOld,
+                                    ZkClient)
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.ur_formats import NO_MARKER, first_failure, text_bytes
 from autorecovery.zk.ur_index import MarkedIndex
@@ -119,6 +122,97 @@ class LockingMixin:
                 self.lost_races += 1  # another worker locked it first
             return False
         return False
+
+    async def acquire_many(self, ledger_ids: list[int]) -> list[int]:
+        """Lock several marked ledgers: one ``multiRead`` of their markers, then one ``multi`` that checks
+        each marker's version and creates each ephemeral lock, all or none (the worker's lock for every
+        ledger, as :meth:`acquire`, in two round trips instead of two per ledger; issue 29).
+
+        When the transaction fails, the ledger whose op failed (re-marked since the read, or locked by
+        another worker) goes through :meth:`acquire` alone and the others are tried again together
+        (at most three transactions; then each alone). Ledgers already held count as locked; a marker
+        gone since the index showed it is a lost race. Servers before 3.6 (no ``multiRead``): each alone.
+
+        Returns the ids locked, in the given order.
+
+        Raises:
+            ZooKeeperError: ZooKeeper unreachable and none of the locks is this session's.
+        """
+        out = [lid for lid in ledger_ids if lid in self.held]
+        todo = [lid for lid in dict.fromkeys(ledger_ids) if lid not in self.held]
+        alone: list[int] = []
+        if len(todo) > 1:
+            try:
+                got = await self.zk.get_many([self.paths.ur_marker(lid) for lid in todo])
+            except ServerTooOld:
+                got = None
+            if got is None:
+                alone, todo = todo, []
+            else:
+                read: dict[int, tuple[bytes, object]] = {}
+                for lid, res in zip(todo, got):
+                    if isinstance(res, NoNodeError):
+                        self.lost_races += 1  # healed by another worker since the index showed it
+                    elif isinstance(res, Exception):
+                        raise res
+                    else:
+                        read[lid] = res
+                todo = list(read)
+                for _ in range(3):
+                    if len(todo) < 2:
+                        break
+                    failed = await self._lock_read(todo, read)
+                    if failed is None:
+                        out.extend(todo)
+                        todo = []
+                        break
+                    lid, on_marker, err = failed
+                    todo.remove(lid)
+                    if not on_marker and isinstance(err, NodeExistsError) and await self._own_lock(lid):
+                        self.held[lid] = read[lid][1].version  # type: ignore[attr-defined]
+                        out.append(lid)
+                    elif isinstance(err, NodeExistsError if not on_marker else NoNodeError):
+                        self.lost_races += 1  # locked by another worker, or healed, since the read
+                    else:
+                        alone.append(lid)  # re-marked since the read (or the locks directory is missing)
+        alone.extend(todo)
+        for lid in alone:
+            if await self.acquire(lid):
+                out.append(lid)
+        order = {lid: i for i, lid in enumerate(ledger_ids)}
+        return sorted(set(out), key=order.__getitem__)
+
+    async def _lock_read(self, lids: list[int],
+                         read: dict[int, tuple[bytes, object]]) -> tuple[int, bool, Exception] | None:
+        """One ``multi``: check each marker of ``lids`` at its version in ``read`` and create its lock.
+        None when every lock was made (they are then :attr:`held`, their marker reads kept for
+        :meth:`get_marker`); else ``(ledger id, on its marker, error)`` of the op that failed (nothing was
+        made; ``on its marker``: the version check failed, else the lock's create)."""
+        data = pb.LockDataFormat()
+        data.bookieId = self.lock_owner
+        body = text_bytes(data)
+        ops: list[Op] = []
+        for lid in lids:
+            ops += [Op("check", self.paths.ur_marker(lid), version=read[lid][1].version),  # type: ignore[attr-defined]
+                    Op("create", self.paths.ur_lock(lid), body, ephemeral=True)]
+        try:
+            results = await self.zk.multi(ops)
+        except ZooKeeperError:
+            # ConnectionLoss: the server may have applied the transaction anyway (all of it: a multi is
+            # atomic), under this live session (issue 26); look once connected
+            if not await self._own_lock(lids[0], wait=True):
+                raise
+            for lid in lids:
+                self.held[lid] = read[lid][1].version  # type: ignore[attr-defined]
+            return None
+        failed = first_failure(results)
+        if failed is None:
+            self.ops_multi += 1
+            for lid in lids:
+                self.held[lid] = read[lid][1].version  # type: ignore[attr-defined]
+                self._marker_read[lid] = read[lid]
+            return None
+        return lids[failed[0] // 2], failed[0] % 2 == 0, failed[1]
 
     async def _own_lock(self, ledger_id: int, *, wait: bool = False) -> bool:
         """True when ``ledger_id``'s lock exists and belongs to this ZooKeeper session (a lock this

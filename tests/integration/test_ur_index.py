@@ -206,7 +206,19 @@ async def test_refresh_recomputes_only_what_changed(zk, other, monkeypatch):
     calls.clear()
     await auditor.mark_underreplicated(7, ["a:1", "b:1"])  # re-marked: a new marker version
     backlog._last_full = -1e18  # the next refresh re-reads every marker (as every 60 s)
+    kept = dict(backlog.mds)
     await backlog.refresh({"b:1"})
     assert 7 in calls and backlog.markers[7][2] == ["a:1", "b:1"]
+    # the full refresh decodes only what was written since (mzxid): the other ledgers keep their
+    # metadata objects and priorities (issue 29)
+    assert calls == [7]
+    assert all(backlog.mds[lid] is kept[lid] for lid in ids)
+    calls.clear()
+    md9, v9 = await store.read(9)
+    await store.write(9, md9.with_segment_replaced(0, {"c:1": "d:1"}), v9)  # healed elsewhere in part
+    backlog._last_full = -1e18
+    await backlog.refresh({"b:1"})
+    assert calls == [9] and backlog.mds[9].segments[0].ensemble == ("a:1", "b:1", "d:1")
+    assert backlog.mds[9] is not kept[9] and all(backlog.mds[lid] is kept[lid] for lid in ids if lid != 9)
     await um.close()
     await auditor.close()
