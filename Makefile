@@ -134,7 +134,7 @@ chaos-deps:
 # hour on 2 shared cores; 2500 is only a cap); report in $(CHAOS_FULL_OUT).{txt,json}, exit 0 on a pass.
 CHAOS_FULL_OUT ?= /tmp/chaos-full
 CHAOS_FULL_KINDS ?= zk_conn_cut:3,one_way_loss:3,asymmetric_partition:3,partition_bookie_from_workers:2,partition_daemon_from_zk:1,daemon_netns_cut_zk:2,daemon_netns_cut_bookie:2,slow_link:2,slow_link_one_worker,bookie_kill9:2,bookie_sigstop,bookie_restart,bookie_torn_tail,daemon_kill9,auditor_kill9,daemon_sigstop,zk_leader_kill9,zk_follower_kill9,zk_quorum_loss,zk_rolling_restart,disk_full_during_copy
-CHAOS_FULL_ARGS ?= --seed 26 --faults 2500 --duration 3600 --min-hold 0.3 --max-hold 1.5 --witness 0 --lanes 2 --settle 300 --disk-mb 400
+CHAOS_FULL_ARGS ?= --seed 26 --faults 2500 --duration 3600 --min-hold 0.3 --max-hold 1.5 --witness 0 --lanes 2 --settle 300 --disk-mb 1024
 chaos-full: venv zookeeper chaos-deps
 	@{ $(BIN)/python bench/chaos.py $(CHAOS_FULL_ARGS) --kinds $(CHAOS_FULL_KINDS) --json $(CHAOS_FULL_OUT).json; \
 	  echo $$? >$(CHAOS_FULL_OUT).rc; } | tee $(CHAOS_FULL_OUT).txt; exit $$(cat $(CHAOS_FULL_OUT).rc)

@@ -20,7 +20,7 @@ from autorecovery.bookie.admission import Admission
 from autorecovery.bookie.limits import PULL_REPORT_BYTES, STREAM_WINDOW_ENTRIES
 from autorecovery.bookie.status import SKIPPED, BookieStatusError
 from autorecovery.bookie.storage import BookieStorage
-from autorecovery.errors import BookieError, DigestMismatchError
+from autorecovery.errors import BookieError, DigestMismatchError, ZooKeeperError
 from autorecovery.ledger.digest import EntryDigest, digest_for
 from autorecovery.ledger.metadata import DigestType
 from autorecovery.ledger.striping import index_stores
@@ -87,9 +87,16 @@ class PullHandler:
         if source == self.bookie_id:
             yield refuse("EBADREQ", f"ledger {lid}: cannot pull from itself")
             return
-        if self.peer_check is not None and not await self.peer_check(source):
-            yield refuse("EBADREQ", f"ledger {lid}: source {source} is not a registered bookie of this cluster")
-            return
+        if self.peer_check is not None:
+            try:
+                known = await self.peer_check(source)
+            except ZooKeeperError as exc:  # ZooKeeper unreachable: the worker retries the copy later
+                yield refuse("EIO", f"ledger {lid}: cannot check that source {source} is a bookie of this "
+                                    f"cluster now: {exc}")
+                return
+            if not known:
+                yield refuse("EBADREQ", f"ledger {lid}: source {source} is not a registered bookie of this cluster")
+                return
         stream = self.storage.new_stream()
         # one storage operation per message received: (entry ids, future, bytes)
         inflight: deque[tuple[list[int], asyncio.Future, int]] = deque()

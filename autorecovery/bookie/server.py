@@ -28,6 +28,7 @@ from autorecovery.bookie.service import (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_EN
                                          BookieService, add_service, build_grpc_server)
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.config.load import ZkSecurity
+from autorecovery.errors import ZooKeeperError, is_retriable
 from autorecovery.rpc.bookie_client import GrpcBookieClient
 from autorecovery.rpc.convert import decode_service_properties, encode_service_info
 from autorecovery.rpc.tls import BookieTls, ServerTls
@@ -268,7 +269,12 @@ class BookieServer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - retried on the next tick
-                log.error("disk check or registration update failed", bookie_id=self.bookie_id, error=str(exc))
+                if not (isinstance(exc, ZooKeeperError) and is_retriable(exc)):
+                    log.error("disk check or registration update failed", bookie_id=self.bookie_id, error=str(exc))
+                    continue
+                # ZooKeeper unreachable for now (ConnectionLoss...): the next tick retries, nobody acts
+                log.warning("registration update failed; retried on the next disk check", bookie_id=self.bookie_id,
+                            error=str(exc))
 
     async def stop(self) -> None:
         """Deregister, stop serving (grace ``shutdown_grace_s``), close the store and the session.

@@ -118,11 +118,16 @@ class Injector:
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
-        """True when ``bookie_id`` is under ZooKeeper's ``available/``; False when the path is missing or
-        the runner's own session cannot tell right now (a retriable error such as ConnectionLoss while
-        the other lane holds a ZooKeeper fault: the waits poll again until their deadline)."""
+        """True when ``bookie_id`` is under ZooKeeper's ``available/``, writable or read-only (a bookie
+        whose disk filled up is rightly read-only: the fourth full run's disk-full bookie filled its
+        tmpfs with real data and every health wait after that timed out); False when the path is
+        missing or the runner's own session cannot tell right now (a retriable error such as
+        ConnectionLoss while the other lane holds a ZooKeeper fault: the waits poll again until their
+        deadline)."""
         try:
-            return bookie_id in await self.zk.get_children(self.paths.available)
+            if bookie_id in await self.zk.get_children(self.paths.available):
+                return True
+            return bookie_id in await self.zk.get_children(self.paths.readonly)
         except NoNodeError:
             return False
         except Exception as exc:  # noqa: BLE001 - only what a later poll may answer

@@ -279,6 +279,7 @@ class ZkClient:
                                        self.session_timeout_ms / 1000.0, path)
             self.ops += 1
             fut: asyncio.Future = loop.create_future()
+            fut.add_done_callback(gate.consume)
 
             def done(async_result) -> None:  # kazoo thread
                 def settle() -> None:
@@ -287,7 +288,7 @@ class ZkClient:
                     try:
                         fut.set_result(async_result.get_nowait())
                     except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                        fut.set_exception(exc)
+                        fut.set_exception(gate.fresh(exc))
 
                 if not loop.is_closed():
                     loop.call_soon_threadsafe(settle)

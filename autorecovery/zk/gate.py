@@ -33,6 +33,29 @@ def translate(exc: Exception, path: str) -> Exception:
     return ZooKeeperError(f"ZooKeeper operation on {path} failed: {type(exc).__name__} {exc}")
 
 
+def fresh(exc: BaseException) -> BaseException:
+    """A copy of kazoo's failure for one request: same type and arguments, no traceback.
+
+    kazoo fails every request pending at a connection drop with ONE exception instance; each request
+    re-raised it, and every raise appended its frames to that instance's traceback, which then held
+    those frames (and their futures) alive: tracebacks of hundreds of repeated frames and a daemon's
+    memory growing over a long outage (issue 26, the fourth full campaign). Falls back to the same
+    instance with its traceback cleared when the type cannot be rebuilt from its arguments."""
+    try:
+        new = type(exc)(*exc.args)
+    except Exception:  # noqa: BLE001 - an exception type with another constructor
+        return exc.with_traceback(None)
+    return new
+
+
+def consume(fut: asyncio.Future) -> None:
+    """Done-callback marking a request's failure as retrieved: a request whose caller stopped waiting
+    (cancelled while its submission was off the loop) must not log asyncio's "Future exception was
+    never retrieved" at ERROR when kazoo fails it later (issue 26: 124 such lines in one daemon)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 async def until_connected(kz: KazooClient, connected: asyncio.Event, stopping: Callable[[], bool],
                           loop: asyncio.AbstractEventLoop, timeout_s: float, path: str) -> None:
     """Hold a request for ``path`` while ``kz`` is disconnected, for up to ``timeout_s`` seconds (the

@@ -19,7 +19,7 @@ import pytest
 from autorecovery.bookie.disk import DiskProbe
 from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
-from autorecovery.errors import BookieError
+from autorecovery.errors import BookieError, ZooKeeperError
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.ledger.digest import digest_for, pack_entry
 from autorecovery.ledger.metadata import DigestType
@@ -207,6 +207,21 @@ async def test_a_source_that_is_not_a_registered_bookie_is_refused(bookies, clie
         await pull_all(client, target.bookie_id, source.bookie_id, 0, 0)
     assert exc.value.status == "EBADREQ" and "not a registered bookie" in str(exc.value)
     assert asked == [source.bookie_id]
+
+
+async def test_a_source_that_cannot_be_checked_while_zookeeper_is_down_is_refused_eio(bookies, client):
+    """The registration check failing (ZooKeeper unreachable) is answered EIO naming the source, not an
+    unhandled ZooKeeperError that gRPC logs at ERROR (issue 26: 307 such lines in one campaign)."""
+    source = await bookies("src", pulls=False)
+
+    async def zookeeper_down(bookie_id: str) -> bool:
+        raise ZooKeeperError("ZooKeeper operation on /ledgers/available failed: ConnectionLoss")
+
+    target = await bookies("tgt", peer_check=zookeeper_down)
+    await client.add_entries(source.bookie_id, LID, MK, [(0, entry(0))])
+    with pytest.raises(BookieError) as exc:
+        await pull_all(client, target.bookie_id, source.bookie_id, 0, 0)
+    assert exc.value.status == "EIO" and source.bookie_id in str(exc.value) and "ConnectionLoss" in str(exc.value)
 
 
 class _SourceDyingMidStream(BookieService):
