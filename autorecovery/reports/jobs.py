@@ -235,88 +235,23 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
     ``heal_src`` (kind, name, bookie_id, bytes: what each surviving bookie is read for to heal a rack,
     zone or region) and, with ``bookie_sets``, ``kloss``: kind ``bookie`` (name = bookie id; ledgers =
     data-loss ledgers, lost_bytes, bytes = below-AQ ledgers, heal_bytes, of :func:`whatif.single_losses`)
-    and ``bookie_pair`` (name ``a|b``; the same figures of :func:`whatif.pair_corrections`' deltas)."""
-    from autorecovery.reports import whatif
+    and ``bookie_pair`` (name ``a|b``; the same figures of :func:`whatif.pair_corrections`' deltas).
+
+    The per-ledger figures are :func:`whatif.ledger_losses`', computed for a whole batch at once
+    (:func:`riskvec.batch_losses`, summed by :class:`riskpass.RiskFold`)."""
+    from autorecovery.reports.riskpass import RiskFold
 
     tags = {b: (loc.get("rack", "unknown"), loc.get("zone", "unknown"), loc.get("region", "unknown"))
             for b, loc in location.items()}
     gone = frozenset(gone)
 
     def make() -> Fold:
-        agg: dict[tuple[str, str, int, str], list[float]] = {}
-        src: dict[tuple[str, str, str], float] = {}
-        k1: dict[str, list[float]] = {}
-        k2: dict[tuple[str, str], list[float]] = {}
-
-        def add(key: tuple[str, str, int, str], d: whatif.Loss, sign: int = 1) -> None:
-            a = agg.get(key)
-            if a is None:
-                agg[key] = [sign, sign * d[1], sign * d[2]]
-            else:
-                a[0] += sign
-                a[1] += sign * d[1]
-                a[2] += sign * d[2]
+        fold = RiskFold(tags, kinds, gone, bookie_sets)
 
         def step(pdf: "pd.DataFrame | Prepared") -> None:
-            for lv, row in _views(pdf):
-                ns = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger})[1] if row.managed_ledger else ""
-                domains, singles, pairs = whatif.ledger_losses(lv, tags, damaged_of(row, gone))
-                single: dict[str, whatif.Loss] = {}
-                for kind, name, d in domains:
-                    if kind == "rack":
-                        single[name] = d
-                    if kind == "rack_pair":
-                        a, b = name.split("|", 1)
-                        if d[0] != model.NONE:
-                            add((kind, name, d[0], ""), d)
-                        for r in (a, b):
-                            sr = single[r]
-                            if sr[0] != model.NONE:
-                                add((kind, name, sr[0], ""), sr, -1)
-                    elif (kind in kinds or kind == "existing") and d[0] != model.NONE:
-                        add((kind, name, d[0], ""), d)
-                        # per namespace: only what the report shows (racks losing data or going below AQ)
-                        if ns and kind == "rack" and d[0] >= model.BELOW_AQ:
-                            add((kind, name, d[0], ns), d)
-                        for bk, nbytes in (d[3] or {}).items():
-                            key = (kind, name, bk)
-                            src[key] = src.get(key, 0.0) + nbytes
-                if bookie_sets:
-                    for b, d in singles:
-                        v = k1.get(b)
-                        m = whatif.loss_metrics(d)
-                        if v is None:
-                            k1[b] = [float(m[0]), m[1], float(m[2]), m[3]]
-                        else:
-                            v[0] += m[0]
-                            v[1] += m[1]
-                            v[2] += m[2]
-                            v[3] += m[3]
-                    for a, b, delta in pairs:
-                        v = k2.get((a, b))
-                        if v is None:
-                            k2[(a, b)] = [float(delta[0]), delta[1], float(delta[2])]
-                        else:
-                            v[0] += delta[0]
-                            v[1] += delta[1]
-                            v[2] += delta[2]
+            fold.step(pdf.views if isinstance(pdf, Prepared) else list(_views(pdf)), gone)
 
-        def finish() -> Iterator[pd.DataFrame]:
-            n1, n2 = len(k1), len(k2)
-            yield pd.DataFrame({"part": "kloss", "kind": ["bookie"] * n1 + ["bookie_pair"] * n2,
-                                "name": list(k1) + [f"{a}|{b}" for a, b in k2],
-                                "ledgers": [v[0] for v in k1.values()] + [v[0] for v in k2.values()],
-                                "lost_bytes": [v[1] for v in k1.values()] + [v[1] for v in k2.values()],
-                                "bytes": [v[2] for v in k1.values()] + [v[2] for v in k2.values()],
-                                "heal_bytes": [v[3] for v in k1.values()] + [0.0] * n2})
-            yield pd.DataFrame({"part": "risk", "kind": [k[0] for k in agg], "name": [k[1] for k in agg],
-                                "outcome": [k[2] for k in agg], "namespace": [k[3] for k in agg],
-                                "ledgers": [float(v[0]) for v in agg.values()], "lost_bytes": [v[1] for v in agg.values()],
-                                "heal_bytes": [v[2] for v in agg.values()]})
-            yield pd.DataFrame({"part": "heal_src", "kind": [k[0] for k in src], "name": [k[1] for k in src],
-                                "bookie_id": [k[2] for k in src], "bytes": list(src.values())})
-
-        return step, finish
+        return step, fold.finish
 
     return _aggregating(make)
 
