@@ -28,10 +28,37 @@ DAY_MS = 86_400_000
 class Prepared:
     """A batch whose ledger views are built once and shared by every report (:func:`fused_partition`)."""
 
-    __slots__ = ("views",)
+    __slots__ = ("views", "adherence")
 
     def __init__(self, pdf: pd.DataFrame) -> None:
         self.views = list(_views(pdf))
+        #: ``(policy token, ensemble, WQ, AQ)`` → adherence: the placement what-if and the BP-54 plan ask
+        #: the same policy about the same segments (:func:`_adhering`)
+        self.adherence: dict[tuple, int] = {}
+
+
+def _memo_of(pdf: "pd.DataFrame | Prepared") -> dict[tuple, int]:
+    return pdf.adherence if isinstance(pdf, Prepared) else {}
+
+
+def _token(placement: Mapping[str, str] | None, locations: Mapping[str, str], members: tuple[list[str], list[str]]) -> str:
+    """Names a policy by what builds it (config, locations, membership), so that two parts building the same
+    policy share its answers (:class:`Prepared`)."""
+    import hashlib
+    import json
+
+    text = json.dumps([sorted((placement or {}).items()), sorted(locations.items()), sorted(members[0]),
+                       sorted(members[1])])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _adhering(policy, token: str, memo: dict[tuple, int], ensemble: tuple[str, ...], wq: int, aq: int) -> int:
+    """``policy.is_ensemble_adhering`` (0 FAIL, 1 soft, 2 strict), once per (policy, ensemble, WQ, AQ)."""
+    key = (token, ensemble, wq, aq)
+    v = memo.get(key)
+    if v is None:
+        v = memo[key] = int(policy.is_ensemble_adhering(list(ensemble), wq, aq))
+    return v
 
 
 def _views(pdf: "pd.DataFrame | Prepared") -> Iterator[tuple[model.LedgerView, Any]]:
@@ -145,15 +172,22 @@ def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] |
     """mapInPandas function: per closed ledger, the worst segment verdict under the current placement
     config and under ``what_if`` (upstream ``isEnsembleAdheringToPlacementPolicy``)."""
 
+    tokens = (_token(current, locations, members), _token(what_if, locations, members))
+
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         pol = _policy(current, locations, members)
         alt = _policy(what_if, locations, members) if what_if else None
+        names: dict[Any, tuple[str, str, str]] = {}
         for pdf in batches:
+            memo = _memo_of(pdf)
             out: dict[str, list] = {"ledger_id": [], "state": [], "current": [], "what_if": [], "tenant": [],
                                     "namespace": []}
             for lv, row in _views(pdf):
-                tenant, ns, _topic = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger or ""}
-                                                        if row.managed_ledger else None)
+                ml = row.managed_ledger
+                got = names.get(ml)
+                if got is None:
+                    got = names[ml] = model.pulsar_names({"pulsar/managed-ledger": ml or ""} if ml else None)
+                tenant, ns, _topic = got
                 out["ledger_id"].append(lv.ledger_id)
                 out["state"].append(row.state)
                 out["tenant"].append(tenant)
@@ -162,8 +196,8 @@ def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] |
                     out["current"].append("OPEN_SKIPPED")
                     out["what_if"].append("OPEN_SKIPPED")
                     continue
-                out["current"].append(_worst(pol, lv))
-                out["what_if"].append(_worst(alt, lv) if alt else "")
+                out["current"].append(_worst(pol, lv, tokens[0], memo))
+                out["what_if"].append(_worst(alt, lv, tokens[1], memo) if alt else "")
             yield pd.DataFrame(out)
 
     return run
@@ -172,10 +206,10 @@ def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] |
 PLACEMENT_SCHEMA = "ledger_id long, state string, current string, what_if string, tenant string, namespace string"
 
 
-def _worst(policy, lv: model.LedgerView) -> str:
+def _worst(policy, lv: model.LedgerView, token: str, memo: dict[tuple, int]) -> str:
     worst = 2
     for seg in lv.segments:
-        worst = min(worst, int(policy.is_ensemble_adhering(list(seg.ensemble), lv.write_quorum, lv.ack_quorum)))
+        worst = min(worst, _adhering(policy, token, memo, seg.ensemble, lv.write_quorum, lv.ack_quorum))
     return VERDICT[worst]
 
 
@@ -184,9 +218,12 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
     segment, the minimum-swap ``replace_to_adhere`` result: one row per swap with the bytes the replaced
     member stored (what the worker copies from a surviving replica to the new member)."""
 
+    token = _token(target, locations, members)
+
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         pol = _policy(target, locations, members)
         for pdf in batches:
+            memo = _memo_of(pdf)
             out: dict[str, list] = {"ledger_id": [], "segment_first_entry_id": [], "source": [], "target": [],
                                     "bytes": [], "fixable": []}
             for lv, _row in _views(pdf):
@@ -194,9 +231,9 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
                     continue
                 bpe = lv.bytes_per_entry
                 for seg in lv.segments:
-                    ens = list(seg.ensemble)
-                    if int(pol.is_ensemble_adhering(ens, lv.write_quorum, lv.ack_quorum)) != 0:
+                    if _adhering(pol, token, memo, seg.ensemble, lv.write_quorum, lv.ack_quorum) != 0:
                         continue
+                    ens = list(seg.ensemble)
                     res = pol.replace_to_adhere(lv.ensemble_size, lv.write_quorum, lv.ack_quorum, set(), ens)
                     fixed = int(res.adherence) != 0
                     for idx in (res.replaced if fixed else []):
@@ -382,6 +419,8 @@ def fused_partition(parts: Mapping[str, Any]):
                     continue
                 for out in fn(iter([prepared])):
                     if len(out):
+                        if name == "repair":  # 1.0 on a ledger's first row per fixable: the roll-up counts ledgers
+                            out = out.assign(ledgers=(~out.duplicated(["ledger_id", "fixable"])).astype("float64"))
                         yield typed(name, out)
         for name, (_step, finish) in folds.items():
             for out in finish():
