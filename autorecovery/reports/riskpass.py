@@ -19,6 +19,8 @@ import pandas as pd
 from autorecovery.reports import model, riskvec
 from autorecovery.reports.riskvec import EXISTING, KIND_NAMES, RACK, RACK_PAIR
 
+#: batches' sums kept before they are summed into one (memory: keys × COMPACT, whatever the partition's size)
+COMPACT = 8
 _K, _O, _N = 58, 56, 28  # key bits: kind, outcome, first name (the second name / bookie / namespace below)
 
 
@@ -51,14 +53,12 @@ class RiskFold:
 
     def step(self, views: Sequence[tuple[model.LedgerView, Any]], gone: frozenset[str]) -> None:
         """Fold one batch (``views`` as ``jobs._views`` gives them)."""
-        from autorecovery.reports.jobs import damaged_of
-
         marked: dict[int, frozenset[str]] = {}
         ns = np.zeros(len(views), np.int64)
         for i, (_lv, row) in enumerate(views):
             mk = getattr(row, "marked", None)
             if mk is not None and not (isinstance(mk, float) and mk != mk):
-                marked[i] = damaged_of(row, frozenset())
+                marked[i] = frozenset(str(b) for b in mk)  # the replicas its markers name (jobs.damaged_of)
             ns[i] = self._namespace(row.managed_ledger)
         b = riskvec.batch_losses([v[0] for v in views], self.tables, marked)
         self._risk(b, ns)
@@ -68,6 +68,9 @@ class RiskFold:
                                                         (one == model.BELOW_AQ).astype(float), b.one_heal]))
             self.parts["k2"].append(_sum((b.two_a << 32) | b.two_b,
                                          [b.two_dl.astype(float), b.two_lost, b.two_below.astype(float)]))
+        for name, width in (("risk", 3), ("src", 1), ("k1", 4), ("k2", 3)):
+            if len(self.parts[name]) >= COMPACT:  # the kept sums stay sized by keys, not by batches
+                self.parts[name] = [self._total(name, width)]
 
     def _risk(self, b: riskvec.BatchLosses, ns: np.ndarray) -> None:
         kind, outcome, n1, n2 = b.dom_kind, b.dom_outcome, b.dom_name, b.dom_name2
