@@ -12,9 +12,12 @@ written by Spark to Parquet, never collected. Starting Spark and reading the sna
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from autorecovery.reports import model
@@ -117,29 +120,45 @@ def _aggregating(make: Callable[[], Fold]):
 
 
 def capacity_partition(recent_since_ms: int):
-    """mapInPandas function: bytes per bookie (all, and of ledgers created since ``recent_since_ms``)."""
+    """mapInPandas function: bytes per bookie (all, and of ledgers created since ``recent_since_ms``) and
+    ledgers per bookie: :func:`model.bytes_per_bookie` of every ledger, summed for a whole batch at once
+    (:class:`capacityvec.BookieBytes`, the same float sums)."""
+
+    from autorecovery.reports.capacityvec import BookieBytes
 
     def make() -> Fold:
-        used: dict[str, float] = {}
-        recent: dict[str, float] = {}
-        count: dict[str, int] = {}
+        codes: dict[str, int] = {}
+        acc = BookieBytes()
 
         def step(pdf: "pd.DataFrame | Prepared") -> None:
-            for lv, row in _views(pdf):
-                share = model.bytes_per_bookie(lv)
+            cols: tuple[list, ...] = ([], [], [], [], [], [], [])  # per segment: ledger, E, WQ, first, last, bpe, new
+            mem: tuple[list, ...] = ([], [], [])  # per member: code, segment row, index
+            distinct: list[int] = []
+            code = codes.setdefault
+            for i, (lv, row) in enumerate(pdf.views if isinstance(pdf, Prepared) else _views(pdf)):
                 new = int(row.ctime) >= recent_since_ms
-                for b, nbytes in share.items():
-                    used[b] = used.get(b, 0.0) + nbytes
-                    if new:
-                        recent[b] = recent.get(b, 0.0) + nbytes
-                for b in {m for seg in lv.segments for m in seg.ensemble}:
-                    count[b] = count.get(b, 0) + 1
-                    used.setdefault(b, 0.0)
+                bpe = lv.bytes_per_entry
+                seen: set[int] = set()
+                for seg in lv.segments:
+                    k = len(cols[0])
+                    for col, v in zip(cols, (i, lv.ensemble_size, lv.write_quorum, seg.first, seg.last, bpe, new)):
+                        col.append(v)
+                    for idx, b in enumerate(seg.ensemble):
+                        c = code(b, len(codes))
+                        mem[0].append(c)
+                        mem[1].append(k)
+                        mem[2].append(idx)
+                        seen.add(c)
+                distinct.extend(seen)
+            i64 = [np.asarray(c, np.int64) for c in cols[:5]]
+            acc.add(*i64, np.asarray(cols[5], np.float64), np.asarray(cols[6], bool),
+                    *(np.asarray(m, np.int64) for m in mem), np.asarray(distinct, np.int64))
 
         def finish() -> Iterator[pd.DataFrame]:
-            yield pd.DataFrame({"bookie_id": list(used), "used_bytes": [used[b] for b in used],
-                                "recent_bytes": [recent.get(b, 0.0) for b in used],
-                                "ledgers": [float(count.get(b, 0)) for b in used]})
+            names = list(codes)
+            got = np.flatnonzero(acc.seen[:len(names)])
+            yield pd.DataFrame({"bookie_id": [names[c] for c in got.tolist()], "used_bytes": acc.used[got],
+                                "recent_bytes": acc.recent[got], "ledgers": acc.ledgers[got].astype(np.float64)})
 
         return step, finish
 
@@ -301,6 +320,14 @@ def triple_partition(candidates: list[tuple[str, str]], gone: frozenset[str] = f
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         acc: dict[str, list[float]] = {}
+        with _few_collections():
+            _fold(batches, acc)
+        if acc:  # an empty frame's object columns do not convert to the schema's doubles
+            yield pd.DataFrame({"name": list(acc), "ledgers": [float(v[0]) for v in acc.values()],
+                                "lost_bytes": [float(v[1]) for v in acc.values()],
+                                "below": [float(v[2]) for v in acc.values()]})
+
+    def _fold(batches: Iterator[pd.DataFrame], acc: dict[str, list[float]]) -> None:
         for pdf in batches:
             for lv, row in _views(pdf):
                 for a, b, c, (dl, lb, bq) in whatif.triple_corrections(lv, candidates, damaged_of(row, gone)):
@@ -308,10 +335,6 @@ def triple_partition(candidates: list[tuple[str, str]], gone: frozenset[str] = f
                     v[0] += dl
                     v[1] += lb
                     v[2] += bq
-        if acc:  # an empty frame's object columns do not convert to the schema's doubles
-            yield pd.DataFrame({"name": list(acc), "ledgers": [float(v[0]) for v in acc.values()],
-                                "lost_bytes": [float(v[1]) for v in acc.values()],
-                                "below": [float(v[2]) for v in acc.values()]})
 
     return run
 
@@ -396,6 +419,20 @@ _PANDAS_TYPES = {"string": "object", "double": "float64", "long": "Int64", "int"
 _FUSED_DTYPES = {c.split()[0]: _PANDAS_TYPES[c.split()[1]] for c in FUSED_SCHEMA.split(", ")}
 
 
+@contextlib.contextmanager
+def _few_collections(young: int = 100_000) -> Iterator[None]:
+    """Python's cyclic GC with a young generation of ``young`` objects (default 700) while a pass runs:
+    the views and rows of a batch are many short-lived objects, and collecting every 700 of them cost
+    10-15% of the fused pass's CPU (``bench/reports_profile.py --parts``). Nothing is left uncollected:
+    collections still run, less often; the thresholds are restored when the pass ends."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], young), max(old[1], 50), max(old[2], 100))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def fused_partition(parts: Mapping[str, Any]):
     """mapInPandas function running several reports in one pass: ``parts`` maps ``capacity`` /
     ``placement`` / ``repair`` / ``risk`` to the function one of the ``*_partition`` factories above
@@ -405,6 +442,10 @@ def fused_partition(parts: Mapping[str, Any]):
     rows persisted and shuffled grow with partitions × bookies (pairs), not with ledgers."""
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        with _few_collections():
+            yield from _run(batches)
+
+    def _run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         def typed(name: str, out: pd.DataFrame) -> pd.DataFrame:
             if "part" not in out.columns:
                 out = out.assign(part=name)
