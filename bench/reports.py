@@ -154,12 +154,9 @@ def kill_tree(proc: psutil.Process) -> None:
             pass
 
 
-def baseline(snapshot: Path, what_if: dict[str, str]) -> dict:
-    """The same partition functions over the whole snapshot in this process, one partition of 10k-ledger
-    batches, then the worst-triple pass (k = 3) as the Spark run does; pandas roll-ups."""
-    from autorecovery.reports import whatif
-    from autorecovery.reports.scenarios import K3_CANDIDATES
-
+def load_view(snapshot: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """``(manifest, view, bookies)``: pyarrow reads the tables, pandas groups segments per ledger (the rows
+    the Spark job's ``ledger_view`` has: one per ledger, ``segs`` sorted, ``marked`` from the markers)."""
     manifest = json.loads((snapshot / "manifest.json").read_text())
     ledgers = pq.read_table(snapshot / "ledgers.parquet", columns=[
         "ledger_id", "state", "ensemble_size", "write_quorum", "ack_quorum", "last_entry_id", "length", "ctime",
@@ -176,7 +173,11 @@ def baseline(snapshot: Path, what_if: dict[str, str]) -> dict:
         marked = markers.groupby("ledger_id")["replicas"].apply(lambda r: sorted({b for x in r for b in x}))
         view = view.merge(marked.rename("marked"), left_on="ledger_id", right_index=True, how="left")
     bk = pq.read_table(snapshot / "bookies.parquet").to_pandas()
-    batches = [view.iloc[i:i + 10_000] for i in range(0, len(view), 10_000)]
+    return manifest, view, bk
+
+
+def fused_parts(manifest: dict, bk: pd.DataFrame, what_if: dict[str, str]) -> dict:
+    """The partition functions of the Spark run's fused pass, built as ``build.run`` builds them."""
     since = int(manifest["time_ms"]) - RECENT_DAYS * jobs.DAY_MS
     locations = dict(zip(bk["bookie_id"], bk["location"]))
     members = (list(bk.loc[bk["state"] == "writable", "bookie_id"]), list(bk.loc[bk["state"] == "readonly", "bookie_id"]))
@@ -184,10 +185,22 @@ def baseline(snapshot: Path, what_if: dict[str, str]) -> dict:
     current = dict(manifest.get("placement", {}))
     target = {**current, **what_if}
     location = {r.bookie_id: {"rack": r.rack, "zone": r.zone, "region": r.region} for r in bk.itertuples()}
-    fns = {"capacity": jobs.capacity_partition(since),
-           "placement": jobs.placement_partition(current, target, locations, members),
-           "repair": jobs.repair_partition(target, locations, members),
-           "risk": jobs.risk_partition(location, ("rack", "zone", "region"), gone)}
+    return {"capacity": jobs.capacity_partition(since),
+            "placement": jobs.placement_partition(current, target, locations, members),
+            "repair": jobs.repair_partition(target, locations, members),
+            "risk": jobs.risk_partition(location, ("rack", "zone", "region"), gone)}
+
+
+def baseline(snapshot: Path, what_if: dict[str, str]) -> dict:
+    """The same partition functions over the whole snapshot in this process, one partition of 10k-ledger
+    batches, then the worst-triple pass (k = 3) as the Spark run does; pandas roll-ups."""
+    from autorecovery.reports import whatif
+    from autorecovery.reports.scenarios import K3_CANDIDATES
+
+    manifest, view, bk = load_view(snapshot)
+    batches = [view.iloc[i:i + 10_000] for i in range(0, len(view), 10_000)]
+    gone = frozenset(bk.loc[bk["state"] == "gone", "bookie_id"])
+    fns = fused_parts(manifest, bk, what_if)
     rows = pd.concat(jobs.fused_partition(fns)(iter(batches)))  # one pass, as the Spark job does
     cap = rows[rows["part"] == "capacity"].groupby("bookie_id")[["used_bytes", "recent_bytes"]].sum()
     ver = rows[rows["part"] == "placement"]
@@ -201,7 +214,11 @@ def baseline(snapshot: Path, what_if: dict[str, str]) -> dict:
             if k == "bookie_pair"}
     live = sorted(bk.loc[bk["state"] != "gone", "bookie_id"])
     pairs = dict(whatif.worst_pairs(singles, corr, K3_CANDIDATES, live))
-    tri = pd.concat(list(jobs.triple_partition(list(pairs), gone)(iter(batches))))
+    # as the Spark run: only the ledgers holding a member of a candidate pair go through the k = 3 pass
+    cand = set().union(*pairs) if pairs else set()
+    held = [b[b["segs"].map(lambda ss: any(x in cand for s in ss for x in s["ensemble"]))] for b in batches]
+    frames = list(jobs.triple_partition(list(pairs), gone)(iter([h for h in held if len(h)])))
+    tri = pd.concat(frames) if frames else pd.DataFrame(columns=["name", "ledgers", "lost_bytes", "below"])
     k3 = whatif.worst_triples(pairs, singles, {tuple(r.name.split("|")): (r.ledgers, r.lost_bytes, r.below)
                                                for r in tri.groupby("name", as_index=False).sum().itertuples()}, live, 3)
     return {"bookies": len(cap), "verdicts": {f"{c}|{w}": int(v) for (c, w), v in counts.items()},

@@ -11,8 +11,17 @@ between samples loses at most 0.2 s). On a shared machine compare these CPU seco
     nice -n 19 .venv/bin/python bench/reports_profile.py --snapshot /tmp/s1m
     nice -n 19 .venv/bin/python bench/reports_profile.py --snapshot /tmp/s1m --conf spark.sql.shuffle.partitions=4
 
-Prints the per-step progress lines (``spark +N s: step``), the stages (slowest first), then one line:
-``cpu seconds: driver python X, jvm Y, python workers Z, total T; wall W s; load L``. Not a test.
+Prints the per-step progress lines (``spark +N s: step``), the stages (slowest first), the number of
+Spark jobs, then one line: ``cpu seconds: driver python X, jvm Y, python workers Z, total T; wall W s;
+load L``. Not a test.
+
+``--parts`` measures the per-ledger Python alone, without Spark, in this process: the snapshot read as
+``bench/reports.py``'s baseline reads it, then each part of the fused pass alone (capacity, placement,
+repair, risk; the ledger views built once, as ``jobs.Prepared`` does) and the whole fused pass,
+``--repeat`` times; prints the CPU seconds (``time.process_time``) and microseconds per ledger of each,
+best of the repeats (the machine may be shared: CPU time, not wall time)::
+
+    nice -n 19 .venv/bin/python bench/reports_profile.py --snapshot /tmp/s20k --parts
 """
 
 from __future__ import annotations
@@ -99,12 +108,56 @@ class CpuTree:
         self._t.join()
 
 
+def parts_cpu(snapshot: Path, repeat: int) -> None:
+    """``--parts``: CPU seconds of each part of the fused pass and of the whole pass, per ledger."""
+    from reports import fused_parts, load_view  # bench/reports.py
+
+    from autorecovery.reports import jobs
+
+    manifest, view, bk = load_view(snapshot)
+    n = len(view)
+    batches = [view.iloc[i:i + 10_000] for i in range(0, len(view), 10_000)]
+    fns = fused_parts(manifest, bk, {"minNumRacksPerWriteQuorum": "3"})
+    best: dict[str, float] = {}
+
+    def timed(name: str, fn) -> None:
+        t = time.process_time()
+        fn()
+        best[name] = min(best.get(name, float("inf")), time.process_time() - t)
+
+    for _ in range(repeat):
+        prepared: list = []
+        timed("ledger views", lambda: prepared.extend(jobs.Prepared(b) for b in batches))
+        for name, fn in fns.items():
+            if hasattr(fn, "make"):
+                def fold(fn=fn) -> None:
+                    step, finish = fn.make()
+                    for p in prepared:
+                        step(p)
+                    list(finish())
+                timed(name, fold)
+            else:
+                for p in prepared:
+                    getattr(p, "adherence", {}).clear()  # alone: no answer shared with another part
+                timed(name, lambda fn=fn: [o for p in prepared for o in fn(iter([p]))])
+        timed("fused pass (views, every part, typed rows)", lambda: list(jobs.fused_partition(fns)(iter(batches))))
+    print(f"{n:,} ledgers; CPU seconds, best of {repeat}:")
+    for name, secs in best.items():
+        print(f"  {name:<44} {secs:7.2f} s {secs / n * 1e6:8.1f} us/ledger")
+    print(f"load average now {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--snapshot", type=Path, required=True)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--conf", action="append", default=[], help="key=value, a Spark setting")
+    ap.add_argument("--parts", action="store_true", help="the per-ledger Python alone, no Spark (CPU per part)")
+    ap.add_argument("--repeat", type=int, default=3, help="with --parts: runs, the best one is printed")
     a = ap.parse_args()
+    if a.parts:
+        parts_cpu(a.snapshot, a.repeat)
+        return
     conf = dict(c.split("=", 1) for c in a.conf)
     tmp = Path(tempfile.mkdtemp(prefix="reports-profile-"))
     res = tmp / "result.json"
@@ -131,6 +184,7 @@ def main() -> None:
         print(f"{s['stageId']:>5} {stage_job.get(s['stageId'], -1):>4} {s['numTasks']:>5} "
               f"{s['executorRunTime'] / 1000:7.1f} {s['executorCpuTime'] / 1e9:9.1f}  "
               f"{s['name'][:60]} | {str(desc.get(stage_job.get(s['stageId'])))[:40]}")
+    print(f"spark jobs: {len(got['jobs'])}, stages run: {sum(1 for s in got['stages'] if s.get('status') == 'COMPLETE')}")
     run_s = sum(s.get("executorRunTime", 0) for s in got["stages"]) / 1000
     jvm_s = sum(s.get("executorCpuTime", 0) for s in got["stages"]) / 1e9
     k = cpu.by_kind()

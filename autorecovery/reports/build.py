@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from autorecovery.placement.weights import effective_weights
-from autorecovery.reports import jobs, model, scenarios
+from autorecovery.reports import jobs, model, rollup, scenarios
 from autorecovery.reports.validate import BadInput, check_snapshot
 
 RECENT_DAYS = 30
@@ -98,18 +98,16 @@ def _heal(ht: model.HealTime) -> dict[str, Any]:
 
 
 def _bookies(t) -> pd.DataFrame:
-    return t["bookies"].toPandas()  # one row per bookie
+    """One row per bookie, read from Spark once per run (a copy: callers may add columns)."""
+    if "bookies_pd" not in t:
+        t["bookies_pd"] = t["bookies"].toPandas()
+    return t["bookies_pd"].copy()
 
 
-def capacity(t, manifest: dict, rows, max_multiple: float = 3.0) -> Report:
+def capacity(t, manifest: dict, per: pd.DataFrame, max_multiple: float = 3.0) -> Report:
     """Bytes per bookie/rack/zone/region, free vs used, imbalance, disk weights, growth and days to full.
-    ``rows``: the capacity rows of :func:`jobs.capacity_partition`."""
-    from pyspark.sql import functions as F
-
-    per = (rows
-           .groupBy("bookie_id").agg(F.sum("used_bytes").alias("used_bytes"),
-                                     F.sum("recent_bytes").alias("recent_bytes"),
-                                     F.sum("ledgers").alias("ledgers"))).toPandas()
+    ``per``: the rows of :func:`jobs.capacity_partition` summed per bookie (``bookie_id, used_bytes,
+    recent_bytes, ledgers``; :func:`rollup.collect`)."""
     bk = _bookies(t).merge(per, on="bookie_id", how="left").fillna({"used_bytes": 0.0, "recent_bytes": 0.0,
                                                                      "ledgers": 0.0})
     bk["ledgers"] = bk["ledgers"].astype("int64")
@@ -174,28 +172,21 @@ def placement_parts(t, manifest: dict, what_if: dict[str, str]) -> dict[str, Any
             "repair": jobs.repair_partition(target, locations, members)}
 
 
-def placement(t, manifest: dict, what_if: dict[str, str], out: Path, thr: Throttles, verdicts, plan) -> Report:
-    """Adherence of every closed ledger now and under ``what_if``; the BP-54 repair plan under the what-if
-    config (or the current one) with bytes per source and target bookie and the copy time. ``verdicts``
-    and ``plan``: the rows of :func:`placement_parts`' functions."""
-    from pyspark.sql import functions as F
-
-    current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
+def write_ledger_tables(out: Path, verdicts, plan) -> None:
+    """The per-ledger tables, written by Spark (never collected): ``placement_ledgers.parquet`` (the rows
+    of :func:`jobs.placement_partition`) and ``placement_repair_swaps.parquet`` (:func:`jobs.repair_partition`)."""
     verdicts.write.mode("overwrite").parquet(str(out / "placement_ledgers.parquet"))
-    verdicts = t["ledger_view"].sparkSession.read.parquet(str(out / "placement_ledgers.parquet"))
-    counts = verdicts.groupBy("current", "what_if").count().toPandas()
-    by_ns = (verdicts.where(F.col("current") == "FAIL").groupBy("namespace").count()
-             .orderBy(F.desc("count")).limit(50).toPandas())
     plan.write.mode("overwrite").parquet(str(out / "placement_repair_swaps.parquet"))
-    plan = t["ledger_view"].sparkSession.read.parquet(str(out / "placement_repair_swaps.parquet"))
-    fixable = plan.where("fixable")
-    by_source = fixable.groupBy("source").agg(F.sum("bytes").alias("bytes"), F.count("*").alias("swaps")).toPandas()
-    by_target = fixable.groupBy("target").agg(F.sum("bytes").alias("bytes"), F.count("*").alias("swaps")).toPandas()
-    tot = plan.agg(F.countDistinct(F.when(F.col("fixable"), F.col("ledger_id"))).alias("ledgers"),
-                   F.sum(F.when(F.col("fixable"), 1).otherwise(0)).alias("swaps"),
-                   F.sum("bytes").alias("bytes"),
-                   F.countDistinct(F.when(~F.col("fixable"), F.col("ledger_id"))).alias("unfixable")).collect()[0]
-    nbytes = float(tot["bytes"] or 0.0)
+
+
+def placement(manifest: dict, what_if: dict[str, str], thr: Throttles, sums: pd.DataFrame) -> Report:
+    """Adherence of every closed ledger now and under ``what_if``; the BP-54 repair plan under the what-if
+    config (or the current one) with bytes per source and target bookie and the copy time. ``sums``:
+    :func:`rollup.collect` (the placement and repair rows of :func:`placement_parts`' functions)."""
+    current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
+    counts, by_ns = rollup.placement_counts(sums)
+    by_source, by_target, tot = rollup.repair_plan(sums)
+    nbytes = tot["bytes"]
     # the swaps copy each replaced member's share from a copy (the member itself is still up: a source)
     # to the new member named by the plan: the heal-time model with every daemon, plan-given targets
     ht = model.heal_time(nbytes, dict(zip(by_source["source"], by_source["bytes"])), thr.heal_model(),
@@ -205,8 +196,8 @@ def placement(t, manifest: dict, what_if: dict[str, str], out: Path, thr: Thrott
         "what_if": what_if,
         "current": _verdict_counts(counts, "current"),
         "under_what_if": _verdict_counts(counts, "what_if") if what_if else None,
-        "repair": {"ledgers_to_mark": int(tot["ledgers"] or 0), "swaps": int(tot["swaps"] or 0),
-                   "bytes_to_copy": nbytes, "ledgers_without_fix": int(tot["unfixable"] or 0),
+        "repair": {"ledgers_to_mark": int(round(tot["ledgers"])), "swaps": int(round(tot["swaps"])),
+                   "bytes_to_copy": nbytes, "ledgers_without_fix": int(round(tot["unfixable"])),
                    "workers": thr.workers, "rate_bytes_per_s_per_worker": thr.rate_bytes_per_s,
                    "rate_assumed": thr.assumed,
                    "copy_time_s": ht.seconds, "copy_limited_by": ht.limited_by},
@@ -264,26 +255,19 @@ def _domain_members(bk: pd.DataFrame, kind: str, name: str) -> frozenset[str]:
     return frozenset(bk.loc[bk[kind] == name, "bookie_id"])
 
 
-def _max_sources(src_rows) -> dict[tuple[str, str], dict[str, float]]:
-    """(kind, name) → {bookie read the most: bytes} from the ``heal_src`` rows (Spark aggregates)."""
-    from pyspark.sql import functions as F
-
-    per = src_rows.groupBy("kind", "name", "bookie_id").agg(F.sum("bytes").alias("bytes"))
-    top = per.groupBy("kind", "name").agg(F.max(F.struct("bytes", "bookie_id")).alias("m")).toPandas()
-    return {(r.kind, r.name): {r.m["bookie_id"]: float(r.m["bytes"])} for r in top.itertuples()}
+def _max_sources(per: pd.DataFrame) -> dict[tuple[str, str], dict[str, float]]:
+    """(kind, name) → {bookie read the most: bytes} from the ``heal_src`` rows summed per (kind, name,
+    bookie_id); ties go to the larger bookie id."""
+    top = per.sort_values(["bytes", "bookie_id"]).groupby(["kind", "name"]).tail(1)
+    return {(r.kind, r.name): {r.bookie_id: float(r.bytes)} for r in top.itertuples()}
 
 
-def risk(t, manifest: dict, thr: Throttles, rows, src_rows=None) -> Report:
+def risk(t, manifest: dict, thr: Throttles, agg: pd.DataFrame, src_sums: pd.DataFrame | None = None) -> Report:
     """For every rack, zone, region and pair of racks: ledgers and bytes that lose every copy of some
     entry, fall below AQ, or lose only a copy; bytes to heal and heal time; rolled up by namespace.
-    ``rows``: the rows of :func:`risk_part`'s function."""
-    from pyspark.sql import functions as F
-
+    ``agg``: the rows of :func:`risk_part`'s function summed per (kind, name, outcome, namespace);
+    ``src_sums``: its ``heal_src`` rows summed per (kind, name, bookie_id) (:func:`rollup.collect`)."""
     bk = _bookies(t)
-    agg = (rows
-           .groupBy("kind", "name", "outcome", "namespace")
-           .agg(F.sum("ledgers").alias("ledgers"), F.sum("lost_bytes").alias("lost_bytes"),
-                F.sum("heal_bytes").alias("heal_bytes"))).toPandas()
     existing = agg[(agg["kind"] == "existing") & (agg["namespace"] == "")]
     agg = agg[agg["kind"] != "existing"]
     totals = agg[agg["namespace"] == ""].drop(columns="namespace")
@@ -318,7 +302,7 @@ def risk(t, manifest: dict, thr: Throttles, rows, src_rows=None) -> Report:
     wide["heal_bytes"] = wide["heal_bytes_copy_lost"] + wide["heal_bytes_below_ack_quorum"] + wide["heal_bytes_data_loss"]
     # heal time from the daemons and bookies that survive the domain (model.heal_time); the source bound
     # needs the bytes read per bookie, computed for racks, zones and regions (not for rack pairs)
-    sources = _max_sources(src_rows) if src_rows is not None else {}
+    sources = _max_sources(src_sums) if src_sums is not None else {}
     heals = [model.heal_time(h, sources.get((k, n), {}), thr.heal_model(_domain_members(bk, k, n)))
              for k, n, h in zip(wide["kind"], wide["name"], wide["heal_bytes"])]
     wide["heal_time_s"] = [h.seconds for h in heals]
@@ -450,27 +434,33 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
             return fused.where(fused.part == name).select(*cols)
 
         parts: dict[str, Report] = {}
+        if "placement" in fns:
+            step("one pass over the ledgers; placement verdicts and the BP-54 plan to Parquet")
+            write_ledger_tables(out, part("placement", jobs.PLACEMENT_SCHEMA), part("repair", jobs.REPAIR_SCHEMA))
+        step("every roll-up in one aggregation")
+        sums = rollup.collect(fused)
         if "capacity" in fns:
-            step("capacity: one pass over the ledgers")
-            parts["capacity"] = capacity(t, manifest, part("capacity", jobs.CAPACITY_SCHEMA))
+            step("capacity")
+            parts["capacity"] = capacity(t, manifest, rollup.part(sums, "capacity", ["bookie_id", "used_bytes",
+                                                                                     "recent_bytes", "ledgers"]))
         if "placement" in fns:
             step("placement and the BP-54 plan")
-            parts["placement"] = placement(t, manifest, what_if or {}, out, thr,
-                                           part("placement", jobs.PLACEMENT_SCHEMA), part("repair", jobs.REPAIR_SCHEMA))
+            parts["placement"] = placement(manifest, what_if or {}, thr, sums)
         if "risk" in fns:
             step("risk per failure domain")
-            parts["risk"] = risk(t, manifest, thr, part("risk", jobs.RISK_SCHEMA),
-                                 part("heal_src", "kind string, name string, bookie_id string, bytes double"))
+            parts["risk"] = risk(t, manifest, thr,
+                                 rollup.part(sums, "risk", ["kind", "name", "outcome", "namespace", "ledgers",
+                                                            "lost_bytes", "heal_bytes"]),
+                                 rollup.part(sums, "heal_src", ["kind", "name", "bookie_id", "bytes"]))
         extra: dict[str, Any] = {}
         if "risk" in fns and k_bookies:
             step("worst loss of 1, 2 and 3 bookies")
             extra["what_if_bookies"] = scenarios.bookie_losses(
-                t, part("kloss", "kind string, name string, ledgers double, lost_bytes double, bytes double, "
-                                 "heal_bytes double"), bk, thr)
+                t, rollup.part(sums, "kloss", ["kind", "name", "ledgers", "lost_bytes", "bytes", "heal_bytes"]), bk, thr)
         if decommission:
             extra["what_if_decommission"] = scenarios.decommission(
-                part("decom", "kind string, bookie_id string, current string, what_if string, bytes double, "
-                              "ledgers double"), decommission, bk, thr)
+                rollup.part(sums, "decom", ["kind", "bookie_id", "current", "what_if", "bytes", "ledgers"]),
+                decommission, bk, thr)
         if "capacity" in parts and "placement" in parts:
             tabs = parts["placement"].tables
             extra["capacity_after_bp54"] = scenarios.after_bp54(parts["capacity"].tables["capacity_bookies"],

@@ -12,9 +12,12 @@ written by Spark to Parquet, never collected. Starting Spark and reading the sna
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from autorecovery.reports import model
@@ -28,10 +31,37 @@ DAY_MS = 86_400_000
 class Prepared:
     """A batch whose ledger views are built once and shared by every report (:func:`fused_partition`)."""
 
-    __slots__ = ("views",)
+    __slots__ = ("views", "adherence")
 
     def __init__(self, pdf: pd.DataFrame) -> None:
         self.views = list(_views(pdf))
+        #: ``(policy token, ensemble, WQ, AQ)`` → adherence: the placement what-if and the BP-54 plan ask
+        #: the same policy about the same segments (:func:`_adhering`)
+        self.adherence: dict[tuple, int] = {}
+
+
+def _memo_of(pdf: "pd.DataFrame | Prepared") -> dict[tuple, int]:
+    return pdf.adherence if isinstance(pdf, Prepared) else {}
+
+
+def _token(placement: Mapping[str, str] | None, locations: Mapping[str, str], members: tuple[list[str], list[str]]) -> str:
+    """Names a policy by what builds it (config, locations, membership), so that two parts building the same
+    policy share its answers (:class:`Prepared`)."""
+    import hashlib
+    import json
+
+    text = json.dumps([sorted((placement or {}).items()), sorted(locations.items()), sorted(members[0]),
+                       sorted(members[1])])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _adhering(policy, token: str, memo: dict[tuple, int], ensemble: tuple[str, ...], wq: int, aq: int) -> int:
+    """``policy.is_ensemble_adhering`` (0 FAIL, 1 soft, 2 strict), once per (policy, ensemble, WQ, AQ)."""
+    key = (token, ensemble, wq, aq)
+    v = memo.get(key)
+    if v is None:
+        v = memo[key] = int(policy.is_ensemble_adhering(list(ensemble), wq, aq))
+    return v
 
 
 def _views(pdf: "pd.DataFrame | Prepared") -> Iterator[tuple[model.LedgerView, Any]]:
@@ -90,29 +120,45 @@ def _aggregating(make: Callable[[], Fold]):
 
 
 def capacity_partition(recent_since_ms: int):
-    """mapInPandas function: bytes per bookie (all, and of ledgers created since ``recent_since_ms``)."""
+    """mapInPandas function: bytes per bookie (all, and of ledgers created since ``recent_since_ms``) and
+    ledgers per bookie: :func:`model.bytes_per_bookie` of every ledger, summed for a whole batch at once
+    (:class:`capacityvec.BookieBytes`, the same float sums)."""
+
+    from autorecovery.reports.capacityvec import BookieBytes
 
     def make() -> Fold:
-        used: dict[str, float] = {}
-        recent: dict[str, float] = {}
-        count: dict[str, int] = {}
+        codes: dict[str, int] = {}
+        acc = BookieBytes()
 
         def step(pdf: "pd.DataFrame | Prepared") -> None:
-            for lv, row in _views(pdf):
-                share = model.bytes_per_bookie(lv)
+            cols: tuple[list, ...] = ([], [], [], [], [], [], [])  # per segment: ledger, E, WQ, first, last, bpe, new
+            mem: tuple[list, ...] = ([], [], [])  # per member: code, segment row, index
+            distinct: list[int] = []
+            code = codes.setdefault
+            for i, (lv, row) in enumerate(pdf.views if isinstance(pdf, Prepared) else _views(pdf)):
                 new = int(row.ctime) >= recent_since_ms
-                for b, nbytes in share.items():
-                    used[b] = used.get(b, 0.0) + nbytes
-                    if new:
-                        recent[b] = recent.get(b, 0.0) + nbytes
-                for b in {m for seg in lv.segments for m in seg.ensemble}:
-                    count[b] = count.get(b, 0) + 1
-                    used.setdefault(b, 0.0)
+                bpe = lv.bytes_per_entry
+                seen: set[int] = set()
+                for seg in lv.segments:
+                    k = len(cols[0])
+                    for col, v in zip(cols, (i, lv.ensemble_size, lv.write_quorum, seg.first, seg.last, bpe, new)):
+                        col.append(v)
+                    for idx, b in enumerate(seg.ensemble):
+                        c = code(b, len(codes))
+                        mem[0].append(c)
+                        mem[1].append(k)
+                        mem[2].append(idx)
+                        seen.add(c)
+                distinct.extend(seen)
+            i64 = [np.asarray(c, np.int64) for c in cols[:5]]
+            acc.add(*i64, np.asarray(cols[5], np.float64), np.asarray(cols[6], bool),
+                    *(np.asarray(m, np.int64) for m in mem), np.asarray(distinct, np.int64))
 
         def finish() -> Iterator[pd.DataFrame]:
-            yield pd.DataFrame({"bookie_id": list(used), "used_bytes": [used[b] for b in used],
-                                "recent_bytes": [recent.get(b, 0.0) for b in used],
-                                "ledgers": [float(count.get(b, 0)) for b in used]})
+            names = list(codes)
+            got = np.flatnonzero(acc.seen[:len(names)])
+            yield pd.DataFrame({"bookie_id": [names[c] for c in got.tolist()], "used_bytes": acc.used[got],
+                                "recent_bytes": acc.recent[got], "ledgers": acc.ledgers[got].astype(np.float64)})
 
         return step, finish
 
@@ -145,15 +191,22 @@ def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] |
     """mapInPandas function: per closed ledger, the worst segment verdict under the current placement
     config and under ``what_if`` (upstream ``isEnsembleAdheringToPlacementPolicy``)."""
 
+    tokens = (_token(current, locations, members), _token(what_if, locations, members))
+
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         pol = _policy(current, locations, members)
         alt = _policy(what_if, locations, members) if what_if else None
+        names: dict[Any, tuple[str, str, str]] = {}
         for pdf in batches:
+            memo = _memo_of(pdf)
             out: dict[str, list] = {"ledger_id": [], "state": [], "current": [], "what_if": [], "tenant": [],
                                     "namespace": []}
             for lv, row in _views(pdf):
-                tenant, ns, _topic = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger or ""}
-                                                        if row.managed_ledger else None)
+                ml = row.managed_ledger
+                got = names.get(ml)
+                if got is None:
+                    got = names[ml] = model.pulsar_names({"pulsar/managed-ledger": ml or ""} if ml else None)
+                tenant, ns, _topic = got
                 out["ledger_id"].append(lv.ledger_id)
                 out["state"].append(row.state)
                 out["tenant"].append(tenant)
@@ -162,8 +215,8 @@ def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] |
                     out["current"].append("OPEN_SKIPPED")
                     out["what_if"].append("OPEN_SKIPPED")
                     continue
-                out["current"].append(_worst(pol, lv))
-                out["what_if"].append(_worst(alt, lv) if alt else "")
+                out["current"].append(_worst(pol, lv, tokens[0], memo))
+                out["what_if"].append(_worst(alt, lv, tokens[1], memo) if alt else "")
             yield pd.DataFrame(out)
 
     return run
@@ -172,10 +225,10 @@ def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] |
 PLACEMENT_SCHEMA = "ledger_id long, state string, current string, what_if string, tenant string, namespace string"
 
 
-def _worst(policy, lv: model.LedgerView) -> str:
+def _worst(policy, lv: model.LedgerView, token: str, memo: dict[tuple, int]) -> str:
     worst = 2
     for seg in lv.segments:
-        worst = min(worst, int(policy.is_ensemble_adhering(list(seg.ensemble), lv.write_quorum, lv.ack_quorum)))
+        worst = min(worst, _adhering(policy, token, memo, seg.ensemble, lv.write_quorum, lv.ack_quorum))
     return VERDICT[worst]
 
 
@@ -184,9 +237,12 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
     segment, the minimum-swap ``replace_to_adhere`` result: one row per swap with the bytes the replaced
     member stored (what the worker copies from a surviving replica to the new member)."""
 
+    token = _token(target, locations, members)
+
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         pol = _policy(target, locations, members)
         for pdf in batches:
+            memo = _memo_of(pdf)
             out: dict[str, list] = {"ledger_id": [], "segment_first_entry_id": [], "source": [], "target": [],
                                     "bytes": [], "fixable": []}
             for lv, _row in _views(pdf):
@@ -194,9 +250,9 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
                     continue
                 bpe = lv.bytes_per_entry
                 for seg in lv.segments:
-                    ens = list(seg.ensemble)
-                    if int(pol.is_ensemble_adhering(ens, lv.write_quorum, lv.ack_quorum)) != 0:
+                    if _adhering(pol, token, memo, seg.ensemble, lv.write_quorum, lv.ack_quorum) != 0:
                         continue
+                    ens = list(seg.ensemble)
                     res = pol.replace_to_adhere(lv.ensemble_size, lv.write_quorum, lv.ack_quorum, set(), ens)
                     fixed = int(res.adherence) != 0
                     for idx in (res.replaced if fixed else []):
@@ -235,88 +291,23 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
     ``heal_src`` (kind, name, bookie_id, bytes: what each surviving bookie is read for to heal a rack,
     zone or region) and, with ``bookie_sets``, ``kloss``: kind ``bookie`` (name = bookie id; ledgers =
     data-loss ledgers, lost_bytes, bytes = below-AQ ledgers, heal_bytes, of :func:`whatif.single_losses`)
-    and ``bookie_pair`` (name ``a|b``; the same figures of :func:`whatif.pair_corrections`' deltas)."""
-    from autorecovery.reports import whatif
+    and ``bookie_pair`` (name ``a|b``; the same figures of :func:`whatif.pair_corrections`' deltas).
+
+    The per-ledger figures are :func:`whatif.ledger_losses`', computed for a whole batch at once
+    (:func:`riskvec.batch_losses`, summed by :class:`riskpass.RiskFold`)."""
+    from autorecovery.reports.riskpass import RiskFold
 
     tags = {b: (loc.get("rack", "unknown"), loc.get("zone", "unknown"), loc.get("region", "unknown"))
             for b, loc in location.items()}
     gone = frozenset(gone)
 
     def make() -> Fold:
-        agg: dict[tuple[str, str, int, str], list[float]] = {}
-        src: dict[tuple[str, str, str], float] = {}
-        k1: dict[str, list[float]] = {}
-        k2: dict[tuple[str, str], list[float]] = {}
-
-        def add(key: tuple[str, str, int, str], d: whatif.Loss, sign: int = 1) -> None:
-            a = agg.get(key)
-            if a is None:
-                agg[key] = [sign, sign * d[1], sign * d[2]]
-            else:
-                a[0] += sign
-                a[1] += sign * d[1]
-                a[2] += sign * d[2]
+        fold = RiskFold(tags, kinds, gone, bookie_sets)
 
         def step(pdf: "pd.DataFrame | Prepared") -> None:
-            for lv, row in _views(pdf):
-                ns = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger})[1] if row.managed_ledger else ""
-                domains, singles, pairs = whatif.ledger_losses(lv, tags, damaged_of(row, gone))
-                single: dict[str, whatif.Loss] = {}
-                for kind, name, d in domains:
-                    if kind == "rack":
-                        single[name] = d
-                    if kind == "rack_pair":
-                        a, b = name.split("|", 1)
-                        if d[0] != model.NONE:
-                            add((kind, name, d[0], ""), d)
-                        for r in (a, b):
-                            sr = single[r]
-                            if sr[0] != model.NONE:
-                                add((kind, name, sr[0], ""), sr, -1)
-                    elif (kind in kinds or kind == "existing") and d[0] != model.NONE:
-                        add((kind, name, d[0], ""), d)
-                        # per namespace: only what the report shows (racks losing data or going below AQ)
-                        if ns and kind == "rack" and d[0] >= model.BELOW_AQ:
-                            add((kind, name, d[0], ns), d)
-                        for bk, nbytes in (d[3] or {}).items():
-                            key = (kind, name, bk)
-                            src[key] = src.get(key, 0.0) + nbytes
-                if bookie_sets:
-                    for b, d in singles:
-                        v = k1.get(b)
-                        m = whatif.loss_metrics(d)
-                        if v is None:
-                            k1[b] = [float(m[0]), m[1], float(m[2]), m[3]]
-                        else:
-                            v[0] += m[0]
-                            v[1] += m[1]
-                            v[2] += m[2]
-                            v[3] += m[3]
-                    for a, b, delta in pairs:
-                        v = k2.get((a, b))
-                        if v is None:
-                            k2[(a, b)] = [float(delta[0]), delta[1], float(delta[2])]
-                        else:
-                            v[0] += delta[0]
-                            v[1] += delta[1]
-                            v[2] += delta[2]
+            fold.step(pdf.views if isinstance(pdf, Prepared) else list(_views(pdf)), gone)
 
-        def finish() -> Iterator[pd.DataFrame]:
-            n1, n2 = len(k1), len(k2)
-            yield pd.DataFrame({"part": "kloss", "kind": ["bookie"] * n1 + ["bookie_pair"] * n2,
-                                "name": list(k1) + [f"{a}|{b}" for a, b in k2],
-                                "ledgers": [v[0] for v in k1.values()] + [v[0] for v in k2.values()],
-                                "lost_bytes": [v[1] for v in k1.values()] + [v[1] for v in k2.values()],
-                                "bytes": [v[2] for v in k1.values()] + [v[2] for v in k2.values()],
-                                "heal_bytes": [v[3] for v in k1.values()] + [0.0] * n2})
-            yield pd.DataFrame({"part": "risk", "kind": [k[0] for k in agg], "name": [k[1] for k in agg],
-                                "outcome": [k[2] for k in agg], "namespace": [k[3] for k in agg],
-                                "ledgers": [float(v[0]) for v in agg.values()], "lost_bytes": [v[1] for v in agg.values()],
-                                "heal_bytes": [v[2] for v in agg.values()]})
-            yield pd.DataFrame({"part": "heal_src", "kind": [k[0] for k in src], "name": [k[1] for k in src],
-                                "bookie_id": [k[2] for k in src], "bytes": list(src.values())})
-
-        return step, finish
+        return step, fold.finish
 
     return _aggregating(make)
 
@@ -329,6 +320,14 @@ def triple_partition(candidates: list[tuple[str, str]], gone: frozenset[str] = f
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         acc: dict[str, list[float]] = {}
+        with _few_collections():
+            _fold(batches, acc)
+        if acc:  # an empty frame's object columns do not convert to the schema's doubles
+            yield pd.DataFrame({"name": list(acc), "ledgers": [float(v[0]) for v in acc.values()],
+                                "lost_bytes": [float(v[1]) for v in acc.values()],
+                                "below": [float(v[2]) for v in acc.values()]})
+
+    def _fold(batches: Iterator[pd.DataFrame], acc: dict[str, list[float]]) -> None:
         for pdf in batches:
             for lv, row in _views(pdf):
                 for a, b, c, (dl, lb, bq) in whatif.triple_corrections(lv, candidates, damaged_of(row, gone)):
@@ -336,10 +335,6 @@ def triple_partition(candidates: list[tuple[str, str]], gone: frozenset[str] = f
                     v[0] += dl
                     v[1] += lb
                     v[2] += bq
-        if acc:  # an empty frame's object columns do not convert to the schema's doubles
-            yield pd.DataFrame({"name": list(acc), "ledgers": [float(v[0]) for v in acc.values()],
-                                "lost_bytes": [float(v[1]) for v in acc.values()],
-                                "below": [float(v[2]) for v in acc.values()]})
 
     return run
 
@@ -424,6 +419,20 @@ _PANDAS_TYPES = {"string": "object", "double": "float64", "long": "Int64", "int"
 _FUSED_DTYPES = {c.split()[0]: _PANDAS_TYPES[c.split()[1]] for c in FUSED_SCHEMA.split(", ")}
 
 
+@contextlib.contextmanager
+def _few_collections(young: int = 100_000) -> Iterator[None]:
+    """Python's cyclic GC with a young generation of ``young`` objects (default 700) while a pass runs:
+    the views and rows of a batch are many short-lived objects, and collecting every 700 of them cost
+    10-15% of the fused pass's CPU (``bench/reports_profile.py --parts``). Nothing is left uncollected:
+    collections still run, less often; the thresholds are restored when the pass ends."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], young), max(old[1], 50), max(old[2], 100))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def fused_partition(parts: Mapping[str, Any]):
     """mapInPandas function running several reports in one pass: ``parts`` maps ``capacity`` /
     ``placement`` / ``repair`` / ``risk`` to the function one of the ``*_partition`` factories above
@@ -433,6 +442,10 @@ def fused_partition(parts: Mapping[str, Any]):
     rows persisted and shuffled grow with partitions × bookies (pairs), not with ledgers."""
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        with _few_collections():
+            yield from _run(batches)
+
+    def _run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         def typed(name: str, out: pd.DataFrame) -> pd.DataFrame:
             if "part" not in out.columns:
                 out = out.assign(part=name)
@@ -447,6 +460,8 @@ def fused_partition(parts: Mapping[str, Any]):
                     continue
                 for out in fn(iter([prepared])):
                     if len(out):
+                        if name == "repair":  # 1.0 on a ledger's first row per fixable: the roll-up counts ledgers
+                            out = out.assign(ledgers=(~out.duplicated(["ledger_id", "fixable"])).astype("float64"))
                         yield typed(name, out)
         for name, (_step, finish) in folds.items():
             for out in finish():

@@ -21,16 +21,15 @@ def _fig(v: tuple[float, float, float]) -> dict[str, Any]:
             "ledgers_below_ack_quorum": int(round(v[2]))}
 
 
-def bookie_losses(t, kloss_rows, bk: pd.DataFrame, thr, top: int = 3, candidates: int = K3_CANDIDATES) -> dict[str, Any]:
+def bookie_losses(t, kloss: pd.DataFrame, bk: pd.DataFrame, thr, top: int = 3, candidates: int = K3_CANDIDATES) -> dict[str, Any]:
     """``what_if_bookies`` of summary.json: for k = 1, 2, 3 the ``top`` worst sets of k bookies (named)
     with the ledgers that lose data or fall below AQ and the bytes lost for good, on top of the damage
     already there. k = 1, 2 exact; k = 3 the worst triple containing one of the ``candidates`` worst pairs
-    (see :mod:`whatif`)."""
+    (see :mod:`whatif`). ``kloss``: the ``kloss`` rows of ``jobs.risk_partition`` summed per (kind, name)
+    (``rollup.collect``)."""
     from pyspark.sql import functions as F
 
-    agg = (kloss_rows.groupBy("kind", "name")
-           .agg(F.sum("ledgers").alias("dl"), F.sum("lost_bytes").alias("lost"), F.sum("bytes").alias("below"),
-                F.sum("heal_bytes").alias("heal"))).toPandas()
+    agg = kloss.rename(columns={"ledgers": "dl", "lost_bytes": "lost", "bytes": "below", "heal_bytes": "heal"})
     singles = {r.name: (r.dl, r.lost, r.below) for r in agg.itertuples() if r.kind == "bookie"}
     heal1 = {r.name: r.heal for r in agg.itertuples() if r.kind == "bookie"}
     corr = {tuple(r.name.split("|", 1)): (r.dl, r.lost, r.below) for r in agg.itertuples() if r.kind == "bookie_pair"}
@@ -41,7 +40,11 @@ def bookie_losses(t, kloss_rows, bk: pd.DataFrame, thr, top: int = 3, candidates
     pairs = dict(whatif.worst_pairs(singles, corr, candidates, live))
     k3: list = []
     if pairs and len(live) >= 3:
-        tri = (t["ledger_view"].mapInPandas(jobs.triple_partition(list(pairs), frozenset(bk.loc[bk["state"] == "gone", "bookie_id"])),
+        # only the ledgers holding a member of a candidate pair can correct a triple (triple_corrections
+        # gives [] for the others): Spark drops the rest before Python sees them
+        cand = sorted({b for pair in pairs for b in pair})
+        held = t["ledger_view"].where(F.arrays_overlap(F.flatten(F.col("segs.ensemble")), F.array(*map(F.lit, cand))))
+        tri = (held.mapInPandas(jobs.triple_partition(list(pairs), frozenset(bk.loc[bk["state"] == "gone", "bookie_id"])),
                                             jobs.TRIPLE_SCHEMA)
                .groupBy("name").agg(F.sum("ledgers").alias("dl"), F.sum("lost_bytes").alias("lost"),
                                     F.sum("below").alias("below"))).toPandas()
@@ -68,11 +71,11 @@ def bookie_losses(t, kloss_rows, bk: pd.DataFrame, thr, top: int = 3, candidates
     }
 
 
-def decommission(rows, bookie: str, bk: pd.DataFrame, thr) -> dict[str, Any]:
+def decommission(df: pd.DataFrame, bookie: str, bk: pd.DataFrame, thr) -> dict[str, Any]:
     """``what_if_decommission`` of summary.json from the ``decom`` rows of
-    :func:`jobs.decommission_partition`: bytes and ledgers to move, per target bookie, the heal time
-    (the bookie's daemon keeps running; sources = the other copies), verdicts before → after."""
-    df = rows.toPandas()
+    :func:`jobs.decommission_partition` (summed per key, ``rollup.collect``): bytes and ledgers to move,
+    per target bookie, the heal time (the bookie's daemon keeps running; sources = the other copies),
+    verdicts before → after."""
     tg = df[df["kind"] == "target"].groupby("bookie_id")[["bytes", "ledgers"]].sum()
     src = df[df["kind"] == "source"].groupby("bookie_id")["bytes"].sum()
     ver = df[df["kind"] == "verdict"].groupby(["current", "what_if"])[["ledgers", "bytes"]].sum().reset_index()
