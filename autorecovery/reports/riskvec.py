@@ -172,7 +172,7 @@ def batch_losses(ledgers: Sequence[LedgerView], tables: Tables,
     """:func:`whatif.ledger_losses` of every ledger of ``ledgers`` (see :class:`BatchLosses`). Copies
     already lost: the bookies ``tables`` was given as gone, and ``marked[i]`` (the replicas of ledger
     ``i``'s under-replication markers)."""
-    from autorecovery.reports import whatif
+    import autorecovery.reports.whatif as whatif
 
     marked = marked or {}
     shapes: dict[tuple, tuple[list[int], list[list[int]], list[list[int]], list[float]]] = {}
