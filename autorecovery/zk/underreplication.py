@@ -373,15 +373,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         if n <= 1:
             lid = await self.poll_ledger_to_rereplicate(order)
             return [] if lid is None else [lid]
-        if await self._index.ensure():
-            marked: Collection[int] = self._index.marked
-            locked: Collection[int] = self._index.locked
-        else:
-            marked = set(await self._candidates())
-            locked = set()
-            for name in await self._cached_children(self.paths.ur_locks):
-                with contextlib.suppress(ValueError):
-                    locked.add(ledger_id_from_ur_leaf(name))
+        marked, locked = await self._marked_and_locked()
         seq: Iterable[int]
         if order is not None:
             seq = order(marked)
@@ -400,6 +392,18 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                 batch = []
         return await self.acquire_many(batch) if batch else []
 
+    async def _marked_and_locked(self) -> tuple[Collection[int], Collection[int]]:
+        """The marked and the locked ledger ids: the index's live sets when it serves, else one listing
+        of each level (a lock leaf that is not a ledger id is skipped)."""
+        if await self._index.ensure():
+            return self._index.marked, self._index.locked
+        marked = set(await self._candidates())
+        locked: set[int] = set()
+        for name in await self._cached_children(self.paths.ur_locks):
+            with contextlib.suppress(ValueError):
+                locked.add(ledger_id_from_ur_leaf(name))
+        return marked, locked
+
     async def poll_ledger_to_rereplicate(
             self, order: Callable[[Collection[int]], Iterable[int]] | None = None) -> int | None:
         """One non-blocking attempt to lock a marked ledger (upstream pollLedgerToRereplicate).
@@ -409,17 +413,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         in the order to try (the worker's priority); locked ones are skipped as they come. Without
         ``order`` they are shuffled (upstream's random walk). Returns the ledger id or None.
         """
-        if await self._index.ensure():
-            marked: Collection[int] = self._index.marked
-            locked: Collection[int] = self._index.locked
-        else:
-            marked = set(await self._candidates())
-            locked = set()
-            for n in await self._cached_children(self.paths.ur_locks):
-                try:
-                    locked.add(ledger_id_from_ur_leaf(n))
-                except ValueError:
-                    pass
+        marked, locked = await self._marked_and_locked()
         if order is not None:
             seq: Iterable[int] = order(marked)
         else:

@@ -4,24 +4,18 @@ same sums as the parts run alone, and the risk part's namespace rows are the one
 from __future__ import annotations
 
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
 from autorecovery.reports import jobs, model
 from autorecovery.reports.synthetic import generate
+from autorecovery.testing.snapshot_views import ledger_view
 
 
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory):
     snap = tmp_path_factory.mktemp("snap")
     generate(snap, ledgers=1500, bookies=30, racks=5)
-    ledgers = pq.read_table(snap / "ledgers.parquet").to_pandas()
-    segs = pq.read_table(snap / "segments.parquet").to_pandas()
-    segs["seg"] = [{"first_entry_id": f, "last_entry_id": la, "ensemble": e}
-                   for f, la, e in zip(segs["first_entry_id"], segs["last_entry_id"], segs["ensemble"])]
-    grouped = segs.sort_values(["ledger_id", "first_entry_id"]).groupby("ledger_id")["seg"].apply(list)
-    view = ledgers.merge(grouped.rename("segs"), left_on="ledger_id", right_index=True)
-    bk = pq.read_table(snap / "bookies.parquet").to_pandas()
+    view, bk = ledger_view(snap)
     view["marked"] = [[bk["bookie_id"].iloc[0]] if i % 5 == 0 else None for i in range(len(view))]
     location = {r.bookie_id: {"rack": r.rack, "zone": r.zone, "region": r.region} for r in bk.itertuples()}
     return [view.iloc[i:i + 200] for i in range(0, len(view), 200)], location

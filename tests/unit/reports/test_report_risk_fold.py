@@ -6,11 +6,11 @@ inputs, pandas out)."""
 from __future__ import annotations
 
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
 from autorecovery.reports import jobs, model, riskpass, whatif
 from autorecovery.reports.synthetic import generate
+from autorecovery.testing.snapshot_views import ledger_view
 
 
 def reference(frames, location, kinds, gone) -> dict[str, pd.DataFrame]:
@@ -70,13 +70,7 @@ def reference(frames, location, kinds, gone) -> dict[str, pd.DataFrame]:
 def snapshot(tmp_path_factory):
     snap = tmp_path_factory.mktemp("snap")
     generate(snap, ledgers=3000, bookies=40, racks=6, zones=3, ensemble_changes=0.2, open_fraction=0.05)
-    ledgers = pq.read_table(snap / "ledgers.parquet").to_pandas()
-    segs = pq.read_table(snap / "segments.parquet").to_pandas()
-    segs["seg"] = [{"first_entry_id": f, "last_entry_id": la, "ensemble": e}
-                   for f, la, e in zip(segs["first_entry_id"], segs["last_entry_id"], segs["ensemble"])]
-    grouped = segs.sort_values(["ledger_id", "first_entry_id"]).groupby("ledger_id")["seg"].apply(list)
-    view = ledgers.merge(grouped.rename("segs"), left_on="ledger_id", right_index=True)
-    bk = pq.read_table(snap / "bookies.parquet").to_pandas()
+    view, bk = ledger_view(snap)
     # markers on some ledgers (copies already lost), a gone bookie, a member missing from the location table
     view["marked"] = [[bk["bookie_id"].iloc[i % 7]] if i % 9 == 0 else None for i in range(len(view))]
     location = {r.bookie_id: {"rack": r.rack, "zone": r.zone, "region": r.region} for r in bk.itertuples()}
