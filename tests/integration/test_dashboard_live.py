@@ -122,7 +122,10 @@ def test_every_panel_query_returns_data_during_a_heal_and_eta_is_empty_when_idle
         # idle with a backlog: AutoRecovery disabled, a bookie lost and its ledgers marked (what the
         # auditor does once enabled); nothing copies, so there is no ETA (the old panel showed the
         # backlog in seconds: backlog / clamp_min(rate, 1))
-        ledgers = asyncio.run(write_ledgers(cluster, 6, 100, E=3, WQ=2, AQ=2, size=4096))
+        # enough to copy that the heal spans several scrapes at the throttle (about 9 ledgers of 270 KiB
+        # at 2 × 128 KiB/s): with 6 ledgers the heal could end within two scrapes on a loaded machine,
+        # leaving no evaluation where both the backlog and the copy rate were above 0 (CI, 2465397)
+        ledgers = asyncio.run(write_ledgers(cluster, 12, 100, E=3, WQ=2, AQ=2, size=4096))
         victim = 3
         vid = cluster.bookie_id(victim)
         hit = [lid for lid, ens in ledgers.items() if vid in ens]
@@ -150,6 +153,7 @@ def test_every_panel_query_returns_data_during_a_heal_and_eta_is_empty_when_idle
         assert ok(shell(cluster, "autorecovery", "-enable")) == "Enabling autorecovery\n"
         wait_until(lambda: values(q((BACKLOG, "A"))) == [0.0], 180, 0.5, "the backlog to return to 0")
         heal_to = now(port)
+        assert heal_to - heal_from >= 4, f"the heal took {heal_to - heal_from:.1f} s: too short to show an ETA"
         got = {key: range_values(port, expr, heal_from, heal_to) for key, expr in queries.items()}
         assert not [k for k, v in got.items() if not v], f"no data during the heal: {[k for k, v in got.items() if not v]}"
         assert max(got[(THROUGHPUT, "A")]) > 0 and max(got[(THROUGHPUT, "B")]) > 0
