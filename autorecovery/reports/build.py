@@ -352,13 +352,17 @@ def _existing(rows: pd.DataFrame, bk: pd.DataFrame, thr: Throttles) -> dict[str,
             "heal_bytes": heal, **_heal(model.heal_time(heal, {}, thr.heal_model(frozenset(gone))))}
 
 
-#: Ledgers per shuffle partition at most (the fused task of a partition folds them in one Python worker)
-LEDGERS_PER_PARTITION = 500_000
+#: Ledgers per shuffle partition at most. A partition is one block of the cached ledger view and of the
+#: persisted fused rows; when such a block has spilled, Spark reads it back into one on-heap buffer
+#: (``BlockManager.maybeCacheDiskBytesInMemory``), so the block, not the snapshot, sets the heap a task
+#: needs. 125k is what a 1M snapshot's 8 partitions hold; 500k blocks ran the 2 GiB heap out of memory at
+#: 10M ledgers (two tasks reading spilled blocks at once).
+LEDGERS_PER_PARTITION = 125_000
 
 
 def shuffle_partitions(manifest: dict) -> int:
     """Shuffle partitions for a snapshot: 8 (four tasks per core on ``local[2]``), more for snapshots
-    over 4M ledgers so a partition holds at most :data:`LEDGERS_PER_PARTITION`."""
+    over 1M ledgers so a partition holds at most :data:`LEDGERS_PER_PARTITION` (10M ledgers: 80)."""
     n = int(manifest.get("counts", {}).get("ledgers") or 0)
     return max(8, -(-n // LEDGERS_PER_PARTITION))
 
