@@ -356,7 +356,8 @@ def _existing(rows: pd.DataFrame, bk: pd.DataFrame, thr: Throttles) -> dict[str,
 #: persisted fused rows; when such a block has spilled, Spark reads it back into one on-heap buffer
 #: (``BlockManager.maybeCacheDiskBytesInMemory``), so the block, not the snapshot, sets the heap a task
 #: needs. 125k is what a 1M snapshot's 8 partitions hold; 500k blocks ran the 2 GiB heap out of memory at
-#: 10M ledgers (two tasks reading spilled blocks at once).
+#: 10M ledgers (two tasks reading spilled blocks at once), and so did 125k ones: above 1M ledgers the
+#: blocks stay on disk (:func:`storage_level`).
 LEDGERS_PER_PARTITION = 125_000
 
 
@@ -365,6 +366,19 @@ def shuffle_partitions(manifest: dict) -> int:
     over 1M ledgers so a partition holds at most :data:`LEDGERS_PER_PARTITION` (10M ledgers: 80)."""
     n = int(manifest.get("counts", {}).get("ledgers") or 0)
     return max(8, -(-n // LEDGERS_PER_PARTITION))
+
+
+def storage_level(manifest: dict) -> str:
+    """Spark storage level (a ``pyspark.StorageLevel`` attribute name) of the cached ledger view and the
+    persisted fused rows: ``MEMORY_AND_DISK`` up to 8 partitions (1M ledgers), ``DISK_ONLY`` above.
+
+    With a memory level, a block that spilled is read back into one on-heap buffer to be cached again
+    (Spark's ``BlockManager.maybeCacheDiskBytesInMemory``), outside the memory the tasks account for: at
+    10M ledgers that ran the 2 GiB heap out of memory while the per-ledger tables were written, even with
+    125k-ledger blocks. On disk only, a block is streamed back and never held whole (the page cache keeps
+    it close)."""
+    n = int(manifest.get("counts", {}).get("ledgers") or 0)
+    return "MEMORY_AND_DISK" if n <= 8 * LEDGERS_PER_PARTITION else "DISK_ONLY"
 
 
 def write(report: Report, out: Path) -> None:
@@ -413,7 +427,10 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
     try:
         step("reading the snapshot")
         t = jobs.load(spark, snapshot)
-        t["ledger_view"].cache()
+        from pyspark import StorageLevel
+
+        level = getattr(StorageLevel, storage_level(manifest))
+        t["ledger_view"].persist(level)
         bk = _bookies(t)
         thr = throttles(manifest, bk, assumed_rate, daemons)
         if decommission and decommission not in set(bk["bookie_id"]):
@@ -428,10 +445,8 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
         if decommission:
             fns["decom"] = _decommission_part(manifest, bk, decommission)
         # one pass over the ledgers feeds every report (views built once per batch); kept for the roll-ups
-        from pyspark import StorageLevel
-
         fused = t["ledger_view"].mapInPandas(jobs.fused_partition(fns), jobs.FUSED_SCHEMA)
-        fused = fused.persist(StorageLevel.MEMORY_AND_DISK)
+        fused = fused.persist(level)
 
         def part(name: str, schema: str):
             cols = [c.split()[0] for c in schema.split(", ")]

@@ -19,3 +19,13 @@ def test_no_partition_holds_more_than_a_million_ledger_snapshot_does():
         parts = shuffle_partitions(manifest(n))
         assert -(-n // parts) <= LEDGERS_PER_PARTITION, n
     assert shuffle_partitions(manifest(10_000_000)) == 80
+
+
+def test_snapshots_over_a_million_ledgers_keep_their_blocks_on_disk():
+    # a memory level reads a spilled block back whole onto the heap (OutOfMemoryError at 10M ledgers)
+    from autorecovery.reports.build import storage_level
+
+    assert storage_level(manifest(None)) == "MEMORY_AND_DISK"
+    assert storage_level(manifest(1_000_000)) == "MEMORY_AND_DISK"
+    assert storage_level(manifest(1_000_001)) == "DISK_ONLY"
+    assert storage_level(manifest(10_000_000)) == "DISK_ONLY"
