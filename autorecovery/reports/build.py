@@ -16,6 +16,8 @@ import pandas as pd
 
 from autorecovery.placement.weights import effective_weights
 from autorecovery.reports import jobs, model, rollup, scenarios
+from autorecovery.reports.spark_io import LEDGERS_PER_PARTITION as LEDGERS_PER_PARTITION  # re-exported
+from autorecovery.reports.spark_io import shuffle_partitions, storage_level
 from autorecovery.reports.validate import BadInput, check_snapshot
 
 RECENT_DAYS = 30
@@ -350,35 +352,6 @@ def _existing(rows: pd.DataFrame, bk: pd.DataFrame, thr: Throttles) -> dict[str,
     return {"gone_bookies": gone, "ledgers_data_loss": n(model.LOSS), "ledgers_below_ack_quorum": n(model.BELOW_AQ),
             "ledgers_copy_lost": n(model.COPY), "lost_bytes": float(sum(r.lost_bytes for r in by.values())),
             "heal_bytes": heal, **_heal(model.heal_time(heal, {}, thr.heal_model(frozenset(gone))))}
-
-
-#: Ledgers per shuffle partition at most. A partition is one block of the cached ledger view and of the
-#: persisted fused rows; when such a block has spilled, Spark reads it back into one on-heap buffer
-#: (``BlockManager.maybeCacheDiskBytesInMemory``), so the block, not the snapshot, sets the heap a task
-#: needs. 125k is what a 1M snapshot's 8 partitions hold; 500k blocks ran the 2 GiB heap out of memory at
-#: 10M ledgers (two tasks reading spilled blocks at once), and so did 125k ones: above 1M ledgers the
-#: blocks stay on disk (:func:`storage_level`).
-LEDGERS_PER_PARTITION = 125_000
-
-
-def shuffle_partitions(manifest: dict) -> int:
-    """Shuffle partitions for a snapshot: 8 (four tasks per core on ``local[2]``), more for snapshots
-    over 1M ledgers so a partition holds at most :data:`LEDGERS_PER_PARTITION` (10M ledgers: 80)."""
-    n = int(manifest.get("counts", {}).get("ledgers") or 0)
-    return max(8, -(-n // LEDGERS_PER_PARTITION))
-
-
-def storage_level(manifest: dict) -> str:
-    """Spark storage level (a ``pyspark.StorageLevel`` attribute name) of the cached ledger view and the
-    persisted fused rows: ``MEMORY_AND_DISK`` up to 8 partitions (1M ledgers), ``DISK_ONLY`` above.
-
-    With a memory level, a block that spilled is read back into one on-heap buffer to be cached again
-    (Spark's ``BlockManager.maybeCacheDiskBytesInMemory``), outside the memory the tasks account for: at
-    10M ledgers that ran the 2 GiB heap out of memory while the per-ledger tables were written, even with
-    125k-ledger blocks. On disk only, a block is streamed back and never held whole (the page cache keeps
-    it close)."""
-    n = int(manifest.get("counts", {}).get("ledgers") or 0)
-    return "MEMORY_AND_DISK" if n <= 8 * LEDGERS_PER_PARTITION else "DISK_ONLY"
 
 
 def write(report: Report, out: Path) -> None:

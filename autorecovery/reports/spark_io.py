@@ -2,7 +2,8 @@
 
 Split from :mod:`autorecovery.reports.jobs` (the executor-side partition functions stay there):
 :func:`spark_session` starts or joins a session with the report's settings and its log file,
-:func:`load` reads the snapshot's Parquet tables and builds the one-row-per-ledger view.
+:func:`shuffle_partitions` and :func:`storage_level` size the partitions and place the cached blocks for
+a snapshot, :func:`load` reads the snapshot's Parquet tables and builds the one-row-per-ledger view.
 """
 
 from __future__ import annotations
@@ -12,6 +13,35 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+
+#: Ledgers per shuffle partition at most. A partition is one block of the cached ledger view and of the
+#: persisted fused rows; when such a block has spilled, Spark reads it back into one on-heap buffer
+#: (``BlockManager.maybeCacheDiskBytesInMemory``), so the block, not the snapshot, sets the heap a task
+#: needs. 125k is what a 1M snapshot's 8 partitions hold; 500k blocks ran the 2 GiB heap out of memory at
+#: 10M ledgers (two tasks reading spilled blocks at once), and so did 125k ones: above 1M ledgers the
+#: blocks stay on disk (:func:`storage_level`).
+LEDGERS_PER_PARTITION = 125_000
+
+
+def shuffle_partitions(manifest: dict) -> int:
+    """Shuffle partitions for a snapshot: 8 (four tasks per core on ``local[2]``), more for snapshots
+    over 1M ledgers so a partition holds at most :data:`LEDGERS_PER_PARTITION` (10M ledgers: 80)."""
+    n = int(manifest.get("counts", {}).get("ledgers") or 0)
+    return max(8, -(-n // LEDGERS_PER_PARTITION))
+
+
+def storage_level(manifest: dict) -> str:
+    """Spark storage level (a ``pyspark.StorageLevel`` attribute name) of the cached ledger view and the
+    persisted fused rows: ``MEMORY_AND_DISK`` up to 8 partitions (1M ledgers), ``DISK_ONLY`` above.
+
+    With a memory level, a block that spilled is read back into one on-heap buffer to be cached again
+    (Spark's ``BlockManager.maybeCacheDiskBytesInMemory``), outside the memory the tasks account for: at
+    10M ledgers that ran the 2 GiB heap out of memory while the per-ledger tables were written, even with
+    125k-ledger blocks. On disk only, a block is streamed back and never held whole (the page cache keeps
+    it close)."""
+    n = int(manifest.get("counts", {}).get("ledgers") or 0)
+    return "MEMORY_AND_DISK" if n <= 8 * LEDGERS_PER_PARTITION else "DISK_ONLY"
 
 
 def spark_session(master: str | None = None, app: str = "autorecovery-report", conf: Mapping[str, str] | None = None,

@@ -2,7 +2,7 @@
 ledger view, read back whole onto the JVM heap after a spill, so its size must not grow with the
 snapshot (10M ledgers at 500k per partition ran a 2 GiB heap out of memory)."""
 
-from autorecovery.reports.build import LEDGERS_PER_PARTITION, shuffle_partitions
+from autorecovery.reports.spark_io import LEDGERS_PER_PARTITION, shuffle_partitions
 
 
 def manifest(ledgers: int | None) -> dict:
@@ -23,7 +23,7 @@ def test_no_partition_holds_more_than_a_million_ledger_snapshot_does():
 
 def test_snapshots_over_a_million_ledgers_keep_their_blocks_on_disk():
     # a memory level reads a spilled block back whole onto the heap (OutOfMemoryError at 10M ledgers)
-    from autorecovery.reports.build import storage_level
+    from autorecovery.reports.spark_io import storage_level
 
     assert storage_level(manifest(None)) == "MEMORY_AND_DISK"
     assert storage_level(manifest(1_000_000)) == "MEMORY_AND_DISK"
