@@ -66,6 +66,7 @@ import structlog  # noqa: E402
 
 import limits  # noqa: E402
 import zkstats  # noqa: E402
+from profiles import start_profiles, stop_profiles  # noqa: E402
 from autorecovery.cli.demo_checks import daemons_ready, writable_bookies  # noqa: E402
 from autorecovery.cli.demo_recovery import kill_host, start_daemons  # noqa: E402
 from autorecovery.client.bookkeeper import BookKeeper  # noqa: E402
@@ -104,30 +105,6 @@ def cpu_s(p) -> float:
         return t.user + t.system
     except Exception:  # noqa: BLE001 - a process that died counts what it had
         return 0.0
-
-
-def start_profiles(procs: dict, out: str) -> list:
-    """``py-spy record --native`` (raw collapsed stacks, 100 Hz, under ``nice -n 19``) on every surviving
-    daemon and bookie from the kill, into ``out/<process>.txt``."""
-    import subprocess
-
-    Path(out).mkdir(parents=True, exist_ok=True)
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return [subprocess.Popen(["nice", "-n", "19", spy, "record", "--native", "--rate", "100", "--format", "raw",
-                              "-o", f"{out}/{k}.txt", "-p", str(p.pid)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for k, p in procs.items() if k.startswith(("daemons-", "bookies-"))]
-
-
-def stop_profiles(spies: list) -> None:
-    """Stop the profilers (SIGINT: py-spy writes its file) and wait for them."""
-    import signal
-
-    for s in spies:
-        s.send_signal(signal.SIGINT)
-    for s in spies:
-        with contextlib.suppress(Exception):
-            s.wait(30)
 
 
 def progress(port: int) -> dict:
@@ -258,7 +235,7 @@ async def side(base: Path, a: argparse.Namespace, daemons: int, lim: limits.Limi
             zk0 = await asyncio.to_thread(zkstats.packets_by_process, cluster.zk_connect, daemon_pids)
             all0 = (await asyncio.to_thread(zkstats.mntr, cluster.zk_connect)).get("zk_packets_received", 0)
             cpu0 = {k: cpu_s(p) for k, p in procs.items()}
-            spies = start_profiles(procs, a.profile) if a.profile else []
+            spies = start_profiles(procs, a.profile, ("daemons-", "bookies-"), 100) if a.profile else []
             t0 = time.perf_counter()
             await asyncio.to_thread(kill_host, cluster, VICTIM)
             deadline, marked_at, empty_at = t0 + a.timeout, None, None
@@ -283,7 +260,7 @@ async def side(base: Path, a: argparse.Namespace, daemons: int, lim: limits.Limi
             zk1 = await asyncio.to_thread(zkstats.packets_by_process, cluster.zk_connect, daemon_pids)
             all1 = (await asyncio.to_thread(zkstats.mntr, cluster.zk_connect)).get("zk_packets_received", 0)
             cpu = {k: cpu_s(p) - cpu0[k] for k, p in procs.items()}
-            stop_profiles(spies)
+            stop_profiles(spies, 30)
             r.update(seconds=empty_at - t0, detect=marked_at - t0,
                      zk_daemons=sum(zk1.get(p, 0) - zk0.get(p, 0) for p in daemon_pids), zk_all=all1 - all0)
             r["peak"], r["mean"] = slots.stats(marked_at, empty_at)

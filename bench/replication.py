@@ -62,6 +62,7 @@ from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState
 from autorecovery.rpc.transport import BookieClient  # noqa: E402
 import limits  # noqa: E402
 from nullbookie import MAX_MSG, spawn_null, stop  # noqa: E402
+from profiles import start_profiles, stop_profiles  # noqa: E402
 
 ENTRY = 64 * 1024
 MK = b"bench-master-key"
@@ -234,28 +235,6 @@ async def load(cluster, mib: int, ledgers: int) -> tuple[list[int], int]:
     return ids, total
 
 
-def start_profiles(procs: dict, out: Path) -> list:
-    """``py-spy record --native`` (raw collapsed stacks, 250 Hz, under ``nice -n 19``) on the bookie
-    processes of ``procs`` (name -> psutil.Process), into ``out/<name>.txt``."""
-    import shutil
-
-    out.mkdir(parents=True, exist_ok=True)
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return [subprocess.Popen(["nice", "-n", "19", spy, "record", "--native", "--rate", "250", "--format", "raw",
-                              "-o", str(out / f"{k}.txt"), "-p", str(p.pid)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for k, p in procs.items() if k.startswith("bookie")]
-
-
-def stop_profiles(spies: list) -> None:
-    """Stop the profilers (SIGINT: py-spy writes its file) and wait for them."""
-    for s in spies:
-        s.send_signal(signal.SIGINT)
-    for s in spies:
-        with contextlib.suppress(Exception):
-            s.wait(60)
-
-
 async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bool = False,
                      profile: Path | None = None) -> dict:
     """Run the worker until every marker is gone. Returns ``seconds`` (start to empty marker tree),
@@ -301,7 +280,7 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     for i in (1, 2):
         procs[f"bookie{i}"] = psutil.Process(cluster.bookies[i].pid)
     cache = await asyncio.to_thread(limits.cold, cold)
-    spies = start_profiles(procs, profile) if profile is not None else []
+    spies = start_profiles(procs, profile, ("bookie",), 250) if profile is not None else []
     if spies:
         await asyncio.sleep(1.0)  # py-spy attaches before the copy starts (not a synchronisation: a bench)
     cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
@@ -337,7 +316,7 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     cpu = {k: sum(p.cpu_times()[:2]) - cpu0[k] for k, p in procs.items()}
     io = {k: p.io_counters() for k, p in procs.items()}
     calls = {k: (io[k].read_count - io0[k].read_count, io[k].write_count - io0[k].write_count) for k in procs}
-    await asyncio.to_thread(stop_profiles, spies)
+    await asyncio.to_thread(stop_profiles, spies, 60)
     assert ok, "replication did not finish"
     print("CPU during the copy (cores): " + ", ".join(f"{k} {v / dt:.2f}" for k, v in cpu.items()))
     written = acked()
