@@ -72,6 +72,8 @@ class PassSteps:
         known: ledger id → ``(metadata, znode version)`` last read or written by the ledger's pass
             (the CAS starts from it: no re-read before the write); dropped by :meth:`forget`.
         swapped: ledger id → ``old bookie → new bookie`` swapped by the pass (for its one INFO line).
+        proven: ledger id → ``(segment first entry id, new bookie)`` of the pass's own complete copies
+            (the re-check does not read them again, :meth:`LedgerChecker.check`).
     """
 
     def __init__(self, *, store, markers, checker, policy, watcher, bookies, replicator: rp.SegmentReplicator,
@@ -84,6 +86,7 @@ class PassSteps:
         self.bad_targets: dict[str, float] = {}
         self.known: dict[int, tuple[LedgerMetadata, int]] = {}
         self.swapped: dict[int, dict[str, str]] = {}
+        self.proven: dict[int, set[tuple[int, str]]] = {}
         #: ledger ids whose ``known`` metadata is what this pass's own CAS wrote (the re-check of a
         #: closed ledger starts from it instead of reading it again)
         self._written: set[int] = set()
@@ -92,6 +95,7 @@ class PassSteps:
         """End of ``lid``'s pass: drop what the pass remembered; returns what it swapped."""
         self.known.pop(lid, None)
         self._written.discard(lid)
+        self.proven.pop(lid, None)
         return self.swapped.pop(lid, {})
 
     # -- read --------------------------------------------------------------------------------------
@@ -147,7 +151,7 @@ class PassSteps:
             # own CAS the pass knows it exactly (issue 29: one read less per healed ledger)
             md, version = await self.store.read(lid)
             self.known[lid] = (md, version)
-        remaining = await self.checker.check(lid, md, verify_all=full)
+        remaining = await self.checker.check(lid, md, verify_all=full, proven=self.proven.get(lid, ()))
         return pe.Recheck(False, bool(remaining), self.placement_segments(md) if not remaining else [])
 
     async def last_segment_open_and_missing(self, lid: int, md: LedgerMetadata) -> bool:
@@ -303,6 +307,9 @@ class PassSteps:
             if r.status == rp.SWAPPED:
                 self._written.add(lid)
                 self.swapped.setdefault(lid, {}).update(r.replaced or {})
+                # a SWAPPED copy is complete: every entry of the segment each new member stores was
+                # acknowledged by it after its digest was verified
+                self.proven.setdefault(lid, set()).update((seg_first, b) for b in (r.replaced or {}).values())
         if r.status == rp.TARGET_FAILED:
             self.m.exception(r.cause)
             self.bad_targets[r.bad_target] = self.clock() + BAD_TARGET_S

@@ -50,8 +50,7 @@ from autorecovery import logs
 from autorecovery.aio import wait_for  # noqa: F401  (re-exported: tests and tools import it from here)
 from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
-from autorecovery.zk import gate, kazoo_ext
-from autorecovery.zk import wake
+from autorecovery.zk import gate, kazoo_ext, kazoo_poll, wake
 from autorecovery.zk.client_security import kazoo_security_kwargs
 from autorecovery.zk.kazoo_ext import ServerTooOld  # noqa: F401  (re-exported)
 
@@ -109,6 +108,7 @@ class ZkClient:
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
             # kazoo applies default_acl to create(), makepath parents, ensure_path and transaction creates
             default_acl=self.acl,
+            handler=kazoo_poll.PollHandler(),  # one poll(2) per wait, not a new epoll (issue 29)
             **kazoo_security_kwargs(self.security),
         )
         self.max_concurrent_ops = max_concurrent_ops
