@@ -115,7 +115,8 @@ class LedgerChecker:
 
     async def check(self, ledger_id: int, md: LedgerMetadata, lac: int | None = None,
                     verify_all: Collection[str] = (),
-                    proven: Collection[tuple[int, str]] = ()) -> list[BadFragment]:
+                    proven: Collection[tuple[int, str]] = (),
+                    verified: set[tuple[int, str]] | None = None) -> list[BadFragment]:
         """Bad fragments of the ledger (empty list: every copy checked is fine).
 
         Args:
@@ -132,27 +133,48 @@ class LedgerChecker:
                 the whole segment to (every entry acknowledged by the target after its digest was
                 verified, then swapped in by a versioned CAS; issue 29: two reads less per small
                 ledger healed). Upstream re-reads them.
+            verified: when given, filled with the ``(segment first entry id, bookie id)`` of every
+                closed fragment's member whose reads all passed (what a re-check moments later may
+                take as ``proven``).
         """
         if md.state != LedgerState.CLOSED and lac is None:
             lac = await self.read_lac(ledger_id, md)
         digest = ledger_digest(md)
         frags, probe = fragments_of(md, lac)
-        if probe is not None and await self._probe(ledger_id, probe, digest):
-            frags.append(probe)
         full = frozenset(verify_all)
         known = frozenset(proven)
-        results = await asyncio.gather(*(self._check_fragment(ledger_id, f, digest, full, known) for f in frags))
+        read_ok: frozenset[str] = frozenset()
+        if probe is not None:
+            exists, read_ok = await self._probe(ledger_id, probe, digest, known)
+            if exists:
+                frags.append(probe)
+        results = await asyncio.gather(*(self._check_fragment(ledger_id, f, digest, full, known, verified,
+                                                              read_ok if f is probe else frozenset())
+                                         for f in frags))
         return [r for r in results if r is not None]
 
-    async def _probe(self, ledger_id: int, frag: Fragment, digest: EntryDigest) -> bool:
+    async def _probe(self, ledger_id: int, frag: Fragment, digest: EntryDigest,
+                     proven: frozenset[tuple[int, str]]) -> tuple[bool, frozenset[str]]:
+        """Whether the one-entry last fragment's entry may exist (upstream ``EntryExistsCallback``: any
+        answer but NoSuchEntry/NoSuchLedger, errors included), and the bookies whose probe read of it
+        passed (the fragment's check, of that same entry, does not read them again; issue 29).
+
+        Without a read: a member in ``proven`` holds it, and a member that is not registered would
+        answer an error, which counts as "may exist" (upstream sends it the read and gets that error;
+        here it cost a registration lookup and a connection attempt per ledger)."""
         entry, indexes = probe_entry(frag)
-        statuses = await asyncio.gather(*(self._read_status(frag.ensemble[i], ledger_id, entry, digest)
-                                          for i in indexes))
-        return probe_says_exists(statuses)
+        bookies = [frag.ensemble[i] for i in indexes]
+        avail = self.available()
+        if any((frag.segment_first_entry_id, b) in proven or b not in avail for b in bookies):
+            return True, frozenset()
+        statuses = await asyncio.gather(*(self._read_status(b, ledger_id, entry, digest) for b in bookies))
+        return probe_says_exists(statuses), frozenset(b for b, st in zip(bookies, statuses) if st == "EOK")
 
     async def _check_fragment(self, ledger_id: int, frag: Fragment, digest: EntryDigest,
                               verify_all: frozenset[str] = frozenset(),
-                              proven: frozenset[tuple[int, str]] = frozenset()) -> BadFragment | None:
+                              proven: frozenset[tuple[int, str]] = frozenset(),
+                              verified: set[tuple[int, str]] | None = None,
+                              read_ok: frozenset[str] = frozenset()) -> BadFragment | None:
         avail = self.available()
         foreign = self.foreign()
         bad: dict[int, str] = {}
@@ -175,12 +197,15 @@ class LedgerChecker:
                                          self.verification_percentage, self._rng):
                     if failures:
                         break
-                    status = await self._read_status(bookie, ledger_id, e, digest)
+                    # a one-entry fragment's probe already read this entry from ``read_ok``
+                    status = "EOK" if bookie in read_ok else await self._read_status(bookie, ledger_id, e, digest)
                     if status != "EOK":
                         log.info("ledger checker read failed", ledger_id=ledger_id, entry_id=e, bookie_id=bookie,
                                  status=status)
                         failures += 1
                         break
+                if not failures and verified is not None and frag.closed:
+                    verified.add((frag.segment_first_entry_id, bookie))
             if index_is_bad(first_b, up, failures):
                 bad[idx] = bookie
 

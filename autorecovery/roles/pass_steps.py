@@ -48,6 +48,10 @@ log = structlog.get_logger("autorecovery.worker")
 #: How long a target that refused a write is not chosen again, s.
 BAD_TARGET_S = 60.0
 
+#: How long the members a pass's check read without a failure are taken as good by its re-check, s
+#: (a longer pass, e.g. a large copy, reads them again).
+RECHECK_TRUST_S = 5.0
+
 
 class PassSteps:
     """Read, act and re-check for the :class:`~autorecovery.roles.worker.ReplicationWorker`.
@@ -74,6 +78,8 @@ class PassSteps:
         swapped: ledger id → ``old bookie → new bookie`` swapped by the pass (for its one INFO line).
         proven: ledger id → ``(segment first entry id, new bookie)`` of the pass's own complete copies
             (the re-check does not read them again, :meth:`LedgerChecker.check`).
+        verified: ledger id → (when, ``(segment first entry id, bookie)`` whose reads all passed in the
+            pass's check): the re-check does not read them again within :data:`RECHECK_TRUST_S`.
     """
 
     def __init__(self, *, store, markers, checker, policy, watcher, bookies, replicator: rp.SegmentReplicator,
@@ -87,6 +93,7 @@ class PassSteps:
         self.known: dict[int, tuple[LedgerMetadata, int]] = {}
         self.swapped: dict[int, dict[str, str]] = {}
         self.proven: dict[int, set[tuple[int, str]]] = {}
+        self.verified: dict[int, tuple[float, set[tuple[int, str]]]] = {}
         #: ledger ids whose ``known`` metadata is what this pass's own CAS wrote (the re-check of a
         #: closed ledger starts from it instead of reading it again)
         self._written: set[int] = set()
@@ -96,6 +103,7 @@ class PassSteps:
         self.known.pop(lid, None)
         self._written.discard(lid)
         self.proven.pop(lid, None)
+        self.verified.pop(lid, None)
         return self.swapped.pop(lid, {})
 
     # -- read --------------------------------------------------------------------------------------
@@ -107,7 +115,9 @@ class PassSteps:
         marker = await self.markers.marker(lid)
         if marker is None:
             return pe.Reading(md, marked=False)
-        data_loss = await self.checker.check(lid, md, verify_all=self.named_live(marker.replicas))
+        seen: set[tuple[int, str]] = set()
+        self.verified[lid] = (self.clock(), seen)
+        data_loss = await self.checker.check(lid, md, verify_all=self.named_live(marker.replicas), verified=seen)
         return pe.Reading(md, True, (marker.version, marker.ctime, list(marker.replicas)), data_loss,
                           self.placement_segments(md) if not data_loss else [], self.memory.unreadable(lid))
 
@@ -151,8 +161,19 @@ class PassSteps:
             # own CAS the pass knows it exactly (issue 29: one read less per healed ledger)
             md, version = await self.store.read(lid)
             self.known[lid] = (md, version)
-        remaining = await self.checker.check(lid, md, verify_all=full, proven=self.proven.get(lid, ()))
+        remaining = await self.checker.check(lid, md, verify_all=full, proven=self.trusted(lid))
         return pe.Recheck(False, bool(remaining), self.placement_segments(md) if not remaining else [])
+
+    def trusted(self, lid: int) -> set[tuple[int, str]]:
+        """What the re-check of ``lid`` need not read again (differs from upstream, which re-reads every
+        member; issue 29): the new members of the pass's own complete copies, and the members whose
+        reads all passed in the pass's own check less than :data:`RECHECK_TRUST_S` ago (a member lost
+        since is still bad: it is no longer registered, and the re-check judges that without a read)."""
+        out = set(self.proven.get(lid, ()))
+        when, seen = self.verified.get(lid, (0.0, set()))
+        if seen and self.clock() - when <= RECHECK_TRUST_S:
+            out |= seen
+        return out
 
     async def last_segment_open_and_missing(self, lid: int, md: LedgerMetadata) -> bool:
         """Upstream isLastSegmentOpenAndMissingBookies: open ledger whose last ensemble has a bookie

@@ -1,9 +1,12 @@
-"""The re-check after a pass's own copy does not read the new members again (issue 29: per-ledger cost).
+"""The re-check after a pass's own copy reads neither the new members nor what the pass's check read
+moments before (issue 29: per-ledger cost).
 
 A complete copy is acknowledged entry by entry by its target after the entry's digest was verified,
-and swapped in by a versioned CAS; the re-check (upstream: ``getUnderreplicatedFragments`` after
-``replicateLedgerFragment``) still reads every other member, and the copy's data is read back here
-from the new member itself.
+and swapped in by a versioned CAS; a member the pass's check read without a failure less than
+``RECHECK_TRUST_S`` ago is taken as good (a member lost since is no longer registered, which the
+re-check still judges). Upstream's re-check (``getUnderreplicatedFragments`` after
+``replicateLedgerFragment``) reads every member again. The copy's data is read back here from the new
+member itself.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 
 import pytest
 
+from autorecovery.roles import pass_steps
 from autorecovery.roles.worker import WorkerSettings
 from autorecovery.zk.bridge import wait_for
 from autorecovery.zk.ledgers import LedgerStore
@@ -21,10 +25,13 @@ from test_worker_support import FAST, entries_on, open_env, read_all_from, wait_
 pytestmark = pytest.mark.integration
 
 
-async def test_recheck_reads_only_the_members_the_pass_did_not_write(cluster_factory):
+@pytest.mark.parametrize("trust_s,reads", [(pass_steps.RECHECK_TRUST_S, 2), (0.0, 4)], ids=["trusted", "expired"])
+async def test_recheck_reads_only_what_the_pass_did_not_just_verify(cluster_factory, monkeypatch, trust_s, reads):
     """8 ledgers of 3 entries E2/WQ2 on [b0, b1], b1 stopped, all marked; one worker heals them to b2.
-    Check: b0's share (first and last entry: 2 reads); re-check: b0 again (2 reads), not b2. Asserts
-    exactly 4 checker reads per ledger, no read sent to b2 by the checker, and every entry on b2."""
+    Check: b0's share (first and last entry: 2 reads); re-check: nothing (b0 read moments ago, b2
+    written by the copy), or b0 again (2 reads) once the trust window is 0. Asserts exactly ``reads``
+    checker reads per ledger, no read sent to b2 by the checker, and every entry on b2."""
+    monkeypatch.setattr(pass_steps, "RECHECK_TRUST_S", trust_s)
     cluster = await asyncio.to_thread(cluster_factory, bookies=3)
     env = await open_env(cluster)
     try:
@@ -54,6 +61,49 @@ async def test_recheck_reads_only_the_members_the_pass_did_not_write(cluster_fac
             assert await entries_on(env, b[2], lid) == [0, 1, 2]
             await read_all_from(env, lid, 3, size=64)
         assert to_b2 == [], f"the checker read the new member for ledgers {to_b2}"
-        assert w.checker.reads - reads0 == 4 * n
+        assert w.checker.reads - reads0 == reads * n
+    finally:
+        await env.close()
+
+
+async def test_one_entry_ledger_heals_with_one_read(cluster_factory):
+    """8 ledgers of one entry E2/WQ2 on [b0, b1], b1 stopped, all marked; one worker heals them to b2.
+    The last fragment has one entry, so the check probes it first (upstream ``EntryExistsCallback``):
+    the stopped b1 would answer an error ("may exist"), so the probe sends nothing; the fragment check
+    reads b0 once; the re-check finds b0 read moments ago and b2 written by the copy, and reads
+    nothing. Asserts exactly one checker read per ledger (upstream: probe 2, check 1, re-check probe 2
+    and check 2), none to b1 or b2, and the entry on b2; then, with every member up, a check of a
+    one-entry ledger reads each member once (the probe's reads stand for the fragment's)."""
+    cluster = await asyncio.to_thread(cluster_factory, bookies=3)
+    env = await open_env(cluster)
+    try:
+        b = cluster.bookie_ids()
+        n = 8
+        ids = [(await env.write(b[:2], 2, 2, 2, 1, size=64, full=True)).ledger_id for _ in range(n)]
+        await env.stop_bookie(b[1])
+        w = await env.start_worker(WorkerSettings(**{**FAST, "concurrent_ledgers": 1}))
+        assert await wait_for(lambda: not w._busy, 10)
+        to: list[str] = []
+        read_status = w.checker._read_status
+
+        async def counted(bookie, ledger_id, entry_id, digest):
+            to.append(bookie)
+            return await read_status(bookie, ledger_id, entry_id, digest)
+
+        w.checker._read_status = counted
+        await env.um.mark_many({lid: [b[1]] for lid in ids})
+        for lid in ids:
+            await wait_marker_gone(env, lid)
+        store = LedgerStore(env.zk, env.paths)
+        for lid in ids:
+            md, _ = await store.read(lid)
+            assert md.segments[0].ensemble == (b[0], b[2])
+            assert await entries_on(env, b[2], lid) == [0]
+            await read_all_from(env, lid, 1, size=64)
+        assert to == [b[0]] * n
+        to.clear()
+        md, _ = await store.read(ids[0])
+        assert await w.checker.check(ids[0], md) == []
+        assert sorted(to) == [b[0], b[2]]
     finally:
         await env.close()
