@@ -32,6 +32,7 @@ from autorecovery.audit.checker import (
 from autorecovery.errors import AutoRecoveryError, BookieError
 from autorecovery.ledger.digest import EntryDigest, ledger_digest
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.ledger.striping import count_on_index
 from autorecovery.roles import holdings
 
 log = structlog.get_logger("autorecovery.checker")
@@ -116,7 +117,7 @@ class LedgerChecker:
     async def check(self, ledger_id: int, md: LedgerMetadata, lac: int | None = None,
                     verify_all: Collection[str] = (),
                     proven: Collection[tuple[int, str]] = (),
-                    verified: set[tuple[int, str]] | None = None) -> list[BadFragment]:
+                    verified: dict[tuple[int, str], tuple[int, int] | None] | None = None) -> list[BadFragment]:
         """Bad fragments of the ledger (empty list: every copy checked is fine).
 
         Args:
@@ -133,9 +134,10 @@ class LedgerChecker:
                 the whole segment to (every entry acknowledged by the target after its digest was
                 verified, then swapped in by a versioned CAS; issue 29: two reads less per small
                 ledger healed). Upstream re-reads them.
-            verified: when given, filled with the ``(segment first entry id, bookie id)`` of every
-                closed fragment's member whose reads all passed (what a re-check moments later may
-                take as ``proven``).
+            verified: when given, filled with ``(segment first entry id, bookie id)`` → its share's
+                ``(first, last)`` entry ids when every entry of the share was read, else None, for
+                every closed fragment's member whose reads all passed (what a re-check moments later
+                may take as ``proven``, and what the copy need not ask the bookie's listing for).
         """
         if md.state != LedgerState.CLOSED and lac is None:
             lac = await self.read_lac(ledger_id, md)
@@ -173,7 +175,7 @@ class LedgerChecker:
     async def _check_fragment(self, ledger_id: int, frag: Fragment, digest: EntryDigest,
                               verify_all: frozenset[str] = frozenset(),
                               proven: frozenset[tuple[int, str]] = frozenset(),
-                              verified: set[tuple[int, str]] | None = None,
+                              verified: dict[tuple[int, str], tuple[int, int] | None] | None = None,
                               read_ok: frozenset[str] = frozenset()) -> BadFragment | None:
         avail = self.available()
         foreign = self.foreign()
@@ -193,10 +195,12 @@ class LedgerChecker:
             if up and first_b >= 0:
                 if bookie in verify_all and not await self._holds_all(ledger_id, frag, idx, listings):
                     failures += 1
+                read = 0
                 for e in entries_to_read(first_b, last_b, idx, frag.ensemble_size, frag.write_quorum,
                                          self.verification_percentage, self._rng):
                     if failures:
                         break
+                    read += 1
                     # a one-entry fragment's probe already read this entry from ``read_ok``
                     status = "EOK" if bookie in read_ok else await self._read_status(bookie, ledger_id, e, digest)
                     if status != "EOK":
@@ -205,7 +209,8 @@ class LedgerChecker:
                         failures += 1
                         break
                 if not failures and verified is not None and frag.closed:
-                    verified.add((frag.segment_first_entry_id, bookie))
+                    whole = read >= count_on_index(first_b, last_b, idx, frag.ensemble_size, frag.write_quorum)
+                    verified[(frag.segment_first_entry_id, bookie)] = (first_b, last_b) if whole else None
             if index_is_bad(first_b, up, failures):
                 bad[idx] = bookie
 

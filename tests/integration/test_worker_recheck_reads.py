@@ -72,7 +72,8 @@ async def test_one_entry_ledger_heals_with_one_read(cluster_factory):
     the stopped b1 would answer an error ("may exist"), so the probe sends nothing; the fragment check
     reads b0 once; the re-check finds b0 read moments ago and b2 written by the copy, and reads
     nothing. Asserts exactly one checker read per ledger (upstream: probe 2, check 1, re-check probe 2
-    and check 2), none to b1 or b2, and the entry on b2; then, with every member up, a check of a
+    and check 2), none to b1 or b2, no listing asked (the check read b0's whole share), and the entry
+    on b2; then, with every member up, a check of a
     one-entry ledger reads each member once (the probe's reads stand for the fragment's)."""
     cluster = await asyncio.to_thread(cluster_factory, bookies=3)
     env = await open_env(cluster)
@@ -91,9 +92,19 @@ async def test_one_entry_ledger_heals_with_one_read(cluster_factory):
             return await read_status(bookie, ledger_id, entry_id, digest)
 
         w.checker._read_status = counted
+        listed: list[str] = []
+        list_entries = w.bookies.get_list_of_entries
+
+        async def counted_listing(bookie, ledger_id, *args, **kwargs):
+            listed.append(bookie)
+            return await list_entries(bookie, ledger_id, *args, **kwargs)
+
+        w.bookies.get_list_of_entries = counted_listing
         await env.um.mark_many({lid: [b[1]] for lid in ids})
         for lid in ids:
             await wait_marker_gone(env, lid)
+        # the check read b0's whole share (one entry): the copy knows what b0 holds without its listing
+        assert listed == []
         store = LedgerStore(env.zk, env.paths)
         for lid in ids:
             md, _ = await store.read(lid)
