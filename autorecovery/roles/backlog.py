@@ -94,6 +94,11 @@ class Backlog:
         # recomputing every marked ledger's priority twice a second was half the daemon's CPU)
         self._costs: dict[int, tuple[tuple[int, int, list[str]], LedgerMetadata, LedgerPriority, int]] = {}
         self._costed_for: frozenset[str] | None = None
+        # what the refresh returns, kept between refreshes and updated for the ledgers whose marker or
+        # metadata object changed since (``_dirty``): a refresh costs O(changes), not O(backlog)
+        self._dirty: set[int] = set()
+        self._est: dict[int, int] = {}
+        self._placement: set[int] = set()
         self._multi_read = True  # False once the server refused multiRead (before 3.6)
         # ledger id → the mzxid of the marker / metadata znode its ``markers`` / ``mds`` entry was decoded
         # from: a full refresh re-reads them but decodes (and re-costs) only what was written since
@@ -127,33 +132,38 @@ class Backlog:
         for lid in list(self.not_retriable):
             if lid not in ids:
                 self.not_retriable.pop(lid, None)
-        for lid in list(self.markers):
-            if lid not in ids:
-                self.markers.pop(lid, None)
-                self.mds.pop(lid, None)
-                self.known.pop(lid, None)
-                self._costs.pop(lid, None)
-                self._marker_zxid.pop(lid, None)
-                self._md_zxid.pop(lid, None)
-        todo = [lid for lid in sorted(ids) if full or lid not in self.markers or lid in self.not_retriable]
+        for lid in self.markers.keys() - ids:
+            self.markers.pop(lid, None)
+            self.mds.pop(lid, None)
+            self.known.pop(lid, None)
+            self._costs.pop(lid, None)
+            self._marker_zxid.pop(lid, None)
+            self._md_zxid.pop(lid, None)
+            self._est.pop(lid, None)
+            self._placement.discard(lid)
+        todo = sorted(ids) if full else sorted((ids - self.markers.keys()) | (ids & self.not_retriable.keys()))
         batch = todo[:REFRESH_BATCH]
         if not await self._load_many(batch, full):
             sem = asyncio.Semaphore(32)
             await asyncio.gather(*(self._load_one(lid, full, sem) for lid in batch))
         if any(not self.skip_not_retriable(lid) for lid in list(self.not_retriable)):
             self.on_change()  # a ledger was marked again: let the slots look at it
-        backlog: dict[int, int] = {}
-        placement_marks = 0
         changed = False
         avail = frozenset(available)
         if avail != self._costed_for:  # membership changed: every priority may have
             self._costs.clear()
             self._costed_for = avail
+            dirty: Iterable[int] = list(self.markers)
+        else:
+            dirty = self._dirty & self.markers.keys()
+        self._dirty = set()
         costs = self._costs
-        for lid, marker in self.markers.items():
+        for lid in dirty:
+            marker = self.markers[lid]
             md = self.mds.get(lid)
             if md is None:
-                backlog[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
+                self._est[lid] = 0  # still marked (metadata unreadable or gone): counted, size unknown
+                self._placement.discard(lid)
                 continue
             c = costs.get(lid)
             if c is None or c[0] is not marker or c[1] is not md:  # new, re-read or re-marked
@@ -164,13 +174,15 @@ class Backlog:
             if old is not p and old != p:  # the cached object itself: no field-by-field comparison
                 changed = True
             self.known[lid] = p
-            backlog[lid] = c[3]
-            if not marker[2]:
-                placement_marks += 1
+            self._est[lid] = c[3]
+            if marker[2]:
+                self._placement.discard(lid)
+            else:
+                self._placement.add(lid)
         if changed:
             self._rank_gen += 1  # the next pick ranks again
         await self.sync_unrecoverable(relist=full)
-        return backlog, placement_marks
+        return dict(self._est), len(self._placement)
 
     async def _load_one(self, lid: int, full: bool, sem: asyncio.Semaphore) -> None:
         """Marker and (if needed) metadata of one ledger, a request each (servers before 3.6)."""
@@ -187,6 +199,7 @@ class Backlog:
             if marker is None:
                 return
             self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+            self._dirty.add(lid)
             self._marker_zxid.pop(lid, None)
             if full or lid not in self.mds:
                 self._md_zxid.pop(lid, None)
@@ -231,6 +244,7 @@ class Backlog:
                                     error=str(exc))
                         continue
                     self.markers[lid] = (marker.version, marker.ctime, list(marker.replicas))
+                    self._dirty.add(lid)
                     self._set_zxid(self._marker_zxid, lid, zxid)
                 md = mds.get(lid)
                 if md is None:
@@ -239,6 +253,7 @@ class Backlog:
                     zxid = getattr(md[1], "mzxid", None)
                     if zxid is not None and lid in self.mds and self._md_zxid.get(lid) == zxid:
                         continue  # the very znode version decoded before: same object, same costs
+                    self._dirty.add(lid)
                     try:
                         self.mds[lid] = decode_metadata(md[0], paths.ledger(lid))
                         self._set_zxid(self._md_zxid, lid, zxid)
@@ -247,6 +262,7 @@ class Backlog:
                         pass
                 elif not isinstance(md, NoNodeError):
                     raise md
+                self._dirty.add(lid)
                 self.mds.pop(lid, None)
                 self._md_zxid.pop(lid, None)
         return True
@@ -254,6 +270,7 @@ class Backlog:
     def remember_marker(self, lid: int, version: int, ctime: int, replicas: list[str]) -> None:
         """The marker as a pass read it."""
         self.markers[lid] = (version, ctime, list(replicas))
+        self._dirty.add(lid)
         self._marker_zxid.pop(lid, None)  # decoded again at the next full refresh
 
     @staticmethod
