@@ -375,8 +375,14 @@ def main() -> None:
             what = "MB/s" if f["bytes"] and a.entries > 1 else "ledgers/s"
             fr, rr = ((f["rate"], r["rate"]) if what == "MB/s" else
                       (f["ledgers"] / f["seconds"], r["ledgers"] / r["seconds"]))
+            # each side is its own cluster: random ensembles give the victim different data, and the
+            # detection (session expiry: 2/3 to 1 session timeout after the kill) differs too
+            fc, rc = ((f["rate_copy"], r["rate_copy"]) if what == "MB/s" else
+                      (f["ledgers"] / (f["seconds"] - f["detect"]), r["ledgers"] / (r["seconds"] - r["detect"])))
             print(f"ratio: heal from the kill ({what}), {f['daemons']} daemons / {r['daemons']} daemons = {fr / rr:.2f} "
-                  f"(issue 29: more daemons must never heal slower)")
+                  f"(issue 29: more daemons must never heal slower); after detection {fc / rc:.2f} (detection "
+                  f"{f['detect']:.2f}s / {r['detect']:.2f}s; healed {f['bytes'] / 2**20:.0f} / {r['bytes'] / 2**20:.0f} MiB "
+                  f"in {f['ledgers']} / {r['ledgers']} ledgers)")
     finally:  # several GB per run: left behind, a few dozen runs filled the disk and turned bookies read-only
         if not a.keep:
             shutil.rmtree(base, ignore_errors=True)
