@@ -169,8 +169,9 @@ class PassSteps:
     def trusted(self, lid: int) -> set[tuple[int, str]]:
         """What the re-check of ``lid`` need not read again (differs from upstream, which re-reads every
         member; issue 29): the new members of the pass's own complete copies, and the members whose
-        reads all passed in the pass's own check less than :data:`RECHECK_TRUST_S` ago (a member lost
-        since is still bad: it is no longer registered, and the re-check judges that without a read)."""
+        reads all passed in the pass's own check less than :data:`RECHECK_TRUST_S` ago. A member lost
+        since is still bad once unregistered (judged without a read); one that dies inside the window
+        with its session still alive is the auditor's, which marks all its ledgers when it goes."""
         out = set(self.proven.get(lid, ()))
         out.update(self._fresh(lid))
         return out
