@@ -25,43 +25,57 @@ from test_worker_support import FAST, entries_on, open_env, read_all_from, wait_
 pytestmark = pytest.mark.integration
 
 
+N = 8  # ledgers healed per test
+
+
+async def _heal(env, entries: int):
+    """``N`` ledgers of ``entries`` entries (E2/WQ2 on [b0, b1]), b1 stopped, one worker (one slot)
+    started with its checker's reads and its bookie listings recorded, every ledger marked and healed
+    to b2, each read back from its new ensemble. Returns ``(bookies, worker, ledger ids, bookie of
+    every checker read, bookie of every listing asked)``."""
+    b = env.cluster.bookie_ids()
+    ids = [(await env.write(b[:2], 2, 2, 2, entries, size=64, full=True)).ledger_id for _ in range(N)]
+    await env.stop_bookie(b[1])
+    w = await env.start_worker(WorkerSettings(**{**FAST, "concurrent_ledgers": 1}))
+    assert await wait_for(lambda: not w._busy, 10)
+    reads: list[str] = []
+    listed: list[str] = []
+    read_status, list_entries = w.checker._read_status, w.bookies.get_list_of_entries
+
+    async def counted(bookie, ledger_id, entry_id, digest):
+        reads.append(bookie)
+        return await read_status(bookie, ledger_id, entry_id, digest)
+
+    async def counted_listing(bookie, ledger_id, *args, **kwargs):
+        listed.append(bookie)
+        return await list_entries(bookie, ledger_id, *args, **kwargs)
+
+    w.checker._read_status = counted
+    w.bookies.get_list_of_entries = counted_listing
+    await env.um.mark_many({lid: [b[1]] for lid in ids})
+    for lid in ids:
+        await wait_marker_gone(env, lid)
+    store = LedgerStore(env.zk, env.paths)
+    for lid in ids:
+        md, _ = await store.read(lid)
+        assert md.segments[0].ensemble == (b[0], b[2])
+        assert await entries_on(env, b[2], lid) == list(range(entries))
+        await read_all_from(env, lid, entries, size=64)
+    return b, w, ids, reads, listed
+
+
 @pytest.mark.parametrize("trust_s,reads", [(pass_steps.RECHECK_TRUST_S, 2), (0.0, 4)], ids=["trusted", "expired"])
 async def test_recheck_reads_only_what_the_pass_did_not_just_verify(cluster_factory, monkeypatch, trust_s, reads):
     """8 ledgers of 3 entries E2/WQ2 on [b0, b1], b1 stopped, all marked; one worker heals them to b2.
     Check: b0's share (first and last entry: 2 reads); re-check: nothing (b0 read moments ago, b2
     written by the copy), or b0 again (2 reads) once the trust window is 0. Asserts exactly ``reads``
-    checker reads per ledger, no read sent to b2 by the checker, and every entry on b2."""
+    checker reads per ledger, all of them to b0 (none to the new member b2), and every entry on b2."""
     monkeypatch.setattr(pass_steps, "RECHECK_TRUST_S", trust_s)
     cluster = await asyncio.to_thread(cluster_factory, bookies=3)
     env = await open_env(cluster)
     try:
-        b = cluster.bookie_ids()
-        n = 8
-        ids = [(await env.write(b[:2], 2, 2, 2, 3, size=64, full=True)).ledger_id for _ in range(n)]
-        await env.stop_bookie(b[1])
-        w = await env.start_worker(WorkerSettings(**{**FAST, "concurrent_ledgers": 1}))
-        assert await wait_for(lambda: not w._busy, 10)
-        to_b2: list[int] = []
-        read_status = w.checker._read_status
-
-        async def counted(bookie, ledger_id, entry_id, digest):
-            if bookie == b[2]:
-                to_b2.append(ledger_id)
-            return await read_status(bookie, ledger_id, entry_id, digest)
-
-        w.checker._read_status = counted
-        reads0 = w.checker.reads
-        await env.um.mark_many({lid: [b[1]] for lid in ids})
-        for lid in ids:
-            await wait_marker_gone(env, lid)
-        store = LedgerStore(env.zk, env.paths)
-        for lid in ids:
-            md, _ = await store.read(lid)
-            assert md.segments[0].ensemble == (b[0], b[2])
-            assert await entries_on(env, b[2], lid) == [0, 1, 2]
-            await read_all_from(env, lid, 3, size=64)
-        assert to_b2 == [], f"the checker read the new member for ledgers {to_b2}"
-        assert w.checker.reads - reads0 == reads * n
+        b, _w, _ids, got, _listed = await _heal(env, 3)
+        assert got == [b[0]] * (reads * N)
     finally:
         await env.close()
 
@@ -73,48 +87,17 @@ async def test_one_entry_ledger_heals_with_one_read(cluster_factory):
     reads b0 once; the re-check finds b0 read moments ago and b2 written by the copy, and reads
     nothing. Asserts exactly one checker read per ledger (upstream: probe 2, check 1, re-check probe 2
     and check 2), none to b1 or b2, no listing asked (the check read b0's whole share), and the entry
-    on b2; then, with every member up, a check of a
-    one-entry ledger reads each member once (the probe's reads stand for the fragment's)."""
+    on b2; then, with every member up, a check of a one-entry ledger reads each member once (the
+    probe's reads stand for the fragment's)."""
     cluster = await asyncio.to_thread(cluster_factory, bookies=3)
     env = await open_env(cluster)
     try:
-        b = cluster.bookie_ids()
-        n = 8
-        ids = [(await env.write(b[:2], 2, 2, 2, 1, size=64, full=True)).ledger_id for _ in range(n)]
-        await env.stop_bookie(b[1])
-        w = await env.start_worker(WorkerSettings(**{**FAST, "concurrent_ledgers": 1}))
-        assert await wait_for(lambda: not w._busy, 10)
-        to: list[str] = []
-        read_status = w.checker._read_status
-
-        async def counted(bookie, ledger_id, entry_id, digest):
-            to.append(bookie)
-            return await read_status(bookie, ledger_id, entry_id, digest)
-
-        w.checker._read_status = counted
-        listed: list[str] = []
-        list_entries = w.bookies.get_list_of_entries
-
-        async def counted_listing(bookie, ledger_id, *args, **kwargs):
-            listed.append(bookie)
-            return await list_entries(bookie, ledger_id, *args, **kwargs)
-
-        w.bookies.get_list_of_entries = counted_listing
-        await env.um.mark_many({lid: [b[1]] for lid in ids})
-        for lid in ids:
-            await wait_marker_gone(env, lid)
-        # the check read b0's whole share (one entry): the copy knows what b0 holds without its listing
+        b, w, ids, got, listed = await _heal(env, 1)
+        assert got == [b[0]] * N
         assert listed == []
-        store = LedgerStore(env.zk, env.paths)
-        for lid in ids:
-            md, _ = await store.read(lid)
-            assert md.segments[0].ensemble == (b[0], b[2])
-            assert await entries_on(env, b[2], lid) == [0]
-            await read_all_from(env, lid, 1, size=64)
-        assert to == [b[0]] * n
-        to.clear()
-        md, _ = await store.read(ids[0])
+        got.clear()
+        md, _ = await LedgerStore(env.zk, env.paths).read(ids[0])
         assert await w.checker.check(ids[0], md) == []
-        assert sorted(to) == [b[0], b[2]]
+        assert sorted(got) == [b[0], b[2]]
     finally:
         await env.close()
