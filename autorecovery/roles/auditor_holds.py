@@ -80,12 +80,17 @@ class MaintenanceHolds:
             return "/default-rack"
 
     async def _publish_holds(self, h: Holds) -> None:
-        """Log, export and publish (``maintenance-state``) what is held back, when it changed."""
+        """Log, publish (``maintenance-state``) and export what is held back, when it changed. The gauges
+        are set after the state is written, so a gauge never runs ahead of what ``shell maintenance
+        status`` shows (a test that waited for the gauge read the state before its write)."""
+        if (dict(h.windows), dict(h.guarded)) != (dict(self.last_holds.windows), dict(self.last_holds.guarded)):
+            await self._write_holds(h)
         self._m["maint_held"].set(len(h.windows))
         self._m["guard_domains"].set(len(h.guarded))
         self._m["guard_held"].set(sum(len(b) for b in h.guarded.values()))
-        if (dict(h.windows), dict(h.guarded)) == (dict(self.last_holds.windows), dict(self.last_holds.guarded)):
-            return
+
+    async def _write_holds(self, h: Holds) -> None:
+        """Log what changed in ``h`` and write it to the ``maintenance-state`` znode."""
         for d, bs in sorted(h.guarded.items()):
             if d not in self.last_holds.guarded:
                 log.warning(f"rack {d} lost as a whole: waiting (autorecoveryDownOutSubtreeLimit="
