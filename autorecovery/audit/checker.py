@@ -17,7 +17,7 @@ feeds the answers back. Source: upstream ``LedgerChecker.checkLedger`` / ``verif
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
@@ -99,6 +99,18 @@ def probe_entry(frag: Fragment) -> tuple[int, list[int]]:
     """The entry to probe and the ensemble indexes of its write set."""
     e = frag.first_entry_id
     return e, write_set(e, frag.ensemble_size, frag.write_quorum)
+
+
+def probe_known_without_reads(frag: Fragment, available: Collection[str],
+                              proven: Collection[tuple[int, str]] = ()) -> bool:
+    """True when the probe of ``frag`` (see :func:`probe_entry`) says "may exist" without a read: a member
+    of the entry's write set is not registered (upstream sends it the read, gets an error, and
+    ``EntryExistsCallback`` counts an error as "may exist"), or holds the entry as ``proven``
+    ``(segment first entry id, bookie id)`` pairs say (issue 29: the probe of every one-entry ledger of a
+    lost bookie cost a registration lookup and a connection attempt to it)."""
+    _e, indexes = probe_entry(frag)
+    return any(frag.ensemble[i] not in available or (frag.segment_first_entry_id, frag.ensemble[i]) in proven
+               for i in indexes)
 
 
 def probe_says_exists(statuses: Iterable[str]) -> bool:

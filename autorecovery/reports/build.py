@@ -16,7 +16,6 @@ import pandas as pd
 
 from autorecovery.placement.weights import effective_weights
 from autorecovery.reports import jobs, model, rollup, scenarios
-from autorecovery.reports.spark_io import LEDGERS_PER_PARTITION as LEDGERS_PER_PARTITION  # re-exported
 from autorecovery.reports.spark_io import shuffle_partitions, storage_level
 from autorecovery.reports.validate import BadInput, check_snapshot
 

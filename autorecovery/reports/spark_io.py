@@ -24,24 +24,29 @@ from typing import Any
 LEDGERS_PER_PARTITION = 125_000
 
 
+#: Shuffle partitions of a snapshot of at most ``MIN_PARTITIONS * LEDGERS_PER_PARTITION`` (1M) ledgers:
+#: four tasks per core on ``local[2]``.
+MIN_PARTITIONS = 8
+
+
 def shuffle_partitions(manifest: dict) -> int:
-    """Shuffle partitions for a snapshot: 8 (four tasks per core on ``local[2]``), more for snapshots
-    over 1M ledgers so a partition holds at most :data:`LEDGERS_PER_PARTITION` (10M ledgers: 80)."""
+    """Shuffle partitions for a snapshot: :data:`MIN_PARTITIONS`, more for snapshots over 1M ledgers so a
+    partition holds at most :data:`LEDGERS_PER_PARTITION` (10M ledgers: 80)."""
     n = int(manifest.get("counts", {}).get("ledgers") or 0)
-    return max(8, -(-n // LEDGERS_PER_PARTITION))
+    return max(MIN_PARTITIONS, -(-n // LEDGERS_PER_PARTITION))
 
 
 def storage_level(manifest: dict) -> str:
     """Spark storage level (a ``pyspark.StorageLevel`` attribute name) of the cached ledger view and the
-    persisted fused rows: ``MEMORY_AND_DISK`` up to 8 partitions (1M ledgers), ``DISK_ONLY`` above.
+    persisted fused rows: ``MEMORY_AND_DISK`` up to :data:`MIN_PARTITIONS` partitions (1M ledgers),
+    ``DISK_ONLY`` above.
 
     With a memory level, a block that spilled is read back into one on-heap buffer to be cached again
     (Spark's ``BlockManager.maybeCacheDiskBytesInMemory``), outside the memory the tasks account for: at
     10M ledgers that ran the 2 GiB heap out of memory while the per-ledger tables were written, even with
     125k-ledger blocks. On disk only, a block is streamed back and never held whole (the page cache keeps
     it close)."""
-    n = int(manifest.get("counts", {}).get("ledgers") or 0)
-    return "MEMORY_AND_DISK" if n <= 8 * LEDGERS_PER_PARTITION else "DISK_ONLY"
+    return "MEMORY_AND_DISK" if shuffle_partitions(manifest) <= MIN_PARTITIONS else "DISK_ONLY"
 
 
 def spark_session(master: str | None = None, app: str = "autorecovery-report", conf: Mapping[str, str] | None = None,

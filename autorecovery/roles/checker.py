@@ -27,6 +27,7 @@ from autorecovery.audit.checker import (
     fragments_of,
     index_is_bad,
     probe_entry,
+    probe_known_without_reads,
     probe_says_exists,
 )
 from autorecovery.errors import AutoRecoveryError, BookieError
@@ -159,16 +160,12 @@ class LedgerChecker:
                      proven: frozenset[tuple[int, str]]) -> tuple[bool, frozenset[str]]:
         """Whether the one-entry last fragment's entry may exist (upstream ``EntryExistsCallback``: any
         answer but NoSuchEntry/NoSuchLedger, errors included), and the bookies whose probe read of it
-        passed (the fragment's check, of that same entry, does not read them again; issue 29).
-
-        Without a read: a member in ``proven`` holds it, and a member that is not registered would
-        answer an error, which counts as "may exist" (upstream sends it the read and gets that error;
-        here it cost a registration lookup and a connection attempt per ledger)."""
+        passed (the fragment's check, of that same entry, does not read them again; issue 29). No read
+        at all when the answer is known (:func:`~autorecovery.audit.checker.probe_known_without_reads`)."""
+        if probe_known_without_reads(frag, self.available(), proven):
+            return True, frozenset()
         entry, indexes = probe_entry(frag)
         bookies = [frag.ensemble[i] for i in indexes]
-        avail = self.available()
-        if any((frag.segment_first_entry_id, b) in proven or b not in avail for b in bookies):
-            return True, frozenset()
         statuses = await asyncio.gather(*(self._read_status(b, ledger_id, entry, digest) for b in bookies))
         return probe_says_exists(statuses), frozenset(b for b, st in zip(bookies, statuses) if st == "EOK")
 

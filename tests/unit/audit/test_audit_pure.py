@@ -275,3 +275,18 @@ def test_replicas_check_of_a_2_pow_31_entry_ledger_that_nobody_holds_is_bounded(
     v = replicas.classify(m, {x: None for x in b})
     assert v.bucket == replicas.Bucket.NO_REPLICA and v.missing_total == 2**31 + 1
     assert len(v.missing_counts) == replicas.SAMPLE_SIZE and v.bookies_missing == b
+
+
+def test_probe_answer_known_without_reads():
+    """A one-entry fragment's probe (upstream EntryExistsCallback) says "may exist" without a read when a
+    member of the entry's write set is unregistered (its read would fail) or proven; else it must read."""
+    f = checker.Fragment(5, 5, 5, ("a", "b", "c"), 3, 2, True)
+    _e, idx = checker.probe_entry(f)
+    members = [f.ensemble[i] for i in idx]
+    everyone = {"a", "b", "c"}
+    assert not checker.probe_known_without_reads(f, everyone)
+    assert checker.probe_known_without_reads(f, everyone - {members[0]})
+    outside = (everyone - set(members)).pop()
+    assert not checker.probe_known_without_reads(f, everyone - {outside}), "not in the write set: irrelevant"
+    assert checker.probe_known_without_reads(f, everyone, {(5, members[1])})
+    assert not checker.probe_known_without_reads(f, everyone, {(0, members[1])}), "another segment's proof"
