@@ -17,10 +17,12 @@ Better than upstream:
 
 * :meth:`UnderreplicationManager.mark_many` writes markers in ZooKeeper ``multi`` batches (the parent
   level and the marker in one transaction; upstream issues one create per ledger, #3541);
-* the marked and locked ids are kept by persistent watches (:mod:`.ur_index`, ZooKeeper 3.6+): a
-  pick reads nothing to know its candidates, whatever the queue length (upstream walks the hierarchy
-  per pick); before 3.6, the walk reads it through a watch-invalidated cache (upstream's
-  SubTreeCache). The caller may *order* candidates (priority) instead of a random walk only;
+* the marked ids are kept by a persistent watch (:mod:`.ur_index`, ZooKeeper 3.6+), and the locks
+  other sessions hold are learned from failed creates and watched one by one until released: a pick
+  reads nothing to know its candidates, whatever the queue length (upstream walks the hierarchy per
+  pick), and no daemon hears of locks it never met; before 3.6, the walk reads it through a
+  watch-invalidated cache (upstream's SubTreeCache). The caller may *order* candidates (priority)
+  instead of a random walk only;
 * :meth:`get_ledger_to_rereplicate` waits on watches, never polls; the ``disable`` answer is kept
   under its exists-watch (no read per lock);
 * fewer round trips per healed ledger (issue 29): see :mod:`autorecovery.zk.ur_locks`.
@@ -108,7 +110,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         self._enabled_seen = False  # "disable" absent, and an exists-watch armed on it is still pending
         self._disable_gen = 0  # events of that watch
         self._walks = 0  # child-watch walks (without the index)
-        # marked and locked ids from persistent watches (ZooKeeper 3.6+): a pick reads nothing to know them
+        # marked ids from a persistent watch, held locks met (ZooKeeper 3.6+): a pick reads nothing to know them
         self._index: MarkedIndex = shared_index(zk, paths, self.list_marked_ids)
         self._index.subscribe(self._notify)
 
@@ -191,7 +193,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
 
     @property
     def changes(self) -> asyncio.Event:
-        """Set whenever a watched marker or lock listing changes (or the session changes).
+        """Set whenever a watched marker or lock changes (or the session changes).
 
         A waiter clears it, polls (:meth:`poll_ledger_to_rereplicate`), and waits on it when nothing
         was found: watch-driven, no polling interval.
@@ -429,8 +431,8 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
     async def get_ledger_to_rereplicate(self, order: Callable[[list[int]], list[int]] | None = None) -> int:
         """Block until a marked ledger is locked and return its id (upstream getLedgerToRereplicate).
 
-        Waits while AutoRecovery is disabled, and otherwise on child watches of the marker hierarchy
-        and the locks directory (a new marker or a released lock wakes it): no polling.
+        Waits while AutoRecovery is disabled, and otherwise on the watches of the marker hierarchy and of
+        the locks it found held (a new marker or the release of such a lock wakes it): no polling.
         """
         while True:
             await self.wait_while_disabled()

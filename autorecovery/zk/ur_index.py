@@ -7,13 +7,22 @@ each marker created or deleted fired the watch of its level, and the next pick l
 and walked every leaf in Python, so a pick cost O(markers) and the heal rate fell with the queue
 (16.6 ledgers/s with a short queue, about 1/s with 3,172 queued, on a loaded machine).
 
-Here one persistent recursive watch on ``underreplication/ledgers`` and one on ``underreplication/locks``
-(``addWatch``) name every marker and lock created or deleted; the sets are updated from those
-notifications, so a pick reads nothing to know the candidates. The hierarchy is walked only to
-(re)build the sets: at the first use and after every session event (on a connection loss the server
-drops persistent watches, and changes made meanwhile were not notified). Notifications that arrive
-during that walk are replayed on top of it in server order: each says what is true of its znode from
-then on, so the result is exact whatever the walk read before or after them.
+Here one persistent recursive watch on ``underreplication/ledgers`` (``addWatch``) names every marker
+created or deleted; the set is updated from those notifications, so a pick reads nothing to know the
+candidates. The hierarchy is walked only to (re)build the set: at the first use and after every
+session event (on a connection loss the server drops persistent watches, and changes made meanwhile
+were not notified). Notifications that arrive during that walk are replayed on top of it in server
+order: each says what is true of its znode from then on, so the result is exact whatever the walk read
+before or after them.
+
+Locks are not watched as a tree. A watch on ``underreplication/locks`` sent every daemon two
+notifications per ledger healed anywhere (lock created, lock deleted), a third of all it received
+(issue 29: with six daemons, 12 of the 36 notifications ZooKeeper sent per ledger healed). Instead a
+worker learns that another session holds a lock when its own create fails with NodeExists
+(:meth:`MarkedIndex.saw_locked`); it then skips that ledger and keeps a one-shot ``exists`` watch on
+the lock, whose firing (the release) puts the ledger back among the candidates and wakes the waiters.
+A lock it has not met yet costs at most one failed transaction; :attr:`MarkedIndex.locked` is
+therefore the locks this process has met, not every lock.
 
 The znodes and their format are upstream's (unchanged); the watches are read-only. A server before
 3.6 answers ``addWatch`` with UNIMPLEMENTED: the manager then keeps its child-watch walk.
@@ -29,7 +38,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf
-from autorecovery.zk.bridge import NoNodeError, ServerTooOld, ZkClient
+from autorecovery.errors import ZooKeeperError
+from autorecovery.zk.bridge import ServerTooOld, ZkClient
 from autorecovery.zk.paths import Paths
 
 log = structlog.get_logger("autorecovery.underreplication")
@@ -55,14 +65,15 @@ def shared_index(zk: ZkClient, paths: Paths, walk: Callable[[], Awaitable[set[in
 
 
 class MarkedIndex:
-    """Marked ledger ids (:attr:`marked`) and locked ledger ids (:attr:`locked`) from persistent watches.
+    """Marked ledger ids (:attr:`marked`, from a persistent watch) and the ledger ids whose lock another
+    session was found holding (:attr:`locked`, see :meth:`saw_locked`).
 
     Args:
         zk / paths: the cluster.
         walk: coroutine returning every marked ledger id from the hierarchy (no watches).
 
-    Subscribers (:meth:`subscribe`) are called on the event loop after every marker or lock created or
-    deleted and after every rebuild.
+    Subscribers (:meth:`subscribe`) are called on the event loop after every marker created or deleted,
+    every release of a lock in :attr:`locked`, and every rebuild.
 
     Attributes:
         marked / locked: the live sets (the same objects for the index's life: callers may keep them and
@@ -84,9 +95,12 @@ class MarkedIndex:
         self._uppers: Counter[int] = Counter()  # id >> 16 → markers sharing the upper three hex levels
         self._ready = False
         self._epoch = 0  # invalidations so far
-        self._buffer: list[tuple[bool, str, int]] | None = None  # notifications during a rebuild
+        self._buffer: list[tuple[str, int]] | None = None  # notifications during a rebuild
         self._lock = asyncio.Lock()
         self._regs: dict[str, Callable[[str, str], None]] = {}
+        # ledger id → the token of the one-shot exists watch armed on its lock (see saw_locked); a watch
+        # whose token is no longer here (rebuilt, marker gone) is a no-op when it fires
+        self._lock_watch: dict[int, object] = {}
 
     def subscribe(self, notify: Callable[[], None]) -> None:
         self._subscribers.append(notify)
@@ -136,35 +150,25 @@ class MarkedIndex:
         epoch = self._epoch
         self._buffer = []
         try:
-            for path in (self.paths.ur_ledgers, self.paths.ur_locks):
-                try:
-                    self._regs[path] = await self.zk.add_watch(path, self._on_event, recursive=True,
-                                                               accept=ur_leaf_path)
-                except ServerTooOld:
-                    log.info("ZooKeeper has no persistent watches (before 3.6): the marker hierarchy is walked "
-                             "for each pick")
-                    self.supported = False
-                    await self.close()
-                    return
-            marked = await self._walk()
+            path = self.paths.ur_ledgers
             try:
-                locks = await self.zk.get_children(self.paths.ur_locks)
-            except NoNodeError:
-                locks = []
-            locked = set()
-            for n in locks:
-                try:
-                    locked.add(ledger_id_from_ur_leaf(n))
-                except ValueError:
-                    continue
+                self._regs[path] = await self.zk.add_watch(path, self._on_event, recursive=True,
+                                                           accept=ur_leaf_path)
+            except ServerTooOld:
+                log.info("ZooKeeper has no persistent watches (before 3.6): the marker hierarchy is walked "
+                         "for each pick")
+                self.supported = False
+                await self.close()
+                return
+            marked = await self._walk()
             self.marked.clear()
             self.marked.update(marked)
-            self.locked.clear()
-            self.locked.update(locked)
+            self.locked.clear()  # relearned as creates fail (the watches armed before may be gone)
+            self._lock_watch.clear()
             self._uppers = Counter(lid >> 16 for lid in marked)
             buffered, self._buffer = self._buffer, None
-            for is_marker, etype, lid in buffered:
-                self._apply(is_marker, etype, lid)
+            for etype, lid in buffered:
+                self._apply(etype, lid)
             self.generation += 1
             self.syncs += 1
             self._ready = epoch == self._epoch  # invalidated meanwhile: the watches may be gone again
@@ -179,20 +183,43 @@ class MarkedIndex:
             lid = ledger_id_from_ur_leaf(path[path.rfind("/") + 1:])
         except ValueError:
             return
-        is_marker = path.startswith(self.paths.ur_ledgers + "/")
         if self._buffer is not None:
-            self._buffer.append((is_marker, etype, lid))
+            self._buffer.append((etype, lid))
         elif self._ready:
-            self._apply(is_marker, etype, lid)
+            self._apply(etype, lid)
         self._notify()
 
-    def _apply(self, is_marker: bool, etype: str, lid: int) -> None:
-        if not is_marker:
-            if etype == "CREATED":
-                self.locked.add(lid)
-            else:
-                self.locked.discard(lid)
+    async def saw_locked(self, ledger_id: int) -> None:
+        """Another session holds ``ledger_id``'s lock (a create of it failed with NodeExists): keep the
+        ledger in :attr:`locked` until the lock goes, told by a one-shot ``exists`` watch on it (which
+        also wakes the subscribers). Nothing is recorded when the lock is already gone or ZooKeeper
+        cannot be asked (the next pick tries the ledger again: one more failed transaction at worst)."""
+        if not self._ready or ledger_id in self._lock_watch:
             return
+        token = object()
+        fired = False
+        self._lock_watch[ledger_id] = token
+
+        def released(_event: object) -> None:  # event loop
+            nonlocal fired
+            fired = True
+            if self._lock_watch.get(ledger_id) is token:
+                del self._lock_watch[ledger_id]
+                self.locked.discard(ledger_id)
+                self._notify()
+
+        try:
+            stat = await self.zk.exists(self.paths.ur_lock(ledger_id), watch=released)
+        except ZooKeeperError:
+            stat = None
+        if self._lock_watch.get(ledger_id) is not token:
+            return  # rebuilt meanwhile
+        if stat is None or fired:  # released already (the watch, armed on a missing znode, stays harmless)
+            del self._lock_watch[ledger_id]
+            return
+        self.locked.add(ledger_id)
+
+    def _apply(self, etype: str, lid: int) -> None:
         if etype == "CREATED":
             if lid not in self.marked:
                 self.marked.add(lid)
@@ -200,6 +227,8 @@ class MarkedIndex:
             self.generation += 1
         elif lid in self.marked:
             self.marked.discard(lid)
+            self.locked.discard(lid)  # healed: its lock went in the same transaction
+            self._lock_watch.pop(lid, None)
             self._uppers[lid >> 16] -= 1
             if self._uppers[lid >> 16] <= 0:
                 del self._uppers[lid >> 16]

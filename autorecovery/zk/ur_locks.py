@@ -119,7 +119,8 @@ class LockingMixin:
             if i == 1 and isinstance(err, NoNodeError):
                 await self.zk.ensure_path(self.paths.ur_locks)  # the locks directory was missing
             elif i == 1 and isinstance(err, NodeExistsError):
-                self.lost_races += 1  # another worker locked it first
+                self.lost_races += 1  # another worker locked it first: skipped until its release
+                await self._index.saw_locked(ledger_id)
             return False
         return False
 
@@ -173,6 +174,8 @@ class LockingMixin:
                         out.append(lid)
                     elif isinstance(err, NodeExistsError if not on_marker else NoNodeError):
                         self.lost_races += 1  # locked by another worker, or healed, since the read
+                        if not on_marker:
+                            await self._index.saw_locked(lid)  # skipped until its release
                     else:
                         alone.append(lid)  # re-marked since the read (or the locks directory is missing)
         alone.extend(todo)

@@ -88,9 +88,10 @@ async def test_a_pick_reads_nothing_to_know_the_candidates(zk, other, queue):
 
 
 async def test_index_follows_other_sessions_and_is_shared_per_client(zk, other):
-    """Markers and locks made by another session appear and disappear in the index of both managers
-    of one client (the worker's and the auditor's share the client's one watch per path); a newly
-    marked ledger changes ``marked_generation`` (rankings are redone), a deletion does not."""
+    """Markers made by another session appear and disappear in the index of both managers of one
+    client (the worker's and the auditor's share the client's one watch per path); a lock held by
+    another session is learned when a create of it fails, and leaves with its marker; a newly marked
+    ledger changes ``marked_generation`` (rankings are redone), a deletion does not."""
     a = UnderreplicationManager(zk, PATHS, lock_owner="a")
     b = UnderreplicationManager(zk, PATHS, lock_owner="b")
     remote = UnderreplicationManager(other, PATHS, lock_owner="remote")
@@ -104,8 +105,9 @@ async def test_index_follows_other_sessions_and_is_shared_per_client(zk, other):
     assert await wait_for(lambda: 9 in a._index.marked and 9 in b._index.marked, 10)
     assert a.marked_generation != gen
     assert await remote.acquire(3)
-    assert await wait_for(lambda: 3 in a._index.locked, 10)
+    assert 3 not in a._index.locked  # no watch on the locks: nothing heard yet
     assert await a.poll_ledger_to_rereplicate(sorted) == 9  # 3 is locked by the other session
+    assert 3 in a._index.locked and 3 in b._index.locked  # learned from the failed create
     gen = a.marked_generation
     assert await remote.mark_replicated(3)
     assert await wait_for(lambda: 3 not in b._index.marked and 3 not in b._index.locked, 10)
@@ -222,3 +224,35 @@ async def test_refresh_recomputes_only_what_changed(zk, other, monkeypatch):
     assert backlog.mds[9] is not kept[9] and all(backlog.mds[lid] is kept[lid] for lid in ids if lid != 9)
     await um.close()
     await auditor.close()
+
+
+async def test_a_lock_met_is_skipped_until_released_and_its_release_wakes(zk, other):
+    """A worker that finds a ledger locked by another session skips it without asking again, and the
+    lock's release (its one-shot exists watch) puts it back and wakes the worker's waiters; a
+    rebuild forgets what was met (the watch may be gone with the connection)."""
+    um = UnderreplicationManager(zk, PATHS, lock_owner="me")
+    remote = UnderreplicationManager(other, PATHS, lock_owner="remote")
+    await um.init()
+    await remote.init()
+    await remote.mark_many({4: ["x:1"]})
+    assert await remote.acquire(4)
+    assert sorted(await um.watched_marked_ids()) == [4]
+    assert await um.poll_ledger_to_rereplicate(sorted) is None
+    assert um._index.locked == {4}
+    ops = zk.ops
+    assert await um.poll_ledger_to_rereplicate(sorted) is None
+    assert zk.ops == ops  # known locked: no request
+    woken = um.subscribe()
+    woken.clear()
+    await remote.release(4)  # released, the marker stays (as a deferred pass does)
+    assert await wait_for(lambda: woken.is_set() and 4 not in um._index.locked, 10)
+    assert await um.poll_ledger_to_rereplicate(sorted) == 4
+    await um.release(4)
+    assert await remote.acquire(4)
+    assert await um.poll_ledger_to_rereplicate(sorted) is None
+    assert um._index.locked == {4}
+    um._index.invalidate()
+    assert sorted(await um.watched_marked_ids()) == [4]  # rebuilt
+    assert um._index.locked == set()
+    await um.close()
+    await remote.close()
