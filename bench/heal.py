@@ -243,7 +243,7 @@ async def side(base: Path, a: argparse.Namespace, daemons: int, lim: limits.Limi
             # the metadata is read once the markers are gone
             while True:
                 changed.clear()
-                marked = await urm.watched_marked_ids()
+                marked = await urm.watched_marked_count()
                 now = time.perf_counter()
                 if marked and marked_at is None:
                     marked_at = now

@@ -161,28 +161,38 @@ def order_candidates(
     later: Collection[int] = (),
     rng: random.Random | None = None,
     salt: int | None = None,
+    keys: dict[int, tuple[LedgerPriority, tuple]] | None = None,
 ) -> list[int]:
     """Order lockable ledger ids for acquisition (see module doc). Returns a new list without ``skip``.
 
     ``salt``: the worker's tie-break seed (any int; see "Spreading the daemons"); None orders ties by
-    marker ctime then ledger id."""
+    marker ctime then ledger id. ``keys``: the caller's cache of each ledger's sort key with the
+    priority object it was computed from (filled here, for the same ``salt`` every time; a worker
+    ranks its whole queue again whenever a ledger is newly marked, and the keys of the ledgers whose
+    priority did not change are not computed again)."""
     rng = rng or random.Random()
     skip_set, later_set = set(skip), set(later)
     keyed: list[tuple[int, int, tuple, int]] = []
     unknown: list[int] = []
+    cache = keys if keys is not None else {}
     for lid in ledger_ids:
         if lid in skip_set:
             continue
         p = known.get(lid)
         if p is None:
             unknown.append(lid)
+            continue
+        hit = cache.get(lid)
+        if hit is not None and hit[0] is p:
+            key = hit[1]
         else:
             key = p.sort_key() if salt is None else p.spread_sort_key(salt)
-            keyed.append((int(p.kind), 1 if lid in later_set else 0, key, lid))
+            cache[lid] = (p, key)
+        keyed.append((key[0], 1 if lid in later_set else 0, key, lid))
     rng.shuffle(unknown)  # upstream's random walk for ledgers we know nothing about yet
     for rank, lid in enumerate(unknown):
         keyed.append((int(WorkKind.UNKNOWN), 1 if lid in later_set else 0, (rank,), lid))
-    keyed.sort(key=lambda t: (t[0], t[1], t[2]))
+    keyed.sort()  # (kind, later, key, id): ids are unique, so no two entries compare equal
     return [t[3] for t in keyed]
 
 

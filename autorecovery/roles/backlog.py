@@ -110,6 +110,7 @@ class Backlog:
         self._rank_sig: tuple | None = None
         self._rank_ids: Collection[int] | None = None  # the set ranked (kept: its identity is compared)
         self._ranked: list[int] = []
+        self._keys: dict[int, tuple[LedgerPriority, tuple]] = {}  # order_candidates' key cache
         self._cursor = 0
         self.rankings = 0  # rankings computed (tests)
 
@@ -141,6 +142,7 @@ class Backlog:
             self._md_zxid.pop(lid, None)
             self._est.pop(lid, None)
             self._placement.discard(lid)
+            self._keys.pop(lid, None)
         todo = sorted(ids) if full else sorted((ids - self.markers.keys()) | (ids & self.not_retriable.keys()))
         batch = todo[:REFRESH_BATCH]
         if not await self._load_many(batch, full):
@@ -302,7 +304,7 @@ class Backlog:
         sig = (self._rank_gen, self.um.marked_generation, skip, frozenset(self.later))
         if sig != self._rank_sig or ids is not self._rank_ids:  # another set (not the live one): rank it
             self._ranked = order_candidates(ids, self.known, skip=skip, later=set(self.later), rng=rng,
-                                            salt=self.salt)
+                                            salt=self.salt, keys=self._keys)
             self._rank_sig, self._rank_ids, self._cursor = sig, ids, 0
             self.rankings += 1
         return self._walk_ranking(ids)

@@ -126,6 +126,24 @@ def test_order_salt_spreads_equal_stake_but_keeps_the_classes():
     assert order_candidates(list(known), known, later={5})[2:5] == [1, 2, 3]  # no salt: ledger id
 
 
+def test_order_key_cache_gives_the_same_order_and_recomputes_only_changed_priorities():
+    """``keys`` caches each ledger's sort key with the priority object it came from: the order is the
+    one computed without it, and a ledger whose priority object changed gets a new key."""
+    avail = ALL - {"a:1"}
+    known = {i: ledger_priority(i, md(["a:1", "b:1", "c:1"], wq=2, aq=1), ["a:1"], avail, ctime=20_000 + 7 * i)
+             for i in range(1, 30)}
+    keys: dict = {}
+    first = order_candidates(list(known), known, salt=3, later={4}, keys=keys)
+    assert first == order_candidates(list(known), known, salt=3, later={4})
+    assert set(keys) == set(known)
+    cached = {lid: k for lid, (_p, k) in keys.items()}
+    known[7] = ledger_priority(7, md(["a:1", "b:1"], wq=2, aq=2), ["a:1"], avail, ctime=50_000)  # now urgent
+    again = order_candidates(list(known), known, salt=3, later={4}, keys=keys)
+    assert again[0] == 7 and again == order_candidates(list(known), known, salt=3, later={4})
+    assert all(keys[lid][1] is cached[lid] for lid in known if lid != 7)
+    assert keys[7][1] is not cached[7]
+
+
 def test_fragment_copies_left():
     ens = ("a:1", "b:1", "c:1")
     assert fragment_copies_left(ens, 2, 0, 9, {0}, {"b:1", "c:1"}) == 1
