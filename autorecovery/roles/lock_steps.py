@@ -79,6 +79,11 @@ class LockSteps:
         """The ledger's marker, None when it is not marked any more."""
         return await self.um.get_marker(lid)
 
+    def metadata_read(self, lid: int) -> tuple[bytes, object] | None:
+        """The ledger metadata ``(data, stat)`` read when the ledger was locked, once (None: not read,
+        or taken already); see ``UnderreplicationManager.take_metadata_read``."""
+        return self.um.take_metadata_read(lid)
+
     async def delete_marker(self, lid: int) -> bool:
         """Versioned delete of the marker (the version seen at acquire), then release the lock.
         False when it was re-marked meanwhile (the marker stays for another pass)."""

@@ -111,8 +111,11 @@ class PassSteps:
     # -- read --------------------------------------------------------------------------------------
     async def read(self, lid: int) -> pe.Reading:
         """Metadata, then the marker, then (when marked) the checker's bad fragments and the placement
-        verdicts. Raises ``NoSuchLedgerError`` when the ledger is gone."""
-        md, version = await self.store.read(lid)
+        verdicts. The metadata read with the lock (its version checked by the lock's transaction) is
+        used when there is one, else it is read now. Raises ``NoSuchLedgerError`` when the ledger is
+        gone."""
+        pre = self.markers.metadata_read(lid)
+        md, version = self.store.decode(lid, *pre) if pre is not None else await self.store.read(lid)
         self.known[lid] = (md, version)
         marker = await self.markers.marker(lid)
         if marker is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from autorecovery.errors import BadVersionError as _OurBadVersion
 from autorecovery.errors import MalformedMetadataError, NoClusterError, NoSuchLedgerError, ZooKeeperError
@@ -141,6 +142,15 @@ class LedgerStore:
         except NoNodeError as exc:
             raise NoSuchLedgerError(f"ledger {ledger_id} does not exist ({path})") from exc
         return formats.deserialize(data, path), stat.version
+
+    def decode(self, ledger_id: int, data: bytes, stat: Any) -> Versioned:
+        """``(metadata, znode version)`` of ``ledger_id`` from its znode's data and stat read elsewhere
+        (e.g. with the lock's ``multiRead``).
+
+        Raises:
+            MalformedMetadataError: naming the path.
+        """
+        return formats.deserialize(data, self.paths.ledger(ledger_id)), stat.version
 
     async def write(self, ledger_id: int, md: LedgerMetadata, version: int) -> int:
         """Write ``md`` if the znode is still at ``version``; returns the new version.

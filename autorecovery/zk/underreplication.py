@@ -107,6 +107,8 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         self.ops_multi = 0  # successful multi transactions (benchmarks report it)
         self.lost_races = 0  # worker locks lost to another worker (lock held or marker gone meanwhile)
         self._marker_read: dict[int, tuple[bytes, object]] = {}  # marker read by acquire, for get_marker
+        self._md_read: dict[int, tuple[bytes, object]] = {}  # metadata read by acquire, for the pass
+        self._multi_read_lock = True  # False once the server refused multiRead (before 3.6)
         self._enabled_seen = False  # "disable" absent, and an exists-watch armed on it is still pending
         self._disable_gen = 0  # events of that watch
         self._walks = 0  # child-watch walks (without the index)
@@ -154,6 +156,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
             if ev == SessionEvent.LOST:
                 self.held.clear()  # ephemeral locks died with the session
                 self._marker_read.clear()
+                self._md_read.clear()
 
     def _notify(self) -> None:
         self._changed.set()

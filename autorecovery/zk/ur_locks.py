@@ -2,12 +2,13 @@
 :mod:`autorecovery.zk.underreplication`). EDGE.
 
 Locks ``R/underreplication/locks/urL{id:010d}``: EPHEMERAL, text ``LockDataFormat`` with the owner's
-name. Round trips per ledger (issue 29): locking is a marker read plus one ``multi`` (check that
-version, create the lock), and the worker's following :meth:`get_marker` is served by that read;
-:meth:`LockingMixin.acquire_many` locks several ledgers in two round trips (one ``multiRead`` of their
-markers, one ``multi`` checking every marker's version and creating every lock);
+name. Round trips per ledger (issue 29): locking is one ``multiRead`` of the marker and the ledger's
+metadata plus one ``multi`` (check both versions, create the lock), and the pass's following reads of
+the marker (:meth:`get_marker`) and the metadata (:meth:`take_metadata_read`) are served by that
+read; :meth:`LockingMixin.acquire_many` locks several ledgers in the same two round trips;
 :meth:`LockingMixin.mark_replicated` deletes marker, leaf level and lock in one ``multi``. Upstream:
-``exists`` + ``create`` + ``getData`` to lock and read, then a delete per znode.
+``exists`` + ``create`` + ``getData`` to lock and read the marker, another ``getData`` for the
+metadata, then a delete per znode.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class LockingMixin:
     _cache: dict[str, list[str]]
     _known_dirs: set[str]
     _marker_read: dict[int, tuple[bytes, object]]
+    _md_read: dict[int, tuple[bytes, object]]
+    _multi_read_lock: bool
     _index: MarkedIndex
 
     async def acquire(self, ledger_id: int, *, require_marker: bool = True, owner: str | None = None) -> bool:
@@ -80,21 +83,65 @@ class LockingMixin:
         self.held[ledger_id] = NO_MARKER
         return True
 
+    async def _read_for_lock(self, ledger_ids: list[int]) -> list[tuple[tuple[bytes, object] | None,
+                                                                         tuple[bytes, object] | None]]:
+        """Per ledger: its marker read and its ledger metadata read, ``(data, stat)`` each or None when
+        the znode is missing, in one ``multiRead`` (ZooKeeper 3.6+); before 3.6 the markers alone, a
+        request each, and no metadata (the pass reads it).
+
+        Raises:
+            ZooKeeperError: a read failed for another reason than a missing znode.
+        """
+        if self._multi_read_lock:
+            try:
+                got = await self.zk.get_many([self.paths.ur_marker(lid) for lid in ledger_ids]
+                                             + [self.paths.ledger(lid) for lid in ledger_ids])
+            except ServerTooOld:
+                self._multi_read_lock = False
+            else:
+                out = []
+                for res in got:
+                    if isinstance(res, Exception) and not isinstance(res, NoNodeError):
+                        raise res
+                n = len(ledger_ids)
+                for marker, md in zip(got[:n], got[n:]):
+                    out.append((None if isinstance(marker, Exception) else marker,
+                                None if isinstance(md, Exception) else md))
+                return out
+        reads: list[tuple[tuple[bytes, object] | None, tuple[bytes, object] | None]] = []
+        for lid in ledger_ids:
+            try:
+                reads.append((await self.zk.get(self.paths.ur_marker(lid)), None))
+            except NoNodeError:
+                reads.append((None, None))
+        return reads
+
+    def take_metadata_read(self, ledger_id: int) -> tuple[bytes, object] | None:
+        """The ledger metadata ``(data, stat)`` read with the marker when :meth:`acquire` locked
+        ``ledger_id``, once (None: not read, or taken already). The lock's transaction checked its
+        version, so it was current when the lock was made (the pass's metadata-version CAS covers any
+        change since, as for a read of its own)."""
+        return self._md_read.pop(ledger_id, None)
+
     async def _lock_marked(self, ledger_id: int, data: bytes) -> bool:
-        """The worker's lock: read the marker (data and version), then one ``multi`` checks that the
-        marker still has that version and creates the ephemeral lock (upstream: ``exists``, ``create``,
-        and the worker's later read of the marker: three round trips; here two, and the lock is only
-        made on the marker version remembered). The marker read here is handed to the next
-        :meth:`get_marker` of the ledger instead of reading it again."""
+        """The worker's lock: read the marker (data and version) and the ledger's metadata in one
+        ``multiRead``, then one ``multi`` checks that both still have the versions read and creates
+        the ephemeral lock (upstream: ``exists``, ``create``, and the worker's later reads of the marker
+        and the metadata: four round trips; here two, and the lock is only made on the versions
+        remembered). Both reads are handed to the pass (:meth:`get_marker`,
+        :meth:`take_metadata_read`) instead of being read again."""
         path = self.paths.ur_marker(ledger_id)
         for _ in range(3):
-            try:
-                body, stat = await self.zk.get(path)
-            except NoNodeError:
+            (marker, md), = await self._read_for_lock([ledger_id])
+            if marker is None:
                 self.lost_races += 1  # healed by another worker since the index showed it
                 return False
-            ops = [Op("check", path, version=stat.version),
-                   Op("create", self.paths.ur_lock(ledger_id), data, ephemeral=True)]
+            body, stat = marker
+            ops = [Op("check", path, version=stat.version)]  # type: ignore[attr-defined]
+            if md is not None:
+                ops.append(Op("check", self.paths.ledger(ledger_id), version=md[1].version))  # type: ignore[attr-defined]
+            ops.append(Op("create", self.paths.ur_lock(ledger_id), data, ephemeral=True))
+            lock_op = len(ops) - 1
             try:
                 results = await self.zk.multi(ops)
             except ZooKeeperError:
@@ -107,27 +154,29 @@ class LockingMixin:
                 failed = first_failure(results)
             if failed is None:
                 self.ops_multi += 1
-                self.held[ledger_id] = stat.version
+                self.held[ledger_id] = stat.version  # type: ignore[attr-defined]
                 self._marker_read[ledger_id] = (body, stat)
+                if md is not None:
+                    self._md_read[ledger_id] = md
                 return True
             i, err = failed
-            if i == 0 and isinstance(err, BadVersionError):
-                continue  # re-marked since the read: read it again
-            if i == 1 and isinstance(err, NodeExistsError) and await self._own_lock(ledger_id):
-                self.held[ledger_id] = stat.version
+            if i < lock_op and isinstance(err, (BadVersionError, NoNodeError)):
+                continue  # re-marked, or the metadata changed or went, since the read: read again
+            if i == lock_op and isinstance(err, NodeExistsError) and await self._own_lock(ledger_id):
+                self.held[ledger_id] = stat.version  # type: ignore[attr-defined]
                 return True
-            if i == 1 and isinstance(err, NoNodeError):
+            if i == lock_op and isinstance(err, NoNodeError):
                 await self.zk.ensure_path(self.paths.ur_locks)  # the locks directory was missing
-            elif i == 1 and isinstance(err, NodeExistsError):
+            elif i == lock_op and isinstance(err, NodeExistsError):
                 self.lost_races += 1  # another worker locked it first: skipped until its release
                 await self._index.saw_locked(ledger_id)
             return False
         return False
 
     async def acquire_many(self, ledger_ids: list[int]) -> list[int]:
-        """Lock several marked ledgers: one ``multiRead`` of their markers, then one ``multi`` that checks
-        each marker's version and creates each ephemeral lock, all or none (the worker's lock for every
-        ledger, as :meth:`acquire`, in two round trips instead of two per ledger; issue 29).
+        """Lock several marked ledgers: one ``multiRead`` of their markers and metadata, then one ``multi``
+        that checks each one's version and creates each ephemeral lock, all or none (the worker's lock
+        for every ledger, as :meth:`acquire`, in two round trips instead of two per ledger; issue 29).
 
         When the transaction fails, the ledger whose op failed (re-marked since the read, or locked by
         another worker) goes through :meth:`acquire` alone and the others are tried again together
@@ -142,42 +191,41 @@ class LockingMixin:
         out = [lid for lid in ledger_ids if lid in self.held]
         todo = [lid for lid in dict.fromkeys(ledger_ids) if lid not in self.held]
         alone: list[int] = []
-        if len(todo) > 1:
-            try:
-                got = await self.zk.get_many([self.paths.ur_marker(lid) for lid in todo])
-            except ServerTooOld:
-                got = None
-            if got is None:
-                alone, todo = todo, []
-            else:
-                read: dict[int, tuple[bytes, object]] = {}
-                for lid, res in zip(todo, got):
-                    if isinstance(res, NoNodeError):
-                        self.lost_races += 1  # healed by another worker since the index showed it
-                    elif isinstance(res, Exception):
-                        raise res
-                    else:
-                        read[lid] = res
-                todo = list(read)
-                for _ in range(3):
-                    if len(todo) < 2:
-                        break
-                    failed = await self._lock_read(todo, read)
-                    if failed is None:
-                        out.extend(todo)
-                        todo = []
-                        break
-                    lid, on_marker, err = failed
-                    todo.remove(lid)
-                    if not on_marker and isinstance(err, NodeExistsError) and await self._own_lock(lid):
-                        self.held[lid] = read[lid][1].version  # type: ignore[attr-defined]
-                        out.append(lid)
-                    elif isinstance(err, NodeExistsError if not on_marker else NoNodeError):
-                        self.lost_races += 1  # locked by another worker, or healed, since the read
-                        if not on_marker:
-                            await self._index.saw_locked(lid)  # skipped until its release
-                    else:
-                        alone.append(lid)  # re-marked since the read (or the locks directory is missing)
+        if len(todo) > 1 and not self._multi_read_lock:
+            alone, todo = todo, []
+        elif len(todo) > 1:
+            read: dict[int, tuple[bytes, object]] = {}
+            mds: dict[int, tuple[bytes, object]] = {}
+            for lid, (marker, md) in zip(todo, await self._read_for_lock(todo)):
+                if marker is None:
+                    self.lost_races += 1  # healed by another worker since the index showed it
+                    continue
+                read[lid] = marker
+                if md is not None:
+                    mds[lid] = md
+            todo = list(read)
+            for _ in range(3):
+                if len(todo) < 2:
+                    break
+                failed = await self._lock_read(todo, read, mds)
+                if failed is None:
+                    out.extend(todo)
+                    todo = []
+                    break
+                lid, what, err = failed
+                todo.remove(lid)
+                if what == "lock" and isinstance(err, NodeExistsError) and await self._own_lock(lid):
+                    self.held[lid] = read[lid][1].version  # type: ignore[attr-defined]
+                    out.append(lid)
+                elif what == "lock" and isinstance(err, NodeExistsError):
+                    self.lost_races += 1  # locked by another worker since the read
+                    await self._index.saw_locked(lid)  # skipped until its release
+                elif what == "marker" and isinstance(err, NoNodeError):
+                    self.lost_races += 1  # healed by another worker since the read
+                else:
+                    # re-marked, or its metadata changed, since the read (or the locks directory is
+                    # missing): alone, reading again
+                    alone.append(lid)
         alone.extend(todo)
         for lid in alone:
             if await self.acquire(lid):
@@ -185,19 +233,26 @@ class LockingMixin:
         order = {lid: i for i, lid in enumerate(ledger_ids)}
         return sorted(set(out), key=order.__getitem__)
 
-    async def _lock_read(self, lids: list[int],
-                         read: dict[int, tuple[bytes, object]]) -> tuple[int, bool, Exception] | None:
-        """One ``multi``: check each marker of ``lids`` at its version in ``read`` and create its lock.
-        None when every lock was made (they are then :attr:`held`, their marker reads kept for
-        :meth:`get_marker`); else ``(ledger id, on its marker, error)`` of the op that failed (nothing was
-        made; ``on its marker``: the version check failed, else the lock's create)."""
+    async def _lock_read(self, lids: list[int], read: dict[int, tuple[bytes, object]],
+                         mds: dict[int, tuple[bytes, object]]) -> tuple[int, str, Exception] | None:
+        """One ``multi``: check each marker of ``lids`` at its version in ``read`` (and its ledger
+        metadata at its version in ``mds``, when read) and create its lock. None when every lock was
+        made (they are then :attr:`held`, their reads kept for :meth:`get_marker` and
+        :meth:`take_metadata_read`); else ``(ledger id, what, error)`` of the op that failed (nothing
+        was made; ``what``: ``"marker"``, ``"metadata"`` or ``"lock"``)."""
         data = pb.LockDataFormat()
         data.bookieId = self.lock_owner
         body = text_bytes(data)
         ops: list[Op] = []
+        owners: list[tuple[int, str]] = []
         for lid in lids:
-            ops += [Op("check", self.paths.ur_marker(lid), version=read[lid][1].version),  # type: ignore[attr-defined]
-                    Op("create", self.paths.ur_lock(lid), body, ephemeral=True)]
+            ops.append(Op("check", self.paths.ur_marker(lid), version=read[lid][1].version))  # type: ignore[attr-defined]
+            owners.append((lid, "marker"))
+            if lid in mds:
+                ops.append(Op("check", self.paths.ledger(lid), version=mds[lid][1].version))  # type: ignore[attr-defined]
+                owners.append((lid, "metadata"))
+            ops.append(Op("create", self.paths.ur_lock(lid), body, ephemeral=True))
+            owners.append((lid, "lock"))
         try:
             results = await self.zk.multi(ops)
         except ZooKeeperError:
@@ -205,17 +260,19 @@ class LockingMixin:
             # atomic), under this live session (issue 26); look once connected
             if not await self._own_lock(lids[0], wait=True):
                 raise
-            for lid in lids:
-                self.held[lid] = read[lid][1].version  # type: ignore[attr-defined]
-            return None
-        failed = first_failure(results)
+            failed = None
+        else:
+            failed = first_failure(results)
         if failed is None:
             self.ops_multi += 1
             for lid in lids:
                 self.held[lid] = read[lid][1].version  # type: ignore[attr-defined]
                 self._marker_read[lid] = read[lid]
+                if lid in mds:
+                    self._md_read[lid] = mds[lid]
             return None
-        return lids[failed[0] // 2], failed[0] % 2 == 0, failed[1]
+        lid, what = owners[failed[0]]
+        return lid, what, failed[1]
 
     async def _own_lock(self, ledger_id: int, *, wait: bool = False) -> bool:
         """True when ``ledger_id``'s lock exists and belongs to this ZooKeeper session (a lock this
@@ -271,6 +328,7 @@ class LockingMixin:
             self.ops_multi += 1
             self.held.pop(ledger_id, None)
             self._marker_read.pop(ledger_id, None)
+            self._md_read.pop(ledger_id, None)
             self._known_dirs.discard(leaf)
             if siblings is None or set(siblings) == {leaf.rsplit("/", 1)[1]}:
                 await self._delete_empty_levels(upper, 3)
@@ -336,6 +394,7 @@ class LockingMixin:
             break
         self.held.pop(ledger_id, None)
         self._marker_read.pop(ledger_id, None)
+        self._md_read.pop(ledger_id, None)
 
     async def release_own(self, ledger_id: int) -> None:
         """One more try of a :meth:`release` that failed: delete the lock only if this session made it
@@ -356,6 +415,7 @@ class LockingMixin:
                 await self.zk.delete(path, stat.version)
         self.held.pop(ledger_id, None)
         self._marker_read.pop(ledger_id, None)
+        self._md_read.pop(ledger_id, None)
 
     async def release_all(self) -> None:
         for lid in list(self.held):

@@ -256,3 +256,49 @@ async def test_a_lock_met_is_skipped_until_released_and_its_release_wakes(zk, ot
     assert um._index.locked == set()
     await um.close()
     await remote.close()
+
+
+class RacingZk:
+    """The real client, except that right after its first ``multiRead`` another session rewrites the
+    ledger metadata znode (a writer's ensemble change landing between the lock's read and its
+    transaction)."""
+
+    def __init__(self, zk: ZkClient, other: ZkClient, path: str) -> None:
+        self._zk, self._other, self._path = zk, other, path
+        self.raced = False
+
+    def __getattr__(self, name):
+        return getattr(self._zk, name)
+
+    async def get_many(self, paths):
+        got = await self._zk.get_many(paths)
+        if not self.raced:
+            self.raced = True
+            await self._other.set(self._path, b"changed")
+        return got
+
+
+@pytest.mark.parametrize("batch", [1, 2], ids=["one", "batched"])
+async def test_the_lock_reads_the_metadata_and_checks_its_version(zk, other, batch):
+    """The lock reads each ledger's metadata with its marker and its transaction checks both versions:
+    a metadata change between the read and the lock makes it read again, so the read handed to the
+    pass (``take_metadata_read``, once) is the znode as it was when the lock was made."""
+    lids = [21, 22][:batch]
+    for lid in lids:
+        await other.ensure_path(PATHS.ledger(lid).rsplit("/", 1)[0])
+        await other.create(PATHS.ledger(lid), b"v0")
+    racing = RacingZk(zk, other, PATHS.ledger(lids[0]))
+    um = UnderreplicationManager(racing, PATHS, lock_owner="me")  # type: ignore[arg-type]
+    remote = UnderreplicationManager(other, PATHS)
+    await um.init()
+    await remote.init()
+    await remote.mark_many({lid: ["x:1"] for lid in lids})
+    got = await um.poll_ledgers_to_rereplicate(sorted, batch) if batch > 1 else \
+        [await um.poll_ledger_to_rereplicate(sorted)]
+    assert got == lids and racing.raced
+    data, stat = um.take_metadata_read(lids[0])
+    now, now_stat = await other.get(PATHS.ledger(lids[0]))
+    assert data == now == b"changed" and stat.version == now_stat.version == 1
+    assert um.take_metadata_read(lids[0]) is None  # once
+    await um.close()
+    await remote.close()

@@ -35,7 +35,8 @@ MAX_OPS_PER_LEDGER = float(os.environ.get("AR_MAX_ZK_OPS_PER_LEDGER", "13"))
 #: shared cores, 27 Nov, one run each): 10.8 (one slot) and 10.3 (four) at main 05ca2a2; 6.2 and 4.8
 #: once small copies took no cluster-wide stream slots, the CAS and a closed ledger's re-check reused
 #: the pass's metadata, and locks were taken in batches; 5.2 and 4.7 once the copy reused the check's
-#: listings and the side-znode listing its watch.
+#: listings and the side-znode listing its watch; 4.2 and 3.3-3.7 once the lock read the metadata with
+#: the marker (one ``multiRead``) and the pass used that read.
 MAX_OPS_PER_LEDGER_BATCHED = float(os.environ.get("AR_MAX_ZK_OPS_PER_LEDGER_BATCHED", "7"))
 
 
