@@ -46,6 +46,7 @@ from autorecovery.daemon_roles import default_worker_factory as default_worker_f
 from autorecovery.daemon_roles import role_running, start_retrying
 from autorecovery.roles.bookie_info import BookieInfoReader
 from autorecovery.roles.cluster_gauges import NodeGauges
+from autorecovery.roles.local_bookie import LocalBookieWatch
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.topology_source import RackInfoWatcher
 from autorecovery.zk.bridge import ZkClient
@@ -118,6 +119,7 @@ class Daemon:
         self._stop_lock = asyncio.Lock()
         self._role_lock = asyncio.Lock()
         self.racks: RackInfoWatcher | None = None
+        self.local_bookie: LocalBookieWatch | None = None  # localBookieLossDetectionEnabled
         self._rack_prefetch: asyncio.Future | None = None
         self._started_at = time.time()
         self.stop_reason = ""
@@ -173,6 +175,8 @@ class Daemon:
 
             self.worker = self.worker_factory(self.zk, self.paths, s, self.policy, self.bookies, self.watcher)
             await self.worker.start()
+            if s.get("localBookieLossDetectionEnabled"):
+                self.local_bookie = await LocalBookieWatch(self.zk, self.paths, self.bookie_id).start()
 
             self._tasks["election"] = asyncio.ensure_future(elector_loop(
                 self.zk, self.paths, self.bookie_id, self._on_elected, self._on_lost,
@@ -446,6 +450,8 @@ class Daemon:
             await step("worker", lambda: worker.stop(drain_timeout_s=drain), 0.9)
         if self.reader is not None:
             await step("bookie-info-reader", self.reader.stop)
+        if self.local_bookie is not None:
+            await step("local-bookie-watch", self.local_bookie.stop)
         for name in list(self._tasks):
             t = self._tasks.pop(name)
             t.cancel()

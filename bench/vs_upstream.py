@@ -15,7 +15,10 @@ Variants (alternated within each round, the order rotated from round to round):
 * ``defaults``: upstream ``AutoRecoveryMain`` x4 with upstream's defaults (``lostBookieRecoveryDelay=0``,
   which is also upstream's default, ``rereplicationEntryBatchSize=10``...);
 * ``tuned``: the same with upstream's documented replication tuning keys (:data:`UPSTREAM_TUNED`);
-* ``ours``: ``python -m autorecovery run`` x4 with our defaults (``lostBookieRecoveryDelay=0``).
+* ``ours``: ``python -m autorecovery run`` x4 with our defaults (``lostBookieRecoveryDelay=0``);
+* ``ours-fast``: the same with ``localBookieLossDetectionEnabled=true``: the victim's own daemon (alive
+  unless ``--kill-host``) sees its bookie's process gone and deletes the registration it left, so
+  detection is not the session expiry (docs/operators.md).
 
 Every recovery process, ours or upstream's, gets the same ``zkTimeout`` as the bookies and
 rack-aware placement. ``journalSyncData`` is one flag for the (shared kind of) Java bookies.
@@ -23,7 +26,8 @@ rack-aware placement. ``journalSyncData`` is one flag for the (shared kind of) J
 Timed from the kill, per side:
 
 * **detect**: the victim's registration (``available/<id>``) leaves ZooKeeper: the bookie's session
-  expiry, the same fixed cost for every side (``zkTimeout``);
+  expiry, the same fixed cost for every side (``zkTimeout``), except ``ours-fast``, whose victim's own
+  daemon deletes it once the bookie's port refuses connections;
 * **first marker** and **all marked**: every affected ledger (its ensembles name the victim, computed
   from the writer's metadata before the kill) has been seen with an under-replication marker, or was
   already healed when polled;
@@ -87,7 +91,7 @@ from autorecovery.zk.paths import Paths  # noqa: E402
 sys.path.insert(0, str(REPO / "bench"))
 import limits  # noqa: E402  (bench/limits.py: the machine's own ceilings, shared by the benches)
 
-VARIANTS = ("defaults", "tuned", "ours")
+VARIANTS = ("defaults", "tuned", "ours", "ours-fast")
 #: upstream's documented replication tuning keys (bk_server.conf "Replication Worker settings" and
 #: ServerConfiguration 4.17.2): entries copied in parallel per fragment (default 10), no replication
 #: throttle (default -1 already), a shorter back-off after a failed attempt (default 5000 ms) and a
@@ -323,12 +327,13 @@ def run_side(a: argparse.Namespace, zk: ZooKeeperServer, base: Path, variant: st
         paths = Paths(c.ledgers_root)
         victim = c.bookies[a.victim].bookie_id
         t = time.perf_counter()
-        if variant == "ours":
+        if variant.startswith("ours"):
+            fast = {"localBookieLossDetectionEnabled": "true"} if variant == "ours-fast" else {}
             for i, b in enumerate(c.bookies):
                 daemons[i] = start_ours(c, i, {
                     **c.daemon_properties(), "bookieId": b.bookie_id, "zkTimeout": c.zk_timeout_ms,
                     "ensemblePlacementPolicy": "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
-                    "lostBookieRecoveryDelay": 0, "httpServerPort": 0})
+                    "lostBookieRecoveryDelay": 0, "httpServerPort": 0, **fast})
             ours_ready(daemons, 90)
         else:
             for i in range(len(c.bookies)):
@@ -407,7 +412,7 @@ def side_line(s: Side) -> str:
     h = s.heal
     rate = s.to_heal / h.healed / 1e6 if h.healed else None
     stray = f", {len(h.stray_markers)} stray markers" if h.stray_markers else ""
-    return (f"round {s.round} {s.variant:8s}: {s.hit}/{s.ledgers} ledgers held the victim, "
+    return (f"round {s.round} {s.variant:9s}: {s.hit}/{s.ledgers} ledgers held the victim, "
             f"{s.to_heal / 2**20:.1f} MiB to heal; detect {fmt(h.detect)} s, "
             f"first marker {fmt(h.first_marker)} s, all marked {fmt(h.all_marked)} s, healed {fmt(h.healed)} s "
             f"({fmt(rate, '.1f')} MB/s from the kill), max {h.max_markers} markers{stray}; CPU kill->healed: "
@@ -446,19 +451,19 @@ def report(sides: list[Side], variants: list[str], dd: float, tcp: float, poll_m
     print(f"{'':40s}" + "".join(f"{v:>10s}" for v in variants))
     for name, f, spec in rows:
         print(f"{name:40s}" + "".join(f"{fmt(m(v, f), spec):>10s}" for v in variants))
-    if "ours" in variants:
-        for v in [v for v in variants if v != "ours"]:
+    for o in [v for v in variants if v.startswith("ours")]:
+        for v in [v for v in variants if not v.startswith("ours")]:
             parts = []
             for label, f in (("all marked", lambda s: s.heal.all_marked), ("healed", lambda s: s.heal.healed),
                              ("healed after detection", lambda s: s.heal.healed - s.heal.detect)):
-                up, us = m(v, f), m("ours", f)
+                up, us = m(v, f), m(o, f)
                 parts.append(f"{label} {fmt(up / us if up and us else None)}")
-            up, us = (m(v, lambda s: s.to_heal / s.heal.healed), m("ours", lambda s: s.to_heal / s.heal.healed))
+            up, us = (m(v, lambda s: s.to_heal / s.heal.healed), m(o, lambda s: s.to_heal / s.heal.healed))
             parts.append(f"heal rate from the kill ours/upstream {fmt(us / up if up and us else None)}")
-            mark = [m(x, lambda s: s.heal.all_marked - s.heal.detect) for x in (v, "ours")]
+            mark = [m(x, lambda s: s.heal.all_marked - s.heal.detect) for x in (v, o)]
             parts.append(f"(marking after detection: {fmt(mark[0])} s vs {fmt(mark[1])} s, polled every "
                          f"{poll_ms} ms)")
-            print(f"ratio upstream {v} / ours (time; > 1: ours faster): " + ", ".join(parts)
+            print(f"ratio upstream {v} / {o} (time; > 1: ours faster): " + ", ".join(parts)
                   + " (issue 29 target: healed from the kill >= 10)")
 
 
@@ -531,7 +536,9 @@ def main() -> None:
             "defaults": "defaults = AutoRecoveryMain x4, upstream defaults (lostBookieRecoveryDelay=0, "
                         "rereplicationEntryBatchSize=10, auditorPeriodicBookieCheckInterval=86400)",
             "tuned": "tuned = AutoRecoveryMain x4, " + ", ".join(f"{k}={v}" for k, v in UPSTREAM_TUNED.items()),
-            "ours": "ours = python -m autorecovery run x4, our defaults (lostBookieRecoveryDelay=0)"}[v]
+            "ours": "ours = python -m autorecovery run x4, our defaults (lostBookieRecoveryDelay=0)",
+            "ours-fast": "ours-fast = the same with localBookieLossDetectionEnabled=true (each daemon deletes the "
+                         "registration its own bookie's dead process left, instead of waiting for the expiry)"}[v]
             for v in variants))
         print(f"{a.rounds} round(s), variant order rotated each round; ZooKeeper polled every {a.poll_ms} ms\n",
               flush=True)

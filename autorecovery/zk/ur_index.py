@@ -37,8 +37,8 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.errors import ZooKeeperError
+from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.zk.bridge import ServerTooOld, ZkClient
 from autorecovery.zk.paths import Paths
 
