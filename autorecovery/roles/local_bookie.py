@@ -199,13 +199,13 @@ class LocalBookieWatch:
                 self.owners.pop(path, None)
                 continue
             except ZooKeeperError as exc:
-                if "NoAuth" in type(exc.__cause__).__name__ or "NoAuth" in str(exc):
+                if type(exc.__cause__).__name__ == "NoAuthError" or "NoAuth" in str(exc):  # kazoo's, translated
                     if not self._warned_acl:
                         self._warned_acl = True
                         log.warning("cannot delete the local bookie's registration (ZooKeeper ACL); its loss is "
                                     "seen when its session expires", bookie_id=self.bookie_id, znode=path)
                     continue
-                log.info("deleting the local bookie's registration failed; its session expiry will",
+                log.info("deleting the local bookie's registration failed; it goes at its session expiry",
                          bookie_id=self.bookie_id, znode=path, error=str(exc))
                 continue
             self.owners.pop(path, None)
