@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import structlog
 
@@ -82,6 +83,7 @@ class LocalBookieWatch:
 
     @property
     def registrations(self) -> tuple[str, str]:
+        """The bookie's two possible registration znodes: ``(available/<id>, available/readonly/<id>)``."""
         return self.paths.available_bookie(self.bookie_id), self.paths.readonly_bookie(self.bookie_id)
 
     async def start(self) -> "LocalBookieWatch":
@@ -176,7 +178,7 @@ class LocalBookieWatch:
             if stat is not None and stat.ephemeralOwner:
                 self.owners[path] = stat.ephemeralOwner
 
-    def _on_registration(self, path: str):
+    def _on_registration(self, path: str) -> Callable[[object], None]:
         def fired(_event: object) -> None:
             self._armed.discard(path)
             if self._connected:
