@@ -42,8 +42,9 @@ log = structlog.get_logger("autorecovery.local_bookie")
 
 #: refused connects in a row that make the verdict "the process is gone"
 REFUSALS = 3
-#: seconds between those connects
-PROBE_GAP_S = 0.1
+#: seconds between those connects: the kernel refuses only when nothing listens, so the repeats only rule
+#: out a one-off; 50 ms from the first refusal to the verdict
+PROBE_GAP_S = 0.025
 #: seconds a connect may take before it counts as "no answer" (proves nothing)
 CONNECT_TIMEOUT_S = 2.0
 #: seconds between connects while the bookie does not answer (not running yet, or gone)

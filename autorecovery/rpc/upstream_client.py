@@ -155,6 +155,8 @@ class UpstreamBookieClient:
         return await self._answer(conn, txn, fut, what)
 
     async def _answer(self, conn: _Connection, txn: int, fut: asyncio.Future, what: str) -> up.Response:
+        if fut.done():  # already answered (most of a window): no deadline to arm, nothing to flush
+            return fut.result()
         try:
             async with asyncio.timeout(self.timeout_s):
                 conn.flush()

@@ -23,6 +23,8 @@ log = structlog.get_logger("autorecovery.rpc.upstream_client")
 
 #: The frame header: a big-endian int32 length.
 FRAME = struct.Struct(">I")
+#: bytes asked of the socket per read (a window of 64 answers of 4 KiB entries is about 270 KB)
+READ_CHUNK = 256 * 1024
 
 
 def status_name(code: int) -> str:
@@ -97,25 +99,23 @@ class _Connection:
             self.writer.write(b"".join(out))
 
     async def _read_loop(self) -> None:
+        """Read what the socket holds and settle every whole frame in it: one wake-up for a window of
+        answers, not two awaits per frame. The buffer holds at most one frame (its length checked
+        against ``max_frame_bytes`` before its body is awaited) plus one read."""
         err: BookieError
+        buf = bytearray()
         try:
             while True:
-                head = await self.reader.readexactly(FRAME.size)
-                (size,) = FRAME.unpack(head)
-                if size > self.max_frame_bytes:
-                    err = BookieError(self.bookie_id, "EIO", f"answer frame of {size} bytes is over the "
-                                      f"{self.max_frame_bytes}-byte limit")
+                chunk = await self.reader.read(READ_CHUNK)
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", None)
+                buf += chunk
+                settled, problem = self._settle(buf)
+                if problem is not None:
+                    err = problem
                     break
-                data = await self.reader.readexactly(size)
-                resp = up.Response()
-                try:
-                    resp.ParseFromString(data)
-                except DecodeError as exc:
-                    err = BookieError(self.bookie_id, "EIO", f"answer does not parse as a v3 Response: {exc}")
-                    break
-                fut = self.pending.pop(resp.header.txnId, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(resp)
+                if settled:
+                    del buf[:settled]
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             err = BookieUnavailableError(self.bookie_id, "UNAVAILABLE", f"connection lost: {exc.__class__.__name__}")
         except asyncio.CancelledError:
@@ -126,6 +126,29 @@ class _Connection:
             log.warning("stock bookie sent a malformed answer; connection closed", bookie_id=self.bookie_id,
                         error=str(err))
         self.fail(err)
+
+    def _settle(self, buf: bytearray) -> tuple[int, BookieError | None]:
+        """Resolve the future of every whole frame at the start of ``buf``: ``(bytes used, error)``,
+        the error (``EIO``) when a frame is over the limit or does not parse."""
+        pos, end = 0, len(buf)
+        with memoryview(buf) as view:
+            while end - pos >= FRAME.size:
+                (size,) = FRAME.unpack_from(view, pos)
+                if size > self.max_frame_bytes:
+                    return pos, BookieError(self.bookie_id, "EIO", f"answer frame of {size} bytes is over the "
+                                            f"{self.max_frame_bytes}-byte limit")
+                if end - pos - FRAME.size < size:
+                    break
+                resp = up.Response()
+                try:
+                    resp.ParseFromString(view[pos + FRAME.size:pos + FRAME.size + size])
+                except DecodeError as exc:
+                    return pos, BookieError(self.bookie_id, "EIO", f"answer does not parse as a v3 Response: {exc}")
+                pos += FRAME.size + size
+                fut = self.pending.pop(resp.header.txnId, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(resp)
+        return pos, None
 
     def fail(self, err: BookieError) -> None:
         if self.error is None:
