@@ -8,7 +8,7 @@ share nothing but the machine. Per side (not timed): the cluster comes up, 4 rec
 start-up bookie check, ours answer ``/readyz`` with one Auditor elected), then upstream's Java client
 (our Java tool) writes ``--ledgers`` closed ledgers of ``--entries`` entries of ``--entry-size`` bytes
 at E3/WQ2/AQ2, and dirty pages are synced. Then bookie ``--victim`` is killed (SIGKILL) and the bench
-polls ZooKeeper every ``--poll-ms`` (kazoo, asynchronous requests) until healed.
+watches ZooKeeper (kazoo data watches: each time is taken when its notification arrives) until healed.
 
 Variants (alternated within each round, the order rotated from round to round):
 
@@ -30,7 +30,7 @@ Timed from the kill, per side:
   daemon deletes it once the bookie's port refuses connections;
 * **first marker** and **all marked**: every affected ledger (its ensembles name the victim, computed
   from the writer's metadata before the kill) has been seen with an under-replication marker, or was
-  already healed when polled;
+  already healed when its metadata changed (a marker created and deleted between two reads still counts);
 * **healed**: no affected ledger's metadata names the victim and no marker is left (confirmed at the
   end by a walk of the whole marker tree).
 
@@ -67,6 +67,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,7 @@ sys.path.insert(0, str(REPO))
 import psutil  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 from kazoo.exceptions import NoNodeError  # noqa: E402
+from kazoo.recipe.watchers import DataWatch  # noqa: E402
 
 from autorecovery.cli.demo_checks import daemons_ready  # noqa: E402
 from autorecovery.ledger import formats  # noqa: E402
@@ -226,42 +228,83 @@ class Heal:
 
 
 def watch_heal(kz: KazooClient, paths: Paths, victim: str, ids: list[int], hit: set[int], t0: float,
-               timeout_s: float, poll_s: float) -> Heal:
-    """Poll ZooKeeper from the kill (``t0``) until healed or ``timeout_s``; times are seconds from ``t0``."""
+               timeout_s: float) -> Heal:
+    """Watch ZooKeeper from the kill (``t0``) until healed or ``timeout_s``; times are seconds from ``t0``.
+
+    A kazoo ``DataWatch`` on each of the victim's two registrations, on every ledger's marker and on every
+    affected ledger's metadata; each time is taken when the notification that changed the state arrives
+    (not at the next poll), and a marker counts as seen even when it was deleted before its read.
+    """
     h = Heal()
+    cond = threading.Condition()
+    reg = [paths.available_bookie(victim), paths.readonly_bookie(victim)]
+    regs_up = dict.fromkeys(reg, True)
+    present: dict[int, bool] = dict.fromkeys(ids, False)
     marked: set[int] = set()
     healed: set[int] = set()
-    reg = [paths.available_bookie(victim), paths.readonly_bookie(victim)]
-    markers = {i: ur_marker_path(paths.ur_ledgers, i) for i in ids}
-    while True:
-        t_poll = time.perf_counter()
-        regs = [kz.exists_async(p) for p in reg] if h.detect is None else []
-        exist = {i: kz.exists_async(p) for i, p in markers.items()}
-        mds = {i: kz.get_async(paths.ledger(i)) for i in hit - healed}
-        gone = all(r.get(30) is None for r in regs)
-        now_marked = {i for i, r in exist.items() if r.get(30) is not None}
-        for i, r in mds.items():
-            md = formats.deserialize(r.get(30)[0], paths.ledger(i))
-            if not any(victim in seg.ensemble for seg in md.segments):
-                healed.add(i)
+    errors: list[str] = []
+    state = {"done": False}
+
+    def update() -> None:  # under cond, after any change
         now = time.perf_counter() - t0
-        if h.detect is None and gone:
+        if h.detect is None and not any(regs_up.values()):
             h.detect = now
-        if now_marked and h.first_marker is None:
+        if h.first_marker is None and marked:
             h.first_marker = now
-        marked |= now_marked & hit
-        h.stray_markers |= now_marked - hit
-        h.max_markers = max(h.max_markers, len(now_marked))
-        if h.all_marked is None and marked | healed >= hit:
+        h.max_markers = max(h.max_markers, sum(present.values()))
+        if h.all_marked is None and (marked & hit) | healed >= hit:
             h.all_marked = now
-        if healed >= hit and not now_marked:
+        if h.healed is None and healed >= hit and not any(present.values()):
             h.healed = now
-            return h
-        if now > timeout_s:
-            h.left = (f"after {now:.0f} s: {len(hit - healed)} of {len(hit)} affected ledgers still name {victim}, "
-                      f"{len(now_marked)} markers, {len(marked)} ever marked")
-            return h
-        time.sleep(max(0.0, poll_s - (time.perf_counter() - t_poll)))  # a bench polls, with a deadline
+        cond.notify_all()
+
+    def on_reg(path: str):
+        def fired(data: bytes | None, stat: object, event: object = None) -> bool:
+            with cond:
+                regs_up[path] = stat is not None
+                update()
+                return not state["done"] and stat is not None
+        return fired
+
+    def on_marker(lid: int):
+        def fired(data: bytes | None, stat: object, event: object = None) -> bool:
+            with cond:
+                present[lid] = stat is not None
+                if stat is not None or getattr(event, "type", None) == "CREATED":
+                    (marked if lid in hit else h.stray_markers).add(lid)
+                update()
+                return not state["done"]
+        return fired
+
+    def on_metadata(lid: int):
+        def fired(data: bytes | None, stat: object, event: object = None) -> bool:
+            with cond:
+                try:
+                    if data is not None and not any(victim in seg.ensemble for seg in
+                                                    formats.deserialize(data, paths.ledger(lid)).segments):
+                        healed.add(lid)
+                except Exception as exc:  # noqa: BLE001 - reported as the reason the heal was not seen
+                    errors.append(f"ledger {lid}: {exc}")
+                update()
+                return not state["done"] and lid not in healed
+        return fired
+
+    for p in reg:
+        DataWatch(kz, p, on_reg(p))
+    for i in ids:
+        DataWatch(kz, ur_marker_path(paths.ur_ledgers, i), on_marker(i))
+    for i in hit:
+        DataWatch(kz, paths.ledger(i), on_metadata(i))
+    deadline = t0 + timeout_s
+    with cond:
+        cond.wait_for(lambda: h.healed is not None or errors, max(0.0, deadline - time.perf_counter()))
+        state["done"] = True
+        if h.healed is None:
+            now = time.perf_counter() - t0
+            h.left = "; ".join(errors) or (
+                f"after {now:.0f} s: {len(hit - healed)} of {len(hit)} affected ledgers still name {victim}, "
+                f"{sum(present.values())} markers, {len(marked)} ever marked")
+    return h
 
 
 def cpu_s(procs: dict[str, psutil.Process]) -> dict[str, float]:
@@ -364,7 +407,7 @@ def run_side(a: argparse.Namespace, zk: ZooKeeperServer, base: Path, variant: st
                 os.killpg(daemons[a.victim].proc.pid, signal.SIGKILL)
             else:
                 c.autorecoveries[a.victim].kill()
-        s.heal = watch_heal(kz, paths, victim, ids, hit, t0, a.timeout, a.poll_ms / 1000)
+        s.heal = watch_heal(kz, paths, victim, ids, hit, t0, a.timeout)
         cpu1, s.cpu_machine = cpu_s(procs), machine_busy() - m0
         s.cpu_recovery, s.cpu_bookies = delta(cpu0, cpu1, "rec-"), delta(cpu0, cpu1, "bookie-")
         s.cpu_others = max(0.0, s.cpu_machine - delta(cpu0, cpu1, "tree-"))
@@ -422,7 +465,7 @@ def side_line(s: Side) -> str:
             f"{s.verified}; {s.cache} (untimed: {', '.join(f'{k} {v:.1f} s' for k, v in s.phases.items())})")
 
 
-def report(sides: list[Side], variants: list[str], dd: float, tcp: float, poll_ms: int) -> None:
+def report(sides: list[Side], variants: list[str], dd: float, tcp: float) -> None:
     by = {v: [s for s in sides if s.variant == v] for v in variants}
 
     def m(v: str, f) -> float | None:
@@ -461,8 +504,7 @@ def report(sides: list[Side], variants: list[str], dd: float, tcp: float, poll_m
             up, us = (m(v, lambda s: s.to_heal / s.heal.healed), m(o, lambda s: s.to_heal / s.heal.healed))
             parts.append(f"heal rate from the kill ours/upstream {fmt(us / up if up and us else None)}")
             mark = [m(x, lambda s: s.heal.all_marked - s.heal.detect) for x in (v, o)]
-            parts.append(f"(marking after detection: {fmt(mark[0])} s vs {fmt(mark[1])} s, polled every "
-                         f"{poll_ms} ms)")
+            parts.append(f"(marking after detection: {fmt(mark[0])} s vs {fmt(mark[1])} s)")
             print(f"ratio upstream {v} / {o} (time; > 1: ours faster): " + ", ".join(parts)
                   + " (issue 29 target: healed from the kill >= 10)")
 
@@ -494,7 +536,6 @@ def main() -> None:
     ap.add_argument("--bookie-caches", choices=("upstream", "fixture"), default="upstream",
                     help="DbLedgerStorage caches of the Java bookies: upstream = upstream's defaults for --heap "
                          "(default); fixture = the test fixture's 16 MB ones")
-    ap.add_argument("--poll-ms", type=int, default=100, help="ZooKeeper poll interval (default 100)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per heal (and per write/read; default 300)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 8 ledgers x 500 entries x 4 KiB, one round, 120 s timeout")
@@ -540,7 +581,7 @@ def main() -> None:
             "ours-fast": "ours-fast = the same with localBookieLossDetectionEnabled=true (each daemon deletes the "
                          "registration its own bookie's dead process left, instead of waiting for the expiry)"}[v]
             for v in variants))
-        print(f"{a.rounds} round(s), variant order rotated each round; ZooKeeper polled every {a.poll_ms} ms\n",
+        print(f"{a.rounds} round(s), variant order rotated each round; times from ZooKeeper watch notifications\n",
               flush=True)
         sides: list[Side] = []
         for rnd in range(1, a.rounds + 1):
@@ -549,7 +590,7 @@ def main() -> None:
                 s = run_side(a, zk, base, v, rnd)
                 sides.append(s)
                 print(side_line(s), flush=True)
-        report(sides, variants, dd, tcp, a.poll_ms)
+        report(sides, variants, dd, tcp)
         print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
     finally:
         zk.stop()
