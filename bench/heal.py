@@ -13,7 +13,8 @@ ledger on 7 bookies the victim stores an entry of about 2/7 of them (WQ 2 of 7),
 Timed, in the same run, per daemon count of ``--daemons`` (e.g. ``--daemons 6,1``: each on a fresh
 cluster with the same data shape, so the ratio of the two is printed by one run):
 
-* **heal**: one host (bookie and daemon) is killed with SIGKILL; from the kill until no ledger is
+* **heal**: one host (bookie and daemon) is killed with SIGKILL (``--kill bookie``: the bookie process
+  only, its daemon stays up, as in a crash or an OOM kill); from the kill until no ledger is
   marked under-replicated and no ensemble references the dead bookie (the metadata is checked once the
   marker tree is empty; the time is the last moment it became empty). **Rates are counted from the
   kill**; detection (kill to the first marker: the dead bookie's ZooKeeper session expiry plus the
@@ -42,6 +43,7 @@ so it adds next to no load to the cluster it measures. Not a test.
     .venv/bin/python bench/heal.py --ledgers 10000 --entries 1 --load direct   # 10,000 ledgers of 64 KiB
     .venv/bin/python bench/heal.py --mib 32                 # quick run
     .venv/bin/python bench/heal.py --set replicationWorkerConcurrentLedgers=8     # tune a key
+    .venv/bin/python bench/heal.py --kill bookie --set localBookieLossDetectionEnabled=true  # a crash seen at once
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -80,8 +83,9 @@ VICTIM = 1
 WRITE_CHUNK = 64  # ledgers written at once (hundreds of concurrent 64 KiB adds time out on a loaded 2-core machine)
 
 
-def cpu_procs(cluster: LocalCluster, victim: int) -> dict:
-    """psutil processes whose CPU is accounted: surviving daemons and bookies, ZooKeeper, this bench."""
+def cpu_procs(cluster: LocalCluster, victim: int, victim_daemon: bool = False) -> dict:
+    """psutil processes whose CPU is accounted: surviving daemons and bookies, ZooKeeper, this bench
+    (``victim_daemon``: the victim's daemon survives its bookie, ``--kill bookie``)."""
     import psutil
 
     out = {"bench-0": psutil.Process(os.getpid())}
@@ -92,7 +96,7 @@ def cpu_procs(cluster: LocalCluster, victim: int) -> dict:
         if i != victim and b.pid:
             out[f"bookies-{i}"] = psutil.Process(b.pid)
     for i, d in cluster.daemons.items():
-        if i != victim and d.pid:
+        if (i != victim or victim_daemon) and d.pid:
             out[f"daemons-{i}"] = psutil.Process(d.pid)
     return out
 
@@ -220,7 +224,8 @@ async def side(base: Path, a: argparse.Namespace, daemons: int, lim: limits.Limi
                   f"on {a.bookies} bookies in 3 racks, written ({a.load}) in {time.perf_counter() - t:.1f}s; the victim {dead} "
                   f"stores entries of {len(hit)} ledgers, {to_heal / 2**20:.0f} MiB (and is named without an entry by "
                   f"{named_only} more, which need no heal)", flush=True)
-            before = {i: progress(p)["worker"]["bytes_copied"] for i, p in ports.items() if i != VICTIM}
+            alive = {i: p for i, p in ports.items() if i != VICTIM or a.kill == "bookie"}  # daemons after the kill
+            before = {i: progress(p)["worker"]["bytes_copied"] for i, p in alive.items()}
             survivors = [cluster.bookie_id(i) for i in range(a.bookies) if i != VICTIM]
             slots = await asyncio.to_thread(
                 zkstats.SlotWatch(cluster.zk_connect, f"{bk.paths.underreplication}/streams").start, survivors)
@@ -230,14 +235,17 @@ async def side(base: Path, a: argparse.Namespace, daemons: int, lim: limits.Limi
             # the load's dirty pages (two replicas of every entry) must not be flushed during the heal
             await asyncio.to_thread(os.sync)
             r["cache"] = await asyncio.to_thread(limits.cold, a.cold_cache)
-            procs = cpu_procs(cluster, VICTIM)
+            procs = cpu_procs(cluster, VICTIM, a.kill == "bookie")
             daemon_pids = [p.pid for k, p in procs.items() if k.startswith("daemons-")]
             zk0 = await asyncio.to_thread(zkstats.packets_by_process, cluster.zk_connect, daemon_pids)
             all0 = (await asyncio.to_thread(zkstats.mntr, cluster.zk_connect)).get("zk_packets_received", 0)
             cpu0 = {k: cpu_s(p) for k, p in procs.items()}
             spies = start_profiles(procs, a.profile, ("daemons-", "bookies-"), 100) if a.profile else []
             t0 = time.perf_counter()
-            await asyncio.to_thread(kill_host, cluster, VICTIM)
+            if a.kill == "host":
+                await asyncio.to_thread(kill_host, cluster, VICTIM)
+            else:  # the bookie process only: its daemon stays (localBookieLossDetectionEnabled can see it)
+                await asyncio.to_thread(cluster.kill_bookie, VICTIM, signal.SIGKILL)
             deadline, marked_at, empty_at = t0 + a.timeout, None, None
             # watch-driven (the marker tree's child watches): the bench adds no polling load of its own;
             # the metadata is read once the markers are gone
@@ -264,7 +272,8 @@ async def side(base: Path, a: argparse.Namespace, daemons: int, lim: limits.Limi
             r.update(seconds=empty_at - t0, detect=marked_at - t0,
                      zk_daemons=sum(zk1.get(p, 0) - zk0.get(p, 0) for p in daemon_pids), zk_all=all1 - all0)
             r["peak"], r["mean"] = slots.stats(marked_at, empty_at)
-            r["copied"] = {i: progress(p)["worker"]["bytes_copied"] - before[i] for i, p in ports.items() if i != VICTIM}
+            r["copied"] = {i: progress(p)["worker"]["bytes_copied"] - before[i] for i, p in alive.items()}
+            r["kill"] = a.kill
             r["cpu"] = cpu
             r["zk_timeout_s"] = int(a.props.get("zkTimeout", "4000")) / 1000
             await urm.close()
@@ -296,8 +305,10 @@ def report_side(r: dict, lim: limits.Limits) -> None:
     r["rate"], r["rate_copy"] = r["bytes"] / dt / 1e6, r["bytes"] / copy_s / 1e6
     n = max(1, r["ledgers"])
     workers = sum(1 for b in r["copied"].values() if b > 0)
-    print(f"  kill -> healed: {dt:.2f}s = {detect:.2f}s detection (fixed cost: the dead bookie's ZooKeeper session "
-          f"expiry + the audit, to the first marker) + {copy_s:.2f}s healing; {r['cache']}")
+    how = ("the dead bookie's ZooKeeper session expiry" if r["kill"] == "host" else
+           "its own daemon deleting its registration (localBookieLossDetectionEnabled) or else its session expiry")
+    print(f"  kill ({r['kill']}) -> healed: {dt:.2f}s = {detect:.2f}s detection (fixed cost: {how} + the audit, to the "
+          f"first marker) + {copy_s:.2f}s healing; {r['cache']}")
     print(f"  heal:      {r['rate']:8.1f} MB/s from the kill ({r['bytes'] / 2**20:.0f} MiB; {r['rate_copy']:.1f} MB/s "
           f"after detection); {lim.fractions(r['rate'])}")
     small = r["bytes"] <= r["ledgers"] * 2**20  # small ledgers: project the issue's 10,000
@@ -335,6 +346,9 @@ def main() -> None:
     ap.add_argument("--load", choices=("client", "direct"), default="client",
                     help="set-up: write with the ledger client (default) or straight to the bookies and ZooKeeper "
                          "(direct: faster for --ledgers 10000 --entries 1)")
+    ap.add_argument("--kill", choices=("host", "bookie"), default="host",
+                    help="what dies: the victim's host, bookie and daemon (default), or its bookie process only "
+                         "(the daemon stays: with --set localBookieLossDetectionEnabled=true it sees the crash)")
     ap.add_argument("--cold-cache", action="store_true",
                     help="drop the page cache (needs root) just before the kill and before the raw pull")
     ap.add_argument("--no-raw", action="store_true", help="skip the raw pull baseline")
