@@ -324,12 +324,15 @@ def report_side(r: dict, lim: limits.Limits) -> None:
     print(f"  ZooKeeper: {r['zk_daemons']} packets from the surviving daemons' connections, kill -> healed = "
           f"{r['zk_daemons'] / n:.1f} per ledger healed (server's cons counts; about {pings:.0f} of them session "
           f"pings); {r['zk_all']:.0f} packets from every client (mntr)")
+    busiest = max(r["cpu"].items(), key=lambda kv: kv[1], default=None)
     groups: dict[str, float] = {}
     for k, v in r["cpu"].items():
         groups[k.split("-")[0]] = groups.get(k.split("-")[0], 0.0) + v
     print(f"  CPU from the kill ({dt:.2f}s x {lim.cores} cores = {lim.cores * dt:.1f} core-s): "
           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(groups.items(), key=lambda kv: -kv[1]))
-          + (f"; {sum(r['cpu'].values()) / (r['bytes'] / 1e6) * 1000:.0f} core-ms per MB healed" if r["bytes"] else ""),
+          + (f"; {sum(r['cpu'].values()) / (r['bytes'] / 1e6) * 1000:.0f} core-ms per MB healed" if r["bytes"] else "")
+          + (f"; busiest process {busiest[0]} {busiest[1]:.2f} core-s = {busiest[1] / dt:.2f} of one core over the "
+             "window (a Python process runs its event loop on one core)" if busiest else ""),
           flush=True)
 
 
