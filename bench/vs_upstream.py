@@ -227,84 +227,94 @@ class Heal:
     left: str = ""
 
 
-def watch_heal(kz: KazooClient, paths: Paths, victim: str, ids: list[int], hit: set[int], t0: float,
-               timeout_s: float) -> Heal:
-    """Watch ZooKeeper from the kill (``t0``) until healed or ``timeout_s``; times are seconds from ``t0``.
+class HealWatch:
+    """ZooKeeper watched from before the kill until healed; the times of :class:`Heal` are seconds from the kill.
 
     A kazoo ``DataWatch`` on each of the victim's two registrations, on every ledger's marker and on every
-    affected ledger's metadata; each time is taken when the notification that changed the state arrives
-    (not at the next poll), and a marker counts as seen even when it was deleted before its read.
+    affected ledger's metadata, all set (and read once) before the kill; each time is taken when the
+    notification that changed the state arrives, not at a poll, and a marker counts as seen even when it
+    was deleted before its read.
     """
-    h = Heal()
-    cond = threading.Condition()
-    reg = [paths.available_bookie(victim), paths.readonly_bookie(victim)]
-    regs_up = dict.fromkeys(reg, True)
-    present: dict[int, bool] = dict.fromkeys(ids, False)
-    marked: set[int] = set()
-    healed: set[int] = set()
-    errors: list[str] = []
-    state = {"done": False}
 
-    def update() -> None:  # under cond, after any change
-        now = time.perf_counter() - t0
-        if h.detect is None and not any(regs_up.values()):
-            h.detect = now
-        if h.first_marker is None and marked:
-            h.first_marker = now
-        h.max_markers = max(h.max_markers, sum(present.values()))
-        if h.all_marked is None and (marked & hit) | healed >= hit:
-            h.all_marked = now
-        if h.healed is None and healed >= hit and not any(present.values()):
-            h.healed = now
-        cond.notify_all()
+    def __init__(self, kz: KazooClient, paths: Paths, victim: str, ids: list[int], hit: set[int]) -> None:
+        self.victim, self.hit, self.paths = victim, hit, paths
+        self.cond = threading.Condition()
+        self.at: dict[str, float] = {}  # event -> time.perf_counter() when first seen
+        self.stray: set[int] = set()  # markers on ledgers that did not hold the victim
+        self.max_markers = 0
+        reg = [paths.available_bookie(victim), paths.readonly_bookie(victim)]
+        self.regs_up = dict.fromkeys(reg, True)
+        self.present: dict[int, bool] = dict.fromkeys(ids, False)
+        self.marked: set[int] = set()
+        self.healed: set[int] = set()
+        self.errors: list[str] = []
+        self.done = False
+        for p in reg:
+            DataWatch(kz, p, self._on_reg(p))
+        for i in ids:
+            DataWatch(kz, ur_marker_path(paths.ur_ledgers, i), self._on_marker(i))
+        for i in hit:
+            DataWatch(kz, paths.ledger(i), self._on_metadata(i))
 
-    def on_reg(path: str):
+    def _update(self) -> None:  # under cond, after any change
+        now, at = time.perf_counter(), self.at
+        if "detect" not in at and not any(self.regs_up.values()):
+            at["detect"] = now
+        if "first_marker" not in at and self.marked:
+            at["first_marker"] = now
+        self.max_markers = max(self.max_markers, sum(self.present.values()))
+        if "all_marked" not in at and self.marked | self.healed >= self.hit:
+            at["all_marked"] = now
+        if "healed" not in at and self.healed >= self.hit and not any(self.present.values()):
+            at["healed"] = now
+        self.cond.notify_all()
+
+    def _on_reg(self, path: str):
         def fired(data: bytes | None, stat: object, event: object = None) -> bool:
-            with cond:
-                regs_up[path] = stat is not None
-                update()
-                return not state["done"] and stat is not None
+            with self.cond:
+                self.regs_up[path] = stat is not None
+                self._update()
+                return not self.done and stat is not None
         return fired
 
-    def on_marker(lid: int):
+    def _on_marker(self, lid: int):
         def fired(data: bytes | None, stat: object, event: object = None) -> bool:
-            with cond:
-                present[lid] = stat is not None
+            with self.cond:
+                self.present[lid] = stat is not None
                 if stat is not None or getattr(event, "type", None) == "CREATED":
-                    (marked if lid in hit else h.stray_markers).add(lid)
-                update()
-                return not state["done"]
+                    (self.marked if lid in self.hit else self.stray).add(lid)
+                self._update()
+                return not self.done
         return fired
 
-    def on_metadata(lid: int):
+    def _on_metadata(self, lid: int):
         def fired(data: bytes | None, stat: object, event: object = None) -> bool:
-            with cond:
+            with self.cond:
                 try:
-                    if data is not None and not any(victim in seg.ensemble for seg in
-                                                    formats.deserialize(data, paths.ledger(lid)).segments):
-                        healed.add(lid)
+                    if data is not None and not any(self.victim in seg.ensemble for seg in
+                                                    formats.deserialize(data, self.paths.ledger(lid)).segments):
+                        self.healed.add(lid)
                 except Exception as exc:  # noqa: BLE001 - reported as the reason the heal was not seen
-                    errors.append(f"ledger {lid}: {exc}")
-                update()
-                return not state["done"] and lid not in healed
+                    self.errors.append(f"ledger {lid}: {exc}")
+                self._update()
+                return not self.done and lid not in self.healed
         return fired
 
-    for p in reg:
-        DataWatch(kz, p, on_reg(p))
-    for i in ids:
-        DataWatch(kz, ur_marker_path(paths.ur_ledgers, i), on_marker(i))
-    for i in hit:
-        DataWatch(kz, paths.ledger(i), on_metadata(i))
-    deadline = t0 + timeout_s
-    with cond:
-        cond.wait_for(lambda: h.healed is not None or errors, max(0.0, deadline - time.perf_counter()))
-        state["done"] = True
-        if h.healed is None:
-            now = time.perf_counter() - t0
-            h.left = "; ".join(errors) or (
-                f"after {now:.0f} s: {len(hit - healed)} of {len(hit)} affected ledgers still name {victim}, "
-                f"{sum(present.values())} markers, {len(marked)} ever marked")
-    return h
+    def wait(self, t0: float, timeout_s: float) -> Heal:
+        """Wait until healed or ``timeout_s`` after the kill at ``t0`` (``time.perf_counter()``)."""
+        with self.cond:
+            self.cond.wait_for(lambda: "healed" in self.at or self.errors,
+                               max(0.0, t0 + timeout_s - time.perf_counter()))
+            self.done = True
+            h = Heal(max_markers=self.max_markers, stray_markers=set(self.stray))
+            for k, v in self.at.items():
+                setattr(h, k, v - t0)
+            if h.healed is None:
+                h.left = "; ".join(self.errors) or (
+                    f"after {time.perf_counter() - t0:.0f} s: {len(self.hit - self.healed)} of {len(self.hit)} "
+                    f"affected ledgers still name {self.victim}, {sum(self.present.values())} markers, "
+                    f"{len(self.marked)} ever marked")
+        return h
 
 
 def cpu_s(procs: dict[str, psutil.Process]) -> dict[str, float]:
@@ -398,6 +408,7 @@ def run_side(a: argparse.Namespace, zk: ZooKeeperServer, base: Path, variant: st
                {f"rec-{i}": psutil.Process(ar.process.pid) for i, ar in enumerate(c.autorecoveries)})
         procs.update(rec)
         procs.update(bench_tree())
+        watch = HealWatch(kz, paths, victim, ids, hit)
         cpu0, m0 = cpu_s(procs), machine_busy()
         s.cache = limits.cold(a.cold_cache)
         t0 = time.perf_counter()
@@ -407,7 +418,7 @@ def run_side(a: argparse.Namespace, zk: ZooKeeperServer, base: Path, variant: st
                 os.killpg(daemons[a.victim].proc.pid, signal.SIGKILL)
             else:
                 c.autorecoveries[a.victim].kill()
-        s.heal = watch_heal(kz, paths, victim, ids, hit, t0, a.timeout)
+        s.heal = watch.wait(t0, a.timeout)
         cpu1, s.cpu_machine = cpu_s(procs), machine_busy() - m0
         s.cpu_recovery, s.cpu_bookies = delta(cpu0, cpu1, "rec-"), delta(cpu0, cpu1, "bookie-")
         s.cpu_others = max(0.0, s.cpu_machine - delta(cpu0, cpu1, "tree-"))
