@@ -8,6 +8,10 @@ that protocol's client, with the same methods and results as the gRPC client
 (:class:`autorecovery.rpc.transport.BookieClient` picks one per bookie). One connection (framing,
 pipelining, status codes) is :mod:`autorecovery.rpc.upstream_connection`.
 
+* A copy's adds (:meth:`UpstreamBookieClient.add_entry_batches`) go in upstream's v2 encoding on a second
+  connection, opened after the first one's probe (:mod:`autorecovery.rpc.upstream_v2`: the bookie
+  stores a v2 add without parsing a protobuf, half its CPU per byte); a bookie that closes that
+  connection before answering gets them in v3 from then on, as does a master key that is not 20 bytes.
 * One TCP connection per bookie, opened on first use. Requests are pipelined on it: each carries a
   fresh ``txnId`` and its answer is matched by that id (upstream ``PerChannelBookieClient``), so range
   reads and copies keep a window of requests in flight instead of one round trip per entry.
@@ -38,7 +42,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 import structlog
 
@@ -47,6 +51,8 @@ from autorecovery.ledger.striping import index_stores
 from autorecovery.proto import bookkeeper_protocol_pb2 as up
 from autorecovery.rpc.availability import ranges_from_availability
 from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
+from autorecovery.rpc.upstream_v2 import MASTER_KEY_LENGTH, V2Connection
+from autorecovery.rpc.upstream_v2 import status_error as v2_status_error
 from autorecovery.rpc.upstream_connection import (  # noqa: F401 (re-exported: the names callers use)
     FRAME,
     _Connection,
@@ -74,7 +80,7 @@ NO_ENTRY_LISTS = ("the bookie answers every request but GET_LIST_OF_ENTRIES_OF_L
 
 
 class UpstreamBookieClient:
-    """Talks to stock bookies in upstream's v3 protocol. Use from one event loop; ``await close()``.
+    """Talks to stock bookies in upstream's v3 protocol (adds in v2). Use from one event loop; ``await close()``.
 
     Args:
         timeout_s: deadline of each request (and of connecting), s.
@@ -93,6 +99,9 @@ class UpstreamBookieClient:
         self.window = max(1, window)
         self._conns: dict[str, _Connection] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
+        self._v2: dict[str, V2Connection] = {}
+        self._v2_connecting: dict[str, asyncio.Lock] = {}
+        self._v2_off: set[str] = set()  # bookies that closed a v2 connection before answering
         self._txn = itertools.count(1)
         self._refused_logged: dict[str, float] = {}
         self._closed = False
@@ -179,12 +188,26 @@ class UpstreamBookieClient:
         conns, self._conns = self._conns, {}
         for c in conns.values():
             await c.close()
+        v2s, self._v2 = self._v2, {}
+        for v in v2s.values():
+            await v.close()
+
+    def _v2_failed(self, conn: V2Connection) -> None:
+        """A v2 connection was lost; one lost before its first answer means the bookie does not take the
+        v2 encoding: its adds go in v3 from now on (logged once)."""
+        if conn.answered == 0 and conn.bookie_id not in self._v2_off:
+            self._v2_off.add(conn.bookie_id)
+            log.info("stock bookie closed a v2 connection before answering; its adds go in v3 from now on",
+                     bookie_id=conn.bookie_id, error=str(conn.error))
 
     async def forget(self, bookie_id: str) -> None:
-        """Close the connection to one bookie."""
+        """Close the connections to one bookie."""
         conn = self._conns.pop(bookie_id, None)
         if conn is not None:
             await conn.close()
+        v2 = self._v2.pop(bookie_id, None)
+        if v2 is not None:
+            await v2.close()
 
     # -- capabilities: none of ours ----------------------------------------------------------------
     async def features(self, bookie_id: str) -> int:
@@ -417,13 +440,40 @@ class UpstreamBookieClient:
 
         return await self.add_entry_batches(bookie_id, ledger_id, master_key, one_batch(), recovery=recovery)
 
+    async def _v2_connection(self, bookie_id: str) -> V2Connection | None:
+        """The v2 connection for adds to a stock bookie (:mod:`autorecovery.rpc.upstream_v2`), opened
+        after the v3 one (whose probe refuses a bookie that wants authentication or TLS); None once the
+        bookie closed a v2 connection before answering on it (its adds then go in v3)."""
+        if bookie_id in self._v2_off:
+            return None
+        conn = self._v2.get(bookie_id)
+        if conn is not None and conn.alive:
+            return conn
+        await self._connection(bookie_id)
+        lock = self._v2_connecting.setdefault(bookie_id, asyncio.Lock())
+        async with lock:
+            conn = self._v2.get(bookie_id)
+            if conn is not None and conn.alive:
+                return conn
+            host, port = bookie_address(bookie_id)
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
+            except (OSError, TimeoutError) as exc:
+                raise BookieUnavailableError(bookie_id, "UNAVAILABLE",
+                                             f"cannot connect: {exc.__class__.__name__}: {exc}") from None
+            old, self._v2[bookie_id] = self._v2.get(bookie_id), V2Connection(bookie_id, reader, writer)
+            if old is not None:
+                await old.close()
+            return self._v2[bookie_id]
+
     async def add_entry_batches(self, bookie_id: str, ledger_id: int, master_key: bytes,
                                 batches: AsyncIterable[Sequence[tuple[int, bytes]]] | Iterable[Sequence[tuple[int, bytes]]],
                                 *, recovery: bool = True) -> tuple[int, int]:
-        """Store batches of ``(entry_id, body)`` pairs with pipelined ADD_ENTRY requests (up to
-        ``window`` entries and about 8 MiB of bodies in flight). Stops sending at the first refusal;
-        what the gRPC client returns: ``(entries_written, bytes_written)``, counting the entries
-        acknowledged in order before the first failure.
+        """Store batches of ``(entry_id, body)`` pairs with pipelined adds (up to ``window`` entries and
+        about 8 MiB of bodies in flight), in upstream's v2 encoding when the master key has its 20 bytes
+        (:mod:`autorecovery.rpc.upstream_v2`: half the stock bookie's CPU per byte), else ADD_ENTRY in
+        v3. Stops sending at the first refusal; what the gRPC client returns: ``(entries_written,
+        bytes_written)``, counting the entries acknowledged in order before the first failure.
 
         Raises:
             BookieError / LedgerFencedError: an entry was refused; the exception carries
@@ -431,8 +481,10 @@ class UpstreamBookieClient:
             BookieUnavailableError: transport failure or timeout (``failed_entry_id`` -1).
             Exception: whatever iterating ``batches`` raised, unchanged.
         """
-        conn = await self._connection(bookie_id)
-        inflight: deque[tuple[int, int, int, asyncio.Future]] = deque()
+        v2 = await self._v2_connection(bookie_id) if len(master_key) == MASTER_KEY_LENGTH else None
+        adds: _Adds = (_V2Adds(self, v2, ledger_id, master_key, recovery) if v2 is not None else
+                       _V3Adds(self, await self._connection(bookie_id), ledger_id, master_key, recovery))
+        inflight: deque[tuple[int, int, object]] = deque()
         state = {"entries": 0, "bytes": 0, "inflight_bytes": 0}
 
         def failed(err: BookieError, eid: int) -> BookieError:
@@ -442,16 +494,14 @@ class UpstreamBookieClient:
             return err
 
         async def settle_head() -> None:
-            eid, size, txn, fut = inflight.popleft()
+            eid, size, handle = inflight.popleft()
             state["inflight_bytes"] -= size
-            what = f"add ledger {ledger_id} entry {eid}"
             try:
-                resp = await self._answer(conn, txn, fut, what)
+                refused = await adds.outcome(eid, handle)
             except BookieUnavailableError as exc:
                 raise failed(exc, -1) from None
-            status = resp.addResponse.status if resp.HasField("addResponse") else resp.status
-            if status != up.EOK:
-                raise failed(_status_error(bookie_id, status or up.EIO, what), eid)
+            if refused is not None:
+                raise failed(refused, eid)
             state["entries"] += 1
             state["bytes"] += size
 
@@ -459,16 +509,15 @@ class UpstreamBookieClient:
             for eid, body in batch:
                 while inflight and (len(inflight) >= self.window or state["inflight_bytes"] >= WINDOW_BYTES):
                     await settle_head()
-                txn = next(self._txn)
                 try:
-                    fut = conn.send(txn, self._encode(txn, up.ADD_ENTRY, "addRequest",
-                                                      self._add(ledger_id, eid, master_key, body, recovery)))
-                except BookieError as exc:  # the connection was lost meanwhile
+                    handle = adds.send(eid, body)
+                except BookieUnavailableError as exc:  # the connection was lost meanwhile
                     raise failed(exc, -1) from None
-                inflight.append((eid, len(body), txn, fut))
+                except BookieError as exc:  # refused before sending (a body that names another entry)
+                    raise failed(exc, eid) from None
+                inflight.append((eid, len(body), handle))
                 state["inflight_bytes"] += len(body)
-            conn.flush()
-            await conn.writer.drain()
+            await adds.flush()
 
         try:
             if isinstance(batches, AsyncIterable):
@@ -480,11 +529,93 @@ class UpstreamBookieClient:
             while inflight:
                 await settle_head()
         finally:
-            for _eid, _size, txn, fut in inflight:
-                conn.pending.pop(txn, None)
-                fut.cancel()
+            for eid, _size, handle in inflight:
+                adds.drop(eid, handle)
             aclose = getattr(batches, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
         return state["entries"], state["bytes"]
+
+
+class _Adds(Protocol):
+    """One connection's way of sending adds, for :meth:`UpstreamBookieClient.add_entry_batches`."""
+
+    def send(self, entry_id: int, body: bytes) -> object: ...
+
+    async def outcome(self, entry_id: int, handle: object) -> BookieError | None: ...
+
+    def drop(self, entry_id: int, handle: object) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class _V3Adds:
+    """ADD_ENTRY requests (v3) on the client's connection to the bookie."""
+
+    def __init__(self, client: UpstreamBookieClient, conn: _Connection, ledger_id: int, master_key: bytes,
+                 recovery: bool) -> None:
+        self.client, self.conn, self.ledger_id = client, conn, ledger_id
+        self.master_key, self.recovery = master_key, recovery
+
+    def send(self, entry_id: int, body: bytes) -> object:
+        txn = next(self.client._txn)
+        req = self.client._add(self.ledger_id, entry_id, self.master_key, body, self.recovery)
+        return txn, self.conn.send(txn, self.client._encode(txn, up.ADD_ENTRY, "addRequest", req))
+
+    async def outcome(self, entry_id: int, handle: object) -> BookieError | None:
+        txn, fut = cast("tuple[int, asyncio.Future]", handle)
+        what = f"add ledger {self.ledger_id} entry {entry_id}"
+        resp = await self.client._answer(self.conn, txn, fut, what)
+        status = resp.addResponse.status if resp.HasField("addResponse") else resp.status
+        return None if status == up.EOK else _status_error(self.conn.bookie_id, status or up.EIO, what)
+
+    def drop(self, entry_id: int, handle: object) -> None:
+        txn, fut = cast("tuple[int, asyncio.Future]", handle)
+        self.conn.pending.pop(txn, None)
+        fut.cancel()
+
+    async def flush(self) -> None:
+        self.conn.flush()
+        await self.conn.writer.drain()
+
+
+class _V2Adds:
+    """Adds in upstream's v2 encoding on the client's second connection to the bookie."""
+
+    def __init__(self, client: UpstreamBookieClient, conn: V2Connection, ledger_id: int, master_key: bytes,
+                 recovery: bool) -> None:
+        self.client, self.conn, self.ledger_id = client, conn, ledger_id
+        self.master_key, self.recovery = master_key, recovery
+
+    def send(self, entry_id: int, body: bytes) -> object:
+        return self.conn.send_add(self.ledger_id, entry_id, self.master_key, body, self.recovery)
+
+    async def outcome(self, entry_id: int, handle: object) -> BookieError | None:
+        fut = cast(asyncio.Future, handle)
+        what = f"add ledger {self.ledger_id} entry {entry_id}"
+        if not fut.done():
+            try:
+                async with asyncio.timeout(self.client.timeout_s):
+                    self.conn.flush()
+                    await self.conn.writer.drain()
+                    await asyncio.wait((fut,))  # done, whichever way: its result is read below
+            except TimeoutError:
+                self.drop(entry_id, fut)
+                raise BookieUnavailableError(self.conn.bookie_id, "UNAVAILABLE",
+                                             f"{what}: no answer in {self.client.timeout_s:g}s") from None
+            except (ConnectionError, OSError) as exc:
+                self.conn.fail(BookieUnavailableError(self.conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}"))
+        try:
+            code = fut.result()
+        except BookieUnavailableError:
+            self.client._v2_failed(self.conn)
+            raise
+        return None if code == 0 else v2_status_error(self.conn.bookie_id, code, what)
+
+    def drop(self, entry_id: int, handle: object) -> None:
+        self.conn.forget(self.ledger_id, entry_id, cast(asyncio.Future, handle))
+
+    async def flush(self) -> None:
+        self.conn.flush()
+        await self.conn.writer.drain()

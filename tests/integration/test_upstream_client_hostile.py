@@ -6,12 +6,13 @@ memory or hangs the client, and the next request connects again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
 
-from autorecovery.errors import BookieError, BookieRefusedError, BookieUnavailableError
+from autorecovery.errors import BookieError, BookieRefusedError, BookieUnavailableError, LedgerFencedError
 from autorecovery.proto import bookkeeper_protocol_pb2 as up
 from autorecovery.rpc.upstream_client import UpstreamBookieClient
 
@@ -148,6 +149,143 @@ async def test_a_peer_that_wants_authentication_is_refused_before_any_data_is_se
         with pytest.raises(BookieRefusedError, match="requires authentication"):
             await client.add_entry(bookie, 1, 0, b"k" * 20, b"\0" * 40, recovery=True)
         assert seen == [up.GET_BOOKIE_INFO]  # the probe only: the add never left
+    finally:
+        await client.close()
+        server.close()
+
+
+# -- adds in upstream's v2 encoding (autorecovery.rpc.upstream_v2) ----------------------------------
+MK = bytes(range(20))
+
+
+def packed(ledger_id: int, entry_id: int, payload: bytes = b"payload") -> bytes:
+    return struct.pack(">qqqq", ledger_id, entry_id, entry_id - 1, len(payload)) + b"\0\0\0\0" + payload
+
+
+async def serve_v2(v2_conn: Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]],
+                   v3_adds: list[int]):
+    """A peer that, like a stock bookie, picks the encoding per connection from the first request: v3
+    (probe and ADD_ENTRY, each add's entry id recorded in ``v3_adds``) or v2 (handed to ``v2_conn`` with
+    the first request's bytes)."""
+    async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            (n,) = struct.unpack(">I", await reader.readexactly(4))
+            first = await reader.readexactly(n)
+            if first[0] == 2:  # a v2 packet header (version 2 in its first byte)
+                await v2_conn(reader, writer, first)
+                return
+            while True:
+                req = up.Request()
+                req.ParseFromString(first)
+                if req.header.operation == up.GET_BOOKIE_INFO:
+                    writer.write(frame(info_answer(req)))
+                elif req.header.operation == up.ADD_ENTRY:
+                    v3_adds.append(req.addRequest.entryId)
+                    writer.write(frame(up.Response(header=req.header, status=up.EOK, addResponse=up.AddResponse(
+                        status=up.EOK, ledgerId=req.addRequest.ledgerId, entryId=req.addRequest.entryId))))
+                await writer.drain()
+                (n,) = struct.unpack(">I", await reader.readexactly(4))
+                first = await reader.readexactly(n)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def v2_answer(packet: bytes, code: int = 0) -> bytes:
+    header = struct.unpack_from(">i", packet)[0]
+    ledger_id, entry_id = struct.unpack_from(">qq", packet, 4 + 20)
+    return struct.pack(">Iiiqq", 24, header & ~0xFFFF, code, ledger_id, entry_id)
+
+
+async def test_v2_adds_are_answered_out_of_order_refused_by_code_and_a_bad_answer_closes_the_connection():
+    seen: list[tuple[int, bytes, int]] = []  # (entry id, master key, flags) of each v2 add
+
+    async def v2_conn(reader, writer, first):
+        held, packet = [], first
+        while True:
+            held.append(packet)
+            if len(held) == 3 or struct.unpack_from(">q", packet, 4 + 20 + 8)[0] >= 10:
+                for p in reversed(held):  # answers are matched by (ledger, entry), not by order
+                    e = struct.unpack_from(">q", p, 4 + 20 + 8)[0]
+                    seen.append((e, p[4:24], struct.unpack_from(">i", p)[0] & 0xFFFF))
+                    if e == 11:
+                        writer.write(struct.pack(">I", 1 << 31))  # claims 2 GiB: never read
+                    else:
+                        writer.write(v2_answer(p, code=104 if e == 10 else 0))
+                held = []
+                await writer.drain()
+            (n,) = struct.unpack(">I", await reader.readexactly(4))
+            packet = await reader.readexactly(n)
+
+    v3_adds: list[int] = []
+    server, bookie = await serve_v2(v2_conn, v3_adds)
+    client = UpstreamBookieClient(timeout_s=5)
+    try:
+        n, nbytes = await client.add_entries(bookie, 5, MK, [(e, packed(5, e)) for e in range(3)])
+        assert (n, nbytes) == (3, 3 * len(packed(5, 0)))
+        assert sorted(e for e, _, _ in seen) == [0, 1, 2] and all(mk == MK and f == 2 for _, mk, f in seen)
+        assert v3_adds == []  # the adds went in v2
+        with pytest.raises(LedgerFencedError) as ei:  # code 104 = EFENCED, on entry 10
+            await client.add_entries(bookie, 5, MK, [(10, packed(5, 10))], recovery=False)
+        assert ei.value.failed_entry_id == 10 and ei.value.entries_written == 0
+        assert seen[-1][2] == 0  # no RECOVERY_ADD flag when recovery=False
+        with pytest.raises(BookieError, match="not an add answer"):
+            await client.add_entries(bookie, 5, MK, [(11, packed(5, 11))])
+        n, _ = await client.add_entries(bookie, 5, MK, [(12, packed(5, 12))])  # connects again, still v2
+        assert n == 1 and v3_adds == []
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_a_peer_that_drops_v2_before_answering_gets_its_adds_in_v3_from_then_on():
+    async def v2_conn(reader, writer, first):
+        writer.close()  # a bookie that does not take the v2 encoding
+
+    v3_adds: list[int] = []
+    server, bookie = await serve_v2(v2_conn, v3_adds)
+    client = UpstreamBookieClient(timeout_s=5)
+    try:
+        with pytest.raises(BookieUnavailableError) as ei:
+            await client.add_entries(bookie, 5, MK, [(0, packed(5, 0)), (1, packed(5, 1))])
+        assert ei.value.failed_entry_id == -1 and ei.value.entries_written == 0
+        assert await client.add_entries(bookie, 5, MK, [(0, packed(5, 0)), (1, packed(5, 1))]) == \
+            (2, 2 * len(packed(5, 0)))
+        assert v3_adds == [0, 1]
+        # a master key v2 cannot carry (not 20 bytes) goes in v3 whatever the bookie takes
+        assert (await client.add_entries(bookie, 5, b"short", [(2, packed(5, 2))]))[0] == 1
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_a_v2_add_whose_body_names_another_entry_is_refused_before_it_is_sent():
+    got: list[bytes] = []
+
+    async def v2_conn(reader, writer, first):
+        got.append(first)
+        writer.write(v2_answer(first))
+        await writer.drain()
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                (n,) = struct.unpack(">I", await reader.readexactly(4))
+                got.append(await reader.readexactly(n))
+                writer.write(v2_answer(got[-1]))
+                await writer.drain()
+
+    server, bookie = await serve_v2(v2_conn, [])
+    client = UpstreamBookieClient(timeout_s=5)
+    try:
+        with pytest.raises(BookieError, match="does not start with this ledger and entry id") as ei:
+            await client.add_entries(bookie, 5, MK, [(0, packed(5, 0)), (1, packed(6, 1))])
+        assert ei.value.status == "EBADREQ" and ei.value.failed_entry_id == 1
+        assert (await client.add_entries(bookie, 5, MK, [(2, packed(5, 2))]))[0] == 1  # the connection lives on
+        sent = [struct.unpack_from(">q", p, 4 + 20 + 8)[0] for p in got]
+        assert 2 in sent and 1 not in sent, sent  # entry 1 never left
     finally:
         await client.close()
         server.close()

@@ -230,7 +230,9 @@ async def test_a_stock_bookie_that_wants_authentication_is_refused_loudly(java_c
         client = BookieClient(timeout_s=5, resolve=resolve)
         try:
             for call in (lambda: client.get_bookie_info(b.bookie_id),
-                         lambda: client.read_entry(b.bookie_id, 1, 0)):
+                         lambda: client.read_entry(b.bookie_id, 1, 0),
+                         lambda: client.add_entry_batches(b.bookie_id, 1, b"k" * 20,  # v2 adds: refused first
+                                                          [[(0, (1).to_bytes(8, "big") + bytes(32))]])):
                 with pytest.raises(BookieRefusedError) as ei:
                     await call()
                 assert b.bookie_id in str(ei.value) and "authentication" in str(ei.value)
@@ -286,3 +288,35 @@ async def test_our_auditor_checks_on_stock_bookies_never_false_mark(java_cluster
         await a.stop()
         await bookies.close()
         await zk.stop()
+
+
+async def test_our_v2_adds_are_stored_by_a_stock_bookie_and_refused_once_it_is_fenced(java_cluster):
+    """The copy's adds reach a stock bookie in upstream's v2 encoding (autorecovery.rpc.upstream_v2, half
+    the bookie's CPU per byte of v3): a Java bookie stores them (read back in v3, byte for byte), refuses a
+    plain add once the ledger is fenced on it (EFENCED) and still takes a recovery add."""
+    from autorecovery.errors import LedgerFencedError
+    from autorecovery.ledger.digest import master_key
+    from autorecovery.rpc.upstream_client import UpstreamBookieClient
+
+    c = java_cluster(bookies=3, racks=1)
+    w = c.writer(ledgers=1, entries=40, entry_size=512, ensemble=2, wq=2, aq=2, digest="CRC32C", password=PW)
+    lid = w["ledgers"][0]["ledger"]
+    ensemble = metadata(c, lid).last_ensemble
+    spare = next(b for b in c.bookie_ids if b not in ensemble)  # holds nothing of the ledger yet
+    mk = master_key(PW.encode())
+    client = UpstreamBookieClient(timeout_s=10)
+    try:
+        got = [(r.entry_id, r.body) async for r in client.read_entries(ensemble[0], lid, 0, 39)]
+        assert [e for e, _ in got] == list(range(40))
+        assert await client.add_entries(spare, lid, mk, got[:30]) == (30, sum(len(b) for _, b in got[:30]))
+        assert client._v2[spare].answered == 30  # every add went in v2, on its own connection
+        for eid, body in got[:30]:
+            assert (await client.read_entry(spare, lid, eid)).body == body
+        await client.read_entry(spare, lid, 0, fence=True, master_key=mk)  # fenced there (a v3 read)
+        with pytest.raises(LedgerFencedError) as ei:
+            await client.add_entries(spare, lid, mk, got[30:31], recovery=False)
+        assert ei.value.failed_entry_id == 30 and spare in str(ei.value)
+        assert (await client.add_entries(spare, lid, mk, got[30:], recovery=True))[0] == 10
+        assert (await client.read_entry(spare, lid, 39)).body == got[39][1]
+    finally:
+        await client.close()
