@@ -10,7 +10,7 @@ pipelining, status codes) is :mod:`autorecovery.rpc.upstream_connection`.
 
 * A copy's adds (:meth:`UpstreamBookieClient.add_entry_batches`) go in upstream's v2 encoding on a second
   connection, opened after the first one's probe (:mod:`autorecovery.rpc.upstream_v2`: the bookie
-  stores a v2 add without parsing a protobuf, half its CPU per byte); a bookie that closes that
+  stores a v2 add without parsing a protobuf); a bookie that closes that
   connection before answering gets them in v3 from then on, as does a master key that is not 20 bytes.
 * One TCP connection per bookie, opened on first use. Requests are pipelined on it: each carries a
   fresh ``txnId`` and its answer is matched by that id (upstream ``PerChannelBookieClient``), so range
@@ -471,7 +471,7 @@ class UpstreamBookieClient:
                                 *, recovery: bool = True) -> tuple[int, int]:
         """Store batches of ``(entry_id, body)`` pairs with pipelined adds (up to ``window`` entries and
         about 8 MiB of bodies in flight), in upstream's v2 encoding when the master key has its 20 bytes
-        (:mod:`autorecovery.rpc.upstream_v2`: half the stock bookie's CPU per byte), else ADD_ENTRY in
+        (:mod:`autorecovery.rpc.upstream_v2`: less of the stock bookie's CPU), else ADD_ENTRY in
         v3. Stops sending at the first refusal; what the gRPC client returns: ``(entries_written,
         bytes_written)``, counting the entries acknowledged in order before the first failure.
 

@@ -5,12 +5,14 @@ the first request that does not parse as a v3 protobuf ``Request`` turns the con
 encoding for good (upstream ``BookieProtoEncoding.RequestDecoder``). A v2 add is a fixed header and the
 entry as stored, with no protobuf around it: the bookie keeps the received buffer (upstream
 ``ParsedAddRequest``), where a v3 ``AddRequest`` is parsed into a message and its body copied. Measured
-on a stock 4.17 bookie (27 Nov 2026, 4 KiB entries): 3.4–5.9 ms of the bookie's CPU per MiB added
-with v2, 7.6–11 ms with v3. The copy path's adds are most of what recovery costs a stock bookie, and
-those bookies serve production traffic meanwhile, so :class:`~autorecovery.rpc.upstream_client.
-UpstreamBookieClient` sends them this way (ours: upstream's ``ReplicationWorker`` sends v3 unless its
-client sets ``useV2WireProtocol``). Everything else (reads, fencing, GET_BOOKIE_INFO, entry lists)
-stays v3.
+on a stock 4.17 bookie (27 Nov 2026, 4 KiB entries, adds alone): 3.4–5.9 ms of the bookie's CPU per
+MiB added with v2, 7.6–11 ms with v3; in a whole heal between Java bookies (``bench/vs_upstream.py``,
+reads and adds) the surviving bookies' CPU per MiB fell about 6% and the heal ran 6.5% faster. Those
+bookies serve production traffic meanwhile, so :class:`~autorecovery.rpc.upstream_client.
+UpstreamBookieClient` sends a copy's adds this way (ours: upstream's ``ReplicationWorker`` sends v3
+unless its client sets ``useV2WireProtocol``). Everything else (reads, fencing, GET_BOOKIE_INFO, entry
+lists) stays v3: a striped copy reads every third entry of a source, which v2's batched read cannot
+serve in one request.
 
 Upstream source: ``BookieProtocol`` (``PacketHeader``: version << 24 | op << 16 | flags;
 ``ADDENTRY`` = 1; ``FLAG_RECOVERY_ADD`` = 0x0002; ``MASTER_KEY_LENGTH`` = 20; the v2 error codes) and

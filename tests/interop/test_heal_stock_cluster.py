@@ -291,8 +291,8 @@ async def test_our_auditor_checks_on_stock_bookies_never_false_mark(java_cluster
 
 
 async def test_our_v2_adds_are_stored_by_a_stock_bookie_and_refused_once_it_is_fenced(java_cluster):
-    """The copy's adds reach a stock bookie in upstream's v2 encoding (autorecovery.rpc.upstream_v2, half
-    the bookie's CPU per byte of v3): a Java bookie stores them (read back in v3, byte for byte), refuses a
+    """The copy's adds reach a stock bookie in upstream's v2 encoding (autorecovery.rpc.upstream_v2, no
+    protobuf parse on the bookie): a Java bookie stores them (read back in v3, byte for byte), refuses a
     plain add once the ledger is fenced on it (EFENCED) and still takes a recovery add."""
     from autorecovery.errors import LedgerFencedError
     from autorecovery.ledger.digest import master_key
