@@ -42,7 +42,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import structlog
 
@@ -114,6 +114,20 @@ class UpstreamBookieClient:
             log.error("stock bookie refused: nothing is sent to it", bookie_id=bookie_id, reason=why)
         return BookieRefusedError(bookie_id, "EUA", why)
 
+    async def _open(self, bookie_id: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to the bookie's address, within ``timeout_s``.
+
+        Raises:
+            BookieError: ``EBADREQ`` for an id that is not ``host:port``.
+            BookieUnavailableError: the connect failed or timed out.
+        """
+        host, port = bookie_address(bookie_id)
+        try:
+            return await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
+        except (OSError, TimeoutError) as exc:
+            raise BookieUnavailableError(bookie_id, "UNAVAILABLE",
+                                         f"cannot connect: {exc.__class__.__name__}: {exc}") from None
+
     async def _connection(self, bookie_id: str) -> _Connection:
         if self._closed:
             raise RuntimeError("UpstreamBookieClient is closed")
@@ -129,13 +143,7 @@ class UpstreamBookieClient:
             conn = self._conns.get(bookie_id)
             if conn is not None and conn.alive:
                 return conn
-            host, port = bookie_address(bookie_id)
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
-            except (OSError, TimeoutError) as exc:
-                raise BookieUnavailableError(bookie_id, "UNAVAILABLE",
-                                             f"cannot connect: {exc.__class__.__name__}: {exc}") from None
-            conn = _Connection(bookie_id, reader, writer, self.max_frame_bytes)
+            conn = _Connection(bookie_id, *await self._open(bookie_id), self.max_frame_bytes)
             try:
                 resp = await self._exchange(conn, up.GET_BOOKIE_INFO, "getBookieInfoRequest",
                                             up.GetBookieInfoRequest(requested=0), "probe upstream protocol")
@@ -455,13 +463,7 @@ class UpstreamBookieClient:
             conn = self._v2.get(bookie_id)
             if conn is not None and conn.alive:
                 return conn
-            host, port = bookie_address(bookie_id)
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
-            except (OSError, TimeoutError) as exc:
-                raise BookieUnavailableError(bookie_id, "UNAVAILABLE",
-                                             f"cannot connect: {exc.__class__.__name__}: {exc}") from None
-            old, self._v2[bookie_id] = self._v2.get(bookie_id), V2Connection(bookie_id, reader, writer)
+            old, self._v2[bookie_id] = self._v2.get(bookie_id), V2Connection(bookie_id, *await self._open(bookie_id))
             if old is not None:
                 await old.close()
             return self._v2[bookie_id]
@@ -538,25 +540,32 @@ class UpstreamBookieClient:
         return state["entries"], state["bytes"]
 
 
-class _Adds(Protocol):
-    """One connection's way of sending adds, for :meth:`UpstreamBookieClient.add_entry_batches`."""
+class _Adds:
+    """One connection's way of sending adds, for :meth:`UpstreamBookieClient.add_entry_batches`:
+    ``send`` queues one and returns its handle, ``outcome`` waits for its answer (None: stored; the
+    refusal otherwise), ``drop`` forgets one nobody waits for."""
 
-    def send(self, entry_id: int, body: bytes) -> object: ...
-
-    async def outcome(self, entry_id: int, handle: object) -> BookieError | None: ...
-
-    def drop(self, entry_id: int, handle: object) -> None: ...
-
-    async def flush(self) -> None: ...
-
-
-class _V3Adds:
-    """ADD_ENTRY requests (v3) on the client's connection to the bookie."""
-
-    def __init__(self, client: UpstreamBookieClient, conn: _Connection, ledger_id: int, master_key: bytes,
+    def __init__(self, client: UpstreamBookieClient, conn: Any, ledger_id: int, master_key: bytes,
                  recovery: bool) -> None:
         self.client, self.conn, self.ledger_id = client, conn, ledger_id
         self.master_key, self.recovery = master_key, recovery
+
+    def send(self, entry_id: int, body: bytes) -> object:
+        raise NotImplementedError
+
+    async def outcome(self, entry_id: int, handle: object) -> BookieError | None:
+        raise NotImplementedError
+
+    def drop(self, entry_id: int, handle: object) -> None:
+        raise NotImplementedError
+
+    async def flush(self) -> None:
+        self.conn.flush()
+        await self.conn.writer.drain()
+
+
+class _V3Adds(_Adds):
+    """ADD_ENTRY requests (v3) on the client's connection to the bookie."""
 
     def send(self, entry_id: int, body: bytes) -> object:
         txn = next(self.client._txn)
@@ -575,18 +584,10 @@ class _V3Adds:
         self.conn.pending.pop(txn, None)
         fut.cancel()
 
-    async def flush(self) -> None:
-        self.conn.flush()
-        await self.conn.writer.drain()
 
-
-class _V2Adds:
-    """Adds in upstream's v2 encoding on the client's second connection to the bookie."""
-
-    def __init__(self, client: UpstreamBookieClient, conn: V2Connection, ledger_id: int, master_key: bytes,
-                 recovery: bool) -> None:
-        self.client, self.conn, self.ledger_id = client, conn, ledger_id
-        self.master_key, self.recovery = master_key, recovery
+class _V2Adds(_Adds):
+    """Adds in upstream's v2 encoding on the client's second connection to the bookie
+    (:class:`~autorecovery.rpc.upstream_v2.V2Connection`)."""
 
     def send(self, entry_id: int, body: bytes) -> object:
         return self.conn.send_add(self.ledger_id, entry_id, self.master_key, body, self.recovery)
@@ -615,7 +616,3 @@ class _V2Adds:
 
     def drop(self, entry_id: int, handle: object) -> None:
         self.conn.forget(self.ledger_id, entry_id, cast(asyncio.Future, handle))
-
-    async def flush(self) -> None:
-        self.conn.flush()
-        await self.conn.writer.drain()

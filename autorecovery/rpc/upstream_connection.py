@@ -58,39 +58,35 @@ def bookie_address(bookie_id: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Connection:
-    """One TCP connection to a stock bookie: pending requests by txnId, a reader task."""
+class FramedConnection:
+    """One TCP connection to a stock bookie, whichever encoding: requests queued in one turn of the event
+    loop leave in one write, and a reader task settles every whole answer each socket read brings.
+    Subclasses give the answers' layout (:meth:`_settle`) and the futures still waiting
+    (:meth:`_take_pending`)."""
 
-    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 max_frame_bytes: int) -> None:
+    #: bytes asked of the socket per read
+    read_chunk = READ_CHUNK
+
+    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.bookie_id = bookie_id
         self.reader = reader
         self.writer = writer
-        self.max_frame_bytes = max_frame_bytes
-        self.pending: dict[int, asyncio.Future] = {}
         self.error: BookieError | None = None
         self._out: list[bytes] = []  # frames queued in this turn of the event loop
-        #: GET_LIST_OF_ENTRIES_OF_LEDGER went unanswered while the bookie answered other requests
-        self.no_entry_lists = False
         self.task = asyncio.ensure_future(self._read_loop())
 
     @property
     def alive(self) -> bool:
         return self.error is None and not self.task.done()
 
-    def send(self, txn: int, data: bytes) -> asyncio.Future:
-        """Queue one framed request; the future resolves to its ``Response``. The frames queued in one
-        turn of the event loop leave in one write (a window of 64 reads is one system call, not 64:
-        a send per request was the largest cost of a copy between stock bookies)."""
+    def _check_alive(self) -> None:
         if not self.alive:
             raise self.error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed")
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self.pending[txn] = fut
+
+    def _queue(self, pieces: tuple[bytes, ...]) -> None:
         if not self._out:
-            loop.call_soon(self.flush)
-        self._out += (FRAME.pack(len(data)), data)
-        return fut
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._out += pieces
 
     def flush(self) -> None:
         """Hand the queued frames to the socket in one write."""
@@ -100,13 +96,13 @@ class _Connection:
 
     async def _read_loop(self) -> None:
         """Read what the socket holds and settle every whole frame in it: one wake-up for a window of
-        answers, not two awaits per frame. The buffer holds at most one frame (its length checked
-        against ``max_frame_bytes`` before its body is awaited) plus one read."""
+        answers, not two awaits per frame. The buffer holds at most one frame (its length checked by
+        :meth:`_settle` before its body is awaited) plus one read."""
         err: BookieError
         buf = bytearray()
         try:
             while True:
-                chunk = await self.reader.read(READ_CHUNK)
+                chunk = await self.reader.read(self.read_chunk)
                 if not chunk:
                     raise asyncio.IncompleteReadError(b"", None)
                 buf += chunk
@@ -126,6 +122,56 @@ class _Connection:
             log.warning("stock bookie sent a malformed answer; connection closed", bookie_id=self.bookie_id,
                         error=str(err))
         self.fail(err)
+
+    def _settle(self, buf: bytearray) -> tuple[int, BookieError | None]:
+        """Resolve the futures of the whole answers at the start of ``buf``: ``(bytes used, error)``."""
+        raise NotImplementedError
+
+    def _take_pending(self) -> list[asyncio.Future]:
+        """Every future still waiting, forgotten here."""
+        raise NotImplementedError
+
+    def fail(self, err: BookieError) -> None:
+        if self.error is None:
+            self.error = err
+        for fut in self._take_pending():
+            if not fut.done():
+                fut.set_exception(self.error)
+                fut.exception()  # retrieved: a caller that gave up must not log "never retrieved"
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+    async def close(self) -> None:
+        self.fail(BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed"))
+        self.task.cancel()
+        with contextlib.suppress(BaseException):
+            await self.task
+
+
+class _Connection(FramedConnection):
+    """One v3 connection: pending requests by txnId."""
+
+    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 max_frame_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.pending: dict[int, asyncio.Future] = {}
+        #: GET_LIST_OF_ENTRIES_OF_LEDGER went unanswered while the bookie answered other requests
+        self.no_entry_lists = False
+        super().__init__(bookie_id, reader, writer)
+
+    def send(self, txn: int, data: bytes) -> asyncio.Future:
+        """Queue one framed request; the future resolves to its ``Response``. The frames queued in one
+        turn of the event loop leave in one write (a window of 64 reads is one system call, not 64:
+        a send per request was the largest cost of a copy between stock bookies)."""
+        self._check_alive()
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[txn] = fut
+        self._queue((FRAME.pack(len(data)), data))
+        return fut
+
+    def _take_pending(self) -> list[asyncio.Future]:
+        pending, self.pending = self.pending, {}
+        return list(pending.values())
 
     def _settle(self, buf: bytearray) -> tuple[int, BookieError | None]:
         """Resolve the future of every whole frame at the start of ``buf``: ``(bytes used, error)``,
@@ -149,20 +195,3 @@ class _Connection:
                 if fut is not None and not fut.done():
                     fut.set_result(resp)
         return pos, None
-
-    def fail(self, err: BookieError) -> None:
-        if self.error is None:
-            self.error = err
-        pending, self.pending = self.pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(self.error)
-                fut.exception()  # retrieved: a caller that gave up must not log "never retrieved"
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-    async def close(self) -> None:
-        self.fail(BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed"))
-        self.task.cancel()
-        with contextlib.suppress(BaseException):
-            await self.task

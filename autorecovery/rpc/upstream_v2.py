@@ -31,11 +31,8 @@ import contextlib
 import struct
 from collections import deque
 
-import structlog
-
-from autorecovery.errors import BookieError, BookieUnavailableError, LedgerFencedError
-
-log = structlog.get_logger("autorecovery.rpc.upstream_client")
+from autorecovery.errors import BookieError, LedgerFencedError
+from autorecovery.rpc.upstream_connection import FRAME, FramedConnection
 
 #: the protocol version a v2 request carries (upstream ``CURRENT_PROTOCOL_VERSION``)
 VERSION = 2
@@ -46,7 +43,6 @@ MASTER_KEY_LENGTH = 20
 REQUEST_HEAD = struct.Struct(">Ii")
 #: an add answer after its frame length: packet header, error code, ledger id, entry id
 ADD_ANSWER = struct.Struct(">iiqq")
-FRAME = struct.Struct(">I")
 #: the ledger id and entry id a packed entry starts with
 ENTRY_IDS = struct.Struct(">qq")
 #: bytes asked of the socket per read (answers are 28 bytes each)
@@ -86,23 +82,16 @@ def status_error(bookie_id: str, code: int, what: str) -> BookieError:
     return BookieError(bookie_id, name, what)
 
 
-class V2Connection:
+class V2Connection(FramedConnection):
     """One TCP connection to a stock bookie in the v2 encoding, for adds: requests pipelined, answers
     matched by (ledger id, entry id), oldest first for a pair sent twice."""
 
-    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.bookie_id = bookie_id
-        self.reader = reader
-        self.writer = writer
-        self.pending: dict[tuple[int, int], deque[asyncio.Future]] = {}
-        self.error: BookieError | None = None
-        self.answered = 0  # answers received: a connection that fails before its first is not speaking v2
-        self._out: list[bytes] = []
-        self.task = asyncio.ensure_future(self._read_loop())
+    read_chunk = READ_CHUNK
 
-    @property
-    def alive(self) -> bool:
-        return self.error is None and not self.task.done()
+    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.pending: dict[tuple[int, int], deque[asyncio.Future]] = {}
+        self.answered = 0  # answers received: a connection that fails before its first is not speaking v2
+        super().__init__(bookie_id, reader, writer)
 
     def send_add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
                  recovery: bool) -> asyncio.Future:
@@ -114,50 +103,15 @@ class V2Connection:
                 bookie takes them from there); the connection's error when it is closed.
             ValueError: see :func:`add_frame`.
         """
-        if not self.alive:
-            raise self.error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed")
+        self._check_alive()
         if len(body) < ENTRY_IDS.size or ENTRY_IDS.unpack_from(body) != (ledger_id, entry_id):
             raise BookieError(self.bookie_id, "EBADREQ", f"add ledger {ledger_id} entry {entry_id}: the packed "
                               "entry does not start with this ledger and entry id")
         pieces = add_frame(master_key, body, recovery)
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut = asyncio.get_running_loop().create_future()
         self.pending.setdefault((ledger_id, entry_id), deque()).append(fut)
-        if not self._out:
-            loop.call_soon(self.flush)
-        self._out += pieces
+        self._queue(pieces)
         return fut
-
-    def flush(self) -> None:
-        """Hand the queued frames to the socket in one write."""
-        out, self._out = self._out, []
-        if out and self.error is None:
-            self.writer.write(b"".join(out))
-
-    async def _read_loop(self) -> None:
-        err: BookieError
-        buf = bytearray()
-        try:
-            while True:
-                chunk = await self.reader.read(READ_CHUNK)
-                if not chunk:
-                    raise asyncio.IncompleteReadError(b"", None)
-                buf += chunk
-                used, problem = self._settle(buf)
-                if problem is not None:
-                    err = problem
-                    break
-                if used:
-                    del buf[:used]
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            err = BookieUnavailableError(self.bookie_id, "UNAVAILABLE", f"connection lost: {exc.__class__.__name__}")
-        except asyncio.CancelledError:
-            self.fail(BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed"))
-            raise
-        if err.status == "EIO":
-            log.warning("stock bookie sent a malformed v2 answer; connection closed", bookie_id=self.bookie_id,
-                        error=str(err))
-        self.fail(err)
 
     def _settle(self, buf: bytearray) -> tuple[int, BookieError | None]:
         """Resolve the future of every whole answer at the start of ``buf``: ``(bytes used, error)``;
@@ -196,20 +150,6 @@ class V2Connection:
                 del self.pending[(ledger_id, entry_id)]
         fut.cancel()
 
-    def fail(self, err: BookieError) -> None:
-        if self.error is None:
-            self.error = err
+    def _take_pending(self) -> list[asyncio.Future]:
         pending, self.pending = self.pending, {}
-        for waiting in pending.values():
-            for fut in waiting:
-                if not fut.done():
-                    fut.set_exception(self.error)
-                    fut.exception()  # retrieved: a caller that gave up must not log "never retrieved"
-        with contextlib.suppress(Exception):
-            self.writer.close()
-
-    async def close(self) -> None:
-        self.fail(BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed"))
-        self.task.cancel()
-        with contextlib.suppress(BaseException):
-            await self.task
+        return [fut for waiting in pending.values() for fut in waiting]

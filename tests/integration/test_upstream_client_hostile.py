@@ -19,6 +19,7 @@ from autorecovery.rpc.upstream_client import UpstreamBookieClient
 pytestmark = pytest.mark.integration
 
 Handler = Callable[[up.Request, asyncio.StreamWriter], Awaitable[None]]
+V2Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
 
 
 def frame(msg) -> bytes:
@@ -32,20 +33,28 @@ def info_answer(req: up.Request) -> up.Response:
                                                                       freeDiskSpace=5))
 
 
-async def serve(handler: Handler):
+async def serve(handler: Handler, v2_conn: V2Handler | None = None):
     """A peer on 127.0.0.1 that answers the connection probe (GET_BOOKIE_INFO) and hands every other
-    request to ``handler``."""
+    request to ``handler``; like a stock bookie it picks the encoding per connection from the first
+    request, and hands a v2 connection (a packet header, version 2 in its first byte) to ``v2_conn``
+    with the first request's bytes."""
     async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            (n,) = struct.unpack(">I", await reader.readexactly(4))
+            data = await reader.readexactly(n)
+            if v2_conn is not None and data[0] == 2:
+                await v2_conn(reader, writer, data)
+                return
             while True:
-                (n,) = struct.unpack(">I", await reader.readexactly(4))
                 req = up.Request()
-                req.ParseFromString(await reader.readexactly(n))
+                req.ParseFromString(data)
                 if req.header.operation == up.GET_BOOKIE_INFO:
                     writer.write(frame(info_answer(req)))
                 else:
                     await handler(req, writer)
                 await writer.drain()
+                (n,) = struct.unpack(">I", await reader.readexactly(4))
+                data = await reader.readexactly(n)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -162,37 +171,15 @@ def packed(ledger_id: int, entry_id: int, payload: bytes = b"payload") -> bytes:
     return struct.pack(">qqqq", ledger_id, entry_id, entry_id - 1, len(payload)) + b"\0\0\0\0" + payload
 
 
-async def serve_v2(v2_conn: Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]],
-                   v3_adds: list[int]):
-    """A peer that, like a stock bookie, picks the encoding per connection from the first request: v3
-    (probe and ADD_ENTRY, each add's entry id recorded in ``v3_adds``) or v2 (handed to ``v2_conn`` with
-    the first request's bytes)."""
-    async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            (n,) = struct.unpack(">I", await reader.readexactly(4))
-            first = await reader.readexactly(n)
-            if first[0] == 2:  # a v2 packet header (version 2 in its first byte)
-                await v2_conn(reader, writer, first)
-                return
-            while True:
-                req = up.Request()
-                req.ParseFromString(first)
-                if req.header.operation == up.GET_BOOKIE_INFO:
-                    writer.write(frame(info_answer(req)))
-                elif req.header.operation == up.ADD_ENTRY:
-                    v3_adds.append(req.addRequest.entryId)
-                    writer.write(frame(up.Response(header=req.header, status=up.EOK, addResponse=up.AddResponse(
-                        status=up.EOK, ledgerId=req.addRequest.ledgerId, entryId=req.addRequest.entryId))))
-                await writer.drain()
-                (n,) = struct.unpack(">I", await reader.readexactly(4))
-                first = await reader.readexactly(n)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+async def serve_v2(v2_conn: V2Handler, v3_adds: list[int]):
+    """:func:`serve` whose v3 side acknowledges ADD_ENTRY, recording each add's entry id in ``v3_adds``."""
+    async def v3(req: up.Request, writer: asyncio.StreamWriter) -> None:
+        if req.header.operation == up.ADD_ENTRY:
+            v3_adds.append(req.addRequest.entryId)
+            writer.write(frame(up.Response(header=req.header, status=up.EOK, addResponse=up.AddResponse(
+                status=up.EOK, ledgerId=req.addRequest.ledgerId, entryId=req.addRequest.entryId))))
 
-    server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
-    return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    return await serve(v3, v2_conn)
 
 
 def v2_answer(packet: bytes, code: int = 0) -> bytes:
