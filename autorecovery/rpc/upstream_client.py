@@ -41,7 +41,7 @@ import itertools
 import struct
 import time
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, cast
 
 import structlog
@@ -55,6 +55,7 @@ from autorecovery.rpc.upstream_v2 import MASTER_KEY_LENGTH, V2Connection
 from autorecovery.rpc.upstream_v2 import status_error as v2_status_error
 from autorecovery.rpc.upstream_connection import (  # noqa: F401 (re-exported: the names callers use)
     FRAME,
+    FramedConnection,
     _Connection,
     _raise,
     _status_error,
@@ -172,20 +173,35 @@ class UpstreamBookieClient:
         return await self._answer(conn, txn, fut, what)
 
     async def _answer(self, conn: _Connection, txn: int, fut: asyncio.Future, what: str) -> up.Response:
-        if fut.done():  # already answered (most of a window): no deadline to arm, nothing to flush
-            return fut.result()
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                conn.flush()
-                await conn.writer.drain()
-                return await asyncio.shield(fut)
-        except TimeoutError:
+        def forget() -> None:
             conn.pending.pop(txn, None)
             fut.cancel()
-            raise BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"{what}: no answer in {self.timeout_s:g}s") from None
-        except (ConnectionError, OSError) as exc:
-            conn.fail(BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}"))
-            raise conn.error or BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", what) from None
+
+        return await self._settled(conn, fut, what, forget)
+
+    async def _settled(self, conn: FramedConnection, fut: asyncio.Future, what: str,
+                       forget: Callable[[], None]) -> Any:
+        """The result of request ``fut`` on ``conn`` (either encoding): its queued frames are sent first,
+        and the answer is awaited for at most ``timeout_s`` (an answer already in, most of a window, is
+        returned without a deadline). ``forget`` drops a request given up on.
+
+        Raises:
+            BookieUnavailableError: no answer in ``timeout_s`` (the request is forgotten), or the
+                connection was lost; whatever else the connection failed ``fut`` with.
+        """
+        if not fut.done():
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    conn.flush()
+                    await conn.writer.drain()
+                    await asyncio.wait((fut,))  # done, whichever way: its result is read below
+            except TimeoutError:
+                forget()
+                raise BookieUnavailableError(conn.bookie_id, "UNAVAILABLE",
+                                             f"{what}: no answer in {self.timeout_s:g}s") from None
+            except (ConnectionError, OSError) as exc:
+                conn.fail(BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}"))
+        return fut.result()
 
     async def _request(self, bookie_id: str, op: int, field: str, msg: Any, what: str) -> up.Response:
         return await self._exchange(await self._connection(bookie_id), op, field, msg, what)
@@ -595,20 +611,8 @@ class _V2Adds(_Adds):
     async def outcome(self, entry_id: int, handle: object) -> BookieError | None:
         fut = cast(asyncio.Future, handle)
         what = f"add ledger {self.ledger_id} entry {entry_id}"
-        if not fut.done():
-            try:
-                async with asyncio.timeout(self.client.timeout_s):
-                    self.conn.flush()
-                    await self.conn.writer.drain()
-                    await asyncio.wait((fut,))  # done, whichever way: its result is read below
-            except TimeoutError:
-                self.drop(entry_id, fut)
-                raise BookieUnavailableError(self.conn.bookie_id, "UNAVAILABLE",
-                                             f"{what}: no answer in {self.client.timeout_s:g}s") from None
-            except (ConnectionError, OSError) as exc:
-                self.conn.fail(BookieUnavailableError(self.conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}"))
         try:
-            code = fut.result()
+            code = await self.client._settled(self.conn, fut, what, lambda: self.drop(entry_id, fut))
         except BookieUnavailableError:
             self.client._v2_failed(self.conn)
             raise
