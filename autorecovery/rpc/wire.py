@@ -117,6 +117,9 @@ def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
 
 
 def _signed(n: int) -> int:
+    """An int64 field's value from its varint, as protobuf reads it: the low 64 bits (an overlong varint
+    carries more), two's complement."""
+    n &= (1 << 64) - 1
     return n - (1 << 64) if n >> 63 else n
 
 
