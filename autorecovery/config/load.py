@@ -3,7 +3,9 @@
 Precedence (later wins): the Java-properties file (``-c bk_server.conf``, parsed with javaproperties,
 so ``\\`` continuations, ``:`` separators and unicode escapes behave as in Java) → environment variables
 ``BK_<key>`` (upstream's Docker image convention: ``BK_zkServers=zk1:2181``) → command-line flags
-(``--zk``, ``--ledgers-root``, ``-D key=value``...).
+(``--zk``, ``--ledgers-root``, ``-D key=value``...). With ``AUTORECOVERY_ENV_KEYS=plain`` the
+environment layer also takes the Apache Pulsar image's names (``zkTimeout=...``,
+``PULSAR_PREFIX_<key>=...``: the Pulsar Helm chart's ConfigMaps), below ``BK_<key>``.
 
 Within each layer, Pulsar ``broker.conf`` names are mapped to upstream keys
 (:data:`~autorecovery.config.keys.PULSAR_ALIASES`, ``bookkeeper_<key>`` pass-through, and the
@@ -51,7 +53,16 @@ from autorecovery.config.settings import (
     ZkSettings,
     ZkTls,
 )
-from autorecovery.config.sources import ENV_PREFIX, Layer, env_properties, normalise, read_properties_file
+from autorecovery.config.sources import (
+    ENV_KEYS_SWITCH,
+    ENV_PREFIX,
+    Layer,
+    env_layer,
+    env_properties,
+    normalise,
+    plain_env_properties,
+    read_properties_file,
+)
 from autorecovery.config.tls_settings import build_bookie_tls, tls_off_warnings
 from autorecovery.config.uri import (
     parse_metadata_service_uri,
@@ -69,8 +80,8 @@ from autorecovery.placement.config import PlacementConfig
 __all__ = [
     "load_settings", "Settings", "ZkSettings", "ZkSecurity", "ZkSasl", "ZkTls", "HttpSettings", "StatsSettings",
     "BookieInfoSettings", "ENV_PREFIX", "SECRET_MASK", "PROMETHEUS_PROVIDER", "NULL_PROVIDER",
-    "read_properties_file", "env_properties", "parse_metadata_service_uri", "parse_metadata_service_uri_manager",
-    "strip_pulsar_store_prefix", "zk_security",
+    "read_properties_file", "env_properties", "plain_env_properties", "ENV_KEYS_SWITCH",
+    "parse_metadata_service_uri", "parse_metadata_service_uri_manager", "strip_pulsar_store_prefix", "zk_security",
 ]
 
 
@@ -105,22 +116,25 @@ def load_settings(
 
     Args:
         conf_path: a bk_server.conf (Java properties) or None.
-        env: the process environment (the CLI passes ``os.environ``); only ``BK_<key>`` is read.
+        env: the process environment (the CLI passes ``os.environ``); ``BK_<key>`` is read, and with
+            ``AUTORECOVERY_ENV_KEYS=plain`` also variables named after a key and ``PULSAR_PREFIX_<key>``
+            (the Apache Pulsar image's convention, :func:`~autorecovery.config.sources.plain_env_properties`).
         overrides: key → raw value from command-line flags (highest precedence).
         extra_keys: further key names not to report as unknown (their raw values stay in
             ``properties``); every key autorecovery reads is in the table, so the default is none.
         require_metadata: raise when neither metadataServiceUri nor zkServers is set.
 
     Raises:
-        ConfigError: listing every bad value (each line names the key and the value), a missing
-            metadata store, or an unreadable file.
+        ConfigError: listing every bad value (each line names the key and the value, and the
+            environment variable it came from when that is not ``BK_<key>``), a missing metadata store,
+            an unreadable file, or a bad ``AUTORECOVERY_ENV_KEYS``.
     """
     extra = frozenset(extra_keys or ())
     layers = []
     if conf_path is not None:
         layers.append(Layer("file", read_properties_file(conf_path)))
     if env:
-        layers.append(Layer("env", env_properties(env)))
+        layers.append(env_layer(env, extra))
     if overrides:
         layers.append(Layer("flag", {k: str(v) for k, v in overrides.items() if v is not None}))
 
