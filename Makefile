@@ -14,7 +14,7 @@ UV_VERSION := 0.13.9
 LOCK_TOOLS := .lock-tools
 LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform linux --custom-compile-command 'make lock' --quiet
 
-.PHONY: demo test test-unit test-integration lint proto zookeeper chromium upstream venv bench clean dashboard lock chaos chaos-deps chaos-full
+.PHONY: demo test test-unit test-integration lint proto zookeeper chromium upstream venv bench clean dashboard lock chaos chaos-deps chaos-full helm
 
 venv: $(STAMP)
 
@@ -34,15 +34,31 @@ lock:
 	$(LOCK_TOOLS)/bin/uv pip compile pyproject.toml $(LOCK_FLAGS) -o $(RUNTIME_LOCK)
 	$(LOCK_TOOLS)/bin/uv pip compile pyproject.toml --extra test -c $(RUNTIME_LOCK) $(LOCK_FLAGS) -o $(TEST_LOCK)
 
-# Debian's zookeeper package (and an SLF4J backend so ZooKeeper's own log is not silent), and Debian's
-# prometheus package (promtool tests the alert rules; a real Prometheus scrapes live daemons in a test).
+# Debian's zookeeper package (and an SLF4J backend so ZooKeeper's own log is not silent), Debian's
+# prometheus package (promtool tests the alert rules; a real Prometheus scrapes live daemons in a test)
+# and prometheus-alertmanager (amtool checks deploy/prometheus/alertmanager.yml).
 zookeeper:
-	@if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null || ! command -v promtool >/dev/null; then \
+	@if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null || ! command -v promtool >/dev/null \
+	    || ! command -v amtool >/dev/null; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper libslf4j-java prometheus >/dev/null; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper libslf4j-java prometheus prometheus-alertmanager >/dev/null; \
 	fi
 	@test -f /usr/share/java/zookeeper.jar && echo "zookeeper: /usr/share/java/zookeeper.jar"
 	@command -v promtool >/dev/null && echo "prometheus: $$(command -v prometheus)"
+	@command -v amtool >/dev/null && echo "alertmanager: $$(command -v amtool)"
+
+# helm (pinned; built from the Go module proxy with the machine's Go into .tools/, gitignored, and built
+# again only when missing): tests/unit/test_helm_chart.py renders deploy/helm/autorecovery with it.
+HELM_VERSION := v3.22.0
+TOOLS := .tools
+HELM := $(TOOLS)/helm
+
+helm: $(HELM)
+
+$(HELM):
+	GOBIN=$(CURDIR)/$(TOOLS) GOFLAGS=-buildvcs=false go install \
+	  -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@$(HELM) version --short
 
 # Debian's chromium: tests/integration/test_reports_page.py opens report.html in headless Chromium
 # (screenshot, rendered DOM) and checks the figures on the page equal summary.json.
@@ -89,7 +105,7 @@ proto: venv
 demo: venv zookeeper upstream
 	$(BIN)/python -m autorecovery demo
 
-test: venv zookeeper chromium upstream chaos-deps
+test: venv zookeeper chromium upstream chaos-deps helm
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # ruff (pyflakes rules), mypy on the PURE packages, and the import-linter layers contract (.importlinter:
@@ -112,7 +128,7 @@ bench: venv zookeeper
 	$(BIN)/python bench/bookie_throughput.py --quick
 
 clean:
-	rm -rf $(VENV) .cluster build *.egg-info $(UPSTREAM) $(LOCK_TOOLS)
+	rm -rf $(VENV) .cluster build *.egg-info $(UPSTREAM) $(LOCK_TOOLS) $(TOOLS)
 
 # A seeded fault campaign with its report (docs/chaos.md). Root for the namespace, nftables, tc and tmpfs
 # faults (without root those kinds are skipped with the exact error).
