@@ -1,6 +1,8 @@
 """Kubernetes and systemd deployment files (issue 14): the manifests validate against Kubernetes'
 schemas (kubernetes-validate), reference an image built from our Dockerfile and carry a
-PodDisruptionBudget, probes and a ServiceMonitor; the systemd unit passes `systemd-analyze verify`,
+PodDisruptionBudget, probes and a ServiceMonitor; the bookie container has its journal and ledgers
+volumes and no pod-level securityContext changes it (the sidecar's user is set on its own container);
+the PrometheusRule holds exactly the rules of deploy/prometheus/rules.yml; the systemd unit passes `systemd-analyze verify`,
 scores "OK" or better in `systemd-analyze security --offline`, and its user is created by a
 sysusers.d file."""
 
@@ -16,6 +18,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s" / "autorecovery-sidecar.yaml"
+PROMETHEUS_RULE = ROOT / "deploy" / "k8s" / "prometheusrule.yaml"
+RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
+#: prometheus-operator's kinds: CRDs, no schema in kubernetes-validate (checked by their own tests)
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "PodMonitor"}
 UNIT = ROOT / "deploy" / "systemd" / "autorecovery.service"
 SYSUSERS = ROOT / "deploy" / "systemd" / "autorecovery.sysusers.conf"
 
@@ -24,16 +30,61 @@ def docs() -> list[dict]:
     return [d for d in yaml.safe_load_all(K8S.read_text()) if d]
 
 
-def test_k8s_manifests_validate_against_the_kubernetes_schema():
+def validate_all(documents: list[dict]) -> int:
+    """Validate every document that is not a prometheus-operator CRD against Kubernetes 1.33's schema
+    (strict: an unknown field fails); returns how many were validated."""
     import kubernetes_validate
 
     checked = 0
-    for d in docs():
-        if d["kind"] == "ServiceMonitor":  # a CRD: no schema in kubernetes-validate; checked below
+    for d in documents:
+        if d["kind"] in CRD_KINDS:
             continue
         kubernetes_validate.validate(d, "1.33", strict=True)
         checked += 1
-    assert checked == 4
+    return checked
+
+
+def test_k8s_manifests_validate_against_the_kubernetes_schema():
+    assert validate_all(docs()) == 4
+
+
+def test_the_bookie_keeps_its_user_and_has_journal_and_ledgers_volumes():
+    sts = next(d for d in docs() if d["kind"] == "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    assert "securityContext" not in pod, "a pod-level securityContext would change the user's bookie"
+    bookie = next(c for c in pod["containers"] if c["name"] == "bookie")
+    sidecar = next(c for c in pod["containers"] if c["name"] == "autorecovery")
+    assert "securityContext" not in bookie
+    claims = {t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]}
+    assert claims == {"journal", "ledgers"}
+    mounts = {m["name"]: m["mountPath"] for m in bookie["volumeMounts"]}
+    assert set(mounts) == claims
+    env = {e["name"]: e.get("value") for e in bookie["env"]}
+    assert env["BK_journalDirectories"] == mounts["journal"] and env["BK_ledgerDirectories"] == mounts["ledgers"]
+    # both containers use one bookie id: the sidecar votes for the bookie next to it
+    assert env["BK_bookieId"] == next(e["value"] for e in sidecar["env"] if e["name"] == "BK_bookieId")
+    sc = sidecar["securityContext"]
+    assert sc["runAsUser"] == 10001 and sc["runAsNonRoot"] is True, "the Dockerfile's bookkeeper user"
+    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"]
+
+
+def test_prometheusrule_holds_exactly_the_rules_of_rules_yml(tmp_path):
+    pr = yaml.safe_load(PROMETHEUS_RULE.read_text())
+    assert pr["apiVersion"] == "monitoring.coreos.com/v1" and pr["kind"] == "PrometheusRule"
+    assert pr["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"], \
+        "deploy/k8s/prometheusrule.yaml differs from deploy/prometheus/rules.yml: paste rules.yml's groups under spec"
+    # and promtool (Debian's prometheus package, `make zookeeper`) accepts them as they stand there
+    (tmp_path / "r.yml").write_text(yaml.safe_dump({"groups": pr["spec"]["groups"]}))
+    r = subprocess.run(["promtool", "check", "rules", str(tmp_path / "r.yml")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "SUCCESS: 7 rules found" in r.stdout, r.stdout + r.stderr
+
+
+def test_servicemonitor_sets_the_labels_the_rules_need():
+    sm = next(d for d in docs() if d["kind"] == "ServiceMonitor")
+    relabel = {r["targetLabel"]: r["replacement"] for r in sm["spec"]["endpoints"][0]["relabelings"]}
+    assert relabel["job"] == "autorecovery" and relabel["cluster"]
+    assert 'up{job="autorecovery"}' in RULES.read_text()
 
 
 def test_k8s_sidecar_has_probes_pdb_servicemonitor_and_our_image():
@@ -49,7 +100,6 @@ def test_k8s_sidecar_has_probes_pdb_servicemonitor_and_our_image():
     conf = by_kind["ConfigMap"]["data"]["bk_server.conf"]
     assert f"httpServerPort={port}" in conf
     assert pod["terminationGracePeriodSeconds"] > int(re.search(r"shutdownTimeoutSeconds=(\d+)", conf).group(1))
-    assert pod["securityContext"]["runAsUser"] == 10001, "the Dockerfile's bookkeeper user"
     assert by_kind["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
     sm = by_kind["ServiceMonitor"]["spec"]
     assert sm["selector"]["matchLabels"] == by_kind["Service"]["metadata"]["labels"]
