@@ -36,6 +36,11 @@ path                                                        method  body / answe
                                                                     ledgers/bytes left, smoothed rate, ETA,
                                                                     blocked apart; this worker's share; admin
                                                                     jobs (``plan/progress.py``)
+``/api/v1/autorecovery/overview``  (ours)                   GET     the cluster at a glance, from any node
+                                                                    (``audit/overview.py``; ``shell overview``)
+``/api/v1/autorecovery/history``  (ours)                    GET     ``?limit=N`` → ``{"episodes": [..],
+                                                                    "errors": [..]}``, heal episodes oldest
+                                                                    first (``audit/episodes.py``)
 ==========================================================  ======  =========================================
 
 Mutating requests (every PUT) answer 403 unless ``httpAdminMutationsEnabled=true`` (ours; upstream has

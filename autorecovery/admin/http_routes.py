@@ -275,6 +275,26 @@ def build_app(deps: HttpDeps) -> web.Application:
         return json_response({"cluster": doc.get("cluster"), "worker": doc.get("worker"), "jobs": deps.jobs.snapshot(),
                       "maintenance": maint})
 
+    async def overview(_r: web.Request) -> web.Response:
+        from autorecovery.admin import ops_overview
+
+        return json_response(await ops_overview.overview(ctx))
+
+    async def history(request: web.Request) -> web.Response:
+        import time
+
+        from autorecovery.admin import ops_overview
+
+        limit = None
+        if "limit" in request.query:
+            raw = request.query["limit"]
+            if not raw.isdigit() or int(raw) < 1:
+                raise ops.BadRequestError(f"bad limit {raw[:50]!r}: expected a positive number of episodes")
+            limit = int(raw)
+        listing = await ops_overview.history(ctx, limit)
+        now = int(time.time() * 1000)
+        return json_response({"episodes": [e.as_dict(now) for e in listing.episodes], "errors": listing.errors})
+
     async def ledger_meta(request: web.Request) -> web.Response:
         if "ledger_id" not in request.query:
             return text_response("Param 'ledger_id' not found: expected ?ledger_id=N", 400)
@@ -319,6 +339,8 @@ def build_app(deps: HttpDeps) -> web.Application:
     r.add_put(f"{API}/autorecovery/lost_bookie_recovery_delay", mutating(guarded(delay_put)))
     r.add_put(f"{API}/autorecovery/decommission", mutating(guarded(decommission_put)))
     r.add_get(f"{API}/autorecovery/progress", guarded(progress))
+    r.add_get(f"{API}/autorecovery/overview", guarded(overview))
+    r.add_get(f"{API}/autorecovery/history", guarded(history))
     r.add_get(f"{API}/bookie/list_bookie_info", guarded(list_bookie_info))
     r.add_get(f"{API}/bookie/cluster_info", guarded(cluster_info))
     r.add_get(f"{API}/ledger/metadata", guarded(ledger_meta))

@@ -45,8 +45,18 @@ def bookieinfo(conf, zk, ledgers_root, sets):
 @command("clusterinfo", help="Cluster summary (auditor, under-replication, bookie counts): upstream's header "
                              "line then its JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON, on one line (ours).")
-def clusterinfo(conf, zk, ledgers_root, sets, as_json):
+@click.option("--overview", "glance", is_flag=True,
+              help="Print the cluster at a glance instead (ours; the same as `shell overview`, with --json too).")
+def clusterinfo(conf, zk, ledgers_root, sets, as_json, glance):
+    """Upstream ``ClusterInfoCommand`` (its header and JSON, which scripts parse: kept as they are);
+    ``--overview`` prints ours, the cluster at a glance (``shell overview``)."""
     async def body(ctx):
+        if glance:
+            from autorecovery.admin import ops_overview
+            from autorecovery.cli.shell_status import print_overview
+
+            print_overview(await ops_overview.overview(ctx), as_json)
+            return
         info = await ops.cluster_info(ctx)
         if as_json:
             click.echo(json.dumps(info))

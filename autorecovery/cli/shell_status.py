@@ -1,11 +1,13 @@
 """``autorecovery shell`` commands on AutoRecovery's state (upstream names and options):
 ``listunderreplicated``, ``whoisauditor``, ``triggeraudit``, ``autorecovery``,
-``lostbookierecoverydelay``, ``queryautorecoverystatus``, ``forceauditchecks``.
+``lostbookierecoverydelay``, ``queryautorecoverystatus``, ``forceauditchecks``; and ours: ``overview`` (the
+cluster at a glance) and ``history`` (heal episodes).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json as _json
 import sys
 
 import click
@@ -143,4 +145,47 @@ def forceauditchecks(conf, zk, ledgers_root, sets, checkallledgerscheck, placeme
             ts = _dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
             click.echo(f"Resetting {names[which]} to : {ts}")
         click.echo("The current auditor must be REBOOTED for the checks to run now.")
+    execute(conf, zk, ledgers_root, sets, body)
+
+
+# -- the cluster at a glance, heal history (ours) ---------------------------------------------------------
+def print_overview(doc: dict, as_json: bool) -> None:
+    """The overview document as JSON (one line) or the ``ceph -s``-like layout."""
+    from autorecovery.audit import overview as O
+
+    click.echo(_json.dumps(doc) if as_json else O.format_overview(doc))
+
+
+@command("overview", help="The cluster at a glance, as `ceph -s` is for Ceph: auditor, bookies up/down/read-only/in "
+                          "maintenance, under-replicated ledgers and bytes, in progress, blocked, heal rate and ETA, "
+                          "last checks, heal episodes (ours; from any node).")
+@click.option("--json", "as_json", is_flag=True, help="Print the document as JSON, on one line.")
+def overview_cmd(conf, zk, ledgers_root, sets, as_json):
+    async def body(ctx):
+        from autorecovery.admin import ops_overview
+
+        print_overview(await ops_overview.overview(ctx), as_json)
+    execute(conf, zk, ledgers_root, sets, body)
+
+
+@command("history", help="Heal episodes, newest first: what was marked, healed, how long it took, who healed it "
+                         "(ours; kept in ZooKeeper, so any node shows them).")
+@click.option("--json", "as_json", is_flag=True, help="Print {\"episodes\": [...], \"errors\": [...]} as JSON, oldest first.")
+@click.option("-n", "--limit", default=None, type=click.IntRange(min=1), metavar="N", help="Only the newest N episodes.")
+def history_cmd(conf, zk, ledgers_root, sets, as_json, limit):
+    async def body(ctx):
+        import time
+
+        from autorecovery.admin import ops_overview
+        from autorecovery.audit import overview as O
+
+        listing = await ops_overview.history(ctx, limit)
+        now = int(time.time() * 1000)
+        items = [e.as_dict(now) for e in listing.episodes]
+        for err in listing.errors:
+            click.echo(f"ERROR: {err}", err=True)
+        if as_json:
+            click.echo(_json.dumps({"episodes": items, "errors": listing.errors}))
+        else:
+            click.echo(O.format_history(items, now))
     execute(conf, zk, ledgers_root, sets, body)

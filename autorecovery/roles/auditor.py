@@ -46,6 +46,7 @@ from autorecovery.audit.schedule import first_run_s
 from autorecovery.config.sections import AuditorSettings  # noqa: F401 (re-exported)
 from autorecovery.errors import is_retriable
 from autorecovery.roles.auditor_checks import CheckResult, ForeignBookie, PeriodicChecks  # noqa: F401 (re-exported)
+from autorecovery.roles.auditor_history import HealRecorder
 from autorecovery.roles.auditor_holds import MaintenanceHolds
 from autorecovery.roles.auditor_metrics import SCOPE, AuditorMetrics  # noqa: F401 (SCOPE re-exported)
 from autorecovery.roles.checker import LedgerChecker
@@ -119,7 +120,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         self.tracker: LostBookieTracker | None = None
         self.checker = LedgerChecker(bookies, self._available, verification_percentage=settings.auditor_ledger_verification_percentage,
                                      in_flight=settings.in_flight_read_entry_num_in_ledger_checker,
-                                     foreign=self._foreign)
+                                     foreign=self._foreign, credentials=settings.recovery)
         self.last_audit: AuditReport | None = None
         self.last_results: dict[str, CheckResult] = {}
         self.audits = 0
@@ -145,6 +146,10 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         # the elected auditor exports them, refreshed on every marker change (roles/cluster_gauges.py)
         self.gauges = ClusterGauges(self.urm, zk, paths, self.index.total_length, registry or metrics.REGISTRY,
                                     self.wall_ms, quiet=self._check_lock)
+        # heal episodes and the state every node's `shell overview` reads (roles/auditor_history.py)
+        self.history = HealRecorder(zk, paths, self.urm, self.index, bookie_id=bookie_id, wall_ms=self.wall_ms,
+                                    checks=lambda: self.last_results, figures=self._figures,
+                                    registry=registry or metrics.REGISTRY)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -155,6 +160,13 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
     def pending_audit_at(self) -> float | None:
         """Clock time (s) of the pending delayed lost-bookie audit, or None."""
         return self.tracker.pending_at if self.tracker else None
+
+    def _figures(self) -> dict[str, int]:
+        """The cluster gauges' under-replicated ledgers, bytes and unrecoverable ledgers (for the history state)."""
+        from autorecovery.roles.cluster_gauges import UNRECOVERABLE, UR_BYTES, UR_LEDGERS
+
+        return {"ledgers": int(self.gauges.g[UR_LEDGERS].value), "bytes": int(self.gauges.g[UR_BYTES].value),
+                "unrecoverable": int(self.gauges.g[UNRECOVERABLE].value)}
 
     def _available(self) -> frozenset[str]:
         return self.bookie_watcher.available if self.bookie_watcher else frozenset()
@@ -194,6 +206,10 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         await self._watch_delay()
         await self._watch_unrecoverable()
         await self._watch_maintenance()
+        try:
+            await self.history.start(self.index.bookies() - self._available())
+        except Exception as exc:  # noqa: BLE001 - history never stops the auditor
+            log.warning("could not read the heal history", path=self.paths.history, error=repr(exc))
         # Upstream runs the first membership event (the watch fires right after registration) on the
         # auditor thread *before* the start-up bookie check, so a bookie that died with the previous
         # auditor is put under lostBookieRecoveryDelay first and the bookie check then skips (#3818).
@@ -202,6 +218,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         await self._decide_initial_membership()
         self._spawn(self._event_loop(), "events")
         self._spawn(self.gauges.run(), "cluster_gauges")
+        self._spawn(self.history.run(), "heal_history")
         now_s, now_ms = self.clock(), self.wall_ms()
         self._spawn(self._periodic("bookie_check", s.auditor_periodic_bookie_check_interval,
                                    first_run_s(s.auditor_periodic_bookie_check_interval, None, now_s, now_ms),
@@ -248,6 +265,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.gauges.reset()
+        self.history.reset()
         await self.tree.settle()
         if self.bookie_watcher is not None:
             await self.bookie_watcher.stop()
@@ -279,6 +297,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             except Exception as exc:  # noqa: BLE001
                 log.warning("placement policy rejected the cluster change", error=str(exc))
         available = writable | readonly
+        self.history.note_bookies(available, self.index.bookies())
         now = self.clock()
         for b in list(self._lost_since):
             if b in available:
@@ -452,12 +471,36 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
                 self._timer = None
             await self.audit_lost_bookies(trigger)
 
+    async def _marked_now(self) -> set[int]:
+        """Ledger ids marked right now (the watched marker set: no read once built), {} on failure."""
+        try:
+            return set(await self.urm.watched_marked_ids())
+        except Exception as exc:  # noqa: BLE001 - history only: the episode then counts every mark
+            log.warning("could not list the marked ledgers for the heal history", error=repr(exc))
+            return set()
+
+    async def _record_loss(self, lost: list[str], marks: dict[int, list[str]], before: set[int]) -> None:
+        """Open a ``bookie-lost`` episode (``rack-lost`` when two or more lost bookies make up a whole
+        failure domain) for the newly marked ledgers."""
+        kind, subject = "bookie-lost", ",".join(lost)
+        if len(lost) >= 2:
+            racks = {self._location_of(b) for b in lost}
+            if len(racks) == 1:
+                rack = racks.pop()
+                members = {b for b in self._available() | self.index.bookies() if self._location_of(b) == rack}
+                if members and members <= set(lost) | (self.index.bookies() - self._available()):
+                    kind, subject = "rack-lost", f"{rack} ({subject})"
+        await self.history.record(kind, subject, marks, before)
+
     async def audit_lost_bookies(self, trigger: str = "manual") -> AuditReport:
         """Mark the ledgers of every bookie in the index that is neither writable nor read-only.
 
         Find phase: index lookup only (no ZooKeeper reads). Write phase: batched markers.
         Upstream AuditorBookieCheckTask.auditBookies (which re-reads every ledger's metadata).
         """
+        # the heal history's view of what was marked before (the watched marker set: read once, then
+        # served from watches) is taken outside the audit's ZooKeeper-op count, as is its episode write
+        before = await self._marked_now()
         with self._m["AUDIT_BOOKIES_TIME"].time():
             ops0 = self.zk.ops
             t0 = self.clock()
@@ -489,7 +532,9 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             if lost:
                 log.info("audited lost bookies", trigger=trigger, lost=lost, ledgers=len(marks),
                          find_ms=round(rep.find_ms, 2), write_ms=round(rep.write_ms, 2), zk_ops=ops)
-            return rep
+        if marks:
+            await self._record_loss(sorted({b for bs in marks.values() for b in bs}), marks, before)
+        return rep
 
 
 

@@ -127,6 +127,8 @@ class PeriodicChecks:
 
         acquire_timeout_s = self.settings.auditor_acquire_concurrent_open_ledger_operations_time_out_msec / 1000
         timed_out = 0
+        before = await self._marked_now()
+        marked_ids: list[int] = []
 
         async def one(lid: int, md: LedgerMetadata) -> None:
             nonlocal marked, failed, timed_out
@@ -162,6 +164,7 @@ class PeriodicChecks:
                     replicas = sorted({b for f in bad for b in f.bad_bookies})
                     await self.urm.mark_underreplicated(lid, replicas)
                     marked += 1
+                    marked_ids.append(lid)
                     log.info("periodic check marked ledger", ledger_id=lid, replicas=replicas)
             finally:
                 sem.release()
@@ -180,6 +183,8 @@ class PeriodicChecks:
             await asyncio.gather(*(one(lid, md) for lid, md in chunk))
         ok = failed == 0 and timed_out == 0
         op.record((self.clock() - t0) * 1000, success=ok)
+        if marked_ids:
+            await self.history.record("ledger-check", "ledger check", marked_ids, before)
         return {"ok": ok, "checked": checked, "marked": marked, "failed": failed, "timed_out": timed_out,
                 "aborted": aborted}
 
@@ -219,8 +224,10 @@ class PeriodicChecks:
         marked = 0
         if not_adhering and self.settings.repaired_placement_policy_not_adhering_bookie_enabled and self._enabled:
             async with self._check_lock:
+                before = await self._marked_now()
                 await self.urm.mark_many({lid: [] for lid in not_adhering})
             marked = len(not_adhering)
+            await self.history.record("placement", "placement policy check", not_adhering, before)
         self._m["NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY"].set(len(not_adhering))
         self._m["NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY"].set(soft)
         self._m["NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD"].set(elapsed_grace)
@@ -293,8 +300,10 @@ class PeriodicChecks:
         marked = 0
         if to_mark and self.settings.auditor_replicas_check_mark_under_replicated and self._enabled:
             async with self._check_lock:
+                before = await self._marked_now()
                 await self.urm.mark_many(to_mark)
             marked = len(to_mark)
+            await self.history.record("replicas", "replicas check", to_mark, before)
         self._m["REPLICAS_CHECK_TIME"].record((self.clock() - t0) * 1000)
         return {"checked": checked, "no_replica": sorted(buckets[Bucket.NO_REPLICA]),
                 "less_than_aq": sorted(buckets[Bucket.LESS_THAN_AQ]),

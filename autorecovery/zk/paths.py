@@ -144,6 +144,13 @@ class Paths:
         return f"{self.underreplication}/maintenance-state"
 
     @property
+    def history(self) -> str:
+        """``underreplication/history``: heal history (ours). Its data is the auditor's published state
+        (JSON: lost bookies and since when, last check times, under-replicated figures); its children
+        ``e-<seq>`` are the heal episodes, JSON (``audit.episodes``)."""
+        return f"{self.underreplication}/history"
+
+    @property
     def racks(self) -> str:
         """Pulsar's rack-info znode (``/bookies``, JSON ``{"group": {"host:port": {"rack": ...}}}``).
 
