@@ -50,14 +50,19 @@ zookeeper:
 # helm (pinned; built from the Go module proxy with the machine's Go into .tools/, gitignored, and built
 # again only when missing): tests/unit/test_helm_chart.py renders deploy/helm/autorecovery with it.
 HELM_VERSION := v3.22.0
+# the Kubernetes version helm assumes without --kube-version: its release build's (from its k8s.io/client-go
+# v0.37), set the way its own Makefile sets it
+HELM_K8S_MINOR := 37
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+  $(foreach p,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 TOOLS := .tools
 HELM := $(TOOLS)/helm
 
 helm: $(HELM)
 
 $(HELM):
-	GOBIN=$(CURDIR)/$(TOOLS) GOFLAGS=-buildvcs=false go install \
-	  -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(CURDIR)/$(TOOLS) GOFLAGS=-buildvcs=false go install -ldflags "$(HELM_LDFLAGS)" \
+	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	@$(HELM) version --short
 
 # Debian's chromium: tests/integration/test_reports_page.py opens report.html in headless Chromium
