@@ -177,7 +177,7 @@ def test_prometheus_scrapes_live_daemons_and_the_backlog_returns_to_zero(cluster
         # the NoAuditor expression itself, on live series: empty (the local cluster has its auditor)
         no_auditor = next(r for g in groups for r in g["rules"] if r["name"] == "AutoRecoveryNoAuditor")
         assert prom_query(port, no_auditor["query"]) == []
-        assert prom_query(port, 'count by (cluster) (up{job="autorecovery"})')[0]["metric"] == {"cluster": "local"}
+        assert prom_query(port, 'count by (cluster) (up{job=~"autorecovery|recovery"})')[0]["metric"] == {"cluster": "local"}
         ledgers = asyncio.run(write_ledgers(cluster, 6, 100, E=3, WQ=2, AQ=2, size=4096))
         victim = 3
         assert any(cluster.bookie_id(victim) in ens for ens in ledgers.values())

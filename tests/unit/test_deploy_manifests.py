@@ -84,7 +84,7 @@ def test_servicemonitor_sets_the_labels_the_rules_need():
     sm = next(d for d in docs() if d["kind"] == "ServiceMonitor")
     relabel = {r["targetLabel"]: r["replacement"] for r in sm["spec"]["endpoints"][0]["relabelings"]}
     assert relabel["job"] == "autorecovery" and relabel["cluster"]
-    assert 'up{job="autorecovery"}' in RULES.read_text()
+    assert 'up{job=~"autorecovery|recovery"}' in RULES.read_text()
 
 
 def test_k8s_sidecar_has_probes_pdb_servicemonitor_and_our_image():
