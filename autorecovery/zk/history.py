@@ -99,7 +99,11 @@ class HistoryStore:
         try:
             path = await self.zk.create(base, data, sequence=True)
         except NoNodeError:
-            path = await self.zk.create(base, data, sequence=True, makepath=True)
+            try:  # the parent holds the state document: never created empty
+                await self.zk.create(self.paths.history, b"{}", makepath=True)
+            except NodeExistsError:
+                pass
+            path = await self.zk.create(base, data, sequence=True)
         return path.rsplit("/", 1)[1]
 
     async def update(self, ep: E.Episode) -> None:

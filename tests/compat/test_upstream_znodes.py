@@ -13,7 +13,8 @@ ledger is OPEN or IN_RECOVERY, the shell's backdated check ctimes), and those ar
 is taken through our UnderreplicationManager API so a lock is always among them.
 
 A znode that matches no upstream pattern fails the test unless it is one of our documented additions
-(``underreplication/unrecoverable/*``, ``underreplication/maintenance/*``, ``maintenance-state``), which
+(``underreplication/unrecoverable/*``, ``underreplication/maintenance/*``, ``maintenance-state``,
+``underreplication/history`` and its episodes ``e-<seq>``), which
 must decode as JSON and be documented.
 
 The cluster fixture is parametrized by ledger layout (``LAYOUTS``): "hierarchical" (upstream's hybrid
@@ -136,6 +137,8 @@ DOCUMENTED_ADDITIONS = {
     "maintenance": ("docs/operators.md", "underreplication/maintenance/<kind>:<target>"),
     "maintenance-state": ("docs/operators.md", "underreplication/maintenance-state"),
     "stream-slot": ("docs/operators.md", "underreplication/streams/<bookie id>/src-<n>"),
+    "history-state": ("docs/operators.md", "underreplication/history"),
+    "heal-episode": ("docs/operators.md", "underreplication/history/e-<seq>"),
 }
 
 #: Documented additions that exist only for a moment (a copy stream's cluster-wide slot).

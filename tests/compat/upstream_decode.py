@@ -669,6 +669,8 @@ def classify(path: str, where: Layout) -> Rule | None:
                                                     lambda f, p, d: decode_json_addition(d, p), ours=True),
         "/underreplication/streams": Rule("container", "ours (docs/operators.md: cluster-wide stream slots)",
                                           _empty("ours"), ours=True),
+        "/underreplication/history": Rule("history-state", "ours (docs/operators.md: underreplication/history)",
+                                          lambda f, p, d: decode_json_addition(d, p), ours=True),
     }
     if rel in fixed:
         return fixed[rel]
@@ -723,6 +725,9 @@ def classify(path: str, where: Layout) -> Rule | None:
                     ours=True)
     if len(parts) == 4 and parts[:2] == ["underreplication", "streams"] and re.fullmatch(r"(src|tgt)-\d+", parts[3]):
         return Rule("stream-slot", "ours (docs/operators.md: underreplication/streams/<bookie id>/src-<n>, JSON)",
+                    lambda f, p, d: decode_json_addition(d, p), ours=True)
+    if len(parts) == 3 and parts[:2] == ["underreplication", "history"] and re.fullmatch(r"e-\d{10}", parts[2]):
+        return Rule("heal-episode", "ours (docs/operators.md: underreplication/history/e-<seq>, JSON)",
                     lambda f, p, d: decode_json_addition(d, p), ours=True)
     if len(parts) == 3 and parts[:2] == ["underreplication", "maintenance"]:
         return Rule("maintenance", "ours (docs/operators.md: underreplication/maintenance/<kind>:<target>, JSON)",
