@@ -25,6 +25,8 @@ Panels read upstream's metric names (``auditor_*``, ``replication_worker_*``) an
 * *Heal throughput* counts only successful copies: ``replication_worker_NUM_BYTES_WRITTEN`` is an
   upstream OpStats (a summary with ``success="true"|"false"``), and its ``_sum`` of
   ``success="true"`` is the bytes written.
+* *Heal episodes* and *Last heal episode* read :mod:`autorecovery.roles.auditor_history`'s gauges
+  (auditor only) and its counter of closes (``or vector(0)``: no series before the first close).
 * *ETA* is the backlog over the 5-minute successful copy rate, and is empty while nothing is copying
   (the rate is kept only when ``> 0``): a backlog that no worker copies (blocked, unrecoverable,
   AutoRecovery disabled) has no ETA, rather than the backlog in seconds.
@@ -141,6 +143,14 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("timeseries", "Grace period exceeded",
               "Marked ledgers still under-replicated after underreplicatedLedgerRecoveryGracePeriod.", "short",
               (Target("max(auditor_NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD)", "ledgers"),)),
+    PanelSpec("timeseries", "Heal episodes",
+              "Heal episodes open now (auditor only) and closed in the last hour. What each one marked, healed and "
+              "left: `autorecovery shell history` or /api/v1/autorecovery/history.", "short",
+              (Target("max(autorecovery_heal_episodes_open)", "open"),
+               Target("sum(increase(autorecovery_heal_episodes_total[1h])) or vector(0)", "closed (1h)"))),
+    PanelSpec("stat", "Last heal episode: time to heal",
+              "Detection to close of the newest closed heal episode (auditor only; kept across an auditor change).",
+              "s", (Target("max(autorecovery_heal_last_episode_duration_seconds)", "time to heal"),)),
     PanelSpec("timeseries", "Auditor index drift",
               "Ledger ids that differed between the auditor's index and ZooKeeper at the last check (healed at once).",
               "short",
