@@ -86,9 +86,9 @@ def export_command(conf, zk, ledgers_root, sets, out, concurrency, synthetic, le
 @click.option("--master", default=None, help="Spark master URL (default local[*]); or run under spark-submit.")
 @click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
               help="Placement keys to evaluate instead of the snapshot's (e.g. minNumRacksPerWriteQuorum=3).")
-@click.option("--assumed-rate-mbps", type=FiniteFloatRange(0, 1e9, min_open=True), default=50.0, show_default=True,
-              help="One daemon's measured copy rate (MB/s; bench/heal.py measures it); replicationRateByBytes "
-                   "caps it when set.")
+@click.option("--assumed-rate-mbps", type=FiniteFloatRange(0, 1e9, min_open=True), default=None,
+              help="One daemon's copy rate (MB/s; bench/heal.py measures it); replicationRateByBytes caps it "
+                   "when set. Default: the rate measured from the snapshot's heal history, else 50.")
 @click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="Spark configuration (e.g. spark.executor.memory=1g), as spark-submit --conf.")
 @click.option("--daemons", type=click.IntRange(1, 100_000), default=None,
@@ -128,7 +128,7 @@ def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spa
     bar = Progress("report")
     try:
         summary = run(Path(snapshot), Path(out), which, master=master, what_if=overrides,
-                      assumed_rate=assumed_rate_mbps * 1e6, spark_conf=conf, progress=bar.step, daemons=daemons,
+                      assumed_rate=None if assumed_rate_mbps is None else assumed_rate_mbps * 1e6, spark_conf=conf, progress=bar.step, daemons=daemons,
                       decommission=decommission, add_bookies=add, k_bookies=not no_k_bookies)
     except BadInput as exc:
         bar.close()

@@ -16,10 +16,14 @@ import pandas as pd
 
 from autorecovery.placement.weights import effective_weights
 from autorecovery.reports import jobs, model, rollup, scenarios
+from autorecovery.reports.healrate import MeasuredRate, measured_rate
 from autorecovery.reports.spark_io import shuffle_partitions, storage_level
 from autorecovery.reports.validate import BadInput, check_snapshot
 
 RECENT_DAYS = 30
+#: one daemon's copy rate when neither ``--assumed-rate-mbps`` nor the snapshot's heal history gives
+#: one, bytes/s (50 MB/s)
+DEFAULT_RATE = 50e6
 
 
 @dataclass
@@ -28,8 +32,10 @@ class Throttles:
 
     ``workers``: daemons in the snapshot (one per live bookie, as ``autoRecoveryDaemonEnabled`` runs
     them, unless ``--daemons`` names a separate fleet); ``rate_bytes_per_s``: one daemon's copy rate,
-    ``min(measured or assumed rate, replicationRateByBytes)``; ``assumed``: the measured/assumed rate
-    binds (not the throttle); ``concurrent_ledgers`` and the stream caps: the daemon's keys from the
+    ``min(measured or assumed rate, replicationRateByBytes)``; ``assumed``: the copy rate is not
+    measured (given by ``--assumed-rate-mbps`` or its default): it sets the stream rate of every
+    bound, whether or not the throttle caps the daemon rate; ``rate_source`` says where it came from;
+    ``concurrent_ledgers`` and the stream caps: the daemon's keys from the
     snapshot's manifest (defaults of ``config/keys.py`` when the snapshot predates them)."""
 
     workers: int
@@ -40,6 +46,7 @@ class Throttles:
     max_streams_per_target: int = 4
     colocated: bool = True
     measured_rate: float = 0.0
+    rate_source: str = ""
     live: frozenset[str] = frozenset()
     writable: frozenset[str] = frozenset()
 
@@ -58,8 +65,9 @@ class Throttles:
                 "replicationWorkerConcurrentLedgers": self.concurrent_ledgers,
                 "replicationMaxStreamsPerSourceBookie": self.max_streams_per_source,
                 "replicationMaxStreamsPerTargetBookie": self.max_streams_per_target,
-                "rate_assumed": self.assumed,
-                "formula": "max(H / (daemons x daemon_rate), max_b S_b / (per-source cap x stream_rate), "
+                "rate_assumed": self.assumed, "rate_source": self.rate_source,
+                "formula": "lower bound: max(H / (daemons x daemon_rate), R / (sources x per-source cap x "
+                           "stream_rate), max_b sole_b / (per-source cap x stream_rate), "
                            "H / (targets x per-target cap x stream_rate))"}
 
 
@@ -71,9 +79,12 @@ class Report:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float, daemons: int | None = None) -> Throttles:
+def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float | None, daemons: int | None = None,
+              measured: "MeasuredRate | None" = None) -> Throttles:
     """The heal-time inputs: the snapshot's worker keys, its live bookies and the copy rate.
-    ``assumed_rate``: one daemon's measured copy rate (bytes/s; ``bench/heal.py``)."""
+    ``assumed_rate``: one daemon's copy rate given by the user (bytes/s; ``bench/heal.py`` measures
+    one); None → ``measured`` (from the snapshot's heal history, :mod:`reports.healrate`) when there is
+    one, else :data:`DEFAULT_RATE`. Only a measured rate gives ``assumed`` False."""
     from autorecovery.config.keys import KEY_BY_NAME
 
     thr = manifest.get("throttles", {})
@@ -84,14 +95,44 @@ def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float, daemon
         except (KeyError, ValueError, TypeError):
             return int(KEY_BY_NAME[name].default)
 
+    if assumed_rate is not None:
+        source = f"given: --assumed-rate-mbps {assumed_rate / 1e6:g}"
+    elif measured is not None:
+        assumed_rate = measured.bytes_per_s
+        source = (f"measured: the snapshot's heal history, {measured.episodes} closed episode"
+                  f"{'s' if measured.episodes != 1 else ''}")
+    else:
+        assumed_rate = DEFAULT_RATE
+        source = f"default: {DEFAULT_RATE / 1e6:g} MB/s (no heal history in the snapshot; --assumed-rate-mbps)"
     rate = float(key("replicationRateByBytes"))
     live = frozenset(bookies.loc[bookies["state"] != "gone", "bookie_id"])
     writable = frozenset(bookies.loc[bookies["state"] == "writable", "bookie_id"])
     daemon_rate = min(assumed_rate, rate) if rate > 0 else assumed_rate
-    return Throttles(max(1, daemons if daemons else len(live)), daemon_rate, not (rate > 0 and rate <= assumed_rate),
+    return Throttles(max(1, daemons if daemons else len(live)), daemon_rate, not source.startswith("measured"),
                      max(1, key("replicationWorkerConcurrentLedgers")), key("replicationMaxStreamsPerSourceBookie"),
                      key("replicationMaxStreamsPerTargetBookie"), colocated=not daemons, measured_rate=assumed_rate,
-                     live=live, writable=writable)
+                     rate_source=source, live=live, writable=writable)
+
+
+def read_history(snapshot: Path) -> MeasuredRate | None:
+    """The copy rate measured from ``history.json`` (written by ``autorecovery export`` from
+    ``underreplication/history``); None when the snapshot has none (synthetic, or older) or no closed
+    episode healed bytes.
+
+    Raises:
+        BadInput: ``history.json`` is not JSON with an ``episodes`` list (names the file).
+    """
+    p = Path(snapshot) / "history.json"
+    if not p.is_file():
+        return None
+    try:
+        doc = json.loads(p.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{p}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    eps = doc.get("episodes") if isinstance(doc, dict) else None
+    if not isinstance(eps, list):
+        raise BadInput(f"{p}: expected an object with an 'episodes' list")
+    return measured_rate(e for e in eps if isinstance(e, dict))
 
 
 def _heal(ht: model.HealTime) -> dict[str, Any]:
@@ -170,7 +211,7 @@ def placement_parts(t, manifest: dict, what_if: dict[str, str]) -> dict[str, Any
     current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
     target = {**current, **what_if}
     return {"placement": jobs.placement_partition(current, target if what_if else None, locations, members),
-            "repair": jobs.repair_partition(target, locations, members)}
+            "repair": jobs.repair_partition(target, locations, members, reads=True)}
 
 
 def write_ledger_tables(out: Path, verdicts, plan) -> None:
@@ -188,10 +229,13 @@ def placement(manifest: dict, what_if: dict[str, str], thr: Throttles, sums: pd.
     counts, by_ns = rollup.placement_counts(sums)
     by_source, by_target, tot = rollup.repair_plan(sums)
     nbytes = tot["bytes"]
-    # the swaps copy each replaced member's share from a copy (the member itself is still up: a source)
-    # to the new member named by the plan: the heal-time model with every daemon, plan-given targets
-    ht = model.heal_time(nbytes, dict(zip(by_source["source"], by_source["bytes"])), thr.heal_model(),
-                         dict(zip(by_target["target"], by_target["bytes"])))
+    # the swaps copy each replaced member's share from a readable copy (the member itself when it is
+    # writable or read-only, the entries' other copies; a gone bookie serves nothing) to the new member
+    # named by the plan: the heal-time model with every daemon and the plan's own targets
+    rd = rollup.part(sums, "repair_read", ["bookie_id", "bytes", "heal_bytes"])
+    reads = model.SourceReads.from_bookies(dict(zip(rd["bookie_id"], rd["bytes"])),
+                                           dict(zip(rd["bookie_id"], rd["heal_bytes"].fillna(0.0))))
+    ht = model.heal_time(nbytes, reads, thr.heal_model(), dict(zip(by_target["target"], by_target["bytes"])))
     summary = {
         "policy": current.get("ensemblePlacementPolicy", ""),
         "what_if": what_if,
@@ -200,7 +244,7 @@ def placement(manifest: dict, what_if: dict[str, str], thr: Throttles, sums: pd.
         "repair": {"ledgers_to_mark": int(round(tot["ledgers"])), "swaps": int(round(tot["swaps"])),
                    "bytes_to_copy": nbytes, "ledgers_without_fix": int(round(tot["unfixable"])),
                    "workers": thr.workers, "rate_bytes_per_s_per_worker": thr.rate_bytes_per_s,
-                   "rate_assumed": thr.assumed,
+                   "rate_assumed": thr.assumed, "rate_source": thr.rate_source,
                    "copy_time_s": ht.seconds, "copy_limited_by": ht.limited_by},
     }
     return Report({"placement_verdicts": counts, "placement_fail_by_namespace": by_ns,
@@ -256,11 +300,15 @@ def _domain_members(bk: pd.DataFrame, kind: str, name: str) -> frozenset[str]:
     return frozenset(bk.loc[bk[kind] == name, "bookie_id"])
 
 
-def _max_sources(per: pd.DataFrame) -> dict[tuple[str, str], dict[str, float]]:
-    """(kind, name) → {bookie read the most: bytes} from the ``heal_src`` rows summed per (kind, name,
-    bookie_id); ties go to the larger bookie id."""
-    top = per.sort_values(["bytes", "bookie_id"]).groupby(["kind", "name"]).tail(1)
-    return {(r.kind, r.name): {r.bookie_id: float(r.bytes)} for r in top.itertuples()}
+def _source_reads(per: pd.DataFrame) -> dict[tuple[str, str], model.SourceReads]:
+    """(kind, name) → what healing it reads (:class:`model.SourceReads`), from the ``heal_src`` rows
+    summed per (kind, name, bookie_id): ``bytes`` = the bookie's even share of the healed entries it
+    holds a copy of, ``heal_bytes`` = the bytes only it holds a copy of."""
+    out = {}
+    for (kind, name), g in per.groupby(["kind", "name"]):
+        out[(kind, name)] = model.SourceReads.from_bookies(dict(zip(g["bookie_id"], g["bytes"])),
+                                                            dict(zip(g["bookie_id"], g["heal_bytes"].fillna(0.0))))
+    return out
 
 
 def risk(t, manifest: dict, thr: Throttles, agg: pd.DataFrame, src_sums: pd.DataFrame | None = None) -> Report:
@@ -303,8 +351,8 @@ def risk(t, manifest: dict, thr: Throttles, agg: pd.DataFrame, src_sums: pd.Data
     wide["heal_bytes"] = wide["heal_bytes_copy_lost"] + wide["heal_bytes_below_ack_quorum"] + wide["heal_bytes_data_loss"]
     # heal time from the daemons and bookies that survive the domain (model.heal_time); the source bound
     # needs the bytes read per bookie, computed for racks, zones and regions (not for rack pairs)
-    sources = _max_sources(src_sums) if src_sums is not None else {}
-    heals = [model.heal_time(h, sources.get((k, n), {}), thr.heal_model(_domain_members(bk, k, n)))
+    sources = _source_reads(src_sums) if src_sums is not None else {}
+    heals = [model.heal_time(h, sources.get((k, n)), thr.heal_model(_domain_members(bk, k, n)))
              for k, n, h in zip(wide["kind"], wide["name"], wide["heal_bytes"])]
     wide["heal_time_s"] = [h.seconds for h in heals]
     wide["heal_limited_by"] = [h.limited_by for h in heals]
@@ -331,15 +379,17 @@ def risk(t, manifest: dict, thr: Throttles, agg: pd.DataFrame, src_sums: pd.Data
         "racks_whose_loss_loses_data": sorted(wide.loc[(wide["kind"] == "rack") & (wide["ledgers_data_loss"] > 0),
                                                        "name"].tolist()),
         "workers": thr.workers, "rate_bytes_per_s_per_worker": thr.rate_bytes_per_s, "rate_assumed": thr.assumed,
+        "rate_source": thr.rate_source,
         "heal_model": thr.describe(),
-        "existing_damage": _existing(existing, bk, thr),
+        "existing_damage": _existing(existing, bk, thr, sources.get(("existing", ""))),
         "open_ledgers_lac": "read at export" if t.get("lac_read") else
         "unknown: snapshot written before the lac column; open ledgers' last segments counted empty",
     }
     return Report({"risk_domains": wide, "risk_by_namespace": by_ns}, summary)
 
 
-def _existing(rows: pd.DataFrame, bk: pd.DataFrame, thr: Throttles) -> dict[str, Any]:
+def _existing(rows: pd.DataFrame, bk: pd.DataFrame, thr: Throttles,
+              reads: model.SourceReads | None = None) -> dict[str, Any]:
     """The damage already there (copies on gone bookies and on the replicas markers name), nothing more lost."""
     gone = sorted(bk.loc[bk["state"] == "gone", "bookie_id"])
     by = {int(r.outcome): r for r in rows.itertuples()}
@@ -350,7 +400,7 @@ def _existing(rows: pd.DataFrame, bk: pd.DataFrame, thr: Throttles) -> dict[str,
     heal = float(sum(r.heal_bytes for r in by.values()))
     return {"gone_bookies": gone, "ledgers_data_loss": n(model.LOSS), "ledgers_below_ack_quorum": n(model.BELOW_AQ),
             "ledgers_copy_lost": n(model.COPY), "lost_bytes": float(sum(r.lost_bytes for r in by.values())),
-            "heal_bytes": heal, **_heal(model.heal_time(heal, {}, thr.heal_model(frozenset(gone))))}
+            "heal_bytes": heal, **_heal(model.heal_time(heal, reads, thr.heal_model(frozenset(gone))))}
 
 
 def write(report: Report, out: Path) -> None:
@@ -362,13 +412,15 @@ def write(report: Report, out: Path) -> None:
 
 
 def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, what_if: dict[str, str] | None = None,
-        assumed_rate: float = 50e6, spark=None, spark_conf: dict[str, str] | None = None,
+        assumed_rate: float | None = None, spark=None, spark_conf: dict[str, str] | None = None,
         progress: Callable[[str], None] | None = None, daemons: int | None = None,
         decommission: str | None = None, add_bookies: tuple[str, int] | None = None,
         k_bookies: bool = True) -> dict[str, Any]:
     """Run ``which`` (capacity | placement | risk | all) on ``snapshot``; write everything under ``out``.
 
-    ``assumed_rate``: one daemon's copy rate (bytes/s, measured by ``bench/heal.py``); ``daemons``: a
+    ``assumed_rate``: one daemon's copy rate (bytes/s, measured by ``bench/heal.py``; None: the rate
+    measured from the snapshot's ``history.json`` when it has closed heal episodes, else
+    :data:`DEFAULT_RATE`, said in ``heal_model.rate_source``); ``daemons``: a
     separate fleet of that many daemons (default: one per live bookie, lost with it). What-ifs (sections
     of summary.json): with risk and ``k_bookies``, ``what_if_bookies`` (worst loss of 1, 2, 3 bookies);
     ``decommission`` (a bookie id) → ``what_if_decommission``; ``add_bookies`` ((rack, n)) →
@@ -404,7 +456,7 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
         level = getattr(StorageLevel, storage_level(manifest))
         t["ledger_view"].persist(level)
         bk = _bookies(t)
-        thr = throttles(manifest, bk, assumed_rate, daemons)
+        thr = throttles(manifest, bk, assumed_rate, daemons, read_history(snapshot))
         if decommission and decommission not in set(bk["bookie_id"]):
             raise BadInput(f"--decommission {decommission}: no such bookie in snapshot {snapshot}")
         fns: dict[str, Any] = {}
@@ -442,7 +494,7 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
             parts["risk"] = risk(t, manifest, thr,
                                  rollup.part(sums, "risk", ["kind", "name", "outcome", "namespace", "ledgers",
                                                             "lost_bytes", "heal_bytes"]),
-                                 rollup.part(sums, "heal_src", ["kind", "name", "bookie_id", "bytes"]))
+                                 rollup.part(sums, "heal_src", ["kind", "name", "bookie_id", "bytes", "heal_bytes"]))
         extra: dict[str, Any] = {}
         if "risk" in fns and k_bookies:
             step("worst loss of 1, 2 and 3 bookies")

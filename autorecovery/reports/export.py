@@ -141,6 +141,13 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
             continue
     mw.close()
 
+    # the heal history (underreplication/history), for the measured copy rate (reports/healrate.py)
+    from autorecovery.zk.history import HistoryStore
+
+    listing = await HistoryStore(ctx.zk, ctx.paths).listing()
+    (out / "history.json").write_text(json.dumps({"episodes": [e.as_dict() for e in listing.episodes],
+                                                  "errors": listing.errors}, indent=1))
+
     s = ctx.settings
     from autorecovery.placement.config import PlacementConfig
 
@@ -149,7 +156,8 @@ async def export(ctx: ops.AdminContext, out: Path, *, concurrency: int = 500,
     manifest = {"time_ms": started, "instance_id": instance, "ledgers_root": ctx.paths.root,
                 "layout": layout.decode("utf-8", "replace"), "placement": placement, "throttles": throttle,
                 "counts": {"ledgers": lw.count, "segments": sw.count, "bookies": bw.count, "markers": mw.count,
-                           "unreadable": unreadable, "open_lac_read": lac_read, "open_lac_unknown": lac_unknown},
+                           "unreadable": unreadable, "open_lac_read": lac_read, "open_lac_unknown": lac_unknown,
+                           "heal_episodes": len(listing.episodes)},
                 "source": f"zookeeper {ctx.zk.hosts}"}
     write_manifest(out, manifest)
     return manifest

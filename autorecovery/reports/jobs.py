@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autorecovery.ledger.striping import write_set
 from autorecovery.reports import model
 from autorecovery.reports.spark_io import load as load  # re-exported: build.py and bench use jobs.load
 from autorecovery.reports.spark_io import spark_session as spark_session  # re-exported
@@ -232,17 +233,40 @@ def _worst(policy, lv: model.LedgerView, token: str, memo: dict[tuple, int]) -> 
     return VERDICT[worst]
 
 
-def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], members: tuple[list[str], list[str]]):
+def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], members: tuple[list[str], list[str]],
+                     reads: bool = False):
     """mapInPandas function: the BP-54 repair plan under ``target`` — for each closed ledger with a FAIL
     segment, the minimum-swap ``replace_to_adhere`` result: one row per swap with the bytes the replaced
-    member stored (what the worker copies from a surviving replica to the new member)."""
+    member stored (what the worker copies from a readable replica to the new member; ``source`` is the
+    member replaced, whose disk the bytes leave).
+
+    With ``reads`` (the fused pass), each batch also yields rows ``part`` = ``repair_read``: per bookie
+    holding a readable copy of a swapped entry (writable or read-only: a read-only bookie serves reads;
+    a bookie in neither list is gone and serves nothing), ``bytes`` = its even share of those entries
+    and ``heal_bytes`` = the bytes of the entries whose only readable copy it holds
+    (:class:`model.SourceReads`, the plan's copy time)."""
 
     token = _token(target, locations, members)
+    readable = frozenset(members[0]) | frozenset(members[1])
+
+    def read_shares(lv: model.LedgerView, seg: model.SegmentView, idx: int, acc: dict[str, list[float]]) -> None:
+        E, WQ, bpe = lv.ensemble_size, lv.write_quorum, lv.bytes_per_entry
+        for s, cnt in enumerate(model.residue_counts(seg.first, seg.last, E)):
+            ws = write_set(s, E, WQ)
+            if not cnt or idx not in ws:
+                continue
+            copies = [seg.ensemble[j] for j in ws if seg.ensemble[j] in readable]
+            for b in copies:
+                v = acc.setdefault(b, [0.0, 0.0])
+                v[0] += cnt * bpe / len(copies)
+                if len(copies) == 1:
+                    v[1] += cnt * bpe
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         pol = _policy(target, locations, members)
         for pdf in batches:
             memo = _memo_of(pdf)
+            acc: dict[str, list[float]] = {}
             out: dict[str, list] = {"ledger_id": [], "segment_first_entry_id": [], "source": [], "target": [],
                                     "bytes": [], "fixable": []}
             for lv, _row in _views(pdf):
@@ -263,6 +287,8 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
                         out["target"].append(res.ensemble[idx])
                         out["bytes"].append(n * bpe)
                         out["fixable"].append(True)
+                        if reads:
+                            read_shares(lv, seg, idx, acc)
                     if not fixed:
                         out["ledger_id"].append(lv.ledger_id)
                         out["segment_first_entry_id"].append(seg.first)
@@ -271,6 +297,9 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
                         out["bytes"].append(0.0)
                         out["fixable"].append(False)
             yield pd.DataFrame(out)
+            if reads and acc:
+                yield pd.DataFrame({"part": "repair_read", "bookie_id": list(acc),
+                                    "bytes": [v[0] for v in acc.values()], "heal_bytes": [v[1] for v in acc.values()]})
 
     return run
 
@@ -288,8 +317,8 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
     totals of both racks: pair(a, b) = pair rows + single(a) + single(b).
 
     Rows carry ``part``: ``risk`` (the above; kind ``existing`` = the damage with nothing more lost),
-    ``heal_src`` (kind, name, bookie_id, bytes: what each surviving bookie is read for to heal a rack,
-    zone or region) and, with ``bookie_sets``, ``kloss``: kind ``bookie`` (name = bookie id; ledgers =
+    ``heal_src`` (kind, name, bookie_id; bytes: the bookie's even share of the healed entries it
+    holds a copy of, heal_bytes: the bytes only it holds a copy of; to heal a rack, zone or region) and, with ``bookie_sets``, ``kloss``: kind ``bookie`` (name = bookie id; ledgers =
     data-loss ledgers, lost_bytes, bytes = below-AQ ledgers, heal_bytes, of :func:`whatif.single_losses`)
     and ``bookie_pair`` (name ``a|b``; the same figures of :func:`whatif.pair_corrections`' deltas).
 
@@ -347,7 +376,7 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
     """mapInPandas function: what decommissioning ``bookie`` moves. Per segment holding it, the
     configured policy's ``replace_bookie`` (excluding ``bookie``) names the new member; rows (``part``
     ``decom``): kind ``target`` (bookie_id, bytes, ledgers), ``source`` (bookie_id, bytes read),
-    ``verdict`` (current = the segment's verdict now, what_if = after the replacement, ledgers) and
+    ``sole`` (bookie_id, bytes only it holds another copy of), ``verdict`` (current = the segment's verdict now, what_if = after the replacement, ledgers) and
     ``unplaceable`` (segments the policy finds no bookie for)."""
     from autorecovery.errors import AutoRecoveryError
     from autorecovery.reports import whatif
@@ -364,7 +393,7 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
 
         def step(pdf: "pd.DataFrame | Prepared") -> None:
             for lv, _row in _views(pdf):
-                for si, idx, stored, sources in whatif.decommission_shares(lv, bookie):
+                for si, idx, stored, sources, sole in whatif.decommission_shares(lv, bookie):
                     ens = list(lv.segments[si].ensemble)
                     before = _verdict(pol, ens, lv)
                     try:
@@ -377,6 +406,8 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
                     add(("target", str(new[idx]), "", ""), stored)
                     for b, nbytes in sources.items():
                         add(("source", b, "", ""), nbytes, 0.0)
+                    for b, nbytes in sole.items():
+                        add(("sole", b, "", ""), nbytes, 0.0)
                     add(("verdict", "", before, _verdict(pol, new, lv)), stored)
 
         def finish() -> Iterator[pd.DataFrame]:
@@ -460,7 +491,7 @@ def fused_partition(parts: Mapping[str, Any]):
                     continue
                 for out in fn(iter([prepared])):
                     if len(out):
-                        if name == "repair":  # 1.0 on a ledger's first row per fixable: the roll-up counts ledgers
+                        if name == "repair" and "part" not in out.columns:  # 1.0 on a ledger's first row per fixable: the roll-up counts ledgers
                             out = out.assign(ledgers=(~out.duplicated(["ledger_id", "fixable"])).astype("float64"))
                         yield typed(name, out)
         for name, (_step, finish) in folds.items():

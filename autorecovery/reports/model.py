@@ -117,9 +117,12 @@ class DomainLoss:
     outcome: int
     lost_bytes: float
     heal_bytes: float
-    #: bytes the worker reads from each surviving bookie to heal (each healed entry read once, from one
-    #: of its surviving copies, spread evenly over them: ``StreamCaps.pick_source`` balances sources)
+    #: per surviving bookie, the bytes of healed entries it holds a copy of, each entry's bytes split
+    #: evenly over its surviving copies (the sum is what healing reads, each entry once; the keys are
+    #: the bookies it can read from: :class:`SourceReads`)
     sources: Mapping[str, float] = field(default_factory=dict, compare=False)
+    #: per surviving bookie, the bytes of healed entries whose only surviving copy it holds
+    sole: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
 def domain_loss(ledger: LedgerView, dead: set[str] | frozenset[str],
@@ -132,6 +135,7 @@ def domain_loss(ledger: LedgerView, dead: set[str] | frozenset[str],
     outcome = NONE
     lost = heal = 0.0
     sources: dict[str, float] = {}
+    sole: dict[str, float] = {}
     for seg in ledger.segments:
         dead_idx = {i for i, b in enumerate(seg.ensemble) if b in dead or b in damaged}
         if not dead_idx:
@@ -153,21 +157,43 @@ def domain_loss(ledger: LedgerView, dead: set[str] | frozenset[str],
                 heal += cnt * copies_dead * bpe
                 for j in ws:
                     if j not in dead_idx:
-                        sources[seg.ensemble[j]] = sources.get(seg.ensemble[j], 0.0) + cnt * bpe / left
-    return DomainLoss(outcome, lost, heal, sources)
+                        b = seg.ensemble[j]
+                        sources[b] = sources.get(b, 0.0) + cnt * bpe / left
+                        if left == 1 and cnt * bpe > 0:
+                            sole[b] = sole.get(b, 0.0) + cnt * bpe
+    return DomainLoss(outcome, lost, heal, sources, sole)
+
+
+def storing(ledger: LedgerView, damaged: set[str] | frozenset[str] = frozenset()) -> frozenset[str]:
+    """The ledger's bookies that store at least one of its entries and whose copies are not lost already
+    (``damaged``). A member only of an empty segment (an open ledger's last one, before any entry)
+    stores nothing. The reports' rule: a failure domain or a set of bookies counts a ledger only if it
+    holds such a copy of it; losing it changes nothing for the others (their existing damage is
+    ``risk.existing_damage``)."""
+    out: set[str] = set()
+    E, WQ = ledger.ensemble_size, ledger.write_quorum
+    for seg in ledger.segments:
+        for idx, b in enumerate(seg.ensemble):
+            if b not in out and b not in damaged and entries_on_index(seg.first, seg.last, E, WQ, idx):
+                out.add(b)
+    return frozenset(out)
 
 
 def ledger_domains(ledger: LedgerView, location: Mapping[str, Mapping[str, str]], kinds: Iterable[str],
                    pairs_of: str | None = "rack") -> list[tuple[str, str]]:
     """The failure domains that touch ``ledger``: ``(kind, name)`` for each kind (``rack``, ``zone``,
-    ``region``) a member's location names, plus ``("rack_pair", "a|b")`` for every pair of racks that
-    both hold a member (sorted names). ``location[bookie][kind]`` gives the domain names; a bookie
-    missing from it is in domain ``"unknown"``."""
+    ``region``) the location of a bookie storing an entry names (:func:`storing`), plus
+    ``("rack_pair", "a|b")`` for every pair of racks that both hold one (sorted names).
+    ``location[bookie][kind]`` gives the domain names; a bookie missing from it is in domain
+    ``"unknown"``."""
     out: set[tuple[str, str]] = set()
     kinds = tuple(kinds)
     racks: set[str] = set()
+    keep = storing(ledger)
     for seg in ledger.segments:
         for b in seg.ensemble:
+            if b not in keep:
+                continue
             loc = location.get(b, {})
             for kind in kinds:
                 out.add((kind, loc.get(kind, "unknown")))
@@ -200,8 +226,9 @@ def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
                 pairs: bool = True, damaged: set[str] | frozenset[str] = frozenset(),
                 existing: bool = False) -> list[tuple[str, str, DomainLoss]]:
     """:func:`domain_loss` for every failure domain that touches ``ledger``, in one pass: each rack, zone
-    and region holding a member (``tags[bookie] = (rack, zone, region)``; missing → ``"unknown"``), and
-    with ``pairs`` every pair of racks that both hold a member (``("rack_pair", "a|b")``, sorted names).
+    and region holding a copy of an entry not lost already (:func:`storing`; ``tags[bookie] = (rack,
+    zone, region)``; missing → ``"unknown"``), and with ``pairs`` every pair of racks that both hold
+    one (``("rack_pair", "a|b")``, sorted names).
     ``damaged``: bookies whose copies of this ledger are already lost (see :func:`domain_loss`); with
     ``existing`` also ``("existing", "", loss)``: the damage with no domain lost (omitted when none).
 
@@ -226,6 +253,7 @@ def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
         outcome = NONE
         lost = heal = 0.0
         sources: dict[str, float] = {}
+        sole: dict[str, float] = {}
         for cnt, ws in groups:
             dead = 0
             for _b, t, gone in ws:
@@ -246,18 +274,22 @@ def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
                     for b, t, gone in ws:
                         if not gone and t[k] not in names:
                             sources[b] = sources.get(b, 0.0) + share
-        return DomainLoss(outcome, lost, heal, sources)
+                            if left == 1 and share > 0:
+                                sole[b] = sole.get(b, 0.0) + share
+        return DomainLoss(outcome, lost, heal, sources, sole)
 
     out: list[tuple[str, str, DomainLoss]] = []
     if existing and damaged:
         d = evaluate(0, ())
         if d.outcome != NONE:
             out.append(("existing", "", d))
+    keep = storing(ledger, damaged)
+    held = [t for b, t in seen.items() if b in keep]
     for k, kind in enumerate(KINDS):
-        for name in sorted({t[k] for t in seen.values()}):
+        for name in sorted({t[k] for t in held}):
             out.append((kind, name, evaluate(k, (name,))))
     if pairs:
-        racks = sorted({t[0] for t in seen.values()})
+        racks = sorted({t[0] for t in held})
         for i in range(len(racks)):
             for j in range(i + 1, len(racks)):
                 out.append(("rack_pair", f"{racks[i]}|{racks[j]}", evaluate(0, (racks[i], racks[j]), False)))
@@ -335,19 +367,57 @@ class HealTime:
     bounds: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
-def heal_time(heal_bytes: float, sources: Mapping[str, float], m: HealModel,
-              target_loads: Mapping[str, float] | None = None) -> HealTime:
-    """The shortest time the surviving daemons can write ``heal_bytes`` (new copies) reading ``sources``
-    (bytes read from each surviving bookie), under every limit the worker obeys::
+@dataclass(frozen=True)
+class SourceReads:
+    """What a heal (or a copy plan) must read, for the source bound of :func:`heal_time`.
 
+    Attributes:
+        total: bytes read, each copied entry once (from any one of its readable copies).
+        sources: distinct bookies holding a readable copy of some of those entries.
+        sole_bookie / sole_bytes: the bookie with the most bytes that no other bookie can serve (entries
+            whose only readable copy it holds) and those bytes; ``""`` / 0.0 when every entry has two
+            readable copies or more.
+    """
+
+    total: float
+    sources: int
+    sole_bookie: str = ""
+    sole_bytes: float = 0.0
+
+    @classmethod
+    def from_bookies(cls, shares: Mapping[str, float], sole: Mapping[str, float]) -> "SourceReads":
+        """From per-bookie sums: ``shares[b]`` = bytes of the entries it can serve, each entry's bytes
+        split over its readable copies (any split: only their sum and the bookies count), ``sole[b]`` =
+        bytes only ``b`` can serve. Bookies with no positive share are not sources."""
+        live = {b: v for b, v in shares.items() if v > 0}
+        top = max(((v, b) for b, v in sole.items() if v > 0), default=(0.0, ""))
+        return cls(float(sum(live.values())), len(live), top[1], float(top[0]))
+
+    @classmethod
+    def sole_only(cls, per_bookie: Mapping[str, float]) -> "SourceReads":
+        """Every byte readable from one bookie only (``per_bookie[b]`` bytes from ``b``: a plan that names
+        each read's source)."""
+        return cls.from_bookies(per_bookie, per_bookie)
+
+
+def heal_time(heal_bytes: float, reads: SourceReads | None, m: HealModel,
+              target_loads: Mapping[str, float] | None = None) -> HealTime:
+    """A lower bound of the time the surviving daemons need to write ``heal_bytes`` (new copies)
+    reading ``reads``, under every limit the worker obeys (``roles/worker.py``, ``plan/throttle.py``)::
+
+        c = max_streams_per_source × stream_rate      (what one bookie can serve, bytes/s)
         t = max( H / (daemons × daemon_rate),
-                 max_b S_b / (max_streams_per_source × stream_rate),
+                 R / (sources × c),                    every readable copy busy all along
+                 sole_b / c,                           bytes only bookie b holds a copy of
                  H / (targets × max_streams_per_target × stream_rate) )
 
-    A lower bound of the real schedule (work is assumed divisible and balanced; ledger granularity,
-    re-checks and ZooKeeper turns add to it). A cap <= 0 drops its term. ``target_loads`` (bytes written
-    to each target, when a plan names them) replaces the even spread over ``targets`` by
-    ``max_b T_b / (max_streams_per_target × stream_rate)``.
+    Each term holds for any schedule, so their max does (ledger granularity, re-checks and ZooKeeper
+    turns add to it). It is not the time of a balanced split of each entry over its copies: splitting
+    evenly is not a bound (a copy shared with an idle bookie need not be read from a busy one). A cap
+    <= 0 drops its term. ``target_loads`` (bytes written to each target, when a plan names them)
+    replaces the even spread over ``targets`` by ``max_b T_b / (max_streams_per_target ×
+    stream_rate)``. ``limited_by``: ``daemons``, ``sources`` (every readable copy), ``source <bookie
+    id>``, ``targets`` or ``target <bookie id>``.
     """
     if heal_bytes <= 0:
         return HealTime(0.0, "nothing to heal")
@@ -356,9 +426,11 @@ def heal_time(heal_bytes: float, sources: Mapping[str, float], m: HealModel,
     if m.targets <= 0:
         return HealTime(None, "no surviving writable bookie to copy to")
     bounds = {"daemons": heal_bytes / (m.daemons * m.daemon_rate)}
-    if m.max_streams_per_source > 0 and sources:
-        b, s = max(sources.items(), key=lambda kv: (kv[1], kv[0]))
-        bounds[f"source {b}"] = s / (m.max_streams_per_source * m.stream_rate)
+    if m.max_streams_per_source > 0 and reads is not None and reads.sources > 0:
+        cap = m.max_streams_per_source * m.stream_rate
+        bounds["sources"] = reads.total / (reads.sources * cap)
+        if reads.sole_bytes > 0:
+            bounds[f"source {reads.sole_bookie}"] = reads.sole_bytes / cap
     if m.max_streams_per_target > 0 and target_loads:
         b, t = max(target_loads.items(), key=lambda kv: (kv[1], kv[0]))
         bounds[f"target {b}"] = t / (m.max_streams_per_target * m.stream_rate)

@@ -68,7 +68,7 @@ class RiskFold:
                                                         (one == model.BELOW_AQ).astype(float), b.one_heal]))
             self.parts["k2"].append(_sum((b.two_a << 32) | b.two_b,
                                          [b.two_dl.astype(float), b.two_lost, b.two_below.astype(float)]))
-        for name, width in (("risk", 3), ("src", 1), ("k1", 4), ("k2", 3)):
+        for name, width in (("risk", 3), ("src", 2), ("k1", 4), ("k2", 3)):
             if len(self.parts[name]) >= COMPACT:  # the kept sums stay sized by keys, not by batches
                 self.parts[name] = [self._total(name, width)]
 
@@ -104,7 +104,7 @@ class RiskFold:
                                                               np.concatenate(heal)]))
         src = np.isin(b.src_kind, self.allowed)
         self.parts["src"].append(_sum((b.src_kind[src] << _K) | ((b.src_name[src] + 1) << _N) | b.src_bookie[src],
-                                      [b.src_bytes[src]]))
+                                      [b.src_bytes[src], b.src_sole[src]]))
 
     def _total(self, name: str, width: int) -> tuple[np.ndarray, list[np.ndarray]]:
         got = self.parts[name]
@@ -139,11 +139,13 @@ class RiskFold:
                 tails.append(self.ns.names[rest])
         yield pd.DataFrame({"part": "risk", "kind": kinds, "name": names, "outcome": outs, "namespace": tails,
                             "ledgers": cnt, "lost_bytes": lost, "heal_bytes": heal})
-        keys, (nbytes,) = self._total("src", 1)
+        keys, (nbytes, sole) = self._total("src", 2)
         kinds, names, books = [], [], []
         for k in keys.tolist():
             kind, a = k >> _K, ((k >> _N) & ((1 << (_O - _N)) - 1)) - 1
             kinds.append(KIND_NAMES[kind])
             names.append("" if kind == EXISTING else self.tables.kinds[kind - 1].names[a])
             books.append(bk[k & low])
-        yield pd.DataFrame({"part": "heal_src", "kind": kinds, "name": names, "bookie_id": books, "bytes": nbytes})
+        # heal_bytes of a heal_src row: the bytes only that bookie can serve (model.SourceReads)
+        yield pd.DataFrame({"part": "heal_src", "kind": kinds, "name": names, "bookie_id": books, "bytes": nbytes,
+                            "heal_bytes": sole})

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +115,8 @@ class BatchLosses:
       bytes lost for good, bytes to heal; every domain of every ledger, :data:`model.NONE` outcomes
       included (``existing`` only when not NONE, as there);
     * sources (``src_*``): for domains of kind existing, rack, zone, region: (kind, name, bookie code,
-      bytes read from that bookie to heal);
+      bytes of healed entries it holds a copy of, split evenly over their surviving copies, and
+      ``src_sole``: bytes of healed entries whose only surviving copy it holds);
     * singles (``one_*``): losing one live member: (bookie, outcome, lost bytes, heal bytes), NONE left out;
     * pairs (``two_*``): :func:`whatif.pair_corrections`' deltas (a < b by id; data-loss ledgers, lost
       bytes, below-AQ ledgers), zero deltas left out.
@@ -132,6 +134,7 @@ class BatchLosses:
     src_name: np.ndarray
     src_bookie: np.ndarray
     src_bytes: np.ndarray
+    src_sole: np.ndarray
     one_ledger: np.ndarray
     one_bookie: np.ndarray
     one_outcome: np.ndarray
@@ -218,8 +221,10 @@ def _from_losses(out: _Out, tables: Tables, i: int, got) -> None:
             n1, n2 = (tables.kinds[k - 1].code(name) if k != EXISTING else -1), -1
         out.add(dom_ledger=[i], dom_kind=[k], dom_name=[n1], dom_name2=[n2], dom_outcome=[d[0]], dom_lost=[d[1]],
                 dom_heal=[d[2]])
+        sole = d[4] or {}
         for bk, nbytes in (d[3] or {}).items():
-            out.add(src_ledger=[i], src_kind=[k], src_name=[n1], src_bookie=[tables.bookie(bk)], src_bytes=[nbytes])
+            out.add(src_ledger=[i], src_kind=[k], src_name=[n1], src_bookie=[tables.bookie(bk)], src_bytes=[nbytes],
+                    src_sole=[sole.get(bk, 0.0)])
     for b, d in singles:
         out.add(one_ledger=[i], one_bookie=[tables.bookie(b)], one_outcome=[d[0]], one_lost=[d[1]], one_heal=[d[2]])
     for a, b, delta in pairs:
@@ -252,6 +257,12 @@ def _shape(out: _Out, tables: Tables, E: int, WQ: int, AQ: int, pat: tuple[tuple
             cnt = np.where(start > last, 0, np.floor_divide(last - start, E) + 1)
             groups.append((cnt, tuple(ens[x] for x in write_set(s, E, WQ))))
     pre = [sum((dmg[:, p].astype(np.int64) for p in ws), np.zeros(n, np.int64)) for _cnt, ws in groups]
+    # positions holding a copy of an entry not lost already (model.storing): the domains and bookies counted
+    held = np.zeros((n, m), bool)
+    for cnt, ws in groups:
+        for p in ws:
+            held[:, p] |= cnt > 0
+    held &= live
     zero_f = np.zeros(n)
 
     def evaluate(dead: np.ndarray, sources: bool):
@@ -261,6 +272,7 @@ def _shape(out: _Out, tables: Tables, E: int, WQ: int, AQ: int, pat: tuple[tuple
         lost = zero_f
         heal = zero_f
         src = np.zeros((n, m)) if sources else None
+        sole = np.zeros((n, m)) if sources else None
         touched = np.zeros((n, m), bool) if sources else None
         for (cnt, ws), pr in zip(groups, pre):
             d = pr + sum(dead[:, p].astype(np.int64) for p in ws)
@@ -275,15 +287,17 @@ def _shape(out: _Out, tables: Tables, E: int, WQ: int, AQ: int, pat: tuple[tuple
             lost = lost + np.where(loss, cnt * bpe, 0.0)
             heal = heal + np.where(heals, (cnt * d) * bpe, 0.0)
             if sources and heals.any():
+                assert src is not None and sole is not None and touched is not None
                 share = (cnt * bpe) / np.where(heals, left, 1)
                 for p in ws:
                     ok = heals & ~dead[:, p] & live[:, p]
                     src[:, p] = src[:, p] + np.where(ok, share, 0.0)
+                    sole[:, p] = sole[:, p] + np.where(ok & (left == 1), share, 0.0)
                     touched[:, p] |= ok
-        return outcome, lost, heal, src, touched
+        return outcome, lost, heal, (src, sole), touched
 
     def emit_domain(kind: int, valid: np.ndarray, n1: np.ndarray, n2: np.ndarray | None, res, sources: bool) -> None:
-        outcome, lost, heal, src, touched = res
+        outcome, lost, heal, srcs, touched = res
         rows = np.flatnonzero(valid)
         if not len(rows):
             return
@@ -294,7 +308,7 @@ def _shape(out: _Out, tables: Tables, E: int, WQ: int, AQ: int, pat: tuple[tuple
             r, p = np.nonzero(touched & valid[:, None])
             if len(r):
                 out.add(src_ledger=idx[r], src_kind=np.full(len(r), kind), src_name=n1[r], src_bookie=mem[r, p],
-                        src_bytes=src[r, p])
+                        src_bytes=srcs[0][r, p], src_sole=srcs[1][r, p])
 
     no_one = np.zeros((n, m), bool)
     # the damage with nothing more lost: only when not NONE (the per-ledger function's "existing")
@@ -305,9 +319,9 @@ def _shape(out: _Out, tables: Tables, E: int, WQ: int, AQ: int, pat: tuple[tuple
     firsts = []
     for k in range(3):
         t = tag[k]
-        first_k = np.ones((n, m), bool)
+        first_k = held.copy()
         for p in range(1, m):
-            first_k[:, p] = (t[:, :p] != t[:, p:p + 1]).all(axis=1)
+            first_k[:, p] &= ((t[:, :p] != t[:, p:p + 1]) | ~held[:, :p]).all(axis=1)
         firsts.append(first_k)
         for p in range(m):
             if not first_k[:, p].any():
@@ -329,17 +343,17 @@ def _shape(out: _Out, tables: Tables, E: int, WQ: int, AQ: int, pat: tuple[tuple
     ones = []
     for p in range(m):
         dead = no_one.copy()
-        dead[:, p] = live[:, p]
+        dead[:, p] = held[:, p]
         o, lost, heal, _s, _t = evaluate(dead, False)
         ones.append((o, lost))
-        rows = np.flatnonzero(live[:, p] & (o != NONE))
+        rows = np.flatnonzero(held[:, p] & (o != NONE))
         if len(rows):
             out.add(one_ledger=idx[rows], one_bookie=mem[rows, p], one_outcome=o[rows], one_lost=lost[rows],
                     one_heal=heal[rows])
     brank = tables.bookies.ranks()
     for p in range(m):
         for q in range(p + 1, m):
-            valid = live[:, p] & live[:, q]
+            valid = held[:, p] & held[:, q]
             if not valid.any():
                 continue
             dead = no_one.copy()
@@ -366,9 +380,13 @@ def per_ledger(b: BatchLosses, tables: Tables, n: int) -> list[tuple[list, list,
     res: list[tuple[list, list, list]] = [([], [], []) for _ in range(n)]
     bk, racks = tables.bookies.names, tables.kinds[0].names
     srcs: dict[tuple[int, int, int], dict[str, float]] = {}
-    for i, k, nm, bkc, x in zip(b.src_ledger.tolist(), b.src_kind.tolist(), b.src_name.tolist(),
-                                b.src_bookie.tolist(), b.src_bytes.tolist()):
+    soles: dict[tuple[int, int, int], dict[str, float]] = {}
+    for i, k, nm, bkc, x, y in zip(b.src_ledger.tolist(), b.src_kind.tolist(), b.src_name.tolist(),
+                                   b.src_bookie.tolist(), b.src_bytes.tolist(), b.src_sole.tolist()):
         srcs.setdefault((i, k, nm), {})[bk[bkc]] = x
+        soles.setdefault((i, k, nm), {})
+        if y:
+            soles[(i, k, nm)][bk[bkc]] = y
     order = {EXISTING: 0, RACK: 1, ZONE: 2, REGION: 3, RACK_PAIR: 4}
     doms: list[list] = [[] for _ in range(n)]
     for i, k, n1, n2, o, lo, he in zip(b.dom_ledger.tolist(), b.dom_kind.tolist(), b.dom_name.tolist(),
@@ -376,16 +394,16 @@ def per_ledger(b: BatchLosses, tables: Tables, n: int) -> list[tuple[list, list,
                                        b.dom_heal.tolist()):
         if k == RACK_PAIR:
             key: tuple[str, ...] = (racks[n1], racks[n2])
-            d = (o, lo, he, None)
+            d: tuple[Any, Any, Any, dict[str, float] | None, dict[str, float] | None] = (o, lo, he, None, None)
         else:
             key = ("" if k == EXISTING else tables.kinds[k - 1].names[n1],)
-            d = (o, lo, he, srcs.get((i, k, n1), {}))
+            d = (o, lo, he, srcs.get((i, k, n1), {}), soles.get((i, k, n1), {}))
         doms[i].append((order[k], key, KIND_NAMES[k], d))
     for i, ds in enumerate(doms):
         res[i][0].extend((kind, "|".join(key), d) for _o, key, kind, d in sorted(ds, key=lambda x: (x[0], x[1])))
     for i, bc, o, lo, he in zip(b.one_ledger.tolist(), b.one_bookie.tolist(), b.one_outcome.tolist(),
                                 b.one_lost.tolist(), b.one_heal.tolist()):
-        res[i][1].append((bk[bc], (o, lo, he, None)))
+        res[i][1].append((bk[bc], (o, lo, he, None, None)))
     for i, a, c, dl, lo, be in zip(b.two_ledger.tolist(), b.two_a.tolist(), b.two_b.tolist(), b.two_dl.tolist(),
                                    b.two_lost.tolist(), b.two_below.tolist()):
         res[i][2].append((bk[a], bk[c], (dl, lo, be)))

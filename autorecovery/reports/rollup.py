@@ -1,7 +1,7 @@
 """Every roll-up of the fused pass in one Spark aggregation (EDGE: PySpark → one small pandas frame).
 
 The fused pass (``jobs.fused_partition``) emits, tagged with ``part``, partition sums (capacity, risk,
-heal_src, kloss, decom) and per-ledger rows (placement verdicts, repair swaps). Each roll-up used to be
+heal_src, kloss, decom; repair_read, summed here) and per-ledger rows (placement verdicts, repair swaps). Each roll-up used to be
 its own Spark job over the persisted rows (about 30 short jobs, mostly the JVM's fixed cost); here one
 ``groupBy`` over a union of projections gives them all, sized by bookies, domains, pairs and verdicts
 (never by ledgers), and the reports split it on the driver (:func:`part`):
@@ -21,7 +21,7 @@ import pandas as pd
 KEYS = ("part", "bookie_id", "kind", "name", "outcome", "namespace", "current", "what_if", "fixable")
 VALUES = ("used_bytes", "recent_bytes", "ledgers", "lost_bytes", "heal_bytes", "bytes", "rows")
 #: the parts whose rows are partition sums (``jobs._aggregating``)
-FOLDING = ("capacity", "risk", "heal_src", "kloss", "decom")
+FOLDING = ("capacity", "risk", "heal_src", "kloss", "decom", "repair_read")
 
 
 def collect(fused) -> pd.DataFrame:

@@ -55,7 +55,7 @@ def bookie_losses(t, kloss: pd.DataFrame, bk: pd.DataFrame, thr, top: int = 3, c
         d = {"bookies": list(ids), **_fig(v)}
         if heal is not None:
             d["heal_bytes"] = float(heal)
-            d.update({"heal_time_s": (ht := model.heal_time(heal, {}, thr.heal_model(frozenset(ids)))).seconds,
+            d.update({"heal_time_s": (ht := model.heal_time(heal, None, thr.heal_model(frozenset(ids)))).seconds,
                       "heal_limited_by": ht.limited_by})
         return d
 
@@ -78,12 +78,14 @@ def decommission(df: pd.DataFrame, bookie: str, bk: pd.DataFrame, thr) -> dict[s
     verdicts before → after."""
     tg = df[df["kind"] == "target"].groupby("bookie_id")[["bytes", "ledgers"]].sum()
     src = df[df["kind"] == "source"].groupby("bookie_id")["bytes"].sum()
+    sole = df[df["kind"] == "sole"].groupby("bookie_id")["bytes"].sum()
     ver = df[df["kind"] == "verdict"].groupby(["current", "what_if"])[["ledgers", "bytes"]].sum().reset_index()
     unpl = df[df["kind"] == "unplaceable"]
     rank = {"FAIL": 0, "MEETS_SOFT": 1, "MEETS_STRICT": 2}
     worse = ver[[rank.get(a, 0) > rank.get(b, 0) for a, b in zip(ver["current"], ver["what_if"])]]
     nbytes = float(tg["bytes"].sum()) + float(unpl["bytes"].sum())
-    ht = model.heal_time(float(tg["bytes"].sum()), src.to_dict(), thr.heal_model(), tg["bytes"].to_dict())
+    ht = model.heal_time(float(tg["bytes"].sum()), model.SourceReads.from_bookies(src.to_dict(), sole.to_dict()),
+                         thr.heal_model(), tg["bytes"].to_dict())
     return {"bookie": bookie, "known": bool((bk["bookie_id"] == bookie).any()),
             "segments_to_move": int(round(tg["ledgers"].sum() + unpl["ledgers"].sum())),
             "bytes_to_move": nbytes,

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from autorecovery.errors import AutoRecoveryError, ConfigError
-from autorecovery.reports.snapshot import SNAPSHOT_FORMAT, TABLES
+from autorecovery.reports.snapshot import OPTIONAL_LEDGER_COLUMNS, SNAPSHOT_FORMAT, TABLES
+
 #: How long the ``spark://`` probe waits for a TCP connect, in seconds.
 PROBE_TIMEOUT_S = 2.0
 
@@ -63,7 +64,9 @@ def check_snapshot(snapshot: Path) -> dict[str, Any]:
 
     Reads only ``manifest.json`` and each Parquet file's footer (its size is bounded by the row groups,
     not the rows). A table may carry more columns than this version knows; each known column must be
-    present with its type (:data:`autorecovery.reports.snapshot.TABLES`).
+    present with its type (:data:`autorecovery.reports.snapshot.TABLES`), except the ledger columns added
+    later (:data:`~autorecovery.reports.snapshot.OPTIONAL_LEDGER_COLUMNS`, the LAC): a snapshot written
+    before them loads with the LAC unknown; when present they must have their type.
 
     Raises:
         BadInput: naming the file and what is wrong with it.
@@ -93,6 +96,8 @@ def check_snapshot(snapshot: Path) -> dict[str, Any]:
         for field in schema:
             idx = got.get_field_index(field.name)
             if idx < 0:
+                if name == "ledgers" and field.name in OPTIONAL_LEDGER_COLUMNS:
+                    continue  # written before the LAC columns: LAC unknown (spark_io.load adds nulls)
                 raise BadInput(f"{path}: no column {field.name!r} ({field.type})")
             if not got.field(idx).type.equals(field.type):
                 raise BadInput(f"{path}: column {field.name!r} is {got.field(idx).type}, expected {field.type}")

@@ -26,17 +26,17 @@ from collections.abc import Iterable, Mapping
 
 from autorecovery.ledger.striping import write_set
 from autorecovery.reports.model import (
-    BELOW_AQ, COPY, KINDS, LOSS, NONE, UNKNOWN, DomainLoss, LedgerView, residue_counts,
+    BELOW_AQ, COPY, KINDS, LOSS, NONE, UNKNOWN, DomainLoss, LedgerView, residue_counts, storing,
 )
 
 
 def members(ledger: LedgerView, damaged: frozenset[str] = frozenset()) -> list[str]:
-    """The ledger's bookies over every segment, sorted, except ``damaged`` (its copies there are lost
-    already: losing that bookie changes nothing for this ledger).
+    """The ledger's bookies that store an entry of it, sorted, except ``damaged`` (its copies there are
+    lost already: losing that bookie changes nothing for this ledger; :func:`model.storing`).
 
-    The figures of a set S of bookies are summed over the ledgers holding a member of S that is not
-    damaged for it, each with S and its damage lost (``domain_loss(ledger, S, damaged)``)."""
-    return sorted({b for seg in ledger.segments for b in seg.ensemble} - damaged)
+    The figures of a set S of bookies are summed over the ledgers of which a member of S stores a copy
+    not lost already, each with S and its damage lost (``domain_loss(ledger, S, damaged)``)."""
+    return sorted(storing(ledger, damaged))
 
 
 def severity(data_loss_ledgers: float, lost_bytes: float, below_aq_ledgers: float) -> tuple[float, float, float]:
@@ -142,8 +142,10 @@ def pair_corrections(ledger: LedgerView, damaged: frozenset[str] = frozenset()
 
 
 #: One loss of one ledger, as :func:`ledger_losses` gives it: (outcome, bytes lost for good, bytes to
-#: heal, bytes read per surviving bookie to heal, or None when not asked for).
-Loss = tuple[int, float, float, "dict[str, float] | None"]
+#: heal, per surviving bookie the bytes of healed entries it holds a copy of (each entry's bytes split
+#: evenly over its surviving copies), per surviving bookie the bytes only it holds a copy of; the last
+#: two None when not asked for).
+Loss = tuple[int, float, float, "dict[str, float] | None", "dict[str, float] | None"]
 
 
 def loss_metrics(d: Loss) -> tuple[int, float, int, float]:
@@ -190,6 +192,7 @@ def ledger_losses(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
         outcome = NONE
         lost = heal = 0.0
         sources: dict[str, float] | None = {} if with_sources else None
+        sole: dict[str, float] | None = {} if with_sources else None
         for cnt, ws, pre in groups:
             d = pre
             for b in ws:
@@ -205,30 +208,33 @@ def ledger_losses(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
                 if outcome < LOSS:
                     outcome = max(outcome, BELOW_AQ if left < AQ else COPY)
                 heal += cnt * d * bpe
-                if sources is not None:
+                if sources is not None and sole is not None:
                     share = cnt * bpe / left
                     for b in ws:
                         if b not in dead and b not in damaged:
                             sources[b] = sources.get(b, 0.0) + share
-        res: Loss = (outcome, lost, heal, sources)
+                            if left == 1 and share > 0:
+                                sole[b] = sole.get(b, 0.0) + share
+        res: Loss = (outcome, lost, heal, sources, sole)
         memo[dead] = res
         return res
 
-    live = {b: t for b, t in seen.items() if b not in damaged}
+    keep = storing(ledger, damaged)
+    live = {b: t for b, t in seen.items() if b in keep}
     domains: list[tuple[str, str, Loss]] = []
     if damaged:
         d = evaluate(frozenset(), True)
         if d[0] != NONE:
             domains.append(("existing", "", d))
     for k, kind in enumerate(KINDS):
-        for name in sorted({t[k] for t in seen.values()}):
+        for name in sorted({t[k] for t in live.values()}):
             domains.append((kind, name, evaluate(frozenset(b for b, t in live.items() if t[k] == name), True)))
-    racks = sorted({t[0] for t in seen.values()})
+    racks = sorted({t[0] for t in live.values()})
     for i in range(len(racks)):
         for j in range(i + 1, len(racks)):
             ra, rb = racks[i], racks[j]
             d = evaluate(frozenset(b for b, t in live.items() if t[0] == ra or t[0] == rb), False)
-            domains.append(("rack_pair", f"{ra}|{rb}", (d[0], d[1], d[2], None)))
+            domains.append(("rack_pair", f"{ra}|{rb}", (d[0], d[1], d[2], None, None)))
     ms = sorted(live)
     one = {b: evaluate(frozenset((b,)), False) for b in ms}
     m1 = {b: loss_metrics(d) for b, d in one.items()}
@@ -329,11 +335,13 @@ def worst_triples(pairs: Mapping[tuple[str, str], tuple[float, float, float]],
     return sorted(best.items(), key=lambda kv: (severity(*kv[1]), kv[0]), reverse=True)[:top]
 
 
-def decommission_shares(ledger: LedgerView, bookie: str) -> list[tuple[int, int, float, dict[str, float]]]:
+def decommission_shares(ledger: LedgerView, bookie: str
+                        ) -> list[tuple[int, int, float, dict[str, float], dict[str, float]]]:
     """What decommissioning ``bookie`` makes the workers copy for ``ledger``: per segment holding it,
-    ``(segment index, ensemble index, bytes it stores there, {other member: bytes read from it})`` (each
-    entry it stores is read once from one of its other copies, spread evenly; WQ = 1 entries have no
-    other copy and are read from ``bookie`` itself while it still runs). ``[]`` when the ledger does not
+    ``(segment index, ensemble index, bytes it stores there, {other member: bytes read from it},
+    {member: bytes only it holds another copy of})`` (each entry it stores is read once from one of its
+    other copies, spread evenly in the first map; WQ = 1 entries have no other copy and are read from
+    ``bookie`` itself while it still runs; :class:`model.SourceReads` takes both maps). ``[]`` when the ledger does not
     use ``bookie``. The model of upstream's ``decommissionbookie`` (``BookKeeperAdmin.decommissionBookie``:
     trigger an audit, wait until the workers have re-replicated every fragment of the bookie to one
     placement picks; the target is chosen by the caller, :func:`reports.jobs.decommission_partition`)."""
@@ -346,6 +354,7 @@ def decommission_shares(ledger: LedgerView, bookie: str) -> list[tuple[int, int,
         idx = seg.ensemble.index(bookie)
         stored = 0.0
         sources: dict[str, float] = {}
+        sole: dict[str, float] = {}
         for s, cnt in enumerate(residue_counts(seg.first, seg.last, E)):
             ws = write_set(s, E, WQ)
             if not cnt or idx not in ws:
@@ -354,5 +363,7 @@ def decommission_shares(ledger: LedgerView, bookie: str) -> list[tuple[int, int,
             others = [seg.ensemble[j] for j in ws if j != idx] or [bookie]
             for o in others:
                 sources[o] = sources.get(o, 0.0) + cnt * bpe / len(others)
-        out.append((si, idx, stored, sources))
+            if len(others) == 1 and cnt * bpe > 0:
+                sole[others[0]] = sole.get(others[0], 0.0) + cnt * bpe
+        out.append((si, idx, stored, sources, sole))
     return out

@@ -113,7 +113,7 @@ def test_heal_time_is_the_bound_a_schedule_reaches(case):
             chunks.append((s, targets[(len(chunks)) % ntgt], 1.0))
     total = float(sum(sources.values()))
     m = model.HealModel(daemons, drate, srate, csrc, ctgt, ntgt)
-    ht = model.heal_time(total, sources, m)
+    ht = model.heal_time(total, model.SourceReads.sole_only(sources), m)
     sim = simulate(chunks, daemons, slots, drate, srate, csrc, ctgt, dt=0.05)
     assert ht.seconds is not None and ht.seconds <= sim + 0.05  # a lower bound of the schedule...
     assert sim <= ht.seconds * 1.15 + 0.2                      # ...that a greedy schedule nearly reaches
@@ -122,22 +122,26 @@ def test_heal_time_is_the_bound_a_schedule_reaches(case):
 def test_heal_time_bounds_and_no_survivors():
     m = model.HealModel(daemons=10, daemon_rate=100.0, stream_rate=25.0, max_streams_per_source=4,
                         max_streams_per_target=4, targets=10)
-    assert model.heal_time(1000.0, {"a": 900.0, "b": 100.0}, m) == model.HealTime(9.0, "source a")
-    assert model.heal_time(1000.0, {"a": 100.0}, m).limited_by == "daemons"
-    assert model.heal_time(1000.0, {}, m, {"t": 1000.0}) == model.HealTime(10.0, "target t")
-    assert model.heal_time(0.0, {}, m).seconds == 0.0
-    assert model.heal_time(1.0, {}, model.HealModel(0, 1.0, 1.0, 1, 1, 1)).seconds is None
-    assert model.heal_time(1.0, {}, model.HealModel(1, 1.0, 1.0, 1, 1, 0)).seconds is None
+    sole = model.SourceReads.sole_only
+    assert model.heal_time(1000.0, sole({"a": 900.0, "b": 100.0}), m) == model.HealTime(9.0, "source a")
+    assert model.heal_time(1000.0, sole({"a": 100.0}), m).limited_by == "daemons"
+    assert model.heal_time(1000.0, None, m, {"t": 1000.0}) == model.HealTime(10.0, "target t")
+    assert model.heal_time(0.0, None, m).seconds == 0.0
+    assert model.heal_time(1.0, None, model.HealModel(0, 1.0, 1.0, 1, 1, 1)).seconds is None
+    assert model.heal_time(1.0, None, model.HealModel(1, 1.0, 1.0, 1, 1, 0)).seconds is None
     # caps <= 0 are unlimited: only the daemons bound
-    assert model.heal_time(1000.0, {"a": 1000.0}, model.HealModel(10, 100.0, 1.0, 0, 0, 1)).limited_by == "daemons"
+    assert model.heal_time(1000.0, sole({"a": 1000.0}), model.HealModel(10, 100.0, 1.0, 0, 0, 1)).limited_by == "daemons"
 
 
 # -- k bookies ---------------------------------------------------------------------------------------------
 def brute_metrics(lvs, dead: set[str], damaged: frozenset[str]) -> tuple[int, float, int]:
-    """Over the ledgers holding a member of ``dead`` whose copies are not lost already."""
+    """Over the ledgers of which a member of ``dead`` stores a copy not lost already (a member of an
+    empty segment, or of write sets with no entry, stores nothing)."""
     dl = lb = bq = 0
     for lv in lvs:
-        if not ({b for seg in lv.segments for b in seg.ensemble} & (dead - damaged)):
+        stored = {seg.ensemble[(e + k) % lv.ensemble_size] for seg in lv.segments
+                  for e in range(seg.first, seg.last + 1) for k in range(lv.write_quorum)}
+        if not (stored & (dead - damaged)):
             continue
         o, lost, _h = brute_loss(lv, dead | damaged)
         dl += o == model.LOSS
@@ -200,7 +204,7 @@ def test_decommission_shares_entry_by_entry():
     shares = whatif.decommission_shares(lv, "b")
     # segment 0 (entries 0..5): b is index 1, stores e%3 in {0, 1}: 4 entries of 100; the other copy is
     # a (e%3 == 0: set (0,1)) or c (e%3 == 1: set (1,2))
-    assert shares == [(0, 1, 400.0, {"a": 200.0, "c": 200.0})]
+    assert shares == [(0, 1, 400.0, {"a": 200.0, "c": 200.0}, {"a": 200.0, "c": 200.0})]  # WQ 2: one other copy
     assert [s[2] for s in whatif.decommission_shares(lv, "a")] == [400.0, 200.0]
 
 
@@ -224,6 +228,7 @@ def test_ledger_losses_equal_ledger_risk_and_bookie_sets_exactly(lv, damaged):
     for (kind, name, d), (_k, _n, w) in zip(domains, want):
         assert d[:3] == (w.outcome, w.lost_bytes, w.heal_bytes), (kind, name)
         assert (d[3] or {}) == dict(w.sources), (kind, name)
+        assert (d[4] or {}) == dict(w.sole), (kind, name)
     w1, w2 = whatif.bookie_sets(lv, dmg)
     assert [(b, d[:3]) for b, d in singles] == [(b, (w.outcome, w.lost_bytes, w.heal_bytes)) for b, w in w1]
     assert [whatif.loss_metrics(d) for _b, d in singles] == [whatif.metrics(w) for _b, w in w1]

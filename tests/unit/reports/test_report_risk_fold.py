@@ -18,7 +18,7 @@ def reference(frames, location, kinds, gone) -> dict[str, pd.DataFrame]:
     tags = {b: (loc.get("rack", "unknown"), loc.get("zone", "unknown"), loc.get("region", "unknown"))
             for b, loc in location.items()}
     agg: dict[tuple, list[float]] = {}
-    src: dict[tuple, float] = {}
+    src: dict[tuple, list[float]] = {}
     k1: dict[str, list[float]] = {}
     k2: dict[tuple, list[float]] = {}
 
@@ -48,7 +48,9 @@ def reference(frames, location, kinds, gone) -> dict[str, pd.DataFrame]:
                     if ns and kind == "rack" and d[0] >= model.BELOW_AQ:
                         add((kind, name, d[0], ns), d)
                     for bk, nbytes in (d[3] or {}).items():
-                        src[(kind, name, bk)] = src.get((kind, name, bk), 0.0) + nbytes
+                        v = src.setdefault((kind, name, bk), [0.0, 0.0])
+                        v[0] += nbytes
+                        v[1] += (d[4] or {}).get(bk, 0.0)
             for b, d in singles:
                 v = k1.setdefault(b, [0.0, 0.0, 0.0, 0.0])
                 for i, x in enumerate(whatif.loss_metrics(d)):
@@ -59,7 +61,7 @@ def reference(frames, location, kinds, gone) -> dict[str, pd.DataFrame]:
                     v[i] += x
     risk = pd.DataFrame([(*k, *v) for k, v in agg.items()],
                         columns=["kind", "name", "outcome", "namespace", "ledgers", "lost_bytes", "heal_bytes"])
-    heal = pd.DataFrame([(*k, v) for k, v in src.items()], columns=["kind", "name", "bookie_id", "bytes"])
+    heal = pd.DataFrame([(*k, *v) for k, v in src.items()], columns=["kind", "name", "bookie_id", "bytes", "heal_bytes"])
     kl = pd.DataFrame([("bookie", b, *v) for b, v in k1.items()] + [("bookie_pair", f"{a}|{b}", *v, 0.0)
                                                                     for (a, b), v in k2.items()],
                       columns=["kind", "name", "ledgers", "lost_bytes", "bytes", "heal_bytes"])
