@@ -222,8 +222,14 @@ def build_app(deps: HttpDeps) -> web.Application:
             raise IllegalOpError(f"bookie {live[0]} is still running (registered): {why}")
 
         async def run(job: Job) -> Any:
+            import time
+
+            from autorecovery.admin import ops_overview
+
+            started_ms = int(time.time() * 1000)
             report = await recover_bookies(ctx, sources, delete_cookie=delete_cookie, force=force,
                                        on_progress=lambda p: job.progress.update(_as_dict(p)))
+            await ops_overview.record_recover(ctx, report, started_ms)  # heal history (ours); never raises
             return _as_dict(report)
 
         job = deps.jobs.start("recover", ",".join(sources), run)

@@ -14,6 +14,8 @@ import contextlib
 import time
 from typing import Any
 
+import structlog
+
 from autorecovery.admin.context import AdminContext, all_bookies
 from autorecovery.admin.ops_autorecovery import who_is_auditor, worker_progress
 from autorecovery.audit import overview as O
@@ -21,6 +23,8 @@ from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.zk.bridge import NoNodeError
 from autorecovery.zk.history import HistoryStore, Listing
 from autorecovery.zk.maintenance import MaintenanceStore
+
+log = structlog.get_logger("autorecovery.admin")
 
 #: lock holders read at most (a cluster copying more ledgers at once shows the rest as "?")
 MAX_HOLDER_READS = 1000
@@ -41,6 +45,42 @@ async def _children_ids(ctx: AdminContext, path: str) -> list[int]:
 async def history(ctx: AdminContext, limit: int | None = None) -> Listing:
     """The heal episodes, oldest first (the newest ``limit``), and one line per unreadable record."""
     return await HistoryStore(ctx.zk, ctx.paths).listing(limit)
+
+
+async def record_recover(ctx: AdminContext, report: Any, started_ms: int, by: str | None = None) -> str | None:
+    """Record a finished admin ``recover`` run (a :class:`~autorecovery.admin.recover.RecoverReport`, not a
+    dry run) as one closed ``recover`` episode: ledgers in scope (not skipped) marked, recovered ones
+    healed, failed ones left (``unrecoverable`` when some failed); bytes are the bytes the run wrote.
+    ``by`` is who ran it (default: this host's name). Returns the episode's name, None when nothing was
+    in scope or the write failed (logged as a WARNING: the recovery itself is done)."""
+    import socket
+    from dataclasses import replace
+
+    from autorecovery.audit import episodes as E
+
+    if getattr(report, "dry_run", True):
+        return None
+    done = [o for o in report.ledgers if o.status != "skipped"]
+    if not done:
+        return None
+    healed = sum(1 for o in done if o.status == "recovered")
+    failed = len(done) - healed
+    now = int(time.time() * 1000)
+    who = by or socket.gethostname()
+    ep = E.Episode(kind="recover", subject=",".join(report.sources), detected_ms=started_ms,
+                   ledgers_marked=len(done), bytes_marked=report.bytes_copied, state="healed" if not failed
+                   else "unrecoverable", updated_ms=now, closed_ms=now, last_heal_ms=now if healed else None,
+                   ledgers_healed=healed, bytes_healed=report.bytes_copied, ledgers_left=failed,
+                   ledgers_unrecoverable=failed, workers={who: healed} if healed else {})
+    store = HistoryStore(ctx.zk, ctx.paths)
+    try:
+        name = await store.create(ep)
+        await store.trim([])
+    except Exception as exc:  # noqa: BLE001 - history only
+        log.warning("could not record the recover run in the heal history", path=ctx.paths.history, error=repr(exc))
+        return None
+    log.info(f"heal episode recorded: {E.log_line(replace(ep, name=name))}", episode=name)
+    return name
 
 
 async def overview(ctx: AdminContext, now_ms: int | None = None) -> dict[str, Any]:
@@ -93,4 +133,4 @@ async def overview(ctx: AdminContext, now_ms: int | None = None) -> dict[str, An
         progress=prog.get("cluster") if prog else None, episodes=listing.episodes, now_ms=now, errors=errors))
 
 
-__all__ = ["overview", "history", "MAX_HOLDER_READS"]
+__all__ = ["overview", "history", "record_recover", "MAX_HOLDER_READS"]

@@ -108,6 +108,7 @@ def recover(conf, zk, ledgers_root, sets, bookies, ignored_dest, query, dry_run,
             extra = f": {o.detail}" if o.detail else ""
             click.echo(f"ledger {o.ledger_id}: {o.status}{' (fenced and closed)' if o.fenced else ''}{extra}")
 
+        started_ms = int(time.time() * 1000)
         try:
             report = await recover_bookies(
                 ctx, sources, dry_run=dry_run, targets=target_list, ledger=ledger, skip_open_ledgers=skip_open,
@@ -116,6 +117,9 @@ def recover(conf, zk, ledgers_root, sets, bookies, ignored_dest, query, dry_run,
                 lock_wait_s=lock_wait, on_progress=None if dry_run else printer, on_ledger=on_ledger)
         finally:
             printer.end_line()
+        from autorecovery.admin import ops_overview
+
+        await ops_overview.record_recover(ctx, report, started_ms)  # heal history (ours); never raises
         for w in report.warnings:
             click.echo(f"WARNING: {w}", err=True)
         if dry_run:

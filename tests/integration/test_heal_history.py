@@ -131,3 +131,27 @@ def test_hostile_history_record_is_named_and_skipped(env):
     code, body = http1.get("/api/v1/autorecovery/overview")
     assert code == 200 and any("e-9999999999" in e for e in json.loads(body)["errors"])
     assert c.daemon_alive(1)
+
+    async def remove() -> None:
+        async with zk_session(c) as (zk, _paths, _urm):
+            await zk.delete(f"{P.history}/e-9999999999")
+
+    arun(remove())
+
+
+def test_admin_recover_run_is_recorded_as_an_episode(env):
+    c, http1 = env
+    c.restart_bookie(2)  # four bookies again: a live bookie's data can be migrated off it
+    src = c.bookie_id(3)
+    ledgers = arun(write_ledgers(c, 3, 10, size=512))
+    n, _ = expected(c, ledgers, src)
+    assert n >= 1
+    out = ok(shell(c, "recover", "-f", src))
+    recovered = int(out.split("Recovered ")[1].split(" ")[0])
+    assert recovered >= n
+    rec = [e for e in episodes(c) if e["kind"] == "recover"]
+    assert len(rec) == 1 and rec[0]["subject"] == src and rec[0]["state"] == "healed"
+    assert rec[0]["ledgers_healed"] == rec[0]["ledgers_marked"] == recovered
+    assert rec[0]["bytes_healed"] > 0 and rec[0]["workers"]
+    code, body = http1.get("/api/v1/autorecovery/history?limit=1")
+    assert code == 200 and [e["kind"] for e in json.loads(body)["episodes"]] == ["recover"]
