@@ -230,11 +230,23 @@ def brute_damaged(lid: int, dead: set[str]) -> tuple[int, float, float]:
     return worst, lost, heal
 
 
+def stored_live(lid: int) -> set[str]:
+    """The bookies storing a copy of an entry of ``lid`` not lost already (the open ledger up to its LAC):
+    the ledgers a domain or a set of bookies counts."""
+    E, WQ, _AQ, last, _length, segs, _state = DAMAGED_SPECS[lid]
+    if lid in OPEN_LAC:
+        last = OPEN_LAC[lid][0]
+    out = set()
+    for i, (first, ens) in enumerate(segs):
+        seg_last = segs[i + 1][0] - 1 if i + 1 < len(segs) else last
+        out |= {ens[(e + k) % E] for e in range(first, seg_last + 1) for k in range(WQ)}
+    return out - {GONE} - MARKED.get(lid, set())
+
+
 def brute_set(dead: set[str]) -> tuple[int, float, int]:
-    """(data-loss ledgers, bytes lost, below-AQ ledgers) over the ledgers holding a member of ``dead``
-    whose copies there are not lost already."""
-    res = [brute_damaged(lid, dead) for lid, spec in DAMAGED_SPECS.items()
-           if {b for _f, ens in spec[5] for b in ens} & (dead - {GONE} - MARKED.get(lid, set()))]
+    """(data-loss ledgers, bytes lost, below-AQ ledgers) over the ledgers of which a member of ``dead``
+    stores a copy not lost already."""
+    res = [brute_damaged(lid, dead) for lid in DAMAGED_SPECS if stored_live(lid) & dead]
     return (sum(1 for o, _l, _h in res if o == 3), sum(lb for _o, lb, _h in res), sum(1 for o, _l, _h in res if o == 2))
 
 
@@ -251,7 +263,7 @@ def test_existing_damage_and_open_ledger_count_in_the_risk(damaged_report):
     base, summary = damaged_report
     dom = pd.read_csv(base / "out" / "risk_domains.csv")
     for rack, members in RACKS.items():
-        touching = [lid for lid, spec in DAMAGED_SPECS.items() if any(set(ens) & set(members) for _f, ens in spec[5])]
+        touching = [lid for lid in DAMAGED_SPECS if stored_live(lid) & set(members)]
         res = [brute_damaged(lid, set(members)) for lid in touching]
         row = dom[(dom["kind"] == "rack") & (dom["name"] == rack)].iloc[0]
         assert int(row["ledgers_data_loss"]) == sum(1 for o, _l, _h in res if o == 3), rack
@@ -274,6 +286,7 @@ def test_heal_time_uses_surviving_daemons_and_stream_caps(damaged_report):
     assert int(row["surviving_daemons"]) == 4  # b1, b2, c1, c2: A's daemons and the gone bookie's are lost
     # heal A: bytes read from each survivor, entry by entry (each healed entry read once, from its copies)
     reads: dict[str, float] = {}
+    sole: dict[str, float] = {}
     dead = set(RACKS["A"])
     for lid, (E, WQ, _AQ, last, length, segs, _s) in DAMAGED_SPECS.items():
         if lid in OPEN_LAC:
@@ -288,9 +301,13 @@ def test_heal_time_uses_surviving_daemons_and_stream_caps(damaged_report):
                 if left and len(left) < WQ:
                     for b in left:
                         reads[b] = reads.get(b, 0.0) + bpe / len(left)
+                    if len(left) == 1:
+                        sole[left[0]] = sole.get(left[0], 0.0) + bpe
     heal = row["heal_bytes"]
     stream = 1000.0 / 2  # the assumed daemon rate over replicationWorkerConcurrentLedgers
-    want = max(heal / (4 * 1000.0), max(reads.values()) / (1 * stream), heal / (4 * 3 * stream))
+    # the source bound: every readable copy busy all along, and the bytes only one bookie holds
+    source = max(sum(reads.values()) / (len(reads) * stream), max(sole.values(), default=0.0) / stream)
+    want = max(heal / (4 * 1000.0), source, heal / (4 * 3 * stream))
     assert row["heal_time_s"] == pytest.approx(want)
     assert summary["risk"]["heal_model"]["replicationMaxStreamsPerSourceBookie"] == 1
 

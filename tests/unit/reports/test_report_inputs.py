@@ -103,6 +103,16 @@ def test_good_snapshot_passes_and_extra_columns_are_allowed(snap):
     assert check_snapshot(snap)["time_ms"] == 1_700_000_000_000
 
 
+def test_snapshot_without_the_lac_columns_passes_and_a_wrong_lac_type_is_named(snap):
+    t = pq.read_table(snap / "ledgers.parquet")
+    pq.write_table(t.drop(["lac", "lac_length"]), snap / "ledgers.parquet")  # written before the LAC columns
+    assert check_snapshot(snap)["time_ms"] == 1_700_000_000_000
+    pq.write_table(t.drop(["lac"]).set_column(t.schema.get_field_index("lac_length") - 1, "lac_length",
+                                              pa.array(["x"], pa.string())), snap / "ledgers.parquet")
+    with pytest.raises(BadInput, match="column 'lac_length' is string, expected int64"):
+        check_snapshot(snap)
+
+
 @pytest.mark.parametrize("master", ["local", "local[1]", "local[*]", "local[4,2]", "yarn", "k8s://https://10.0.0.1:6443",
                                     "k8s://kube.example:443"])
 def test_master_forms_spark_accepts(master):
