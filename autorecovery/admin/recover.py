@@ -166,7 +166,11 @@ async def _fence_and_close(ctx: AdminContext, ledger_id: int) -> tuple[LedgerMet
     """Recovery-open the ledger (fence its last ensemble, recover the tail, close it)."""
     from autorecovery.client.bookkeeper import BookKeeper
 
-    bk = BookKeeper(ctx.zk, ctx.paths, policy=await ctx.get_policy(), bookies=ctx.get_bookies())
+    from autorecovery.roles.worker_settings import WorkerSettings
+
+    ws = ctx.settings.worker if ctx.settings is not None else WorkerSettings()
+    bk = BookKeeper(ctx.zk, ctx.paths, policy=await ctx.get_policy(), bookies=ctx.get_bookies(),
+                    credentials=ws.recovery)
     bk.watcher = await ctx.get_watcher()
     await bk.open_ledger(ledger_id, recovery=True)
     return await ctx.ledgers.read(ledger_id)
@@ -300,7 +304,7 @@ async def recover_bookies(
                                 cluster_slots=ClusterStreamSlots(ctx.zk, ctx.paths, ws.max_streams_per_source,
                                                                  ws.max_streams_per_target,
                                                                  f"{socket.gethostname()} (recover)"))
-        replicator = SegmentReplicator(ctx.ledgers, copier)
+        replicator = SegmentReplicator(ctx.ledgers, copier, credentials=ws.recovery)
     policy = await ctx.get_policy() if scope else None
     replace = _TargetPicker(tgts) if tgts else (policy.replace_bookie if policy is not None else None)
     publish("planning" if dry_run else "recovering")

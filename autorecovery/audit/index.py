@@ -108,6 +108,9 @@ _SEG_STRUCTS: dict[int, struct.Struct] = {}
 _V3_PREFIX = formats.HEADER_PREFIX + b"3\n"
 _STATES = {int(s): s for s in LedgerState}
 _DIGESTS = {int(d): d for d in DigestType}
+#: the digest byte of a ledger whose metadata stores no password (format v1): its entries are verified
+#: with digestType/passwd (ledger.credentials), so the checker must know (DigestType numbers are 1..4)
+_NO_PASSWORD = 0
 
 
 def _seg_struct(e: int) -> struct.Struct:
@@ -161,7 +164,8 @@ class BookieLedgerIndex:
 
     def encode(self, md: LedgerMetadata, version: int = 0) -> bytes:
         """The packed record of ``md`` (interning its bookie ids)."""
-        return _pack(version, int(md.state), int(md.digest_type), md.ensemble_size, md.write_quorum, md.ack_quorum,
+        digest = int(md.digest_type) if md.has_password else _NO_PASSWORD
+        return _pack(version, int(md.state), digest, md.ensemble_size, md.write_quorum, md.ack_quorum,
                      md.last_entry_id, md.length, [(s.first_entry_id, [self._number(b) for b in s.ensemble]) for s in md.segments])
 
     def _decode(self, rec: bytes) -> LedgerMetadata:
@@ -174,6 +178,9 @@ class BookieLedgerIndex:
             first, *nums = ss.unpack_from(rec, off)
             off += ss.size
             segs.append(Segment(first, tuple(names[n] for n in nums)))
+        if digest_type == _NO_PASSWORD:
+            return LedgerMetadata(e, wq, aq, tuple(segs), state=_STATES[state], last_entry_id=last, length=length,
+                                  digest_type=DigestType.CRC32, has_password=False)
         return LedgerMetadata(e, wq, aq, tuple(segs), state=_STATES[state], last_entry_id=last, length=length,
                               digest_type=_DIGESTS[digest_type])
 
@@ -230,8 +237,8 @@ class BookieLedgerIndex:
         if not (e >= wq >= aq >= 1) or not m.segment or m.state not in _STATES:
             return None
         digest_type = m.digestType if m.HasField("digestType") else int(DigestType.CRC32)  # as formats.from_proto
-        if digest_type not in _DIGESTS:
-            return None
+        if digest_type not in _DIGESTS or not m.HasField("password"):
+            return None  # (metadata without a password: the slow path marks it)
         for c in m.customMetadata:
             if not isinstance(c.key, str):
                 return None

@@ -16,6 +16,7 @@ from autorecovery.client.reader import ReadHandle
 from autorecovery.client.recovery import recover_ledger
 from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import BookieError, NoSuchLedgerError, NotEnoughBookiesError
+from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, RecoveryCredentials
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.rpc.tls import BookieTls
@@ -40,7 +41,10 @@ class BookKeeper:
     """
 
     def __init__(self, zk: ZkClient, paths: Paths, *, policy=None, bookies: BookieClient | None = None,
-                 own_zk: bool = False) -> None:
+                 own_zk: bool = False, credentials: RecoveryCredentials = DEFAULT_CREDENTIALS) -> None:
+        #: ``digestType``/``passwd``: opens a ledger whose metadata stores no password (format v1;
+        #: upstream ``LedgerOpenOp``'s administrative open); other ledgers use their own
+        self.credentials = credentials
         self.zk = zk
         self.paths = paths
         self.ledgers = LedgerStore(zk, paths)

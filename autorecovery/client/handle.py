@@ -27,7 +27,7 @@ from autorecovery.errors import (
     NotEnoughBookiesError,
     WriteError,
 )
-from autorecovery.ledger.digest import ledger_digest, master_key
+from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, recovery_digest, recovery_master_key
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
 
 
@@ -72,8 +72,10 @@ class LedgerHandle:
         self._tasks: set[asyncio.Task] = set()  # writes being retried (_send)
         self._writes: set[asyncio.Future] = set()  # first writes queued on the add batcher
         # the ledger's digest type and password never change: its digest and master key are fixed
-        self.digest = ledger_digest(metadata)
-        self._master_key = master_key(metadata.password)
+        # (a ledger whose metadata stores no password: the client's digestType/passwd, bk.credentials)
+        credentials = getattr(bk, "credentials", DEFAULT_CREDENTIALS)
+        self.digest = recovery_digest(metadata, credentials)
+        self._master_key = recovery_master_key(metadata, credentials)
 
     @property
     def master_key(self) -> bytes:
@@ -193,12 +195,37 @@ class LedgerHandle:
             self._fail_all(WriteError(
                 f"ledger {self.ledger_id} entry {op.entry_id}: ack quorum {md.ack_quorum} out of reach, "
                 f"bookies of its segment failed ({bookie} at index {idx})"))
+            return
+        self._advance()  # an add waiting for its acks to span enough fault domains may now fail
+
+    def _enforces_fault_domains(self) -> bool:
+        """``enforceMinNumFaultDomainsForWrite`` of the client's placement policy (upstream ``PendingAddOp``)."""
+        cfg = getattr(getattr(self.bk, "policy", None), "config", None)
+        return bool(cfg is not None and cfg.enforce_min_num_fault_domains_for_write)
+
+    def _acked_adhering(self, op: _PendingAdd) -> bool:
+        """Whether the bookies that acknowledged ``op`` span the policy's fault domains (upstream
+        ``areAckedBookiesAdheringToPlacementPolicy``, checked only with ``enforceMinNumFaultDomainsForWrite``)."""
+        md = self.metadata
+        ensemble = md.segments[md.segment_index_at(op.entry_id)].ensemble
+        acked = {ensemble[i] for i in op.acked}
+        return bool(self.bk.policy.are_acked_bookies_adhering(acked, md.write_quorum, md.ack_quorum))
 
     def _advance(self) -> None:
         aq = self.metadata.ack_quorum
         while True:
             op = self._pending.get(self.lac + 1)
             if op is None or len(op.acked) < aq:
+                return
+            if self._enforces_fault_domains() and not self._acked_adhering(op):
+                # upstream PendingAddOp delays the acknowledgement until more bookies answer; when every
+                # member of the write set has answered and they still span too few fault domains,
+                # upstream waits for its add timeout: we fail the add at once, saying why
+                if len(op.acked) + len(op.gave_up) < self.metadata.write_quorum:
+                    return
+                self._fail_all(WriteError(
+                    f"ledger {self.ledger_id} entry {op.entry_id}: the bookies that acknowledged it span too few "
+                    f"fault domains for the placement policy (enforceMinNumFaultDomainsForWrite=true)"))
                 return
             self.lac = op.entry_id
             self.confirmed_length = op.length

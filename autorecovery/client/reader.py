@@ -23,7 +23,8 @@ import structlog
 
 from autorecovery.client.context import ClientContext
 from autorecovery.errors import BookieError, DigestMismatchError, ReadError
-from autorecovery.ledger.digest import Entry, ledger_digest
+from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, recovery_digest
+from autorecovery.ledger.digest import Entry
 from autorecovery.ledger.metadata import LedgerMetadata, write_set
 
 
@@ -67,7 +68,7 @@ class ReadHandle:
         for bookie in [b for b in order if b not in tried] + [b for b in order if b in tried]:
             try:
                 res = await self.bk.bookies.read_entry(bookie, self.ledger_id, entry_id)
-                return ledger_digest(self.metadata).unpack(res.body, self.ledger_id, entry_id, source=bookie)
+                return recovery_digest(self.metadata, getattr(self.bk, "credentials", DEFAULT_CREDENTIALS)).unpack(res.body, self.ledger_id, entry_id, source=bookie)
             except DigestMismatchError as exc:
                 self.digest_errors.append((entry_id, bookie, str(exc)))
                 log.error("digest mismatch", ledger_id=self.ledger_id, entry_id=entry_id, bookie_id=bookie, error=str(exc))
@@ -92,7 +93,7 @@ class ReadHandle:
         tried: dict[int, str] = {}
         sem = asyncio.Semaphore(parallelism)
         md = self.metadata
-        digest = ledger_digest(md)
+        digest = recovery_digest(md, getattr(self.bk, "credentials", DEFAULT_CREDENTIALS))
         streams = []
         for i, seg in enumerate(md.segments):
             lo = max(first, seg.first_entry_id)

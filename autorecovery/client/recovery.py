@@ -23,7 +23,8 @@ import structlog
 from autorecovery.client.context import ClientContext
 from autorecovery.client.handle import LedgerHandle
 from autorecovery.errors import BookieError, DigestMismatchError, LedgerRecoveryError
-from autorecovery.ledger.digest import Entry, ledger_digest, master_key, peek_ids
+from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, recovery_digest, recovery_master_key
+from autorecovery.ledger.digest import Entry, peek_ids
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
 
 
@@ -51,7 +52,7 @@ async def _fence(bk: ClientContext, ledger_id: int, md: LedgerMetadata) -> int:
     async def one(idx: int, bookie: str) -> None:
         nonlocal max_lac
         try:
-            res = await bk.bookies.read_entry(bookie, ledger_id, -1, fence=True, master_key=master_key(md.password))
+            res = await bk.bookies.read_entry(bookie, ledger_id, -1, fence=True, master_key=recovery_master_key(md, getattr(bk, "credentials", DEFAULT_CREDENTIALS)))
             lac = res.lac
             try:
                 _l, _e, piggy = peek_ids(res.body)
@@ -83,7 +84,7 @@ async def _probe(bk: ClientContext, ledger_id: int, md: LedgerMetadata, entry_id
         bookie = ens[idx]
         try:
             res = await bk.bookies.read_entry(bookie, ledger_id, entry_id)
-            return ledger_digest(md).unpack(res.body, ledger_id, entry_id, source=bookie)
+            return recovery_digest(md, getattr(bk, "credentials", DEFAULT_CREDENTIALS)).unpack(res.body, ledger_id, entry_id, source=bookie)
         except DigestMismatchError:
             continue
         except BookieError as exc:

@@ -25,6 +25,10 @@ PULSAR_ALIASES: dict[str, str] = {
 #: whichever name it uses.
 OUR_ALIASES: dict[str, str] = {
     "httpServerAddress": "httpServerHost",
+    # upstream's ClientConfiguration accessors are named getBookieRecoveryDigestType/getBookieRecoveryPasswd
+    # but read the keys digestType and passwd; the accessor names are accepted too
+    "bookieRecoveryDigestType": "digestType",
+    "bookieRecoveryPasswd": "passwd",
 }
 
 #: Pulsar's boolean policy switches (``bookkeeperClientRegionawarePolicyEnabled`` wins, as in Pulsar's

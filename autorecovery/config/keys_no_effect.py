@@ -102,9 +102,9 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "codahaleStatsPrefix", "codahaleStatsOutputFrequencySeconds", "codahaleStatsGraphiteEndpoint",
         "codahaleStatsCSVEndpoint", "codahaleStatsSlf4jEndpoint", "codahaleStatsJmxEndpoint",
     )),
-    ("digest type and password for opening ledgers: the auditor and the worker take both from each ledger's "
-     "metadata (upstream's enableDigestTypeAutodetection=true, its default), i.e. what the ledger was "
-     "written with", ("digestType", "passwd", "enableDigestTypeAutodetection")),
+    ("digest type autodetection: the auditor and the worker always take the digest type and password from "
+     "the metadata of a ledger that stores them, as upstream's administrative open does whatever this says; "
+     "digestType and passwd serve the ledgers that store none", ("enableDigestTypeAutodetection",)),
     ("read order of upstream's client (sticky reads, reordering by bookie health, failure tracking for that "
      "order): our reader asks each entry's write set live bookies first and the worker copies a fragment as "
      "one stream from one source bookie, so there is no per-entry read order to switch (Pulsar's "
@@ -121,9 +121,6 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      "by host name or by IP): the daemon's placement policy has no local node; it places a replacement "
      "bookie by the ledger's ensemble, never near the AutoRecovery host",
      ("useHostnameResolveLocalNodePlacementPolicy", "ignoreLocalNodeInPlacementPolicy")),
-    ("false (upstream's default) is accepted and changes nothing; true asks that an add be acknowledged only "
-     "once the acked bookies span minNumRacksPerWriteQuorum fault domains, which our client's recovery adds "
-     "do not check, so true is refused", ("enforceMinNumFaultDomainsForWrite",)),
     ("Prometheus latency rollover: our OpStats quantiles come from a sliding window of the latest 1024 "
      "values per series, not from a window rotated every N seconds", ("prometheusStatsLatencyRolloverSeconds",)),
 )
@@ -148,10 +145,7 @@ UNIMPLEMENTED_SECURITY_KEYS: frozenset[str] = frozenset({
 #: Keys of :data:`NO_EFFECT_KEYS` whose default has no effect but whose other value asks for something
 #: this implementation does not do: a value :func:`asks_for_security` counts as asking is refused with
 #: this reason (running with less than the operator asked for is worse than not running).
-REFUSED_WHEN_ASKED: dict[str, str] = {
-    "enforceMinNumFaultDomainsForWrite": "our client's recovery adds do not wait for the acked bookies to span "
-                                         "minNumRacksPerWriteQuorum fault domains; remove the key or set it false",
-}
+REFUSED_WHEN_ASKED: dict[str, str] = {}
 
 
 #: Why an :data:`UNIMPLEMENTED_SECURITY_KEYS` key that asks for nothing is accepted with no effect.

@@ -246,6 +246,15 @@ KEYS: tuple[Key, ...] = (
     _k("replicationStreamWindowBytes", "int", 16 * 1024 * 1024, "bytes", "worker",
        "body bytes queued per target between a copy stream's read and its write (memory bound; at least "
        "one entry, at most max(rereplicationEntryBatchSize, 256) entries)", origin=OURS, min_value=1, max_value=1024**3),
+    _k("digestType", "str", "CRC32", "", "worker",
+       "digest of ledgers whose metadata stores no password (format v1, and v2 written before 4.2): the worker, "
+       "the auditor's checker and recover/decommission verify and write their entries with it: CRC32, CRC32C, "
+       "MAC (or HMAC) or DUMMY; ledgers whose metadata has one use their own (upstream getBookieRecoveryDigestType; "
+       "bookieRecoveryDigestType is our alias)", choices=("crc32", "crc32c", "mac", "hmac", "dummy")),
+    _k("passwd", "str", "", "", "worker",
+       "password of ledgers whose metadata stores none (with digestType; the master key of their adds and "
+       "fencing reads, the HMAC key); a secret: never printed (upstream getBookieRecoveryPasswd; "
+       "bookieRecoveryPasswd is our alias)", secret=True),
     # -- placement ---------------------------------------------------------------------------------
     _k("ensemblePlacementPolicy", "str", "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", "",
        "placement", "placement policy class (upstream class names map to ours)"),
@@ -257,6 +266,11 @@ KEYS: tuple[Key, ...] = (
     _k("minNumRacksPerWriteQuorum", "int", 2, "count", "placement", "racks wanted per write set",
        min_value=1, max_value=INT_MAX),
     _k("enforceMinNumRacksPerWriteQuorum", "bool", False, "", "placement", "make minNumRacksPerWriteQuorum a hard rule"),
+    _k("enforceMinNumFaultDomainsForWrite", "bool", False, "", "placement",
+       "an add (our client's, so also the ledger recovery of an open ledger) is acknowledged only once its "
+       "acked bookies span the policy's fault domains (upstream PendingAddOp with "
+       "areAckedBookiesAdheringToPlacementPolicy); fragment copies write to one bookie each and ignore it, as "
+       "upstream's LedgerFragmentReplicator"),
     _k("networkTopologyStabilizePeriodSeconds", "int", 0, "s", "placement", "delay removal of departed bookies",
        min_value=0, max_value=YEAR_S),
     _k("diskWeightBasedPlacementEnabled", "bool", False, "", "placement", "weight bookie choice by free disk space"),

@@ -12,13 +12,33 @@ once, so a default written here never overrides the table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autorecovery.audit.maintenance import guard_level
 from autorecovery.config.keys import Section
 from autorecovery.errors import ConfigError
+from autorecovery.ledger.credentials import RecoveryCredentials, parse_digest_type
+from autorecovery.ledger.metadata import DigestType
 
 __all__ = ["AuditorSettings", "WorkerSettings"]
+
+
+def _digest_type(value: str) -> DigestType:
+    try:
+        return parse_digest_type(value, "digestType")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _password(value: str) -> bytes:
+    return str(value).encode("utf-8")  # upstream getBookieRecoveryPasswd: getString(...).getBytes(UTF_8)
+
+
+#: ``digestType``/``passwd`` (upstream ClientConfiguration): the fallback credentials of ledgers whose
+#: metadata stores no password; both role sections read them (the Auditor's checker verifies entries,
+#: the worker copies them)
+_RECOVERY_KEYS = {"digestType": "recovery_digest_type", "passwd": "recovery_password"}
+_RECOVERY_CONVERT = {"digestType": _digest_type, "passwd": _password}
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,10 @@ class AuditorSettings(Section):
     auditor_ledger_index_check_interval: int = 60
     #: (ours) rack-loss guard level: "" (off, upstream; the key's ``none``), "rack", "zone" or "region".
     autorecovery_down_out_subtree_limit: str = ""
+    #: ``digestType``: digest of ledgers whose metadata stores no password (the checker verifies with it).
+    recovery_digest_type: DigestType = DigestType.CRC32
+    #: ``passwd`` as UTF-8 bytes (a secret: never in repr).
+    recovery_password: bytes = field(default=b"", repr=False)
 
     #: upstream (or our) key → field name
     KEY_FIELDS = {
@@ -70,10 +94,16 @@ class AuditorSettings(Section):
         "auditorLedgerIndexReconcileInterval": "auditor_ledger_index_reconcile_interval",
         "auditorLedgerIndexCheckInterval": "auditor_ledger_index_check_interval",
         "autorecoveryDownOutSubtreeLimit": "autorecovery_down_out_subtree_limit",
+        **_RECOVERY_KEYS,
     }
     #: older name of :attr:`KEY_FIELDS`
     KEYS = KEY_FIELDS
-    CONVERT = {"autorecoveryDownOutSubtreeLimit": guard_level}
+    CONVERT = {"autorecoveryDownOutSubtreeLimit": guard_level, **_RECOVERY_CONVERT}
+
+    @property
+    def recovery(self) -> RecoveryCredentials:
+        """``digestType``/``passwd``: what opens a ledger whose metadata stores no password."""
+        return RecoveryCredentials(self.recovery_digest_type, self.recovery_password)
 
     def __post_init__(self) -> None:
         if self.auditor_max_number_of_concurrent_open_ledger_operations <= 0:
@@ -106,6 +136,8 @@ class WorkerSettings(Section):
     | replicationMaxStreamsPerSourceBookie (ours) | max_streams_per_source | 4 |
     | replicationMaxStreamsPerTargetBookie (ours) | max_streams_per_target | 4 |
     | replicationStreamWindowBytes (ours) | stream_window_bytes | 16 MiB |
+    | digestType | recovery_digest_type | CRC32 |
+    | passwd | recovery_password (bytes, never in repr) | empty |
 
     ``rereplicationEntryBatchSize`` keeps its meaning as the unit of work in flight: a copy stream
     queues up to ``max(batch_size, 256)`` entries and ``stream_window_bytes`` bytes per target (upstream
@@ -125,6 +157,8 @@ class WorkerSettings(Section):
     max_streams_per_source: int = 4
     max_streams_per_target: int = 4
     stream_window_bytes: int = 16 * 1024 * 1024
+    recovery_digest_type: DigestType = DigestType.CRC32
+    recovery_password: bytes = field(default=b"", repr=False)
 
     KEY_FIELDS = {
         "openLedgerRereplicationGracePeriod": "open_ledger_grace_ms",
@@ -140,7 +174,14 @@ class WorkerSettings(Section):
         "replicationMaxStreamsPerSourceBookie": "max_streams_per_source",
         "replicationMaxStreamsPerTargetBookie": "max_streams_per_target",
         "replicationStreamWindowBytes": "stream_window_bytes",
+        **_RECOVERY_KEYS,
     }
+    CONVERT = _RECOVERY_CONVERT
+
+    @property
+    def recovery(self) -> RecoveryCredentials:
+        """``digestType``/``passwd``: what opens a ledger whose metadata stores no password."""
+        return RecoveryCredentials(self.recovery_digest_type, self.recovery_password)
 
     def __post_init__(self) -> None:
         bad = []
@@ -158,5 +199,10 @@ class WorkerSettings(Section):
         out = {}
         for key_name, fname in self.KEY_FIELDS.items():
             v = getattr(self, fname)
-            out[key_name] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+            if isinstance(v, DigestType):
+                out[key_name] = "MAC" if v == DigestType.HMAC else v.name
+            elif isinstance(v, bytes):
+                out[key_name] = v.decode("utf-8")
+            else:
+                out[key_name] = ("true" if v else "false") if isinstance(v, bool) else str(v)
         return out

@@ -58,8 +58,9 @@ def to_proto(md: LedgerMetadata, *, include_ctoken: bool = True) -> pb.LedgerMet
     m.state = int(md.state)  # type: ignore[assignment]  # protobuf enums are ints at run time
     if md.store_ctime:
         m.ctime = md.ctime
-    m.digestType = int(md.digest_type)  # type: ignore[assignment]  # (the stub wants the enum type)
-    m.password = md.password
+    if md.has_password:  # metadata read without them (pre-4.2 v2) is written back without them
+        m.digestType = int(md.digest_type)  # type: ignore[assignment]  # (the stub wants the enum type)
+        m.password = md.password
     for k, v in md.custom_entries():
         m.customMetadata.add(key=k, value=v)
     for seg in md.segments:
@@ -130,6 +131,7 @@ def from_proto(m: pb.LedgerMetadataFormat, format_version: int) -> LedgerMetadat
         length=m.length,
         digest_type=DigestType(m.digestType) if m.HasField("digestType") else DigestType.CRC32,
         password=m.password,
+        has_password=m.HasField("password"),  # upstream reads the digest type only with a password
         ctime=m.ctime if m.HasField("ctime") else 0,
         custom_metadata={e.key: e.value for e in m.customMetadata},
         custom_duplicates=_duplicates(m),
@@ -211,7 +213,8 @@ def _parse_v1(body: bytes) -> LedgerMetadata:
     return LedgerMetadata(
         ensemble_size=e, write_quorum=wq, ack_quorum=wq, segments=tuple(segments), state=state,
         last_entry_id=last, length=length if state == LedgerState.CLOSED else 0,
-        digest_type=DigestType.CRC32, password=b"", ctime=0, format_version=1, store_ctime=False)
+        digest_type=DigestType.CRC32, password=b"", ctime=0, format_version=1, store_ctime=False,
+        has_password=False)
 
 
 def deserialize(data: bytes, path: str = "?") -> LedgerMetadata:

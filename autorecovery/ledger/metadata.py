@@ -67,6 +67,10 @@ class LedgerMetadata:
             a v2 ledger re-replicated by the worker is written back as v2.
         store_ctime: whether ``ctime`` is written (upstream ``storingCreationTime``): true when the
             znode carried a ctime or the ledger was created with one; a rewrite never invents a ctime.
+        has_password: whether the metadata stores a digest type and password (upstream
+            ``LedgerMetadata.hasPassword()``): false for format v1 and for v2 written before 4.2 (no
+            ``password`` field); such a ledger is opened for recovery with the ``digestType``/``passwd``
+            keys (:mod:`autorecovery.ledger.credentials`), and a rewrite keeps both fields absent.
     """
 
     ensemble_size: int
@@ -84,6 +88,7 @@ class LedgerMetadata:
     ctoken: int = 0
     format_version: int = 3
     store_ctime: bool = True
+    has_password: bool = field(default=True, repr=False)  # (its name alone would read as a secret in a repr)
 
     def __post_init__(self) -> None:
         if not (self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1):

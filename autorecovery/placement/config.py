@@ -48,6 +48,7 @@ _FIELDS: dict[str, str] = {
     "networkTopologyScriptNumberArgs": "network_topology_script_number_args",
     "minNumRacksPerWriteQuorum": "min_num_racks_per_write_quorum",
     "enforceMinNumRacksPerWriteQuorum": "enforce_min_num_racks_per_write_quorum",
+    "enforceMinNumFaultDomainsForWrite": "enforce_min_num_fault_domains_for_write",
     "networkTopologyStabilizePeriodSeconds": "network_topology_stabilize_period_s",
     "diskWeightBasedPlacementEnabled": "disk_weight_based_placement_enabled",
     "bookieMaxMultipleForWeightBasedPlacement": "bookie_max_multiple_for_weight_based_placement",
@@ -117,6 +118,10 @@ class PlacementConfig(Section):
     """``minNumRacksPerWriteQuorum``: racks wanted per write set; effective ``min(WQ, this)``."""
     enforce_min_num_racks_per_write_quorum: bool = False
     """``enforceMinNumRacksPerWriteQuorum``: hard requirement; also excludes default-rack bookies."""
+    enforce_min_num_fault_domains_for_write: bool = False
+    """``enforceMinNumFaultDomainsForWrite``: an add of our client is acknowledged only once its acked
+    bookies pass :meth:`~autorecovery.placement.policy.PlacementPolicy.are_acked_bookies_adhering`
+    (upstream ``PendingAddOp``; the placement policies themselves never read it, upstream neither)."""
     ignore_local_node_in_placement_policy: bool = False
     """``ignoreLocalNodeInPlacementPolicy``: do not prefer the client's own rack."""
     ensemble_random_read_reordering: bool = False

@@ -31,7 +31,8 @@ from autorecovery.audit.checker import (
     probe_says_exists,
 )
 from autorecovery.errors import AutoRecoveryError, BookieError
-from autorecovery.ledger.digest import EntryDigest, ledger_digest
+from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, RecoveryCredentials, recovery_digest
+from autorecovery.ledger.digest import EntryDigest
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 from autorecovery.ledger.striping import count_on_index
 from autorecovery.roles import holdings
@@ -55,6 +56,8 @@ class LedgerChecker:
             what they advertise; ``BookieWatcher.foreign``). Their copies are skipped, never judged
             bad: reading them over a protocol they do not speak would mark every healthy ledger
             (issue 9, "never false-mark").
+        credentials: ``digestType``/``passwd``: what verifies the entries of a ledger whose metadata
+            stores no password (format v1; upstream's Auditor opens ledgers administratively).
 
     Attributes:
         reads: entry reads sent so far (for tests and metrics).
@@ -63,8 +66,10 @@ class LedgerChecker:
 
     def __init__(self, bookies, available: Callable[[], frozenset[str]], *, verification_percentage: int = 0,
                  in_flight: int = -1, rng: random.Random | None = None,
-                 foreign: Callable[[], Mapping[str, tuple[str, ...]]] | None = None) -> None:
+                 foreign: Callable[[], Mapping[str, tuple[str, ...]]] | None = None,
+                 credentials: RecoveryCredentials = DEFAULT_CREDENTIALS) -> None:
         self.bookies = bookies
+        self.credentials = credentials
         self.available = available
         self.foreign = foreign or (lambda: {})
         self.verification_percentage = verification_percentage
@@ -122,7 +127,8 @@ class LedgerChecker:
         """Bad fragments of the ledger (empty list: every copy checked is fine).
 
         Args:
-            md: the ledger's metadata; its ``digest_type`` and ``password`` verify the entries read (an
+            md: the ledger's metadata; its ``digest_type`` and ``password`` (or, when it stores none,
+                the checker's ``credentials``) verify the entries read (an
                 HMAC ledger needs its real password: metadata read from ZooKeeper, not the auditor
                 index's view).
             lac: last add confirmed of an open ledger; read from the bookies when None.
@@ -142,7 +148,7 @@ class LedgerChecker:
         """
         if md.state != LedgerState.CLOSED and lac is None:
             lac = await self.read_lac(ledger_id, md)
-        digest = ledger_digest(md)
+        digest = recovery_digest(md, self.credentials)
         frags, probe = fragments_of(md, lac)
         full = frozenset(verify_all)
         known = frozenset(proven)

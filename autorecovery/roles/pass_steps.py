@@ -30,7 +30,8 @@ import structlog
 
 from autorecovery.audit.checker import BadFragment
 from autorecovery.errors import BookieError, DigestMismatchError, NotEnoughBookiesError
-from autorecovery.ledger.digest import EntryDigest, ledger_digest
+from autorecovery.ledger.credentials import recovery_digest
+from autorecovery.ledger.digest import EntryDigest
 from autorecovery.ledger.metadata import LedgerMetadata, write_set
 from autorecovery.placement.policy import Adherence
 from autorecovery.placement.spread import SpreadReplacer
@@ -233,7 +234,8 @@ class PassSteps:
         # entries that could not be read last time are tried first; nothing is written if they still fail
         remembered = pe.remembered_in(remembered_runs, first, last)
         if remembered:
-            failed = await self._probe_entries(lid, ensemble, md.write_quorum, remembered, ledger_digest(md))
+            failed = await self._probe_entries(lid, ensemble, md.write_quorum, remembered,
+                                                recovery_digest(md, self.settings.recovery))
             p.readable_again.extend(g for g in remembered if g.run not in {f.run for f in failed})
             if failed:
                 _classify_unreadable(failed, p)
@@ -247,7 +249,7 @@ class PassSteps:
         if probe.unsourced:
             res = CopyResult(unreadable=[Gap(run) for run in probe.unsourced])
             await self.copier.explain(lid, ensemble, md.write_quorum, res, lambda: self.watcher.available,
-                                      ledger_digest(md))
+                                      recovery_digest(md, self.settings.recovery))
             p.unreadable_found.extend(res.unreadable)
             _classify_unreadable(res.unreadable, p)
             return md

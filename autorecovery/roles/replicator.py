@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from autorecovery.ledger.digest import ledger_digest, master_key
+from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, RecoveryCredentials, recovery_digest, recovery_master_key
 from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.plan.targets import FragmentPlan
 from autorecovery.roles.copier import CopyResult, FragmentCopier, TargetWriteError
@@ -107,11 +107,16 @@ class SegmentReplicator:
     Args:
         store: ledger metadata store (the CAS).
         copier: the fragment copier (its throttles and stream caps are the caller's).
+        credentials: ``digestType``/``passwd``: the digest and master key of a ledger whose metadata
+            stores no password (format v1; :mod:`autorecovery.ledger.credentials`, upstream
+            ``BookKeeperAdmin``'s administrative open); a ledger whose metadata has one uses its own.
     """
 
-    def __init__(self, store: LedgerStore, copier: FragmentCopier) -> None:
+    def __init__(self, store: LedgerStore, copier: FragmentCopier, *,
+                 credentials: RecoveryCredentials = DEFAULT_CREDENTIALS) -> None:
         self.store = store
         self.copier = copier
+        self.credentials = credentials
 
     async def replicate(
         self,
@@ -150,9 +155,9 @@ class SegmentReplicator:
         ensemble = tuple(seg.ensemble)
         try:
             res = await self.copier.copy(
-                ledger_id=ledger_id, master_key=master_key(md.password), ensemble=ensemble,
+                ledger_id=ledger_id, master_key=recovery_master_key(md, self.credentials), ensemble=ensemble,
                 write_quorum=md.write_quorum, plan=plan, registered=registered, skip_sources=skip_sources,
-                should_abort=should_abort, on_bytes=on_bytes, digest=ledger_digest(md),
+                should_abort=should_abort, on_bytes=on_bytes, digest=recovery_digest(md, self.credentials),
                 # a closed ledger's whole payload bounds what any copy of it reads (small ones take no
                 # cluster-wide stream slots: FragmentCopier.SLOTLESS_COPY_BYTES)
                 estimated_bytes=md.length if md.is_closed else None, listings=listings)

@@ -137,8 +137,9 @@ class ReplicationWorker:
         self.store = LedgerStore(zk, paths)
         self.checker = checker or LedgerChecker(
             bookies, lambda: self.watcher.available, verification_percentage=settings.verification_percentage,
-            in_flight=settings.checker_in_flight, foreign=lambda: getattr(self.watcher, "foreign", {}))
-        self.bk = BookKeeper(zk, paths, policy=policy, bookies=bookies)
+            in_flight=settings.checker_in_flight, foreign=lambda: getattr(self.watcher, "foreign", {}),
+            credentials=settings.recovery)
+        self.bk = BookKeeper(zk, paths, policy=policy, bookies=bookies, credentials=settings.recovery)
         self.bk.watcher = watcher
         self.memory = FailureMemory(settings.lock_release_grace_ms)
         self.byte_bucket = TokenBucket(settings.rate_bytes_per_s, self.clock)
@@ -153,7 +154,7 @@ class ReplicationWorker:
                                      cluster_slots=ClusterStreamSlots(zk, paths, settings.max_streams_per_source,
                                                                       settings.max_streams_per_target,
                                                                       self.um.lock_owner))
-        self.replicator = rp.SegmentReplicator(self.store, self.copier)
+        self.replicator = rp.SegmentReplicator(self.store, self.copier, credentials=settings.recovery)
         self.tracker = ProgressTracker(self.clock)
         # salt: daemons on one queue go for different ledgers of equal stake first (issue 29)
         self.backlog = Backlog(zk, paths, self.um, self.store, clock=self.clock, on_change=self._poke,

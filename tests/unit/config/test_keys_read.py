@@ -78,6 +78,7 @@ CONTEXT: dict[str, dict[str, str]] = {
 #: Valid non-default values for string keys without choices (and a few numbers whose +1 would not do).
 VALUES: dict[str, str] = {
     "metadataServiceUri": "zk+hierarchical://other:2181/bk",
+    "passwd": "ledger-secret",  # the password of ledgers whose metadata stores none
     "zkServers": "other:2181",
     "ledgerManagerFactoryClass": "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory",
     "ledgerManagerType": "longhierarchical",

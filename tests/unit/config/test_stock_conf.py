@@ -27,7 +27,7 @@ STOCK_BLOB = "3ea2a377c2e824be4d4f5eb39903dac3a9778420"
 #: ``# key=value`` / ``#key=value`` / ``#   key=value`` lines: upstream's commented settings and examples
 COMMENTED = re.compile(r"^#\s*([A-Za-z][A-Za-z0-9_.]*)=(.*)$")
 #: The keys upstream's stock file sets that used to be shown as effective while nothing read them.
-NOT_READ_BEFORE = ("stickyReadSEnabled", "reorderReadSequenceEnabled", "enforceMinNumFaultDomainsForWrite",
+NOT_READ_BEFORE = ("stickyReadSEnabled", "reorderReadSequenceEnabled",
                    "useHostnameResolveLocalNodePlacementPolicy", "enableBookieFailureTracking",
                    "delayEnsembleChange", "disableEnsembleChangeFeatureName")
 #: Commented values of the stock file that are refused when uncommented, each with the reason:
@@ -128,16 +128,16 @@ def test_uncommenting_every_line_of_the_stock_file_is_accepted_or_refused_by_nam
     unread = [n for n in rest if n not in K.KEY_BY_NAME and n not in settings.ignored]
     assert not unread, unread
 
-def test_the_seven_keys_are_no_effect_and_one_is_refused_when_it_asks():
+def test_the_six_keys_are_no_effect_and_enforce_min_num_fault_domains_for_write_is_read():
     base = {"zkServers": "zk1:2181"}
     for name in NOT_READ_BEFORE:
         assert name not in K.KEY_BY_NAME and name in K.NO_EFFECT_KEYS, name
-    s = load_settings(None, env={}, overrides={**base, "enforceMinNumFaultDomainsForWrite": "false",
-                                              "delayEnsembleChange": "true"})
-    assert set(s.ignored) == {"enforceMinNumFaultDomainsForWrite", "delayEnsembleChange"}
-    with pytest.raises(ConfigError) as err:
-        load_settings(None, env={}, overrides={**base, "enforceMinNumFaultDomainsForWrite": "true"})
-    assert "enforceMinNumFaultDomainsForWrite=true on the command line is not supported" in str(err.value)
+    s = load_settings(None, env={}, overrides={**base, "delayEnsembleChange": "true"})
+    assert set(s.ignored) == {"delayEnsembleChange"}
+    # upstream reads it in PendingAddOp only (our client's adds, ledger recovery included): accepted and read
+    s = load_settings(None, env={}, overrides={**base, "enforceMinNumFaultDomainsForWrite": "true"})
+    assert s.placement.enforce_min_num_fault_domains_for_write is True and not s.ignored
+    assert "enforceMinNumFaultDomainsForWrite" not in K.NO_EFFECT_KEYS
 
 
 def test_pulsar_names_of_no_effect_keys_are_listed_not_unknown():

@@ -167,7 +167,10 @@ def test_new_ensemble_with_enough_regions_upstream_testNewEnsembleWithEnoughRegi
 def test_new_ensemble_pick_different_rack_upstream_testNewEnsembleWithPickDifferentRack():
     a1, a2, a3, a4, a5 = (bid(i) for i in range(1, 6))
     m = {a1: "/region-1/r1", a2: "/region-1/r1", a3: "/region-1/r2", a4: "/region-1/r3", a5: "/region-2/r1"}
-    p = make(RegionawarePolicy, m, {"minNumRacksPerWriteQuorum": 2})
+    # upstream's case sets enforceMinNumFaultDomainsForWrite=false: the policy accepts the key (only the add
+    # path reads it, upstream PendingAddOp) and places the same way
+    p = make(RegionawarePolicy, m, {"minNumRacksPerWriteQuorum": 2, "enforceMinNumFaultDomainsForWrite": False})
+    assert p.config.enforce_min_num_fault_domains_for_write is False
     for _ in range(50):
         r = p.new_ensemble(4, 4, 2)
         assert not {a1, a2} <= set(r.ensemble)
