@@ -108,7 +108,7 @@ proto: venv
 	rm -f autorecovery/proto/bookkeeper_formats_pb2_grpc.py autorecovery/proto/bookkeeper_protocol_pb2_grpc.py
 
 demo: venv zookeeper upstream
-	$(BIN)/python -m autorecovery demo
+	$(BIN)/python -m autorecovery demo $(DEMO_ARGS)
 
 test: venv zookeeper chromium upstream chaos-deps helm
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests

@@ -10,7 +10,9 @@ Phase 3 (:mod:`autorecovery.cli.demo_stock`): the same disaster-recovery story o
 4.17 Java bookies, with upstream's Java client writing and reading and our daemons healing.
 
 Every printed line is the result of a check (:mod:`autorecovery.cli.demo_checks`); a failed check
-prints the table so far with a FAILED row and exits 1. The autorecovery half is imported like any
+prints the table so far with a FAILED row. The last line is the verdict of those checks
+(:mod:`autorecovery.cli.demo_verdict`: ``demo: PASS — N of N checks held`` or ``demo: FAIL — …`` naming
+the failed check) and the exit code follows it (0 or 1). The autorecovery half is imported like any
 module: a broken installation fails the demo instead of silently skipping half of it.
 """
 
@@ -21,13 +23,21 @@ import shutil
 import signal
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import click
 
 from autorecovery import logs
 from autorecovery.cli import demo_recovery, demo_stock
-from autorecovery.cli.demo_checks import all_processes_stopped, processes_dead, require, writable_bookies
+from autorecovery.cli.demo_checks import (
+    DemoStepFailed,
+    all_processes_stopped,
+    processes_dead,
+    require,
+    writable_bookies,
+)
+from autorecovery.cli.demo_verdict import FAILED_STEP, verdict, verdict_exit_code
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.workload import verify_ledgers, write_ledgers
@@ -62,7 +72,7 @@ class Table:
 
     def failed(self, message: str) -> None:
         """Record the step that failed (printed in the table, which is then rendered)."""
-        self.add("FAILED", message)
+        self.add(FAILED_STEP, message)
 
     def render(self) -> str:
         w1 = max(len(r[0]) for r in self.rows)
@@ -119,10 +129,12 @@ def run_foundation_demo(base: Path, table: Table) -> None:
 @click.option("--skip-stock", is_flag=True,
               help="skip part 3 (stock Apache BookKeeper 4.17 Java bookies; needs `make upstream` and Java 17)")
 def demo(base_dir: Path | None, foundation_only: bool, skip_stock: bool) -> None:
-    """Run the end-to-end demo on a real local cluster and print a summary table."""
+    """Run the end-to-end demo on a real local cluster, print a summary table and, last, one verdict line
+    (``demo: PASS — N of N checks held`` / ``demo: FAIL — …``); exits 0 on PASS, 1 on FAIL."""
     logs.configure("WARNING", fmt="console")  # the story goes to stdout; only problems are logged
     tmp = base_dir or Path(tempfile.mkdtemp(prefix="autorecovery-demo-"))
     table = Table()
+    failures: list[str] = []
     try:
         click.echo("autorecovery demo")
         try:
@@ -131,13 +143,23 @@ def demo(base_dir: Path | None, foundation_only: bool, skip_stock: bool) -> None
                 demo_recovery.run(tmp, table)
                 if not skip_stock:
                     demo_stock.run(tmp, table)
-        except click.ClickException as exc:
+        except DemoStepFailed as exc:
+            failures.append(f"{exc.step}: {exc.detail}")
             table.failed(exc.format_message())
-            click.echo("")
-            click.echo(table.render())
-            raise
-        click.echo("")
-        click.echo(table.render())
+        except click.ClickException as exc:
+            failures.append(exc.format_message())
+            table.failed(exc.format_message())
+        except Exception as exc:  # noqa: BLE001 - a crash is a failed demo too: its verdict is still printed
+            click.echo(traceback.format_exc(), err=True)
+            failures.append(f"{type(exc).__name__}: {exc}")
+            table.failed(failures[-1])
     finally:
         if base_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
+    click.echo("")
+    click.echo(table.render())
+    line = verdict([row[0] for row in table.rows], failures)
+    click.echo(line)
+    code = verdict_exit_code(line)
+    if code:
+        raise SystemExit(code)

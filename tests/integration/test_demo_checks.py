@@ -75,6 +75,33 @@ def test_a_failed_check_fails_the_demo_with_exit_1_and_the_table(monkeypatch, tm
     assert "demo step failed: write 20 ledgers x 500 entries (E3/WQ2/AQ2): 19 ledgers, 9500 entries" in res.output
     assert "| FAILED" in res.output and "6 bookies writable in 3 racks" in res.output
     assert ran == []  # nothing after a failed step
+    # the last line is the one verdict, made of the checks above (one held, one failed)
+    assert res.output.rstrip("\n").splitlines()[-1] == (
+        "demo: FAIL — 1 check held, then failed: write 20 ledgers x 500 entries (E3/WQ2/AQ2): "
+        "19 ledgers, 9500 entries acknowledged")
+
+
+def test_a_passing_demo_ends_with_the_pass_verdict_and_exit_0(monkeypatch, tmp_path):
+    def foundation(base, table):
+        table.add("start ZooKeeper + 6 bookies in 3 racks", "6 bookies writable in 3 racks")
+        table.add("shut the cluster down", "all 7 processes stopped")
+
+    monkeypatch.setattr(demo_mod, "run_foundation_demo", foundation)
+    res = CliRunner().invoke(demo_mod.demo, ["--dir", str(tmp_path), "--foundation-only"])
+    assert res.exit_code == 0, res.output
+    assert res.output.rstrip("\n").splitlines()[-1] == "demo: PASS — 2 of 2 checks held"
+
+
+def test_a_crash_is_a_fail_verdict_not_a_missing_line(monkeypatch, tmp_path):
+    def foundation(base, table):
+        table.add("start ZooKeeper + 6 bookies in 3 racks", "6 bookies writable in 3 racks")
+        raise RuntimeError("bookie 3 did not start")
+
+    monkeypatch.setattr(demo_mod, "run_foundation_demo", foundation)
+    res = CliRunner().invoke(demo_mod.demo, ["--dir", str(tmp_path), "--foundation-only"])
+    assert res.exit_code == 1
+    assert res.output.rstrip("\n").splitlines()[-1] == (
+        "demo: FAIL — 1 check held, then failed: RuntimeError: bookie 3 did not start")
 
 
 def test_the_autorecovery_half_is_never_dropped_on_an_import_error(monkeypatch):
