@@ -103,7 +103,7 @@ def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float | None,
                   f"{'s' if measured.episodes != 1 else ''}")
     else:
         assumed_rate = DEFAULT_RATE
-        source = f"default: {DEFAULT_RATE / 1e6:g} MB/s (no heal history in the snapshot; --assumed-rate-mbps)"
+        source = f"default: {DEFAULT_RATE / 1e6:g} MB/s, the default of --assumed-rate-mbps; the snapshot has no heal history"
     rate = float(key("replicationRateByBytes"))
     live = frozenset(bookies.loc[bookies["state"] != "gone", "bookie_id"])
     writable = frozenset(bookies.loc[bookies["state"] == "writable", "bookie_id"])

@@ -2,11 +2,14 @@
 (``templates/report.html.j2``).
 
 The answer comes first: what the worst rack (and the worst domain) loss costs — ledgers that lose data,
-bytes lost and to heal, heal time — and what to do. Then capacity, risk and placement, riskiest first,
-with charts (matplotlib PNGs inlined; nothing is fetched when the page is opened) drawn so both ends of
-their scale read: used and free stacked on a log axis, data loss and below-AQ in separate panels. Every
-section of ``summary.json`` is shown, the ones this module does not know as a generic table, so a new key
-appears without editing this file. Raw figures live in the CSV/Parquet/JSON files linked from the page.
+bytes lost and to heal, heal time — and what to do. Then risk, capacity and placement, each led by its
+answer and what to do, riskiest first, with inline SVG charts (:mod:`reports.svg`; nothing is fetched
+when the page is opened): the riskiest failure domains (data loss, below AQ and heal time, each panel on
+its own scale) and the days until each rack is full. Every section of ``summary.json`` is shown, the
+ones this module does not know as a generic table, so a new key appears without editing this file; the
+appendix (folded) lists every figure. Each quantity is written in one unit (bytes in binary units, a
+distribution's min/p50/max in its parent's unit), lists as comma-separated words, never a Python repr.
+Raw figures live in the CSV/Parquet/JSON files linked from the page.
 
 Every figure taken from ``summary.json`` is a ``<span class="fig" data-key="a.b.c" data-value="...">``
 with its humanised text: tests (and tools) can check the page against the summary.
@@ -14,8 +17,6 @@ with its humanised text: tests (and tools) can check the page against the summar
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -25,7 +26,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from autorecovery.reports import units
+from autorecovery.reports import svg, units
 
 #: rows of a table on the page (the linked files hold every row)
 TOP_ROWS = 20
@@ -63,11 +64,23 @@ class Figures:
         return tag(path, self.get(path))
 
 
+#: leaves of a distribution (``model.spread``): in the unit of the figure they describe (the parent key)
+_STATS = frozenset({"min", "p50", "p90", "max", "mean", "stddev"})
+
+
+def unit_key(path: str) -> str:
+    """The key whose name gives ``path``'s unit: its last part, or for a list element (``soonest_full.0``)
+    or a distribution's statistic (``distribution.used_bytes.p50``) the parent's."""
+    parts = path.split(".")
+    key = parts[-1]
+    if len(parts) > 1 and (key.isdigit() or key in _STATS):
+        return parts[-2]
+    return key
+
+
 def tag(path: str, value: Any) -> Markup:
     """``<span class="fig" data-key=path data-value=json(value)>humanised</span>``."""
-    key = path.rsplit(".", 1)[-1]
-    if key.isdigit() and "." in path:  # a list element: its unit is the list's
-        key = path.rsplit(".", 2)[-2]
+    key = unit_key(path)
     text = units.figure(key, value)
     raw = json.dumps(value, default=str)
     return Markup('<span class="fig" data-key="{}" data-value="{}" data-kind="{}">{}</span>').format(
@@ -103,7 +116,7 @@ def _leaf(path: str, value: Any) -> Markup:
         rows = _rows(path, value)
         if rows:
             cols, cells = rows
-            head = Markup("").join(Markup("<th>{}</th>").format(c) for c in cols)
+            head = Markup("").join(Markup("<th>{}</th>").format(c.replace("_", " ")) for c in cols)
             body = Markup("").join(Markup("<tr>") + Markup("").join(Markup("<td>{}</td>").format(c) for c in r)
                                    + Markup("</tr>") for r in cells)
             return Markup('<table class="inner"><tr>{}</tr>{}</table>').format(head, body)
@@ -111,9 +124,18 @@ def _leaf(path: str, value: Any) -> Markup:
     return tag(path, value)
 
 
+#: labels of summary keys that read badly as words
+_LABELS = {"k1": "any 1 bookie", "k2": "any 2 bookies", "k3": "any 3 bookies"}
+
+
+def label(path: str) -> str:
+    """A dotted summary path as words: ``method.ranked_by`` → ``method › ranked by``."""
+    return " › ".join(_LABELS.get(p, p.replace("_", " ")) for p in path.split("."))
+
+
 def section_rows(name: str, value: Any) -> list[tuple[str, Markup]]:
     """Every figure of one summary section as (label, tagged value): the generic table."""
-    return [(p[len(name) + 1:] or name, _leaf(p, v)) for p, v in flatten(value, name)]
+    return [(label(p[len(name) + 1:] or name), _leaf(p, v)) for p, v in flatten(value, name)]
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -136,94 +158,61 @@ def table(df: pd.DataFrame | None, sort: Iterable[tuple[str, bool]] = (), rows: 
 def _cell(col: str, v: Any) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "—" if units.kind_of(col) != "bytes" else "unknown"
-    if hasattr(v, "item"):
-        v = v.item()
+    if hasattr(v, "tolist"):
+        v = v.tolist()
     return units.figure(col, v)
 
 
 # -- charts ----------------------------------------------------------------------------------------
-def _png(fig) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+#: days to full beyond this draw a full-length bar with an arrow (two years: a planner's horizon)
+DAYS_CAP = 730.0
+#: rows of a chart
+CHART_ROWS = 12
 
 
-def _binary_axis(ax, axis: str = "x") -> None:
-    from matplotlib.ticker import FuncFormatter
+def domain_label(kind: str, name: str) -> str:
+    """``rack A``, ``racks A + B`` (a pair), ``zone z1``, ``region r``: a failure domain in words."""
+    if kind == "rack_pair":
+        return "racks " + " + ".join(name.split("|", 1))
+    return f"{kind} {name}"
 
-    fmt = FuncFormatter(lambda v, _pos: units.size(v) if v > 0 else "0")
-    (ax.xaxis if axis == "x" else ax.yaxis).set_major_formatter(fmt)
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
-def charts(tables: Mapping[str, Mapping[str, pd.DataFrame]]) -> list[dict[str, str]]:
-    """The page's charts as ``{"title", "src" (data: URL), "alt"}``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = []
+def charts(tables: Mapping[str, Mapping[str, pd.DataFrame]], summary: Mapping[str, Any] | None = None
+           ) -> dict[str, Markup]:
+    """The page's charts, inline SVG (:mod:`reports.svg`): ``risk`` (the riskiest failure domains:
+    ledgers losing data, ledgers below AQ, time to heal, each panel on its own scale) and ``days``
+    (days until each rack is full, soonest first, bars capped at :data:`DAYS_CAP`)."""
+    out: dict[str, Markup] = {}
+    risk = _domains(tables.get("risk", {}).get("risk_domains"), summary or {})
+    if risk is not None and len(risk):
+        top = risk[~risk["holds_every_bookie"]].sort_values(
+            ["ledgers_data_loss", "ledgers_below_ack_quorum", "heal_bytes"], ascending=False, kind="stable")
+        top = top.head(CHART_ROWS)
+        if len(top):
+            heal = [None if t != t or t is None else float(t) for t in top["heal_time_s"]]
+            out["risk"] = svg.bars(
+                "What losing each failure domain would cost, riskiest first",
+                [domain_label(k, n) for k, n in zip(top["kind"], top["name"])],
+                [svg.Panel("ledgers that lose data", "#c0392b",
+                           [(float(v), f"{int(v):,}") for v in top["ledgers_data_loss"]]),
+                 svg.Panel("ledgers below AQ", "#e67e22",
+                           [(float(v), f"{int(v):,}") for v in top["ledgers_below_ack_quorum"]]),
+                 svg.Panel("time to heal", "#2980b9", [(h, units.duration(h)) for h in heal])])
     cap = tables.get("capacity", {}).get("capacity_rack")
     if cap is not None and len(cap):
-        c = cap.assign(free=cap["free_bytes"].clip(lower=0), used=cap["used_bytes"].clip(lower=0))
-        c = c.assign(frac=c["used"] / (c["used"] + c["free"]).where(lambda s: s > 0, 1)).sort_values("frac")
-        c = c.tail(TOP_ROWS)
-        fig, ax = plt.subplots(figsize=(9, 0.6 + 0.3 * len(c)))
-        low = max(1.0, float(c["used"][c["used"] > 0].min() if (c["used"] > 0).any() else 1) / 4)
-        ax.barh(c["rack"], c["used"] - low, left=low, color="#c0392b", label="used by ledgers")
-        ax.barh(c["rack"], c["free"], left=c["used"].clip(lower=low), color="#95a5a6", label="free")
-        ax.set_xscale("log")
-        _binary_axis(ax)
-        for i, r in enumerate(c.itertuples()):
-            ax.text(float(r.used + r.free) * 1.1 if r.used + r.free > 0 else low, i,
-                    f"{units.size(r.used)} used of {units.size(r.used + r.free)}", va="center", fontsize=7)
-        ax.set_xlim(low, float((c["used"] + c["free"]).max()) * 40 or 10)
-        ax.set_xlabel("bytes (log scale: used and free both show)")
-        ax.legend(loc="lower right", fontsize=7)
-        ax.set_title("Disk per rack, fullest at the top")
-        out.append({"title": "Disk per rack", "src": _png(fig),
-                    "alt": "used and free bytes per rack, stacked on a log scale, fullest rack at the top"})
-    risk = tables.get("risk", {}).get("risk_domains")
-    if risk is not None and len(risk):
-        top = risk[risk["kind"] == "rack"].head(TOP_ROWS).iloc[::-1]
-        if len(top):
-            fig, axes = plt.subplots(1, 3, figsize=(11, 0.8 + 0.3 * len(top)), sharey=True)
-            for ax, col, title, colour in ((axes[0], "ledgers_data_loss", "ledgers that lose data", "#c0392b"),
-                                           (axes[1], "ledgers_below_ack_quorum", "ledgers below AQ", "#e67e22"),
-                                           (axes[2], "heal_bytes", "bytes to heal", "#2980b9")):
-                ax.barh(top["name"], top[col], color=colour)
-                ax.set_title(title, fontsize=9)
-                for i, v in enumerate(top[col]):
-                    ax.text(v, i, " " + (units.size(v) if col.endswith("bytes") else f"{int(v):,}"), va="center",
-                            fontsize=7)
-                if col.endswith("bytes"):
-                    _binary_axis(ax)
-                ax.margins(x=0.35)
-            out.append({"title": "If this rack went down (riskiest at the top; each panel has its own scale)", "src": _png(fig),
-                        "alt": "per rack: ledgers losing data, ledgers below AQ and bytes to heal, separate panels"})
-    ver = tables.get("placement", {}).get("placement_verdicts")
-    if ver is not None and len(ver):
-        fig, ax = plt.subplots(figsize=(6, 3))
-        now = ver.groupby("current")["count"].sum()
-        alt = ver[ver["what_if"] != ""].groupby("what_if")["count"].sum() if "what_if" in ver else pd.Series()
-        names = sorted(set(now.index) | set(alt.index) - {""})
-        x = range(len(names))
-        ax.bar([i - 0.2 for i in x], [now.get(n, 0) for n in names], width=0.4, label="now")
-        if len(alt):
-            ax.bar([i + 0.2 for i in x], [alt.get(n, 0) for n in names], width=0.4, label="what-if")
-        ax.set_yscale("symlog")
-        for i, n in enumerate(names):
-            ax.text(i - 0.2, now.get(n, 0), f"{int(now.get(n, 0)):,}", ha="center", va="bottom", fontsize=7)
-            if len(alt):
-                ax.text(i + 0.2, alt.get(n, 0), f"{int(alt.get(n, 0)):,}", ha="center", va="bottom", fontsize=7)
-        ax.set_xticks(list(x), names, fontsize=8)
-        ax.set_ylabel("ledgers (log scale)")
-        ax.legend(fontsize=7)
-        ax.set_title("Placement verdicts")
-        out.append({"title": "Placement", "src": _png(fig), "alt": "placement verdict counts now and under the what-if"})
+        c = cap.sort_values("days_until_full", na_position="last", kind="stable").head(CHART_ROWS)
+        cells = []
+        for d, free in zip(c["days_until_full"], c["free_bytes"]):
+            known = d is not None and d == d
+            cells.append((float(d) if known else None,
+                          units.days(float(d)) if known else ("unknown disk" if free != free else "not growing")))
+        out["days"] = svg.bars(f"Days until each rack is full, soonest first (bars stop at {int(DAYS_CAP)} days)",
+                               [f"rack {r}" for r in c["rack"]],
+                               [svg.Panel("days until full", "#8e44ad", cells, cap=DAYS_CAP)])
     return out
 
 
@@ -249,13 +238,146 @@ def actions(f: Figures) -> list[Markup]:
     if soon and isinstance(soon[0], Mapping) and isinstance(soon[0].get("days"), (int, float)) and soon[0]["days"] < 90:
         out.append(Markup("Bookie {} is full in {}: add disk or bookies to its rack.").format(
             f("capacity.soonest_full.0.bookie_id"), f("capacity.soonest_full.0.days")))
-    if f.get("risk.rate_assumed"):
-        out.append(Markup("Heal times use an assumed copy rate of {} per worker (replicationRateByBytes is off): "
-                          "measure yours with bench/heal.py and pass --assumed-rate-mbps.")
-                   .format(f("risk.rate_bytes_per_s_per_worker")))
+    if f.get("risk.rate_assumed") or (not f.get("risk") and f.get("placement.repair.rate_assumed")):
+        out.append(rate_note(f))
     if not out:
         out.append(Markup("Nothing to do: no rack loss loses data and placement adheres."))
     return out
+
+
+def risk_lead(f: Figures, tables: Mapping[str, Mapping[str, pd.DataFrame]]) -> Markup:
+    """The risk section's answer and what to do, one paragraph."""
+    racks = f.get("risk.racks_whose_loss_loses_data") or []
+    worst = f.get("risk.worst")
+    if not worst:
+        return Markup("No failure domain short of the whole cluster puts a ledger at risk.")
+    n = int(worst["ledgers_data_loss"])
+    head = Markup("The riskiest failure domain is {}: {} {} data and {} below AQ. ").format(
+        domain_label(worst["kind"], worst["name"]), _plural(n, "ledger"), "loses" if n == 1 else "lose",
+        _plural(int(worst["ledgers_below_ack_quorum"]), "ledger"))
+    if racks:
+        todo = Markup("Losing {} alone loses data: spread those ledgers over more racks (the BP-54 repair "
+                      "below) before the DR test.").format(", ".join(f"rack {r}" for r in racks))
+    elif worst["ledgers_data_loss"]:
+        todo = Markup("No single rack loses data; only a loss of two racks or more does.")
+    else:
+        todo = Markup("No loss short of the whole cluster loses data.")
+    return head + todo
+
+
+def capacity_lead(f: Figures, tables: Mapping[str, Mapping[str, pd.DataFrame]]) -> Markup:
+    """The capacity section's answer and what to do."""
+    cap = tables.get("capacity", {}).get("capacity_rack")
+    out = Markup("Ledgers use {} of the disks, {} are free, growing {}. ").format(
+        f("capacity.used_bytes"), f("capacity.free_bytes"), f("capacity.growth_bytes_per_day"))
+    if cap is not None and len(cap) and cap["days_until_full"].notna().any():
+        r = cap.sort_values("days_until_full", kind="stable").iloc[0]
+        d = float(r["days_until_full"])
+        out += Markup("Rack {} fills first, in {}").format(r["rack"], units.days(d))
+        out += Markup(": add disk or bookies there now." if d < 90 else ": nothing to do within 90 days.")
+    elif cap is not None and len(cap):
+        out += Markup("No rack's known disk is filling.")
+    unknown = f.get("capacity.bookies_disk_unknown") or []
+    if unknown:
+        out += Markup(" {} did not report its disk ({}): their free space is not counted.").format(
+            _plural(len(unknown), "bookie"), ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else ""))
+    return out
+
+
+def placement_lead(f: Figures) -> Markup:
+    """The placement section's answer and what to do."""
+    now = f.get("placement.current") or {}
+    alt = f.get("placement.under_what_if")
+    out = Markup("{} fail placement now").format(_plural(int(now.get("FAIL", 0)), "closed ledger"))
+    if alt is not None:
+        wi = ", ".join(f"{k}={v}" for k, v in (f.get("placement.what_if") or {}).items())
+        out += Markup(", {} under {}").format(int(alt.get("FAIL", 0)), wi)
+    out += Markup(". ")
+    if f.get("placement.repair.ledgers_to_mark"):
+        out += Markup("The BP-54 repair (repairedPlacementPolicyNotAdheringBookieEnabled) marks {} ledgers and copies {} "
+                      "in about {}; run it, then re-check.").format(
+            f("placement.repair.ledgers_to_mark"), f("placement.repair.bytes_to_copy"),
+            f("placement.repair.copy_time_s"))
+    else:
+        out += Markup("Nothing to repair.")
+    if f.get("placement.repair.ledgers_without_fix"):
+        out += Markup(" {} have no fix with today's bookies: add bookies in other racks.").format(
+            _plural(int(f.get("placement.repair.ledgers_without_fix")), "ledger"))
+    return out
+
+
+def rate_note(f: Figures) -> Markup:
+    """Where the copy rate of every time on the page comes from."""
+    rate = f.get("risk.heal_model") or {}
+    src = rate.get("rate_source") or f.get("placement.repair.rate_source") or ""
+    per = "risk.rate_bytes_per_s_per_worker" if f.get("risk") else "placement.repair.rate_bytes_per_s_per_worker"
+    kind, _, why = src.partition(": ")
+    if kind == "measured":
+        return Markup("Times use a copy rate of {} per daemon, measured from {}.").format(f(per), why)
+    why = {"given": "given by " + why if why else "given", "default": why}.get(kind, "assumed")
+    return Markup("Times use an assumed copy rate of {} per daemon ({}). Measure yours (bench/heal.py, or export "
+                  "a cluster that has healed before: its heal history gives the rate) and pass "
+                  "--assumed-rate-mbps.").format(f(per), why)
+
+
+def verdicts(f: Figures) -> dict[str, Any] | None:
+    """Placement verdicts now and under the what-if, one row per verdict."""
+    now = f.get("placement.current") or {}
+    alt = f.get("placement.under_what_if")
+    if not now:
+        return None
+    names = [n for n in ("FAIL", "MEETS_SOFT", "MEETS_STRICT", "OPEN_SKIPPED") if n in now or (alt and n in alt)]
+    cols = ["verdict", "ledgers now"] + (["under the what-if"] if alt is not None else [])
+    rows = [[n.replace("_", " ").lower(), units.number(now.get(n, 0))]
+            + ([units.number(alt.get(n, 0))] if alt is not None else []) for n in names]
+    return {"columns": cols, "rows": rows, "total": len(rows), "shown": len(rows)}
+
+
+#: titles of the what-if sections the page knows (others are titled from their key)
+SECTION_TITLES = {"what_if_bookies": "Worst loss of any 1, 2 and 3 bookies",
+                  "what_if_decommission": "Decommissioning a bookie",
+                  "what_if_add_bookies": "Adding bookies",
+                  "capacity_after_bp54": "Disk use after the BP-54 repair"}
+
+
+def section_lead(name: str, value: Any) -> Markup | None:
+    """The answer of a what-if section the page knows, one sentence; None for the others."""
+    if not isinstance(value, Mapping):
+        return None
+    if name == "what_if_bookies" and value.get("k1"):
+        parts = []
+        for k, n in (("k1", "one bookie"), ("k2", "two bookies"), ("k3", "three bookies")):
+            if not value.get(k):
+                continue
+            w = value[k][0]
+            dl = int(w["ledgers_data_loss"])
+            parts.append(Markup("the worst {} ({}) {}").format(
+                n, ", ".join(w["bookies"]), f"{'loses' if k == 'k1' else 'lose'} data in {_plural(dl, 'ledger')}"
+                if dl else f"{'puts' if k == 'k1' else 'put'} {_plural(int(w['ledgers_below_ack_quorum']), 'ledger')} "
+                           "below AQ, no data lost"))
+        out = Markup("Of any set of bookies, ") + Markup("; ").join(parts) + Markup(".")
+        first = next((value[k][0] for k in ("k1", "k2", "k3") if value.get(k) and value[k][0]["ledgers_data_loss"]), None)
+        if first and len(first["bookies"]) == 1:
+            out += Markup(" Never take {} down: some entries have no other copy.").format(first["bookies"][0])
+        elif first:
+            out += Markup(" Never take {} down together (maintenance, upgrades).").format(" and ".join(first["bookies"]))
+        return out
+    if name == "what_if_decommission":
+        return Markup("Decommissioning {} moves {} in about {}; {} lose placement.").format(
+            value.get("bookie"), units.size(value.get("bytes_to_move")), units.duration(value.get("move_time_s")),
+            _plural(int(value.get("segments_losing_placement") or 0), "segment"))
+    if name == "what_if_add_bookies":
+        before = (value.get("cluster_before") or {}).get("free_bytes")
+        after = (value.get("cluster_after") or {}).get("free_bytes")
+        return Markup("Adding {} to rack {} takes free space from {} to {}{}.").format(
+            _plural(int(value.get("bookies_added") or 0), "bookie"), value.get("rack"), units.size(before),
+            units.size(after), " and adds a failure domain" if value.get("new_rack") else "")
+    if name == "capacity_after_bp54":
+        over = value.get("bookies_over_capacity") or []
+        return Markup("After the BP-54 repair the fullest bookie holds {}; {}.").format(
+            units.size((value.get("used_bytes") or {}).get("max")),
+            "no bookie runs out of disk" if not over else "out of disk: " + ", ".join(map(str, over)))
+    return None
 
 
 def worst_rack(tables: Mapping[str, Mapping[str, pd.DataFrame]]) -> dict[str, Any] | None:
@@ -272,6 +394,25 @@ def worst_rack(tables: Mapping[str, Mapping[str, pd.DataFrame]]) -> dict[str, An
             "ledgers_below_ack_quorum": int(r["ledgers_below_ack_quorum"]),
             "lost_bytes": units.size(float(r.get("lost_bytes_data_loss", 0.0))),
             "heal_bytes": units.size(float(r["heal_bytes"])), "heal_time": units.duration(r.get("heal_time_s"))}
+
+
+#: an outcome (``model.OUTCOME_NAMES``) in words
+_OUTCOME_WORDS = {"data_loss": "loses data", "below_ack_quorum": "below AQ", "copy_lost": "copy lost",
+                  "unaffected": "unaffected"}
+
+
+def _outcomes(df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``df`` with its ``outcome_name`` in words, as column ``outcome``."""
+    if df is None or "outcome_name" not in df:
+        return df
+    return df.assign(outcome=[_OUTCOME_WORDS.get(o, o) for o in df["outcome_name"]])
+
+
+def _named(df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``df`` with a ``failure_domain`` column in words (:func:`domain_label`) from ``kind`` and ``name``."""
+    if df is None or "kind" not in df or "name" not in df:
+        return df
+    return df.assign(failure_domain=[domain_label(k, n) for k, n in zip(df["kind"], df["name"])])
 
 
 def _domains(df: pd.DataFrame | None, summary: Mapping[str, Any]) -> pd.DataFrame | None:
@@ -291,22 +432,32 @@ def render(summary: dict[str, Any], tables: Mapping[str, Mapping[str, pd.DataFra
     cap = tables.get("capacity", {})
     risk = tables.get("risk", {})
     pl = tables.get("placement", {})
+    worst = f.get("risk.worst")
     ctx = {
-        "s": summary, "f": f, "actions": actions(f), "worst_rack": worst_rack(tables), "charts": charts(tables),
+        "s": summary, "f": f, "actions": actions(f), "worst_rack": worst_rack(tables), "charts": charts(tables, summary),
+        "worst_label": domain_label(worst["kind"], worst["name"]) if isinstance(worst, Mapping) else "",
+        "risk_lead": risk_lead(f, tables) if "risk" in summary else None,
+        "capacity_lead": capacity_lead(f, tables) if "capacity" in summary else None,
+        "placement_lead": placement_lead(f) if "placement" in summary else None,
+        "rate_note": rate_note(f) if ("risk" in summary or "placement" in summary) else None,
+        "verdicts": verdicts(f), "titles": SECTION_TITLES,
+        "leads": {k: section_lead(k, v) for k, v in summary.items()},
         "snapshot_rows": [(k, tag(k, v)) for k, v in summary.items() if not isinstance(v, (Mapping, list))],
         "sections": [(k, section_rows(k, v)) for k, v in summary.items() if isinstance(v, (Mapping, list))],
         "known": KNOWN_SECTIONS,
         "racks": table(cap.get("capacity_rack"), [("days_until_full", True), ("used_bytes", False)]),
         "bookies": table(cap.get("capacity_bookies"), [("days_until_full", True), ("used_bytes", False)],
                          cols=["bookie_id", "state", "rack", "used_bytes", "free_bytes", "total_bytes",
-                               "growth_bytes_per_day", "days_until_full", "disk_weight"]),
-        "domains": table(_domains(risk.get("risk_domains"), summary),
+                               "growth_bytes_per_day", "days_until_full"]),
+        "domains": table(_named(_domains(risk.get("risk_domains"), summary)),
                          [("holds_every_bookie", True), ("ledgers_data_loss", False),
                           ("ledgers_below_ack_quorum", False), ("heal_bytes", False)],
-                         cols=["kind", "name", "ledgers_data_loss", "lost_bytes_data_loss", "ledgers_below_ack_quorum",
-                               "ledgers_copy_lost", "heal_bytes", "heal_time_s"]),
-        "by_namespace": table(risk.get("risk_by_namespace"), [("ledgers", False)]),
+                         cols=["failure_domain", "ledgers_data_loss", "lost_bytes_data_loss", "ledgers_below_ack_quorum",
+                               "ledgers_copy_lost", "heal_bytes", "heal_time_s", "heal_limited_by"]),
+        "by_namespace": table(_outcomes(_named(risk.get("risk_by_namespace"))), [("ledgers", False)],
+                              cols=["failure_domain", "namespace", "outcome", "ledgers", "lost_bytes", "heal_bytes"]),
         "repair_sources": table(pl.get("placement_repair_by_source"), [("bytes", False)]),
+        "repair_targets": table(pl.get("placement_repair_by_target"), [("bytes", False)]),
         "fail_by_namespace": table(pl.get("placement_fail_by_namespace"), [("count", False)]),
         "more_tables": [(name, table(df)) for group in tables.values() for name, df in group.items()
                         if name not in _SHOWN],

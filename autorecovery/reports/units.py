@@ -66,9 +66,15 @@ def days(d: float | None) -> str:
 
 
 def number(v: Any) -> str:
-    """An integer with thousands separators, a float with three significant figures, else ``str``."""
+    """An integer with thousands separators, a float with three significant figures, a list as its items
+    joined by ", " (``none`` when empty), a mapping as ``key value`` pairs, else ``str`` — never a
+    Python repr (``['a']``)."""
     if isinstance(v, bool) or v is None:
         return {True: "yes", False: "no", None: "—"}[v]
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return ", ".join(number(x) for x in v) if v else "none"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {number(x)}" for k, x in v.items()) if v else "none"
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):

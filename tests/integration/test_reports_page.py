@@ -145,6 +145,18 @@ def test_page_in_chromium_matches_summary(report, tmp_path):
     assert missing == []
     text = " ".join(parser.text)
     assert "e+0" not in text and "e+1" not in text  # no 2.035028e+10
+    # readable all the way down: no Python repr of a list or a dict, no raw byte count beside a MiB
+    # figure (the snapshot has 150 ledgers and 6 bookies: no count reaches a million)
+    assert "['" not in text and "{'" not in text and "{\"" not in text, re.findall(r".{40}(?:\['|\{').{40}", text)
+    assert not re.findall(r"\b\d{1,3}(?:,\d{3}){2,}\b|\b\d{7,}\b", text), \
+        re.findall(r".{30}(?:\b\d{1,3}(?:,\d{3}){2,}\b|\b\d{7,}\b).{10}", text)
+    # each heading once; the charts are inline SVG (no image, no script, nothing fetched)
+    heads = re.findall(r"<h[1-3][^>]*>([^<]+)</h[1-3]>", dom)
+    assert len(heads) == len(set(heads)), heads
+    assert dom.count("<svg ") == 2 and "<script" not in dom and "<img" not in dom
+    keep = os.environ.get("REPORT_SCREENSHOT")
+    if keep:  # to look at the page as a planner would
+        Path(keep).write_bytes(png)
     assert text.index("What to do") < text.index("Failure domains, riskiest first")
     for name in ("summary.json", "risk_domains.csv", "risk_domains.parquet", "capacity_bookies.csv"):
         assert f'href="{name}"' in dom and (out / name).exists()

@@ -76,12 +76,42 @@ def test_page_answer_first_humanised_every_section():
     assert "what if k bookies" in page and "<td>3 GiB</td>" in page
     # riskiest first: rack A (17 ledgers lose data) before rack B; the soonest-full rack B first in capacity
     risk_part = page[page.index('id="risk"'):page.index('id="capacity"')]
-    assert risk_part.index(">A<") < risk_part.index(">B<")
+    assert risk_part.index(">rack A<") < risk_part.index(">rack B<")
     cap_part = page[page.index('id="capacity"'):page.index('id="all-figures"')]
     assert cap_part.index(">B<") < cap_part.index(">A<")
     # raw figures are linked, not printed
     assert '<a href="risk_domains.parquet">' in page and '<a href="summary.json">' in page
-    assert page.count("data:image/png;base64,") == 2  # disk per rack, rack loss
+    # charts are inline SVG drawn here (risk per failure domain, days to full): no image, no script, no CDN
+    assert page.count("<svg ") == 2 and "<img" not in page and "<script" not in page and "http" not in page.replace(
+        "http://www.w3.org/2000/svg", "")
+
+
+def test_page_has_no_reprs_one_unit_per_quantity_and_no_duplicate_headings():
+    summary = {**SUMMARY, "capacity": {**SUMMARY["capacity"], "bookies_disk_unknown": ["b9:3181"],
+                                       "distribution": {"used_bytes": {"count": 3, "min": 9_596_928.0, "p50": 4.9e8,
+                                                                       "max": 8.1e8, "max_over_mean": 1.79}}},
+               "what_if_bookies": {"k1": [{"bookies": ["b1:3181"], "ledgers_data_loss": 2, "lost_bytes": 3e6,
+                                           "ledgers_below_ack_quorum": 4}], "k2": [], "k3": []},
+               "placement": {"current": {"FAIL": 3, "MEETS_STRICT": 7}, "under_what_if": None, "what_if": {},
+                             "repair": {"ledgers_to_mark": 3, "swaps": 3, "bytes_to_copy": 5e8, "copy_time_s": 40.0,
+                                        "ledgers_without_fix": 0, "rate_assumed": True,
+                                        "rate_source": "default: 50 MB/s"}}}
+    page = render(summary, TABLES, [])
+    text = re.sub(r"<[^>]+>", " ", page)
+    assert "['" not in text and "{'" not in text and "&#39;" not in text
+    figs = figures(page)
+    # a distribution's statistics in the unit of what they describe; its count and ratio stay plain
+    assert figs["capacity.distribution.used_bytes.min"][1] == "9.152 MiB"
+    assert figs["capacity.distribution.used_bytes.count"][1] == "3"
+    assert figs["capacity.distribution.used_bytes.max_over_mean"][1] == "1.79"
+    assert figs["what_if_bookies.k1.0.bookies"][1] == "b1:3181"
+    assert not re.search(r"\b\d{1,3}(,\d{3}){2,}\b|\b\d{7,}\b", text)  # no raw byte count anywhere
+    heads = re.findall(r"<h[1-3][^>]*>([^<]+)</h[1-3]>", page)
+    assert len(heads) == len(set(heads)), heads
+    # each known section is led by its answer: the worst bookie set and what to do about it
+    assert "the worst one bookie (b1:3181) loses data in 2 ledgers" in page
+    assert "Never take b1:3181 down: some entries have no other copy." in page
+    assert "3 closed ledgers fail placement now" in page
 
 
 def test_progress_on_a_terminal_only():
