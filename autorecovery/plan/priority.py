@@ -9,7 +9,7 @@ Ours ranks candidates by what is at stake, from data the worker already has: the
 missing replicas, the ledger metadata and the current bookie membership (writable ∪ read-only).
 
 1. **Data loss with copies left**, fewest readable copies against the ack quorum first
-   (``copies_left - AQ``, then ``copies_left``), oldest marker first, then ledger id.
+   (``copies_left - AQ``, then ``copies_left``), then **newest ledger first** (see "Newer data first").
 2. **Not yet known** ledgers (marker or metadata not read yet): a random walk, as upstream.
 3. **Data loss with no copy left**: nothing can be copied until a bookie returns; tried after the rest
    so they never hold up recoverable work (HDFS-17569).
@@ -18,8 +18,15 @@ missing replicas, the ledger metadata and the current bookie membership (writabl
 Ledgers in ``skip`` (surfaced as unrecoverable, see ``roles/worker.py``) are left out entirely; ledgers in
 ``later`` (recently blocked, e.g. no eligible target) go behind everything else of their class.
 
-**Spreading the daemons** (issue 29): with a per-worker ``salt``, ledgers of equal stake whose markers
-are of the same :data:`TIE_WINDOW_MS` window are ordered by a stable hash of (salt, ledger id) instead
+**Newer data first** (bookkeeper#3773, #4642): within one class and the same copies left, the ledger
+created last (metadata ``ctime``, then the higher ledger id) is healed first. Old ledgers of a Pulsar
+topic are the ones its retention deletes next; an hour spent copying a ledger that expires in the
+next hour saves nothing, while the newest ledger holds the data readers still want. A ledger whose
+metadata carries no ctime (format v1/v2 without ``storingCreationTime``) comes after those that do,
+newest id first. Upstream has no order at all (random walk); our earlier order was oldest marker first.
+
+**Spreading the daemons** (issue 29): with a per-worker ``salt``, ledgers of equal stake created in the
+same :data:`AGE_WINDOW_MS` window are ordered by a stable hash of (salt, ledger id) instead
 of by ledger id, so several daemons on one queue go for different ledgers first and rarely race for
 one lock (each lost race costs a marker read and a failed ``multi``). Every daemon may still take any
 marked ledger, as upstream's (whose random walk spreads them too, without any priority).
@@ -36,9 +43,13 @@ from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.ledger.striping import residues_in_range, write_set
 
 
-#: Markers created within one window of this many ms count as equally old when a ``salt`` spreads the
-#: daemons (an auditor marks a lost bookie's ledgers within seconds).
+#: Markers created within one window of this many ms count as equally old (kept for callers that bucket
+#: marker ages; an auditor marks a lost bookie's ledgers within seconds).
 TIE_WINDOW_MS = 10_000
+
+#: Ledgers created within one window of this many ms (10 min, Pulsar's default
+#: ``managedLedgerMinLedgerRolloverTimeMinutes``) count as equally new when a ``salt`` spreads the daemons.
+AGE_WINDOW_MS = 600_000
 
 _MASK64 = (1 << 64) - 1
 
@@ -73,6 +84,8 @@ class LedgerPriority:
         ack_quorum: AQ of the ledger.
         ctime: marker creation time in ms since the epoch (-1 unknown).
         lost: bookies counted as lost.
+        ledger_ctime: the ledger's creation time from its metadata, ms since the epoch (0 unknown):
+            the newer ledger heals first within a class.
     """
 
     ledger_id: int
@@ -81,6 +94,7 @@ class LedgerPriority:
     ack_quorum: int
     ctime: int = -1
     lost: frozenset[str] = frozenset()
+    ledger_ctime: int = 0
 
     @property
     def margin(self) -> int:
@@ -88,14 +102,16 @@ class LedgerPriority:
         return self.copies_left - self.ack_quorum
 
     def sort_key(self) -> tuple:
-        ctime = self.ctime if self.ctime >= 0 else 2**62
-        return (int(self.kind), self.margin, self.copies_left, ctime, self.ledger_id)
+        """(class, margin, copies left, newest ledger ctime first, highest ledger id first); an unknown
+        ctime (0) sorts after every known one."""
+        newest = -self.ledger_ctime if self.ledger_ctime > 0 else 1
+        return (int(self.kind), self.margin, self.copies_left, newest, -self.ledger_id)
 
     def spread_sort_key(self, salt: int) -> tuple:
-        """:meth:`sort_key` with marker age counted in :data:`TIE_WINDOW_MS` windows and ties broken by
-        :func:`spread_key` instead of the ledger id."""
-        ctime = self.ctime // TIE_WINDOW_MS if self.ctime >= 0 else 2**62
-        return (int(self.kind), self.margin, self.copies_left, ctime, spread_key(salt, self.ledger_id))
+        """:meth:`sort_key` with the ledger's age counted in :data:`AGE_WINDOW_MS` windows and ties broken
+        by :func:`spread_key` instead of the ledger id."""
+        newest = -(self.ledger_ctime // AGE_WINDOW_MS) if self.ledger_ctime > 0 else 1
+        return (int(self.kind), self.margin, self.copies_left, newest, spread_key(salt, self.ledger_id))
 
 
 def min_copies_left(md: LedgerMetadata, lost: Collection[str]) -> int:
@@ -150,7 +166,7 @@ def ledger_priority(
         kind = WorkKind.NO_COPY_LEFT
     else:
         kind = WorkKind.DATA_LOSS
-    return LedgerPriority(ledger_id, kind, copies, md.ack_quorum, ctime, lost)
+    return LedgerPriority(ledger_id, kind, copies, md.ack_quorum, ctime, lost, max(0, md.ctime))
 
 
 def order_candidates(
@@ -166,7 +182,7 @@ def order_candidates(
     """Order lockable ledger ids for acquisition (see module doc). Returns a new list without ``skip``.
 
     ``salt``: the worker's tie-break seed (any int; see "Spreading the daemons"); None orders ties by
-    marker ctime then ledger id. ``keys``: the caller's cache of each ledger's sort key with the
+    ledger ctime then ledger id, newest first. ``keys``: the caller's cache of each ledger's sort key with the
     priority object it was computed from (filled here, for the same ``salt`` every time; a worker
     ranks its whole queue again whenever a ledger is newly marked, and the keys of the ledgers whose
     priority did not change are not computed again)."""

@@ -8,6 +8,7 @@ import pytest
 
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.plan.priority import (
+    AGE_WINDOW_MS,
     WorkKind,
     fragment_copies_left,
     ledger_priority,
@@ -17,12 +18,12 @@ from autorecovery.plan.priority import (
 from autorecovery.plan.progress import ProgressTracker, RateMeter, estimate_copy_bytes
 
 
-def md(ens, wq=2, aq=2, last=99, length=None, segments=None, state=LedgerState.CLOSED):
+def md(ens, wq=2, aq=2, last=99, length=None, segments=None, state=LedgerState.CLOSED, ctime=0):
     segs = segments or (Segment(0, tuple(ens)),)
     return LedgerMetadata(
         ensemble_size=len(segs[0].ensemble), write_quorum=wq, ack_quorum=aq, segments=tuple(segs),
         state=state, last_entry_id=last if state == LedgerState.CLOSED else -1,
-        length=(last + 1) * 100 if length is None else length,
+        length=(last + 1) * 100 if length is None else length, ctime=ctime,
     )
 
 
@@ -88,18 +89,32 @@ def test_order_one_copy_before_two_copies_before_placement():
         assert order[6:] == [6, 5]
 
 
-def test_order_margin_against_ack_quorum_then_age():
+def test_order_margin_against_ack_quorum_then_newest_ledger():
+    """Stake first; within the same stake the ledger created last heals first (its metadata ctime, not
+    the marker's age: bookkeeper#3773), whatever the marker ages say."""
     avail = ALL - {"a:1"}
-    below_aq = ledger_priority(1, md(["a:1", "b:1"], wq=2, aq=2), ["a:1"], avail, ctime=900)  # 1 copy, AQ 2
-    at_aq = ledger_priority(2, md(["a:1", "b:1"], wq=2, aq=1), ["a:1"], avail, ctime=100)  # 1 copy, AQ 1
-    older = ledger_priority(3, md(["a:1", "b:1"], wq=2, aq=2), ["a:1"], avail, ctime=10)
+    below_aq = ledger_priority(1, md(["a:1", "b:1"], wq=2, aq=2, ctime=5_000), ["a:1"], avail, ctime=10)
+    at_aq = ledger_priority(2, md(["a:1", "b:1"], wq=2, aq=1, ctime=9_000), ["a:1"], avail, ctime=100)
+    older = ledger_priority(3, md(["a:1", "b:1"], wq=2, aq=2, ctime=1_000), ["a:1"], avail, ctime=1)
+    assert below_aq.ledger_ctime == 5_000
     order = order_candidates([2, 1, 3], {1: below_aq, 2: at_aq, 3: older})
-    assert order == [3, 1, 2]
+    assert order == [1, 3, 2]  # 1 and 3 are below AQ; 1 is the newer ledger; 2 has a copy at AQ
+
+
+def test_order_newer_ledger_first_then_higher_id_then_unknown_ctime():
+    avail = ALL - {"a:1"}
+    made = {10: 3_000, 11: 7_000, 12: 7_000, 13: 0, 14: 0}  # 13, 14: metadata without ctime
+    known = {lid: ledger_priority(lid, md(["a:1", "b:1", "c:1"], wq=2, aq=1, ctime=t), ["a:1"], avail, ctime=lid)
+             for lid, t in made.items()}
+    assert order_candidates(list(made), known) == [12, 11, 10, 14, 13]
+    placement = ledger_priority(20, md(["b:1", "c:1"], wq=2, aq=1, ctime=99_000), [], avail)
+    assert order_candidates([20, *made], {**known, 20: placement})[-1] == 20  # newer never jumps a class
 
 
 def test_order_skip_and_later():
     avail = ALL - {"a:1"}
-    known = {i: ledger_priority(i, md(["a:1", "b:1", "c:1"], wq=2), ["a:1"], avail, ctime=i) for i in (1, 2, 3)}
+    known = {i: ledger_priority(i, md(["a:1", "b:1", "c:1"], wq=2, ctime=10 - i), ["a:1"], avail, ctime=i)
+             for i in (1, 2, 3)}
     assert order_candidates([1, 2, 3], known, skip={2}) == [1, 3]
     assert order_candidates([1, 2, 3], known, later={1}) == [2, 3, 1]
     # "later" only reorders within a class: known data loss still precedes unknown ledgers
@@ -107,14 +122,17 @@ def test_order_skip_and_later():
 
 
 def test_order_salt_spreads_equal_stake_but_keeps_the_classes():
-    """With a salt, ledgers of equal stake and the same ctime window come in a per-salt order (daemons
-    spread over the queue); stake, the ctime window and ``later`` still order first."""
+    """With a salt, ledgers of equal stake created in the same age window come in a per-salt order
+    (daemons spread over the queue); stake, the newer age window and ``later`` still order first."""
     avail = ALL - {"a:1"}
-    tied = {i: ledger_priority(i, md(["a:1", "b:1", "c:1"], wq=2, aq=1), ["a:1"], avail, ctime=20_000 + i)
+    base = 100 * AGE_WINDOW_MS
+    tied = {i: ledger_priority(i, md(["a:1", "b:1", "c:1"], wq=2, aq=1, ctime=base + i), ["a:1"], avail,
+                               ctime=20_000 + i)
             for i in range(1, 41)}
-    urgent = ledger_priority(99, md(["a:1", "b:1"], wq=2, aq=2), ["a:1"], avail, ctime=50_000)
-    old = ledger_priority(98, md(["a:1", "b:1", "c:1"], wq=2, aq=1), ["a:1"], avail, ctime=1)
-    known = {**tied, 99: urgent, 98: old}
+    urgent = ledger_priority(99, md(["a:1", "b:1"], wq=2, aq=2, ctime=1), ["a:1"], avail, ctime=50_000)
+    newer = ledger_priority(98, md(["a:1", "b:1", "c:1"], wq=2, aq=1, ctime=base + AGE_WINDOW_MS), ["a:1"], avail,
+                          ctime=1)
+    known = {**tied, 99: urgent, 98: newer}
     firsts = set()
     for salt in range(8):
         order = order_candidates(list(known), known, salt=salt, later={5})
@@ -123,7 +141,7 @@ def test_order_salt_spreads_equal_stake_but_keeps_the_classes():
         assert order == order_candidates(list(reversed(list(known))), known, salt=salt, later={5})  # stable
         firsts.add(order[2])
     assert len(firsts) >= 5, firsts  # not every daemon goes for the same ledger first
-    assert order_candidates(list(known), known, later={5})[2:5] == [1, 2, 3]  # no salt: ledger id
+    assert order_candidates(list(known), known, later={5})[2:5] == [40, 39, 38]  # no salt: newest first
 
 
 def test_order_key_cache_gives_the_same_order_and_recomputes_only_changed_priorities():
