@@ -113,6 +113,15 @@ class HealRecorder:
             "heal_episodes_open", "heal_last_episode_duration_seconds", "heal_last_episode_ledgers",
             "heal_last_episode_bytes")}
         self._reg = reg
+        # every (kind, final state) series exists from election on, at 0 (bounded: 7 kinds x 3 states), so
+        # rate()/increase() see the first close
+        for kind in E.KINDS:
+            for state in E.STATES[1:]:
+                self._closes(kind, state)
+
+    def _closes(self, kind: str, state: str) -> metrics.Counter:
+        return self._reg.counter(SCOPE, "heal_episodes_total", labels={"kind": kind, "state": state},
+                                 doc=_DOCS["heal_episodes_total"])
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def start(self, lost: Iterable[str]) -> None:
@@ -144,6 +153,8 @@ class HealRecorder:
                     await self.store.update(ep)
         self.g["heal_episodes_open"].set(len(self.episodes))
         self._kick.set()
+        if self.episodes:
+            self._locks_changed.set()  # follow the workers of the continued episodes too
 
     def reset(self) -> None:
         """Not the auditor any more: the auditor-only gauges back to 0."""
@@ -313,8 +324,7 @@ class HealRecorder:
                 for lid in new.ids:
                     self._bookies_at_mark.pop(lid, None)
                 self._set_last(new)
-                self._reg.counter(SCOPE, "heal_episodes_total", labels={"kind": new.kind, "state": new.state},
-                                  doc=_DOCS["heal_episodes_total"]).inc()
+                self._closes(new.kind, new.state).inc()
                 log.info(f"heal episode closed: {E.log_line(new)}", episode=name, kind=new.kind, state=new.state,
                          duration_s=round(new.duration_s or 0.0, 3), ledgers_healed=new.ledgers_healed,
                          bytes_healed=new.bytes_healed, unrecoverable=new.ledgers_unrecoverable,

@@ -132,6 +132,10 @@ def test_hostile_history_record_is_named_and_skipped(env):
         async with zk_session(c) as (zk, _paths, _urm):
             await zk.create(f"{P.history}/e-9999999999", b'{"v": 1, "kind": "nope"')
 
+    async def plant_state() -> None:
+        async with zk_session(c) as (zk, _paths, _urm):
+            await zk.set(P.history, b"\x00{truncated")
+
     arun(plant())
     res = shell(c, "history", "--json")
     assert res.exit_code == 0
@@ -139,7 +143,11 @@ def test_hostile_history_record_is_named_and_skipped(env):
     assert json.loads(res.stdout)["episodes"]  # the good ones are still listed
     code, body = http1.get("/api/v1/autorecovery/overview")
     assert code == 200 and any("e-9999999999" in e for e in json.loads(body)["errors"])
-    assert c.daemon_alive(1)
+    arun(plant_state())
+    res = shell(c, "overview")
+    assert res.exit_code == 0, res.output
+    assert "error: bad history state /ledgers/underreplication/history: not JSON" in res.stdout
+    assert c.daemon_alive(1) and http1.get("/readyz")[0] == 200  # the auditor (daemon 1) is unharmed
 
     async def remove() -> None:
         async with zk_session(c) as (zk, _paths, _urm):
