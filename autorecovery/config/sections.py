@@ -194,8 +194,17 @@ class WorkerSettings(Section):
         if bad:
             raise ConfigError("bad worker settings: " + ", ".join(bad))
 
+    def loggable(self) -> dict[str, object]:
+        """Field → value for a log line: ``recovery_password`` (``passwd``, a secret) shows as ``******``
+        when set, the digest type by name."""
+        out: dict[str, object] = {f: getattr(self, f) for f in self.KEY_FIELDS.values()}
+        out["recovery_digest_type"] = self.recovery_digest_type.name
+        out["recovery_password"] = "******" if self.recovery_password else ""
+        return out
+
     def to_properties(self) -> dict[str, str]:
-        """The settings as ``bk_server.conf`` strings by key (round-trips through ``from_properties``)."""
+        """The settings as ``bk_server.conf`` strings by key (round-trips through ``from_properties``);
+        ``passwd`` included in clear (a conf file holds it): never log this."""
         out = {}
         for key_name, fname in self.KEY_FIELDS.items():
             v = getattr(self, fname)

@@ -81,3 +81,20 @@ def recovery_master_key(md: LedgerMetadata, fallback: RecoveryCredentials = DEFA
     """The 20-byte master key that adds and fencing reads of ``md``'s ledger carry (upstream
     ``DigestManager.generateMasterKey`` of the chosen password)."""
     return master_key(recovery_credentials(md, fallback)[1])
+
+
+def digest_failure_reason(md: LedgerMetadata, fallback: RecoveryCredentials, entry_count: int,
+                          answers: set[str]) -> str:
+    """The reason an unrecoverable record gives when every replica failed the digest check of a ledger
+    whose metadata stores no password (the configured ``digestType``/``passwd`` are likely not the ones
+    it was written with); ``""`` when that is not the case (the record keeps its generic reason).
+
+    ``answers``: the kinds of answers the bookies gave (``DIGEST`` for a failed digest check). Never
+    names the password.
+    """
+    if md.has_password or "DIGEST" not in answers:
+        return ""
+    name = "MAC" if fallback.digest_type == DigestType.HMAC else fallback.digest_type.name
+    return (f"{entry_count} entries fail the digest check on every replica: the ledger's metadata stores no "
+            f"password (format v{md.format_version}), so they were verified with digestType={name} and the "
+            f"configured passwd; set digestType and passwd to what the ledger was written with")

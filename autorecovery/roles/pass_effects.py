@@ -41,6 +41,8 @@ import structlog
 
 from autorecovery.client.recovery import recover_ledger
 from autorecovery.errors import NoSuchLedgerError
+from autorecovery.ledger.credentials import digest_failure_reason
+from autorecovery.plan import entry_runs
 from autorecovery.plan import pass_end as pe
 from autorecovery.plan import pass_plan as pp
 from autorecovery.plan.progress import estimate_copy_bytes, unrecoverable_reason
@@ -152,7 +154,8 @@ class PassEffects:
             log.info("marker changed while replicating (re-marked); it stays for another pass", ledger_id=lid)
 
     async def _surface_unrecoverable(self, lid: int, p: pp.PassOutcome) -> None:
-        doc = await self.backlog.surface_unrecoverable(lid, p.unrecoverable, self.locks.owner)
+        doc = await self.backlog.surface_unrecoverable(lid, p.unrecoverable, self.locks.owner,
+                                                       reason=await self._digest_reason(lid, p))
         waiting = doc["waiting_for"]
         self.m.unrecoverable_total.inc()
         self.tracker.block(lid, unrecoverable_reason(doc))
@@ -161,6 +164,18 @@ class PassEffects:
         log.warning("ledger surfaced as unrecoverable; not retrying until a bookie returns", ledger_id=lid,
                     waiting_for=waiting or "an operator", entry_count=doc["entry_count"], reason=doc["reason"],
                     side_znode=self.backlog.record_path(lid))
+
+    async def _digest_reason(self, lid: int, p: pp.PassOutcome) -> str:
+        """Why every replica failed the digest check when the ledger's metadata stores no password (the
+        configured digestType/passwd are then the suspects), else "" (the generic reason)."""
+        answers = {r for g in p.unrecoverable for r in g.why.values()}
+        if "DIGEST" not in answers:
+            return ""
+        try:
+            md, _version = await self.bk.ledgers.read(lid)
+        except Exception:  # noqa: BLE001 - the record is written with the generic reason instead
+            return ""
+        return digest_failure_reason(md, self.settings.recovery, entry_runs.count(p.unrecoverable), answers)
 
     def _defer_open_ledger(self, lid: int) -> None:
         """Keep the lock for the grace period, then fence and close the ledger if its writer has not

@@ -38,7 +38,7 @@ from autorecovery.placement.spread import SpreadReplacer
 from autorecovery.plan import entry_runs
 from autorecovery.plan import pass_end as pe
 from autorecovery.plan import pass_plan as pp
-from autorecovery.plan.entry_runs import Gap
+from autorecovery.plan.entry_runs import Gap, Run
 from autorecovery.plan.targets import FragmentPlan, choose_replacements, plan_fragment_copy
 from autorecovery.roles import replicator as rp
 from autorecovery.roles.copier import CopyResult
@@ -231,6 +231,17 @@ class PassSteps:
                 return md
             bad = set(again[0].bad_indexes)
         bad_bookies = {ensemble[i] for i in bad}
+        live = avail & set(ensemble)
+        if not md.has_password and live and live <= bad_bookies and last >= first:
+            # every live replica failed the check: for a ledger whose metadata stores no password (format
+            # v1) that is what digestType/passwd say, not the data. Probe one entry; when no replica
+            # verifies, copy nothing and surface it (the record names the keys), instead of hunting for
+            # targets to replace every member with
+            failed = await self._probe_entries(lid, ensemble, md.write_quorum, [Gap(Run(first, last))],
+                                               recovery_digest(md, self.settings.recovery))
+            if failed and "DIGEST" in failed[0].why.values():
+                _classify_unreadable(failed, p)
+                return md
         # entries that could not be read last time are tried first; nothing is written if they still fail
         remembered = pe.remembered_in(remembered_runs, first, last)
         if remembered:

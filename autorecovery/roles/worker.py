@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
@@ -202,7 +201,7 @@ class ReplicationWorker:
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="worker-refresh")
         for i in range(max(1, self.settings.concurrent_ledgers)):
             self._slots.append(asyncio.create_task(self._slot_loop(i), name=f"worker-slot-{i}"))
-        log.info("replication worker started", slots=len(self._slots), settings=dataclasses.asdict(self.settings))
+        log.info("replication worker started", slots=len(self._slots), settings=self.settings.loggable())
         return self
 
     @property
