@@ -145,6 +145,7 @@ async def run(n: int, n_bookies: int, zk_hosts: str | None, watch_mode: str) -> 
         await load_metadata(admin, n, rng, bookies)
         print(f"set-up: {n} ledgers over {n_bookies} bookies written in {time.monotonic() - t:.1f} s "
               f"(multi batches, not timed)")
+        await admin.ensure_path(P.cookies)  # init_cluster leaves it to the first bookie, as upstream does
         for b in bookies:
             await admin.create(P.cookie(b), b"c")
             host, port = b.rsplit(":", 1)  # registered as our bookies are: advertising the gRPC endpoint
