@@ -159,22 +159,28 @@ def _one_line(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _verdicts(counts: dict) -> str:
+    return ", ".join(f"{n:,} {v.replace('_', ' ').lower()}" for v, n in counts.items()) or "no closed ledger"
+
+
 def _terminal(s: dict) -> None:
-    """A short table on the terminal."""
+    """A short summary on the terminal, in the page's units (binary bytes, s / min / h)."""
+    from autorecovery.reports.units import duration, size
+
     cap = s.get("capacity")
     if cap:
-        click.echo(f"capacity: {cap['bookies']} bookies, {cap['used_bytes'] / 1e9:.1f} GB used by ledgers, "
-                   f"{cap['free_bytes'] / 1e12:.2f} TB free, growth {cap['growth_bytes_per_day'] / 1e9:.2f} GB/day, "
+        click.echo(f"capacity: {cap['bookies']} bookies, {size(cap['used_bytes'])} used by ledgers, "
+                   f"{size(cap['free_bytes'])} free, growing {size(cap['growth_bytes_per_day'])}/day, "
                    f"bookie imbalance max/mean {cap['imbalance_bookie_max_over_mean'] or 0:.2f}")
     pl = s.get("placement")
     if pl:
-        click.echo(f"placement now: {pl['current']}")
+        click.echo(f"placement now: {_verdicts(pl['current'])}")
         if pl.get("under_what_if"):
-            click.echo(f"placement with {pl['what_if']}: {pl['under_what_if']}")
+            wi = ", ".join(f"{k}={v}" for k, v in pl["what_if"].items())
+            click.echo(f"placement with {wi}: {_verdicts(pl['under_what_if'])}")
         r = pl["repair"]
-        t = r["copy_time_s"]
         click.echo(f"BP-54 repair: {r['ledgers_to_mark']} ledgers to mark, {r['swaps']} swaps, "
-                   f"{r['bytes_to_copy'] / 1e9:.2f} GB to copy, ~{(t or 0) / 60:.1f} min with {r['workers']} workers"
+                   f"{size(r['bytes_to_copy'])} to copy, about {duration(r['copy_time_s'])} with {r['workers']} daemons"
                    f"{' (assumed rate)' if r['rate_assumed'] else ''}; {r['ledgers_without_fix']} without a fix")
     wb = s.get("what_if_bookies")
     if wb:
@@ -185,13 +191,13 @@ def _terminal(s: dict) -> None:
                            f"data, {w['ledgers_below_ack_quorum']} fall below AQ")
     dc = s.get("what_if_decommission")
     if dc:
-        t = dc["move_time_s"]
-        click.echo(f"decommission {dc['bookie']}: {dc['segments_to_move']} segments, {dc['bytes_to_move'] / 1e9:.2f} GB "
-                   f"to move, ~{(t or 0) / 60:.1f} min; {dc['segments_losing_placement']} segments lose placement, "
-                   f"{dc['segments_without_target']} without a target")
+        click.echo(f"decommission {dc['bookie']}: {dc['segments_to_move']} segments, {size(dc['bytes_to_move'])} "
+                   f"to move, about {duration(dc['move_time_s'])}; {dc['segments_losing_placement']} segments lose "
+                   f"placement, {dc['segments_without_target']} without a target")
     rk = s.get("risk")
     if rk and rk.get("worst"):
         w = rk["worst"]
         click.echo(f"risk: worst domain {w['kind']} {w['name']}: {w['ledgers_data_loss']} ledgers lose data, "
                    f"{w['ledgers_below_ack_quorum']} fall below AQ; racks whose loss loses data: "
                    f"{len(rk['racks_whose_loss_loses_data'])}")
+        click.echo(f"heal times: {rk['heal_model']['rate_source']}")

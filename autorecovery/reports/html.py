@@ -156,6 +156,8 @@ def table(df: pd.DataFrame | None, sort: Iterable[tuple[str, bool]] = (), rows: 
 
 
 def _cell(col: str, v: Any) -> str:
+    if isinstance(v, str) and not v:
+        return "—"
     if isinstance(v, float) and math.isnan(v):
         return "—" if units.kind_of(col) != "bytes" else "unknown"
     if hasattr(v, "tolist"):
@@ -289,17 +291,18 @@ def placement_lead(f: Figures) -> Markup:
     now = f.get("placement.current") or {}
     alt = f.get("placement.under_what_if")
     out = Markup("{} fail placement now").format(_plural(int(now.get("FAIL", 0)), "closed ledger"))
+    wi = ", ".join(f"{k}={v}" for k, v in (f.get("placement.what_if") or {}).items())
     if alt is not None:
-        wi = ", ".join(f"{k}={v}" for k, v in (f.get("placement.what_if") or {}).items())
         out += Markup(", {} under {}").format(int(alt.get("FAIL", 0)), wi)
     out += Markup(". ")
+    under = Markup(" under {}").format(wi) if alt is not None else Markup("")
     if f.get("placement.repair.ledgers_to_mark"):
-        out += Markup("The BP-54 repair (repairedPlacementPolicyNotAdheringBookieEnabled) marks {} ledgers and copies {} "
-                      "in about {}; run it, then re-check.").format(
-            f("placement.repair.ledgers_to_mark"), f("placement.repair.bytes_to_copy"),
+        out += Markup("The BP-54 repair (repairedPlacementPolicyNotAdheringBookieEnabled){} marks {} ledgers and "
+                      "copies {} in about {}; run it, then re-check.").format(
+            under, f("placement.repair.ledgers_to_mark"), f("placement.repair.bytes_to_copy"),
             f("placement.repair.copy_time_s"))
     else:
-        out += Markup("Nothing to repair.")
+        out += Markup("The BP-54 repair{} has nothing to copy.").format(under)
     if f.get("placement.repair.ledgers_without_fix"):
         out += Markup(" {} have no fix with today's bookies: add bookies in other racks.").format(
             _plural(int(f.get("placement.repair.ledgers_without_fix")), "ledger"))
