@@ -47,12 +47,14 @@ async def history(ctx: AdminContext, limit: int | None = None) -> Listing:
     return await HistoryStore(ctx.zk, ctx.paths).listing(limit)
 
 
-async def record_recover(ctx: AdminContext, report: Any, started_ms: int, by: str | None = None) -> str | None:
-    """Record a finished admin ``recover`` run (a :class:`~autorecovery.admin.recover.RecoverReport`, not a
-    dry run) as one closed ``recover`` episode: ledgers in scope (not skipped) marked, recovered ones
-    healed, failed ones left (``unrecoverable`` when some failed); bytes are the bytes the run wrote.
-    ``by`` is who ran it (default: this host's name). Returns the episode's name, None when nothing was
-    in scope or the write failed (logged as a WARNING: the recovery itself is done)."""
+async def record_recover(ctx: AdminContext, report: Any, started_ms: int, by: str | None = None,
+                         kind: str = "recover") -> str | None:
+    """Record a finished admin run (a :class:`~autorecovery.admin.recover.RecoverReport`, not a dry run:
+    ``sources``, ``ledgers`` outcomes with ``status``, ``bytes_copied``) as one closed episode of ``kind``
+    (``recover``; an admin drain may pass ``drain``): ledgers in scope (not skipped) marked, recovered
+    ones healed, failed ones left (``unrecoverable`` when some failed); bytes are the bytes the run
+    wrote. ``by`` is who ran it (default: this host's name). Returns the episode's name, None when
+    nothing was in scope or the write failed (logged as a WARNING: the run itself is done)."""
     import socket
     from dataclasses import replace
 
@@ -67,7 +69,7 @@ async def record_recover(ctx: AdminContext, report: Any, started_ms: int, by: st
     failed = len(done) - healed
     now = int(time.time() * 1000)
     who = by or socket.gethostname()
-    ep = E.Episode(kind="recover", subject=",".join(report.sources), detected_ms=started_ms,
+    ep = E.Episode(kind=kind, subject=",".join(report.sources), detected_ms=started_ms,
                    ledgers_marked=len(done), bytes_marked=report.bytes_copied, state="healed" if not failed
                    else "unrecoverable", updated_ms=now, closed_ms=now, last_heal_ms=now if healed else None,
                    ledgers_healed=healed, bytes_healed=report.bytes_copied, ledgers_left=failed,

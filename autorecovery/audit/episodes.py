@@ -4,7 +4,7 @@ Ours; upstream keeps no history: once the markers of a lost bookie are gone noth
 marked, healed or left behind. An *episode* is one event that marked ledgers under-replicated — a
 bookie lost (``bookie-lost``), every bookie of a rack lost together (``rack-lost``), a placement repair
 (``placement``), a replicas or ledger check that marked ledgers (``replicas``, ``ledger-check``) or an
-admin ``recover`` (``recover``) — with the figures of its heal. The Auditor opens one when it writes
+admin run (``recover``; ``decommission`` and ``drain`` for the admin operations of those names) — with the figures of its heal. The Auditor opens one when it writes
 markers for ledgers that were not marked yet (a ledger already marked stays with its episode), follows
 it as markers disappear and closes it when every ledger is healed, or when what is left has been
 unrecoverable or blocked for :data:`SETTLE_MS` with no heal (the state then says so).
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-KINDS = ("bookie-lost", "rack-lost", "placement", "replicas", "ledger-check", "recover", "decommission")
+KINDS = ("bookie-lost", "rack-lost", "placement", "replicas", "ledger-check", "recover", "decommission", "drain")
 STATES = ("open", "healed", "unrecoverable", "blocked")
 #: episodes kept in ZooKeeper; the oldest closed ones are dropped first
 MAX_EPISODES = 50

@@ -113,7 +113,7 @@ class HealRecorder:
             "heal_episodes_open", "heal_last_episode_duration_seconds", "heal_last_episode_ledgers",
             "heal_last_episode_bytes")}
         self._reg = reg
-        # every (kind, final state) series exists from election on, at 0 (bounded: 7 kinds x 3 states), so
+        # every (kind, final state) series exists from election on, at 0 (bounded: 8 kinds x 3 states), so
         # rate()/increase() see the first close
         for kind in E.KINDS:
             for state in E.STATES[1:]:
