@@ -32,6 +32,38 @@ log = structlog.get_logger("autorecovery.workload")
 
 ACK_LOG_HEADER = "# autorecovery-acks v1"
 
+#: ``autorecovery local-cluster``'s default directory: when the current directory has one, the workload's
+#: manifest and ack log default into it (beside the cluster they describe, gitignored) instead of littering
+#: the working directory
+LOCAL_CLUSTER_DIR = ".cluster"
+MANIFEST_NAME = "workload.json"
+ACK_LOG_NAME = "workload.acks"
+
+
+def default_workload_dir(cwd: Path | None = None) -> Path:
+    """Where ``workload write`` puts its manifest and ack log by default: ``<cwd>/.cluster`` when that
+    directory exists (``local-cluster up``'s default ``--dir``), else ``cwd`` (default: the current
+    directory)."""
+    base = Path() if cwd is None else cwd  # relative: messages name .cluster/workload.json
+    cluster = base / LOCAL_CLUSTER_DIR
+    return cluster if cluster.is_dir() else base
+
+
+def default_verify_inputs(cwd: Path | None = None) -> tuple[Path | None, Path | None]:
+    """What ``workload verify`` checks when given neither ``--manifest`` nor ``--acks``: ``(manifest,
+    None)`` for the first ``workload.json`` found in :func:`default_workload_dir` then ``cwd`` (where
+    older versions wrote it), else ``(None, ack log)`` for the first ``workload.acks`` there, else
+    ``(None, None)``."""
+    base = Path() if cwd is None else cwd  # relative: messages name .cluster/workload.json
+    dirs = list(dict.fromkeys([default_workload_dir(base), base]))
+    for d in dirs:
+        if (d / MANIFEST_NAME).is_file():
+            return d / MANIFEST_NAME, None
+    for d in dirs:
+        if (d / ACK_LOG_NAME).is_file():
+            return None, d / ACK_LOG_NAME
+    return None, None
+
 
 def payload(seed: int, ledger_id: int, entry_id: int, size: int) -> bytes:
     """Deterministic payload of ``size`` bytes for one entry."""

@@ -1,7 +1,8 @@
 """``autorecovery workload write|verify``: write ledgers of known content and verify every entry.
 
 ``write`` records every acknowledged entry (ledger id, entry id, length, payload hash) in an ack log
-(``--acks``, default ``workload.acks``) as the acknowledgement arrives; ``verify --acks`` proves that no
+(``--acks``, default ``.cluster/workload.acks`` when ``./.cluster`` exists, i.e. beside the local cluster,
+else ``./workload.acks``) as the acknowledgement arrives; ``verify --acks`` proves that no
 acknowledged entry was lost and names each one that was. ``-D key=value`` passes client placement
 settings (upstream keys, e.g. ``-D ensemblePlacementPolicy=rackaware -D minNumRacksPerWriteQuorum=2``);
 racks come from the cluster's ``/bookies`` document, as for a Pulsar broker.
@@ -26,8 +27,12 @@ from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import ConfigError, ZooKeeperError
 from autorecovery.placement.config import PlacementConfig
 from autorecovery.workload import (
+    ACK_LOG_NAME,
+    MANIFEST_NAME,
     AckLog,
     Manifest,
+    default_verify_inputs,
+    default_workload_dir,
     read_ack_log,
     verify_acks,
     verify_ledgers,
@@ -81,9 +86,12 @@ def _placement(defines: tuple[str, ...]) -> dict[str, str]:
 @click.option("--ack-quorum", "-a", default=2, show_default=True, type=click.IntRange(1, 1024))
 @click.option("--seed", default=1, show_default=True, type=click.IntRange(INT64_MIN, INT64_MAX))
 @click.option("--mixed", is_flag=True, help="mixed entry sizes (1 B .. 2 x entry-size)")
-@click.option("--manifest", default="workload.json", show_default=True, type=click.Path(path_type=Path))
-@click.option("--acks", "acks_path", default="workload.acks", show_default=True, type=click.Path(path_type=Path),
-              help="ack log: every acknowledged entry is appended here")
+@click.option("--manifest", default=None, type=click.Path(path_type=Path),
+              help="manifest of a batch write [default: .cluster/workload.json when ./.cluster exists "
+                   "(local-cluster's directory), else ./workload.json]")
+@click.option("--acks", "acks_path", default=None, type=click.Path(path_type=Path),
+              help="ack log: every acknowledged entry is appended here [default: .cluster/workload.acks when "
+                   "./.cluster exists, else ./workload.acks]")
 @click.option("-D", "defines", multiple=True, metavar="KEY=VALUE",
               help="client placement setting (upstream key), repeatable")
 @click.option("--continuous", is_flag=True, help="write until SIGINT/SIGTERM or --duration")
@@ -94,6 +102,9 @@ def write(zk_hosts, ledgers_root, ledgers, entries, entry_size, ensemble, write_
     """Write LEDGERS ledgers x ENTRIES entries and record them in a manifest and the ack log; with
     --continuous, write at --rate entries/s until stopped (the ack log is the record)."""
     props = _placement(defines)
+    where = default_workload_dir()
+    manifest = manifest if manifest is not None else where / MANIFEST_NAME
+    acks_path = acks_path if acks_path is not None else where / ACK_LOG_NAME
     if not continuous and duration is not None:
         raise click.BadParameter("--duration needs --continuous", param_hint="--duration")
     if continuous and rate <= 0:
@@ -149,15 +160,13 @@ def write(zk_hosts, ledgers_root, ledgers, entries, entry_size, ensemble, write_
               help="with --acks: open ledgers still open with recovery (fences them; run after the writer stopped)")
 def verify(zk_hosts, ledgers_root, manifest, acks_path, recovery):
     """Read back every entry and compare it byte for byte (manifest) or by length and hash (ack log);
-    exits 1 on any difference and names every lost entry. Without --manifest/--acks: workload.json if
-    it exists, else workload.acks."""
+    exits 1 on any difference and names every lost entry. Without --manifest/--acks: workload.json
+    (in ./.cluster when it exists, then in the current directory), else workload.acks (same order)."""
     if manifest is None and acks_path is None:
-        if Path("workload.json").exists():
-            manifest = Path("workload.json")
-        elif Path("workload.acks").exists():
-            acks_path = Path("workload.acks")
-        else:
-            raise click.UsageError("nothing to verify: give --manifest or --acks")
+        manifest, acks_path = default_verify_inputs()
+        if manifest is None and acks_path is None:
+            raise click.UsageError("nothing to verify: give --manifest or --acks (no workload.json or "
+                                   "workload.acks in ./.cluster or the current directory)")
     records = None
     if acks_path is not None:
         try:
