@@ -46,6 +46,13 @@ class Window:
     started_ms: int
     expires_ms: int
     by: str = ""
+    #: close by itself once the bookie, seen down while the window lasted, is registered again and no
+    #: under-replication marker names it (a planned restart: ``shell oktostop --open-window``)
+    auto_close: bool = False
+    #: when the elected auditor first saw the bookie down under this window (0: not yet)
+    lost_seen_ms: int = 0
+    #: when the elected auditor loaded the window (0: not yet); ``--open-window`` waits for it
+    acked_ms: int = 0
 
     def expired(self, now_ms: int) -> bool:
         return now_ms >= self.expires_ms
@@ -56,9 +63,12 @@ class Window:
         return znode_name(self.kind, self.target)
 
     def to_json(self) -> bytes:
-        return json.dumps({"kind": self.kind, "target": self.target, "reason": self.reason,
-                           "started_ms": self.started_ms, "expires_ms": self.expires_ms, "by": self.by},
-                          sort_keys=True).encode()
+        d: dict = {"kind": self.kind, "target": self.target, "reason": self.reason,
+                   "started_ms": self.started_ms, "expires_ms": self.expires_ms, "by": self.by}
+        for k in ("auto_close", "lost_seen_ms", "acked_ms"):
+            if getattr(self, k):
+                d[k] = getattr(self, k)
+        return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> "Window":
@@ -70,7 +80,8 @@ class Window:
         try:
             d = json.loads(data.decode("utf-8"))
             w = cls(str(d["kind"]), str(d["target"]), str(d.get("reason", "")), int(d["started_ms"]),
-                    int(d["expires_ms"]), str(d.get("by", "")))
+                    int(d["expires_ms"]), str(d.get("by", "")), bool(d.get("auto_close", False)),
+                    int(d.get("lost_seen_ms", 0)), int(d.get("acked_ms", 0)))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
             # OverflowError: a time of 1e999 (JSON infinity); RecursionError: nesting too deep
             raise MalformedMetadataError(f"{where}: not a maintenance window record: {str(exc)[:200]}") from exc
@@ -224,3 +235,13 @@ def guard_level(value: str) -> str:
         raise ConfigError(f"bad value {value!r} for autorecoveryDownOutSubtreeLimit: expected one of "
                           "none, rack, zone, region")
     return "" if v == "none" else v
+
+
+def auto_close_due(windows: Iterable[Window], available: Iterable[str], named: Iterable[str]) -> list[Window]:
+    """Bookie windows to close by themselves: ``auto_close`` set, the bookie seen down while the window
+    lasted (``lost_seen_ms``), registered again now (``available``: writable or read-only) and named by
+    no under-replication marker (``named``: its ledgers are whole). A window opened on a running bookie
+    is never closed before the bookie has gone down and come back. Ours (upstream has no windows)."""
+    avail, nm = set(available), set(named)
+    return [w for w in windows if w.kind == "bookie" and w.auto_close and w.lost_seen_ms > 0
+            and w.target in avail and w.target not in nm]

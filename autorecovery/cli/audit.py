@@ -28,6 +28,7 @@ _MUTATING: dict[str, Callable[[dict[str, Any]], bool]] = {
     "maintenance start": lambda p: True,
     "maintenance stop": lambda p: True,
     "maintenance override": lambda p: True,
+    "oktostop": lambda p: bool(p.get("open_window")),
 }
 _LOCATION_PARAMS = frozenset({"conf", "zk", "ledgers_root", "sets"})
 

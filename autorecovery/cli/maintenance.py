@@ -30,9 +30,11 @@ def _target_options(f):
 @_target_options
 @click.option("--ttl", required=True, type=P.DURATION, help="How long: 90s, 30m, 2h, 1d (at most 365 days).")
 @click.option("--reason", required=True, help="Why (shown to every operator).")
-def start_cmd(conf, zk, ledgers_root, sets, bookie, rack, ttl, reason):
+@click.option("--auto-close", is_flag=True, help="Bookie windows: close by itself once the bookie, seen down, "
+                                                 "is registered again and no under-replication marker names it.")
+def start_cmd(conf, zk, ledgers_root, sets, bookie, rack, ttl, reason, auto_close):
     async def body(ctx):
-        w = await m.start(ctx, bookie=bookie, rack=rack, ttl=ttl, reason=reason)
+        w = await m.start(ctx, bookie=bookie, rack=rack, ttl=ttl, reason=reason, auto_close=auto_close)
         click.echo(f"Maintenance window on {w['kind']} {w['target']} until {w['expires_ms']} "
                    f"(in {w['expires_in_s']} s): {w['reason']}")
     execute(conf, zk, ledgers_root, sets, body)
@@ -79,10 +81,13 @@ def list_cmd(conf, zk, ledgers_root, sets, as_json):
             click.echo("No maintenance windows")
         for w in st["windows"]:
             state = "expired" if w["expired"] else f"{w['expires_in_s']} s left"
-            click.echo(f"{w['kind']} {w['target']}: {state}; {w['reason']} (by {w['by'] or '?'})")
+            auto = "; closes by itself when the bookie is back" if w.get("auto_close") else ""
+            click.echo(f"{w['kind']} {w['target']}: {state}; {w['reason']} (by {w['by'] or '?'}){auto}")
         held = st["held"]
         for d, bs in sorted((held.get("guard") or {}).items()):
             click.echo(f"rack {d} lost as a whole: waiting ({', '.join(bs)})")
         for b, w in sorted((held.get("windows") or {}).items()):
             click.echo(f"lost bookie {b} held by the window on {w['target']}")
+        for e in st.get("ended", [])[-5:]:
+            click.echo(f"ended: {e.get('kind')} {e.get('target')} at {e.get('ended_ms')}: {e.get('end_reason')}")
     execute(conf, zk, ledgers_root, sets, body)

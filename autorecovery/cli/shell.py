@@ -29,6 +29,7 @@ from autorecovery.cli.shell_run import EXIT_FAIL, EXIT_USAGE, CommandFailed, exe
 # each command module registers its commands on the group when imported
 from autorecovery.cli import cluster_init  # noqa: F401  (initnewcluster)
 from autorecovery.cli import maintenance as _maintenance  # noqa: F401  (maintenance group)
+from autorecovery.cli import oktostop as _oktostop  # noqa: F401  (oktostop)
 from autorecovery.cli import shell_inspect, shell_recover, shell_status  # noqa: F401
 
 __all__ = ["shell", "command", "help_cmd", "jackson_pretty", "CommandFailed", "execute", "shell_location",

@@ -137,6 +137,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         self.windows: list[Window] = []
         self.last_holds = Holds({}, {})
         self._expiry_timer: asyncio.TimerHandle | None = None
+        self._autoclose_timer: asyncio.TimerHandle | None = None
         self._pending_holds = Holds({}, {})
         self._lost_since: dict[str, float] = {}
         self._settle_timer: asyncio.TimerHandle | None = None
@@ -256,6 +257,8 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             self._timer.cancel()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
+        if self._autoclose_timer is not None:
+            self._autoclose_timer.cancel()
         if self._settle_timer is not None:
             self._settle_timer.cancel()
         for g in ("maint_windows", "maint_held", "guard_domains", "guard_held"):
@@ -305,6 +308,8 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         for b in self.index.bookies() - available:
             self._lost_since.setdefault(b, now)  # when this auditor first saw it gone (rack-loss guard)
         self._events.put_nowait(("bookies", None))
+        if any(w.auto_close for w in self.windows):
+            self._events.put_nowait(("maintenance", None))  # note a planned stop, or auto-close its window
 
     async def _watch_delay(self) -> None:
         def cb(event) -> None:

@@ -11,13 +11,17 @@ filters a lost-bookie audit's markers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import structlog
 
 from autorecovery.audit.decisions import Decision
-from autorecovery.audit.maintenance import Holds, data_first, holds
+from autorecovery.audit.maintenance import Holds, auto_close_due, data_first, holds
 
 log = structlog.get_logger("autorecovery.auditor")
+
+#: while a returned bookie is still named by a marker, its auto-closing window is looked at again this often (s)
+AUTO_CLOSE_RECHECK_S = 15.0
 
 
 class MaintenanceHolds:
@@ -31,6 +35,7 @@ class MaintenanceHolds:
 
         self.windows = await self.maintenance.list(watch=cb)
         now = self.wall_ms()
+        await self._ack_windows(now)
         live = [w for w in self.windows if not w.expired(now)]
         self._m["maint_windows"].set(len([w for w in live if w.kind != "override"]))
         if self._expiry_timer is not None:
@@ -53,6 +58,8 @@ class MaintenanceHolds:
             self.windows = [w for w in self.windows if w not in expired]
         available = self._available()
         lost = self.index.bookies() - available
+        await self._note_lost_under_windows(lost)
+        await self._auto_close(available)
         h = holds(lost, available, self._location_of, self.windows, self.wall_ms(),
                   self.settings.autorecovery_down_out_subtree_limit)
         released = (set(self.last_holds.windows) - set(h.windows)) & lost
@@ -70,6 +77,68 @@ class MaintenanceHolds:
             decision = Decision(audit_now=True)
         await self._publish_holds(h)
         return decision
+
+    async def _ack_windows(self, now_ms: int) -> None:
+        """Stamp ``acked_ms`` on windows this auditor loaded for the first time: ``shell oktostop
+        --open-window`` waits for it before the bookie stops, so the loss is never audited first."""
+        out = []
+        for w in self.windows:
+            if w.acked_ms == 0 and not w.expired(now_ms):
+                w = dataclasses.replace(w, acked_ms=now_ms)
+                if not await self.maintenance.update(w):
+                    continue
+            out.append(w)
+        self.windows = out
+
+    async def _note_lost_under_windows(self, lost: set[str]) -> None:
+        """Record in auto-closing bookie windows that the bookie was seen down (``lost_seen_ms``), so a
+        window opened on a running bookie only closes after it went down and came back; the record
+        survives an auditor change."""
+        out = []
+        for w in self.windows:
+            if w.kind == "bookie" and w.auto_close and w.lost_seen_ms == 0 and w.target in lost:
+                w = dataclasses.replace(w, lost_seen_ms=self.wall_ms())
+                if await self.maintenance.update(w):
+                    log.info("bookie down under its maintenance window: its heal is deferred", bookie_id=w.target,
+                             expires_ms=w.expires_ms, reason=w.reason)
+            out.append(w)
+        self.windows = out
+
+    async def _named_by_markers(self, bookies: set[str]) -> set[str]:
+        """Which of ``bookies`` an under-replication marker names (as a missing replica)."""
+        if not bookies:
+            return set()
+        marked = set(await self.urm.watched_marked_ids())
+        named: set[str] = set()
+        for b in bookies:
+            for lid in sorted(marked & self.index.ledgers_of(b)):
+                m = await self.urm.get_marker(lid)
+                if m is not None and b in m.replicas:
+                    named.add(b)
+                    break
+        return named
+
+    async def _auto_close(self, available: frozenset[str]) -> None:
+        """Close auto-closing bookie windows whose bookie is back with its ledgers whole
+        (:func:`~autorecovery.audit.maintenance.auto_close_due`); while a marker still names a returned
+        bookie, look again every :data:`AUTO_CLOSE_RECHECK_S`."""
+        waiting = {w.target for w in self.windows if w.kind == "bookie" and w.auto_close and w.lost_seen_ms
+                   and w.target in available}
+        if not waiting:
+            return
+        named = await self._named_by_markers(waiting)
+        for w in auto_close_due(self.windows, available, named):
+            reason = ("auto-closed: bookie registered again and no under-replication marker names it "
+                      f"(down {max(0, self.wall_ms() - w.lost_seen_ms) // 1000} s)")
+            if await self.maintenance.close(w, reason):
+                log.info("maintenance window closed by itself: the bookie is back with its ledgers whole",
+                         bookie_id=w.target, reason=w.reason, end_reason=reason)
+            self.windows = [x for x in self.windows if x != w]
+        if named:
+            if self._autoclose_timer is not None:
+                self._autoclose_timer.cancel()
+            self._autoclose_timer = asyncio.get_running_loop().call_later(
+                AUTO_CLOSE_RECHECK_S, self._events.put_nowait, ("maintenance", None))
 
     def _location_of(self, bookie: str) -> str:
         if self.policy is None:
