@@ -20,9 +20,19 @@ Timed and printed:
 
 Ratios are upstream / ours.
 
+Then the index's memory, each build in a fresh child process (so that each peak RSS is its own): the
+auditor's compact index (:class:`~autorecovery.audit.compact_index.CompactLedgerIndex`) at N ledgers and,
+at ``min(N, 1M)`` where both fit, the same against the record index it replaced
+(:class:`~autorecovery.audit.record_index.RecordLedgerIndex`), built from synthetic metadata znode bytes
+through ``put_znode`` (the watcher's path: decode + insert; 4,096 distinct ensembles drawn from the B
+bookies, E3/WQ2 CLOSED). Above 1M ledgers the ZooKeeper part runs at 1M (writing 10M znodes into one
+test ZooKeeper takes longer than the bench should, and ~10 GB of its heap): the build *rate* from a real
+ZooKeeper is measured there, the memory at N from the synthetic build.
+
     .venv/bin/python bench/audit.py                                     # 100k ledgers, 30 bookies
     .venv/bin/python bench/audit.py --ledgers 1000000 --bookies 1000    # issue 13's scale
-    .venv/bin/python bench/audit.py --ledgers 5000                      # quick run
+    .venv/bin/python bench/audit.py --ledgers 10000000 --bookies 10000  # the memory at 10M (ZooKeeper part at 1M)
+    .venv/bin/python bench/audit.py --quick                             # smoke run: 2,000 ledgers
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
+import subprocess
 import random
 import resource
 import sys
@@ -264,6 +276,65 @@ async def run(n: int, n_bookies: int, zk_hosts: str | None, watch_mode: str) -> 
             shutil.rmtree(server.data_dir, ignore_errors=True)  # the ledger znodes' snapshots and logs
 
 
+#: above this many ledgers the ZooKeeper part runs at this size (see the docstring)
+ZK_MAX = 1_000_000
+RECORD_MAX = 1_000_000
+
+
+def child_index(kind: str, n: int, n_bookies: int) -> dict:
+    """Build one index of ``n`` synthetic ledgers in this (fresh) process; its figures as a dict."""
+    from autorecovery.audit.compact_index import CompactLedgerIndex
+    from autorecovery.audit.record_index import RecordLedgerIndex
+    rng = random.Random(5)
+    bookies = bookie_ids(n_bookies)
+    pool = [formats.serialize(LedgerMetadata(3, 2, 2, (Segment(0, tuple(rng.sample(bookies, 3))),),
+                                             state=LedgerState.CLOSED, last_entry_id=99, length=100 * 1024,
+                                             password=b"pw", ctime=1)) for _ in range(4096)]
+    gc.collect()
+    rss0 = rss_mb()
+    idx = CompactLedgerIndex() if kind == "compact" else RecordLedgerIndex()
+    t = time.monotonic()
+    for lid in range(n):
+        idx.put_znode(lid, pool[lid & 4095], lid + 1)
+    build_s = time.monotonic() - t
+    gc.collect()
+    rss1 = rss_mb()
+    t = time.monotonic()
+    marked = len(idx.ledgers_to_mark([bookies[7]]))
+    find_s = time.monotonic() - t
+    return {"kind": kind, "ledgers": n, "build_s": build_s, "rss_before_mb": rss0, "rss_after_mb": rss1,
+            "peak_rss_mb": peak_rss_mb(), "index_bytes": idx.memory_bytes(), "find_s": find_s, "marked": marked}
+
+
+def measure_index(kind: str, n: int, n_bookies: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child-index", kind, "--ledgers", str(n), "--bookies", str(n_bookies)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def memory_report(n: int, n_bookies: int) -> None:
+    both = min(n, RECORD_MAX)
+    print()
+    print(f"index memory, synthetic metadata through put_znode, each build in its own process ({n_bookies} bookies):")
+    print(f"{'':34}{'ledgers':>11}{'build (s)':>11}{'µs/ledger':>10}{'B/ledger':>10}{'RSS +MB':>9}{'peak RSS MB':>12}")
+    rows = [measure_index("record", both, n_bookies), measure_index("compact", both, n_bookies)]
+    if n > both:
+        rows.append(measure_index("compact", n, n_bookies))
+    for r in rows:
+        name = "record index (before; baseline)" if r["kind"] == "record" else "compact index (the auditor's)"
+        print(f"{name:34}{r['ledgers']:11d}{r['build_s']:11.1f}{r['build_s'] / r['ledgers'] * 1e6:10.1f}"
+              f"{r['index_bytes'] / r['ledgers']:10.1f}{r['rss_after_mb'] - r['rss_before_mb']:9.0f}{r['peak_rss_mb']:12.0f}")
+    rec, com = rows[0], rows[1]
+    big = rows[-1]
+    print(f"ratio: bytes per ledger, record index / compact index at {both} ledgers = "
+          f"{rec['index_bytes'] / max(1, com['index_bytes']):.2f}x "
+          f"({rec['index_bytes'] / both:.0f} vs {com['index_bytes'] / both:.0f} B/ledger)")
+    print(f"find a lost bookie's ledgers at {big['ledgers']} ledgers: {big['find_s'] * 1000:.1f} ms ({big['marked']} ledgers)")
+    ok_mem = big["index_bytes"] / big["ledgers"] <= 100
+    print(f"targets: <= 100 B/ledger at {big['ledgers']}: {'PASS' if ok_mem else 'FAIL'}; "
+          f"build of {big['ledgers']} under 10 min: {'PASS' if big['build_s'] < 600 else 'FAIL'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ledgers", type=int, default=100_000, help="ledgers of metadata to create (default 100000)")
@@ -271,10 +342,21 @@ def main() -> None:
     ap.add_argument("--zk", default=None, help="use this ZooKeeper (default: start a private one)")
     ap.add_argument("--watch-mode", choices=("auto", "per-ledger"), default="auto",
                     help="auto: persistent watch on ZooKeeper 3.6+; per-ledger: force the fallback")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2,000 ledgers, 30 bookies")
+    ap.add_argument("--child-index", choices=("compact", "record"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_index:
+        print(json.dumps(child_index(args.child_index, args.ledgers, args.bookies)))
+        return
+    if args.quick:
+        args.ledgers, args.bookies = 2000, 30
     if args.bookies < 8:
         ap.error("--bookies must be at least 8 (bookie 7 is the one lost)")
-    asyncio.run(run(args.ledgers, args.bookies, args.zk, args.watch_mode))
+    zk_n = min(args.ledgers, ZK_MAX)
+    if zk_n < args.ledgers:
+        print(f"ZooKeeper part at {zk_n} ledgers (of {args.ledgers}; see the docstring), memory at {args.ledgers}")
+    asyncio.run(run(zk_n, args.bookies, args.zk, args.watch_mode))
+    memory_report(args.ledgers, args.bookies)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS, parse_kinds  #
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and of the payloads")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 4 bookies, one ZooKeeper, 2 faults within 8 s (bench smoke test)")
     ap.add_argument("--faults", type=int, default=30, help="fault budget (default 30)")
     ap.add_argument("--duration", type=float, default=300.0, help="cap on the fault phase, seconds (default 300)")
     ap.add_argument("--bookies", type=int, default=5, help="bookies, one daemon each (default 5, at least 4)")
@@ -50,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the cluster directory (logs, ack log)")
     ap.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     a = ap.parse_args(argv)
+    if a.quick:
+        a.bookies, a.zk_members, a.faults, a.duration, a.settle = 4, 1, 2, 8.0, 60.0
     try:
         kinds = parse_kinds(a.kinds)
     except ValueError as exc:

@@ -55,12 +55,14 @@ def limits_of(args: list[str]) -> tuple[int, AdmissionLimits]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer adds")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 16 large and 500 small adds per flood")
     ap.add_argument("--large", type=int, default=120, help="concurrent large adds per flood")
     ap.add_argument("--small", type=int, default=5000, help="concurrent 1 KiB adds per flood")
     ap.add_argument("--bookie-arg", action="append", default=[], help="extra flag for the bookie (repeatable)")
     args = ap.parse_args()
-    small = 1000 if args.quick else args.small
+    small = 500 if args.quick else args.small
+    if args.quick:
+        args.large = 16
     max_entry, limits = limits_of(args.bookie_arg)
     large_size = max_entry
     plans = [
@@ -78,8 +80,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         zk = ZooKeeperServer(Path(d) / "zk").start()
         try:
-            cluster = asyncio.run(format_test_cluster(zk.connect_string))
             for i, (name, count, size, conns, stream) in enumerate(plans):
+                # its own cluster root: a later bookie may be given an earlier one's port, hence its id and cookie
+                cluster = asyncio.run(format_test_cluster(zk.connect_string))
                 # a fresh bookie per flood: its idle RSS is that flood's baseline
                 bookie = BookieProcess(["--zk", cluster, "--data-dir", str(Path(d) / f"bookie{i}"), "--port", "0",
                                         *args.bookie_arg], Path(d) / f"bookie{i}.log")

@@ -338,6 +338,7 @@ def report_side(r: dict, lim: limits.Limits) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: 16 MiB (seconds; bench smoke test)")
     ap.add_argument("--mib", type=int, default=2048, help="MiB of entry bodies written (default 2048; ignored with --entries)")
     ap.add_argument("--ledgers", type=int, default=24, help="ledgers written (default 24)")
     ap.add_argument("--entries", type=int, help="entries per ledger (default: --mib spread over the ledgers)")
@@ -363,6 +364,8 @@ def main() -> None:
                     help="a daemon configuration key for this run (repeatable), e.g. "
                          "replicationMaxStreamsPerTargetBookie=8")
     a = ap.parse_args()
+    if a.quick:
+        a.mib = 16
     a.props = {}
     for item in a.set:
         key, eq, value = item.partition("=")

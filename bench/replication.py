@@ -402,6 +402,7 @@ async def main_async(mib: int, ledgers: int, keep: bool, pull: bool = True, cold
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: 16 MiB (seconds; bench smoke test)")
     ap.add_argument("--mib", type=int, default=512, help="MiB of entry bodies to re-replicate (default 512)")
     ap.add_argument("--ledgers", type=int, default=8, help="ledgers the data is spread over (default 8)")
     ap.add_argument("--keep", action="store_true", help="keep the data directories")
@@ -419,6 +420,8 @@ def main() -> None:
                     help="time the worker's copy only (its MB/s and CPU per MiB), no baselines")
     ap.add_argument("--storage-only", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.quick:
+        a.mib = 16
     if a.storage_only:
         asyncio.run(storage_only(a.storage_only, a.mib))
     else:

@@ -42,7 +42,7 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-async def one(connect: str, queue: int, picks: int, refresh: bool) -> str:
+async def one(connect: str, queue: int, picks: int, refresh: bool) -> tuple[float, str]:
     zk = await ZkClient(connect).start()
     auditor_zk = await ZkClient(connect).start()
     paths = Paths("/ledgers")
@@ -82,7 +82,7 @@ async def one(connect: str, queue: int, picks: int, refresh: bool) -> str:
             if not await um.mark_replicated(lid):
                 raise SystemExit(f"queue {queue}: marker of ledger {lid} not deleted")
         dt, dc = time.perf_counter() - t0, cpu_s() - c0
-        return (f"queue {queue:6d}: {dt / picks * 1000:7.1f} ms/ledger wall, {dc / picks * 1000:6.1f} ms CPU/ledger, "
+        return dc / picks, (f"queue {queue:6d}: {dt / picks * 1000:7.1f} ms/ledger wall, {dc / picks * 1000:6.1f} ms CPU/ledger, "
                 f"{in_pick / picks:4.1f} ZooKeeper requests in the pick, {(zk.ops - ops0) / picks:5.1f} in all"
                 + (" (with the refresh loop)" if refresh else ""))
     finally:
@@ -98,10 +98,13 @@ async def one(connect: str, queue: int, picks: int, refresh: bool) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: queues 100,300, 20 picks each")
     ap.add_argument("--queues", default="300,1000,3000,10000", help="queue lengths, comma-separated")
     ap.add_argument("--picks", type=int, default=100, help="ledgers picked and finished per queue length")
     ap.add_argument("--refresh", action="store_true", help="run the worker's backlog refresh loop meanwhile")
     a = ap.parse_args()
+    if a.quick:
+        a.queues, a.picks = "100,300", 20
     try:
         queues = [int(q) for q in a.queues.split(",") if q.strip()]
     except ValueError:
@@ -111,8 +114,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ur-pick-") as d:
         server = ZooKeeperServer(Path(d)).start()
         try:
+            cpu: list[float] = []
             for q in queues:
-                print(asyncio.run(one(fresh_chroot(server.connect_string, "q"), q, a.picks, a.refresh)), flush=True)
+                per, line = asyncio.run(one(fresh_chroot(server.connect_string, "q"), q, a.picks, a.refresh))
+                cpu.append(per)
+                print(line, flush=True)
+            print(f"ratio: CPU per ledger at queue {queues[-1]} / at queue {queues[0]} (the baseline) = "
+                  f"{cpu[-1] / max(cpu[0], 1e-9):.2f} (flat: 1.0)")
         finally:
             server.stop()
 
