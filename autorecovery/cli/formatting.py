@@ -29,7 +29,8 @@ def format_metadata(md: LedgerMetadata, *, with_password: bool = False) -> str:
     (upstream's ``toSafeString``; issue 25) unless ``with_password`` asks for upstream's ``toString``
     form ``password=base64:cHc=`` (the shell's ``ledgermetadata --with-password``); custom metadata
     values in base64, keys sorted (upstream's order is a HashMap's). ``ctime`` is not part of upstream's
-    text; see ``ledgermetadata --json``.
+    text; see ``ledgermetadata --json``. Metadata that stores no password (format v1) has neither
+    ``digestType`` nor ``password``, as upstream's ``hasPassword()`` check.
     """
     ens = ", ".join(f"{s.first_entry_id}=[{', '.join(s.ensemble)}]" for s in md.segments)
     custom = ", ".join(f"{k}=base64:{base64_text(v)}" for k, v in sorted(md.custom_metadata.items()))
@@ -42,9 +43,12 @@ def format_metadata(md: LedgerMetadata, *, with_password: bool = False) -> str:
     ]
     if md.state == LedgerState.CLOSED:
         parts += [f"length={md.length}", f"lastEntryId={md.last_entry_id}"]
+    if md.has_password:  # upstream prints neither for metadata that stores none (format v1)
+        parts += [
+            f"digestType={upstream_digest_name(md)}",
+            f"password=base64:{base64_text(md.password)}" if with_password else "password=OMITTED",
+        ]
     parts += [
-        f"digestType={upstream_digest_name(md)}",
-        f"password=base64:{base64_text(md.password)}" if with_password else "password=OMITTED",
         f"ensembles={{{ens}}}",
         f"customMetadata={{{custom}}}",
     ]

@@ -136,3 +136,14 @@ def test_marker_fast_path_reads_what_the_text_format_parser_reads(text):
         return
     got = decode_marker(text.encode(), "/m/x")
     assert got == want and got.HasField("ctime") == want.HasField("ctime")
+
+
+def test_metadata_without_a_stored_password_prints_neither_digest_type_nor_password_as_upstream():
+    from autorecovery.cli.formatting import format_metadata
+    from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
+
+    md = LedgerMetadata(2, 2, 2, (Segment(0, ("a:1", "b:2")),), state=LedgerState.CLOSED, last_entry_id=4,
+                        length=50, format_version=1, store_ctime=False, has_password=False)
+    assert format_metadata(md, with_password=True) == (
+        "LedgerMetadata{formatVersion=1, ensembleSize=2, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED, "
+        "length=50, lastEntryId=4, ensembles={0=[a:1, b:2]}, customMetadata={}}")
