@@ -79,6 +79,9 @@ def test_keys_and_their_aliases_reach_both_roles_and_the_password_is_never_shown
     shown += str(s.worker.loggable()) + repr(s.worker.recovery)
     assert "s3cret-pw" not in shown
     assert "passwd=******" in "\n".join(s.effective_lines())
+    from autorecovery.admin.ops import server_config  # the HTTP server_config / shell's view
+
+    assert server_config(s)["passwd"] == "******" and server_config(s)["digestType"] == "CRC32C"
     assert "digestType=CRC32C" in "\n".join(s.effective_lines())
 
 
