@@ -1,0 +1,189 @@
+"""Benchmark: what one lost bookie costs ZooKeeper, ours measured against upstream's algorithm computed.
+
+One lost bookie holding 1% of an N-ledger cluster (default N = 1M, so 10,000 under-replicated ledgers;
+``--ledgers 10000000`` marks 100,000). On a private ZooKeeper:
+
+* **marking**: the auditor's ``mark_many`` (batched ``multi``) writes the K markers; its requests and the
+  server's bytes received (``mntr``: ``zk_packets_received``, and the request bytes when the server
+  reports them);
+* **healing**: ``--daemons`` worker sessions (lightweight: several per process, ``--per-process`` each,
+  each its own ZooKeeper session) each loop: honour ``zkReplicationTaskRateLimit`` (a token bucket of
+  ``--rate`` tasks/s per daemon, 0 = off, as upstream's RateLimiter), pick and lock a ledger
+  (``poll_ledger_to_rereplicate``), take a source and a target stream slot (``ClusterStreamSlots``), then
+  release them and delete the marker (``mark_replicated``): everything a heal asks of ZooKeeper but the
+  copy. Printed: requests per healed ledger, peak outstanding requests (all sessions, sampled every
+  2 ms; goal ≤ 500), lock races lost (a create that found the lock taken: the CAS retries).
+
+Upstream's figures are computed from its documented operations (/work/shared/reference/
+upstream-autorecovery.md §3.4), not run: per healed ledger ``exists`` the marker, ``create`` the lock,
+``delete`` the marker with its version, ``delete`` the emptied parent (≥1 try), ``delete`` the lock = 5,
+plus the watch re-listings its SubTreeCache does: every marker deletion changes the leaf level and every
+lock create/delete the flat locks directory, so each of the D workers waiting re-lists them (3·D
+``getChildren`` per ledger while all D are busy picking; a lower bound: the walk's upper levels also
+change when they empty). Upstream's marking does a ``create`` per ledger (K requests, no batching).
+Upstream has no stream slots. Its outstanding peak is bounded by its D workers' re-listings, D·3 at once.
+
+    .venv/bin/python bench/zk_cost.py                       # 1M-ledger cluster: 10,000 ledgers, 100 daemons
+    .venv/bin/python bench/zk_cost.py --ledgers 10000000 --daemons 1000 --per-process 1000
+    .venv/bin/python bench/zk_cost.py --quick               # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from autorecovery.zk.bridge import ZkClient  # noqa: E402
+from autorecovery.zk.ledgers import init_cluster  # noqa: E402
+from autorecovery.zk.paths import Paths  # noqa: E402
+from autorecovery.zk.stream_slots import ClusterStreamSlots  # noqa: E402
+from autorecovery.zk.underreplication import UnderreplicationManager  # noqa: E402
+from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
+from zkstats import mntr  # noqa: E402
+
+P = Paths("/ledgers")
+LOST = "10.0.0.1:3181"
+
+
+class Bucket:
+    """Token bucket of ``rate`` tasks/s (0 = off): upstream's zkReplicationTaskRateLimit RateLimiter."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate, self.next = rate, time.monotonic()
+
+    async def take(self) -> None:
+        if self.rate <= 0:
+            return
+        now = time.monotonic()
+        if self.next > now:
+            await asyncio.sleep(self.next - now)  # pacing, not synchronisation
+        self.next = max(now, self.next) + 1.0 / self.rate
+
+
+async def daemon(zk: ZkClient, i: int, rate: float, healed: list[int], races: list[int], rng: random.Random) -> None:
+    um = UnderreplicationManager(zk, P, lock_owner=f"daemon-{i}", rng=random.Random(rng.random()))
+    await um.init()
+    slots = ClusterStreamSlots(zk, P, 2, 2, f"daemon-{i}")
+    orig = um.acquire
+
+    async def counted(lid: int, **kw) -> bool:
+        ok = await orig(lid, **kw)
+        if not ok:
+            races[0] += 1
+        return ok
+
+    um.acquire = counted  # type: ignore[method-assign]
+    bucket = Bucket(rate)
+    try:
+        while True:
+            await bucket.take()
+            lid = await um.poll_ledger_to_rereplicate()
+            if lid is None:
+                return
+            source, target = f"10.0.1.{lid % 200}:3181", f"10.0.2.{(lid * 7) % 200}:3181"
+            taken = await slots.acquire(source, [target])
+            await slots.release(taken)
+            await um.mark_replicated(lid)
+            healed[0] += 1
+    finally:
+        await um.close()
+
+
+async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: str) -> None:
+    k = max(1, n // 100)
+    admin = await ZkClient(connect, session_timeout_ms=30000).start()
+    await init_cluster(admin, P)
+    urm = UnderreplicationManager(admin, P)
+    await urm.init()
+    m0, ops0, t = mntr(connect), admin.ops, time.monotonic()
+    await urm.mark_many({lid: [LOST] for lid in range(1, k + 1)})
+    mark_s = time.monotonic() - t
+    m1 = mntr(connect)
+    mark_ops = admin.ops - ops0
+    mark_packets = m1.get("zk_packets_received", 0) - m0.get("zk_packets_received", 0)
+    bytes_key = next((key for key in ("zk_bytes_received_count",) if key in m1), None)
+    mark_bytes = (m1[bytes_key] - m0[bytes_key]) if bytes_key else None
+
+    clients = [await ZkClient(connect, session_timeout_ms=30000).start() for _ in range(n_daemons)]
+    healed, races, peak = [0], [0], [0]
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            out = sum(c.max_concurrent_ops - c._sem._value for c in clients)
+            peak[0] = max(peak[0], out)
+            await asyncio.sleep(0.002)
+
+    sampler = asyncio.create_task(sample())
+    rng = random.Random(3)
+    h0 = [c.ops for c in clients]
+    t = time.monotonic()
+    await asyncio.gather(*(daemon(c, i, rate, healed, races, rng) for i, c in enumerate(clients)))
+    heal_s = time.monotonic() - t
+    stop.set()
+    await sampler
+    heal_ops = sum(c.ops for c in clients) - sum(h0)
+    left = len(await urm.list_marked_ids())
+    for c in clients:
+        await c.stop()
+    await urm.close()
+    await admin.stop()
+
+    d = n_daemons
+    up_mark = k
+    up_heal = 5 + 3 * d
+    print(f"lost bookie {LOST}: {k} of {n} ledgers under-replicated (1%); {d} daemon sessions "
+          f"({per_process} per process: this one), zkReplicationTaskRateLimit {rate:g}/s per daemon"
+          f"{' (off)' if rate <= 0 else ''}; {healed[0]} healed in {heal_s:.1f} s, {left} markers left")
+    print(f"{'':34}{'ours':>12}{'upstream':>12}{'ratio':>9}")
+    print(f"{'marking: requests':34}{mark_ops:12d}{up_mark:12d}{up_mark / max(1, mark_ops):8.1f}x")
+    print(f"{'marking: packets at the server':34}{mark_packets:12.0f}{'':>12}"
+          + (f"   ({mark_bytes:.0f} bytes received)" if mark_bytes is not None else "   (this server reports no byte count)"))
+    print(f"{'marking: time (s)':34}{mark_s:12.2f}")
+    per = heal_ops / max(1, healed[0])
+    print(f"{'requests per healed ledger':34}{per:12.1f}{up_heal:12.1f}{up_heal / max(per, 1e-9):8.1f}x"
+          f"   (upstream: 5 + 3·D watch re-listings, D = {d})")
+    print(f"{'peak outstanding requests':34}{peak[0]:12d}{3 * d:12d}   (goal <= 500; sampled every 2 ms)")
+    print(f"{'lock races lost (CAS retries)':34}{races[0]:12d}{'':>12}   ({races[0] / max(1, healed[0]):.3f} per healed ledger)")
+    print(f"{'ZooKeeper requests, whole heal':34}{heal_ops:12d}{up_heal * k:12d}")
+    ok = left == 0 and peak[0] <= 500
+    print(f"targets: every marker healed and peak outstanding <= 500: {'PASS' if ok else 'FAIL'}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ledgers", type=int, default=1_000_000, help="cluster size; 1%% of it is under-replicated")
+    ap.add_argument("--daemons", type=int, default=100, help="worker sessions (default 100)")
+    ap.add_argument("--per-process", type=int, default=None, help="sessions per process (default: all in this one)")
+    ap.add_argument("--rate", type=float, default=0.0, help="zkReplicationTaskRateLimit per daemon, tasks/s (0 = off)")
+    ap.add_argument("--zk", default=None, help="use this ZooKeeper (default: start a private one)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 50,000-ledger cluster (500 markers), 20 daemons")
+    a = ap.parse_args()
+    if a.quick:
+        a.ledgers, a.daemons = 50_000, 20
+    if a.ledgers < 100 or a.daemons < 1:
+        ap.error("--ledgers at least 100, --daemons at least 1")
+    per = a.per_process or a.daemons
+    if per < a.daemons:
+        ap.error("--per-process: this bench runs every session in its own process; give at least --daemons")
+    if a.zk:
+        asyncio.run(run(a.ledgers, a.daemons, per, a.rate, a.zk))
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-zk-cost-") as d:
+        server = ZooKeeperServer(Path(d)).start()
+        try:
+            asyncio.run(run(a.ledgers, a.daemons, per, a.rate, server.connect_string))
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
