@@ -16,7 +16,9 @@ import pandas as pd
 import pytest
 
 from autorecovery.admin import ops
+from autorecovery.audit.episodes import Episode
 from autorecovery.config.load import load_settings
+from autorecovery.zk.history import HistoryStore
 
 from test_worker_support import open_env
 
@@ -49,6 +51,14 @@ async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory
         left_open = await env.write([b[2], b[5], b[0]], 3, 2, 2, 5, close=False)
     finally:
         await env.close()
+    # a heal episode in the cluster's history (as the auditor records one): 6 MB healed in 4 s by 2 daemons
+    settings = load_settings(None, env={}, overrides={"zkServers": cluster.zk_connect,
+                                                       "zkLedgersRootPath": cluster.ledgers_root})
+    async with ops.open_admin(settings) as ctx:
+        await HistoryStore(ctx.zk, ctx.paths).create(Episode(
+            kind="bookie-lost", subject=b[5], detected_ms=1_000, ledgers_marked=3, bytes_marked=6_000_000,
+            state="healed", updated_ms=5_000, closed_ms=5_000, last_heal_ms=5_000, ledgers_healed=3,
+            bytes_healed=6_000_000, workers={"d1": 2, "d2": 1}))
     snap, out = tmp_path / "snap", tmp_path / "out"
     # stderr on a terminal (a pty): the progress line; stdout: the result
     master, slave = pty.openpty()
@@ -77,6 +87,9 @@ async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory
     manifest = json.loads((snap / "manifest.json").read_text())
     assert manifest["throttles"]["replicationMaxStreamsPerSourceBookie"] == "4"  # the heal model's keys
     assert manifest["counts"]["open_lac_read"] == 1
+    # the heal history is in the snapshot, and the report's copy rate is the one it measures
+    history = json.loads((snap / "history.json").read_text())
+    assert manifest["counts"]["heal_episodes"] == 1 and history["episodes"][0]["bytes_healed"] == 6_000_000
 
     r = subprocess.run([sys.executable, "-m", "autorecovery", "report", "all", "--snapshot", str(snap),
                         "--out", str(out), "--master", "local[1]", "--decommission", b[5], "--no-k-bookies"],
@@ -85,13 +98,14 @@ async def test_export_and_placement_report_agree_with_the_daemon(cluster_factory
     assert "BP-54 repair:" in r.stdout and r.stderr == ""  # not a terminal: no progress, no Spark log lines
     # b5 holds only the open ledger (index 1 of [b2, b5, b0], WQ 2): its entries up to the LAC must move
     summary = json.loads((out / "summary.json").read_text())
+    hm = summary["risk"]["heal_model"]
+    assert hm["rate_assumed"] is False and hm["rate_source"].startswith("measured")
+    assert hm["daemon_rate_bytes_per_s"] == pytest.approx(6_000_000 / (4.0 * 2))
     on_b5 = sum(1 for e in range(int(lac) + 1) if 1 in ((e % 3), (e + 1) % 3))
     dec = summary["what_if_decommission"]
     assert dec["segments_to_move"] == 1 and dec["bytes_to_move"] == pytest.approx(on_b5 * 100)
     report = pd.read_parquet(out / "placement_ledgers.parquet").set_index("ledger_id")["current"].to_dict()
 
-    settings = load_settings(None, env={}, overrides={"zkServers": cluster.zk_connect,
-                                                       "zkLedgersRootPath": cluster.ledgers_root})
     async with ops.open_admin(settings) as ctx:
         daemon = await ops.placement_check(ctx)
     daemon_verdicts = {lid: "MEETS_STRICT" for lid in report if report[lid] != "OPEN_SKIPPED"}
