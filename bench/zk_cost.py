@@ -68,9 +68,17 @@ class Bucket:
         self.next = max(now, self.next) + 1.0 / self.rate
 
 
-async def daemon(zk: ZkClient, i: int, rate: float, healed: list[int], races: list[int], rng: random.Random) -> None:
+async def start_daemon(zk: ZkClient, i: int, rng: random.Random) -> UnderreplicationManager:
+    """A worker's manager, started as a running daemon's is before the loss: its marker index built
+    (persistent watch, ZooKeeper 3.6+) over the tree as it is."""
     um = UnderreplicationManager(zk, P, lock_owner=f"daemon-{i}", rng=random.Random(rng.random()))
     await um.init()
+    await um._index.ensure()
+    return um
+
+
+async def daemon(um: UnderreplicationManager, zk: ZkClient, i: int, rate: float, healed: list[int],
+                 races: list[int]) -> None:
     slots = ClusterStreamSlots(zk, P, 2, 2, f"daemon-{i}")
     orig = um.acquire
 
@@ -103,6 +111,21 @@ async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: st
     await init_cluster(admin, P)
     urm = UnderreplicationManager(admin, P)
     await urm.init()
+    clients = [await ZkClient(connect, session_timeout_ms=30000).start() for _ in range(n_daemons)]
+    peak, phase = {"start": 0, "heal": 0}, ["start"]
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            out = sum(c.max_concurrent_ops - c._sem._value for c in clients)
+            peak[phase[0]] = max(peak[phase[0]], out)
+            await asyncio.sleep(0.002)
+
+    sampler = asyncio.create_task(sample())
+    rng = random.Random(3)
+    s0 = sum(c.ops for c in clients)
+    ums = await asyncio.gather(*(start_daemon(c, i, rng) for i, c in enumerate(clients)))
+    start_ops = sum(c.ops for c in clients) - s0
     m0, ops0, t = mntr(connect), admin.ops, time.monotonic()
     await urm.mark_many({lid: [LOST] for lid in range(1, k + 1)})
     mark_s = time.monotonic() - t
@@ -112,21 +135,32 @@ async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: st
     bytes_key = next((key for key in ("zk_bytes_received_count",) if key in m1), None)
     mark_bytes = (m1[bytes_key] - m0[bytes_key]) if bytes_key else None
 
-    clients = [await ZkClient(connect, session_timeout_ms=30000).start() for _ in range(n_daemons)]
-    healed, races, peak = [0], [0], [0]
-    stop = asyncio.Event()
-
-    async def sample() -> None:
-        while not stop.is_set():
-            out = sum(c.max_concurrent_ops - c._sem._value for c in clients)
-            peak[0] = max(peak[0], out)
-            await asyncio.sleep(0.002)
-
-    sampler = asyncio.create_task(sample())
-    rng = random.Random(3)
+    # every daemon's index has seen the markers (persistent watch notifications), bounded wait
+    deadline = time.monotonic() + 120
+    while any(len(um._index.marked) < k for um in ums):
+        if time.monotonic() > deadline:
+            raise SystemExit("the daemons' marker indexes did not see every marker within 120 s")
+        await asyncio.sleep(0.01)  # polling a condition with a deadline (bench, not a test)
+    # daemons (re)starting with the backlog in place (a restart, or every session after a ZooKeeper
+    # session event): each walks the marker tree to build its index
+    phase[0] = "restart"
+    peak["restart"] = 0
+    fresh = [await ZkClient(connect, session_timeout_ms=30000).start() for _ in range(n_daemons)]
+    clients.extend(fresh)
+    r0 = sum(c.ops for c in fresh)
+    t = time.monotonic()
+    restarted = await asyncio.gather(*(start_daemon(c, i, rng) for i, c in enumerate(fresh)))
+    restart_s, restart_ops = time.monotonic() - t, sum(c.ops for c in fresh) - r0
+    for um in restarted:
+        await um.close()
+    for c in fresh:
+        await c.stop()
+        clients.remove(c)
+    phase[0] = "heal"
+    healed, races = [0], [0]
     h0 = [c.ops for c in clients]
     t = time.monotonic()
-    await asyncio.gather(*(daemon(c, i, rate, healed, races, rng) for i, c in enumerate(clients)))
+    await asyncio.gather(*(daemon(um, c, i, rate, healed, races) for i, (um, c) in enumerate(zip(ums, clients))))
     heal_s = time.monotonic() - t
     stop.set()
     await sampler
@@ -151,10 +185,14 @@ async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: st
     per = heal_ops / max(1, healed[0])
     print(f"{'requests per healed ledger':34}{per:12.1f}{up_heal:12.1f}{up_heal / max(per, 1e-9):8.1f}x"
           f"   (upstream: 5 + 3·D watch re-listings, D = {d})")
-    print(f"{'peak outstanding requests':34}{peak[0]:12d}{3 * d:12d}   (goal <= 500; sampled every 2 ms)")
+    print(f"{'peak outstanding requests, heal':34}{peak['heal']:12d}{3 * d:12d}   (goal <= 500; all sessions, sampled every 2 ms)")
+    print(f"{'  at the daemons start':34}{peak['start']:12d}{'':>12}   ({start_ops} requests for {d} sessions to start, "
+          f"before the loss)")
+    print(f"{'  at a restart with the backlog':34}{peak['restart']:12d}{'':>12}   ({restart_ops / d:.0f} requests per "
+          f"session to walk {k} markers, {restart_s:.1f} s for all; bounded by max_concurrent_ops per session)")
     print(f"{'lock races lost (CAS retries)':34}{races[0]:12d}{'':>12}   ({races[0] / max(1, healed[0]):.3f} per healed ledger)")
     print(f"{'ZooKeeper requests, whole heal':34}{heal_ops:12d}{up_heal * k:12d}")
-    ok = left == 0 and peak[0] <= 500
+    ok = left == 0 and peak["heal"] <= 500
     print(f"targets: every marker healed and peak outstanding <= 500: {'PASS' if ok else 'FAIL'}")
 
 
