@@ -357,6 +357,9 @@ def build_app(deps: HttpDeps) -> web.Application:
     from autorecovery.admin import http_maintenance
 
     http_maintenance.add_routes(r, ctx, mutating, guarded, debug=deps.debug_endpoints)
+    from autorecovery.admin import http_drain
+
+    http_drain.add_routes(r, ctx, mutating, guarded, deps.jobs)
     return app
 
 

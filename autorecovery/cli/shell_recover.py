@@ -207,3 +207,6 @@ def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
         if report.cookie_deleted:
             click.echo(f"Cookie of the decommissioned bookie: {report.bookie_id} is deleted successfully")
     execute(conf, zk, ledgers_root, sets, body)
+
+
+from autorecovery.cli import shell_drain  # noqa: E402,F401  (drain: registers itself on the group)
