@@ -266,6 +266,18 @@ async def cluster_info(ctx: AdminContext) -> dict[str, Any]:
     }
 
 
+async def cluster_instance_id(ctx: AdminContext) -> str:
+    """The cluster's instance id, ``<root>/INSTANCEID`` (upstream ``InstanceIdCommand``, shell
+    ``whatisinstanceid``).
+
+    Raises:
+        ClusterNotFormattedError: the znode is missing (the cluster was never formatted), naming it.
+    """
+    from autorecovery.bookie.cookie import read_instance_id
+
+    return await read_instance_id(ctx.zk, ctx.paths)
+
+
 #: Keys whose values ``server_config`` does not show (ours: upstream prints every value).
 _SECRET_WORDS = ("password", "secret", "token")
 
@@ -301,6 +313,7 @@ __all__ = [
     "list_bookies",
     "bookie_info",
     "cluster_info",
+    "cluster_instance_id",
     "ledger_metadata",
     "placement_check",
     "worker_progress",

@@ -66,6 +66,22 @@ def clusterinfo(conf, zk, ledgers_root, sets, as_json, glance):
     execute(conf, zk, ledgers_root, sets, body)
 
 
+@command("whatisinstanceid", help="Print the instance id of the cluster (exit 1 while it is not formatted).")
+def whatisinstanceid(conf, zk, ledgers_root, sets):
+    """Upstream ``bookkeeper shell whatisinstanceid`` (``InstanceIdCommand``): one line
+    ``Metadata Service Uri: URI InstanceId: ID``. Exits 1 with one line naming the missing znode
+    (``<root>/LAYOUT`` or ``INSTANCEID``) when the cluster is not formatted, so a wait loop (the Apache Pulsar Helm chart's init container:
+    ``until bin/bookkeeper shell whatisinstanceid; do sleep 3; done``) can use it."""
+    async def body(ctx):
+        instance_id = await ops.cluster_instance_id(ctx)
+        s = ctx.settings
+        uri = s.metadata_service_uri if s is not None else ""
+        if not uri and s is not None:
+            uri = f"zk+hierarchical://{s.zk_servers.replace(',', ';')}{s.ledgers_root}"
+        click.echo(f"Metadata Service Uri: {uri} InstanceId: {instance_id}")
+    execute(conf, zk, ledgers_root, sets, body)
+
+
 @command("listbookies", context_settings={"help_option_names": ["--help"]},
          help="List bookies: upstream's sections and BookieID/IP/Port/Hostname lines (-h is upstream's "
               "--hostnames here; help is --help).")

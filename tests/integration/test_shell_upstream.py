@@ -202,6 +202,25 @@ def test_clusterinfo_upstream_header_and_json(cluster):
     assert json.loads(ok(shell(cluster, "clusterinfo", "--json"))) == info
 
 
+# -- whatisinstanceid: the Apache Pulsar Helm chart's init container waits on its exit code --------------------
+def test_whatisinstanceid_prints_the_instance_id_and_fails_on_an_unformatted_root(cluster):
+    async def instance_id() -> str:
+        async with zk_session(cluster) as (zk, paths, _urm):
+            data, _ = await zk.get(paths.instance_id)
+            return data.decode().strip()
+
+    expected = arun(instance_id())
+    assert expected
+    out = ok(shell(cluster, "whatisinstanceid"))
+    uri = f"zk+hierarchical://{cluster.zk_connect.replace(',', ';')}/ledgers"
+    assert out == f"Metadata Service Uri: {uri} InstanceId: {expected}\n"
+    res = shell(cluster, "whatisinstanceid", root="/never-formatted")
+    assert res.exit_code == 1 and res.stdout == ""
+    # one line naming the missing znode (the shell's open checks <root>/LAYOUT before INSTANCEID)
+    assert res.stderr.count("\n") == 1 and "/never-formatted/" in res.stderr and "not formatted" in res.stderr, \
+        res.stderr
+
+
 # -- recover -q / --replicationRate / single-dash forms -----------------------------------------------------
 def test_recover_query_and_upstream_options(cluster):
     src = cluster.bookie_id(2)
