@@ -47,12 +47,13 @@ def check_for(value: Any, name: str = "for") -> int:
     from autorecovery.audit.maintenance import parse_ttl
     from autorecovery.errors import ConfigError
 
+    why = f"bad {name} {str(value)[:50]!r}: expected a duration such as 600, 90s, 10m, 2h (1 s .. 365 days)"
     try:
         ms = parse_ttl(str(value))
-    except ConfigError as exc:
-        raise ops.BadRequestError(f"bad --{name} {value!r}: {str(exc).split(': ', 1)[-1]}") from None
+    except ConfigError:
+        raise ops.BadRequestError(why) from None
     if ms < 1000:
-        raise ops.BadRequestError(f"bad --{name} {value!r}: at least 1 s")
+        raise ops.BadRequestError(why)
     return ms // 1000
 
 

@@ -25,9 +25,9 @@ EXIT_OK, EXIT_NOT_OK = 0, 3
 
 def _for(value):
     try:
-        return ots.check_for(value)
+        return ots.check_for(value, "--for")
     except ots.ops.BadRequestError as exc:
-        raise ValueError(str(exc).split(": ", 1)[-1]) from None  # click's prefix names --for
+        raise ValueError(str(exc)) from None
 
 
 FOR = P.Checked(_for, "duration")

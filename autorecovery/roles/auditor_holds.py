@@ -58,7 +58,7 @@ class MaintenanceHolds:
             self.windows = [w for w in self.windows if w not in expired]
         available = self._available()
         lost = self.index.bookies() - available
-        await self._note_lost_under_windows(lost)
+        await self._note_lost_under_windows(available)
         await self._auto_close(available)
         h = holds(lost, available, self._location_of, self.windows, self.wall_ms(),
                   self.settings.autorecovery_down_out_subtree_limit)
@@ -90,13 +90,13 @@ class MaintenanceHolds:
             out.append(w)
         self.windows = out
 
-    async def _note_lost_under_windows(self, lost: set[str]) -> None:
-        """Record in auto-closing bookie windows that the bookie was seen down (``lost_seen_ms``), so a
-        window opened on a running bookie only closes after it went down and came back; the record
-        survives an auditor change."""
+    async def _note_lost_under_windows(self, available: frozenset[str]) -> None:
+        """Record in auto-closing bookie windows that the bookie was seen down (``lost_seen_ms``: not
+        registered, whether or not it is in some ensemble), so a window opened on a running bookie only
+        closes after it went down and came back; the record survives an auditor change."""
         out = []
         for w in self.windows:
-            if w.kind == "bookie" and w.auto_close and w.lost_seen_ms == 0 and w.target in lost:
+            if w.kind == "bookie" and w.auto_close and w.lost_seen_ms == 0 and w.target not in available:
                 w = dataclasses.replace(w, lost_seen_ms=self.wall_ms())
                 if await self.maintenance.update(w):
                     log.info("bookie down under its maintenance window: its heal is deferred", bookie_id=w.target,
