@@ -18,9 +18,10 @@ Upstream's figures are computed from its documented operations (/work/shared/ref
 upstream-autorecovery.md §3.4), not run: per healed ledger ``exists`` the marker, ``create`` the lock,
 ``delete`` the marker with its version, ``delete`` the emptied parent (≥1 try), ``delete`` the lock = 5,
 plus the watch re-listings its SubTreeCache does: every marker deletion changes the leaf level and every
-lock create/delete the flat locks directory, so each of the D workers waiting re-lists them (3·D
-``getChildren`` per ledger while all D are busy picking; a lower bound: the walk's upper levels also
-change when they empty). Upstream's marking does a ``create`` per ledger (K requests, no batching).
+lock create/delete the flat locks directory (and the marker's own fourth-level directory is deleted, which
+changes the third level every worker listed), so each of the D workers holding those one-shot watches
+re-lists them: up to 3·D ``getChildren`` per ledger (an upper bound: changes that come faster than a
+worker re-lists coalesce into one notification). Upstream's marking does a ``create`` per ledger (K requests, no batching).
 Upstream has no stream slots. Its outstanding peak is bounded by its D workers' re-listings, D·3 at once.
 
     .venv/bin/python bench/zk_cost.py                       # 1M-ledger cluster: 10,000 ledgers, 100 daemons
@@ -51,6 +52,21 @@ from zkstats import mntr  # noqa: E402
 
 P = Paths("/ledgers")
 LOST = "10.0.0.1:3181"
+
+
+KINDS = ("get", "get_children", "exists", "get_many", "add_watch", "create", "set", "delete", "multi")
+
+
+def count_kinds(zk: ZkClient, counts: dict[str, int]) -> None:
+    """Count this client's requests by kind into ``counts`` (wrapping its methods)."""
+    for kind in KINDS:
+        orig = getattr(zk, kind)
+
+        def wrapped(*a, _orig=orig, _kind=kind, **kw):
+            counts[_kind] = counts.get(_kind, 0) + 1
+            return _orig(*a, **kw)
+
+        setattr(zk, kind, wrapped)
 
 
 class Bucket:
@@ -157,6 +173,9 @@ async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: st
         await c.stop()
         clients.remove(c)
     phase[0] = "heal"
+    by_kind: dict[str, int] = {}
+    for c in clients:
+        count_kinds(c, by_kind)
     healed, races = [0], [0]
     h0 = [c.ops for c in clients]
     t = time.monotonic()
@@ -184,7 +203,9 @@ async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: st
     print(f"{'marking: time (s)':34}{mark_s:12.2f}")
     per = heal_ops / max(1, healed[0])
     print(f"{'requests per healed ledger':34}{per:12.1f}{up_heal:12.1f}{up_heal / max(per, 1e-9):8.1f}x"
-          f"   (upstream: 5 + 3·D watch re-listings, D = {d})")
+          f"   (upstream: 5 + up to 3·D watch re-listings, D = {d})")
+    kinds = ", ".join(f"{kind} {n / max(1, healed[0]):.2f}" for kind, n in sorted(by_kind.items(), key=lambda x: -x[1]))
+    print(f"  ours per healed ledger by call: {kinds}")
     print(f"{'peak outstanding requests, heal':34}{peak['heal']:12d}{3 * d:12d}   (goal <= 500; all sessions, sampled every 2 ms)")
     print(f"{'  at the daemons start':34}{peak['start']:12d}{'':>12}   ({start_ops} requests for {d} sessions to start, "
           f"before the loss)")
