@@ -21,7 +21,9 @@ plus the watch re-listings its SubTreeCache does: every marker deletion changes 
 lock create/delete the flat locks directory (and the marker's own fourth-level directory is deleted, which
 changes the third level every worker listed), so each of the D workers holding those one-shot watches
 re-lists them: up to 3·D ``getChildren`` per ledger (an upper bound: changes that come faster than a
-worker re-lists coalesce into one notification). Upstream's marking does a ``create`` per ledger (K requests, no batching).
+worker re-lists coalesce into one notification). Upstream's marking (``markLedgerUnderreplicated``,
+"create full path optimistic", one ledger at a time) pays 3 requests per marker: the leaf's create fails
+NoNode (each marker has its own fourth-level directory), the directory is created, the leaf again.
 Upstream has no stream slots. Its outstanding peak is bounded by its D workers' re-listings, D·3 at once.
 
     .venv/bin/python bench/zk_cost.py                       # 1M-ledger cluster: 10,000 ledgers, 100 daemons
@@ -191,7 +193,7 @@ async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: st
     await admin.stop()
 
     d = n_daemons
-    up_mark = k
+    up_mark = 3 * k  # createFullPathOptimistic: the leaf (NoNode), its own 4th-level directory, the leaf again
     up_heal = 5 + 3 * d
     print(f"lost bookie {LOST}: {k} of {n} ledgers under-replicated (1%); {d} daemon sessions "
           f"({per_process} per process: this one), zkReplicationTaskRateLimit {rate:g}/s per daemon"
