@@ -24,6 +24,7 @@ RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "PodMonitor"}
 UNIT = ROOT / "deploy" / "systemd" / "autorecovery.service"
 SYSUSERS = ROOT / "deploy" / "systemd" / "autorecovery.sysusers.conf"
+DROPIN = ROOT / "deploy" / "systemd" / "bookie-maintenance.conf"
 
 
 def docs() -> list[dict]:
@@ -58,7 +59,7 @@ def test_the_bookie_keeps_its_user_and_has_journal_and_ledgers_volumes():
     claims = {t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]}
     assert claims == {"journal", "ledgers"}
     mounts = {m["name"]: m["mountPath"] for m in bookie["volumeMounts"]}
-    assert set(mounts) == claims
+    assert set(mounts) == claims | {"hooks"}, "its disks, and the preStop hooks' meeting point"
     env = {e["name"]: e.get("value") for e in bookie["env"]}
     assert env["BK_journalDirectories"] == mounts["journal"] and env["BK_ledgerDirectories"] == mounts["ledgers"]
     # both containers use one bookie id: the sidecar votes for the bookie next to it
@@ -136,3 +137,54 @@ def test_systemd_unit_hardening_score_and_user(systemd_root: Path):
     unit = UNIT.read_text()
     user = re.search(r"^User=(\S+)", unit, re.M).group(1)
     assert re.search(rf"^u {user} ", SYSUSERS.read_text(), re.M), "the unit's user is created by sysusers.d"
+
+
+def test_k8s_prestop_hooks_open_the_window_from_the_sidecar_and_hold_the_bookie():
+    by_kind = {d["kind"]: d for d in docs()}
+    pod = by_kind["StatefulSet"]["spec"]["template"]["spec"]
+    bookie = next(c for c in pod["containers"] if c["name"] == "bookie")
+    sidecar = next(c for c in pod["containers"] if c["name"] == "autorecovery")
+    side = " ".join(sidecar["lifecycle"]["preStop"]["exec"]["command"])
+    m = re.search(r"autorecovery shell oktostop -c (\S+) -bookieid \"\$BK_bookieId\" --for (\d+) --wait (\d+) "
+                  r"--open-window; echo \$\? > /hooks/prestop-done", side)
+    assert m, side
+    assert m.group(1) == "/etc/autorecovery/bk_server.conf"
+    wait_s = int(m.group(3))
+    hold = " ".join(bookie["lifecycle"]["preStop"]["exec"]["command"])
+    hold_s = int(re.search(r"seq (\d+)", hold).group(1))
+    assert "/hooks/prestop-done" in hold and hold_s > wait_s + 10, "the bookie waits out the sidecar's hook"
+    for c in (bookie, sidecar):
+        assert {"name": "hooks", "mountPath": "/hooks"} in c["volumeMounts"]
+    assert any(v["name"] == "hooks" and "emptyDir" in v for v in pod["volumes"])
+    conf = by_kind["ConfigMap"]["data"]["bk_server.conf"]
+    grace = pod["terminationGracePeriodSeconds"]
+    assert grace > hold_s + int(re.search(r"shutdownTimeoutSeconds=(\d+)", conf).group(1))
+    assert "lostBookieRecoveryDelay=0" in conf, "planned stops are covered by windows: crashes heal at once"
+
+
+def test_systemd_bookie_dropin_verifies_and_skips_crashes(systemd_root: Path):
+    text = DROPIN.read_text()
+    stop = re.search(r"^ExecStop=(.*)$", text, re.M).group(1)
+    assert stop.startswith("-") and 'test -n "$MAINPID" || exit 0' in stop
+    assert re.search(r"oktostop -c \S+ -bookieid \"\$BOOKIE_ID\" --for \d+ --wait (\d+) --open-window", stop)
+    wait_s = int(re.search(r"--wait (\d+)", stop).group(1))
+    assert int(re.search(r"^TimeoutStopSec=(\d+)", text, re.M).group(1)) > wait_s + 10
+    unit = systemd_root / "etc/systemd/system/bookkeeper.service"
+    java = systemd_root / "usr/bin/bookkeeper"
+    java.parent.mkdir(parents=True, exist_ok=True)
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    unit.write_text("[Unit]\nDescription=BookKeeper bookie\n[Service]\nExecStart=/usr/bin/bookkeeper bookie\n"
+                    "[Install]\nWantedBy=multi-user.target\n")
+    d = systemd_root / "etc/systemd/system/bookkeeper.service.d"
+    d.mkdir()
+    shutil.copy(DROPIN, d / "bookie-maintenance.conf")
+    for sh in ("bin/sh", "usr/bin/sh"):
+        p = systemd_root / sh
+        if not p.exists():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("#!/bin/sh\n")
+            p.chmod(0o755)
+    r = subprocess.run(["systemd-analyze", "verify", f"--root={systemd_root}",
+                        "/etc/systemd/system/bookkeeper.service"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
