@@ -25,6 +25,9 @@ COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-index --no-deps /wheels/autorecovery-*.whl \
  && rm -rf /wheels
 COPY deploy/bk_server.conf /etc/autorecovery/bk_server.conf
+# bin/apply-config-from-env.py and bin/bookkeeper, relative to the working directory: the two commands the
+# Apache Pulsar Helm chart's recovery pod runs (docs/deploy.md, deploy/helm/pulsar-values-autorecovery.yaml)
+COPY --chmod=0755 deploy/pulsar/bin/ /var/lib/autorecovery/bin/
 USER bookkeeper
 WORKDIR /var/lib/autorecovery
 # 3181: reference bookie (gRPC); 8080: admin HTTP (/metrics, /healthz, /readyz, /api/v1/...)
