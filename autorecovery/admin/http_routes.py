@@ -278,8 +278,14 @@ def build_app(deps: HttpDeps) -> web.Application:
             maint: Any = await maintenance.state(ctx)
         except AutoRecoveryError as exc:
             maint = {"error": str(exc)}
+        from autorecovery.admin import ops_topics
+
+        try:  # by tenant / namespace / topic (ours); best effort, as the maintenance section
+            by_topic: Any = await ops_topics.by_topic(ctx, (doc.get("cluster") or {}).get("blocked"))
+        except AutoRecoveryError as exc:
+            by_topic = {"error": str(exc)}
         return json_response({"cluster": doc.get("cluster"), "worker": doc.get("worker"), "jobs": deps.jobs.snapshot(),
-                      "maintenance": maint})
+                      "maintenance": maint, "by_topic": by_topic})
 
     async def overview(_r: web.Request) -> web.Response:
         from autorecovery.admin import ops_overview

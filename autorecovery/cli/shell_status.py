@@ -26,15 +26,27 @@ from autorecovery.cli.shell_run import EXIT_USAGE, CommandFailed, execute
 @click.option("-prw", "--printreplicationworkerid", "-printreplicationworkerid", is_flag=True, help="Print the worker holding the lock.")
 @click.option("-c", "--onlydisplayledgercount", "-onlydisplayledgercount", is_flag=True,
               help="Only print the count (upstream's -c; pass the configuration with --conf here).")
+@click.option("--by-topic", "by_topic", is_flag=True,
+              help="Ours: roll the under-replicated, at-risk and unrecoverable ledgers up by Pulsar tenant, "
+                   "namespace and topic (pulsar/managed-ledger custom metadata; others are \"not Pulsar\").")
 @click.argument("stray", nargs=-1, required=False, metavar="")
 def listunderreplicated(conf, zk, ledgers_root, sets, missingreplica, excludingmissingreplica,
-                        printmissingreplica, printreplicationworkerid, onlydisplayledgercount, stray):
+                        printmissingreplica, printreplicationworkerid, onlydisplayledgercount, by_topic, stray):
     if stray:
         hint = (" (-c is upstream's --onlydisplayledgercount here; give the configuration file with --conf)"
                 if onlydisplayledgercount else "")
         click.echo(f"ERROR: listunderreplicated takes no arguments, got {' '.join(stray)!r}{hint}", err=True)
         sys.exit(EXIT_USAGE)
     async def body(ctx):
+        if by_topic:
+            from autorecovery.admin.ops_topics import by_topic as rollup_by_topic
+            from autorecovery.audit.topics import format_rollup
+
+            doc = await rollup_by_topic(ctx)
+            for line in format_rollup(doc):
+                click.echo(line)
+            click.echo(f"Ledgers rolled up: {doc['ledgers']}")
+            return
         items = await ops.list_underreplicated(ctx, missingreplica, excludingmissingreplica,
                                                with_workers=printreplicationworkerid and not onlydisplayledgercount)
         if not onlydisplayledgercount:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from autorecovery.ledger.pulsar_names import pulsar_names  # noqa: F401  (re-exported: the reports' callers)
 from autorecovery.ledger.striping import count_on_index, count_with_residue, write_set
 
 #: Outcome of losing a failure domain, worst first. A ledger takes its worst segment's outcome.
@@ -294,26 +295,6 @@ def ledger_risk(ledger: LedgerView, tags: Mapping[str, tuple[str, str, str]],
             for j in range(i + 1, len(racks)):
                 out.append(("rack_pair", f"{racks[i]}|{racks[j]}", evaluate(0, (racks[i], racks[j]), False)))
     return out
-
-
-def pulsar_names(custom: Mapping[str, bytes | str] | None) -> tuple[str, str, str]:
-    """``(tenant, namespace, topic)`` from a Pulsar managed ledger's custom metadata, else empty strings.
-
-    Pulsar stores ``pulsar/managed-ledger`` = ``<tenant>/<namespace>/<domain>/<topic>`` (e.g.
-    ``public/default/persistent/orders``); namespace is returned as ``tenant/namespace`` and topic as
-    ``<domain>://tenant/namespace/topic``.
-    """
-    if not custom:
-        return "", "", ""
-    raw = custom.get("pulsar/managed-ledger")
-    if raw is None:
-        return "", "", ""
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    parts = text.split("/")
-    if len(parts) < 4:
-        return (parts[0], "/".join(parts[:2]), "") if parts else ("", "", "")
-    tenant, ns, domain, topic = parts[0], parts[1], parts[2], "/".join(parts[3:])
-    return tenant, f"{tenant}/{ns}", f"{domain}://{tenant}/{ns}/{topic}"
 
 
 def days_until_full(free_bytes: float, growth_bytes_per_day: float) -> float | None:
