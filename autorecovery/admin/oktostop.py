@@ -2,8 +2,8 @@
 
 Ours; upstream has no such command. The decision is :func:`autorecovery.audit.oktostop.ok_to_stop`
 (pure); this module gathers its inputs from ZooKeeper: the registered bookies (writable and read-only),
-the cookies, the maintenance windows (bookies in a window, or in a rack with a window, count as down) and
-every ledger's metadata, read from the ledger tree. Every daemon and the shell answer the same way, from
+the cookies, the maintenance windows (bookies in a window, or in a rack with a window, count as down), the
+live drain's record (its bookie counts as down) and every ledger's metadata, read from the ledger tree. Every daemon and the shell answer the same way, from
 ZooKeeper reads, so no request is forwarded to the elected auditor (whose index lives in its process
 only); the cost is one metadata read per ledger per answer (``OKTOSTOP_READ_CONCURRENCY`` at a time).
 
@@ -15,6 +15,7 @@ it, so the bookie's loss is deferred and never audited first.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from typing import Any
@@ -115,7 +116,22 @@ async def evaluate(ctx: ops.AdminContext, bookie: str, *, mine: Window | None = 
         raise ops.BadRequestError(f"unknown bookie id {bookie!r}: not registered, no cookie, in no ensemble")
     windows = await MaintenanceStore(ctx.zk, ctx.paths).list()
     going = await _going(ctx, windows, readable | in_ensembles, now_ms(), exclude_newer_than=mine)
+    going |= await _draining(ctx)
     return ok_to_stop(bookie, ledgers, readable=readable, going=going)
+
+
+async def _draining(ctx: ops.AdminContext) -> set[str]:
+    """The bookie of a running live drain (``underreplication/drain``, ``state`` running or
+    cancelling): it leaves once drained, so it is counted as down (conservative: until the drain's CAS
+    it still serves its copies)."""
+    try:
+        data, _ = await ctx.zk.get(f"{ctx.paths.underreplication}/drain")
+        doc = json.loads(data)
+    except (NoNodeError, ValueError):
+        return set()
+    if isinstance(doc, dict) and doc.get("state") in ("running", "cancelling") and isinstance(doc.get("bookie_id"), str):
+        return {doc["bookie_id"]}
+    return set()
 
 
 async def answer(ctx: ops.AdminContext, bookie: str, for_s: int | None = None) -> dict[str, Any]:

@@ -145,3 +145,25 @@ def test_bad_input_one_line_and_mutations_behind_the_switch(env):
     # daemon 1 has the mutation switch off: the hook's PUT is refused and opens nothing
     code, body = Http(ports[1]).put("/api/v1/autorecovery/ok_to_stop", {"bookie": c.bookie_id(0), "for": "60"})
     assert code == 403 and window_of(c, c.bookie_id(0)) is None, body
+
+
+def test_a_bookie_being_drained_counts_as_down(env):
+    c, _ports = env
+    (lid, (x, y)), = arun(write_ledgers(c, 1, 3, E=2, WQ=2, AQ=2)).items()
+    assert shell(c, "oktostop", "-bookieid", y).exit_code == 0
+
+    async def drain_record(create: bool) -> None:
+        async with zk_session(c) as (zk, p, _urm):
+            if create:
+                await zk.create(f"{p.underreplication}/drain", json.dumps({"bookie_id": x, "state": "running"}).encode(),
+                                makepath=True)
+            else:
+                await zk.delete(f"{p.underreplication}/drain")
+
+    arun(drain_record(True))
+    try:
+        r = shell(c, "oktostop", "-bookieid", y, "--json")
+        doc = json.loads(r.stdout)
+        assert r.exit_code == 3 and lid in doc["blocking_ledgers"] and x in doc["counted_down"], r.stdout
+    finally:
+        arun(drain_record(False))
