@@ -213,6 +213,10 @@ KEYS: tuple[Key, ...] = (
        "cheap consistency check of the index (count + digest of ledger ids vs the tree, no metadata "
        "reads); drift is healed and exported as autorecovery_auditor_index_drift_ledgers; 0 disables",
        origin=OURS, min_value=0, max_value=YEAR_S),
+    _k("auditorTopicMetricsMaxNamespaces", "int", 20, "count", "auditor",
+       "Pulsar namespaces with a series of their own in autorecovery_underreplicated_ledgers_by_namespace and "
+       "autorecovery_unrecoverable_ledgers_by_namespace (most marked ledgers first); the rest are summed in "
+       "namespace=other; 0 exports only other", origin=OURS, min_value=0, max_value=1000),
     _k("auditorMaxNumberOfConcurrentOpenLedgerOperations", "int", 500, "count", "auditor",
        "bound on concurrent ledger opens in checkAllLedgers; also the daemon's bound on outstanding ZooKeeper "
        "operations (ours: one bound, not two)", min_value=1, max_value=INT_MAX),

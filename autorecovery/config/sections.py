@@ -68,6 +68,8 @@ class AuditorSettings(Section):
     auditor_ledger_index_reconcile_interval: int = 21600
     #: (ours) seconds between cheap consistency checks of the index (ids count + digest); 0 disables.
     auditor_ledger_index_check_interval: int = 60
+    #: (ours) Pulsar namespaces with their own series in the by-namespace gauges (the rest: "other").
+    auditor_topic_metrics_max_namespaces: int = 20
     #: (ours) rack-loss guard level: "" (off, upstream; the key's ``none``), "rack", "zone" or "region".
     autorecovery_down_out_subtree_limit: str = ""
     #: ``digestType``: digest of ledgers whose metadata stores no password (the checker verifies with it).
@@ -93,6 +95,7 @@ class AuditorSettings(Section):
         "auditorReplicasCheckMarkUnderReplicated": "auditor_replicas_check_mark_under_replicated",
         "auditorLedgerIndexReconcileInterval": "auditor_ledger_index_reconcile_interval",
         "auditorLedgerIndexCheckInterval": "auditor_ledger_index_check_interval",
+        "auditorTopicMetricsMaxNamespaces": "auditor_topic_metrics_max_namespaces",
         "autorecoveryDownOutSubtreeLimit": "autorecovery_down_out_subtree_limit",
         **_RECOVERY_KEYS,
     }

@@ -25,6 +25,8 @@ Panels read upstream's metric names (``auditor_*``, ``replication_worker_*``) an
 * *Heal throughput* counts only successful copies: ``replication_worker_NUM_BYTES_WRITTEN`` is an
   upstream OpStats (a summary with ``success="true"|"false"``), and its ``_sum`` of
   ``success="true"`` is the bytes written.
+* *Under-replicated ledgers by Pulsar namespace* reads the auditor's bounded by-namespace gauges
+  (:mod:`autorecovery.roles.cluster_gauges`: top ``auditorTopicMetricsMaxNamespaces`` plus ``other``).
 * *Heal episodes* and *Last heal episode* read :mod:`autorecovery.roles.auditor_history`'s gauges
   (auditor only) and its counter of closes (``or vector(0)``: no series before the first close).
 * *ETA* is the backlog over the 5-minute successful copy rate, and is empty while nothing is copying
@@ -151,6 +153,14 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("stat", "Last heal episode: time to heal",
               "Detection to close of the newest closed heal episode (auditor only; kept across an auditor change).",
               "s", (Target("max(autorecovery_heal_last_episode_duration_seconds)", "time to heal"),)),
+    PanelSpec("timeseries", "Under-replicated ledgers by Pulsar namespace",
+              "Marked ledgers per namespace from their pulsar/managed-ledger metadata: the top "
+              "auditorTopicMetricsMaxNamespaces namespaces, the rest in \"other\", ledgers without it in \"not "
+              "Pulsar\" (auditor only: max() is the cluster's value). Topics: `autorecovery shell "
+              "listunderreplicated --by-topic` or by_topic in /api/v1/autorecovery/progress.", "short",
+              (Target("max by (namespace) (autorecovery_underreplicated_ledgers_by_namespace)", "{{namespace}}"),
+               Target("max by (namespace) (autorecovery_unrecoverable_ledgers_by_namespace) > 0",
+                      "{{namespace}} unrecoverable"))),
     PanelSpec("timeseries", "Auditor index drift",
               "Ledger ids that differed between the auditor's index and ZooKeeper at the last check (healed at once).",
               "short",

@@ -146,7 +146,8 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         # cluster-wide gauges (under-replicated ledgers/bytes, unrecoverable, oldest marker age): only
         # the elected auditor exports them, refreshed on every marker change (roles/cluster_gauges.py)
         self.gauges = ClusterGauges(self.urm, zk, paths, self.index.total_length, registry or metrics.REGISTRY,
-                                    self.wall_ms, quiet=self._check_lock)
+                                    self.wall_ms, quiet=self._check_lock,
+                                    top_namespaces=settings.auditor_topic_metrics_max_namespaces)
         # heal episodes and the state every node's `shell overview` reads (roles/auditor_history.py)
         self.history = HealRecorder(zk, paths, self.urm, self.index, bookie_id=bookie_id, wall_ms=self.wall_ms,
                                     checks=lambda: self.last_results, figures=self._figures,

@@ -15,7 +15,19 @@ name                                                where   value
 ``autorecovery_unrecoverable_ledgers``              auditor marked ledgers with an ``unrecoverable/urL…``
                                                             side znode (surfaced by a worker)
 ``autorecovery_underreplicated_oldest_age_seconds`` auditor now − ctime of the oldest marker (s)
+``autorecovery_underreplicated_ledgers_by_namespace`` auditor marked ledgers per Pulsar namespace
+                                                            (label ``namespace``; see below)
+``autorecovery_unrecoverable_ledgers_by_namespace`` auditor unrecoverable ledgers per Pulsar namespace
 ==================================================  ======  ===============================================
+
+**By namespace** (ours; apache/pulsar#9099: operators think in topics, not ledger ids): the namespace
+comes from each marked ledger's ``pulsar/managed-ledger`` custom metadata (read once per marked ledger
+and cached while it stays marked; ``not Pulsar`` when absent). Cardinality is bounded: the
+``auditorTopicMetricsMaxNamespaces`` namespaces (default 20) with the most marked ledgers get a series
+each, every other namespace (and a ledger whose metadata could not be read yet) is summed into
+``namespace="other"``, so the series of a family sum to the unlabelled gauge. A namespace that leaves
+the top N loses its series; the auditor that stops drops them all (absent elsewhere, so ``sum()`` and
+``max()`` over daemons are the auditor's figure).
 
 The four cluster-wide gauges are 0 on every node that is not the auditor (registered at 0 by
 :class:`NodeGauges` on every daemon, reset to 0 when an auditor stops), so ``sum()`` over nodes is the
@@ -36,8 +48,11 @@ from collections.abc import Callable
 import structlog
 
 from autorecovery import metrics
+from autorecovery.audit.topics import OTHER, names_of, namespace_series
+from autorecovery.errors import AutoRecoveryError, NoSuchLedgerError
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.zk.bridge import NoNodeError, SessionEvent, ZkClient
+from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 
@@ -51,6 +66,15 @@ UR_BYTES = "underreplicated_bytes"
 UNRECOVERABLE = "unrecoverable_ledgers"
 OLDEST_AGE = "underreplicated_oldest_age_seconds"
 CLUSTER_GAUGES = (UR_LEDGERS, UR_BYTES, UNRECOVERABLE, OLDEST_AGE)
+UR_BY_NS = "underreplicated_ledgers_by_namespace"
+UNRECOVERABLE_BY_NS = "unrecoverable_ledgers_by_namespace"
+#: Default of ``auditorTopicMetricsMaxNamespaces``: namespaces with a series of their own.
+DEFAULT_TOP_NAMESPACES = 20
+_NS_DOCS = {
+    UR_BY_NS: "marked under-replicated ledgers per Pulsar namespace (top auditorTopicMetricsMaxNamespaces, "
+              "the rest in namespace=other); exported by the auditor only",
+    UNRECOVERABLE_BY_NS: "unrecoverable ledgers per Pulsar namespace (same namespaces); exported by the auditor only",
+}
 #: Recounts are spaced by this per marker queued, s (at most :data:`MAX_COALESCE_S`).
 COALESCE_S_PER_MARKER = 1e-4
 MAX_COALESCE_S = 1.0
@@ -150,8 +174,14 @@ class ClusterGauges:
 
     def __init__(self, urm: UnderreplicationManager, zk: ZkClient, paths: Paths,
                  length_of: Callable[[list[int]], int], registry: metrics.MetricsRegistry | None = None,
-                 wall_ms: Callable[[], int] | None = None, quiet: asyncio.Lock | None = None) -> None:
+                 wall_ms: Callable[[], int] | None = None, quiet: asyncio.Lock | None = None,
+                 top_namespaces: int = DEFAULT_TOP_NAMESPACES) -> None:
         self.urm, self.zk, self.paths = urm, zk, paths
+        self.registry = registry or metrics.REGISTRY
+        self.top_namespaces = top_namespaces
+        self._store = LedgerStore(zk, paths)
+        self._ns: dict[int, str] = {}  # marked ledger id -> its Pulsar namespace (cached while marked)
+        self._ns_series: set[str] = set()  # namespace labels exported now
         self.quiet = quiet
         self.length_of = length_of
         self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
@@ -189,10 +219,14 @@ class ClusterGauges:
         if names is None or changed is None:
             names = await self._read_unrecoverable(changed)
         unrecoverable = 0
+        unrec_ids: set[int] = set()
         for n in names:
             with contextlib.suppress(ValueError):
-                if ledger_id_from_ur_leaf(n) in ids:
+                lid_u = ledger_id_from_ur_leaf(n)
+                if lid_u in ids:
                     unrecoverable += 1
+                    unrec_ids.add(lid_u)
+        await self._refresh_namespaces(ids, unrec_ids, sem)
         marked = sorted(self._ctimes)
         self._active = True
         self.g[UR_LEDGERS].set(len(marked))
@@ -201,6 +235,41 @@ class ClusterGauges:
         self._oldest_ms = min(self._ctimes.values()) if self._ctimes else None
         self.g[OLDEST_AGE].set_function(self._age_s)
         self.refreshes += 1
+
+    async def _refresh_namespaces(self, ids: set[int], unrec_ids: set[int], sem: asyncio.Semaphore) -> None:
+        """The by-namespace gauges (module docstring): metadata read for newly marked ledgers only."""
+        for lid in list(self._ns):
+            if lid not in ids:
+                del self._ns[lid]
+
+        async def read(lid: int) -> None:
+            async with sem:
+                try:
+                    md, _ = await self._store.read(lid)
+                except NoSuchLedgerError:
+                    return  # deleted: its marker goes too
+                except AutoRecoveryError:
+                    return  # not cached: counted as "other" and read again on the next refresh
+            self._ns[lid] = names_of(md.custom_metadata)[1]
+
+        await asyncio.gather(*(read(lid) for lid in ids if lid not in self._ns))
+        counts: dict[str, dict[str, int]] = {}
+        for lid in ids:
+            c = counts.setdefault(self._ns.get(lid, OTHER), {"under_replicated": 0, "unrecoverable": 0})
+            c["under_replicated"] += 1
+            if lid in unrec_ids:
+                c["unrecoverable"] += 1
+        series = namespace_series(counts, self.top_namespaces)
+        now = {ns for ns, _ in series}
+        for ns in self._ns_series - now:
+            for name in (UR_BY_NS, UNRECOVERABLE_BY_NS):
+                self.registry.remove(f"{SCOPE}_{name}", {"namespace": ns})
+        families = {"under_replicated": UR_BY_NS, "unrecoverable": UNRECOVERABLE_BY_NS}
+        for (ns, status), value in series.items():
+            family = families.get(status)
+            if family is not None:
+                self.registry.gauge(SCOPE, family, labels={"namespace": ns}, doc=_NS_DOCS[family]).set(value)
+        self._ns_series = now
 
     async def _read_unrecoverable(self, changed: asyncio.Event | None) -> list[str]:
         """The side-znode directory's names, kept until its watch fires (one read per change of the
@@ -261,6 +330,11 @@ class ClusterGauges:
         self._oldest_ms = None
         for n in (UR_LEDGERS, UR_BYTES, UNRECOVERABLE):
             self.g[n].set(0)
+        for ns in self._ns_series:  # the by-namespace series are the auditor's only: absent elsewhere
+            for name in (UR_BY_NS, UNRECOVERABLE_BY_NS):
+                self.registry.remove(f"{SCOPE}_{name}", {"namespace": ns})
+        self._ns_series = set()
+        self._ns.clear()
         self.g[OLDEST_AGE].set_function(self._age_s)
 
 

@@ -11,7 +11,7 @@ import pytest
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing.local_cluster import LocalCluster
 from test_http import Http
-from test_shell_support import P, arun, ok, shell, start_daemon, zk_session
+from test_shell_support import P, arun, ok, shell, start_daemon, wait_until, zk_session
 
 pytestmark = pytest.mark.integration
 
@@ -20,8 +20,10 @@ pytestmark = pytest.mark.integration
 def env(tmp_path_factory):
     c = LocalCluster(tmp_path_factory.mktemp("bytopic"), bookies=3, racks=1).up()
     try:
-        port, _ = start_daemon(c, 0)
-        yield c, Http(port)
+        port, _ = start_daemon(c, 0, auditorTopicMetricsMaxNamespaces="1")  # the auditor (first daemon)
+        wait_until(lambda: "Auditor:" in shell(c, "whoisauditor").stdout, 30, what="an auditor")
+        port1, _ = start_daemon(c, 1)
+        yield c, Http(port), Http(port1)
     finally:
         c.down()
 
@@ -45,7 +47,7 @@ async def make_ledgers(cluster) -> dict[str, int]:
 
 
 def test_by_topic_in_shell_and_progress(env):
-    cluster, http = env
+    cluster, http, http1 = env
     ok(shell(cluster, "autorecovery", "-disable"))  # keep the markers: no worker re-checks them
     try:
         ids = arun(make_ledgers(cluster))
@@ -72,5 +74,16 @@ def test_by_topic_in_shell_and_progress(env):
         assert by["namespaces"]["public/default"]["under_replicated"] == 2
         assert by["topics"]["persistent://acme/billing/invoices"]["ledger_ids"] == [ids["invoices"]]
         assert by["tenants"]["not Pulsar"]["under_replicated"] == 1
+
+        # metrics: the auditor exports the top 1 namespace and "other" (2 = acme/billing + not Pulsar), so
+        # the family sums to the unlabelled gauge; the other daemon exports no by-namespace series
+        def series(h):
+            text = h.get("/metrics")[1]
+            return {ln for ln in text.splitlines() if ln.startswith("autorecovery_underreplicated_ledgers_by_namespace{")}
+        want = {'autorecovery_underreplicated_ledgers_by_namespace{namespace="public/default"} 2.0',
+                'autorecovery_underreplicated_ledgers_by_namespace{namespace="other"} 2.0'}
+        wait_until(lambda: series(http) == want, 30, what=f"the by-namespace gauges {want}")
+        assert 'autorecovery_underreplicated_ledgers 4.0' in http.get("/metrics")[1]
+        assert series(http1) == set()
     finally:
         ok(shell(cluster, "autorecovery", "-enable"))
