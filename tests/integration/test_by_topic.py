@@ -73,7 +73,18 @@ def test_by_topic_in_shell_and_progress(env):
         by = json.loads(body)["by_topic"]
         assert by["namespaces"]["public/default"]["under_replicated"] == 2
         assert by["topics"]["persistent://acme/billing/invoices"]["ledger_ids"] == [ids["invoices"]]
-        assert by["tenants"]["not Pulsar"]["under_replicated"] == 1
+        assert by["tenants"]["not Pulsar"]["under_replicated"] == 1 and by["truncated"] is False
+
+        async def bounded():
+            from autorecovery.admin import ops
+            from autorecovery.admin.ops_topics import by_topic
+            from autorecovery.config.load import load_settings
+
+            async with ops.open_admin(load_settings(None, env={}, overrides={"zkServers": cluster.zk_connect})) as ctx:
+                return await by_topic(ctx, {str(ids["invoices"]): "no eligible target"}, max_ledgers=3)
+        small = arun(bounded())
+        assert small["truncated"] is True and small["ledgers"] == 3  # the lowest three ids
+        assert small["namespaces"]["acme/billing"]["blocked"] == 1
 
         # metrics: the auditor exports the top 1 namespace and "other" (2 = acme/billing + not Pulsar), so
         # the family sums to the unlabelled gauge; the other daemon exports no by-namespace series
