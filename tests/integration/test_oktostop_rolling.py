@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 
 import pytest
@@ -56,10 +57,13 @@ def window_of(c: LocalCluster, b: str) -> dict | None:
     return next((w for w in maint(c)["windows"] if w["target"] == b), None)
 
 
-def planned_restart(c: LocalCluster, i: int) -> None:
-    """The hook's line, a graceful stop, a start, and the wait for the window to close by itself."""
+def planned_restart(c: LocalCluster, i: int) -> tuple[float, float]:
+    """The hook's line, a graceful stop, a start, and the wait for the window to close by itself;
+    returns (s the oktostop answer took, s from the bookie's start returning to the window's close)."""
     b = c.bookie_id(i)
+    t0 = time.monotonic()
     r = shell(c, "oktostop", "-bookieid", b, "--for", "300")
+    answer_s = time.monotonic() - t0
     assert r.exit_code == 0 and f"ok to stop {b}" in r.stdout, (r.stdout, r.stderr)
     r = shell(c, "oktostop", "-bookieid", b, "--for", "300", "--wait", "30", "--open-window")
     assert r.exit_code == 0 and f"Maintenance window on bookie {b} for 300 s" in r.stdout, (r.stdout, r.stderr)
@@ -68,8 +72,10 @@ def planned_restart(c: LocalCluster, i: int) -> None:
     wait_unregistered(c, b)
     wait_until(lambda: (window_of(c, b) or {}).get("down_since_ms"), 30, 0.2, f"the auditor to see {b} down")
     c.start_bookie(i)
+    t1 = time.monotonic()
     ended = lambda: [e for e in maint(c)["ended"] if e["target"] == b and e["end_reason"].startswith("auto-closed")]  # noqa: E731
     wait_until(lambda: window_of(c, b) is None and ended(), 60, 0.2, f"the window on {b} to close by itself")
+    return answer_s, time.monotonic() - t1
 
 
 def test_rolling_restart_of_every_bookie_costs_nothing_and_a_crash_heals(env):
@@ -78,8 +84,9 @@ def test_rolling_restart_of_every_bookie_costs_nothing_and_a_crash_heals(env):
     assert len(ledgers) == 8 and not marked(c)
     copied0 = bytes_copied(ports)
     order = sorted(c.bookies)
+    timings = []
     for n, i in enumerate(order):
-        planned_restart(c, i)
+        timings.append(planned_restart(c, i))
         assert bytes_copied(ports) == copied0, f"a planned restart of {c.bookie_id(i)} copied bytes"
         assert not marked(c), f"a planned restart of {c.bookie_id(i)} left markers"
         if n == 1:
@@ -93,6 +100,8 @@ def test_rolling_restart_of_every_bookie_costs_nothing_and_a_crash_heals(env):
             wait_until(lambda: not marked(c), 90, 0.2, "every marker of the crash to be healed")
             copied0 = bytes_copied(ports)
             c.start_bookie(k)
+    print(f"\noktostop answers {[round(a, 2) for a, _ in timings]} s; window auto-closed "
+          f"{[round(b, 2) for _, b in timings]} s after each bookie's start returned")
     r = shell(c, "maintenance", "list", "--json")
     assert json.loads(r.stdout)["windows"] == [] and not marked(c)
 
