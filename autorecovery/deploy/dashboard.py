@@ -159,7 +159,7 @@ PANELS: tuple[PanelSpec, ...] = (
               "Pulsar\" (auditor only: max() is the cluster's value). Topics: `autorecovery shell "
               "listunderreplicated --by-topic` or by_topic in /api/v1/autorecovery/progress.", "short",
               (Target("max by (namespace) (autorecovery_underreplicated_ledgers_by_namespace)", "{{namespace}}"),
-               Target("max by (namespace) (autorecovery_unrecoverable_ledgers_by_namespace) > 0",
+               Target("max by (namespace) (autorecovery_unrecoverable_ledgers_by_namespace)",
                       "{{namespace}} unrecoverable"))),
     PanelSpec("timeseries", "Auditor index drift",
               "Ledger ids that differed between the auditor's index and ZooKeeper at the last check (healed at once).",
