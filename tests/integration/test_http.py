@@ -214,7 +214,8 @@ def test_progress_and_recover_job(env):
     c, rw, ro = env
     code, body = rw.get("/api/v1/autorecovery/progress")
     doc = json.loads(body)
-    assert code == 200 and set(doc) == {"cluster", "worker", "jobs", "maintenance"}
+    assert code == 200 and set(doc) == {"cluster", "worker", "jobs", "maintenance", "by_topic"}
+    assert {"tenants", "namespaces", "topics", "ledgers", "truncated"} <= set(doc["by_topic"])
     assert doc["maintenance"]["windows"] == [] and "error" not in doc["maintenance"]
     assert {"ledgers_remaining", "bytes_remaining", "rate_bytes_per_s", "eta_s", "blocked", "ledgers_blocked",
             "blocked_summary", "stalled_s"} <= set(doc["cluster"])
