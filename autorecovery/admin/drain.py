@@ -81,9 +81,11 @@ class DrainReport:
     elapsed_s: float = 0.0
     waiting_open: list[int] = field(default_factory=list)
     blocked: dict[int, str] = field(default_factory=dict)
+    ledgers_moved: set[int] = field(default_factory=set)
 
     def as_dict(self) -> dict[str, Any]:
         return {"bookie_id": self.bookie_id, "done": self.done, "segments_moved": self.segments_moved,
+                "ledgers_moved": len(self.ledgers_moved),
                 "bytes_copied": self.bytes_copied, "elapsed_s": round(self.elapsed_s, 1),
                 "waiting_open": self.waiting_open, "blocked": {str(k): v for k, v in sorted(self.blocked.items())}}
 
@@ -244,6 +246,7 @@ async def drain_bookie(
     """
     loop = asyncio.get_running_loop()
     started = loop.time()
+    started_ms = int(time.time() * 1000)
     b = await _check_running(ctx, bookie_id)
     plan = await _plan(ctx, b)
     if plan.blocked:
@@ -309,6 +312,7 @@ async def drain_bookie(
         report.done = plan.done
         if report.done:
             await record("done", plan)
+            await _record_episode(ctx, report, started_ms)
             log.info("drain done: no ledger names the bookie; it can be stopped and decommissioned with "
                      "nothing to copy", bookie_id=b, segments=report.segments_moved, bytes=report.bytes_copied)
         publish("done" if report.done else "stopped", plan)
@@ -323,6 +327,24 @@ async def drain_bookie(
         except NoNodeError:
             pass
     return report
+
+
+async def _record_episode(ctx: AdminContext, report: DrainReport, started_ms: int) -> None:
+    """A finished drain as one closed heal episode of kind ``drain`` (``shell history``; the recorder
+    of ``recover``, :func:`autorecovery.admin.ops_overview.record_recover`); never raises."""
+    from types import SimpleNamespace
+
+    from autorecovery.admin import ops_overview
+
+    if not report.ledgers_moved:
+        return
+    outcomes = [SimpleNamespace(ledger_id=lid, status="recovered") for lid in sorted(report.ledgers_moved)]
+    run = SimpleNamespace(dry_run=False, ledgers=outcomes, sources=(report.bookie_id,),
+                          bytes_copied=report.bytes_copied)
+    try:
+        await ops_overview.record_recover(ctx, run, started_ms, kind="drain")
+    except Exception as exc:  # noqa: BLE001 - the drain itself is done; the history is best effort
+        log.warning("drain: could not record the heal episode", error=str(exc))
 
 
 async def _move_ledger(ctx: AdminContext, b: str, lid: int, replicator: rp.SegmentReplicator, report: DrainReport,
@@ -362,6 +384,7 @@ async def _move_ledger(ctx: AdminContext, b: str, lid: int, replicator: rp.Segme
                     await res
             md, ver = r.metadata, r.version
             report.segments_moved += 1
+            report.ledgers_moved.add(lid)
             log.info("drain: segment moved", ledger_id=lid, segment_first_entry_id=m.first_entry_id,
                      replaced={b: m.target})
     finally:

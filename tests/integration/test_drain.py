@@ -184,6 +184,9 @@ def test_live_drain_under_reads_never_below_wq_and_leaves_nothing_on_the_bookie(
         finally:
             await zk.stop()
     arun(final())
+    history = ok(shell(cluster, "history"))
+    n_moved = len(set(on_victim) | {open_id})
+    assert any(f"drain        {victim}: {n_moved}/{n_moved} ledgers" in ln for ln in history.splitlines()), history
     status = json.loads(ok(shell(cluster, "drain", "--status")))
     assert status["state"] == "done" and status["bookie_id"] == victim and status["segments_left"] == 0
     assert "can be stopped and decommissioned with nothing to copy" in ok(
