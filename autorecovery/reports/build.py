@@ -432,13 +432,15 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
     ``progress`` is called with the name of each step as it starts (the CLI shows it on a terminal).
 
     Raises:
-        BadInput: not a complete, readable snapshot (names the file; checked before Spark starts).
+        BadInput: not a complete, readable snapshot, or a ``history.json`` that is not one (names the
+            file; checked before Spark starts).
     """
     from autorecovery.reports.html import render
 
     step = progress or (lambda _name: None)
     step("checking the snapshot")
     manifest = check_snapshot(snapshot)
+    measured = read_history(snapshot)  # before Spark starts: a bad history.json is bad input
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     own = spark is None
@@ -456,7 +458,7 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
         level = getattr(StorageLevel, storage_level(manifest))
         t["ledger_view"].persist(level)
         bk = _bookies(t)
-        thr = throttles(manifest, bk, assumed_rate, daemons, read_history(snapshot))
+        thr = throttles(manifest, bk, assumed_rate, daemons, measured)
         if decommission and decommission not in set(bk["bookie_id"]):
             raise BadInput(f"--decommission {decommission}: no such bookie in snapshot {snapshot}")
         fns: dict[str, Any] = {}

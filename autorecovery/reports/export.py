@@ -6,6 +6,8 @@ groups: memory stays bounded and the session's request queue stays short at a mi
 writes nothing to ZooKeeper. Bookie locations come from the configured resolver (the placement policy
 the daemon would build), disk figures from GET_BOOKIE_INFO. For each open or in-recovery ledger the
 last add confirmed is read from the last segment's bookies (:func:`read_lac`, inside the same bound).
+The heal episodes the auditor recorded (``underreplication/history``) are copied to ``history.json``,
+so the report can use the copy rate the cluster showed (``reports/healrate.py``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ A snapshot directory holds::
     segments.parquet     one row per segment (ensemble as a list of bookie ids)
     bookies.parquet      one row per bookie (registered or only known by its cookie)
     markers.parquet      under-replication markers and unrecoverable records
+    history.json         optional: the heal episodes of ``underreplication/history`` (``reports/healrate.py``)
 
 Column meanings follow upstream's ``LedgerMetadataFormat`` (quorumSize = WQ ...). Writers append in
 row groups (:class:`TableWriter`), so an export of a million ledgers never holds them all in memory.

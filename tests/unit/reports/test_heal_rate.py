@@ -40,3 +40,16 @@ def test_rate_assumed_unless_measured(given, measured, assumed, source):
     assert thr.rate_bytes_per_s == pytest.approx(min(rate, 1e6))
     assert thr.describe()["stream_rate_bytes_per_s"] == pytest.approx(rate / 2)
     assert thr.describe()["rate_assumed"] is assumed
+
+
+def test_history_file_read_or_named_when_bad(tmp_path):
+    assert build.read_history(tmp_path) is None  # no history.json: an older or synthetic snapshot
+    (tmp_path / "history.json").write_text('{"episodes": [{"state": "healed", "closed_ms": 9, "duration_s": 3.0, '
+                                           '"bytes_healed": 300, "workers": {"w": 1}}], "errors": []}')
+    got = build.read_history(tmp_path)
+    assert got is not None and got.bytes_per_s == pytest.approx(100.0)
+    for bad, why in (("{", "not valid JSON"), ('{"episodes": 3}', "expected an object with an 'episodes' list")):
+        (tmp_path / "history.json").write_text(bad)
+        with pytest.raises(build.BadInput, match=why) as exc:
+            build.read_history(tmp_path)
+        assert "history.json" in str(exc.value) and "\n" not in str(exc.value)
