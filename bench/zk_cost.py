@@ -6,8 +6,8 @@ One lost bookie holding 1% of an N-ledger cluster (default N = 1M, so 10,000 und
 * **marking**: the auditor's ``mark_many`` (batched ``multi``) writes the K markers; its requests and the
   server's bytes received (``mntr``: ``zk_packets_received``, and the request bytes when the server
   reports them);
-* **healing**: ``--daemons`` worker sessions (lightweight: several per process, ``--per-process`` each,
-  each its own ZooKeeper session) each loop: honour ``zkReplicationTaskRateLimit`` (a token bucket of
+* **healing**: ``--daemons`` worker sessions (lightweight: all in this process, each its own ZooKeeper
+  session and manager, no copy path) each loop: honour ``zkReplicationTaskRateLimit`` (a token bucket of
   ``--rate`` tasks/s per daemon, 0 = off, as upstream's RateLimiter), pick and lock a ledger
   (``poll_ledger_to_rereplicate``), take a source and a target stream slot (``ClusterStreamSlots``), then
   release them and delete the marker (``mark_replicated``): everything a heal asks of ZooKeeper but the
@@ -27,7 +27,7 @@ NoNode (each marker has its own fourth-level directory), the directory is create
 Upstream has no stream slots. Its outstanding peak is bounded by its D workers' re-listings, D·3 at once.
 
     .venv/bin/python bench/zk_cost.py                       # 1M-ledger cluster: 10,000 ledgers, 100 daemons
-    .venv/bin/python bench/zk_cost.py --ledgers 10000000 --daemons 1000 --per-process 1000
+    .venv/bin/python bench/zk_cost.py --ledgers 10000000 --daemons 300
     .venv/bin/python bench/zk_cost.py --quick               # smoke run
 """
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -215,6 +216,9 @@ async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: st
           f"session to walk {k} markers, {restart_s:.1f} s for all; bounded by max_concurrent_ops per session)")
     print(f"{'lock races lost (CAS retries)':34}{races[0]:12d}{'':>12}   ({races[0] / max(1, healed[0]):.3f} per healed ledger)")
     print(f"{'ZooKeeper requests, whole heal':34}{heal_ops:12d}{up_heal * k:12d}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of this process ({d} daemon sessions and the restart's {d} more): {rss:.0f} MB "
+          f"= {rss / (2 * d):.1f} MB per session")
     ok = left == 0 and peak["heal"] <= 500
     print(f"targets: every marker healed and peak outstanding <= 500: {'PASS' if ok else 'FAIL'}")
 
@@ -223,7 +227,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ledgers", type=int, default=1_000_000, help="cluster size; 1%% of it is under-replicated")
     ap.add_argument("--daemons", type=int, default=100, help="worker sessions (default 100)")
-    ap.add_argument("--per-process", type=int, default=None, help="sessions per process (default: all in this one)")
     ap.add_argument("--rate", type=float, default=0.0, help="zkReplicationTaskRateLimit per daemon, tasks/s (0 = off)")
     ap.add_argument("--zk", default=None, help="use this ZooKeeper (default: start a private one)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 50,000-ledger cluster (500 markers), 20 daemons")
@@ -232,9 +235,7 @@ def main() -> None:
         a.ledgers, a.daemons = 50_000, 20
     if a.ledgers < 100 or a.daemons < 1:
         ap.error("--ledgers at least 100, --daemons at least 1")
-    per = a.per_process or a.daemons
-    if per < a.daemons:
-        ap.error("--per-process: this bench runs every session in its own process; give at least --daemons")
+    per = a.daemons  # every session in this process (lightweight: one ZkClient each, no copy path)
     if a.zk:
         asyncio.run(run(a.ledgers, a.daemons, per, a.rate, a.zk))
         return
