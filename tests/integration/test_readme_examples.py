@@ -112,6 +112,17 @@ def _check(block: Block, out: str, err: str, env: dict[str, str], work: Path) ->
         assert env["AUTORECOVERY_HTTP"] == port, f"the env file names the restarted daemon's port\n{where}"
     if "/readyz" in text:
         assert json.loads(out.strip().splitlines()[-1])["ready"] is True, where
+    if "shell overview" in text:
+        assert re.search(r"^    auditor:      127\.0\.0\.\d+:\d+ \(elected ", out, re.M), where
+        assert re.search(r"^    under-replicated: 0 ledgers", out, re.M), where
+    if "shell history" in text:
+        # the kill -9 above is one healed episode: every ledger it marked healed
+        assert re.search(r"bookie.*127\.0\.0\.13:\d+: (\d+)/\1 ledgers, .* healed; healed in ", out), where
+    if "shell oktostop" in text:
+        assert re.match(r"ok to stop 127\.0\.0\.12:\d+: every one of its \d+ fragments", out), where
+    if "/api/v1/autorecovery/overview" in text:
+        doc = json.loads(out)
+        assert doc["auditor"]["bookie_id"] and doc["underreplicated"]["ledgers"] == 0, where
     if "workload write" in text:
         assert "wrote 20 ledgers, 10000 entries" in out, where
     if "workload verify" in text:
