@@ -114,3 +114,11 @@ def test_bytes_per_ledger_under_100_at_e3():
         a.put(lid, LedgerMetadata(3, 2, 2, (Segment(0, tuple(rng.sample(bookies, 3))),), state=LedgerState.CLOSED,
                                   last_entry_id=99, length=100 * 1024, password=b"pw"))
     assert a.memory_bytes() / 50_000 < 100
+
+
+def test_the_auditor_index_is_the_compact_one():
+    from autorecovery.audit.index import BookieLedgerIndex
+    from autorecovery.roles import auditor
+
+    assert BookieLedgerIndex is CompactLedgerIndex
+    assert auditor.BookieLedgerIndex is CompactLedgerIndex
