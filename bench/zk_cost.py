@@ -7,8 +7,8 @@ One lost bookie holding 1% of an N-ledger cluster (default N = 1M, so 10,000 und
   server's bytes received (``mntr``: ``zk_packets_received``, and the request bytes when the server
   reports them);
 * **healing**: ``--daemons`` worker sessions (lightweight: all in this process, each its own ZooKeeper
-  session and manager, no copy path) each loop: honour ``zkReplicationTaskRateLimit`` (a token bucket of
-  ``--rate`` tasks/s per daemon, 0 = off, as upstream's RateLimiter), pick and lock a ledger
+  session and manager, no copy path) each loop: honour ``zkReplicationTaskRateLimit`` (``--rate``
+  tasks/s per daemon, 0 = off: the worker's own ``TokenBucket``, upstream's RateLimiter semantics), pick and lock a ledger
   (``poll_ledger_to_rereplicate``), take a source and a target stream slot (``ClusterStreamSlots``), then
   release them and delete the marker (``mark_replicated``): everything a heal asks of ZooKeeper but the
   copy. Printed: requests per healed ledger, peak outstanding requests (all sessions, sampled every
@@ -48,6 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from autorecovery.plan.throttle import TokenBucket  # noqa: E402
 from autorecovery.zk.bridge import ZkClient  # noqa: E402
 from autorecovery.zk.ledgers import init_cluster  # noqa: E402
 from autorecovery.zk.paths import Paths  # noqa: E402
@@ -75,21 +76,6 @@ def count_kinds(zk: ZkClient, counts: dict[str, int]) -> None:
         setattr(zk, kind, wrapped)
 
 
-class Bucket:
-    """Token bucket of ``rate`` tasks/s (0 = off): upstream's zkReplicationTaskRateLimit RateLimiter."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate, self.next = rate, time.monotonic()
-
-    async def take(self) -> None:
-        if self.rate <= 0:
-            return
-        now = time.monotonic()
-        if self.next > now:
-            await asyncio.sleep(self.next - now)  # pacing, not synchronisation
-        self.next = max(now, self.next) + 1.0 / self.rate
-
-
 async def start_daemon(zk: ZkClient, i: int, rng: random.Random) -> UnderreplicationManager:
     """A worker's manager, started as a running daemon's is before the loss: its marker index built
     (persistent watch, ZooKeeper 3.6+) over the tree as it is."""
@@ -111,10 +97,12 @@ async def daemon(um: UnderreplicationManager, zk: ZkClient, i: int, rate: float,
         return ok
 
     um.acquire = counted  # type: ignore[method-assign]
-    bucket = Bucket(rate)
+    bucket = TokenBucket(rate, time.monotonic)  # the worker's own zkReplicationTaskRateLimit bucket
     try:
         while True:
-            await bucket.take()
+            wait = bucket.reserve(1)
+            if wait > 0:
+                await asyncio.sleep(wait)  # pacing, as the worker does, not synchronisation
             lid = await um.poll_ledger_to_rereplicate()
             if lid is None:
                 return
@@ -202,6 +190,10 @@ async def run(n: int, n_daemons: int, per_process: int, rate: float, connect: st
     print(f"lost bookie {LOST}: {k} of {n} ledgers under-replicated (1%); {d} daemon sessions "
           f"({per_process} per process: this one), zkReplicationTaskRateLimit {rate:g}/s per daemon"
           f"{' (off)' if rate <= 0 else ''}; {healed[0]} healed in {heal_s:.1f} s, {left} markers left")
+    if rate > 0:
+        got = healed[0] / max(heal_s, 1e-9) / d
+        print(f"  rate limit honoured: {got:.2f} ledgers/s per daemon against {rate:g}/s: "
+              f"{'yes' if got <= rate * 1.05 + 1 / heal_s else 'NO'}")
     print(f"{'':34}{'ours':>12}{'upstream':>12}{'ratio':>9}")
     print(f"{'marking: requests':34}{mark_ops:12d}{up_mark:12d}{up_mark / max(1, mark_ops):8.1f}x")
     print(f"{'marking: packets at the server':34}{mark_packets:12.0f}{'':>12}"
