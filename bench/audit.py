@@ -376,6 +376,9 @@ def main() -> None:
     ap.add_argument("--watch-mode", choices=("auto", "per-ledger"), default="auto",
                     help="auto: persistent watch on ZooKeeper 3.6+; per-ledger: force the fallback")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2,000 ledgers, 30 bookies")
+    ap.add_argument("--zk-ledgers", type=int, default=None,
+                    help=f"ledgers of the ZooKeeper part (default: --ledgers up to {ZK_MAX:,}; ~1 KB of ZooKeeper heap each)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the index-memory builds (the ZooKeeper part only)")
     ap.add_argument("--no-upstream", action="store_true",
                     help="skip upstream's full re-read (832 s at 1M ledgers): our build and audit only")
     ap.add_argument("--child-index", choices=("compact", "record"), help=argparse.SUPPRESS)
@@ -387,11 +390,12 @@ def main() -> None:
         args.ledgers, args.bookies = 2000, 30
     if args.bookies < 8:
         ap.error("--bookies must be at least 8 (bookie 7 is the one lost)")
-    zk_n = min(args.ledgers, ZK_MAX)
+    zk_n = min(args.ledgers, ZK_MAX) if args.zk_ledgers is None else args.zk_ledgers
     if zk_n < args.ledgers:
         print(f"ZooKeeper part at {zk_n} ledgers (of {args.ledgers}; see the docstring), memory at {args.ledgers}")
     asyncio.run(run(zk_n, args.bookies, args.zk, args.watch_mode, not args.no_upstream))
-    memory_report(args.ledgers, args.bookies)
+    if not args.no_memory:
+        memory_report(args.ledgers, args.bookies)
 
 
 if __name__ == "__main__":
