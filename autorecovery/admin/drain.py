@@ -45,6 +45,7 @@ from typing import Any
 import structlog
 
 from autorecovery.admin.context import AdminContext, BadRequestError, OpProgress, all_bookies, check_bookie_id
+from autorecovery.admin.recover import admin_replicator
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError
 from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.plan.drain import ASSUMED_RATE_BYTES_PER_S, DrainPlan, plan_drain, plan_ledger
@@ -197,24 +198,6 @@ async def _cancelled(ctx: AdminContext) -> bool:
     return doc is None or doc.get("state") not in ("running",)
 
 
-def _copier(ctx: AdminContext, rate: int):
-    from autorecovery.plan.throttle import StreamCaps, TokenBucket
-    from autorecovery.roles.copier import FragmentCopier
-    from autorecovery.roles.replicator import SegmentReplicator
-    from autorecovery.roles.worker_settings import WorkerSettings
-    from autorecovery.zk.stream_slots import ClusterStreamSlots
-
-    ws = ctx.settings.worker if ctx.settings is not None else WorkerSettings()
-    copier = FragmentCopier(ctx.get_bookies(), byte_bucket=TokenBucket(float(rate), time.monotonic),
-                            caps=StreamCaps(ws.max_streams_per_source, ws.max_streams_per_target),
-                            caps_changed=asyncio.Condition(), window_entries=max(ws.batch_size, 256),
-                            window_bytes=ws.stream_window_bytes,
-                            cluster_slots=ClusterStreamSlots(ctx.zk, ctx.paths, ws.max_streams_per_source,
-                                                             ws.max_streams_per_target,
-                                                             f"{socket.gethostname()} (drain)"))
-    return SegmentReplicator(ctx.ledgers, copier, credentials=ws.recovery)
-
-
 async def drain_bookie(
     ctx: AdminContext,
     bookie_id: str,
@@ -258,7 +241,7 @@ async def drain_bookie(
              waiting_open=len(plan.waiting_open))
     report = DrainReport(b)
     rate = rate_for(ctx, rate_bytes_per_s)
-    replicator = _copier(ctx, rate if rate > 0 else -1)
+    replicator = admin_replicator(ctx, rate if rate > 0 else -1, "drain")
     meter = RateMeter(time.monotonic, window_s=20.0)
     total_ledgers = len(set(plan.ledgers) | set(plan.waiting_open))
     bytes_total = plan.bytes_total

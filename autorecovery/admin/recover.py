@@ -53,6 +53,28 @@ log = structlog.get_logger("autorecovery.recover")
 DEFAULT_LOCK_WAIT_S = 60.0
 
 
+def admin_replicator(ctx: AdminContext, rate_bytes_per_s: float, purpose: str) -> rp.SegmentReplicator:
+    """The worker's copy path for an admin job (``recover``, ``drain``): a
+    :class:`~autorecovery.roles.copier.FragmentCopier` throttled to ``rate_bytes_per_s`` (bytes/s; <= 0
+    unlimited), within the worker's per-bookie stream caps and the cluster-wide stream slots (held as
+    ``<hostname> (<purpose>)``), its window and batch settings, and the recovery credentials
+    (``digestType``/``passwd``) for ledgers whose metadata stores no password."""
+    from autorecovery.plan.throttle import StreamCaps, TokenBucket
+    from autorecovery.roles.copier import FragmentCopier
+    from autorecovery.roles.worker_settings import WorkerSettings
+    from autorecovery.zk.stream_slots import ClusterStreamSlots
+
+    ws = ctx.settings.worker if ctx.settings is not None else WorkerSettings()
+    copier = FragmentCopier(ctx.get_bookies(), byte_bucket=TokenBucket(float(rate_bytes_per_s), time.monotonic),
+                            caps=StreamCaps(ws.max_streams_per_source, ws.max_streams_per_target),
+                            caps_changed=asyncio.Condition(), window_entries=max(ws.batch_size, 256),
+                            window_bytes=ws.stream_window_bytes,
+                            cluster_slots=ClusterStreamSlots(ctx.zk, ctx.paths, ws.max_streams_per_source,
+                                                             ws.max_streams_per_target,
+                                                             f"{socket.gethostname()} ({purpose})"))
+    return rp.SegmentReplicator(ctx.ledgers, copier, credentials=ws.recovery)
+
+
 @dataclass(frozen=True)
 class FragmentView:
     """One fragment of the plan: entry range, estimated bytes, ``old → new`` replacements, the bookies
@@ -287,24 +309,8 @@ async def recover_bookies(
     rate = rate_bytes_per_s
     if rate is None and ctx.settings is not None:
         rate = ctx.settings.worker.rate_bytes_per_s
-    copier = None
     if not dry_run and scope:
-        from autorecovery.plan.throttle import StreamCaps, TokenBucket
-        from autorecovery.roles.copier import FragmentCopier
-
-        from autorecovery.roles.replicator import SegmentReplicator
-        from autorecovery.zk.stream_slots import ClusterStreamSlots
-        from autorecovery.roles.worker_settings import WorkerSettings
-
-        ws = ctx.settings.worker if ctx.settings is not None else WorkerSettings()
-        copier = FragmentCopier(ctx.get_bookies(), byte_bucket=TokenBucket(float(rate or -1), time.monotonic),
-                                caps=StreamCaps(ws.max_streams_per_source, ws.max_streams_per_target),
-                                caps_changed=asyncio.Condition(), window_entries=max(ws.batch_size, 256),
-                                window_bytes=ws.stream_window_bytes,
-                                cluster_slots=ClusterStreamSlots(ctx.zk, ctx.paths, ws.max_streams_per_source,
-                                                                 ws.max_streams_per_target,
-                                                                 f"{socket.gethostname()} (recover)"))
-        replicator = SegmentReplicator(ctx.ledgers, copier, credentials=ws.recovery)
+        replicator = admin_replicator(ctx, rate or -1, "recover")
     policy = await ctx.get_policy() if scope else None
     replace = _TargetPicker(tgts) if tgts else (policy.replace_bookie if policy is not None else None)
     publish("planning" if dry_run else "recovering")
