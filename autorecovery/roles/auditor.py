@@ -504,18 +504,24 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         Find phase: index lookup only (no ZooKeeper reads). Write phase: batched markers.
         Upstream AuditorBookieCheckTask.auditBookies (which re-reads every ledger's metadata).
         """
-        # the heal history's view of what was marked before (the watched marker set: read once, then
-        # served from watches) is taken outside the audit's ZooKeeper-op count, as is its episode write
-        before = await self._marked_now()
+        before: set[int] = set()
         with self._m["AUDIT_BOOKIES_TIME"].time():
             ops0 = self.zk.ops
             t0 = self.clock()
+            # no await between the caller's checks (a periodic run skips while a delayed audit is
+            # pending) and this view of the lost bookies: a loss seen meanwhile is the delay's to handle
             available = self._available()
             lost = sorted(self.index.bookies() - available)
             marks = self._marks_after_holds(lost, available)
             t1 = self.clock()
             writes = 0
+            history_ops = 0
             if marks:
+                # the heal history's view of what was marked before (the watched marker set: read once,
+                # then served from watches), outside the audit's ZooKeeper-op count as its episode write is
+                o = self.zk.ops
+                before = await self._marked_now()
+                history_ops = self.zk.ops - o
                 await self._wait_enabled()
                 async with self._check_lock:
                     writes = await self.urm.mark_many(marks)
@@ -529,7 +535,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
                 self._m["UNDER_REPLICATED_LEDGERS_TOTAL_SIZE"].record(self.index.total_length(lids))
             if lost:
                 self._m["URL_PUBLISH_TIME_FOR_LOST_BOOKIE"].record((t2 - t0) * 1000)
-            ops = self.zk.ops - ops0
+            ops = self.zk.ops - ops0 - history_ops
             self._zk_ops["bookie_check" if trigger == "bookie_check" else "lost_bookie"].inc(ops)
             self.audits += 1
             await self._publish_holds(self._pending_holds)
