@@ -38,13 +38,11 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from google.protobuf.internal import decoder
 from google.protobuf.message import DecodeError
 
 from autorecovery.ledger import formats
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.ledger.striping import bookie_holds_entries, first_last_on_index, segment_holds_entries  # noqa: F401 (bookie_holds_entries re-exported)
-from autorecovery.proto import bookkeeper_formats_pb2 as pb
 
 #: Whether ensemble index ``bookie_index`` of segment ``segment_index`` stores ≥1 entry (the last
 #: segment of a ledger that is not CLOSED always counts); the rule is
@@ -231,11 +229,7 @@ class RecordLedgerIndex:
             return None
         body = data[len(_V3_PREFIX):]
         try:
-            length, pos = decoder._DecodeVarint32(body, 0)
-            if pos + length > len(body):
-                return None
-            m = pb.LedgerMetadataFormat()
-            m.ParseFromString(body[pos:pos + length])
+            m = formats.parse_v3_body(body)
         except (DecodeError, IndexError, ValueError):
             return None
         e, wq = m.ensembleSize, m.quorumSize

@@ -26,10 +26,10 @@ in that order.
 
 from __future__ import annotations
 
+import io
 import re
 
-from google.protobuf import text_format
-from google.protobuf.internal import decoder, encoder
+from google.protobuf import proto, text_format
 from google.protobuf.message import DecodeError
 
 from autorecovery.errors import MalformedMetadataError
@@ -160,8 +160,10 @@ def serialize(md: LedgerMetadata) -> bytes:
 
 def serialize_v3(md: LedgerMetadata) -> bytes:
     """Format version 3: header line, varint32 length, binary protobuf (with ``cToken``)."""
-    body = to_proto(md).SerializeToString()
-    return HEADER_PREFIX + b"3\n" + encoder._VarintBytes(len(body)) + body
+    out = io.BytesIO()
+    out.write(HEADER_PREFIX + b"3\n")
+    proto.serialize_length_prefixed(to_proto(md), out)
+    return out.getvalue()
 
 
 def serialize_v2(md: LedgerMetadata) -> bytes:
@@ -217,6 +219,23 @@ def _parse_v1(body: bytes) -> LedgerMetadata:
         has_password=False)
 
 
+def parse_v3_body(body: bytes) -> pb.LedgerMetadataFormat:
+    """The protobuf of a format-version-3 body: a varint length, then that many bytes of binary protobuf
+    (upstream ``LedgerMetadataSerDe``: ``writeDelimitedTo`` / ``mergeDelimitedFrom``); bytes after it are
+    ignored, as upstream's. Uses protobuf's public length-prefixed reader (``google.protobuf.proto``);
+    reads at most the bytes present, whatever the prefix claims.
+
+    Raises:
+        ValueError: an empty body, a malformed varint, or a prefix longer than the bytes present.
+        google.protobuf.message.DecodeError: bad protobuf.
+    """
+    stream = io.BytesIO(body)
+    m = proto.parse_length_prefixed(pb.LedgerMetadataFormat, stream)
+    if m is None:
+        raise ValueError("no length prefix: the format version 3 body is empty")
+    return m
+
+
 def deserialize(data: bytes, path: str = "?") -> LedgerMetadata:
     """Decode a metadata znode's bytes (format version 3, 2 or 1, as upstream ``parseConfig``).
 
@@ -232,10 +251,7 @@ def deserialize(data: bytes, path: str = "?") -> LedgerMetadata:
         body = data[nl + 1 :]
         m = pb.LedgerMetadataFormat()
         if version == 3:
-            length, pos = decoder._DecodeVarint32(body, 0)
-            if pos + length > len(body):
-                raise ValueError(f"length prefix {length} exceeds the {len(body) - pos} bytes present")
-            m.ParseFromString(body[pos : pos + length])
+            m = parse_v3_body(body)
         elif version == 2:
             text_format.Parse(body.decode(), m)
         elif version == 1:
