@@ -20,7 +20,9 @@ every entry id of the range, including ids the lost index never stored, and writ
 Where we beat upstream on target choice: each ``replace_bookie`` call sees the ensemble with the earlier
 replacements applied (rack diversity counts them), read-only bookies are never accepted, and when no
 other bookie exists but the lost index's bookie is alive and writable again (lost its disk, came back
-with the same id, #3905) the entries are written back to it in place instead of getting stuck. The
+with the same id, #3905) the entries are written back to it in place instead of getting stuck; the
+same refill in place serves a live bookie that only lacks entries (restarted during a write) when the
+spares are too few for every bad index, the dead and read-only ones taking the spares first. The
 ReplicationWorker passes :class:`autorecovery.placement.spread.SpreadReplacer` as ``replace_bookie``:
 replacements spread over every bookie that keeps the ensemble adhering, not the replaced bookie's rack
 first (issue 29).
@@ -237,18 +239,59 @@ def choose_replacements(
     (returns an object with ``.bookie``). Excludes start as ``exclude`` ∪ every bad bookie ∪ read-only
     bookies and grow with each chosen target; each call sees the ensemble with the earlier choices in it.
 
+    Bad indexes are served in index order, as upstream's ``getReplacementBookiesByIndexes``. When that
+    runs out of bookies and some bad index holds a *refillable* bookie (writable, not read-only: it is
+    alive and only lacks entries, or came back empty with the same id), the choice is made again with the
+    indexes that cannot be refilled (dead, unregistered or read-only bookies) served first and the
+    refillable ones after them: a refillable bookie then takes a spare only when one is left, else it is
+    refilled in place. Otherwise the live index that happened to come first took the only spare and the
+    dead one got none, so nothing was healed. A refill in place leaves that index's member unchanged, so
+    the ensemble the policy judged for the other replacements is the one written. The second round calls
+    ``replace_bookie`` again (a stateful replacer such as
+    :class:`~autorecovery.placement.spread.SpreadReplacer` has counted the first round's picks as in
+    flight; they only weigh its later draws).
+
     Returns:
-        ensemble index → new bookie (in place when the bad bookie itself is writable again and no
-        other bookie can be found, see module doc).
+        ensemble index → new bookie (the bad bookie itself for a refill in place, see module doc).
 
     Raises:
-        NotEnoughBookiesError: naming the index and bookie for which no target exists.
+        NotEnoughBookiesError: naming the index and bookie for which no target exists (in the second
+            round's order when there was one).
     """
-    current = list(ensemble)
     bad = sorted(set(bad_indexes))
-    excl = set(exclude) | {ensemble[i] for i in bad} | set(readonly)
+
+    def refillable(i: int) -> bool:
+        return ensemble[i] in writable and ensemble[i] not in readonly
+
+    args = (ensemble, replace_bookie, ensemble_size, write_quorum, ack_quorum, exclude, readonly, writable,
+            max_attempts)
+    try:
+        return _choose_in_order(bad, *args)
+    except NotEnoughBookiesError:
+        unrefillable = [i for i in bad if not refillable(i)]
+        late = [i for i in bad if refillable(i)]
+        if not unrefillable or not late:
+            raise  # the order changes nothing: every index is of one kind
+    return _choose_in_order(unrefillable + late, *args)
+
+
+def _choose_in_order(
+    order: list[int],
+    ensemble: tuple[str, ...] | list[str],
+    replace_bookie: ReplaceFn,
+    ensemble_size: int,
+    write_quorum: int,
+    ack_quorum: int,
+    exclude: Collection[str],
+    readonly: Collection[str],
+    writable: Collection[str],
+    max_attempts: int,
+) -> dict[int, str]:
+    """:func:`choose_replacements` for the bad indexes in ``order`` (one ``replace_bookie`` round)."""
+    current = list(ensemble)
+    excl = set(exclude) | {ensemble[i] for i in order} | set(readonly)
     out: dict[int, str] = {}
-    for i in bad:
+    for i in order:
         old = ensemble[i]
         chosen: str | None = None
         last_exc: Exception | None = None
@@ -268,7 +311,7 @@ def choose_replacements(
             break
         if chosen is None:
             if old in writable and old not in readonly:
-                chosen = old  # in-place rewrite (#3905)
+                chosen = old  # refill in place (a live bookie lacking entries, or back empty: #3905)
             else:
                 raise NotEnoughBookiesError(
                     f"no target bookie for ensemble index {i} ({old}): {last_exc}"
@@ -276,4 +319,4 @@ def choose_replacements(
         out[i] = chosen
         current[i] = chosen
         excl.add(chosen)
-    return out
+    return dict(sorted(out.items()))
