@@ -83,7 +83,8 @@ class ZkClient:
     Args:
         hosts: connect string ``h1:2181,h2:2181`` (an optional ``/chroot`` suffix is honoured by kazoo).
         session_timeout_ms: requested session timeout in ms (upstream ``zkTimeout``, default 10000).
-        max_concurrent_ops: bound on outstanding operations (semaphore).
+        max_concurrent_ops: bound on outstanding operations (semaphore); :attr:`outstanding` and
+            :attr:`peak_outstanding` count them (requests handed to kazoo and not yet answered).
         security: identity and ACL (:class:`~autorecovery.config.load.ZkSecurity`; default: no
             authentication, OPEN_ACL_UNSAFE). With ``security.digest`` the session authenticates with
             the ``digest`` scheme on every (re)connect; with ``security.enabled`` every znode this client
@@ -119,6 +120,8 @@ class ZkClient:
         self._subscribers: list[asyncio.Queue[SessionEvent]] = []
         self._lock = threading.Lock()
         self.ops = 0
+        self.outstanding = 0  # requests submitted to kazoo and not yet answered (this session)
+        self.peak_outstanding = 0  # the most at once since start or reset_peak()
         self.multi_read_items = 0  # reads carried by get_many requests (each request is one of ``ops``)
         self._persistent = kazoo_ext.PersistentWatches()
         kazoo_ext.install_event_hook(self._kz, self._persistent)
@@ -181,13 +184,13 @@ class ZkClient:
     async def stop(self) -> None:
         """Close the session (ephemeral znodes are deleted by the server). Idempotent."""
         self._stopping = True
-        if self._kz.state == KazooState.LOST and not self._kz.connected:
-            pass
         try:
             await asyncio.to_thread(self._kz.stop)
             await asyncio.to_thread(self._kz.close)
-        except Exception:
-            pass
+        except (KazooException, OSError) as exc:
+            # the server drops the session at its timeout anyway (ephemeral znodes then go): nothing to do
+            _log.info("ZooKeeper session did not close cleanly; the server expires it",
+                      hosts=self.hosts, error=f"{type(exc).__name__}: {exc}")
         self._submitter.shutdown(wait=False)
 
     @property
@@ -278,38 +281,50 @@ class ZkClient:
             await gate.until_connected(self._kz, self.connected, lambda: self._stopping, loop,
                                        self.session_timeout_ms / 1000.0, path)
             self.ops += 1
-            fut: asyncio.Future = loop.create_future()
-            fut.add_done_callback(gate.consume)
-
-            def done(async_result) -> None:  # kazoo thread
-                def settle() -> None:
-                    if fut.done():
-                        return
-                    try:
-                        fut.set_result(async_result.get_nowait())
-                    except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                        fut.set_exception(gate.fresh(exc))
-
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(settle)
-
-            def submit() -> None:
-                start().rawlink(done)
-
+            self.outstanding += 1
+            if self.outstanding > self.peak_outstanding:
+                self.peak_outstanding = self.outstanding
             try:
-                if wake.wake_backlog(self._kz) < wake.SAFE_BACKLOG:
-                    submit()
-                else:  # kazoo's wake-up pair is backed up: a write may block, so not on this loop
-                    self.offloaded += 1
-                    await loop.run_in_executor(self._submitter, submit)
-            except KazooException as exc:
-                raise gate.translate(exc, path) from exc
-            try:
-                return await fut
-            except gate.PASSED_THROUGH:
-                raise
-            except KazooException as exc:
-                raise gate.translate(exc, path) from exc
+                return await self._submit_and_wait(loop, path, start)
+            finally:
+                self.outstanding -= 1
+
+    async def _submit_and_wait(self, loop: asyncio.AbstractEventLoop, path: str,
+                               start: Callable[[], Any]) -> Any:
+        """Hand ``start``'s request to kazoo (from this loop, or the submit thread when kazoo's wake-up
+        pair is backed up) and await its answer, translated."""
+        fut: asyncio.Future = loop.create_future()
+        fut.add_done_callback(gate.consume)
+
+        def done(async_result) -> None:  # kazoo thread
+            def settle() -> None:
+                if fut.done():
+                    return
+                try:
+                    fut.set_result(async_result.get_nowait())
+                except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                    fut.set_exception(gate.fresh(exc))
+
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(settle)
+
+        def submit() -> None:
+            start().rawlink(done)
+
+        try:
+            if wake.wake_backlog(self._kz) < wake.SAFE_BACKLOG:
+                submit()
+            else:  # kazoo's wake-up pair is backed up: a write may block, so not on this loop
+                self.offloaded += 1
+                await loop.run_in_executor(self._submitter, submit)
+        except KazooException as exc:
+            raise gate.translate(exc, path) from exc
+        try:
+            return await fut
+        except gate.PASSED_THROUGH:
+            raise
+        except KazooException as exc:
+            raise gate.translate(exc, path) from exc
 
     # -- operations -------------------------------------------------------------------------
     async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, ZnodeStat]:
@@ -342,6 +357,31 @@ class ZkClient:
             if isinstance(exc.__cause__, UnimplementedError):
                 raise ServerTooOld(f"ZooKeeper at {self.hosts} has no multiRead (needs 3.6+)") from exc
             raise
+
+    async def get_children_many(self, paths: list[str]) -> list[list[str] | Exception]:
+        """getChildren of every path in ONE ``multiRead`` request (ZooKeeper 3.6+; no watches): per path
+        its child names or the exception of that listing (``NoNodeError``...), in order. Keep batches to
+        a few thousand small listings (the answer is one packet, under the server's ``jute.maxbuffer``).
+
+        Raises:
+            ServerTooOld: the server has no multiRead (before 3.6). ZooKeeperError: the request failed.
+        """
+        if not paths:
+            return []
+        chroot = self._kz.chroot
+        ops = [(kazoo_ext.GET_CHILDREN, chroot + p if p != "/" else _prefix_root(chroot, p)) for p in paths]
+        try:
+            return await self._call(paths[0], lambda: self._raw(kazoo_ext.MultiRead(ops)))
+        except ZooKeeperError as exc:
+            if isinstance(exc.__cause__, UnimplementedError):
+                raise ServerTooOld(f"ZooKeeper at {self.hosts} has no multiRead (needs 3.6+)") from exc
+            raise
+
+    def reset_peak(self) -> int:
+        """Start a new :attr:`peak_outstanding` window (from the requests outstanding now); returns the
+        peak of the window that ends."""
+        peak, self.peak_outstanding = self.peak_outstanding, self.outstanding
+        return peak
 
     async def add_watch(self, path: str, callback: Callable[[str, str], Any], *, recursive: bool = True,
                         accept: Callable[[str], bool] | None = None) -> Callable[[str, str], None]:
@@ -415,8 +455,9 @@ class ZkClient:
         kind = kazoo_ext.WATCHER_TYPE_PERSISTENT_RECURSIVE if recursive else kazoo_ext.WATCHER_TYPE_PERSISTENT
         try:
             await self._call(path, lambda: self._raw(kazoo_ext.RemoveWatches(full, kind)))
-        except Exception:  # noqa: BLE001 - best effort, see above
-            pass
+        except (ZooKeeperError, KazooException) as exc:  # best effort, see above
+            _log.debug("persistent watch not removed on the server (it goes with the connection)",
+                       path=path, error=f"{type(exc).__name__}: {exc}")
 
     def _raw(self, request: Any):
         """Queue a request record on kazoo's connection (as kazoo's own ``*_async`` do)."""

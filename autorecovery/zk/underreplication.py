@@ -45,10 +45,11 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterable
 import structlog
 from google.protobuf import text_format
 
-from autorecovery.errors import CompatibilityError
+from autorecovery.errors import CompatibilityError, ZooKeeperError
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, SessionEvent, ZkClient
+from autorecovery.zk import ur_formats
+from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ServerTooOld, SessionEvent, ZkClient
 from autorecovery.zk.paths import UR_LAYOUT_TEXT, Paths
 from autorecovery.zk.ur_formats import (
     CTIME_KINDS,
@@ -109,6 +110,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         self._marker_read: dict[int, tuple[bytes, object]] = {}  # marker read by acquire, for get_marker
         self._md_read: dict[int, tuple[bytes, object]] = {}  # metadata read by acquire, for the pass
         self._multi_read_lock = True  # False once the server refused multiRead (before 3.6)
+        self._multi_read_children = True  # the same, for the walk's batched listings
         self._enabled_seen = False  # "disable" absent, and an exists-watch armed on it is still pending
         self._disable_gen = 0  # events of that watch
         self._walks = 0  # child-watch walks (without the index)
@@ -245,71 +247,88 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         return UnderreplicatedLedger(ledger_id, list(m.replica), m.ctime if m.HasField("ctime") else UNASSIGNED_CTIME,
                                      stat.version)
 
-    async def _walk_leaf_dirs(self) -> AsyncIterator[str]:
-        """Yield every 4th-level hex directory under ``ledgers/`` (no watches)."""
+    async def _list_children(self, dirs: list[str]) -> list[list[str]]:
+        """The children of each of ``dirs`` (a missing one: none), in order: :data:`WALK_BATCH` listings
+        per ``multiRead``, :data:`WALK_IN_FLIGHT` requests at once (before ZooKeeper 3.6, one
+        ``getChildren`` each, :data:`WALK_IN_FLIGHT_SINGLE` at once). No watches."""
+        out: list[list[str]] = []
+        if self._multi_read_children and dirs:
+            batches = [dirs[i:i + ur_formats.WALK_BATCH] for i in range(0, len(dirs), ur_formats.WALK_BATCH)]
+            try:
+                for i in range(0, len(batches), ur_formats.WALK_IN_FLIGHT):
+                    answers = await asyncio.gather(
+                        *(self.zk.get_children_many(b) for b in batches[i:i + ur_formats.WALK_IN_FLIGHT]))
+                    for answer in answers:
+                        out.extend(kids if isinstance(kids, list) else [] for kids in answer)
+                return out
+            except ServerTooOld:
+                self._multi_read_children = False
+                out = []
+
         async def children(p: str) -> list[str]:
             try:
-                return sorted(await self.zk.get_children(p))
+                return await self.zk.get_children(p)
             except NoNodeError:
                 return []
 
+        for i in range(0, len(dirs), ur_formats.WALK_IN_FLIGHT_SINGLE):
+            out.extend(await asyncio.gather(*(children(p) for p in dirs[i:i + ur_formats.WALK_IN_FLIGHT_SINGLE])))
+        return out
+
+    async def _walk_leaf_dirs(self) -> list[str]:
+        """Every 4th-level hex directory under ``ledgers/``, sorted (no watches; a bounded window of
+        requests, see :meth:`_list_children`: about 3 + K / :data:`WALK_BATCH` requests for K markers)."""
         level = [self.paths.ur_ledgers]
         for _ in range(4):
-            nxt: list[str] = []
-            kids = await asyncio.gather(*(children(p) for p in level))
-            for p, ks in zip(level, kids):
-                nxt.extend(f"{p}/{k}" for k in ks)
-            level = nxt
-        for p in level:
-            yield p
+            kids = await self._list_children(level)
+            level = [f"{p}/{k}" for p, ks in zip(level, kids) for k in sorted(ks)]
+        return level
+
+    async def _leaves(self) -> list[tuple[str, list[str]]]:
+        """(4th-level directory, its marker names sorted) for every directory of the tree."""
+        dirs = await self._walk_leaf_dirs()
+        return list(zip(dirs, (sorted(ks) for ks in await self._list_children(dirs))))
 
     async def list_underreplicated(
         self, predicate: Callable[[list[str]], bool] | None = None
     ) -> AsyncIterator[UnderreplicatedLedger]:
         """Every marker (optionally those whose replica list satisfies ``predicate``), by ledger id
         within each hex level. Markers deleted during the walk are skipped (upstream
-        listLedgersToRereplicate)."""
-        async def leaf(p: str) -> list[UnderreplicatedLedger]:
-            try:
-                names = await self.zk.get_children(p)
-            except NoNodeError:
-                return []
-            out = []
-            for n in sorted(names):
-                try:
-                    lid = ledger_id_from_ur_leaf(n)
-                except ValueError:
-                    continue
-                m = await self.get_marker(lid)
-                if m is not None:
-                    out.append(m)
-            return out
+        listLedgersToRereplicate). The markers are read :data:`WALK_BATCH` per ``multiRead``
+        (before ZooKeeper 3.6 one read each), :data:`WALK_IN_FLIGHT_SINGLE` requests at once."""
+        ids: list[int] = []
+        for _d, names in await self._leaves():
+            for n in names:
+                with contextlib.suppress(ValueError):
+                    ids.append(ledger_id_from_ur_leaf(n))
+        step = ur_formats.WALK_BATCH if self._multi_read_lock else ur_formats.WALK_IN_FLIGHT_SINGLE
+        for i in range(0, len(ids), step):
+            chunk = ids[i:i + step]
+            for m in await self._read_markers(chunk):
+                if m is not None and (predicate is None or predicate(m.replicas)):
+                    yield m
 
-        dirs = [d async for d in self._walk_leaf_dirs()]
-        for i in range(0, len(dirs), 256):
-            chunk = await asyncio.gather(*(leaf(d) for d in dirs[i:i + 256]))
-            for ms in chunk:
-                for m in ms:
-                    if predicate is None or predicate(m.replicas):
-                        yield m
+    async def _read_markers(self, ids: list[int]) -> list[UnderreplicatedLedger | None]:
+        """The markers of ``ids`` (None: gone), in order: one ``multiRead``, or one read each (at once)
+        when the server has none."""
+        if self._multi_read_lock:
+            try:
+                answers = await self.zk.get_many([self.paths.ur_marker(lid) for lid in ids])
+            except ServerTooOld:
+                self._multi_read_lock = False
+            else:
+                return [None if isinstance(a, Exception) else self.marker_from(lid, a[0], a[1])
+                        for lid, a in zip(ids, answers)]
+        return list(await asyncio.gather(*(self.get_marker(lid) for lid in ids)))
 
     async def list_marked_ids(self) -> set[int]:
-        """Ids of every marked ledger from the hierarchy alone (no data reads)."""
+        """Ids of every marked ledger from the hierarchy alone (no data reads; see
+        :meth:`_walk_leaf_dirs` for its cost)."""
         out: set[int] = set()
-
-        async def leaf(p: str) -> None:
-            try:
-                for n in await self.zk.get_children(p):
-                    try:
-                        out.add(ledger_id_from_ur_leaf(n))
-                    except ValueError:
-                        pass
-            except NoNodeError:
-                pass
-
-        dirs = [d async for d in self._walk_leaf_dirs()]
-        for i in range(0, len(dirs), 512):
-            await asyncio.gather(*(leaf(d) for d in dirs[i:i + 512]))
+        for _d, names in await self._leaves():
+            for n in names:
+                with contextlib.suppress(ValueError):
+                    out.add(ledger_id_from_ur_leaf(n))
         return out
 
     async def lock_holder(self, ledger_id: int) -> str | None:
@@ -350,8 +369,8 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                 try:
                     if await self.zk.exists(path, watch=self._on_child_watch(path)) is not None:
                         return kids  # created meanwhile (a data watch only): read it again next time
-                except Exception:  # noqa: BLE001
-                    pass
+                except ZooKeeperError as exc:  # no watch armed: the next session event drops the cache
+                    log.debug("exists watch not armed on a missing marker level", path=path, error=str(exc))
             if self._watch_gen.get(path, 0) == gen:
                 self._cache[path] = kids
         return kids

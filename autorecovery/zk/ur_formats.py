@@ -45,6 +45,19 @@ MULTI_BATCH_OPS = 1000
 #: ``multi`` transactions :meth:`UnderreplicationManager.mark_many` keeps in flight at once
 MULTI_IN_FLIGHT = 4
 
+#: Directories listed per ``multiRead`` request by the marker-tree walk (each marker has its own
+#: fourth-level directory, so a walk of K markers is about K / WALK_BATCH requests; ~30 B per listing
+#: in the answer, far from jute's 1 MB).
+WALK_BATCH = 1000
+#: Requests one session's walk keeps in flight at once: D daemons walking together (a restart with a
+#: backlog, or every session after a ZooKeeper session event) put at most D × this on the server.
+WALK_IN_FLIGHT = 2
+#: The same bound when the server has no multiRead (before 3.6): one ``getChildren`` per directory.
+WALK_IN_FLIGHT_SINGLE = 8
+#: Upper bound (s) of the random delay before a worker rebuilds its marker index after a session event
+#: (every daemon sees a ZooKeeper restart at about the same moment: spread their walks).
+REBUILD_JITTER_S = 1.0
+
 
 @dataclass(frozen=True)
 class UnderreplicatedLedger:

@@ -11,7 +11,11 @@ Here one persistent recursive watch on ``underreplication/ledgers`` (``addWatch`
 created or deleted; the set is updated from those notifications, so a pick reads nothing to know the
 candidates. The hierarchy is walked only to (re)build the set: at the first use and after every
 session event (on a connection loss the server drops persistent watches, and changes made meanwhile
-were not notified). Notifications that arrive during that walk are replayed on top of it in server
+were not notified), each rebuild after the first a random fraction of a second later, so that the
+daemons of a cluster, which all see a ZooKeeper restart at once, do not all walk at once. The walk
+lists the tree in ``multiRead`` batches with a small window of requests in flight
+(:data:`~autorecovery.zk.ur_formats.WALK_IN_FLIGHT`): a session's walk of K markers is about
+3 + K / 1,000 requests, at most two outstanding. Notifications that arrive during that walk are replayed on top of it in server
 order: each says what is true of its znode from then on, so the result is exact whatever the walk read
 before or after them.
 
@@ -31,6 +35,7 @@ The znodes and their format are upstream's (unchanged); the watches are read-onl
 from __future__ import annotations
 
 import asyncio
+import random
 import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -41,6 +46,7 @@ from autorecovery.errors import ZooKeeperError
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.zk.bridge import ServerTooOld, ZkClient
 from autorecovery.zk.paths import Paths
+from autorecovery.zk.ur_formats import REBUILD_JITTER_S
 
 log = structlog.get_logger("autorecovery.underreplication")
 
@@ -82,6 +88,8 @@ class MarkedIndex:
             ranked :attr:`marked` may reuse its ranking while it is unchanged (deletions only remove).
         supported: False once the server refused ``addWatch`` (before 3.6).
         syncs: rebuilds so far (tests).
+        rebuild_jitter_s: a rebuild after the first waits a random 0..this many seconds before it walks
+            (default :data:`~autorecovery.zk.ur_formats.REBUILD_JITTER_S`; 0 = at once).
     """
 
     def __init__(self, zk: ZkClient, paths: Paths, walk: Callable[[], Awaitable[set[int]]]) -> None:
@@ -92,6 +100,8 @@ class MarkedIndex:
         self.generation = 0
         self.supported = True
         self.syncs = 0
+        self.rebuild_jitter_s = REBUILD_JITTER_S
+        self._rng = random.Random()
         self._uppers: Counter[int] = Counter()  # id >> 16 → markers sharing the upper three hex levels
         self._ready = False
         self._epoch = 0  # invalidations so far
@@ -147,6 +157,10 @@ class MarkedIndex:
         return self._ready
 
     async def _sync(self) -> None:
+        if self.syncs and self.rebuild_jitter_s > 0:
+            # a rebuild after a session event: every daemon of the cluster saw that event (a ZooKeeper
+            # restart or leader change) at about the same moment, so their walks are spread out
+            await asyncio.sleep(self._rng.uniform(0, self.rebuild_jitter_s))
         epoch = self._epoch
         self._buffer = []
         try:
