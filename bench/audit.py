@@ -63,6 +63,8 @@ from autorecovery.zk.bridge import NoNodeError, Op, ZkClient  # noqa: E402
 from autorecovery.zk.ledgers import init_cluster  # noqa: E402
 from autorecovery.zk.paths import Paths  # noqa: E402
 from autorecovery.zk.underreplication import UnderreplicationManager  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cleanup import exit_on_signals  # noqa: E402
 
 P = Paths("/ledgers")
 
@@ -162,13 +164,14 @@ async def run(n: int, n_bookies: int, zk_hosts: str | None, watch_mode: str, ups
     rng = random.Random(42)
     bookies = bookie_ids(n_bookies)
     server = None
-    if zk_hosts is None:
-        heap = max(256, 256 + n // 1000)  # ~1 KB of ZooKeeper heap per ledger znode
-        server = ZooKeeperServer(Path(tempfile.mkdtemp(prefix="bench-audit-")), heap_mb=heap).start()
-        zk_hosts = server.connect_string
     admin = auditor_zk = up_zk = None
     auditor = None
     try:
+        if zk_hosts is None:
+            heap = max(256, 256 + n // 1000)  # ~1 KB of ZooKeeper heap per ledger znode
+            server = ZooKeeperServer(Path(tempfile.mkdtemp(prefix="bench-audit-")), heap_mb=heap)
+            server.start()
+            zk_hosts = server.connect_string
         admin = await ZkClient(zk_hosts, session_timeout_ms=30000).start()
         await init_cluster(admin, P)
         t = time.monotonic()
@@ -369,6 +372,7 @@ def memory_report(n: int, n_bookies: int) -> None:
 
 
 def main() -> None:
+    exit_on_signals()  # SIGTERM/SIGHUP unwind through run()'s finally: the private ZooKeeper is stopped
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ledgers", type=int, default=100_000, help="ledgers of metadata to create (default 100000)")
     ap.add_argument("--bookies", type=int, default=30, help="fake bookies the ensembles are drawn from (default 30)")

@@ -10,10 +10,13 @@ with its smoke arguments, or as a helper of the benches); the last test fails ot
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -38,7 +41,7 @@ SMOKE: dict[str, tuple[list[str], str]] = {
 }
 
 #: modules of bench/ that are not benches (imported by them, or a server they start)
-HELPERS = {"limits.py", "nullbookie.py", "profiles.py", "zkstats.py", "reports_profile.py"}
+HELPERS = {"limits.py", "nullbookie.py", "profiles.py", "zkstats.py", "reports_profile.py", "cleanup.py"}
 
 
 @pytest.mark.parametrize("script", sorted(SMOKE))
@@ -55,3 +58,39 @@ def test_every_bench_script_has_a_smoke_run():
     scripts = {p.name for p in BENCH.glob("*.py")}
     assert scripts - set(SMOKE) - HELPERS == set(), "bench scripts without a smoke run in SMOKE"
     assert set(SMOKE) <= scripts and HELPERS <= scripts
+
+
+#: benches that start servers or child processes -> (smoke arguments, a line printed once they run)
+STOPPABLE: dict[str, tuple[list[str], str]] = {
+    "zk_cost.py": (["--quick"], "phase: restart with the backlog"),
+    "audit.py": (["--quick", "--no-memory"], "set-up:"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(STOPPABLE))
+def test_bench_stopped_by_sigterm_leaves_no_process_behind(script, tmp_path):
+    """SIGTERM mid-run: the bench exits and its ZooKeeper (its own process group) and its child processes
+    are gone with it."""
+    args, running = STOPPABLE[script]
+    proc = subprocess.Popen([sys.executable, str(BENCH / script), *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        seen: list[str] = []
+        deadline = time.monotonic() + 180
+        assert proc.stdout is not None
+        while not any(running in line for line in seen):
+            line = proc.stdout.readline()  # blocks until the bench prints (or exits: "")
+            assert line and time.monotonic() < deadline, f"bench/{script} never printed {running!r}: {seen[-20:]}"
+            seen.append(line)
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+        assert any("java" in (p.name() or "") for p in descendants), [p.name() for p in descendants]
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=90)
+        assert proc.returncode != 0  # stopped, not finished
+        gone, alive = psutil.wait_procs(descendants, timeout=30)
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert alive == [], f"bench/{script} left {[(p.pid, p.name()) for p in alive]} running after SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
