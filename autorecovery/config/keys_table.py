@@ -80,11 +80,13 @@ KEYS: tuple[Key, ...] = (
        "start naming it (exit 2); unset or empty = any user (upstream checks it when the bookie process starts)"),
     _k("sessionRejoinEnabled", "bool", True, "", "daemon",
        "on ZooKeeper session expiry stop every role, make a new session and rejoin (upstream exits)", origin=OURS),
-    _k("localBookieLossDetectionEnabled", "bool", False, "", "daemon",
-       "when this node's bookie (bookieId) process dies and the host stays up (its port refuses connections "
-       "from here 3 times in a row), delete the registration it left, so the loss is seen at once instead of "
-       "at its ZooKeeper session expiry (zkTimeout); only a registration seen while the bookie answered is "
-       "deleted (upstream waits for the expiry)", origin=OURS),
+    _k("localBookieLossDetectionEnabled", "bool", True, "", "daemon",
+       "when this node's bookie (bookieId, an address of this host) process dies and the host stays up (its "
+       "port refuses connections from here 3 times in a row and, where /proc shows it, its process is gone), "
+       "delete the registration it left, so the loss is seen at once instead of at its ZooKeeper session "
+       "expiry (zkTimeout); only a registration seen while the bookie answered is deleted; a bookie that "
+       "still runs (a graceful stop) is left alone; off by itself when bookieId is not on this host "
+       "(upstream waits for the expiry)", origin=OURS),
     # -- HTTP ---------------------------------------------------------------------------------------
     _k("httpServerEnabled", "bool", True, "", "http",
        "serve /metrics, /healthz, /readyz and /api/v1/... on httpServerPort", upstream_default=False),
