@@ -182,17 +182,46 @@ class AddStream:
 
     async def close(self, timeout_s: float | None = None) -> None:
         """Stop taking adds, let the bookie acknowledge what is pending (up to ``timeout_s``, default
-        the client's timeout), then end the call. Entries still unacknowledged then fail. Idempotent."""
+        the client's timeout), then end the call. Entries still unacknowledged then fail. Idempotent.
+
+        Raises:
+            asyncio.CancelledError: the caller was cancelled meanwhile; the call is ended first (its
+                pending entries fail) and the cancellation goes on (it used to be swallowed here).
+        """
         if self._closing:
             return
         self._closing = True
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            await self._call.done_writing()
         try:
-            await asyncio.wait_for(asyncio.shield(self._reader), timeout_s or self.client.timeout_s)
-        except (TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001 - closing either way
-            pass
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                await self._call.done_writing()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._reader), timeout_s or self.client.timeout_s)
+            except TimeoutError:
+                pass  # pending entries still unacknowledged: they fail below
+            except asyncio.CancelledError:
+                if _cancelling():
+                    raise
+                # the reader was cancelled (not us): it failed what was pending
+            except Exception:  # noqa: BLE001 - the reader's own failure, already in self._error
+                pass
+        except asyncio.CancelledError:
+            self._reader.cancel()  # it fails what is pending ("closed")
+            self._call.cancel()
+            raise
         self._reader.cancel()
-        with contextlib.suppress(BaseException):
+        try:
             await self._reader
+        except asyncio.CancelledError:
+            if _cancelling():
+                self._call.cancel()
+                raise
+        except Exception:  # noqa: BLE001 - recorded by the reader (self._error), nothing to add
+            pass
         self._call.cancel()
+
+
+def _cancelling() -> bool:
+    """Whether the running task has a cancellation request pending (it must propagate, not be
+    mistaken for the end of a task this one cancelled)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
