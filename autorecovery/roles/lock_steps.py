@@ -19,24 +19,31 @@ A release that fails is retried in the background for as long as the lock is hel
 chaos campaign: a ZooKeeper quorum lost for 340 s; every session outlived it, since nobody can expire a
 session without a quorum and the new leader renews them all, but each worker's release had given up
 after two session timeouts, so ten ledgers stayed locked by live sessions and unhealed until those
-sessions ended, 10 minutes later: a held lock is never picked again by its own worker).
+sessions ended, 10 minutes later: a held lock is never picked again by its own worker). The retry
+backs off (doubling up to :data:`RELEASE_RETRY_MAX_S`), says again every
+:data:`RELEASE_RETRY_LOG_EVERY` attempts that it still fails, ends when the worker stops (its stop
+releases every lock), and retries only ZooKeeper failures: anything else is logged and ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Collection, Iterable
 
 import structlog
 
+from autorecovery.errors import ZooKeeperError
 from autorecovery.zk.underreplication import UnderreplicatedLedger, UnderreplicationManager
 
 log = structlog.get_logger("autorecovery.worker")
 
-#: seconds between two attempts of a release that failed (each attempt itself waits for the
-#: connection, up to two session timeouts)
+#: seconds before the first retry of a release that failed; doubled after each failed retry up to
+#: :data:`RELEASE_RETRY_MAX_S` (each attempt itself waits for the connection, up to two session timeouts)
 RELEASE_RETRY_S = 0.5
+#: the longest pause between two retries of a failed release (s)
+RELEASE_RETRY_MAX_S = 8.0
+#: a release still failing is logged again every this many retries (the first failure always is)
+RELEASE_RETRY_LOG_EVERY = 20
 
 
 class LockSteps:
@@ -120,15 +127,30 @@ class LockSteps:
                     error=str(first), error_type=type(first).__name__)
 
         async def retry() -> None:
+            delay, attempts = RELEASE_RETRY_S, 0
             try:
                 while lid in self.um.held:
-                    await self.sleep(RELEASE_RETRY_S)
-                    with contextlib.suppress(Exception):
+                    if self.stopping():
+                        return  # the worker's stop releases every lock it holds
+                    await self.sleep(delay)
+                    attempts += 1
+                    try:
                         await self.um.release_own(lid)
+                    except ZooKeeperError as exc:  # still unreachable: the session, and so the lock, may live on
+                        delay = min(2 * delay, RELEASE_RETRY_MAX_S)
+                        if attempts % RELEASE_RETRY_LOG_EVERY == 0:
+                            log.warning("lock release still failing; retrying while the session lives", ledger_id=lid,
+                                        attempts=attempts, retry_in_s=delay, error=str(exc))
+                    except Exception as exc:  # noqa: BLE001 - not an outage: retrying cannot help, and it is said
+                        log.error("lock release failed with an unexpected error; the ledger stays locked by this "
+                                  "daemon until its ZooKeeper session ends (restart the daemon to free it)",
+                                  ledger_id=lid, attempts=attempts, error=str(exc), error_type=type(exc).__name__,
+                                  exc_info=True)
+                        return
             finally:
                 if self.deferred.get(lid) is task:
                     del self.deferred[lid]
-            log.info("failed lock release settled (deleted, or its session ended)", ledger_id=lid)
+            log.info("failed lock release settled (deleted, or its session ended)", ledger_id=lid, attempts=attempts)
             self.released()
 
         old = self.deferred.pop(lid, None)
