@@ -33,6 +33,7 @@ import org.apache.bookkeeper.net.BookieId;
  * read      --zk ... --root ... [--password PW] [--digest D] [--recover] (--all | LEDGER_ID...)
  * ensembles --zk ... --root ... (--all | LEDGER_ID...)
  * payload   --ledger L --entry E --entry-size BYTES   (the deterministic payload, base64; no cluster)
+ * continuous --conf CLIENT_CONF --ack-log PATH --stop-file PATH ...   (see ContinuousWriter)
  * </pre>
  *
  * <p>{@code --conf} loads a client configuration file first (placement policy, rack script...);
@@ -84,6 +85,9 @@ public final class BkTool {
             throw new UsageError("usage: BkTool write|read|ensembles|payload [options] (see the class comment)");
         }
         String command = argv[0];
+        if ("continuous".equals(command)) {  // its own options: see ContinuousWriter
+            return ContinuousWriter.run(argv);
+        }
         Args args = Args.parse(argv, 1);
         switch (command) {
             case "write":
