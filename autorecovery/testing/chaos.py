@@ -20,16 +20,19 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.testing import chaos_disk
-from autorecovery.testing.chaos_checks import Sampler, copies_missing, error_lines, queue_dump, queue_state
+from autorecovery.testing.chaos_checks import Sampler, bound_episodes, copies_missing, error_lines, queue_dump, queue_state
 from autorecovery.testing.chaos_faults import Injector, until
 from autorecovery.testing.chaos_trend import FDS_FLAT_PER_H, MIN_SPAN_S, RSS_FLAT_MIB_PER_H, WARMUP_S
 from autorecovery.testing.chaos_schedule import CHEAP_KINDS, LIGHT_KINDS, Fault, schedule, usable_kinds
 from autorecovery.testing.chaos_cluster import ChaosCluster
+from autorecovery.testing.chaos_stock import (StockChaosCluster, StockWriter, read_stock_acks, upstream_under_replicated,
+                                              verify_stock_acks)
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.workload import AckLog, read_ack_log, verify_acks, write_continuous
@@ -88,6 +91,16 @@ class CampaignConfig:
     #: 1: one fault at a time; 2: the network faults (:data:`LIGHT_KINDS`) run in a second lane,
     #: concurrently with the process, ZooKeeper and disk faults
     lanes: int = 1
+    #: "ours" (our reference bookies, our client writing) or "stock" (Java bookies, upstream's client
+    #: writing, AutoRecoveryMain on ``java_nodes``: :mod:`autorecovery.testing.chaos_stock`)
+    cluster: str = "ours"
+    #: stock cluster: nodes whose daemon is upstream's AutoRecoveryMain; racks of the bookies; writer threads
+    java_nodes: tuple[int, ...] = (5,)
+    racks: int = 3
+    writers: int = 4
+    #: seconds a ledger may stay under-replicated after the end of the last fault before its heal,
+    #: unless a blocked reason is named for it throughout (:func:`bound_episodes`)
+    bound_s: float = 60.0
 
 
 @dataclass
@@ -130,6 +143,18 @@ class Report:
     #: the ZooKeeper servers (``host:port``) and the soak witness node (None: none)
     zk_members: list[str] = field(default_factory=list)
     witness: int | None = None
+    cluster: str = "ours"
+    #: the bound (s) and the episodes past it with no reason named throughout (must be none)
+    bound_s: float = 60.0
+    over_bound: list[str] = field(default_factory=list)
+    #: the ten longest under-replication episodes, with their reasons
+    longest_episodes: list[str] = field(default_factory=list)
+    #: stock cluster: what upstream's shell ``listunderreplicated`` reported when not empty (must be none)
+    upstream_under_replicated: list[str] = field(default_factory=list)
+    #: stock cluster: ack-log lines whose hash is not the payload's (must be none)
+    ack_hash_errors: list[str] = field(default_factory=list)
+    #: stock cluster: the Java writer's summary (acked, adds failed, ledgers created...)
+    writer: dict[str, object] = field(default_factory=dict)
 
     def must_be_zero(self) -> dict[str, int]:
         """Each :data:`MUST_BE_ZERO` field → its count (a list's length); all 0 for a pass."""
@@ -149,7 +174,7 @@ class Report:
         per process, the skipped kinds with their reasons and samples (at most 10) of what failed."""
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.faults_by_kind.items())) or "none"
         lines = [
-            f"chaos campaign, seed {self.seed}: {'PASS' if self.passed else 'FAIL'}",
+            f"chaos campaign, seed {self.seed}, {self.cluster} cluster: {'PASS' if self.passed else 'FAIL'}",
             f"  faults injected       {sum(self.faults_by_kind.values())} in {self.fault_phase_s:.0f}s: {kinds}",
             f"  fault errors          {len(self.fault_errors)} (must be 0)",
             f"  ZooKeeper             {len(self.zk_members)} server(s) {','.join(self.zk_members)}; soak witness "
@@ -166,7 +191,13 @@ class Report:
             f"  ERROR lines           {self.error_lines} (must be 0)",
             f"  longest under-repl.   {self.longest_under_replicated_s:.1f}s after its bookie was lost "
             f"(ledger {self.longest_under_replicated_ledger})",
+            f"  past the {self.bound_s:.0f}s bound  {len(self.over_bound)} episodes with no reason named (must be 0)",
         ]
+        if self.cluster == "stock":
+            lines += [f"  upstream listunderrep. {len(self.upstream_under_replicated)} (must be 0) "
+                      f"{'; '.join(self.upstream_under_replicated)[:400]}",
+                      f"  ack-log hash errors   {len(self.ack_hash_errors)} (must be 0)",
+                      f"  Java writer           {json.dumps(self.writer, sort_keys=True)[:400]}"]
         verdicts = [p["verdict"] for p in self.procs.values()]
         lines.append(f"  RSS and fds trend     {verdicts.count('flat')} flat, {verdicts.count('growing')} growing, "
                      f"{verdicts.count('too short')} too short (flat: slope of the longest life <= {RSS_FLAT_MIB_PER_H:g} "
@@ -183,11 +214,13 @@ class Report:
         lines += [f"  lost: {e}" for e in self.lost_sample]
         lines += [f"  copies missing: ledger {lid}: {why}" for lid, why in sorted(self.copies_missing_ledgers.items())[:10]]
         lines += [f"  error line: {e[:300]}" for e in self.error_sample]
+        lines += [f"  over the bound: {e}" for e in self.over_bound[:10]]
+        lines += [f"  longest episode: {e}" for e in self.longest_episodes]
         return "\n".join(lines)
 
 
 MUST_BE_ZERO = ("fault_errors", "settle_timeouts", "entries_lost", "digest_errors", "markers_left", "locks_left", "copies_missing",
-                "daemons_dead", "error_lines")
+                "daemons_dead", "error_lines", "over_bound", "upstream_under_replicated", "ack_hash_errors")
 
 
 def print_schedule(plan: list[Fault], skipped: dict[str, str]) -> list[str]:
@@ -208,9 +241,12 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
         raise ValueError(f"--lanes must be 1 or 2, got {cfg.lanes}")
     if cfg.witness is not None and not 0 <= cfg.witness < cfg.bookies:
         raise ValueError(f"--witness must be a node in 0..{cfg.bookies - 1}, got {cfg.witness}")
+    if cfg.cluster not in ("ours", "stock"):
+        raise ValueError(f"--cluster must be ours or stock, got {cfg.cluster!r}")
+    stock = cfg.cluster == "stock"
     refused: dict[str, str] = {}
     tmpfs: Path | None = None
-    if "disk_full_during_copy" in cfg.kinds:
+    if "disk_full_during_copy" in cfg.kinds and not stock:
         if cfg.disk_full_mb <= 0:
             refused["disk_full_during_copy"] = "no size-limited data dir (disk_full_mb = 0)"
         else:
@@ -219,23 +255,33 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
             if why is not None:
                 refused["disk_full_during_copy"] = f"cannot mount a tmpfs data dir: {why}"
                 tmpfs = None
-    kinds, skipped = usable_kinds(cfg.kinds, cfg.zk_members, refused)
+    kinds, skipped = usable_kinds(cfg.kinds, cfg.zk_members, refused, stock=stock)
     try:
         plan = schedule(cfg.seed, cfg.faults, cfg.bookies, kinds, min_hold_s=cfg.min_hold_s, max_hold_s=cfg.max_hold_s)
     except ValueError:
         if tmpfs is not None:
             chaos_disk.unmount(tmpfs)
         raise
-    rep = Report(seed=cfg.seed, schedule=print_schedule(plan, skipped), skipped_kinds=skipped, witness=cfg.witness)
+    rep = Report(seed=cfg.seed, schedule=print_schedule(plan, skipped), skipped_kinds=skipped, witness=cfg.witness,
+                 cluster=cfg.cluster, bound_s=cfg.bound_s)
     for line in rep.schedule:
         echo(f"schedule {line}")
-    cluster = ChaosCluster(base, bookies=cfg.bookies, racks=1, zk_members=cfg.zk_members)
-    cluster.bookie_session_timeout_ms = 2000
+    cluster: ChaosCluster
+    if stock:
+        cluster = StockChaosCluster(base, bookies=cfg.bookies, racks=cfg.racks, zk_members=cfg.zk_members,
+                                    java_nodes=cfg.java_nodes, disk_mb=cfg.disk_full_mb)
+    else:
+        cluster = ChaosCluster(base, bookies=cfg.bookies, racks=1, zk_members=cfg.zk_members)
+        cluster.bookie_session_timeout_ms = 2000
     proxies: dict[int, list[TcpProxy]] = {}
     try:
         base.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(cluster.start_zookeeper)
         await asyncio.to_thread(cluster.format)
+        if isinstance(cluster, StockChaosCluster) and cluster.disk_bookie is None:
+            why = cluster.disk_refused or "no size-limited ledger and journal dirs (--disk-mb 0)"
+            plan = _refuse(plan, rep, skipped, tuple(k for k in ("ledger_dir_full", "journal_dir_full") if k in kinds),
+                           why, echo) if any(k in kinds for k in ("ledger_dir_full", "journal_dir_full")) else plan
         servers = [(h, int(p)) for h, p in (a.rsplit(":", 1) for a in cluster.zk_connect.split(","))]
         rep.zk_members = cluster.zk_connect.split(",")
         for why, ruled_out in await asyncio.to_thread(cluster.setup_namespaces, kinds, servers):
@@ -247,8 +293,14 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
             proxies[i] = dns[1].zk_proxies if dns and dns[0] == i else [TcpProxy(srv).start() for srv in servers]
             zk_servers = ",".join(p.address for p in proxies[i])
             await asyncio.to_thread(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": zk_servers})
-        echo(f"cluster up: {cfg.bookies} bookies, {cfg.bookies} daemons, zk {cluster.zk_connect}"
-             + (f"; bookie {cfg.bookies - 1} on a {cfg.disk_full_mb} MiB tmpfs" if tmpfs else ""))
+        if isinstance(cluster, StockChaosCluster):
+            echo(f"stock cluster up: {cfg.bookies} Java bookies in {cfg.racks} racks, AutoRecoveryMain on nodes "
+                 f"{list(cfg.java_nodes)}, our daemon on {cluster.our_daemons()}, zk {cluster.zk_connect}"
+                 + (f"; bookie {cluster.disk_bookie}'s ledger and journal dirs on {cfg.disk_full_mb} MiB tmpfs"
+                    if cluster.disk_bookie is not None else ""))
+        else:
+            echo(f"cluster up: {cfg.bookies} bookies, {cfg.bookies} daemons, zk {cluster.zk_connect}"
+                 + (f"; bookie {cfg.bookies - 1} on a {cfg.disk_full_mb} MiB tmpfs" if tmpfs else ""))
         await _campaign(cfg, cluster, proxies, plan, rep, echo, disk_full_bookie=cfg.bookies - 1 if tmpfs else None)
     finally:
         await asyncio.to_thread(cluster.down)
@@ -268,9 +320,14 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
     urm = UnderreplicationManager(zk, paths)
     await urm.init()
     bk = await BookKeeper.connect(cluster.zk_connect, cluster.ledgers_root)
-    sampler = Sampler(cluster, urm).start()
+    sampler = Sampler(cluster, urm)
+    stock = cluster if isinstance(cluster, StockChaosCluster) else None
+    if stock is not None:
+        sampler.progress_nodes = stock.our_daemons()
+    sampler.start()
     inj = Injector(cluster, zk, paths, proxies, int(DAEMON_PROPS["zkTimeout"]) / 1000, sampler.timeline.bookie_lost)
     inj.disk_full_bookie = disk_full_bookie
+    inj.on_fault = sampler.timeline.fault
     inj.netns = cluster.netns
     inj.link_faults = cluster.bookie_links
     inj.daemon_ns = cluster.daemon_ns
@@ -278,9 +335,17 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
     ack_path = Path(cfg.base_dir) / "acks.log"
     acks = AckLog(ack_path)
     stop = asyncio.Event()
-    writer = asyncio.ensure_future(write_continuous(
-        bk, acks, stop, rate=cfg.rate, ledgers=4, entries_per_ledger=500, size=cfg.entry_size, ensemble=3,
-        write_quorum=3, ack_quorum=2, seed=cfg.seed, mixed=True))
+    java_writer: StockWriter | None = None
+    writer: asyncio.Future[Any]
+    if stock is not None:
+        acks.close()
+        java_writer = StockWriter(stock, ack_path, Path(cfg.base_dir) / "writer.stop", writers=cfg.writers,
+                                  rate=cfg.rate / cfg.writers, entry_size=cfg.entry_size).start()
+        writer = asyncio.ensure_future(stop.wait())
+    else:
+        writer = asyncio.ensure_future(write_continuous(
+            bk, acks, stop, rate=cfg.rate, ledgers=4, entries_per_ledger=500, size=cfg.entry_size, ensemble=3,
+            write_quorum=3, ack_quorum=2, seed=cfg.seed, mixed=True))
     try:
         t0 = time.monotonic()
         if cfg.lanes == 2:
@@ -295,10 +360,20 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
         # faults stop: every process back, writer stops, the queue must drain
         await _heal_all(cluster, inj, rep)
         stop.set()
-        stats = await writer
-        acks.close()
-        rep.adds_failed, rep.ledgers_written = stats.failed, len(stats.ledgers)
-        echo(f"faults over after {rep.fault_phase_s:.0f}s; writer stopped ({stats.acked} acknowledged); settling")
+        if java_writer is not None:
+            await writer
+            rep.writer = await asyncio.to_thread(java_writer.stop)
+            rep.adds_failed = int(str(rep.writer.get("adds_failed", 0)))
+            rep.ledgers_written = int(str(rep.writer.get("ledgers_created", 0)))
+            if not rep.writer.get("ok"):
+                rep.fault_errors.append(f"the Java writer: {json.dumps(rep.writer)[:500]}")
+            echo(f"faults over after {rep.fault_phase_s:.0f}s; Java writer stopped ({rep.writer.get('acked')} "
+                 f"acknowledged); settling")
+        else:
+            stats = await writer
+            acks.close()
+            rep.adds_failed, rep.ledgers_written = stats.failed, len(stats.ledgers)
+            echo(f"faults over after {rep.fault_phase_s:.0f}s; writer stopped ({stats.acked} acknowledged); settling")
         t1 = time.monotonic()
         try:
             await _two_replicas_checks(urm, int(time.time() * 1000), cfg.settle_s)
@@ -314,10 +389,20 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
         await sampler.sample_once()
         sampler.sample_procs(time.monotonic())
         # every acknowledged entry reads back with its digest (open ledgers are recovered and closed)
-        records = read_ack_log(ack_path)
-        v = await verify_acks(bk, records)
-        rep.entries_acked, rep.entries_read_back = len(records), v.entries_ok
-        rep.entries_lost, rep.lost_sample, rep.digest_errors = len(v.lost), v.lost[:10], v.digest_errors
+        if stock is not None and stock.java is not None:
+            sacks = read_stock_acks(ack_path, cfg.entry_size)
+            rep.ack_hash_errors = sacks.bad_hashes[:20]
+            sv = await asyncio.to_thread(verify_stock_acks, stock.java, sacks)
+            rep.entries_acked, rep.entries_read_back = sacks.count, sv.read_back
+            rep.entries_lost, rep.lost_sample, rep.digest_errors = sv.lost, sv.lost_sample, sv.bad_entries
+            rep.upstream_under_replicated = await asyncio.to_thread(upstream_under_replicated, stock.java)
+            echo(f"upstream's reader: {sv.read_back} of {sacks.count} acknowledged entries read back; "
+                 f"listunderreplicated: {rep.upstream_under_replicated or 'empty'}")
+        else:
+            records = read_ack_log(ack_path)
+            v = await verify_acks(bk, records)
+            rep.entries_acked, rep.entries_read_back = len(records), v.entries_ok
+            rep.entries_lost, rep.lost_sample, rep.digest_errors = len(v.lost), v.lost[:10], v.digest_errors
         copies = await copies_missing(bk)
         rep.ledgers_checked, rep.copies_missing, rep.copies_missing_ledgers = copies.checked, len(copies.not_ok), copies.not_ok
         rep.markers_left, rep.locks_left = await queue_state(zk, paths, urm)
@@ -325,19 +410,27 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
         stop.set()
         if not writer.done():
             writer.cancel()
+        if java_writer is not None:
+            java_writer.kill()
         await sampler.stop()
         await bk.close()
         await urm.close()
         await zk.stop()
     tl = sampler.timeline
     rep.ledgers_marked, rep.ledgers_healed = len(tl.marked), tl.healed
-    span, rep.longest_under_replicated_ledger = tl.longest(time.monotonic())
+    now = time.monotonic()
+    span, rep.longest_under_replicated_ledger = tl.longest(now)
     rep.longest_under_replicated_s = round(span, 1)
+    episodes = bound_episodes(tl, now, cfg.bound_s)
+    t0 = tl.faults[0][0] if tl.faults else 0.0
+    rep.over_bound = [e.describe(t0) for e in episodes if e.over_s > 0 and not e.excused]
+    rep.longest_episodes = [e.describe(t0) for e in episodes[:10]]
     rep.procs = sampler.trends.summaries()
     rep.daemons_total = len(cluster.daemons)
     rep.daemons_alive = sum(1 for i in cluster.daemons if cluster.daemon_alive(i))
     rep.daemons_dead = rep.daemons_total - rep.daemons_alive
-    errors = [ln for i in sorted(cluster.daemons) for ln in error_lines(Path(cluster.daemons[i].log))]
+    ours = stock.our_daemons() if stock is not None else sorted(cluster.daemons)
+    errors = [ln for i in ours for ln in error_lines(Path(cluster.daemons[i].log))]
     rep.error_lines, rep.error_sample = len(errors), errors[:5]
 
 
@@ -354,7 +447,11 @@ async def _lane(plan: list[Fault], cfg: CampaignConfig, inj: Injector, rep: Repo
         try:
             if ready is not None:
                 await until(ready, 90, "every process up and every bookie registered")
-            what = await inj.apply(f)
+            began = time.monotonic()
+            try:
+                what = await inj.apply(f)
+            finally:
+                inj.on_fault(began, time.monotonic(), f"#{f.seq} {f.kind}")
             rep.faults_by_kind[f.kind] = rep.faults_by_kind.get(f.kind, 0) + 1
             rep.fault_log.append(f"#{f.seq} {what}")
             echo(f"fault #{f.seq} {f.kind}: {what}")

@@ -43,6 +43,20 @@ class Timeline:
 
     marked: dict[int, list[list[float | None]]] = field(default_factory=dict)
     losses: list[tuple[float, str]] = field(default_factory=list)
+    #: the faults as applied: (start, end monotonic s, ``#seq kind``)
+    faults: list[tuple[float, float, str]] = field(default_factory=list)
+    #: ledger id → [(poll time, the blocked reason some daemon's progress endpoint named, or None)] for
+    #: every poll of the progress endpoints that saw the ledger marked
+    reasons: dict[int, list[tuple[float, str | None]]] = field(default_factory=dict)
+
+    def fault(self, start: float, end: float, label: str) -> None:
+        """Record a fault applied from ``start`` to ``end`` (monotonic s)."""
+        self.faults.append((start, end, label))
+
+    def observe_reasons(self, marked_now: set[int], blocked: dict[int, str], at: float) -> None:
+        """Fold one poll of the daemons' progress endpoints: each marked ledger's reason (or None)."""
+        for lid in marked_now:
+            self.reasons.setdefault(lid, []).append((at, blocked.get(lid)))
 
     def bookie_lost(self, bookie_id: str, at: float) -> None:
         """Record that ``bookie_id`` went down at ``at`` (monotonic s): the start of the under-replication of
@@ -84,6 +98,83 @@ class Timeline:
         return best, which
 
 
+@dataclass(frozen=True)
+class Episode:
+    """One under-replication episode judged against the bound: ``ledger``; ``start``/``end`` (monotonic
+    s; ``end`` is the heal, or the report's time when still marked); ``last_fault`` (label) and
+    ``from_s``, the later of the episode's start and that fault's end; ``over_s`` seconds past ``from_s``
+    + bound (<= 0: within it); ``reason`` the last blocked reason named for it; ``excused`` when a reason
+    was named at every progress poll after ``from_s`` + bound."""
+
+    ledger: int
+    start: float
+    end: float
+    healed: bool
+    last_fault: str | None
+    from_s: float
+    over_s: float
+    reason: str | None
+    excused: bool
+
+    @property
+    def span_s(self) -> float:
+        return self.end - self.start
+
+    def describe(self, t0: float = 0.0) -> str:
+        """One line: ledger, span, time past the last fault's end, the reason."""
+        state = "healed" if self.healed else "still marked"
+        if self.last_fault is None:
+            when = f"{self.end - self.from_s:.1f}s after it was marked, no fault before it"
+        elif self.end <= self.from_s:
+            when = f"{'healed' if self.healed else 'ended'} during {self.last_fault}"
+        else:
+            when = f"{self.end - self.from_s:.1f}s after {self.last_fault} ended (at {self.from_s - t0:.1f}s)"
+        return (f"ledger {self.ledger}: {self.span_s:.1f}s under-replicated ({state}), {when}; "
+                f"reason: {self.reason or 'none named'}"
+                + (" (named throughout)" if self.excused and self.over_s > 0 else ""))
+
+
+def bound_episodes(tl: Timeline, now: float, bound_s: float) -> list[Episode]:
+    """Every episode of ``tl`` judged against ``bound_s`` (PURE): a ledger must be healed within
+    ``bound_s`` of the end of the last fault that began before its heal (any fault: in a one-lane
+    campaign any fault can stall the healing of any ledger — a daemon down, ZooKeeper without quorum), or
+    of the episode's start when later, unless a blocked reason was named for it at every progress poll
+    from then on. Longest first."""
+    out: list[Episode] = []
+    for lid, eps in tl.marked.items():
+        polls = tl.reasons.get(lid, [])
+        for first, healed in eps:
+            assert first is not None
+            lost = [t for t, _ in tl.losses if t <= first]
+            start = lost[-1] if lost else first
+            end = healed if healed is not None else now
+            before = [f for f in tl.faults if f[0] < end]
+            last = max(before, key=lambda f: f[1]) if before else None
+            from_s = max(start, last[1]) if last else start
+            over = end - from_s - bound_s
+            seen = [(t, r) for t, r in polls if first <= t <= end]
+            late = [r for t, r in seen if t >= from_s + bound_s]
+            named = [r for _, r in seen if r]
+            excused = over > 0 and bool(late) and all(late)
+            out.append(Episode(lid, start, end, healed is not None, last[2] if last else None, from_s, over,
+                               named[-1] if named else None, excused))
+    return sorted(out, key=lambda e: e.span_s, reverse=True)
+
+
+def progress_blocked(port: int, timeout_s: float = 1.0) -> dict[int, str] | None:
+    """A daemon's ``GET /api/v1/autorecovery/progress`` ``cluster.blocked`` (ledger id → reason), or None
+    when it does not answer (blocking: run it off the event loop)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/autorecovery/progress", timeout=timeout_s) as r:
+            doc = json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+    blocked = ((doc or {}).get("cluster") or {}).get("blocked") or {}
+    return {int(k): str(v) for k, v in blocked.items()}
+
+
 class Sampler:
     """Background poll of markers (every ``interval_s`` s) and of the bookies' and daemons' /proc
     figures (every ``proc_interval_s`` s); see the module docstring."""
@@ -96,6 +187,11 @@ class Sampler:
         self.proc_interval_s = proc_interval_s
         self.timeline = Timeline()
         self.trends = Trends()
+        #: nodes whose daemon serves our progress endpoint (all, by default; the stock cluster's
+        #: AutoRecoveryMain nodes have none)
+        self.progress_nodes: list[int] | None = None
+        self.progress_interval_s = 2.0
+        self._next_progress = 0.0
         self._next_proc = 0.0
         self._task: asyncio.Task | None = None
 
@@ -123,6 +219,18 @@ class Sampler:
         if marked is not None:
             self.timeline.observe(set(marked), time.monotonic())
         now = time.monotonic()
+        if marked and now >= self._next_progress:
+            self._next_progress = now + self.progress_interval_s
+            blocked: dict[int, str] = {}
+            nodes = self.progress_nodes if self.progress_nodes is not None else sorted(self.cluster.daemons)
+            for i in nodes:
+                info = self.cluster.daemons.get(i)
+                if info is None or info.port <= 0:
+                    continue
+                got = await asyncio.to_thread(progress_blocked, info.port)
+                for lid, why in (got or {}).items():
+                    blocked.setdefault(lid, why)
+            self.timeline.observe_reasons(set(marked), blocked, time.monotonic())
         if now >= self._next_proc:
             self._next_proc = now + self.proc_interval_s
             self.sample_procs(now)

@@ -26,6 +26,7 @@ from autorecovery.testing.chaos_daemon_netns import DaemonNetns
 from autorecovery.testing.chaos_netfilter import LinkFaults
 from autorecovery.testing.chaos_netns import BookieNetns
 from autorecovery.testing.chaos_schedule import Fault
+from autorecovery.testing.chaos_stock import StockChaosCluster, registered_readonly, registered_writable, wipe
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.testing.zk_ensemble import ZooKeeperEnsemble
@@ -115,6 +116,8 @@ class Injector:
         #: the soak witness: the node whose bookie and daemon no fault kills (its RSS and fds are
         #: sampled over the whole run; a fault aimed at it hits the next node), or None
         self.witness: int | None = None
+        #: called with (start, end monotonic s, ``#seq kind``) after each fault (the bound's fault windows)
+        self.on_fault: Callable[[float, float, str], None] = lambda start, end, label: None
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
@@ -219,6 +222,105 @@ class Injector:
         if await self._registered_or_restart(b):
             return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, registered again"
         return f"bookie {bid} stopped (SIGSTOP) past its session expiry, resumed, did not register: restarted"
+
+    async def _bookie_sigstop_short(self, f: Fault) -> str:
+        b = self.victim(f.target)
+        bid = self.cluster.bookie_id(b)
+        hold = min(f.hold_s, self.cluster.bookie_session_timeout_ms / 1000 / 2)
+        with stopped(self.cluster.bookies[b].pid):
+            await asyncio.sleep(hold)  # the fault's duration: below the session timeout
+        return f"bookie {bid} stopped (SIGSTOP) {hold:.1f}s (below its session timeout), resumed"
+
+    async def _bookie_rolling_restart(self, f: Fault) -> str:
+        done = []
+        for b in sorted(self.cluster.bookies):
+            if b == self.witness:
+                continue
+            done.append(await asyncio.to_thread(self.cluster.stop_bookie, b))
+            await self._start_bookie(b)
+        return f"rolling restart of {len(done)} bookies (SIGTERM, start, registered, next): {', '.join(done)}"
+
+    # -- stock bookies only (chaos_stock.py) ---------------------------------------------------------
+    def _stock(self, kind: str, disk: bool = False) -> StockChaosCluster:
+        c = self.cluster
+        if not isinstance(c, StockChaosCluster):
+            raise RuntimeError(f"{kind} needs the stock cluster (bench/chaos.py --cluster stock)")
+        if disk and c.disk_bookie is None:
+            raise RuntimeError(f"{kind} needs the stock disk bookie's tmpfs dirs ({c.disk_refused or 'disk_mb = 0'})")
+        return c
+
+    async def _ledger_dir_full(self, f: Fault) -> str:
+        c = self._stock(f.kind, disk=True)
+        t = c.disk_bookie
+        assert t is not None
+        d = c.ledger_dir(t)
+        filled = await asyncio.to_thread(chaos_disk.fill, d)
+        victim = self.victim(f.target, t)
+        try:
+            await until(lambda: asyncio.to_thread(registered_readonly, c, t), 60,
+                        f"bookie {c.bookie_id(t)} read-only with its ledger dir full")
+            bid = await asyncio.to_thread(c.kill_bookie, victim)
+            self.on_bookie_lost(bid, time.monotonic())
+            await asyncio.sleep(f.hold_s + 2)  # the fault's duration: copies run while it is read-only
+        finally:
+            await asyncio.to_thread(chaos_disk.free, d)
+        await until(lambda: asyncio.to_thread(registered_writable, c, t), 60,
+                    f"bookie {c.bookie_id(t)} writable again after its ledger dir was freed")
+        await self._start_bookie(victim)
+        return (f"bookie {c.bookie_id(t)}'s ledger dir filled ({filled} bytes), it turned read-only; bookie {bid} "
+                f"down {f.hold_s + 2:.1f}s meanwhile; space freed, writable again, {bid} restarted")
+
+    async def _journal_dir_full(self, f: Fault) -> str:
+        c = self._stock(f.kind, disk=True)
+        t = c.disk_bookie
+        assert t is not None
+        d = c.journal_dir(t)
+        bid = c.bookie_id(t)
+        filled = await asyncio.to_thread(chaos_disk.fill, d)
+        try:
+            await asyncio.sleep(f.hold_s + 2)  # the fault's duration
+        finally:
+            await asyncio.to_thread(chaos_disk.free, d)
+        if c.bookie_alive(t):
+            if await self._registered_or_restart(t):
+                return f"bookie {bid}'s journal dir filled ({filled} bytes) {f.hold_s + 2:.1f}s, freed; it kept running"
+            return f"bookie {bid}'s journal dir filled ({filled} bytes) {f.hold_s + 2:.1f}s, freed; not registered: restarted"
+        self.on_bookie_lost(bid, time.monotonic())
+        await self._start_bookie(t)
+        return f"bookie {bid}'s journal dir filled ({filled} bytes) {f.hold_s + 2:.1f}s: it exited; freed, restarted"
+
+    async def _bookie_empty_ledger_dir(self, f: Fault) -> str:
+        c = self._stock(f.kind)
+        b = self.victim(f.target)
+        bid = await asyncio.to_thread(c.kill_bookie, b)
+        self.on_bookie_lost(bid, time.monotonic())
+        await asyncio.to_thread(wipe, c.ledger_dir(b))
+        log = c.bookie_log(b)
+        mark = log.stat().st_size if log.exists() else 0
+        assert c.java is not None
+        jb = c.java.bookies[b]
+        await asyncio.to_thread(jb.start, False)
+        c.bookies[b].pid = jb.process.pid or 0
+
+        async def exited() -> bool:
+            return not c.bookie_alive(b)
+
+        try:
+            await until(exited, 60, f"bookie {bid} refused with an empty ledger dir")
+        except TimeoutError:
+            await asyncio.to_thread(c.kill_bookie, b)
+            raise RuntimeError(f"bookie {bid} started with an empty ledger dir (its cookie should have refused it)")
+        with open(log, "rb") as fh:
+            fh.seek(mark)
+            said = fh.read().decode(errors="replace")
+        cookie = "cookie" in said.lower()
+        await asyncio.sleep(f.hold_s)  # the fault's duration: the bookie stays lost
+        # the operator's fix for a replaced disk: wipe its dirs, delete its cookie, start it empty
+        await asyncio.to_thread(wipe, c.journal_dir(b))
+        await asyncio.to_thread(c.operator_reformat, b)
+        await self._start_bookie(b)
+        return (f"bookie {bid} killed, its ledger dir emptied; started: refused ({'cookie mismatch' if cookie else 'exited'}"
+                f"); operator's fix (bookieformat -deleteCookie), started empty, registered")
 
     async def _restart_daemon(self, i: int) -> None:
         await asyncio.to_thread(self.cluster.start_daemon, i, None, 60.0)

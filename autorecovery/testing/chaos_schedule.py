@@ -49,6 +49,27 @@ KINDS: dict[str, str] = {
                             "the daemon's link) while another bookie is down, so that worker copies over a slow link",
     "disk_full_during_copy": "fill the last bookie's size-limited tmpfs data dir to ENOSPC, SIGKILL another "
                              "bookie so workers copy while it is full, hold, free the space, restart the other",
+    "bookie_sigstop_short": "SIGSTOP a bookie for less than half its ZooKeeper session timeout (it stays "
+                            "registered, answers nothing), then SIGCONT",
+    "bookie_rolling_restart": "SIGTERM and start every bookie in turn, each waited for until registered again",
+    "ledger_dir_full": "stock bookies: fill the disk bookie's tmpfs ledger dir until the bookie turns read-only, "
+                       "SIGKILL another bookie so workers copy while it is read-only, hold, free the space, wait "
+                       "for it writable again, restart the other",
+    "journal_dir_full": "stock bookies: fill the disk bookie's tmpfs journal dir to ENOSPC for the hold, free it; "
+                        "a bookie that exited on it is started again (and counted lost meanwhile)",
+    "bookie_empty_ledger_dir": "stock bookies: SIGKILL a bookie, empty its ledger dir (a replaced disk), start it: "
+                               "it must be refused (cookie mismatch); then the operator's fix (bookieformat "
+                               "-deleteCookie on its conf) and a start with empty dirs",
+}
+
+#: kinds only a stock (Java) bookie takes: its ledger and journal dirs, its cookie
+STOCK_ONLY_KINDS = ("ledger_dir_full", "journal_dir_full", "bookie_empty_ledger_dir")
+
+#: kinds the stock cluster cannot take, with the reason printed
+STOCK_NOT_APPLICABLE: dict[str, str] = {
+    "bookie_torn_tail": "it appends to our bookie's entry-log format; a stock bookie's journal replay is "
+                        "exercised by bookie_kill9 during writes",
+    "disk_full_during_copy": "on the stock cluster ledger_dir_full fills a Java bookie's ledger dir during copies",
 }
 
 #: kinds that need LocalCluster(zk_members=3)
@@ -70,19 +91,30 @@ CHEAP_KINDS = ("bookie_kill9", "bookie_sigstop", "bookie_restart", "bookie_torn_
                "auditor_kill9", "daemon_sigstop", "zk_conn_cut", "zk_leader_kill9", "zk_follower_kill9",
                "partition_bookie_from_workers", "partition_daemon_from_zk") + NETFILTER_KINDS + DAEMON_NETNS_KINDS
 
-#: every kind this runner injects (a full campaign's default)
+#: every kind this runner injects on our bookies (a full campaign's default)
 ALL_KINDS = CHEAP_KINDS + ("zk_quorum_loss", "zk_rolling_restart", "disk_full_during_copy")
+
+#: the stock cluster's kinds (``bench/chaos.py --cluster stock``): every kind that applies to Java bookies
+#: (the namespaced ones are refused at run time with the reason) and the Java-only kinds
+STOCK_KINDS = tuple(k for k in CHEAP_KINDS if k not in STOCK_NOT_APPLICABLE) + (
+    "zk_quorum_loss", "zk_rolling_restart", "bookie_sigstop_short", "bookie_rolling_restart") + STOCK_ONLY_KINDS
 
 #: kinds asked for by issue 26 that this runner does not inject, each with the reason printed (none left)
 NOT_AVAILABLE: dict[str, str] = {}
 
 
 def usable_kinds(kinds: tuple[str, ...], zk_members: int,
-                 unavailable: dict[str, str] | None = None) -> tuple[tuple[str, ...], dict[str, str]]:
+                 unavailable: dict[str, str] | None = None, stock: bool = False) -> tuple[tuple[str, ...], dict[str, str]]:
     """(kinds this cluster can take, kind → reason for each one it cannot), the second including
     :data:`NOT_AVAILABLE` and ``unavailable`` (kinds the machine refused, with the exact error).
-    ZooKeeper ensemble kinds need ``zk_members`` >= 3."""
+    ZooKeeper ensemble kinds need ``zk_members`` >= 3; ``stock`` (Java bookies) rules out
+    :data:`STOCK_NOT_APPLICABLE`, otherwise :data:`STOCK_ONLY_KINDS` are ruled out."""
     skipped = {**NOT_AVAILABLE, **(unavailable or {})}
+    for k in kinds:
+        if stock and k in STOCK_NOT_APPLICABLE:
+            skipped[k] = STOCK_NOT_APPLICABLE[k]
+        elif not stock and k in STOCK_ONLY_KINDS:
+            skipped[k] = "only stock Java bookies take it (bench/chaos.py --cluster stock)"
     if zk_members < 3:
         for k in kinds:
             if k in ZK_ENSEMBLE_KINDS:
