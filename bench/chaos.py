@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         a.bookies, a.zk_members, a.faults, a.duration, a.settle = (6 if stock else 4), 1, 2, 8.0, 60.0
     try:
         kinds = parse_kinds(a.kinds)
+        if not all(n.strip().isdigit() for n in a.java_nodes.split(",") if n.strip()):
+            raise ValueError(f"--java-nodes {a.java_nodes!r}: comma-separated node numbers expected")
         java_nodes = tuple(int(n) for n in a.java_nodes.split(",") if n.strip())
     except ValueError as exc:
         print(f"chaos: {exc}", file=sys.stderr)

@@ -287,7 +287,9 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
         for why, ruled_out in await asyncio.to_thread(cluster.setup_namespaces, kinds, servers):
             plan = _refuse(plan, rep, skipped, ruled_out, why, echo)
         await asyncio.to_thread(cluster.start_bookies)
-        for i in range(cfg.bookies):
+        # on the stock cluster AutoRecoveryMain votes first: the first auditor_kill9 kills upstream's auditor,
+        # the next one ours (the vote order then rotates)
+        for i in sorted(range(cfg.bookies), key=lambda n: not (stock and n in cfg.java_nodes)):
             # one proxy per ZooKeeper server: zk_conn_cut cuts them all
             dns = cluster.daemon_ns
             proxies[i] = dns[1].zk_proxies if dns and dns[0] == i else [TcpProxy(srv).start() for srv in servers]

@@ -363,7 +363,8 @@ class Injector:
         await until(lambda: _differs(self.auditor_index(), i), 60, "a new auditor")
         await asyncio.sleep(f.hold_s)  # the fault's duration
         await self._restart_daemon(i)
-        return f"{moved}auditor daemon {i} killed (SIGKILL), another elected, restarted after {f.hold_s}s"
+        who = self.cluster.daemons[i].name
+        return f"{moved}auditor daemon {i} ({who}) killed (SIGKILL), another elected, restarted after {f.hold_s}s"
 
     async def _daemon_sigstop(self, f: Fault) -> str:
         info = self.cluster.daemons[f.target]
