@@ -341,7 +341,7 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
     writer: asyncio.Future[Any]
     if stock is not None:
         acks.close()
-        java_writer = StockWriter(stock, ack_path, Path(cfg.base_dir) / "writer.stop", writers=cfg.writers,
+        java_writer = StockWriter(stock, ack_path, Path(cfg.base_dir) / "writer.stop", writers=cfg.writers, roll_entries=500,
                                   rate=cfg.rate / cfg.writers, entry_size=cfg.entry_size).start()
         writer = asyncio.ensure_future(stop.wait())
     else:
