@@ -112,12 +112,14 @@ class JavaCluster:
         first_ip: the first bookie's loopback address; bookie ``i`` gets the ``i``-th next one.
         heap: ``-Xmx`` of every JVM it starts (``"256m"``).
         jvm_opts: extra JVM flags of its bookies and AutoRecoveryMains (a benchmark's ``-XX:...``).
+        production_jvm: its bookies, AutoRecoveryMains and client tools run with upstream's own JVM flags
+            (G1, C1+C2: :func:`java_cmd` ``production``) instead of the fast-start test flags.
     """
 
     def __init__(self, workdir: Path | str, zk_connect_string: str, *, bookies: int = 4, racks: int = 2,
                  root: str | None = None, ledger_storage: str = "db", bookie_conf: Mapping[str, object] | None = None,
                  zk_timeout_ms: int = 5000, first_ip: str = "127.0.0.2", heap: str = "256m",
-                 jvm_opts: Iterable[str] = ()) -> None:
+                 jvm_opts: Iterable[str] = (), production_jvm: bool = False) -> None:
         if "/" in zk_connect_string:
             raise ValueError(f"zk_connect_string must be HOST:PORT without a chroot (use root=): {zk_connect_string}")
         if bookies < 0 or racks < 1 or racks > 26:
@@ -132,6 +134,7 @@ class JavaCluster:
         self.metadata_uri = f"zk+hierarchical://{zk_connect_string}{self.ledgers_root}"
         self.ledger_storage, self.bookie_conf = ledger_storage, dict(bookie_conf or {})
         self.zk_timeout_ms, self.heap, self.jvm_opts = zk_timeout_ms, heap, list(jvm_opts)
+        self.production_jvm = production_jvm
         octets = [int(x) for x in first_ip.split(".") if x.isdigit() and int(x) < 256]
         if len(octets) != 4 or octets[0] != 127:
             raise ValueError(f"first_ip must be a 127.x.y.z loopback address: {first_ip!r}")
@@ -237,7 +240,7 @@ class JavaCluster:
         assert self.kz is not None
         b = JavaBookie(self.workdir / f"bookie-{i}", host, free_port(host), self.metadata_uri, self.kz, conf=conf,
                        zk_timeout_ms=self.zk_timeout_ms, heap=self.heap, ledger_storage=self.ledger_storage,
-                       jvm_opts=self.jvm_opts)
+                       jvm_opts=self.jvm_opts, production_jvm=self.production_jvm)
         self.bookies.append(b)
         return b
 
@@ -284,7 +287,8 @@ class JavaCluster:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
 
     def _tool_cmd(self, command: str, args: Iterable[str], log: Path) -> list[str]:
-        return java_cmd(TOOL_CLASS, [command, "--conf", str(self.conf_path), *args], self.heap, log_file=log)
+        return java_cmd(TOOL_CLASS, [command, "--conf", str(self.conf_path), *args], self.heap, log_file=log,
+                        production=self.production_jvm)
 
     def _run_tool(self, command: str, args: list[str], timeout_s: float, check: bool) -> dict[str, Any]:
         log = self._log(command)
@@ -399,7 +403,7 @@ class JavaCluster:
         conf_path = write_properties(self.workdir / f"autorecovery-{n}.conf", props)
         log = self.workdir / f"autorecovery-{n}.log"
         proc = JavaProcess(java_cmd(AUTORECOVERY_CLASS, ["--conf", str(conf_path)], self.heap, log_file=log,
-                                    jvm_opts=self.jvm_opts),
+                                    jvm_opts=self.jvm_opts, production=self.production_jvm),
                            f"autorecovery {b.bookie_id}", log.with_suffix(".out"), log.with_suffix(".err"), log)
         ar = JavaAutoRecovery(b.bookie_id, conf_path, proc)
         self.autorecoveries.append(ar)

@@ -50,6 +50,10 @@ _UPSTREAM_JVM_FLAGS = (
 # short-lived test JVMs: small serial heap, C1 only (the C2 compiler would eat a core of a 2-core CI
 # box while tests run), the default CDS archive for the JDK's own classes
 _FAST_START_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-XX:-UsePerfData")
+# long-running JVMs as upstream's bin/common.sh starts a bookie on JDK 9+ (DEFAULT_BOOKIE_GC_OPTS): G1 with a
+# 10 ms pause goal, tiered C1+C2 (the JVM's default), a fixed heap (-Xms = -Xmx, as BOOKIE_MEM_OPTS sets it)
+_PRODUCTION_FLAGS = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=10", "-XX:+ParallelRefProcEnabled",
+                     "-XX:+DisableExplicitGC")
 
 # daemons (bookies, AutoRecoveryMain) and our client tool: INFO and up to the log file, WARN and up
 # also to stderr (which the caller keeps in a file too); stdout stays free for the tool's JSON line
@@ -132,7 +136,8 @@ def log4j_config(directory: Path, console: str = "stderr") -> Path:
 
 
 def java_cmd(main_class: str, args: Iterable[str] = (), heap: str = "256m", *, log_file: Path | None = None,
-             console: str = "stderr", jvm_opts: Iterable[str] = (), home: Path | None = None) -> list[str]:
+             console: str = "stderr", jvm_opts: Iterable[str] = (), home: Path | None = None,
+             production: bool = False) -> list[str]:
     """A ``java`` command line running ``main_class`` on upstream's classpath plus our client's classes.
 
     Args:
@@ -141,6 +146,8 @@ def java_cmd(main_class: str, args: Iterable[str] = (), heap: str = "256m", *, l
             log4j2 config. None: a ``java.log`` in the current directory.
         console: see :func:`log4j_config`.
         jvm_opts: extra JVM flags (``-D...``), placed before the main class.
+        production: the JVM flags upstream's ``bin/common.sh`` gives a bookie (G1, C1+C2, ``-Xms`` =
+            ``-Xmx``) instead of the fast-start test flags (serial GC, C1 only); for benchmarks.
 
     Raises:
         UpstreamNotInstalled: see :func:`upstream_home`.
@@ -152,7 +159,7 @@ def java_cmd(main_class: str, args: Iterable[str] = (), heap: str = "256m", *, l
         "java",
         f"-Xmx{heap}",
         f"-XX:MaxDirectMemorySize={heap}",
-        *_FAST_START_FLAGS,
+        *((f"-Xms{heap}", *_PRODUCTION_FLAGS) if production else _FAST_START_FLAGS),
         *_UPSTREAM_JVM_FLAGS,
         f"-Dlog4j.configurationFile={config}",
         f"-Dautorecovery.log.file={log_file}",
@@ -332,11 +339,12 @@ class JavaBookie(ProcessHandle):
         kz: a started kazoo client on the same ZooKeeper (no chroot), used to watch its registration.
         conf: extra or overriding bk_server.conf keys (upstream names).
         zk_timeout_ms: ``zkTimeout``: a killed bookie's registration vanishes this long after.
+        production_jvm: upstream's bookie JVM flags (see :func:`java_cmd`) instead of the test ones.
     """
 
     def __init__(self, workdir: Path, host: str, port: int, metadata_uri: str, kz: KazooClient, *,
                  conf: Mapping[str, object] | None = None, zk_timeout_ms: int = 5000, heap: str = "256m",
-                 ledger_storage: str = "db", jvm_opts: Iterable[str] = ()) -> None:
+                 ledger_storage: str = "db", jvm_opts: Iterable[str] = (), production_jvm: bool = False) -> None:
         if ledger_storage not in LEDGER_STORAGE:
             raise ValueError(f"ledger_storage must be one of {sorted(LEDGER_STORAGE)}, not {ledger_storage!r}")
         self.workdir, self.host, self.port = Path(workdir).resolve(), host, port
@@ -368,7 +376,7 @@ class JavaBookie(ProcessHandle):
         self.properties = props
         log = self.workdir / "bookie.log"
         self.process = JavaProcess(java_cmd(BOOKIE_CLASS, ["--conf", str(self.conf_path)], heap, log_file=log,
-                                            jvm_opts=jvm_opts),
+                                            jvm_opts=jvm_opts, production=production_jvm),
                                    f"bookie {self.bookie_id}", self.workdir / "bookie.out",
                                    self.workdir / "bookie.err", log)
         # ZooKeeper sessions of registrations left by a previous process when this one started
