@@ -34,6 +34,8 @@ import org.apache.bookkeeper.net.BookieId;
  * ensembles --zk ... --root ... (--all | LEDGER_ID...)
  * payload   --ledger L --entry E --entry-size BYTES   (the deterministic payload, base64; no cluster)
  * continuous --conf CLIENT_CONF --ack-log PATH --stop-file PATH ...   (see ContinuousWriter)
+ * copyceiling --conf CLIENT_CONF --victim ID --bookies ID,... LEDGER_ID...   (see CopyCeiling)
+ * ratewriter --conf CLIENT_CONF --out PATH --stop-file PATH ...   (see RateWriter)
  * </pre>
  *
  * <p>{@code --conf} loads a client configuration file first (placement policy, rack script...);
@@ -87,6 +89,12 @@ public final class BkTool {
         String command = argv[0];
         if ("continuous".equals(command)) {  // its own options: see ContinuousWriter
             return ContinuousWriter.run(argv);
+        }
+        if ("copyceiling".equals(command)) {  // its own options: see CopyCeiling
+            return CopyCeiling.run(argv);
+        }
+        if ("ratewriter".equals(command)) {  // its own options: see RateWriter
+            return RateWriter.run(argv);
         }
         Args args = Args.parse(argv, 1);
         switch (command) {

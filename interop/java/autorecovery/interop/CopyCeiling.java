@@ -1,0 +1,209 @@
+package autorecovery.interop;
+
+import java.io.File;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.bookkeeper.client.BKException;
+import org.apache.bookkeeper.client.BookKeeper;
+import org.apache.bookkeeper.client.api.LedgerMetadata;
+import org.apache.bookkeeper.client.api.WriteFlag;
+import org.apache.bookkeeper.conf.ClientConfiguration;
+import org.apache.bookkeeper.net.BookieId;
+import org.apache.bookkeeper.proto.BookieClient;
+import org.apache.bookkeeper.proto.BookieProtocol;
+import org.apache.bookkeeper.proto.checksum.MacDigestManager;
+import org.apache.bookkeeper.util.ByteBufList;
+
+/**
+ * The cluster's own copy ceiling for one lost bookie: upstream's bookie client reads every entry the
+ * lost bookie stored from a survivor that holds it and writes the stored bytes unchanged (header,
+ * digest, payload) to a live bookie outside the segment's ensemble, as a recovery add, with up to
+ * {@code --window-mb} MiB in flight. No metadata is read past the ledgers' own, none is written, no
+ * digest is recomputed and no lock is taken: what is left is the bookies' and the client's copy cost.
+ *
+ * <pre>
+ * copyceiling --conf CLIENT_CONF --victim BOOKIE_ID --bookies ID,ID,... [--password PW] [--window-mb MB]
+ *             LEDGER_ID...
+ * </pre>
+ *
+ * <p>{@code --bookies} are the live bookies (readers and targets). Entry {@code e} of a segment of
+ * ensemble size {@code n} is stored on members {@code (e + k) mod n} for {@code k < wq} (upstream's
+ * round-robin distribution schedule); it is read from the first of those that is not the victim, and
+ * written to the live bookie outside the ensemble picked round robin by ledger id. Prints one JSON line
+ * ({@code ok, entries, bytes, seconds, ledgers, segments, error}); exit 0 when every copy succeeded.
+ */
+final class CopyCeiling {
+    private CopyCeiling() {
+    }
+
+    static int run(String[] argv) throws Exception {
+        Map<String, String> opts = new LinkedHashMap<>();
+        List<Long> ids = new ArrayList<>();
+        java.util.Set<String> known = java.util.Set.of("--conf", "--victim", "--bookies", "--password", "--window-mb");
+        for (int i = 1; i < argv.length; i++) {
+            if (argv[i].startsWith("--")) {
+                if (!known.contains(argv[i])) {
+                    throw new BkTool.UsageError("copyceiling: unknown option " + argv[i] + " (known: " + known + ")");
+                }
+                if (i + 1 >= argv.length) {
+                    throw new BkTool.UsageError(argv[i] + " needs a value");
+                }
+                opts.put(argv[i], argv[++i]);
+            } else {
+                try {
+                    ids.add(Long.parseLong(argv[i]));
+                } catch (NumberFormatException e) {
+                    throw new BkTool.UsageError("copyceiling: ledger id " + argv[i] + " is not a number");
+                }
+            }
+        }
+        for (String required : new String[] {"--conf", "--victim", "--bookies"}) {
+            if (!opts.containsKey(required)) {
+                throw new BkTool.UsageError("copyceiling needs " + required);
+            }
+        }
+        if (ids.isEmpty()) {
+            throw new BkTool.UsageError("copyceiling needs ledger ids");
+        }
+        long windowBytes;
+        try {
+            windowBytes = Long.parseLong(opts.getOrDefault("--window-mb", "64")) * 1024 * 1024;
+        } catch (NumberFormatException e) {
+            throw new BkTool.UsageError("--window-mb " + opts.get("--window-mb") + ": not an integer");
+        }
+        if (windowBytes <= 0 || windowBytes > Integer.MAX_VALUE) {
+            throw new BkTool.UsageError("--window-mb must be between 1 and 2047");
+        }
+        File confFile = new File(opts.get("--conf"));
+        if (!confFile.isFile()) {
+            throw new BkTool.UsageError("--conf " + confFile + ": no such file");
+        }
+        BookieId victim = BookieId.parse(opts.get("--victim"));
+        List<BookieId> live = new ArrayList<>();
+        for (String s : opts.get("--bookies").split(",")) {
+            if (!s.isBlank()) {
+                live.add(BookieId.parse(s.trim()));
+            }
+        }
+        byte[] masterKey = MacDigestManager.genDigest("ledger",
+                opts.getOrDefault("--password", "").getBytes(java.nio.charset.StandardCharsets.UTF_8));
+
+        ClientConfiguration conf = new ClientConfiguration();
+        conf.loadConf(confFile.toURI().toURL());
+        BookKeeper bk = new BookKeeper(conf);
+        // the client's own per-bookie connections (package-private accessor in 4.17)
+        Method getter = BookKeeper.class.getDeclaredMethod("getBookieClient");
+        getter.setAccessible(true);
+        BookieClient client = (BookieClient) getter.invoke(bk);
+
+        // plan first (metadata reads are not timed)
+        List<long[]> copies = new ArrayList<>(); // {ledger, entry, reader index, target index, avg size}
+        int segments = 0;
+        for (long id : ids) {
+            LedgerMetadata md = bk.getLedgerManager().readLedgerMetadata(id).get(30, TimeUnit.SECONDS).getValue();
+            long last = md.getLastEntryId();
+            long avg = last >= 0 ? Math.max(1, md.getLength() / (last + 1)) : 1;
+            List<Map.Entry<Long, ? extends List<BookieId>>> segs = new ArrayList<>(md.getAllEnsembles().entrySet());
+            for (int k = 0; k < segs.size(); k++) {
+                List<BookieId> ens = segs.get(k).getValue();
+                int idx = ens.indexOf(victim);
+                if (idx < 0) {
+                    continue;
+                }
+                segments++;
+                long first = segs.get(k).getKey();
+                long end = k + 1 < segs.size() ? segs.get(k + 1).getKey() - 1 : last;
+                List<Integer> targets = new ArrayList<>();
+                for (int b = 0; b < live.size(); b++) {
+                    if (!ens.contains(live.get(b))) {
+                        targets.add(b);
+                    }
+                }
+                if (targets.isEmpty()) {
+                    throw new IllegalStateException("ledger " + id + ": no live bookie outside ensemble " + ens);
+                }
+                int target = targets.get((int) (id % targets.size()));
+                int n = ens.size();
+                int wq = md.getWriteQuorumSize();
+                for (long e = first; e <= end; e++) {
+                    int reader = -1;
+                    boolean stored = false;
+                    for (int j = 0; j < wq; j++) {
+                        int m = (int) ((e + j) % n);
+                        if (m == idx) {
+                            stored = true;
+                        } else if (reader < 0 && live.contains(ens.get(m))) {
+                            reader = live.indexOf(ens.get(m));
+                        }
+                    }
+                    if (!stored) {
+                        continue;
+                    }
+                    if (reader < 0) {
+                        throw new IllegalStateException("ledger " + id + " entry " + e + ": no live replica");
+                    }
+                    copies.add(new long[] {id, e, reader, target, avg});
+                }
+            }
+        }
+
+        Semaphore window = new Semaphore((int) windowBytes);
+        AtomicLong entries = new AtomicLong();
+        AtomicLong bytes = new AtomicLong();
+        AtomicReference<String> error = new AtomicReference<>();
+        long start = System.nanoTime();
+        for (long[] c : copies) {
+            final int permits = (int) Math.min(c[4], windowBytes);
+            window.acquire(permits);
+            if (error.get() != null) {
+                window.release(permits);
+                break;
+            }
+            final long ledger = c[0];
+            final long entry = c[1];
+            final BookieId target = live.get((int) c[3]);
+            client.readEntry(live.get((int) c[2]), ledger, entry, (rc, lid, eid, buf, ctx) -> {
+                if (rc != BKException.Code.OK) {
+                    error.compareAndSet(null, "read " + lid + "/" + eid + ": " + BKException.getMessage(rc));
+                    window.release(permits);
+                    return;
+                }
+                final int size = buf.readableBytes();
+                ByteBufList toSend = ByteBufList.get(buf.retain());
+                client.addEntry(target, lid, masterKey, eid, toSend, (wrc, wlid, weid, addr, wctx) -> {
+                    if (wrc == BKException.Code.OK) {
+                        entries.incrementAndGet();
+                        bytes.addAndGet(size);
+                    } else {
+                        error.compareAndSet(null, "write " + wlid + "/" + weid + " to " + addr + ": "
+                                + BKException.getMessage(wrc));
+                    }
+                    window.release(permits);
+                }, null, BookieProtocol.FLAG_RECOVERY_ADD, false, EnumSet.noneOf(WriteFlag.class));
+                toSend.release();
+            }, null, BookieProtocol.FLAG_NONE);
+        }
+        window.acquire((int) windowBytes);
+        double seconds = (System.nanoTime() - start) / 1e9;
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("command", "copyceiling");
+        out.put("ok", error.get() == null && entries.get() == copies.size());
+        out.put("error", error.get());
+        out.put("entries", entries.get());
+        out.put("planned", copies.size());
+        out.put("bytes", bytes.get());
+        out.put("seconds", seconds);
+        out.put("ledgers", ids.size());
+        out.put("segments", segments);
+        BkTool.print(out);
+        return error.get() == null ? 0 : 1;
+    }
+}
