@@ -43,6 +43,8 @@ async def test_short_seeded_campaign_loses_nothing_and_leaves_nothing(tmp_path):
     assert rep.entries_acked > 1000 and rep.entries_read_back == rep.entries_acked, text
     assert rep.ledgers_checked >= 1 and rep.daemons_alive == rep.daemons_total == 5, text
     assert rep.ledgers_marked >= 1 and rep.ledgers_healed == rep.ledgers_marked, text
+    # the bound: every episode healed within 60 s of its last fault's end, or a reason named throughout
+    assert rep.over_bound == [] and 1 <= len(rep.longest_episodes) <= 10 and rep.bound_s == 60, text
     assert set(rep.procs) == {f"{k}-{i}" for k in ("bookie", "daemon") for i in range(5)}, text
     assert all(int(p["samples"]) > 0 and int(p["rss_peak"]) > 0 and int(p["fds_peak"]) > 0 for p in rep.procs.values()), text
     assert rep.passed and json.loads(rep.to_json())["passed"] is True
