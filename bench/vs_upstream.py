@@ -803,7 +803,7 @@ def main() -> None:
                          f"{PULSAR_LEDGERS} ledgers (--ledgers) of 1-64 KiB entries, 2.4 GiB, over 1 GiB to heal")
     ap.add_argument("--ledgers", type=int, default=None,
                     help=f"ledgers written per side (default 40; pulsar {PULSAR_LEDGERS})")
-    ap.add_argument("--entries", type=int, default=2000, help="small shape: entries per ledger (default 2000)")
+    ap.add_argument("--entries", type=int, default=None, help="small shape: entries per ledger (default 2000)")
     ap.add_argument("--entry-size", type=int, default=4096, help="small shape: bytes per entry (default 4096)")
     ap.add_argument("--seed", type=int, default=39, help="pulsar shape: seed of the entry-size draw (default 39)")
     ap.add_argument("--variants", default=",".join(VARIANTS),
@@ -833,15 +833,17 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per heal (and per write/read; default 300, pulsar 1800)")
     ap.add_argument("--quick", action="store_true",
-                    help="smoke run: 8 ledgers x 500 entries x 4 KiB, one round, 120 s timeout, 3 s idle window")
+                    help="smoke run: 8 ledgers x 500 entries x 4 KiB (unless given), one round, 120 s timeout, "
+                         "3 s idle window")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (failed sides are always kept)")
     ap.add_argument("--cold-cache", action="store_true",
                     help="drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches, needs root) before each kill")
     a = ap.parse_args()
     if a.quick:
-        a.shape, a.entries, a.entry_size, a.rounds, a.idle = "small", 500, 4096, 1, 3
-        a.ledgers, a.timeout = a.ledgers or 8, a.timeout or 120
+        a.shape, a.rounds, a.idle = "small", 1, 3
+        a.ledgers, a.entries, a.timeout = a.ledgers or 8, a.entries or 500, a.timeout or 120
     a.ledgers = a.ledgers or (PULSAR_LEDGERS if a.shape == "pulsar" else 40)
+    a.entries = a.entries or 2000
     a.timeout = a.timeout or (1800 if a.shape == "pulsar" else 300)
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
     if not variants or any(v not in VARIANTS for v in variants):
