@@ -330,6 +330,7 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
     inj = Injector(cluster, zk, paths, proxies, int(DAEMON_PROPS["zkTimeout"]) / 1000, sampler.timeline.bookie_lost)
     inj.disk_full_bookie = disk_full_bookie
     inj.on_fault = sampler.timeline.fault
+    inj.urm = urm
     inj.netns = cluster.netns
     inj.link_faults = cluster.bookie_links
     inj.daemon_ns = cluster.daemon_ns

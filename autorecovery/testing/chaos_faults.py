@@ -34,6 +34,7 @@ from autorecovery.errors import is_retriable
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.election import current_auditor
 from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
 
 #: bytes a crash in the middle of an add leaves after the last indexed body (as tests/integration does)
 TORN_TAIL = b"\x00garbage-of-an-unacknowledged-add" * 7
@@ -116,6 +117,10 @@ class Injector:
         #: the soak witness: the node whose bookie and daemon no fault kills (its RSS and fds are
         #: sampled over the whole run; a fault aimed at it hits the next node), or None
         self.witness: int | None = None
+        #: the runner's under-replication manager: a disk wipe waits on it for the previous wipe's ledgers
+        #: to be healed (None: no wait)
+        self.urm: UnderreplicationManager | None = None
+        self._wiped_ms: int | None = None
         #: called with (start, end monotonic s, ``#seq kind``) after each fault (the bound's fault windows)
         self.on_fault: Callable[[float, float, str], None] = lambda start, end, label: None
 
@@ -289,8 +294,39 @@ class Injector:
         await self._start_bookie(t)
         return f"bookie {bid}'s journal dir filled ({filled} bytes) {f.hold_s + 2:.1f}s: it exited; freed, restarted"
 
+    async def _healed_since(self, since_ms: int, timeout_s: float = 180.0) -> None:
+        """Wait until the auditor's replicas check completed twice after ``since_ms`` (wall ms; the second
+        run started after the first ended) and the under-replication queue is empty: the copies a wiped
+        disk held are back. A second wipe before that could destroy the last copy of an entry written at
+        WQ2 — a data loss the faults made, not a bug — so each wipe waits for the one before.
+
+        Raises:
+            TimeoutError: not within ``timeout_s``.
+        """
+        urm = self.urm
+        assert urm is not None
+        seen: list[int] = []
+
+        async def done() -> bool:
+            try:
+                c = await urm.get_check_ctime("replicascheck")
+                if c > since_ms and (not seen or c > seen[-1]):
+                    seen.append(c)
+                return len(seen) >= 2 and not await urm.list_marked_ids()
+            except Exception as exc:  # noqa: BLE001 - only what a later poll may answer
+                if is_retriable(exc):
+                    return False
+                raise
+
+        await until(done, timeout_s, "the previous wiped disk's ledgers healed (two replicas checks, an empty queue)", 0.5)
+
     async def _bookie_empty_ledger_dir(self, f: Fault) -> str:
         c = self._stock(f.kind)
+        waited = ""
+        if self._wiped_ms is not None and self.urm is not None:
+            t = time.monotonic()
+            await self._healed_since(self._wiped_ms)
+            waited = f" (after {time.monotonic() - t:.1f}s waiting for the previous wipe's ledgers healed)"
         b = self.victim(f.target)
         bid = await asyncio.to_thread(c.kill_bookie, b)
         self.on_bookie_lost(bid, time.monotonic())
@@ -319,8 +355,9 @@ class Injector:
         await asyncio.to_thread(wipe, c.journal_dir(b))
         await asyncio.to_thread(c.operator_reformat, b)
         await self._start_bookie(b)
+        self._wiped_ms = int(time.time() * 1000)
         return (f"bookie {bid} killed, its ledger dir emptied; started: refused ({'cookie mismatch' if cookie else 'exited'}"
-                f"); operator's fix (bookieformat -deleteCookie), started empty, registered")
+                f"); operator's fix (bookieformat -deleteCookie), started empty, registered{waited}")
 
     async def _restart_daemon(self, i: int) -> None:
         await asyncio.to_thread(self.cluster.start_daemon, i, None, 60.0)
