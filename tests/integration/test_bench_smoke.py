@@ -39,6 +39,7 @@ SMOKE: dict[str, tuple[list[str], str]] = {
                        r"with the foreground writer: heal rate, ours / tuned\s+[\d.]+"),
     "reports.py": (["--quick", "--ledgers", "3000", "--bookies", "40", "--racks", "4"], r"ratio baseline/spark = [\d.]+x"),
     "zk_cost.py": (["--quick"], r"requests per healed ledger\s+[\d.]+\s+[\d.]+\s+[\d.]+x"),
+    "copy_path.py": (["--quick"], r"ratio: CPU per MiB ours / relay = [\d.]+"),
 }
 
 #: modules of bench/ that are not benches (imported by them, or a server they start)
