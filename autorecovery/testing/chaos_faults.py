@@ -421,7 +421,8 @@ class Injector:
         i, ns = self.netns
         async with applied(ns.cut, ns.heal):
             await asyncio.sleep(f.hold_s + 2)  # the fault's duration
-        return (f"bookie {self.cluster.bookie_id(i)} cut from workers and clients (veth {ns.data_link} down; its "
+        how = getattr(ns, "cut_how", f"veth {ns.data_link} down")  # the stock cluster's loopback drops say how
+        return (f"bookie {self.cluster.bookie_id(i)} cut from workers and clients ({how}; its "
                 f"ZooKeeper link up) for {f.hold_s + 2:.1f}s, healed")
 
     async def _partition_daemon_from_zk(self, f: Fault) -> str:

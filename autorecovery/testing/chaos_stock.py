@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from autorecovery.testing import chaos_disk
-from autorecovery.testing.chaos_cluster import BOOKIE_NETNS_KINDS, ChaosCluster
+from autorecovery.testing.chaos_cluster import BOOKIE_NETNS_KINDS, NETNS_BOOKIE, ChaosCluster
+from autorecovery.testing.chaos_netfilter import NetfilterError
+from autorecovery.testing.chaos_stock_net import LoopbackLink, LoopbackPartition, NoZkLink
 from autorecovery.testing.chaos_schedule import DAEMON_NETNS_KINDS
 from autorecovery.testing.local_cluster import ProcInfo
 from autorecovery.testing.upstream_cluster import JavaAutoRecovery, JavaCluster
@@ -40,6 +42,8 @@ from autorecovery.testing.upstream_java import JavaProcess, UpstreamProcessError
 
 #: the znode under which the stock cluster lives (ledgers root ``/stock/ledgers``, racks ``/stock/bookies``)
 STOCK_ROOT = "/stock"
+#: the network kinds the stock cluster injects on loopback (bookie 0's data port)
+LOOPBACK_KINDS = ("partition_bookie_from_workers", "one_way_loss")
 #: the password of every ledger the stock writer creates
 STOCK_PASSWORD = "chaos-pw"
 #: upstream's client-side rack-aware placement (our daemons read the same racks from ``/stock/bookies``)
@@ -84,6 +88,8 @@ class StockChaosCluster(ChaosCluster):
         #: the bookie whose ledger and journal dirs are tmpfs, or None
         self.disk_bookie: int | None = None
         self.disk_refused: str | None = None
+        #: the loopback drops on bookie 0's data port, or None
+        self.lo_link: LoopbackLink | None = None
 
     # -- the Java cluster -------------------------------------------------------------------------
     def format(self) -> None:
@@ -122,11 +128,34 @@ class StockChaosCluster(ChaosCluster):
                                    data_dir=str(b.workdir / "ledgers"), log=str(b.workdir / "bookie.log"))
 
     def setup_namespaces(self, kinds: tuple[str, ...], zk_servers: list[tuple[str, int]]) -> list[tuple[str, tuple[str, ...]]]:
-        """No namespace on the stock cluster: the namespaced kinds are refused with the reason."""
-        asked = tuple(k for k in (*BOOKIE_NETNS_KINDS, *DAEMON_NETNS_KINDS) if k in kinds)
-        if not asked:
-            return []
-        return [("the stock cluster runs no Java bookie or daemon in a network namespace (not built yet)", asked)]
+        """No namespace on the stock cluster: ``partition_bookie_from_workers`` and ``one_way_loss`` hit
+        bookie 0's data port with nftables rules on loopback (:mod:`chaos_stock_net`; call after
+        :meth:`format`); the kinds loopback cannot offer are refused with the reason (returned as
+        ``[(reason, kinds)]``, as :meth:`ChaosCluster.setup_namespaces`)."""
+        refused: list[tuple[str, tuple[str, ...]]] = []
+        on_lo = tuple(k for k in LOOPBACK_KINDS if k in kinds)
+        if on_lo:
+            b = self.bookies[NETNS_BOOKIE]
+            try:
+                link = LoopbackLink(b.host, b.port).up()
+            except NetfilterError as exc:
+                refused.append((f"nftables on loopback refused: {exc}", on_lo))
+            else:
+                self.lo_link = link
+                self.netns = (NETNS_BOOKIE, LoopbackPartition(link))  # type: ignore[assignment]
+                self.bookie_links = (link, NoZkLink())  # type: ignore[assignment]
+        asked = tuple(k for k in (*BOOKIE_NETNS_KINDS, *DAEMON_NETNS_KINDS) if k in kinds and k not in LOOPBACK_KINDS)
+        if asked:
+            refused.append(("the stock cluster runs no Java bookie or daemon in a network namespace: on loopback a "
+                            "bookie's ZooKeeper traffic and one worker's traffic cannot be told apart, and tc on lo "
+                            "would slow every process", asked))
+        return refused
+
+    def teardown_namespaces(self) -> None:
+        """Delete the loopback nftables table (idempotent)."""
+        if self.lo_link is not None:
+            self.lo_link.down()
+        self.netns, self.bookie_links = None, None
 
     def start_bookies(self) -> list[str]:
         """The Java bookies started in :meth:`format`: their ids."""
