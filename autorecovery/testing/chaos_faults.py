@@ -400,8 +400,9 @@ class Injector:
         await until(lambda: _differs(self.auditor_index(), i), 60, "a new auditor")
         await asyncio.sleep(f.hold_s)  # the fault's duration
         await self._restart_daemon(i)
-        who = self.cluster.daemons[i].name
-        return f"{moved}auditor daemon {i} ({who}) killed (SIGKILL), another elected, restarted after {f.hold_s}s"
+        info = getattr(self.cluster, "daemons", {}).get(i)  # names ours or AutoRecoveryMain on the stock cluster
+        who = f" ({info.name})" if info is not None else ""
+        return f"{moved}auditor daemon {i}{who} killed (SIGKILL), another elected, restarted after {f.hold_s}s"
 
     async def _daemon_sigstop(self, f: Fault) -> str:
         info = self.cluster.daemons[f.target]
