@@ -90,20 +90,29 @@ class StreamCopy:
                     writers[t] = task = asyncio.create_task(write(t))
                     task.add_done_callback(lambda tk, t=t: on_writer_done(t, tk))
 
-        async def emit(eid: int, body: bytes) -> None:
+        async def emit(items: list[tuple[int, bytes]], nbytes: int) -> None:
+            """Hand verified ``(entry id, body)`` pairs (``nbytes`` of bodies) to every target's window:
+            one bucket reservation and one window hand-over per batch read, not per entry (issue 39)."""
             start_writers()
-            wait = self.bucket.reserve(len(body) * len(spec.targets))
+            n_t = len(spec.targets)
+            if not self.bucket.unlimited and len(items) > 1:
+                # a rate limit paces entry by entry (and an abort is seen between them), as upstream's
+                for item in items:
+                    check_abort()
+                    await emit([item], len(item[1]))
+                return
+            wait = self.bucket.reserve(nbytes * n_t)
             if wait > 0:
                 await self.sleep(wait)
             for t in spec.targets:
                 if failed:
                     raise TargetWriteError(next(iter(failed)), next(iter(failed.values())))
-                await queues[t].put((eid, body))
-                sent[t] += 1
-                queued[t] += len(body)
-            on_bytes(len(body) * len(spec.targets))
+                await queues[t].put_many(items)
+                sent[t] += len(items)
+                queued[t] += nbytes
+            on_bytes(nbytes * n_t)
 
-        def accept(eid: int, body: bytes, source: str, t_read: float) -> bool:
+        def accept(eid: int, body: bytes, source: str) -> bool:
             try:
                 digest.verify(body, ledger_id, eid, source=source)
             except DigestMismatchError as exc:
@@ -113,13 +122,15 @@ class StreamCopy:
                     self.m.corrupt_source_entries.inc()
                 log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid, bookie_id=source, error=str(exc))
                 return False
-            res.entries_read += 1
-            res.bytes_read += len(body)
-            if self.m is not None:
-                self.m.entries_read.inc()
-                self.m.bytes_read.record(len(body))
-                self.m.read_latency.record(t_read * 1000.0)
             return True
+
+        def count_read(n: int, nbytes: int, read_s: float) -> None:
+            res.entries_read += n
+            res.bytes_read += nbytes
+            if self.m is not None:
+                self.m.entries_read.inc(n)
+                self.m.bytes_read.record_many(n, nbytes)
+                self.m.read_latency.record_many(n, read_s * 1000.0)
 
         def check_abort() -> None:
             why = should_abort()
@@ -153,28 +164,35 @@ class StreamCopy:
                     t_prev = time.monotonic()
                     # aclosing: leaving the loop early (abort, a dead target) closes the stream
                     # here, not in a finaliser task that may outlive the copy (issue 9)
-                    async with contextlib.aclosing(self.bookies.read_entries(
+                    async with contextlib.aclosing(self.bookies.read_entry_batches(
                         source, ledger_id, a, b, ensemble_size=e_size, write_quorum=length, bookie_index=index,
                     )) as stream:
-                        async for item in stream:
+                        async for batch in stream:
                             now = time.monotonic()
                             check_abort()
-                            if isinstance(item, BookieError):
-                                eid = _entry_of(item)
-                                if eid is not None and eid >= state["cursor"] and run.covers(eid):
-                                    note(eid, item.status)
-                                t_prev = now
-                                continue
-                            eid = item.entry_id
-                            if eid >= state["cursor"] and run.covers(eid):
-                                if accept(eid, item.body, source, now - t_prev):
-                                    if eid > state["cursor"]:
-                                        close(eid - 1, state["reason"] or "MISSING")
-                                    state["cursor"], state["reason"] = eid + 1, ""
-                                    state["seen"] = max(state["seen"], eid)
-                                    await emit(eid, item.body)
-                                else:
-                                    note(eid, "DIGEST")
+                            ok: list[tuple[int, bytes]] = []
+                            nbytes = 0
+                            for item in batch:
+                                if isinstance(item, BookieError):
+                                    eid = _entry_of(item)
+                                    if eid is not None and eid >= state["cursor"] and run.covers(eid):
+                                        note(eid, item.status)
+                                    continue
+                                eid = item.entry_id
+                                if eid >= state["cursor"] and run.covers(eid):
+                                    body = item.body
+                                    if accept(eid, body, source):
+                                        if eid > state["cursor"]:
+                                            close(eid - 1, state["reason"] or "MISSING")
+                                        state["cursor"], state["reason"] = eid + 1, ""
+                                        state["seen"] = max(state["seen"], eid)
+                                        ok.append((eid, body))
+                                        nbytes += len(body)
+                                    else:
+                                        note(eid, "DIGEST")
+                            if ok:
+                                count_read(len(ok), nbytes, now - t_prev)
+                                await emit(ok, nbytes)
                             t_prev = now
                 except BookieError as exc:
                     log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source,

@@ -42,6 +42,26 @@ class Window:
         self._bytes += size
         self._notify()
 
+    async def put_many(self, items: list) -> None:
+        """:meth:`put` of each of ``items`` (``(entry id, body)`` pairs) in order, with one wake-up of the
+        writer per group that fits rather than one per entry."""
+        i, n = 0, len(items)
+        while i < n:
+            first = len(items[i][1])
+            await self._wait(lambda: self._dead or not self._items or (
+                len(self._items) < self.max_entries and self._bytes + first <= self.max_bytes))
+            if self._dead:
+                return
+            q, cap_n, cap_b = self._items, self.max_entries, self.max_bytes
+            while i < n:
+                size = len(items[i][1])
+                if q and (len(q) >= cap_n or self._bytes + size > cap_b):
+                    break
+                q.append(items[i])
+                self._bytes += size
+                i += 1
+            self._notify()
+
     async def get(self):
         await self._wait(lambda: bool(self._items))
         item = self._items.popleft()

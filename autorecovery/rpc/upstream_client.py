@@ -41,7 +41,7 @@ import itertools
 import struct
 import time
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import structlog
@@ -51,7 +51,7 @@ from autorecovery.ledger.striping import index_stores
 from autorecovery.proto import bookkeeper_protocol_pb2 as up
 from autorecovery.rpc.availability import ranges_from_availability
 from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
-from autorecovery.rpc.upstream_v2 import MASTER_KEY_LENGTH, V2Connection
+from autorecovery.rpc.upstream_v2 import ADDENTRY, MASTER_KEY_LENGTH, READENTRY, Sink, V2Connection
 from autorecovery.rpc.upstream_v2 import status_error as v2_status_error
 from autorecovery.rpc.upstream_connection import (  # noqa: F401 (re-exported: the names callers use)
     FRAME,
@@ -310,7 +310,24 @@ class UpstreamBookieClient:
                                  ensemble_size: int = 0, write_quorum: int = 0, bookie_index: int = 0,
                                  views: bool = False) -> AsyncIterator[list[ReadResult | BookieError]]:
         """:meth:`read_entries`, a list per group of answers that arrived together (``views`` is accepted
-        for the gRPC client's signature: bodies here are always ``bytes``)."""
+        for the gRPC client's signature: bodies here are always ``bytes``). The reads go in upstream's v2
+        encoding when the bookie takes it (:meth:`_v2_read_batches`), else in v3."""
+        v2 = await self._v2_connection(bookie_id)
+        if v2 is not None:
+            started = False
+            try:
+                async with contextlib.aclosing(self._v2_read_batches(v2, ledger_id, first, last, ensemble_size,
+                                                                     write_quorum, bookie_index)) as batches:
+                    async for got in batches:
+                        started = True
+                        yield got
+                return
+            except BookieUnavailableError:
+                if started or v2.answered:
+                    raise
+                self._v2_failed(v2)  # closed before its first answer: not a v2 peer, read in v3 below
+                if bookie_id not in self._v2_off:
+                    raise
         conn = await self._connection(bookie_id)
         ids = (e for e in range(first, last + 1)
                if ensemble_size <= 0 or index_stores(bookie_index, e, ensemble_size, write_quorum))
@@ -347,6 +364,76 @@ class UpstreamBookieClient:
             for _eid, txn, fut in inflight:
                 conn.pending.pop(txn, None)
                 fut.cancel()
+
+    async def _sink_wait(self, conn: V2Connection, sink: Sink, ready: Callable[[], bool], what: str) -> None:
+        """Send what ``conn`` has queued and wait, for at most ``timeout_s`` from now, until ``ready()``.
+
+        Raises:
+            BookieUnavailableError: no answer in ``timeout_s``, or the connection was lost (``sink.error``).
+        """
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                conn.flush()
+                await conn.writer.drain()
+                while not ready():
+                    if sink.error is not None:
+                        raise sink.error
+                    await sink.wait()
+        except TimeoutError:
+            raise BookieUnavailableError(conn.bookie_id, "UNAVAILABLE",
+                                         f"{what}: no answer in {self.timeout_s:g}s") from None
+        except (ConnectionError, OSError) as exc:
+            err = BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}")
+            conn.fail(err)
+            raise err from None
+
+    async def _v2_read_batches(self, conn: V2Connection, ledger_id: int, first: int, last: int, ensemble_size: int,
+                               write_quorum: int, bookie_index: int) -> AsyncGenerator[list[ReadResult | BookieError]]:
+        """The range read of :meth:`read_entry_batches` in the v2 encoding: up to ``window`` reads in flight,
+        their answers gathered in one :class:`~autorecovery.rpc.upstream_v2.Sink`, each batch what has
+        arrived in order. The LAC of each result is the one its entry's header carries (a v2 answer has
+        no other)."""
+        bookie_id = conn.bookie_id
+        if ensemble_size > 0 and write_quorum < ensemble_size:
+            ids: Iterator[int] = (e for e in range(first, last + 1)
+                                  if index_stores(bookie_index, e, ensemble_size, write_quorum))
+        else:
+            ids = iter(range(first, last + 1))
+        sink = Sink()
+        answers = sink.answers
+        order: deque[int] = deque()
+        window = self.window
+        head = struct.Struct(">q")
+        try:
+            while True:
+                while len(order) < window:
+                    eid = next(ids, None)
+                    if eid is None:
+                        break
+                    conn.send_read_into(sink, ledger_id, eid)
+                    order.append(eid)
+                if not order:
+                    return
+                if order[0] not in answers:
+                    await self._sink_wait(conn, sink, lambda: order[0] in answers,
+                                          f"read ledger {ledger_id} entry {order[0]}")
+                out: list[ReadResult | BookieError] = []
+                while order and order[0] in answers:
+                    eid = order.popleft()
+                    code, body = answers.pop(eid)
+                    if code == 0 and body is not None:
+                        out.append(ReadResult(eid, body, head.unpack_from(body, 16)[0] if len(body) >= 24 else -1))
+                    elif code == 2:  # ENOENTRY
+                        missing = BookieError(bookie_id, "ENOENTRY", f"ledger {ledger_id} entry {eid}")
+                        missing.entry_id = eid  # type: ignore[attr-defined]
+                        out.append(missing)
+                    else:
+                        if out:
+                            yield out
+                        _raise(v2_status_error(bookie_id, code or 101, f"read ledger {ledger_id} entry {eid}"))
+                yield out
+        finally:
+            conn.drop_sink(sink, READENTRY, ledger_id, order)
 
     async def read_lac(self, bookie_id: str, ledger_id: int) -> int:
         """The bookie's last-add-confirmed of the ledger (READ_LAC): the larger of an explicit LAC it
@@ -479,7 +566,8 @@ class UpstreamBookieClient:
             conn = self._v2.get(bookie_id)
             if conn is not None and conn.alive:
                 return conn
-            old, self._v2[bookie_id] = self._v2.get(bookie_id), V2Connection(bookie_id, *await self._open(bookie_id))
+            old, self._v2[bookie_id] = self._v2.get(bookie_id), V2Connection(bookie_id, *await self._open(bookie_id),
+                                                                              self.max_frame_bytes)
             if old is not None:
                 await old.close()
             return self._v2[bookie_id]
@@ -500,8 +588,9 @@ class UpstreamBookieClient:
             Exception: whatever iterating ``batches`` raised, unchanged.
         """
         v2 = await self._v2_connection(bookie_id) if len(master_key) == MASTER_KEY_LENGTH else None
-        adds: _Adds = (_V2Adds(self, v2, ledger_id, master_key, recovery) if v2 is not None else
-                       _V3Adds(self, await self._connection(bookie_id), ledger_id, master_key, recovery))
+        if v2 is not None:
+            return await self._v2_add_batches(v2, ledger_id, master_key, batches, recovery)
+        adds = _V3Adds(self, await self._connection(bookie_id), ledger_id, master_key, recovery)
         inflight: deque[tuple[int, int, object]] = deque()
         state = {"entries": 0, "bytes": 0, "inflight_bytes": 0}
 
@@ -556,6 +645,87 @@ class UpstreamBookieClient:
         return state["entries"], state["bytes"]
 
 
+    async def _v2_add_batches(self, conn: V2Connection, ledger_id: int, master_key: bytes,
+                              batches: AsyncIterable[Sequence[tuple[int, bytes]]] | Iterable[Sequence[tuple[int, bytes]]],
+                              recovery: bool) -> tuple[int, int]:
+        """:meth:`add_entry_batches` on the v2 connection: each batch's adds leave in one write, their
+        answers land in one :class:`~autorecovery.rpc.upstream_v2.Sink` and are settled in order with no
+        future or await per entry (a copy's per-entry cost, issue 39); the same window and errors."""
+        sink = Sink()
+        answers = sink.answers
+        order: deque[tuple[int, int]] = deque()  # (entry id, body size) in flight, oldest first
+        inflight: set[int] = set()
+        state = [0, 0, 0]  # entries acknowledged, their bytes, body bytes in flight
+        window = self.window
+        what = f"add ledger {ledger_id}"
+
+        def failed(err: BookieError, eid: int) -> BookieError:
+            err.failed_entry_id = eid  # type: ignore[attr-defined]
+            err.entries_written = state[0]  # type: ignore[attr-defined]
+            err.bytes_written = state[1]  # type: ignore[attr-defined]
+            return err
+
+        def settle() -> None:
+            while order and order[0][0] in answers:
+                eid, size = order.popleft()
+                inflight.discard(eid)
+                state[2] -= size
+                code = answers.pop(eid)[0]
+                if code:
+                    raise failed(v2_status_error(conn.bookie_id, code, f"{what} entry {eid}"), eid)
+                state[0] += 1
+                state[1] += size
+
+        async def wait_head() -> None:
+            try:
+                await self._sink_wait(conn, sink, lambda: order[0][0] in answers, f"{what} entry {order[0][0]}")
+            except BookieUnavailableError as exc:
+                self._v2_failed(conn)
+                raise failed(exc, -1) from None
+            settle()
+
+        def send(batch: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+            """Queue what the window takes now; returns the rest of the batch."""
+            for i, (eid, body) in enumerate(batch):
+                if order and (len(order) >= window or state[2] >= WINDOW_BYTES or eid in inflight):
+                    return list(batch[i:])
+                try:
+                    conn.send_add_into(sink, ledger_id, eid, master_key, body, recovery)
+                except BookieUnavailableError as exc:  # the connection was lost meanwhile
+                    raise failed(exc, -1) from None
+                except BookieError as exc:  # refused before sending (a body that names another entry)
+                    raise failed(exc, eid) from None
+                n = len(body)
+                order.append((eid, n))
+                inflight.add(eid)
+                state[2] += n
+            return []
+
+        async def put(batch: Sequence[tuple[int, bytes]]) -> None:
+            rest = send(batch)
+            while rest:
+                await wait_head()
+                rest = send(rest)
+            settle()
+
+        try:
+            if isinstance(batches, AsyncIterable):
+                async for batch in batches:
+                    await put(batch)
+            else:
+                for batch in batches:
+                    await put(batch)
+            while order:
+                await wait_head()
+        finally:
+            conn.drop_sink(sink, ADDENTRY, ledger_id, [eid for eid, _ in order])
+            aclose = getattr(batches, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        return state[0], state[1]
+
+
 class _Adds:
     """One connection's way of sending adds, for :meth:`UpstreamBookieClient.add_entry_batches`:
     ``send`` queues one and returns its handle, ``outcome`` waits for its answer (None: stored; the
@@ -599,24 +769,3 @@ class _V3Adds(_Adds):
         txn, fut = cast("tuple[int, asyncio.Future]", handle)
         self.conn.pending.pop(txn, None)
         fut.cancel()
-
-
-class _V2Adds(_Adds):
-    """Adds in upstream's v2 encoding on the client's second connection to the bookie
-    (:class:`~autorecovery.rpc.upstream_v2.V2Connection`)."""
-
-    def send(self, entry_id: int, body: bytes) -> object:
-        return self.conn.send_add(self.ledger_id, entry_id, self.master_key, body, self.recovery)
-
-    async def outcome(self, entry_id: int, handle: object) -> BookieError | None:
-        fut = cast(asyncio.Future, handle)
-        what = f"add ledger {self.ledger_id} entry {entry_id}"
-        try:
-            code = await self.client._settled(self.conn, fut, what, lambda: self.drop(entry_id, fut))
-        except BookieUnavailableError:
-            self.client._v2_failed(self.conn)
-            raise
-        return None if code == 0 else v2_status_error(self.conn.bookie_id, code, what)
-
-    def drop(self, entry_id: int, handle: object) -> None:
-        self.conn.forget(self.ledger_id, entry_id, cast(asyncio.Future, handle))

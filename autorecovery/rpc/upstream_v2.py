@@ -22,6 +22,15 @@ Upstream source: ``BookieProtocol`` (``PacketHeader``: version << 24 | op << 16 
   client packed it (it starts with the ledger id and the entry id, which the bookie reads from there);
 * answer frame: int32 length (24), int32 packet header, int32 error code, int64 ledger id, int64 entry
   id. There is no transaction id: an answer is matched to its request by (ledger id, entry id).
+* read request (``READENTRY`` = 2, no flags: never a fencing read, those stay v3): int32 length (20),
+  int32 packet header, int64 ledger id, int64 entry id; its answer is the add answer's 24 bytes, then
+  the entry as stored when the error code is 0.
+
+**Reads too (issue 39).** A copy's range reads from a stock bookie go on the same v2 connection: the
+answer is a fixed header and the stored entry, where a v3 answer is a protobuf ``Response`` whose
+parse and ``body`` access copy the entry twice. Each read or add is one ``struct.pack`` and one dict
+entry, and a caller's requests share one :class:`Sink` (one wake-up per socket read, not a future per
+request). Measured with ``bench/copy_path.py`` (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from autorecovery.rpc.upstream_connection import FRAME, FramedConnection
 #: the protocol version a v2 request carries (upstream ``CURRENT_PROTOCOL_VERSION``)
 VERSION = 2
 ADDENTRY = 1
+READENTRY = 2
 FLAG_RECOVERY_ADD = 0x0002
 MASTER_KEY_LENGTH = 20
 #: a request's frame length and packet header
@@ -45,8 +55,14 @@ REQUEST_HEAD = struct.Struct(">Ii")
 ADD_ANSWER = struct.Struct(">iiqq")
 #: the ledger id and entry id a packed entry starts with
 ENTRY_IDS = struct.Struct(">qq")
-#: bytes asked of the socket per read (answers are 28 bytes each)
-READ_CHUNK = 64 * 1024
+#: a whole read request: frame length (20), packet header, ledger id, entry id
+READ_REQUEST = struct.Struct(">Iiqq")
+#: the frame length and packet header at the start of every answer
+ANSWER_START = struct.Struct(">Ii")
+#: bytes asked of the socket per read (an add answer is 28 bytes, a read answer 28 plus the entry)
+READ_CHUNK = 256 * 1024
+#: the largest v2 answer frame accepted by default: upstream's ``nettyMaxFrameSizeBytes`` (5 MiB) and room
+DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024 + 64 * 1024
 
 #: upstream ``BookieProtocol`` error codes, by the status names the v3 transport uses
 STATUS_NAMES = {0: "EOK", 1: "ENOLEDGER", 2: "ENOENTRY", 100: "EBADREQ", 101: "EIO", 102: "EUA",
@@ -82,16 +98,101 @@ def status_error(bookie_id: str, code: int, what: str) -> BookieError:
     return BookieError(bookie_id, name, what)
 
 
+class Sink:
+    """Where the answers to one caller's v2 requests land, without a future per request: ``answers``
+    maps an entry id to ``(error code, body)`` (``body`` None for an add), :meth:`wait` returns once
+    something arrived (or the connection failed: ``error`` is then set). One caller per sink; the
+    caller sends each entry id at most once until its answer is taken."""
+
+    __slots__ = ("answers", "error", "_waiter")
+
+    def __init__(self) -> None:
+        self.answers: dict[int, tuple[int, bytes | None]] = {}
+        self.error: BookieError | None = None
+        self._waiter: asyncio.Future | None = None
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    def deliver(self, entry_id: int, code: int, body: bytes | None) -> None:
+        self.answers[entry_id] = (code, body)
+        if self._waiter is not None:
+            self._wake()
+
+    def fail(self, err: BookieError) -> None:
+        if self.error is None:
+            self.error = err
+        self._wake()
+
+    async def wait(self) -> None:
+        """Until the next answer (or failure) after this call; returns at once when already failed."""
+        if self.error is not None:
+            return
+        self._waiter = fut = asyncio.get_running_loop().create_future()
+        await fut
+
+
+Waiter = asyncio.Future | Sink
+
+
 class V2Connection(FramedConnection):
-    """One TCP connection to a stock bookie in the v2 encoding, for adds: requests pipelined, answers
-    matched by (ledger id, entry id), oldest first for a pair sent twice."""
+    """One TCP connection to a stock bookie in the v2 encoding, for a copy's adds and range reads:
+    requests pipelined, answers matched by (operation, ledger id, entry id), oldest first for a key
+    sent twice. Answer frames are bounded: an add answer is exactly 24 bytes, a read answer at most
+    ``max_frame_bytes`` (checked on its length, before its body is awaited)."""
 
     read_chunk = READ_CHUNK
 
-    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.pending: dict[tuple[int, int], deque[asyncio.Future]] = {}
+    def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.pending: dict[tuple[int, int, int], deque[Waiter]] = {}
         self.answered = 0  # answers received: a connection that fails before its first is not speaking v2
         super().__init__(bookie_id, reader, writer)
+
+    def _wait_on(self, key: tuple[int, int, int], waiter: Waiter) -> None:
+        waiting = self.pending.get(key)
+        if waiting is None:
+            self.pending[key] = deque((waiter,))
+        else:
+            waiting.append(waiter)
+
+    def send_add_into(self, sink: Sink, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
+                      recovery: bool) -> None:
+        """Queue one add whose answer lands in ``sink`` (see :meth:`send_add` for the checks and errors)."""
+        self._check_alive()
+        if len(body) < ENTRY_IDS.size or ENTRY_IDS.unpack_from(body) != (ledger_id, entry_id):
+            raise BookieError(self.bookie_id, "EBADREQ", f"add ledger {ledger_id} entry {entry_id}: the packed "
+                              "entry does not start with this ledger and entry id")
+        pieces = add_frame(master_key, body, recovery)
+        self._wait_on((ADDENTRY, ledger_id, entry_id), sink)
+        self._queue(pieces)
+
+    def send_read_into(self, sink: Sink, ledger_id: int, entry_id: int) -> None:
+        """Queue one (non-fencing) read whose answer lands in ``sink``: ``(0, the stored entry)``, or
+        ``(error code, None)``.
+
+        Raises:
+            BookieUnavailableError (or the connection's error): it is closed.
+        """
+        self._check_alive()
+        self._wait_on((READENTRY, ledger_id, entry_id), sink)
+        self._queue((READ_REQUEST.pack(20, packet_header(READENTRY, 0), ledger_id, entry_id),))
+
+    def drop_sink(self, sink: Sink, op: int, ledger_id: int, entry_ids) -> None:
+        """Forget ``sink``'s requests of ``entry_ids`` nobody waits for any more (late answers are ignored)."""
+        for eid in entry_ids:
+            key = (op, ledger_id, eid)
+            waiting = self.pending.get(key)
+            if waiting is not None:
+                with contextlib.suppress(ValueError):
+                    waiting.remove(sink)
+                if not waiting:
+                    del self.pending[key]
 
     def send_add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
                  recovery: bool) -> asyncio.Future:
@@ -109,47 +210,68 @@ class V2Connection(FramedConnection):
                               "entry does not start with this ledger and entry id")
         pieces = add_frame(master_key, body, recovery)
         fut = asyncio.get_running_loop().create_future()
-        self.pending.setdefault((ledger_id, entry_id), deque()).append(fut)
+        self._wait_on((ADDENTRY, ledger_id, entry_id), fut)
         self._queue(pieces)
         return fut
 
     def _settle(self, buf: bytearray) -> tuple[int, BookieError | None]:
-        """Resolve the future of every whole answer at the start of ``buf``: ``(bytes used, error)``;
-        the error (``EIO``) when an answer is not a 24-byte v2 add answer (memory stays bounded: such a
-        frame closes the connection before its body is awaited)."""
+        """Resolve the waiter of every whole answer at the start of ``buf``: ``(bytes used, error)``;
+        the error (``EIO``) when an answer is neither a 24-byte add answer nor a read answer within
+        ``max_frame_bytes`` (memory stays bounded: such a frame closes the connection before its body
+        is awaited)."""
         pos, end = 0, len(buf)
+        pending = self.pending
         while end - pos >= FRAME.size:
             (size,) = FRAME.unpack_from(buf, pos)
-            if size != ADD_ANSWER.size:
+            if not ADD_ANSWER.size <= size <= self.max_frame_bytes:
+                return pos, BookieError(self.bookie_id, "EIO", f"v2 answer frame of {size} bytes is not an add answer "
+                                        f"({ADD_ANSWER.size} bytes) nor a read answer (at most {self.max_frame_bytes})")
+            if end - pos < ANSWER_START.size:
+                break
+            op = (ANSWER_START.unpack_from(buf, pos)[1] >> 16) & 0xFF
+            if op == ADDENTRY and size != ADD_ANSWER.size:
                 return pos, BookieError(self.bookie_id, "EIO", f"v2 answer frame of {size} bytes is not an add "
                                         f"answer ({ADD_ANSWER.size} bytes)")
+            if op not in (ADDENTRY, READENTRY):
+                return pos, BookieError(self.bookie_id, "EIO", f"v2 answer with operation {op} is not an add "
+                                        "answer nor a read answer")
             if end - pos - FRAME.size < size:
                 break
-            header, code, ledger_id, entry_id = ADD_ANSWER.unpack_from(buf, pos + FRAME.size)
+            _header, code, ledger_id, entry_id = ADD_ANSWER.unpack_from(buf, pos + FRAME.size)
+            body = bytes(buf[pos + FRAME.size + ADD_ANSWER.size:pos + FRAME.size + size]) if op == READENTRY else None
             pos += FRAME.size + size
-            if (header >> 16) & 0xFF != ADDENTRY:
-                return pos, BookieError(self.bookie_id, "EIO", f"v2 answer with operation {(header >> 16) & 0xFF}, "
-                                        "not an add")
             self.answered += 1
-            waiting = self.pending.get((ledger_id, entry_id))
+            key = (op, ledger_id, entry_id)
+            waiting = pending.get(key)
             if waiting:
-                fut = waiting.popleft()
+                w = waiting.popleft()
                 if not waiting:
-                    del self.pending[(ledger_id, entry_id)]
-                if not fut.done():
-                    fut.set_result(code)
+                    del pending[key]
+                if isinstance(w, Sink):
+                    w.deliver(entry_id, code, body)
+                elif not w.done():
+                    w.set_result(code)
         return pos, None
 
     def forget(self, ledger_id: int, entry_id: int, fut: asyncio.Future) -> None:
-        """Drop a request nobody waits for any more (its late answer is then ignored)."""
-        waiting = self.pending.get((ledger_id, entry_id))
+        """Drop an add nobody waits for any more (its late answer is then ignored)."""
+        key = (ADDENTRY, ledger_id, entry_id)
+        waiting = self.pending.get(key)
         if waiting is not None:
             with contextlib.suppress(ValueError):
                 waiting.remove(fut)
             if not waiting:
-                del self.pending[(ledger_id, entry_id)]
+                del self.pending[key]
         fut.cancel()
 
     def _take_pending(self) -> list[asyncio.Future]:
+        """The futures still waiting; every sink still waiting is failed with the connection's error here."""
         pending, self.pending = self.pending, {}
-        return [fut for waiting in pending.values() for fut in waiting]
+        futs: list[asyncio.Future] = []
+        for waiting in pending.values():
+            for w in waiting:
+                if isinstance(w, Sink):
+                    w.fail(self.error or BookieError(self.bookie_id, "UNAVAILABLE", "connection closed"))
+                else:
+                    futs.append(w)
+        return futs

@@ -30,9 +30,9 @@ class _Bookies:
     async def pulls(self, target: str, source: str) -> bool:
         return False
 
-    async def read_entries(self, source, ledger_id, first, last, **kw):
-        for e in range(first, last + 1):
-            yield ReadResult(e, CRC32C.pack(ledger_id, e, -1, 0, b"x" * SIZE), -1)
+    async def read_entry_batches(self, source, ledger_id, first, last, **kw):
+        for e in range(first, last + 1):  # one entry per batch: the copier must not depend on batch sizes
+            yield [ReadResult(e, CRC32C.pack(ledger_id, e, -1, 0, b"x" * SIZE), -1)]
 
     async def add_entry_batches(self, target, ledger_id, master_key, batches, *, recovery=True):
         n = nbytes = 0
