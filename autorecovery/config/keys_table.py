@@ -249,6 +249,18 @@ KEYS: tuple[Key, ...] = (
     _k("replicationMaxStreamsPerTargetBookie", "int", 4, "count", "worker",
        "copy streams writing to one bookie, cluster-wide (ZooKeeper slots); <= 0 unlimited", origin=OURS,
        min_value=INT_MIN, max_value=1024),
+    _k("adaptiveThrottleEnabled", "bool", True, "", "worker",
+       "the adaptive copy throttle: each bookie a copy reads from or writes to gets a byte rate limit that is "
+       "halved while its latency to the copy is over replicationLatencyBudgetFactor x its idle baseline and "
+       "grows back (then is lifted) while it is within; replicationRateByBytes and the stream caps still apply",
+       origin=OURS),
+    _k("replicationLatencyBudgetFactor", "float", 2.0, "x", "worker",
+       "the adaptive throttle's latency budget: a bookie whose median request latency to a copy is over this "
+       "multiple of its idle baseline (the lowest interval median seen) is slowed down; must be > 1",
+       origin=OURS, min_value=1, max_value=1000),
+    _k("replicationAdaptiveFloorBytesPerSec", "int", 1024 * 1024, "bytes/s", "worker",
+       "the adaptive throttle never limits a bookie's copies below this rate (a heal always progresses)",
+       origin=OURS, min_value=1, max_value=INT_MAX),
     _k("replicationStreamWindowBytes", "int", 16 * 1024 * 1024, "bytes", "worker",
        "body bytes queued per target between a copy stream's read and its write (memory bound; at least "
        "one entry, at most max(rereplicationEntryBatchSize, 256) entries)", origin=OURS, min_value=1, max_value=1024**3),

@@ -139,6 +139,9 @@ class WorkerSettings(Section):
     | replicationMaxStreamsPerSourceBookie (ours) | max_streams_per_source | 4 |
     | replicationMaxStreamsPerTargetBookie (ours) | max_streams_per_target | 4 |
     | replicationStreamWindowBytes (ours) | stream_window_bytes | 16 MiB |
+    | adaptiveThrottleEnabled (ours) | adaptive_throttle | true |
+    | replicationLatencyBudgetFactor (ours) | latency_budget_factor | 2.0 |
+    | replicationAdaptiveFloorBytesPerSec (ours) | adaptive_floor_bytes_per_s | 1 MiB/s |
     | digestType | recovery_digest_type | CRC32 |
     | passwd | recovery_password (bytes, never in repr) | empty |
 
@@ -160,6 +163,9 @@ class WorkerSettings(Section):
     max_streams_per_source: int = 4
     max_streams_per_target: int = 4
     stream_window_bytes: int = 16 * 1024 * 1024
+    adaptive_throttle: bool = True
+    latency_budget_factor: float = 2.0
+    adaptive_floor_bytes_per_s: int = 1024 * 1024
     recovery_digest_type: DigestType = DigestType.CRC32
     recovery_password: bytes = field(default=b"", repr=False)
 
@@ -177,6 +183,9 @@ class WorkerSettings(Section):
         "replicationMaxStreamsPerSourceBookie": "max_streams_per_source",
         "replicationMaxStreamsPerTargetBookie": "max_streams_per_target",
         "replicationStreamWindowBytes": "stream_window_bytes",
+        "adaptiveThrottleEnabled": "adaptive_throttle",
+        "replicationLatencyBudgetFactor": "latency_budget_factor",
+        "replicationAdaptiveFloorBytesPerSec": "adaptive_floor_bytes_per_s",
         **_RECOVERY_KEYS,
     }
     CONVERT = _RECOVERY_CONVERT
@@ -194,6 +203,11 @@ class WorkerSettings(Section):
                 bad.append(f"{name}={getattr(self, name)} (must be >= {low})")
         if not 0 <= self.verification_percentage <= 100:
             bad.append(f"verification_percentage={self.verification_percentage} (must be within 0..100)")
+        if not self.latency_budget_factor > 1:
+            bad.append(f"latency_budget_factor={self.latency_budget_factor} (replicationLatencyBudgetFactor, must be > 1)")
+        if self.adaptive_floor_bytes_per_s < 1:
+            bad.append(f"adaptive_floor_bytes_per_s={self.adaptive_floor_bytes_per_s} "
+                       "(replicationAdaptiveFloorBytesPerSec, must be >= 1)")
         if bad:
             raise ConfigError("bad worker settings: " + ", ".join(bad))
 

@@ -93,15 +93,18 @@ class BookieRate:
     _since: float | None = None
 
     def observe(self, latency_s: float, nbytes: int, now: float) -> None:
-        """Record one request's latency (s) and the body bytes it moved."""
+        """Record one request's latency (s) and the body bytes it moved; a negative latency (unknown)
+        counts the bytes only."""
         if self._since is None:
             self._since = now
+        self._bytes += nbytes
+        if latency_s < 0:
+            return
         if len(self._samples) < MAX_SAMPLES:
             self._samples.append(latency_s)
         else:  # bounded: the latest samples overwrite round robin
             self._samples[self._seen % MAX_SAMPLES] = latency_s
         self._seen += 1
-        self._bytes += nbytes
 
     def due(self, now: float, interval_s: float) -> bool:
         return self._since is not None and now - self._since >= interval_s
@@ -110,7 +113,7 @@ class BookieRate:
         """Close the interval begun by the first sample after the previous decision (see the module
         docstring); without samples nothing changes."""
         if self._since is None or not self._samples:
-            return
+            return  # bytes without a latency: no evidence either way (the interval goes on)
         elapsed = max(now - self._since, 1e-9)
         xs = sorted(self._samples)
         median = xs[len(xs) // 2]

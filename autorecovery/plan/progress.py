@@ -263,6 +263,8 @@ class Progress:
         ledgers_in_progress: ledgers it is copying now. worker_bytes_remaining: bytes it still has to
             copy for them. worker_rate_bytes_per_s: its own copy rate (30 s window).
         ledgers_done / bytes_copied: since it started.
+        rate_limits: bookie id -> the adaptive copy throttle's current limit (bytes/s, None: none) and
+            why (``reason``, ``detail``, ``baseline_ms``, ``median_ms``).
     """
 
     ledgers_remaining: int
@@ -276,6 +278,8 @@ class Progress:
     worker_bytes_remaining: int = 0
     worker_rate_bytes_per_s: float = 0.0
     stalled_s: float = 0.0
+    #: bookie id -> the adaptive copy throttle's limit and why (``plan.adaptive_rate.AdaptiveRates.snapshot``)
+    rate_limits: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
     @property
     def blocked_summary(self) -> str:
@@ -300,6 +304,7 @@ class Progress:
                 "rate_bytes_per_s": round(self.worker_rate_bytes_per_s, 1),
                 "ledgers_done": self.ledgers_done,
                 "bytes_copied": self.bytes_copied,
+                "rate_limits": {b: dict(v) for b, v in sorted(self.rate_limits.items())},
             },
         }
 

@@ -61,7 +61,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable, Collection
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable
 
 import structlog
 
@@ -69,6 +70,7 @@ from autorecovery.errors import BookieError, DigestMismatchError
 from autorecovery.ledger.digest import CRC32C, EntryDigest
 from autorecovery.ledger.striping import write_set
 from autorecovery.plan import entry_runs
+from autorecovery.plan.adaptive_rate import AdaptiveRates
 from autorecovery.plan.entry_runs import Gap, merge_gaps, split_gaps
 from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
 from autorecovery.plan.targets import FragmentPlan
@@ -111,12 +113,16 @@ class FragmentCopier(StreamCopy):
             are then copied through this process like any other fallback.
         cluster_slots: :class:`~autorecovery.zk.stream_slots.ClusterStreamSlots` making the stream caps
             hold across every worker of the cluster (None: this process's caps only).
+        adaptive: the adaptive throttle (:class:`~autorecovery.plan.adaptive_rate.AdaptiveRates`): fed
+            the latency of the copy's requests to each bookie (the bookie client's
+            ``latency_observers``, stock bookies), it limits the bytes each source and target moves;
+            None: no adaptive limit. ``replicationRateByBytes`` (``byte_bucket``) applies as well.
     """
 
     def __init__(self, bookies, *, byte_bucket: TokenBucket, caps: StreamCaps, caps_changed: asyncio.Condition,
                  window_entries: int = 256, window_bytes: int = 16 * 1024 * 1024, metrics=None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, cluster_slots=None,
-                 pull: bool = True) -> None:
+                 pull: bool = True, adaptive: AdaptiveRates | None = None) -> None:
         self.bookies = bookies
         self.bucket = byte_bucket
         self.caps = caps
@@ -129,6 +135,44 @@ class FragmentCopier(StreamCopy):
         self.pull = pull
         #: PullEntries calls that completed (a target copied a range from its source itself)
         self.pulls = 0
+        self.adaptive = adaptive if adaptive is not None and adaptive.settings.enabled else None
+        self._bookie_buckets: dict[str, TokenBucket] = {}
+        self._decisions_seen: dict[str, int] = {}
+        if self.adaptive is not None:
+            # the upstream transport reports its requests' latency (BookieClient holds it as .upstream)
+            for client in (bookies, getattr(bookies, "upstream", None)):
+                observers = getattr(client, "latency_observers", None)
+                if isinstance(observers, list):
+                    observers.append(self._observe)
+
+    # -- the adaptive throttle ---------------------------------------------------------------------
+    def _observe(self, bookie_id: str, latency_s: float, nbytes: int) -> None:
+        if self.adaptive is not None:
+            self.adaptive.observe(bookie_id, latency_s, nbytes, time.monotonic())
+
+    def adaptive_wait(self, bookies: Iterable[str], nbytes: int) -> float:
+        """Seconds to wait before ``nbytes`` go through ``bookies`` (a stream's source and targets) under
+        their adaptive limits (0: none limits them); the limits' decisions due now are taken here and
+        published to the metrics."""
+        if self.adaptive is None:
+            return 0.0
+        now = time.monotonic()
+        wait = 0.0
+        for b in bookies:
+            lim = self.adaptive.limit(b, now)
+            st = self.adaptive.bookies.get(b)
+            if st is not None and self._decisions_seen.get(b) != st.decisions:
+                self._decisions_seen[b] = st.decisions
+                if self.m is not None and hasattr(self.m, "rate_limit"):
+                    self.m.rate_limit(b, lim, st.reason)
+            if lim is None:
+                continue
+            bucket = self._bookie_buckets.get(b)
+            if bucket is None:
+                bucket = self._bookie_buckets[b] = TokenBucket(lim, time.monotonic)
+            bucket.rate = lim
+            wait = max(wait, bucket.reserve(nbytes))
+        return wait
 
     # -- stream slots ------------------------------------------------------------------------------
     @contextlib.asynccontextmanager

@@ -90,7 +90,7 @@ class StreamCopy:
                     writers[t] = task = asyncio.create_task(write(t))
                     task.add_done_callback(lambda tk, t=t: on_writer_done(t, tk))
 
-        async def emit(items: list[tuple[int, bytes]], nbytes: int) -> None:
+        async def emit(items: list[tuple[int, bytes]], nbytes: int, source: str) -> None:
             """Hand verified ``(entry id, body)`` pairs (``nbytes`` of bodies) to every target's window:
             one bucket reservation and one window hand-over per batch read, not per entry (issue 39)."""
             start_writers()
@@ -99,9 +99,9 @@ class StreamCopy:
                 # a rate limit paces entry by entry (and an abort is seen between them), as upstream's
                 for item in items:
                     check_abort()
-                    await emit([item], len(item[1]))
+                    await emit([item], len(item[1]), source)
                 return
-            wait = self.bucket.reserve(nbytes * n_t)
+            wait = max(self.bucket.reserve(nbytes * n_t), self.adaptive_wait((source, *spec.targets), nbytes))
             if wait > 0:
                 await self.sleep(wait)
             for t in spec.targets:
@@ -192,7 +192,7 @@ class StreamCopy:
                                         note(eid, "DIGEST")
                             if ok:
                                 count_read(len(ok), nbytes, now - t_prev)
-                                await emit(ok, nbytes)
+                                await emit(ok, nbytes, source)
                             t_prev = now
                 except BookieError as exc:
                     log.warning("copy stream failed", ledger_id=ledger_id, bookie_id=source,

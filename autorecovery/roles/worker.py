@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
@@ -72,6 +73,7 @@ from autorecovery.config.keys import KEY_BY_NAME
 from autorecovery.errors import NoSuchLedgerError, is_retriable
 from autorecovery.plan import pass_end as pe
 from autorecovery.plan import pass_plan as pp
+from autorecovery.plan.adaptive_rate import AdaptiveRates, AdaptiveSettings
 from autorecovery.plan.backoff import FailureMemory
 from autorecovery.plan.progress import Progress, ProgressTracker
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
@@ -144,6 +146,10 @@ class ReplicationWorker:
         self.byte_bucket = TokenBucket(settings.rate_bytes_per_s, self.clock)
         self.task_bucket = TokenBucket(settings.task_rate_per_s, self.clock)
         self.caps = StreamCaps(settings.max_streams_per_source, settings.max_streams_per_target)
+        #: the adaptive copy throttle (adaptiveThrottleEnabled, replicationLatencyBudgetFactor, ...Floor...)
+        self.adaptive = AdaptiveRates(AdaptiveSettings(enabled=settings.adaptive_throttle,
+                                                       budget_factor=settings.latency_budget_factor,
+                                                       floor_bytes_per_s=settings.adaptive_floor_bytes_per_s))
         self._caps_changed = asyncio.Condition()
         self.copier = FragmentCopier(bookies, byte_bucket=self.byte_bucket, caps=self.caps,
                                      caps_changed=self._caps_changed,
@@ -152,7 +158,8 @@ class ReplicationWorker:
                                      metrics=self.m, sleep=sleep,
                                      cluster_slots=ClusterStreamSlots(zk, paths, settings.max_streams_per_source,
                                                                       settings.max_streams_per_target,
-                                                                      self.um.lock_owner))
+                                                                      self.um.lock_owner),
+                                     adaptive=self.adaptive)
         self.replicator = rp.SegmentReplicator(self.store, self.copier, credentials=settings.recovery)
         self.tracker = ProgressTracker(self.clock)
         # salt: daemons on one queue go for different ledgers of equal stake first (issue 29)
@@ -252,7 +259,8 @@ class ReplicationWorker:
         """A pure snapshot (:class:`~autorecovery.plan.progress.Progress`): the cluster's ledgers and
         bytes left with the smoothed cluster rate and ETA, blocked ledgers apart with their reasons
         (this worker's passes, every worker's unrecoverable side znodes), and this worker's share."""
-        return self.tracker.snapshot(self.backlog.blocked_reasons())
+        return dataclasses.replace(self.tracker.snapshot(self.backlog.blocked_reasons()),
+                                   rate_limits=self.adaptive.snapshot())
 
     # backlog views kept for the admin API and tests
     @property

@@ -46,6 +46,21 @@ class WorkerMetrics:
         self.copies_cancelled = c(OUR_SCOPE, "replication_copies_cancelled_total",
                                   doc="fragment copies skipped or aborted because the lost bookie came back")
 
+    #: the reasons of the adaptive throttle (autorecovery.plan.adaptive_rate), one series each
+    RATE_REASONS = ("idle", "slow", "recovering", "floor")
+
+    def rate_limit(self, bookie_id: str, limit: float | None, reason: str) -> None:
+        """Publish one bookie's adaptive copy limit: ``autorecovery_replication_rate_limit_bytes_per_second``
+        (-1: no limit) and ``autorecovery_replication_rate_limit_reason`` (1 for the current reason, 0 for
+        the others), both labelled ``bookie``."""
+        g = self.registry.gauge
+        g(OUR_SCOPE, "replication_rate_limit_bytes_per_second", labels={"bookie": bookie_id},
+          doc="the adaptive throttle's byte rate limit of copies through this bookie; -1 none").set(
+            -1.0 if limit is None else float(limit))
+        for r in self.RATE_REASONS:
+            g(OUR_SCOPE, "replication_rate_limit_reason", labels={"bookie": bookie_id, "reason": r},
+              doc="why the adaptive throttle limits this bookie (1: the current reason)").set(1.0 if r == reason else 0.0)
+
     def exception(self, exc: BaseException) -> None:
         name = getattr(exc, "upstream_name", None) or type(exc).__name__
         self.registry.counter(self.scope, f"exceptions_{name}").inc()

@@ -106,6 +106,10 @@ class UpstreamBookieClient:
         self._txn = itertools.count(1)
         self._refused_logged: dict[str, float] = {}
         self._closed = False
+        #: called ``(bookie id, latency s, body bytes)`` as a copy's v2 reads and adds are answered: the
+        #: latency of the oldest request of each group answered together, -1 when the answers were found
+        #: waiting (their bytes count, their latency is unknown): the adaptive throttle's input
+        self.latency_observers: list[Callable[[str, float, int], None]] = []
 
     # -- connections ----------------------------------------------------------------------------
     def _refuse(self, bookie_id: str, why: str) -> BookieRefusedError:
@@ -402,26 +406,43 @@ class UpstreamBookieClient:
         sink = Sink()
         answers = sink.answers
         order: deque[int] = deque()
+        sent_at: deque[float] = deque()  # the time each group of requests left, oldest first
+        sent_n: deque[int] = deque()  # ... and how many requests it held
         window = self.window
         head = struct.Struct(">q")
+        observers = self.latency_observers
+        monotonic = time.monotonic
         try:
             while True:
+                n0 = len(order)
                 while len(order) < window:
                     eid = next(ids, None)
                     if eid is None:
                         break
                     conn.send_read_into(sink, ledger_id, eid)
                     order.append(eid)
+                if len(order) > n0:
+                    sent_at.append(monotonic())
+                    sent_n.append(len(order) - n0)
                 if not order:
                     return
-                if order[0] not in answers:
+                waited = order[0] not in answers
+                if waited:
                     await self._sink_wait(conn, sink, lambda: order[0] in answers,
                                           f"read ledger {ledger_id} entry {order[0]}")
                 out: list[ReadResult | BookieError] = []
+                # an answer found waiting arrived at some unknown time: its bytes count, not its latency (-1)
+                latency = monotonic() - sent_at[0] if waited else -1.0
+                nbytes = 0
                 while order and order[0] in answers:
                     eid = order.popleft()
+                    sent_n[0] -= 1
+                    if not sent_n[0]:
+                        sent_n.popleft()
+                        sent_at.popleft()
                     code, body = answers.pop(eid)
                     if code == 0 and body is not None:
+                        nbytes += len(body)
                         out.append(ReadResult(eid, body, head.unpack_from(body, 16)[0] if len(body) >= 24 else -1))
                     elif code == 2:  # ENOENTRY
                         missing = BookieError(bookie_id, "ENOENTRY", f"ledger {ledger_id} entry {eid}")
@@ -431,6 +452,8 @@ class UpstreamBookieClient:
                         if out:
                             yield out
                         _raise(v2_status_error(bookie_id, code or 101, f"read ledger {ledger_id} entry {eid}"))
+                for observe in observers:
+                    observe(bookie_id, latency, nbytes)
                 yield out
         finally:
             conn.drop_sink(sink, READENTRY, ledger_id, order)
@@ -653,8 +676,10 @@ class UpstreamBookieClient:
         future or await per entry (a copy's per-entry cost, issue 39); the same window and errors."""
         sink = Sink()
         answers = sink.answers
-        order: deque[tuple[int, int]] = deque()  # (entry id, body size) in flight, oldest first
+        order: deque[tuple[int, int, float]] = deque()  # (entry id, body size, time sent) in flight, oldest first
         inflight: set[int] = set()
+        observers = self.latency_observers
+        monotonic = time.monotonic
         state = [0, 0, 0]  # entries acknowledged, their bytes, body bytes in flight
         window = self.window
         what = f"add ledger {ledger_id}"
@@ -665,16 +690,25 @@ class UpstreamBookieClient:
             err.bytes_written = state[1]  # type: ignore[attr-defined]
             return err
 
-        def settle() -> None:
-            while order and order[0][0] in answers:
-                eid, size = order.popleft()
-                inflight.discard(eid)
-                state[2] -= size
-                code = answers.pop(eid)[0]
-                if code:
-                    raise failed(v2_status_error(conn.bookie_id, code, f"{what} entry {eid}"), eid)
-                state[0] += 1
-                state[1] += size
+        def settle(waited: bool = False) -> None:
+            if not order or order[0][0] not in answers:
+                return
+            # answers found waiting arrived at some unknown time: their bytes count, not their latency (-1)
+            latency, done = (monotonic() - order[0][2] if waited else -1.0), 0
+            try:
+                while order and order[0][0] in answers:
+                    eid, size, _t = order.popleft()
+                    inflight.discard(eid)
+                    state[2] -= size
+                    code = answers.pop(eid)[0]
+                    if code:
+                        raise failed(v2_status_error(conn.bookie_id, code, f"{what} entry {eid}"), eid)
+                    state[0] += 1
+                    state[1] += size
+                    done += size
+            finally:
+                for observe in observers:
+                    observe(conn.bookie_id, latency, done)
 
         async def wait_head() -> None:
             try:
@@ -682,10 +716,11 @@ class UpstreamBookieClient:
             except BookieUnavailableError as exc:
                 self._v2_failed(conn)
                 raise failed(exc, -1) from None
-            settle()
+            settle(True)
 
         def send(batch: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
             """Queue what the window takes now; returns the rest of the batch."""
+            now = monotonic()
             for i, (eid, body) in enumerate(batch):
                 if order and (len(order) >= window or state[2] >= WINDOW_BYTES or eid in inflight):
                     return list(batch[i:])
@@ -696,7 +731,7 @@ class UpstreamBookieClient:
                 except BookieError as exc:  # refused before sending (a body that names another entry)
                     raise failed(exc, eid) from None
                 n = len(body)
-                order.append((eid, n))
+                order.append((eid, n, now))
                 inflight.add(eid)
                 state[2] += n
             return []
@@ -718,7 +753,7 @@ class UpstreamBookieClient:
             while order:
                 await wait_head()
         finally:
-            conn.drop_sink(sink, ADDENTRY, ledger_id, [eid for eid, _ in order])
+            conn.drop_sink(sink, ADDENTRY, ledger_id, [eid for eid, _n, _t in order])
             aclose = getattr(batches, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):

@@ -84,3 +84,12 @@ def test_disabled_never_limits():
 def test_bad_settings_name_the_offending_field(kw, word):
     with pytest.raises(ValueError, match=word):
         AdaptiveSettings(**kw)
+
+
+def test_bytes_without_a_latency_count_towards_the_rate_but_decide_nothing():
+    r = AdaptiveRates(S)
+    interval(r, 0.0, 0.002, MIB)
+    r.observe("b1:3181", -1.0, 30 * MIB, 1.0)  # answers found waiting: bytes only
+    assert r.limit("b1:3181", 2.0) is None and r.bookies["b1:3181"].decisions == 1  # no sample: no decision
+    r.observe("b1:3181", 0.010, 10 * MIB, 2.5)  # over budget; 40 MiB over the 2 s since t=1.0
+    assert r.limit("b1:3181", 3.0) == 10 * MIB

@@ -41,8 +41,19 @@ def test_bad_values_name_every_key():
 
 def test_our_keys_are_in_the_key_table():
     assert {k.name for k in CONFIG_KEYS} == {"replicationWorkerConcurrentLedgers", "replicationMaxStreamsPerSourceBookie",
-                                             "replicationMaxStreamsPerTargetBookie", "replicationStreamWindowBytes"}
+                                             "replicationMaxStreamsPerTargetBookie", "replicationStreamWindowBytes",
+                                             "adaptiveThrottleEnabled", "replicationLatencyBudgetFactor",
+                                             "replicationAdaptiveFloorBytesPerSec"}
     assert all(KEY_BY_NAME[k.name] is k for k in CONFIG_KEYS)
+
+
+def test_adaptive_throttle_keys_are_read_and_bad_values_named():
+    s = WorkerSettings.from_properties({"adaptiveThrottleEnabled": "false", "replicationLatencyBudgetFactor": "1.5",
+                                        "replicationAdaptiveFloorBytesPerSec": "2097152"})
+    assert (s.adaptive_throttle, s.latency_budget_factor, s.adaptive_floor_bytes_per_s) == (False, 1.5, 2097152)
+    assert WorkerSettings().adaptive_throttle is True
+    with pytest.raises(ConfigError, match="replicationLatencyBudgetFactor"):
+        WorkerSettings(latency_budget_factor=1.0)
 
 
 def test_direct_construction_is_validated():
