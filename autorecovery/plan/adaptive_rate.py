@@ -7,9 +7,12 @@ p99 from 10 to 100 ms while AutoRecovery ran). The copier reports, per bookie it
 the latency of its requests (an add's time to its acknowledgement, a read's time to its answer) and the
 bytes moved; every ``interval_s`` each bookie's :class:`BookieRate` takes one decision:
 
-* **baseline**: the lowest interval median seen so far, aged upwards by ``baseline_drift`` per interval
+* **signal**: the ``quantile`` (0.9 by default) of the interval's request latencies, each request
+  weighted by the entries it carried (a frozen bookie's whole window is late, not one sample of it);
+* **baseline**: the lowest interval signal seen so far, aged upwards by ``baseline_drift`` per interval
   (so a baseline taken in a quieter hour does not hold the copy back for ever);
-* **over budget** (the interval's median latency > ``budget_factor`` × baseline): the limit is cut to
+* **over budget** (the interval's signal > ``budget_factor`` × baseline, ``patience`` intervals
+  in a row: one slow interval, a journal fsync or a GC pause, is not enough): the limit is cut to
   ``decrease`` × the rate the bookie moved in that interval (or × the current limit, whichever is lower),
   never below ``floor_bytes_per_s``: multiplicative decrease;
 * **within budget**: a limited bookie gets ``increase_bytes_per_s`` more (additive increase); once the
@@ -52,6 +55,9 @@ class AdaptiveSettings:
         decrease: multiplicative decrease (0 < decrease < 1).
         interval_s: seconds between two decisions for one bookie.
         baseline_drift: fraction the baseline rises per interval (0: a fixed minimum).
+        quantile: the latency quantile judged (0.5: the median; 0.9 by default: a burst of slow answers
+            shows before it is half of them).
+        patience: consecutive over-budget intervals before a cut (>= 1).
     """
 
     enabled: bool = True
@@ -61,6 +67,8 @@ class AdaptiveSettings:
     decrease: float = 0.5
     interval_s: float = 0.5
     baseline_drift: float = 0.01
+    patience: int = 2
+    quantile: float = 0.9
 
     def __post_init__(self) -> None:
         bad = []
@@ -70,10 +78,27 @@ class AdaptiveSettings:
             bad.append(f"floor_bytes_per_s={self.floor_bytes_per_s} (must be > 0)")
         if not 0 < self.decrease < 1:
             bad.append(f"decrease={self.decrease} (must be within 0..1, exclusive)")
+        if not 0 < self.quantile < 1:
+            bad.append(f"quantile={self.quantile} (must be within 0..1, exclusive)")
+        if self.patience < 1:
+            bad.append(f"patience={self.patience} (must be >= 1)")
         if not self.interval_s > 0 or self.increase_bytes_per_s < 0 or self.baseline_drift < 0:
             bad.append("interval_s must be > 0, increase_bytes_per_s and baseline_drift >= 0")
         if bad:
             raise ValueError("bad adaptive throttle settings: " + ", ".join(bad))
+
+
+def weighted_quantile(samples: list[tuple[float, int]], q: float) -> float:
+    """The smallest latency at or below which at least ``q`` of the total weight lies
+    (``samples``: ``(latency, weight)``, not empty)."""
+    xs = sorted(samples)
+    total = sum(w for _, w in xs)
+    acc = 0
+    for lat, w in xs:
+        acc += w
+        if acc >= q * total:
+            return lat
+    return xs[-1][0]
 
 
 @dataclass
@@ -87,23 +112,24 @@ class BookieRate:
     last_median_s: float | None = None
     peak_rate: float = 0.0  # the highest rate (bytes/s) one interval moved
     decisions: int = 0
-    _samples: list[float] = field(default_factory=list)
+    over: int = 0  # over-budget intervals in a row
+    _samples: list[tuple[float, int]] = field(default_factory=list)
     _bytes: int = 0
     _seen: int = 0
     _since: float | None = None
 
-    def observe(self, latency_s: float, nbytes: int, now: float) -> None:
-        """Record one request's latency (s) and the body bytes it moved; a negative latency (unknown)
-        counts the bytes only."""
+    def observe(self, latency_s: float, nbytes: int, now: float, entries: int = 1) -> None:
+        """Record a latency (s) seen by ``entries`` requests and the body bytes they moved; a negative
+        latency (unknown) counts the bytes only."""
         if self._since is None:
             self._since = now
         self._bytes += nbytes
         if latency_s < 0:
             return
         if len(self._samples) < MAX_SAMPLES:
-            self._samples.append(latency_s)
+            self._samples.append((latency_s, max(1, entries)))
         else:  # bounded: the latest samples overwrite round robin
-            self._samples[self._seen % MAX_SAMPLES] = latency_s
+            self._samples[self._seen % MAX_SAMPLES] = (latency_s, max(1, entries))
         self._seen += 1
 
     def due(self, now: float, interval_s: float) -> bool:
@@ -115,8 +141,7 @@ class BookieRate:
         if self._since is None or not self._samples:
             return  # bytes without a latency: no evidence either way (the interval goes on)
         elapsed = max(now - self._since, 1e-9)
-        xs = sorted(self._samples)
-        median = xs[len(xs) // 2]
+        median = weighted_quantile(self._samples, s.quantile)
         rate = self._bytes / elapsed
         self._samples, self._bytes, self._seen, self._since = [], 0, 0, None
         self.decisions += 1
@@ -126,25 +151,29 @@ class BookieRate:
         base = median if base is None else min(base * (1.0 + s.baseline_drift), median)
         self.baseline_s = base
         budget = s.budget_factor * base
-        if median > budget:
+        self.over = self.over + 1 if median > budget else 0
+        if 0 < self.over < s.patience:
+            self.detail = (f"p{s.quantile * 100:g} latency {median * 1000:.1f} ms is over the budget {budget * 1000:.1f} ms "
+                           f"({self.over} of {s.patience} intervals before a cut)")
+        elif self.over:
             cut = s.decrease * (rate if self.limit is None else min(rate, self.limit))
             new = max(s.floor_bytes_per_s, cut)
             self.reason = FLOOR if new <= s.floor_bytes_per_s else SLOW
             self.limit = new
-            self.detail = (f"median latency {median * 1000:.1f} ms is over the budget {budget * 1000:.1f} ms "
+            self.detail = (f"p{s.quantile * 100:g} latency {median * 1000:.1f} ms is over the budget {budget * 1000:.1f} ms "
                            f"({s.budget_factor:g} x idle {base * 1000:.1f} ms)")
         elif self.limit is not None:
             grown = self.limit + s.increase_bytes_per_s
             if grown > self.peak_rate:
                 self.limit, self.reason = None, IDLE
-                self.detail = f"median latency {median * 1000:.1f} ms within the budget {budget * 1000:.1f} ms"
+                self.detail = f"p{s.quantile * 100:g} latency {median * 1000:.1f} ms within the budget {budget * 1000:.1f} ms"
             else:
                 self.limit, self.reason = grown, RECOVERING
-                self.detail = (f"median latency {median * 1000:.1f} ms within the budget {budget * 1000:.1f} ms; "
+                self.detail = (f"p{s.quantile * 100:g} latency {median * 1000:.1f} ms within the budget {budget * 1000:.1f} ms; "
                                f"growing by {s.increase_bytes_per_s:.0f} B/s per {s.interval_s:g} s")
         else:
             self.reason = IDLE
-            self.detail = f"median latency {median * 1000:.1f} ms within the budget {budget * 1000:.1f} ms"
+            self.detail = f"p{s.quantile * 100:g} latency {median * 1000:.1f} ms within the budget {budget * 1000:.1f} ms"
 
 
 class AdaptiveRates:
@@ -158,13 +187,13 @@ class AdaptiveRates:
         self.settings = settings or AdaptiveSettings()
         self.bookies: dict[str, BookieRate] = {}
 
-    def observe(self, bookie_id: str, latency_s: float, nbytes: int, now: float) -> None:
+    def observe(self, bookie_id: str, latency_s: float, nbytes: int, now: float, entries: int = 1) -> None:
         if not self.settings.enabled:
             return
         st = self.bookies.get(bookie_id)
         if st is None:
             st = self.bookies[bookie_id] = BookieRate()
-        st.observe(latency_s, nbytes, now)
+        st.observe(latency_s, nbytes, now, entries)
 
     def limit(self, bookie_id: str, now: float) -> float | None:
         """The bookie's current limit in bytes/s (None: none), after the decision due at ``now``."""

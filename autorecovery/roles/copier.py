@@ -146,9 +146,9 @@ class FragmentCopier(StreamCopy):
                     observers.append(self._observe)
 
     # -- the adaptive throttle ---------------------------------------------------------------------
-    def _observe(self, bookie_id: str, latency_s: float, nbytes: int) -> None:
+    def _observe(self, bookie_id: str, latency_s: float, nbytes: int, entries: int = 1) -> None:
         if self.adaptive is not None:
-            self.adaptive.observe(bookie_id, latency_s, nbytes, time.monotonic())
+            self.adaptive.observe(bookie_id, latency_s, nbytes, time.monotonic(), entries)
 
     def adaptive_wait(self, bookies: Iterable[str], nbytes: int) -> float:
         """Seconds to wait before ``nbytes`` go through ``bookies`` (a stream's source and targets) under

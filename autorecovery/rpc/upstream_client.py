@@ -106,10 +106,10 @@ class UpstreamBookieClient:
         self._txn = itertools.count(1)
         self._refused_logged: dict[str, float] = {}
         self._closed = False
-        #: called ``(bookie id, latency s, body bytes)`` as a copy's v2 reads and adds are answered: the
-        #: latency of the oldest request of each group answered together, -1 when the answers were found
-        #: waiting (their bytes count, their latency is unknown): the adaptive throttle's input
-        self.latency_observers: list[Callable[[str, float, int], None]] = []
+        #: called ``(bookie id, latency s, body bytes, entries)`` as a copy's v2 reads and adds are
+        #: answered, once per group of requests sent together and answered by one socket read (latency:
+        #: from the send to that read): the adaptive throttle's input
+        self.latency_observers: list[Callable[[str, float, int, int], None]] = []
 
     # -- connections ----------------------------------------------------------------------------
     def _refuse(self, bookie_id: str, why: str) -> BookieRefusedError:
@@ -405,46 +405,36 @@ class UpstreamBookieClient:
             ids = iter(range(first, last + 1))
         sink = Sink()
         answers = sink.answers
-        order: deque[int] = deque()
-        sent_at: deque[float] = deque()  # the time each group of requests left, oldest first
-        sent_n: deque[int] = deque()  # ... and how many requests it held
+        order: deque[tuple[int, float]] = deque()  # (entry id, time sent) in flight, oldest first
         window = self.window
         head = struct.Struct(">q")
         observers = self.latency_observers
         monotonic = time.monotonic
         try:
             while True:
-                n0 = len(order)
-                while len(order) < window:
-                    eid = next(ids, None)
-                    if eid is None:
-                        break
-                    conn.send_read_into(sink, ledger_id, eid)
-                    order.append(eid)
-                if len(order) > n0:
-                    sent_at.append(monotonic())
-                    sent_n.append(len(order) - n0)
+                if len(order) < window:
+                    now = monotonic()
+                    while len(order) < window:
+                        eid = next(ids, None)
+                        if eid is None:
+                            break
+                        conn.send_read_into(sink, ledger_id, eid)
+                        order.append((eid, now))
                 if not order:
                     return
-                waited = order[0] not in answers
-                if waited:
-                    await self._sink_wait(conn, sink, lambda: order[0] in answers,
-                                          f"read ledger {ledger_id} entry {order[0]}")
+                if order[0][0] not in answers:
+                    await self._sink_wait(conn, sink, lambda: order[0][0] in answers,
+                                          f"read ledger {ledger_id} entry {order[0][0]}")
                 out: list[ReadResult | BookieError] = []
-                # an answer found waiting arrived at some unknown time: its bytes count, not its latency (-1)
-                latency = monotonic() - sent_at[0] if waited else -1.0
-                nbytes = 0
-                while order and order[0] in answers:
-                    eid = order.popleft()
-                    sent_n[0] -= 1
-                    if not sent_n[0]:
-                        sent_n.popleft()
-                        sent_at.popleft()
-                    code, body = answers.pop(eid)
+                groups = _Latencies()
+                while order and order[0][0] in answers:
+                    eid, sent = order.popleft()
+                    code, body, arrival = answers.pop(eid)
                     if code == 0 and body is not None:
-                        nbytes += len(body)
+                        groups.add(arrival - sent, len(body))
                         out.append(ReadResult(eid, body, head.unpack_from(body, 16)[0] if len(body) >= 24 else -1))
                     elif code == 2:  # ENOENTRY
+                        groups.add(arrival - sent, 0)
                         missing = BookieError(bookie_id, "ENOENTRY", f"ledger {ledger_id} entry {eid}")
                         missing.entry_id = eid  # type: ignore[attr-defined]
                         out.append(missing)
@@ -452,11 +442,11 @@ class UpstreamBookieClient:
                         if out:
                             yield out
                         _raise(v2_status_error(bookie_id, code or 101, f"read ledger {ledger_id} entry {eid}"))
-                for observe in observers:
-                    observe(bookie_id, latency, nbytes)
+                if observers:
+                    groups.report(observers, bookie_id)
                 yield out
         finally:
-            conn.drop_sink(sink, READENTRY, ledger_id, order)
+            conn.drop_sink(sink, READENTRY, ledger_id, [eid for eid, _t in order])
 
     async def read_lac(self, bookie_id: str, ledger_id: int) -> int:
         """The bookie's last-add-confirmed of the ledger (READ_LAC): the larger of an explicit LAC it
@@ -690,25 +680,24 @@ class UpstreamBookieClient:
             err.bytes_written = state[1]  # type: ignore[attr-defined]
             return err
 
-        def settle(waited: bool = False) -> None:
+        def settle() -> None:
             if not order or order[0][0] not in answers:
                 return
-            # answers found waiting arrived at some unknown time: their bytes count, not their latency (-1)
-            latency, done = (monotonic() - order[0][2] if waited else -1.0), 0
+            groups = _Latencies()
             try:
                 while order and order[0][0] in answers:
-                    eid, size, _t = order.popleft()
+                    eid, size, sent = order.popleft()
                     inflight.discard(eid)
                     state[2] -= size
-                    code = answers.pop(eid)[0]
+                    code, _body, arrival = answers.pop(eid)
                     if code:
                         raise failed(v2_status_error(conn.bookie_id, code, f"{what} entry {eid}"), eid)
                     state[0] += 1
                     state[1] += size
-                    done += size
+                    groups.add(arrival - sent, size)
             finally:
-                for observe in observers:
-                    observe(conn.bookie_id, latency, done)
+                if observers:
+                    groups.report(observers, conn.bookie_id)
 
         async def wait_head() -> None:
             try:
@@ -716,7 +705,7 @@ class UpstreamBookieClient:
             except BookieUnavailableError as exc:
                 self._v2_failed(conn)
                 raise failed(exc, -1) from None
-            settle(True)
+            settle()
 
         def send(batch: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
             """Queue what the window takes now; returns the rest of the batch."""
@@ -759,6 +748,29 @@ class UpstreamBookieClient:
                 with contextlib.suppress(Exception):
                     await aclose()
         return state[0], state[1]
+
+
+class _Latencies:
+    """The latencies of requests settled together, grouped by value (requests sent in one write and
+    answered in one socket read share one): ``(latency s, body bytes, entries)`` per group."""
+
+    __slots__ = ("groups",)
+
+    def __init__(self) -> None:
+        self.groups: list[list] = []
+
+    def add(self, latency_s: float, nbytes: int) -> None:
+        g = self.groups
+        if g and g[-1][0] == latency_s:
+            g[-1][1] += nbytes
+            g[-1][2] += 1
+        else:
+            g.append([latency_s, nbytes, 1])
+
+    def report(self, observers: list[Callable[[str, float, int, int], None]], bookie_id: str) -> None:
+        for latency_s, nbytes, n in self.groups:
+            for observe in observers:
+                observe(bookie_id, latency_s, nbytes, n)
 
 
 class _Adds:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+import time
 from collections import deque
 
 from autorecovery.errors import BookieError, LedgerFencedError
@@ -100,14 +101,15 @@ def status_error(bookie_id: str, code: int, what: str) -> BookieError:
 
 class Sink:
     """Where the answers to one caller's v2 requests land, without a future per request: ``answers``
-    maps an entry id to ``(error code, body)`` (``body`` None for an add), :meth:`wait` returns once
+    maps an entry id to ``(error code, body, arrival)`` (``body`` None for an add; ``arrival`` the
+    ``time.monotonic()`` of the socket read that brought it), :meth:`wait` returns once
     something arrived (or the connection failed: ``error`` is then set). One caller per sink; the
     caller sends each entry id at most once until its answer is taken."""
 
     __slots__ = ("answers", "error", "_waiter")
 
     def __init__(self) -> None:
-        self.answers: dict[int, tuple[int, bytes | None]] = {}
+        self.answers: dict[int, tuple[int, bytes | None, float]] = {}
         self.error: BookieError | None = None
         self._waiter: asyncio.Future | None = None
 
@@ -118,8 +120,8 @@ class Sink:
             if not w.done():
                 w.set_result(None)
 
-    def deliver(self, entry_id: int, code: int, body: bytes | None) -> None:
-        self.answers[entry_id] = (code, body)
+    def deliver(self, entry_id: int, code: int, body: bytes | None, arrival: float) -> None:
+        self.answers[entry_id] = (code, body, arrival)
         if self._waiter is not None:
             self._wake()
 
@@ -221,6 +223,7 @@ class V2Connection(FramedConnection):
         is awaited)."""
         pos, end = 0, len(buf)
         pending = self.pending
+        arrival = time.monotonic()
         while end - pos >= FRAME.size:
             (size,) = FRAME.unpack_from(buf, pos)
             if not ADD_ANSWER.size <= size <= self.max_frame_bytes:
@@ -248,7 +251,7 @@ class V2Connection(FramedConnection):
                 if not waiting:
                     del pending[key]
                 if isinstance(w, Sink):
-                    w.deliver(entry_id, code, body)
+                    w.deliver(entry_id, code, body, arrival)
                 elif not w.done():
                     w.set_result(code)
         return pos, None

@@ -8,7 +8,7 @@ from autorecovery.plan.adaptive_rate import FLOOR, IDLE, RECOVERING, SLOW, Adapt
 
 MIB = 1024 * 1024
 S = AdaptiveSettings(budget_factor=2.0, floor_bytes_per_s=1 * MIB, increase_bytes_per_s=2 * MIB, decrease=0.5,
-                     interval_s=1.0, baseline_drift=0.0)
+                     interval_s=1.0, baseline_drift=0.0, patience=1)
 
 
 def interval(r: AdaptiveRates, t0: float, latency_s: float, nbytes: int, bookie: str = "b1:3181") -> float | None:
@@ -93,3 +93,28 @@ def test_bytes_without_a_latency_count_towards_the_rate_but_decide_nothing():
     assert r.limit("b1:3181", 2.0) is None and r.bookies["b1:3181"].decisions == 1  # no sample: no decision
     r.observe("b1:3181", 0.010, 10 * MIB, 2.5)  # over budget; 40 MiB over the 2 s since t=1.0
     assert r.limit("b1:3181", 3.0) == 10 * MIB
+
+
+def test_patience_cuts_only_after_that_many_slow_intervals_in_a_row():
+    r = AdaptiveRates(AdaptiveSettings(budget_factor=2.0, floor_bytes_per_s=MIB, decrease=0.5, interval_s=1.0,
+                                       baseline_drift=0.0, patience=2))
+    interval(r, 0.0, 0.002, 8 * MIB)
+    assert interval(r, 1.0, 0.010, 8 * MIB) is None  # one slow interval (a GC pause, an fsync): no cut
+    assert interval(r, 2.0, 0.002, 8 * MIB) is None  # and the count starts again
+    assert interval(r, 3.0, 0.010, 8 * MIB) is None
+    assert interval(r, 4.0, 0.010, 8 * MIB) == 4 * MIB  # the second in a row: cut
+
+
+def test_the_signal_is_a_quantile_weighted_by_entries():
+    from autorecovery.plan.adaptive_rate import weighted_quantile
+
+    assert weighted_quantile([(0.001, 90), (0.4, 10)], 0.9) == 0.001
+    assert weighted_quantile([(0.001, 89), (0.4, 11)], 0.9) == 0.4  # a frozen window: 11% of the entries late
+    assert weighted_quantile([(0.003, 1), (0.001, 1), (0.002, 1)], 0.5) == 0.002
+    r = AdaptiveRates(AdaptiveSettings(budget_factor=2.0, interval_s=1.0, patience=1, quantile=0.9,
+                                       floor_bytes_per_s=MIB // 4))
+    r.observe("b", 0.001, MIB, 0.0, entries=100)
+    assert r.limit("b", 1.0) is None
+    r.observe("b", 0.001, MIB, 1.0, entries=80)
+    r.observe("b", 0.400, MIB, 1.5, entries=20)  # one late group carrying a fifth of the entries
+    assert r.limit("b", 2.0) == MIB and r.snapshot()["b"]["reason"] == SLOW  # half the 2 MiB/s it moved
