@@ -681,7 +681,8 @@ def side_line(s: Side) -> str:
             f"{s.to_heal / 2**20:.1f} MiB to heal; ")
     if s.variant == "ceiling":
         body = (f"copied {s.copy_frac:.0%} of it (after the warm-up copies) in {fmt(s.copy_s)} s "
-                f"({fmt(s.rate, '.1f')} MB/s); CPU copy client {s.cpu_recovery:.1f} core-s")
+                f"({fmt(s.rate if s.heal.healed is not None else None, '.1f')} MB/s); "
+                f"CPU copy client {s.cpu_recovery:.1f} core-s")
     else:
         body = (f"detect {fmt(h.detect)} s, first marker {fmt(h.first_marker)} s, all marked {fmt(h.all_marked)} s, "
                 f"healed {fmt(h.healed)} s ({fmt(s.rate, '.1f')} MB/s from the kill), max {h.max_markers} markers"
