@@ -29,7 +29,8 @@ import org.apache.bookkeeper.util.ByteBufList;
  * lost bookie stored from a survivor that holds it and writes the stored bytes unchanged (header,
  * digest, payload) to a live bookie outside the segment's ensemble, as a recovery add, with up to
  * {@code --window-mb} MiB in flight. No metadata is read past the ledgers' own, none is written, no
- * digest is recomputed and no lock is taken: what is left is the bookies' and the client's copy cost.
+ * digest is recomputed and no lock is taken (a failed read or write is tried again from the read, 3 attempts
+ * in all): what is left is the bookies' and the client's copy cost.
  *
  * <pre>
  * copyceiling --conf CLIENT_CONF --victim BOOKIE_ID --bookies ID,ID,... [--password PW] [--window-mb MB]
@@ -41,7 +42,7 @@ import org.apache.bookkeeper.util.ByteBufList;
  * round-robin distribution schedule); it is read from the first of those that is not the victim, and
  * written to the live bookie outside the ensemble picked round robin by ledger id (with
  * {@code useV2WireProtocol} in the client conf, as v2 frames built here around the stored bytes). Prints one JSON line
- * ({@code ok, entries, planned, bytes, timed_bytes, warmup_entries, seconds, ledgers, segments, error}:
+ * ({@code ok, entries, planned, retries, bytes, timed_bytes, warmup_entries, seconds, ledgers, segments, error}:
  * the first {@code warmup_entries} copies (1 %, 50 to 500) open the connections and are not timed;
  * {@code seconds} and {@code timed_bytes} cover the rest; bytes are stored bytes: header, digest, payload); exit 0 when every copy succeeded.
  */
@@ -164,6 +165,7 @@ final class CopyCeiling {
         Semaphore window = new Semaphore((int) windowBytes);
         AtomicLong entries = new AtomicLong();
         AtomicLong bytes = new AtomicLong();
+        AtomicLong retries = new AtomicLong();
         AtomicReference<String> error = new AtomicReference<>();
         // warm-up, not timed: the first copies open the connections to every bookie
         int warm = Math.min(copies.size(), Math.max(50, Math.min(500, copies.size() / 100)));
@@ -183,13 +185,76 @@ final class CopyCeiling {
                 window.release(permits);
                 break;
             }
-            final long ledger = c[0];
-            final long entry = c[1];
-            final BookieId target = live.get((int) c[3]);
-            client.readEntry(live.get((int) c[2]), ledger, entry, (rc, lid, eid, buf, ctx) -> {
+            new Relay(client, live.get((int) c[2]), live.get((int) c[3]), c[0], c[1], masterKey, v2, () -> {
+                window.release(permits);
+            }, entries, bytes, retries, error).start(3);
+        }
+        window.acquire((int) windowBytes);
+        double seconds = (System.nanoTime() - start) / 1e9;
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("command", "copyceiling");
+        out.put("ok", error.get() == null && entries.get() == copies.size());
+        out.put("error", error.get());
+        out.put("entries", entries.get());
+        out.put("planned", copies.size());
+        out.put("retries", retries.get());
+        out.put("bytes", bytes.get());
+        out.put("timed_bytes", bytes.get() - warmBytes);
+        out.put("warmup_entries", warm == copies.size() ? 0 : warm);
+        out.put("seconds", seconds);
+        out.put("ledgers", ids.size());
+        out.put("segments", segments);
+        BkTool.print(out);
+        return error.get() == null ? 0 : 1;
+    }
+
+    /** One entry's copy: read from {@code source}, write the stored bytes to {@code target}; a failed
+     * read or write is tried again from the read, up to the attempts given to {@link #start}. */
+    private static final class Relay {
+        private final BookieClient client;
+        private final BookieId source;
+        private final BookieId target;
+        private final long ledger;
+        private final long entry;
+        private final byte[] masterKey;
+        private final boolean v2;
+        private final Runnable done;
+        private final AtomicLong entries;
+        private final AtomicLong bytes;
+        private final AtomicLong retries;
+        private final AtomicReference<String> error;
+
+        Relay(BookieClient client, BookieId source, BookieId target, long ledger, long entry, byte[] masterKey,
+              boolean v2, Runnable done, AtomicLong entries, AtomicLong bytes, AtomicLong retries,
+              AtomicReference<String> error) {
+            this.client = client;
+            this.source = source;
+            this.target = target;
+            this.ledger = ledger;
+            this.entry = entry;
+            this.masterKey = masterKey;
+            this.v2 = v2;
+            this.done = done;
+            this.entries = entries;
+            this.bytes = bytes;
+            this.retries = retries;
+            this.error = error;
+        }
+
+        private void failed(int attemptsLeft, String what) {
+            if (attemptsLeft > 1) {
+                retries.incrementAndGet();
+                start(attemptsLeft - 1);
+            } else {
+                error.compareAndSet(null, what);
+                done.run();
+            }
+        }
+
+        void start(int attemptsLeft) {
+            client.readEntry(source, ledger, entry, (rc, lid, eid, buf, ctx) -> {
                 if (rc != BKException.Code.OK) {
-                    error.compareAndSet(null, "read " + lid + "/" + eid + ": " + BKException.getMessage(rc));
-                    window.release(permits);
+                    failed(attemptsLeft, "read " + lid + "/" + eid + ": " + BKException.getMessage(rc));
                     return;
                 }
                 final int size = buf.readableBytes();
@@ -208,30 +273,14 @@ final class CopyCeiling {
                     if (wrc == BKException.Code.OK) {
                         entries.incrementAndGet();
                         bytes.addAndGet(size);
+                        done.run();
                     } else {
-                        error.compareAndSet(null, "write " + wlid + "/" + weid + " to " + addr + ": "
+                        failed(attemptsLeft, "write " + wlid + "/" + weid + " to " + addr + ": "
                                 + BKException.getMessage(wrc));
                     }
-                    window.release(permits);
                 }, null, BookieProtocol.FLAG_RECOVERY_ADD, false, EnumSet.noneOf(WriteFlag.class));
                 toSend.release();
             }, null, BookieProtocol.FLAG_NONE);
         }
-        window.acquire((int) windowBytes);
-        double seconds = (System.nanoTime() - start) / 1e9;
-        Map<String, Object> out = new LinkedHashMap<>();
-        out.put("command", "copyceiling");
-        out.put("ok", error.get() == null && entries.get() == copies.size());
-        out.put("error", error.get());
-        out.put("entries", entries.get());
-        out.put("planned", copies.size());
-        out.put("bytes", bytes.get());
-        out.put("timed_bytes", bytes.get() - warmBytes);
-        out.put("warmup_entries", warm == copies.size() ? 0 : warm);
-        out.put("seconds", seconds);
-        out.put("ledgers", ids.size());
-        out.put("segments", segments);
-        BkTool.print(out);
-        return error.get() == null ? 0 : 1;
     }
 }
