@@ -142,6 +142,7 @@ class StreamCopy:
             chunks of :data:`MAX_STREAM_IDS`, copy what verifies, and return the sub-gaps not copied with
             ``source``'s reason, and the status that ended the stream early (``""``: none)."""
             run = g.run
+            covers = run.covers
             out: list[Gap] = []
             state = {"cursor": run.first, "reason": "", "seen": run.first - 1}
 
@@ -172,24 +173,34 @@ class StreamCopy:
                             check_abort()
                             ok: list[tuple[int, bytes]] = []
                             nbytes = 0
+                            # the cursor in a local while entries follow one another (the common case);
+                            # the state dict is brought up to date before close() / note() read it
+                            cursor = state["cursor"]
                             for item in batch:
                                 if isinstance(item, BookieError):
                                     eid = _entry_of(item)
-                                    if eid is not None and eid >= state["cursor"] and run.covers(eid):
+                                    if eid is not None and eid >= cursor and covers(eid):
+                                        state["cursor"], state["seen"] = cursor, max(state["seen"], cursor - 1)
                                         note(eid, item.status)
+                                        cursor = state["cursor"]
                                     continue
                                 eid = item.entry_id
-                                if eid >= state["cursor"] and run.covers(eid):
+                                if eid >= cursor and covers(eid):
                                     body = item.body
                                     if accept(eid, body, source):
-                                        if eid > state["cursor"]:
-                                            close(eid - 1, state["reason"] or "MISSING")
-                                        state["cursor"], state["reason"] = eid + 1, ""
-                                        state["seen"] = max(state["seen"], eid)
+                                        if eid > cursor or state["reason"]:
+                                            state["cursor"], state["seen"] = cursor, max(state["seen"], cursor - 1)
+                                            if eid > cursor:
+                                                close(eid - 1, state["reason"] or "MISSING")
+                                            state["reason"] = ""
+                                        cursor = eid + 1
                                         ok.append((eid, body))
                                         nbytes += len(body)
                                     else:
+                                        state["cursor"], state["seen"] = cursor, max(state["seen"], cursor - 1)
                                         note(eid, "DIGEST")
+                                        cursor = state["cursor"]
+                            state["cursor"], state["seen"] = cursor, max(state["seen"], cursor - 1)
                             if ok:
                                 count_read(len(ok), nbytes, now - t_prev)
                                 await emit(ok, nbytes, source)

@@ -58,8 +58,8 @@ ADD_ANSWER = struct.Struct(">iiqq")
 ENTRY_IDS = struct.Struct(">qq")
 #: a whole read request: frame length (20), packet header, ledger id, entry id
 READ_REQUEST = struct.Struct(">Iiqq")
-#: the frame length and packet header at the start of every answer
-ANSWER_START = struct.Struct(">Ii")
+#: the start of every answer frame: frame length, packet header, error code, ledger id, entry id
+ANSWER_FRAME = struct.Struct(">Iiiqq")
 #: bytes asked of the socket per read (an add answer is 28 bytes, a read answer 28 plus the entry)
 READ_CHUNK = 256 * 1024
 #: the largest v2 answer frame accepted by default: upstream's ``nettyMaxFrameSizeBytes`` (5 MiB) and room
@@ -77,6 +77,11 @@ def packet_header(op: int, flags: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+#: the packet headers of a (non-fencing) read and of an add, recovery or not
+READ_HEADER = packet_header(READENTRY, 0)
+ADD_HEADERS = {True: packet_header(ADDENTRY, FLAG_RECOVERY_ADD), False: packet_header(ADDENTRY, 0)}
+
+
 def add_frame(master_key: bytes, body: bytes, recovery: bool) -> tuple[bytes, bytes, bytes]:
     """The three pieces of one v2 add request (header, master key, packed entry), to be joined.
 
@@ -85,8 +90,7 @@ def add_frame(master_key: bytes, body: bytes, recovery: bool) -> tuple[bytes, by
     """
     if len(master_key) != MASTER_KEY_LENGTH:
         raise ValueError(f"a v2 add needs a {MASTER_KEY_LENGTH}-byte master key, got {len(master_key)} bytes")
-    head = REQUEST_HEAD.pack(4 + MASTER_KEY_LENGTH + len(body),
-                             packet_header(ADDENTRY, FLAG_RECOVERY_ADD if recovery else 0))
+    head = REQUEST_HEAD.pack(4 + MASTER_KEY_LENGTH + len(body), ADD_HEADERS[bool(recovery)])
     return head, master_key, body
 
 
@@ -183,7 +187,7 @@ class V2Connection(FramedConnection):
         """
         self._check_alive()
         self._wait_on((READENTRY, ledger_id, entry_id), sink)
-        self._queue((READ_REQUEST.pack(20, packet_header(READENTRY, 0), ledger_id, entry_id),))
+        self._queue((READ_REQUEST.pack(20, READ_HEADER, ledger_id, entry_id),))
 
     def drop_sink(self, sink: Sink, op: int, ledger_id: int, entry_ids) -> None:
         """Forget ``sink``'s requests of ``entry_ids`` nobody waits for any more (late answers are ignored)."""
@@ -225,23 +229,26 @@ class V2Connection(FramedConnection):
         pending = self.pending
         arrival = time.monotonic()
         while end - pos >= FRAME.size:
-            (size,) = FRAME.unpack_from(buf, pos)
+            if end - pos >= ANSWER_FRAME.size:
+                size, header, code, ledger_id, entry_id = ANSWER_FRAME.unpack_from(buf, pos)
+            else:
+                (size,) = FRAME.unpack_from(buf, pos)
+                header = -1
             if not ADD_ANSWER.size <= size <= self.max_frame_bytes:
                 return pos, BookieError(self.bookie_id, "EIO", f"v2 answer frame of {size} bytes is not an add answer "
                                         f"({ADD_ANSWER.size} bytes) nor a read answer (at most {self.max_frame_bytes})")
-            if end - pos < ANSWER_START.size:
-                break
-            op = (ANSWER_START.unpack_from(buf, pos)[1] >> 16) & 0xFF
+            if header == -1:
+                break  # its header is still to come
+            op = (header >> 16) & 0xFF
             if op == ADDENTRY and size != ADD_ANSWER.size:
                 return pos, BookieError(self.bookie_id, "EIO", f"v2 answer frame of {size} bytes is not an add "
                                         f"answer ({ADD_ANSWER.size} bytes)")
-            if op not in (ADDENTRY, READENTRY):
+            if op != ADDENTRY and op != READENTRY:
                 return pos, BookieError(self.bookie_id, "EIO", f"v2 answer with operation {op} is not an add "
                                         "answer nor a read answer")
             if end - pos - FRAME.size < size:
                 break
-            _header, code, ledger_id, entry_id = ADD_ANSWER.unpack_from(buf, pos + FRAME.size)
-            body = bytes(buf[pos + FRAME.size + ADD_ANSWER.size:pos + FRAME.size + size]) if op == READENTRY else None
+            body = bytes(buf[pos + ANSWER_FRAME.size:pos + FRAME.size + size]) if op == READENTRY else None
             pos += FRAME.size + size
             self.answered += 1
             key = (op, ledger_id, entry_id)

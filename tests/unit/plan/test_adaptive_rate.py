@@ -118,3 +118,16 @@ def test_the_signal_is_a_quantile_weighted_by_entries():
     r.observe("b", 0.001, MIB, 1.0, entries=80)
     r.observe("b", 0.400, MIB, 1.5, entries=20)  # one late group carrying a fifth of the entries
     assert r.limit("b", 2.0) == MIB and r.snapshot()["b"]["reason"] == SLOW  # half the 2 MiB/s it moved
+
+
+def test_the_progress_document_lists_each_bookies_limit_and_why():
+    from autorecovery.plan.progress import Progress
+
+    r = AdaptiveRates(S)
+    interval(r, 0.0, 0.002, 40 * MIB)
+    interval(r, 1.0, 0.010, 40 * MIB)
+    p = Progress(ledgers_remaining=1, ledgers_in_progress=1, ledgers_done=0, bytes_remaining=1, bytes_copied=0,
+                 rate_bytes_per_s=0.0, eta_s=None, rate_limits=r.snapshot())
+    got = p.as_dict()["worker"]["rate_limits"]["b1:3181"]
+    assert got["limit_bytes_per_s"] == 20 * MIB and got["reason"] == SLOW and got["baseline_ms"] == 2.0
+    assert "over the budget 4.0 ms" in got["detail"]
