@@ -66,8 +66,8 @@ NO_EFFECT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "allocatorPoolingConcurrency", "allocatorOutOfMemoryPolicy", "allocatorLeakDetectionPolicy",
         "exposeDefaultJVMMetrics", "allowShadedLedgerManagerFactoryClass", "shadedLedgerManagerFactoryClassPrefix",
     )),
-    ("wire protocol choice of the Java client: towards stock bookies the daemon sends a copy's adds in "
-     "upstream's v2 encoding and everything else in v3, whatever this says (docs/operators.md, \"Copies into "
+    ("wire protocol choice of the Java client: towards stock bookies the daemon sends a copy's adds and range "
+     "reads in upstream's v2 encoding and everything else in v3, whatever this says (docs/operators.md, \"Copies into "
      "stock bookies cost them less\")", ("useV2WireProtocol",)),
     ("bookie-only switch: runs AutoRecovery inside the bookie JVM; this daemon is AutoRecovery, started on "
      "its own", ("autoRecoveryDaemonEnabled",)),
