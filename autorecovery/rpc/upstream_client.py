@@ -377,8 +377,9 @@ class UpstreamBookieClient:
         """
         try:
             async with asyncio.timeout(self.timeout_s):
-                conn.flush()
-                await conn.writer.drain()
+                if sink.error is None:
+                    conn.flush()
+                    await conn.writer.drain()
                 while not ready():
                     if sink.error is not None:
                         raise sink.error
@@ -387,6 +388,8 @@ class UpstreamBookieClient:
             raise BookieUnavailableError(conn.bookie_id, "UNAVAILABLE",
                                          f"{what}: no answer in {self.timeout_s:g}s") from None
         except (ConnectionError, OSError) as exc:
+            if sink.error is not None or conn.error is not None:  # what closed it (a malformed answer...)
+                raise (sink.error or conn.error) from None
             err = BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}")
             conn.fail(err)
             raise err from None

@@ -225,20 +225,25 @@ class V2Connection(FramedConnection):
         the error (``EIO``) when an answer is neither a 24-byte add answer nor a read answer within
         ``max_frame_bytes`` (memory stays bounded: such a frame closes the connection before its body
         is awaited)."""
-        pos, end = 0, len(buf)
+        with memoryview(buf) as view:  # released before the caller trims ``buf``
+            return self._settle_view(view, len(buf))
+
+    def _settle_view(self, buf: memoryview, end: int) -> tuple[int, BookieError | None]:
+        pos = 0
         pending = self.pending
+        unpack = ANSWER_FRAME.unpack_from
         arrival = time.monotonic()
         while end - pos >= FRAME.size:
-            if end - pos >= ANSWER_FRAME.size:
-                size, header, code, ledger_id, entry_id = ANSWER_FRAME.unpack_from(buf, pos)
+            whole_head = end - pos >= ANSWER_FRAME.size
+            if whole_head:
+                size, header, code, ledger_id, entry_id = unpack(buf, pos)
             else:
                 (size,) = FRAME.unpack_from(buf, pos)
-                header = -1
             if not ADD_ANSWER.size <= size <= self.max_frame_bytes:
                 return pos, BookieError(self.bookie_id, "EIO", f"v2 answer frame of {size} bytes is not an add answer "
                                         f"({ADD_ANSWER.size} bytes) nor a read answer (at most {self.max_frame_bytes})")
-            if header == -1:
-                break  # its header is still to come
+            if not whole_head:
+                break  # its header is still to come (at most 27 bytes held)
             op = (header >> 16) & 0xFF
             if op == ADDENTRY and size != ADD_ANSWER.size:
                 return pos, BookieError(self.bookie_id, "EIO", f"v2 answer frame of {size} bytes is not an add "

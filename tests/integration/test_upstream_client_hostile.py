@@ -276,3 +276,54 @@ async def test_a_v2_add_whose_body_names_another_entry_is_refused_before_it_is_s
     finally:
         await client.close()
         server.close()
+
+
+async def test_v2_range_reads_are_matched_by_entry_bounded_and_fall_back_to_v3_on_a_peer_without_v2():
+    """A copy's range read goes in v2: answers come out of order with strays nobody asked for (dropped),
+    a missing entry is ENOENTRY in order; a read answer frame over max_frame_bytes closes the connection
+    with EIO before its body is awaited; a peer that closes v2 before answering is read in v3."""
+    async def v2_conn(reader, writer, first):
+        packet = first
+        while True:
+            header = struct.unpack_from(">i", packet)[0]
+            ledger_id, entry_id = struct.unpack_from(">qq", packet, 4)
+            assert (header >> 16) & 0xFF == 2 and header & 0xFFFF == 0  # READENTRY, no fencing
+            if entry_id == 9:  # claims 64 MiB: refused on its length
+                writer.write(struct.pack(">Iiiqq", 64 * 1024 * 1024, header, 0, ledger_id, entry_id))
+            else:
+                stray = struct.pack(">Iiiqq", 24, header, 0, ledger_id, entry_id + 1000)
+                code, body = (2, b"") if entry_id == 3 else (0, packed(ledger_id, entry_id))
+                writer.write(stray + struct.pack(">Iiiqq", 24 + len(body), header, code, ledger_id, entry_id) + body)
+            await writer.drain()
+            (n,) = struct.unpack(">I", await reader.readexactly(4))
+            packet = await reader.readexactly(n)
+
+    server, bookie = await serve_v2(v2_conn, [])
+    client = UpstreamBookieClient(timeout_s=5, max_frame_bytes=1024 * 1024)
+    try:
+        got = [r async for r in client.read_entries(bookie, 5, 0, 5)]
+        assert [getattr(r, "entry_id", None) for r in got] == [0, 1, 2, 3, 4, 5]
+        assert isinstance(got[3], BookieError) and got[3].status == "ENOENTRY"
+        assert got[5].body == packed(5, 5) and got[5].lac == 4  # the LAC its header carries
+        with pytest.raises(BookieError, match="not an add answer .*nor a read answer") as ei:
+            [r async for r in client.read_entries(bookie, 5, 8, 10)]
+        assert ei.value.status == "EIO" and bookie in str(ei.value)
+        assert len([r async for r in client.read_entries(bookie, 5, 0, 1)]) == 2  # connects again, still v2
+    finally:
+        await client.close()
+        server.close()
+
+    async def no_v2(reader, writer, first):
+        writer.close()
+
+    async def v3(req, writer):
+        writer.write(frame(read_answer(req, req.readRequest.entryId)))
+
+    server, bookie = await serve(v3, no_v2)
+    client = UpstreamBookieClient(timeout_s=5)
+    try:
+        got = [r async for r in client.read_entries(bookie, 7, 0, 2)]
+        assert [r.entry_id for r in got] == [0, 1, 2] and bookie in client._v2_off  # read in v3 after all
+    finally:
+        await client.close()
+        server.close()
