@@ -156,16 +156,32 @@ class V2Connection(FramedConnection):
     def __init__(self, bookie_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self.pending: dict[tuple[int, int, int], deque[Waiter]] = {}
+        #: (operation, ledger id, entry id) -> its waiter, or a deque of them (oldest first) for a key sent
+        #: more than once (rare: no deque per request)
+        self.pending: dict[tuple[int, int, int], Waiter | deque[Waiter]] = {}
         self.answered = 0  # answers received: a connection that fails before its first is not speaking v2
         super().__init__(bookie_id, reader, writer)
 
     def _wait_on(self, key: tuple[int, int, int], waiter: Waiter) -> None:
-        waiting = self.pending.get(key)
-        if waiting is None:
-            self.pending[key] = deque((waiter,))
+        cur = self.pending.get(key)
+        if cur is None:
+            self.pending[key] = waiter
+        elif type(cur) is deque:
+            cur.append(waiter)
         else:
-            waiting.append(waiter)
+            self.pending[key] = deque((cur, waiter))
+
+    def _unwait(self, key: tuple[int, int, int], waiter: Waiter) -> None:
+        cur = self.pending.get(key)
+        if cur is None:
+            return
+        if type(cur) is deque:
+            with contextlib.suppress(ValueError):
+                cur.remove(waiter)
+            if not cur:
+                del self.pending[key]
+        elif cur is waiter:
+            del self.pending[key]
 
     def send_add_into(self, sink: Sink, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
                       recovery: bool) -> None:
@@ -192,13 +208,7 @@ class V2Connection(FramedConnection):
     def drop_sink(self, sink: Sink, op: int, ledger_id: int, entry_ids) -> None:
         """Forget ``sink``'s requests of ``entry_ids`` nobody waits for any more (late answers are ignored)."""
         for eid in entry_ids:
-            key = (op, ledger_id, eid)
-            waiting = self.pending.get(key)
-            if waiting is not None:
-                with contextlib.suppress(ValueError):
-                    waiting.remove(sink)
-                if not waiting:
-                    del self.pending[key]
+            self._unwait((op, ledger_id, eid), sink)
 
     def send_add(self, ledger_id: int, entry_id: int, master_key: bytes, body: bytes,
                  recovery: bool) -> asyncio.Future:
@@ -257,34 +267,31 @@ class V2Connection(FramedConnection):
             pos += FRAME.size + size
             self.answered += 1
             key = (op, ledger_id, entry_id)
-            waiting = pending.get(key)
-            if waiting:
-                w = waiting.popleft()
-                if not waiting:
-                    del pending[key]
-                if isinstance(w, Sink):
-                    w.deliver(entry_id, code, body, arrival)
-                elif not w.done():
-                    w.set_result(code)
+            w = pending.pop(key, None)
+            if w is None:
+                continue  # nobody asked (or gave up): dropped
+            if type(w) is deque:
+                first = w.popleft()
+                if w:
+                    pending[key] = w
+                w = first
+            if type(w) is Sink:
+                w.deliver(entry_id, code, body, arrival)
+            elif not w.done():
+                w.set_result(code)
         return pos, None
 
     def forget(self, ledger_id: int, entry_id: int, fut: asyncio.Future) -> None:
         """Drop an add nobody waits for any more (its late answer is then ignored)."""
-        key = (ADDENTRY, ledger_id, entry_id)
-        waiting = self.pending.get(key)
-        if waiting is not None:
-            with contextlib.suppress(ValueError):
-                waiting.remove(fut)
-            if not waiting:
-                del self.pending[key]
+        self._unwait((ADDENTRY, ledger_id, entry_id), fut)
         fut.cancel()
 
     def _take_pending(self) -> list[asyncio.Future]:
         """The futures still waiting; every sink still waiting is failed with the connection's error here."""
         pending, self.pending = self.pending, {}
         futs: list[asyncio.Future] = []
-        for waiting in pending.values():
-            for w in waiting:
+        for cur in pending.values():
+            for w in (cur if type(cur) is deque else (cur,)):
                 if isinstance(w, Sink):
                     w.fail(self.error or BookieError(self.bookie_id, "UNAVAILABLE", "connection closed"))
                 else:

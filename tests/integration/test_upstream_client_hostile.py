@@ -327,3 +327,39 @@ async def test_v2_range_reads_are_matched_by_entry_bounded_and_fall_back_to_v3_o
     finally:
         await client.close()
         server.close()
+
+
+async def test_the_same_entry_read_twice_at_once_is_answered_to_both_readers_oldest_first():
+    """Two range reads of one entry in flight on one v2 connection (a copy and a check): the bookie's two
+    answers go one to each reader, in the order they were asked; a reader that gives up is forgotten."""
+    asked = asyncio.Event()
+    packets: list[bytes] = []
+
+    async def v2_conn(reader, writer, first):
+        packets.append(first)
+        while len(packets) < 2:
+            (n,) = struct.unpack(">I", await reader.readexactly(4))
+            packets.append(await reader.readexactly(n))
+        asked.set()
+        for i, p in enumerate(packets):
+            header = struct.unpack_from(">i", p)[0]
+            ledger_id, entry_id = struct.unpack_from(">qq", p, 4)
+            body = packed(ledger_id, entry_id, payload=b"answer-%d" % i)
+            writer.write(struct.pack(">Iiiqq", 24 + len(body), header, 0, ledger_id, entry_id) + body)
+        await writer.drain()
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await reader.readexactly(1)
+
+    server, bookie = await serve_v2(v2_conn, [])
+    client = UpstreamBookieClient(timeout_s=5)
+    try:
+        one = asyncio.ensure_future(client.read_entries(bookie, 3, 4, 4).__anext__())
+        two = asyncio.ensure_future(client.read_entries(bookie, 3, 4, 4).__anext__())
+        a, b = await asyncio.wait_for(asyncio.gather(one, two), 10)
+        assert a.entry_id == b.entry_id == 4 and asked.is_set()
+        assert (a.body, b.body) == (packed(3, 4, payload=b"answer-0"), packed(3, 4, payload=b"answer-1"))
+        conn = client._v2[bookie]
+        assert conn.pending == {} and conn.answered == 2  # both answers matched, nothing left waiting
+    finally:
+        await client.close()
+        server.close()
