@@ -224,8 +224,13 @@ async def ours(job: dict) -> dict:
     bookies = BookieClient(timeout_s=30, resolve=stock)
     try:
         store = LedgerStore(zk, Paths(job["ledgers_root"]))
+        adaptive = None
+        if job.get("adaptive"):  # the worker's default adaptive throttle (adaptiveThrottleEnabled=true)
+            from autorecovery.plan.adaptive_rate import AdaptiveRates
+
+            adaptive = AdaptiveRates()
         copier = FragmentCopier(bookies, byte_bucket=TokenBucket(0, time.monotonic), caps=StreamCaps(0, 0),
-                                caps_changed=asyncio.Condition())
+                                caps_changed=asyncio.Condition(), **({"adaptive": adaptive} if adaptive else {}))
         rep = SegmentReplicator(store, copier)
         await bookies.transport_name(job["source"])
         await bookies.transport_name(job["target"])
@@ -243,8 +248,13 @@ async def ours(job: dict) -> dict:
         if res.status != SWAPPED:
             raise RuntimeError(f"copy of ledger {job['ledger']}: {res.status} {res.detail}")
         assert res.copy is not None
-        return {"entries": res.copy.entries_written, "bytes": res.copy.bytes_written, "wall": wall, "cpu": cpu,
-                "syscalls": calls, "sys": t_sys}
+        out = {"entries": res.copy.entries_written, "bytes": res.copy.bytes_written, "wall": wall, "cpu": cpu,
+               "syscalls": calls, "sys": t_sys}
+        if adaptive is not None:
+            out["limited"] = {b: st.decisions for b, st in adaptive.bookies.items()}
+            out["cuts"] = sum(1 for st in adaptive.bookies.values() if st.peak_rate and st.limit is not None)
+            out["rate_limits"] = adaptive.snapshot()
+        return out
     finally:
         await bookies.close()
         await zk.stop()
@@ -287,6 +297,8 @@ def main() -> None:
     ap.add_argument("--before", metavar="REV", help="also run ours at git revision REV (same run)")
     ap.add_argument("--profile", type=Path, metavar="DIR", help="py-spy record ours (raw collapsed stacks)")
     ap.add_argument("--py-spy", default=shutil.which("py-spy") or "/tmp/pyspy/bin/py-spy")
+    ap.add_argument("--adaptive", action="store_true",
+                    help="ours with the worker's default adaptive throttle (prints its final limits)")
     ap.add_argument("--quick", action="store_true", help="smoke: 2 MiB, one round")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -330,12 +342,14 @@ def main() -> None:
             for rnd in range(a.rounds):
                 for kind in (kinds if rnd % 2 == 0 else kinds[::-1]):
                     lg = next(todo)
-                    job = job_of(kind, lg)
+                    job = {**job_of(kind, lg), "adaptive": a.adaptive and kind == "ours"}
                     prof = a.profile / f"r{rnd}" if a.profile and kind != "relay" else None
                     r = run_child(job, trees[kind], prof, a.py_spy)
                     results[kind].append(r)
                     print(f"round {rnd} {kind:<6} {r['entries']} entries, {r['bytes'] / 2**20:.1f} MiB in "
                           f"{r['wall']:.2f} s, CPU {r['cpu'] * 1000:.0f} ms", flush=True)
+                    if "rate_limits" in r:
+                        print(f"  adaptive throttle at the end: {json.dumps(r['rate_limits'])}", flush=True)
     finally:
         zk.stop()
         if a.before:

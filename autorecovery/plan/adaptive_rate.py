@@ -206,8 +206,8 @@ class AdaptiveRates:
 
     def snapshot(self) -> dict[str, dict[str, object]]:
         """bookie id → ``{"limit_bytes_per_s": float | None, "reason", "detail", "baseline_ms",
-        "median_ms"}`` (JSON-ready)."""
+        "latency_ms": the last interval's judged quantile}`` (JSON-ready)."""
         return {b: {"limit_bytes_per_s": st.limit, "reason": st.reason, "detail": st.detail,
                     "baseline_ms": None if st.baseline_s is None else round(st.baseline_s * 1000, 3),
-                    "median_ms": None if st.last_median_s is None else round(st.last_median_s * 1000, 3)}
+                    "latency_ms": None if st.last_median_s is None else round(st.last_median_s * 1000, 3)}
                 for b, st in sorted(self.bookies.items())}

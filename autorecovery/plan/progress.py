@@ -264,7 +264,7 @@ class Progress:
             copy for them. worker_rate_bytes_per_s: its own copy rate (30 s window).
         ledgers_done / bytes_copied: since it started.
         rate_limits: bookie id -> the adaptive copy throttle's current limit (bytes/s, None: none) and
-            why (``reason``, ``detail``, ``baseline_ms``, ``median_ms``).
+            why (``reason``, ``detail``, ``baseline_ms``, ``latency_ms``: the last judged quantile).
     """
 
     ledgers_remaining: int

@@ -25,7 +25,7 @@ def test_idle_bookie_is_never_limited_and_its_baseline_is_the_lowest_median():
     assert interval(r, 1.0, 0.003, 40 * MIB) is None
     assert interval(r, 2.0, 0.005, 40 * MIB) is None  # 5 ms <= 2 x 3 ms
     snap = r.snapshot()["b1:3181"]
-    assert snap["reason"] == IDLE and snap["baseline_ms"] == 3.0 and snap["median_ms"] == 5.0
+    assert snap["reason"] == IDLE and snap["baseline_ms"] == 3.0 and snap["latency_ms"] == 5.0
 
 
 def test_slow_bookie_halves_from_the_rate_it_moved_then_halves_the_limit_down_to_the_floor():
