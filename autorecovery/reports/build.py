@@ -451,6 +451,12 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
         # the ledger view is one shuffle (segments grouped per ledger); each partition one fused task
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(manifest)))
     try:
+        if not str(spark.sparkContext.master).startswith("local"):
+            # where the executors' Python came from (a shipped archive or a shared path): spark_env.json
+            from autorecovery.reports.spark_io import executor_environment
+
+            (out / "spark_env.json").write_text(json.dumps({"master": spark.sparkContext.master,
+                                                            "executors": executor_environment(spark)}, indent=2))
         step("reading the snapshot")
         t = jobs.load(spark, snapshot)
         from pyspark import StorageLevel

@@ -53,7 +53,10 @@ def spark_session(master: str | None = None, app: str = "autorecovery-report", c
                   log_path: Path | None = None):
     """A SparkSession on ``master`` (``local[*]`` by default), bound to loopback unless configured.
 
-    Python workers run this interpreter (``PYSPARK_PYTHON``), so they import the same ``autorecovery``.
+    Python workers run this interpreter (``PYSPARK_PYTHON``), so they import the same ``autorecovery``;
+    on a cluster master (not ``local``) with ``conf["spark.archives"]`` naming an archive unpacked as
+    ``#environment`` (:mod:`autorecovery.reports.pyenv` packs one), they run ``./environment/bin/python``
+    from it instead (Spark's "Python Package Management"). ``SPARK_HOME`` defaults to the pyspark package.
     With ``log_path``, the JVM (and the Python workers it starts) write their stderr — log4j's console,
     the JVM's own warnings, executor stack traces — to that file instead of ours: a terminal shows only
     the result, or one error line.
@@ -74,9 +77,30 @@ def spark_session(master: str | None = None, app: str = "autorecovery-report", c
 
 
 def _start(master: str | None, app: str, conf: Mapping[str, str] | None):
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from autorecovery.reports import pyenv
+
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("SPARK_HOME", pyenv.spark_home())  # spark-submit and spark-class need it
+    # a cluster master with an archive unpacked as #environment: executors run the archive's Python
+    # (Spark's documented venv shipping); else this interpreter, which then must exist on every host
+    shipped = (not (master or "local").startswith("local")
+               and pyenv.archive_fragment((conf or {}).get("spark.archives", "")) is not None)
+    executor_python = pyenv.executor_python() if shipped else os.environ.get("PYSPARK_PYTHON", sys.executable)
+    saved_python = os.environ.get("PYSPARK_PYTHON")
+    # the SparkContext reads PYSPARK_PYTHON once, at its start, as the executors' interpreter
+    os.environ["PYSPARK_PYTHON"] = executor_python
+    try:
+        return _build(master, app, conf, executor_python)
+    finally:
+        if shipped:
+            if saved_python is None:
+                os.environ.pop("PYSPARK_PYTHON", None)
+            else:
+                os.environ["PYSPARK_PYTHON"] = saved_python
+
+
+def _build(master: str | None, app: str, conf: Mapping[str, str] | None, executor_python: str):
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.appName(app).master(master or "local[*]")
@@ -91,7 +115,7 @@ def _start(master: str | None, app: str, conf: Mapping[str, str] | None):
          .config("spark.driver.memory", "2g")
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
          .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+         .config("spark.executorEnv.PYSPARK_PYTHON", executor_python))
     for k, v in (conf or {}).items():
         b = b.config(k, v)
     try:
@@ -109,6 +133,22 @@ def _start(master: str | None, app: str, conf: Mapping[str, str] | None):
         spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def executor_environment(spark) -> list[dict[str, str]]:
+    """What the executors' Python workers run: one ``{"python": sys.executable, "prefix": sys.prefix,
+    "autorecovery": the imported package's file}`` per distinct answer, from a task per default slot."""
+    def probe(_rows):
+        import sys
+
+        import autorecovery
+
+        yield (sys.executable, sys.prefix, autorecovery.__file__ or "")
+
+    sc = spark.sparkContext
+    n = max(2, int(sc.defaultParallelism))
+    got = sorted(set(sc.parallelize(range(n), n).mapPartitions(probe).collect()))
+    return [{"python": a, "prefix": b, "autorecovery": c} for a, b, c in got]
 
 
 def load(spark, snapshot: Path) -> dict[str, Any]:

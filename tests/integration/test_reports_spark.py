@@ -1,17 +1,10 @@
 """The Spark reports on a small hand-made snapshot against brute-force answers (every entry, write set
-and failure domain enumerated here, independently of reports/model.py), and the same report on a Spark
-standalone cluster (a master and two workers from the pyspark package) equal to local[*]."""
+and failure domain enumerated here, independently of reports/model.py). The same report on a Spark
+standalone cluster: test_reports_spark_standalone.py."""
 
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +13,6 @@ import pytest
 from autorecovery.reports.build import run
 from autorecovery.reports.jobs import spark_session
 from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
-from autorecovery.testing.zk_server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -367,76 +359,3 @@ def test_decommission_and_add_bookies(damaged_report):
     after = summary["capacity_after_bp54"]["used_bytes"]
     assert after["count"] == 6
     assert after["mean"] * 6 == pytest.approx(dist["used_bytes"]["mean"] * 6 + float(by_src.get(GONE, 0.0)))
-
-
-def spark_class() -> str:
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-
-
-def wait_workers(ui_port: int, n: int, deadline_s: float = 90.0) -> None:
-    end = time.monotonic() + deadline_s
-    last = None
-    while time.monotonic() < end:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
-                doc = json.loads(r.read())
-            last = doc
-            if sum(1 for w in doc.get("workers", []) if w.get("state") == "ALIVE") >= n:
-                return
-        except OSError:
-            pass
-        time.sleep(0.3)  # polling an external JVM's status page with a deadline
-    raise AssertionError(f"standalone cluster did not get {n} workers: {last}")
-
-
-def test_standalone_cluster_gives_the_same_report(local_report, tmp_path):
-    base, _summary = local_report
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOG_DIR": str(tmp_path), "SPARK_WORKER_DIR": str(tmp_path / "work")}
-    port, ui = free_port(), free_port()
-    procs = []
-    try:
-        procs.append(subprocess.Popen([spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                       "--port", str(port), "--webui-port", str(ui)], env=env,
-                                      stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT,
-                                      start_new_session=True))
-        for i in range(2):
-            procs.append(subprocess.Popen([spark_class(), "org.apache.spark.deploy.worker.Worker",
-                                           f"spark://127.0.0.1:{port}", "--host", "127.0.0.1", "--cores", "1",
-                                           "--memory", "1g", "--webui-port", str(free_port()),
-                                           "--work-dir", str(tmp_path / f"w{i}")], env=env,
-                                          stdout=open(tmp_path / f"worker{i}.log", "w"), stderr=subprocess.STDOUT,
-                                          start_new_session=True))
-        wait_workers(ui, 2)
-        out = tmp_path / "out"
-        r = subprocess.run([sys.executable, "-m", "autorecovery", "report", "all", "--snapshot", str(base / "snap"),
-                            "--out", str(out), "--master", f"spark://127.0.0.1:{port}",
-                            "--what-if", "minNumRacksPerWriteQuorum=3", "--conf", "spark.executor.memory=512m",
-                            "--conf", "spark.cores.max=2"],
-                           env=env, capture_output=True, text=True, timeout=240)
-        assert r.returncode == 0, r.stderr[-3000:]
-        for name in ("risk_domains", "capacity_bookies", "capacity_rack", "placement_verdicts"):
-            a = pd.read_csv(base / "out" / f"{name}.csv")
-            b = pd.read_csv(out / f"{name}.csv")
-            keys = list(a.columns[:2])
-            pd.testing.assert_frame_equal(a.sort_values(keys).reset_index(drop=True),
-                                          b.sort_values(keys).reset_index(drop=True), check_exact=False)
-        sa = json.loads((base / "out" / "summary.json").read_text())
-        sb = json.loads((out / "summary.json").read_text())
-        # the plan's new members are the policy's random pick among equally good bookies: the copy time is
-        # the same, the target that bounds it may be another one of them
-        for sx in (sa, sb):
-            lim = sx["placement"]["repair"]["copy_limited_by"]
-            sx["placement"]["repair"]["copy_limited_by"] = "target" if lim.startswith("target ") else lim
-        assert sa["placement"] == sb["placement"] and sa["risk"] == sb["risk"]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
