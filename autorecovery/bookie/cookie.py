@@ -99,7 +99,7 @@ class Cookie:
             raise CookieError(f"cookie {source}: layout version {version} is too old")
         msg = fmt.CookieFormat()
         try:
-            text_format.Parse(rest, msg)
+            textformat.parse(rest, msg)
         except text_format.ParseError as exc:
             raise CookieError(f"cookie {source}: cannot parse: {str(exc)[:500]}") from exc
         return cls(

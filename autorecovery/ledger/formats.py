@@ -253,7 +253,7 @@ def deserialize(data: bytes, path: str = "?") -> LedgerMetadata:
         if version == 3:
             m = parse_v3_body(body)
         elif version == 2:
-            text_format.Parse(body.decode(), m)
+            textformat.parse(body.decode(), m)
         elif version == 1:
             return _parse_v1(body)
         else:

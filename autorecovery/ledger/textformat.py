@@ -16,7 +16,13 @@ protobuf-java itself (``tests/data/UpstreamMetadataVectors.java``); the unit tes
 
 from __future__ import annotations
 
+import warnings
+from typing import TypeVar
+
+from google.protobuf import text_format
 from google.protobuf.message import Message
+
+M = TypeVar("M", bound=Message)
 
 #: protobuf-java ``TextFormat.escapeBytes``' named escapes (Python's ``text_format`` writes \007, \010,
 #: \013 and \014 for the first four).
@@ -51,3 +57,22 @@ def print_message(msg: Message, indent: int = 0) -> str:
             else:
                 out.append(f"{pad}{fd.name}: {v}\n")
     return "".join(out)
+
+
+def parse(text: str, msg: M) -> M:
+    """``text_format.Parse(text, msg)`` as strict on escapes as upstream's reader (protobuf-java
+    ``TextFormat``, which throws ``InvalidEscapeSequenceException``): an invalid escape in a string
+    (``"\\ "``, ``"\\q"``) raises, where Python's codec only warns (``DeprecationWarning``) and keeps the
+    backslash. Used for every text znode and cookie we read (cookies, ledger metadata v2, markers,
+    locks, votes). The warning filter is set for this call only; callers run on the event loop thread.
+
+    Returns: ``msg``, filled in.
+    Raises:
+        text_format.ParseError: bad text, including an invalid escape sequence (named as such).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            return text_format.Parse(text, msg)
+        except DeprecationWarning as exc:
+            raise text_format.ParseError(f"invalid escape sequence in a string ({exc})") from None

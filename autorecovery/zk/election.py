@@ -38,7 +38,7 @@ def encode_vote(bookie_id: str) -> bytes:
 def decode_vote(data: bytes) -> str | None:
     m = pb.AuditorVoteFormat()
     try:
-        text_format.Parse(data.decode(), m)
+        textformat.parse(data.decode(), m)
     except (text_format.ParseError, UnicodeDecodeError):
         return None
     return m.bookieId if m.HasField("bookieId") else None

@@ -46,6 +46,7 @@ import structlog
 from google.protobuf import text_format
 
 from autorecovery.errors import CompatibilityError, ZooKeeperError
+from autorecovery.ledger import textformat
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 from autorecovery.zk import ur_formats
@@ -132,7 +133,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
             data, _ = await self.zk.get(self.paths.ur_layout)
             m = pb.LedgerRereplicationLayoutFormat()
             try:
-                text_format.Parse(data.decode(), m)
+                textformat.parse(data.decode(), m)
             except (text_format.ParseError, UnicodeDecodeError) as exc:
                 raise CompatibilityError(f"{self.paths.ur_layout}: unreadable layout {data[:200]!r}: {str(exc)[:500]}") from exc
             if m.type != "BASIC" or m.version != 1:
@@ -339,7 +340,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
             return None
         m = pb.LockDataFormat()
         try:
-            text_format.Parse(data.decode(), m)
+            textformat.parse(data.decode(), m)
         except (text_format.ParseError, UnicodeDecodeError):
             return data.decode(errors="replace")
         return m.bookieId

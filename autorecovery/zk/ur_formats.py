@@ -90,7 +90,7 @@ def decode_marker(data: bytes, path: str = "?") -> pb.UnderreplicatedLedgerForma
         if _parse_plain_marker(text, m):
             return m
         m.Clear()
-        text_format.Parse(text, m)
+        textformat.parse(text, m)
     except (text_format.ParseError, UnicodeDecodeError) as exc:
         raise CompatibilityError(f"under-replication marker {path} is not a text UnderreplicatedLedgerFormat: {str(exc)[:500]}") from exc
     return m
