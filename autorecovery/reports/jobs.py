@@ -238,7 +238,8 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
     """mapInPandas function: the BP-54 repair plan under ``target`` — for each closed ledger with a FAIL
     segment, the minimum-swap ``replace_to_adhere`` result: one row per swap with the bytes the replaced
     member stored (what the worker copies from a readable replica to the new member; ``source`` is the
-    member replaced, whose disk the bytes leave).
+    member replaced, whose disk the bytes leave). Deterministic: the policy's random tie-breaks are
+    seeded by ``(ledger id, segment's first entry)``, so a snapshot gives one plan whatever the batches.
 
     With ``reads`` (the fused pass), each batch also yields rows ``part`` = ``repair_read``: per bookie
     holding a readable copy of a swapped entry (writable or read-only: a read-only bookie serves reads;
@@ -277,6 +278,9 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
                     if _adhering(pol, token, memo, seg.ensemble, lv.write_quorum, lv.ack_quorum) != 0:
                         continue
                     ens = list(seg.ensemble)
+                    # the policy picks at random among equally good bookies; seeded by the segment, the plan
+                    # is the same on every run and however Spark splits the ledgers into batches
+                    pol.rng.seed(f"{lv.ledger_id}:{seg.first}")
                     res = pol.replace_to_adhere(lv.ensemble_size, lv.write_quorum, lv.ack_quorum, set(), ens)
                     fixed = int(res.adherence) != 0
                     for idx in (res.replaced if fixed else []):

@@ -132,14 +132,7 @@ def test_standalone_cluster_with_a_shipped_venv_gives_the_local_report(packed, t
     sa = json.loads((tmp_path / "local" / "summary.json").read_text())
     sb = json.loads((out / "summary.json").read_text())
     for sx in (sa, sb):
-        # the plan's new members are the policy's random pick among equally good bookies: the copy time
-        # is the same, the target that bounds it may be another one of them, and the spread of disk after
-        # the plan depends on which
-        lim = sx["placement"]["repair"]["copy_limited_by"]
-        sx["placement"]["repair"]["copy_limited_by"] = "target" if lim.startswith("target ") else lim
-        sx.pop("snapshot")
-        sx["capacity_after_bp54"]["used_bytes"] = {k: v for k, v in sx["capacity_after_bp54"]["used_bytes"].items()
-                                                   if k in ("count", "mean")}
+        sx.pop("snapshot")  # the path of the snapshot read; the plan is seeded per segment, so all else is equal
     assert differing(sa, sb) == []
 
 
