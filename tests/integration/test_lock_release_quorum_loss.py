@@ -25,8 +25,9 @@ from autorecovery.zk.underreplication import UnderreplicationManager
 
 pytestmark = pytest.mark.integration
 
-SESSION_MS = 4000  # the release gives up after two of these; the outage below is longer (a restarted
-# server gives each restored session one timeout to come back: 2 s was too short for a loaded machine)
+SESSION_MS = 8000  # the release gives up after two of these; the outage below is longer (a restarted
+# server gives each restored session one timeout to come back, counted from its start: 2 s and 4 s were
+# too short for a loaded machine)
 
 
 async def test_a_release_failed_during_a_quorum_loss_is_retried_once_zookeeper_is_back(tmp_path):
