@@ -253,9 +253,9 @@ async def _serve(app: web.Application, address: str, port: int, what: str,
     Raises:
         OSError: ``cannot serve <what> on <address>:<port>: <reason>`` (nothing is left running).
     """
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, address, port, shutdown_timeout=2.0, ssl_context=ssl_context)
+    site = web.TCPSite(runner, address, port, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:

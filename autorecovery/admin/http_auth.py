@@ -199,17 +199,23 @@ def _unauthorized(why: str) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+#: per-request storage of the auth middleware (aiohttp's typed keys): the identified caller (None: a bad
+#: token) and whether the request was refused, for the audit middleware
+CALLER: web.RequestKey[Caller | None] = web.RequestKey("caller", object)  # type: ignore[arg-type]
+REFUSED: web.RequestKey[bool] = web.RequestKey("refused", bool)
+
+
 def auth_middleware(creds: Credentials) -> Callable:
-    """Identify the caller (stored as ``request["caller"]``) and answer 401/403 before any handler
+    """Identify the caller (stored as ``request[CALLER]``) and answer 401/403 before any handler
     when its role is not enough (see the module docstring)."""
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         caller = creds.identify(request)
-        request["caller"] = caller
+        request[CALLER] = caller
         refusal = _refusal(caller, creds, request)
         if refusal is not None:
-            request["refused"] = True
+            request[REFUSED] = True
             log.warning("admin request refused", method=request.method, path=request.path,
                         remote=request.remote, who=caller.who if caller else "bad token", status=refusal.status)
             return refusal
@@ -266,8 +272,8 @@ def audit_middleware(registry: metrics.MetricsRegistry) -> Callable:
             status = exc.status
             raise
         finally:
-            if (request.method in MUTATING_METHODS or secret_requested(request) or request.get("refused")):
-                caller: Caller | None = request.get("caller")
+            if (request.method in MUTATING_METHODS or secret_requested(request) or request.get(REFUSED)):
+                caller: Caller | None = request.get(CALLER)
                 route = request.match_info.route.resource
                 action = f"{request.method} {route.canonical if route is not None else 'unmatched'}"
                 result = _result(status)
