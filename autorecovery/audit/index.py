@@ -24,7 +24,7 @@ the last segment of a ledger that is not CLOSED always counts.
 from __future__ import annotations
 
 from autorecovery.audit.compact_index import CompactLedgerIndex
-from autorecovery.audit.record_index import (  # noqa: F401 (re-exported)
+from autorecovery.audit.record_index import (  # re-exported
     IdDigest,
     RecordLedgerIndex,
     ReconcileReport,

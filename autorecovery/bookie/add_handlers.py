@@ -126,7 +126,7 @@ class AddHandlers:
                                          recovery=bool(request.flags & pb.RECOVERY_ADD))
         except BookieStatusError as exc:
             return pb.AddResponse(status=status_code(exc.status), ledger_id=lid, entry_id=eid, message=exc.detail)
-        except Exception as exc:  # noqa: BLE001 - answered as EIO, logged
+        except Exception as exc:  # broad: answered as EIO, logged
             log.exception("add failed", ledger_id=lid, entry_id=eid)
             return pb.AddResponse(status=pb.EIO, ledger_id=lid, entry_id=eid, message=str(exc))
         finally:
@@ -292,7 +292,7 @@ class AddHandlers:
                                     failed_entry_id=-1)
             if not failure or task.done():
                 await task  # re-raises what broke the intake (after a failure it is cancelled below)
-        except Exception as exc:  # noqa: BLE001 - answered as EIO after pending writes settle
+        except Exception as exc:  # broad: answered as EIO after pending writes settle
             log.exception("AddStream failed")
             if not failure:
                 failure.append((-1, BookieStatusError("EIO", f"bookie {self.bookie_id}: {exc}")))
@@ -382,7 +382,7 @@ class AddHandlers:
             while inflight:
                 old, ofut, on = inflight.popleft()
                 settle(old, on, await ofut)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("AddEntries failed")
             while inflight:  # never answer before submitted writes settle
                 old, ofut, on = inflight.popleft()

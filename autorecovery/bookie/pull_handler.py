@@ -198,7 +198,7 @@ class PullHandler:
                         yield report()
         except BookieError as exc:  # the source stream failed: report it, keep what was stored
             source_status, source_message = exc.status, str(exc)
-        except Exception as exc:  # noqa: BLE001 - answered as EIO after pending writes settle
+        except Exception as exc:  # broad: answered as EIO after pending writes settle
             log.exception("PullEntries failed", ledger_id=lid, source=source)
             if failure is None:
                 failure = (-1, BookieStatusError("EIO", f"bookie {self.bookie_id}: {exc}"))

@@ -65,7 +65,7 @@ class ReadHandlers:
             return pb.ReadResponse(
                 status=status_code(exc.status), ledger_id=lid, entry_id=eid, lac=exc.lac, message=exc.detail
             )
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("read failed", ledger_id=lid, entry_id=eid)
             return pb.ReadResponse(status=pb.EIO, ledger_id=lid, entry_id=eid, lac=-1, message=str(exc))
         return pb.ReadResponse(status=_OK, ledger_id=lid, entry_id=entry_id, body=body, lac=lac)

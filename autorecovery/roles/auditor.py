@@ -43,7 +43,7 @@ from autorecovery.audit.decisions import Decision, LostBookieTracker
 from autorecovery.audit.index import BookieLedgerIndex
 from autorecovery.audit.maintenance import Holds, Window
 from autorecovery.audit.schedule import first_run_s
-from autorecovery.config.sections import AuditorSettings  # noqa: F401 (re-exported)
+from autorecovery.config.sections import AuditorSettings  # re-exported
 from autorecovery.errors import is_retriable
 from autorecovery.roles.auditor_checks import CheckResult, ForeignBookie, PeriodicChecks  # noqa: F401 (re-exported)
 from autorecovery.roles.auditor_history import HealRecorder

@@ -141,7 +141,7 @@ class LockSteps:
                         if attempts % RELEASE_RETRY_LOG_EVERY == 0:
                             log.warning("lock release still failing; retrying while the session lives", ledger_id=lid,
                                         attempts=attempts, retry_in_s=delay, error=str(exc))
-                    except Exception as exc:  # noqa: BLE001 - not an outage: retrying cannot help, and it is said
+                    except Exception as exc:  # broad: not an outage: retrying cannot help, and it is said
                         log.error("lock release failed with an unexpected error; the ledger stays locked by this "
                                   "daemon until its ZooKeeper session ends (restart the daemon to free it)",
                                   ledger_id=lid, attempts=attempts, error=str(exc), error_type=type(exc).__name__,

@@ -86,7 +86,7 @@ from autorecovery.roles.pass_effects import PassEffects
 from autorecovery.roles.pass_steps import PassSteps
 from autorecovery.roles.worker_metrics import OUR_SCOPE, SCOPE, WorkerMetrics
 from autorecovery.roles.worker_metrics import WorkerMetrics as _Metrics  # noqa: F401 (the old name)
-from autorecovery.roles.worker_settings import CONFIG_KEYS, WorkerSettings  # noqa: F401 (re-exported)
+from autorecovery.roles.worker_settings import CONFIG_KEYS, WorkerSettings  # re-exported
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
@@ -393,7 +393,7 @@ class ReplicationWorker:
                     self._refresh_wanted.set()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: back off and go on
+            except Exception as exc:  # broad: ZooKeeper trouble: back off and go on
                 self.m.exception(exc)
                 if not is_retriable(exc):
                     # a bug or a state retrying cannot change: end the slot (the worker stops being

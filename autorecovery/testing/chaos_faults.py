@@ -138,7 +138,7 @@ class Injector:
             return bookie_id in await self.zk.get_children(self.paths.readonly)
         except NoNodeError:
             return False
-        except Exception as exc:  # noqa: BLE001 - only what a later poll may answer
+        except Exception as exc:  # broad: only what a later poll may answer
             if is_retriable(exc):
                 return False
             raise
@@ -148,7 +148,7 @@ class Injector:
         runner's session cannot tell right now: a retriable error)."""
         try:
             who = await current_auditor(self.zk, self.paths)
-        except Exception as exc:  # noqa: BLE001 - only what a later poll may answer
+        except Exception as exc:  # broad: only what a later poll may answer
             if is_retriable(exc):
                 return None
             raise
@@ -313,7 +313,7 @@ class Injector:
                 if c > since_ms and (not seen or c > seen[-1]):
                     seen.append(c)
                 return len(seen) >= 2 and not await urm.list_marked_ids()
-            except Exception as exc:  # noqa: BLE001 - only what a later poll may answer
+            except Exception as exc:  # broad: only what a later poll may answer
                 if is_retriable(exc):
                     return False
                 raise

@@ -52,7 +52,7 @@ from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk import gate, kazoo_ext, kazoo_poll, wake
 from autorecovery.zk.client_security import kazoo_security_kwargs
-from autorecovery.zk.kazoo_ext import ServerTooOld  # noqa: F401  (re-exported)
+from autorecovery.zk.kazoo_ext import ServerTooOld  # re-exported
 
 _log = logs.get_logger("autorecovery.zk")
 
@@ -169,7 +169,7 @@ class ZkClient:
             # request (or its connection thread ends), so make one before the caller relies on the session
             try:
                 await asyncio.to_thread(self._sasl_check, min(timeout_s, 10.0))
-            except Exception as exc:  # noqa: BLE001 - kazoo's AuthFailed/SessionClosedRequireSasl/timeout
+            except Exception as exc:  # broad: kazoo's AuthFailed/SessionClosedRequireSasl/timeout
                 await self.stop()
                 raise ZooKeeperError(
                     f"cannot connect to ZooKeeper at {self.hosts}: SASL authentication of user "
@@ -222,7 +222,7 @@ class ZkClient:
 
         try:
             await asyncio.to_thread(expire)
-        except Exception as exc:  # noqa: BLE001 - kazoo's own timeout/connection errors
+        except Exception as exc:  # broad: kazoo's own timeout/connection errors
             raise ZooKeeperError(f"could not expire the session on {self.hosts}: {exc}") from exc
 
     def _on_state(self, state: str) -> None:  # kazoo thread

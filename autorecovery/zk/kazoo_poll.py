@@ -73,5 +73,5 @@ def poll_select(rlist, wlist, xlist, timeout: float | None = None) -> tuple[list
 class PollHandler(SequentialThreadingHandler):
     """kazoo's ``SequentialThreadingHandler`` whose ``select`` is :func:`poll_select`."""
 
-    def select(self, *args, **kwargs):  # noqa: D102 - kazoo's signature
+    def select(self, *args, **kwargs):  # kazoo's signature
         return poll_select(*args, **kwargs)

@@ -31,7 +31,7 @@ class _Row:
 class _Batch(jobs.Prepared):
     """Views handed over as the fused pass hands them (no Arrow frame needed)."""
 
-    def __init__(self, views) -> None:  # noqa: D107 - a test double
+    def __init__(self, views) -> None:  # a test double
         self.views = views
         self.adherence = {}
 
