@@ -53,18 +53,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autorecovery.rpc.convert import encode_service_info  # noqa: E402
-from autorecovery import metrics  # noqa: E402
-from autorecovery.ledger import formats  # noqa: E402
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment  # noqa: E402
-from autorecovery.roles.auditor import Auditor, AuditorSettings  # noqa: E402
-from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
-from autorecovery.zk.bridge import NoNodeError, Op, ZkClient  # noqa: E402
-from autorecovery.zk.ledgers import init_cluster  # noqa: E402
-from autorecovery.zk.paths import Paths  # noqa: E402
-from autorecovery.zk.underreplication import UnderreplicationManager  # noqa: E402
+from autorecovery.rpc.convert import encode_service_info
+from autorecovery import metrics
+from autorecovery.ledger import formats
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
+from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.testing.zk_server import ZooKeeperServer
+from autorecovery.zk.bridge import NoNodeError, Op, ZkClient
+from autorecovery.zk.ledgers import init_cluster
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cleanup import exit_on_signals  # noqa: E402
+from cleanup import exit_on_signals
 
 P = Paths("/ledgers")
 

@@ -26,12 +26,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import limits  # noqa: E402
-from autorecovery.bookie.disk import DiskProbe  # noqa: E402
-from autorecovery.bookie.service import BookieService, add_service, build_grpc_server  # noqa: E402
-from autorecovery.bookie.storage import BookieStorage  # noqa: E402
-from autorecovery.ledger.digest import pack_entry  # noqa: E402
-from autorecovery.rpc.transport import BookieClient  # noqa: E402
+import limits
+from autorecovery.bookie.disk import DiskProbe
+from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
+from autorecovery.bookie.storage import BookieStorage
+from autorecovery.ledger.digest import pack_entry
+from autorecovery.rpc.transport import BookieClient
 
 MK = b"bench"
 

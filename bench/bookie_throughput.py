@@ -22,12 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autorecovery.client.bookkeeper import BookKeeper  # noqa: E402
-from autorecovery.ledger.digest import pack_entry  # noqa: E402
-from autorecovery.rpc.transport import BookieClient  # noqa: E402
-from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
-import limits  # noqa: E402
-from nullbookie import MAX_MSG, spawn_null, stop  # noqa: E402
+from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.ledger.digest import pack_entry
+from autorecovery.rpc.transport import BookieClient
+from autorecovery.testing.local_cluster import LocalCluster
+import limits
+from nullbookie import MAX_MSG, spawn_null, stop
 
 
 async def raw_grpc(size: int, count: int, ensemble: int = 3, wq: int = 2) -> tuple[float, float]:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autorecovery.testing.chaos import CampaignConfig, run_campaign  # noqa: E402
-from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS, STOCK_KINDS, parse_kinds  # noqa: E402
+from autorecovery.testing.chaos import CampaignConfig, run_campaign
+from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS, STOCK_KINDS, parse_kinds
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,13 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psutil  # noqa: E402
+import psutil
 
-from autorecovery.bookie.admission import AdmissionLimits, memory_bound  # noqa: E402
-from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM  # noqa: E402
-from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster  # noqa: E402
-from autorecovery.testing.flood import RssSampler, flood  # noqa: E402
-from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
+from autorecovery.bookie.admission import AdmissionLimits, memory_bound
+from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM
+from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
+from autorecovery.testing.flood import RssSampler, flood
+from autorecovery.testing.zk_server import ZooKeeperServer
 
 MIB = 1024 * 1024
 

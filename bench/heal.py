@@ -65,19 +65,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import structlog  # noqa: E402
+import structlog
 
-import limits  # noqa: E402
-import zkstats  # noqa: E402
-from profiles import start_profiles, stop_profiles  # noqa: E402
-from autorecovery.cli.demo_checks import daemons_ready, writable_bookies  # noqa: E402
-from autorecovery.cli.demo_recovery import kill_host, start_daemons  # noqa: E402
-from autorecovery.client.bookkeeper import BookKeeper  # noqa: E402
-from autorecovery.ledger.metadata import bookie_index_stores  # noqa: E402
-from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
-from autorecovery.workload import write_ledgers  # noqa: E402
-from autorecovery.zk.underreplication import UnderreplicationManager  # noqa: E402
-from replication import raw_pull  # noqa: E402
+import limits
+import zkstats
+from profiles import start_profiles, stop_profiles
+from autorecovery.cli.demo_checks import daemons_ready, writable_bookies
+from autorecovery.cli.demo_recovery import kill_host, start_daemons
+from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.ledger.metadata import bookie_index_stores
+from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.workload import write_ledgers
+from autorecovery.zk.underreplication import UnderreplicationManager
+from replication import raw_pull
 
 VICTIM = 1
 WRITE_CHUNK = 64  # ledgers written at once (hundreds of concurrent 64 KiB adds time out on a loaded 2-core machine)

@@ -32,14 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
+import grpc
 
-from autorecovery.bookie.service import FEATURES, MAX_READ_BATCH_BYTES, PULL_REPORT_BYTES  # noqa: E402
-from autorecovery.ledger.digest import pack_entry  # noqa: E402
-from autorecovery.proto import bookie_pb2 as pb  # noqa: E402
-from autorecovery.proto import bookie_pb2_grpc as pbg  # noqa: E402
-from autorecovery.rpc.wire import _TAG_ENTRIES, _varint, add_bookie_servicer, encode_batch  # noqa: E402
-from autorecovery.testing.zk_server import free_port  # noqa: E402
+from autorecovery.bookie.service import FEATURES, MAX_READ_BATCH_BYTES, PULL_REPORT_BYTES
+from autorecovery.ledger.digest import pack_entry
+from autorecovery.proto import bookie_pb2 as pb
+from autorecovery.proto import bookie_pb2_grpc as pbg
+from autorecovery.rpc.wire import _TAG_ENTRIES, _varint, add_bookie_servicer, encode_batch
+from autorecovery.testing.zk_server import free_port
 
 MAX_MSG = 16 << 20
 READY = "NULL_READY"

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autorecovery.placement import (  # noqa: E402
+from autorecovery.placement import (
     Adherence,
     PlacementConfig,
     RackawarePolicy,

@@ -56,13 +56,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-from autorecovery import metrics  # noqa: E402
-from autorecovery.ledger.digest import pack_entry  # noqa: E402
-from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment  # noqa: E402
-from autorecovery.rpc.transport import BookieClient  # noqa: E402
-import limits  # noqa: E402
-from nullbookie import MAX_MSG, spawn_null, stop  # noqa: E402
-from profiles import start_profiles, stop_profiles  # noqa: E402
+from autorecovery import metrics
+from autorecovery.ledger.digest import pack_entry
+from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
+from autorecovery.rpc.transport import BookieClient
+import limits
+from nullbookie import MAX_MSG, spawn_null, stop
+from profiles import start_profiles, stop_profiles
 
 ENTRY = 64 * 1024
 MK = b"bench-master-key"

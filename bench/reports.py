@@ -49,13 +49,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pandas as pd  # noqa: E402
-import psutil  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import pandas as pd
+import psutil
+import pyarrow.parquet as pq
 
-from autorecovery.reports import jobs  # noqa: E402
-from autorecovery.reports.build import RECENT_DAYS  # noqa: E402
-from autorecovery.reports.synthetic import generate  # noqa: E402
+from autorecovery.reports import jobs
+from autorecovery.reports.build import RECENT_DAYS
+from autorecovery.reports.synthetic import generate
 
 MB = 2**20
 

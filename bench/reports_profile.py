@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psutil  # noqa: E402
+import psutil
 
 
 def _child(snapshot: Path, out: Path, master: str, conf: dict[str, str], res: Path) -> None:

@@ -28,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autorecovery.roles.backlog import Backlog  # noqa: E402
-from autorecovery.testing.zk_chroot import fresh_chroot  # noqa: E402
-from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
-from autorecovery.zk.bridge import ZkClient  # noqa: E402
-from autorecovery.zk.ledgers import LedgerStore  # noqa: E402
-from autorecovery.zk.paths import Paths  # noqa: E402
-from autorecovery.zk.underreplication import UnderreplicationManager  # noqa: E402
+from autorecovery.roles.backlog import Backlog
+from autorecovery.testing.zk_chroot import fresh_chroot
+from autorecovery.testing.zk_server import ZooKeeperServer
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.ledgers import LedgerStore
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
 
 
 def cpu_s() -> float:

@@ -60,16 +60,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autorecovery.ledger.ids import ledger_id_from_ur_leaf  # noqa: E402
-from autorecovery.plan.throttle import TokenBucket  # noqa: E402
-from autorecovery.zk.bridge import NoNodeError, ZkClient  # noqa: E402
-from autorecovery.zk.ledgers import init_cluster  # noqa: E402
-from autorecovery.zk.paths import Paths  # noqa: E402
-from autorecovery.zk.stream_slots import ClusterStreamSlots  # noqa: E402
-from autorecovery.zk.underreplication import UnderreplicationManager  # noqa: E402
-from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
-from cleanup import Children, child_command, exit_on_signals  # noqa: E402
-from zkstats import mntr  # noqa: E402
+from autorecovery.ledger.ids import ledger_id_from_ur_leaf
+from autorecovery.plan.throttle import TokenBucket
+from autorecovery.zk.bridge import NoNodeError, ZkClient
+from autorecovery.zk.ledgers import init_cluster
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.stream_slots import ClusterStreamSlots
+from autorecovery.zk.underreplication import UnderreplicationManager
+from autorecovery.testing.zk_server import ZooKeeperServer
+from cleanup import Children, child_command, exit_on_signals
+from zkstats import mntr
 
 P = Paths("/ledgers")
 LOST = "10.0.0.1:3181"

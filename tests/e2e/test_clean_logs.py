@@ -21,8 +21,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from autorecovery.zk.election import current_auditor  # noqa: E402
-from test_shell_support import FAST, read_all, write_ledgers, zk_session  # noqa: E402
+from autorecovery.zk.election import current_auditor
+from test_shell_support import FAST, read_all, write_ledgers, zk_session
 
 pytestmark = pytest.mark.e2e
 

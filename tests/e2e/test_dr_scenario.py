@@ -29,15 +29,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from autorecovery import metrics  # noqa: E402
-from autorecovery.placement import Adherence, PlacementConfig, RackawarePolicy  # noqa: E402
-from autorecovery.placement.resolvers import StaticResolver  # noqa: E402
-from autorecovery.roles.auditor import Auditor, AuditorSettings  # noqa: E402
-from autorecovery.roles.worker import WorkerSettings  # noqa: E402
-from autorecovery.rpc.transport import BookieClient  # noqa: E402
-from autorecovery.testing.local_cluster import LocalCluster  # noqa: E402
-from autorecovery.zk.bridge import ZkClient, wait_for  # noqa: E402
-from test_worker_support import FAST, open_env, read_all_from  # noqa: E402
+from autorecovery import metrics
+from autorecovery.placement import Adherence, PlacementConfig, RackawarePolicy
+from autorecovery.placement.resolvers import StaticResolver
+from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.roles.worker import WorkerSettings
+from autorecovery.rpc.transport import BookieClient
+from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.zk.bridge import ZkClient, wait_for
+from test_worker_support import FAST, open_env, read_all_from
 
 pytestmark = pytest.mark.e2e
 

@@ -35,7 +35,7 @@ from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tls_certs import make_ca  # noqa: E402
+from tls_certs import make_ca
 
 pytestmark = pytest.mark.integration
 
