@@ -18,7 +18,7 @@ async def wait_condition(cond: asyncio.Condition, predicate: Callable[[], bool],
     try:
         await asyncio.wait_for(waiter(), timeout_s)
         return True
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return predicate()
 
 

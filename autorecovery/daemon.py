@@ -126,7 +126,7 @@ class Daemon:
         self._connected_once = False
 
     # -- start ----------------------------------------------------------------------------------------
-    async def start(self) -> "Daemon":
+    async def start(self) -> Daemon:
         """Bring every part up; prints ``AUTORECOVERY_READY ...`` on success.
 
         Raises:
@@ -218,7 +218,7 @@ class Daemon:
         print(f"{READY_MARKER} bookie_id={self.bookie_id} http={http}{prom}", file=self.out, flush=True)
         return self
 
-    async def start_retrying(self, budget_s: float = START_RETRY_BUDGET_S) -> "Daemon":
+    async def start_retrying(self, budget_s: float = START_RETRY_BUDGET_S) -> Daemon:
         """:meth:`start`, started again when ZooKeeper drops during start-up
         (:func:`autorecovery.daemon_roles.start_retrying`: the rule, the budget and the errors raised)."""
         await start_retrying(self, budget_s)
@@ -421,7 +421,7 @@ class Daemon:
                 return
             try:
                 await asyncio.wait_for(_maybe_await(fn()), max(0.05, remaining * share))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.error("shutdown step timed out", step=name, budget_s=round(remaining * share, 2))
             except Exception as exc:  # noqa: BLE001 - keep stopping the rest
                 log.error("shutdown step failed", step=name, error=str(exc))

@@ -329,7 +329,7 @@ HELP: dict[str, str] = {
 }
 
 
-def help_text(full: str, metrics: "list[Metric]") -> str:
+def help_text(full: str, metrics: list[Metric]) -> str:
     """The ``# HELP`` text of a family: a metric's own ``doc``, else :data:`HELP`, else a line built
     from the name (``replication_worker_exceptions_<type>`` and other names made at run time)."""
     for m in metrics:
@@ -346,7 +346,7 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def generate_text(registry: "MetricsRegistry | None" = None) -> bytes:
+def generate_text(registry: MetricsRegistry | None = None) -> bytes:
     """Prometheus text exposition exactly as upstream's provider writes it (counters keep their
     names: ``# TYPE auditor_NUM_LEDGERS_CHECKED counter`` / ``auditor_NUM_LEDGERS_CHECKED 3``)."""
     reg = registry or REGISTRY

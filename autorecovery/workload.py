@@ -21,7 +21,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
+from collections.abc import Callable
 
 import structlog
 
@@ -94,7 +95,7 @@ class Manifest:
                                     "ledgers": {str(k): v for k, v in self.ledgers.items()}, "closed": self.closed}))
 
     @classmethod
-    def load(cls, path: Path) -> "Manifest":
+    def load(cls, path: Path) -> Manifest:
         d = json.loads(path.read_text())
         return cls(d["seed"], d["entry_size"], d["mixed"], {int(k): v for k, v in d["ledgers"].items()}, d["closed"])
 
@@ -341,7 +342,7 @@ async def _wait(stop: asyncio.Event, timeout_s: float) -> bool:
     try:
         await asyncio.wait_for(stop.wait(), timeout_s)
         return True
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
 
 

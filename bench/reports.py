@@ -116,7 +116,7 @@ class PeakRss:
                 return
             self._stop.wait(0.05)
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self._t.start()
         return self
 

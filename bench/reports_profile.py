@@ -99,7 +99,7 @@ class CpuTree:
             out[kind] = out.get(kind, 0.0) + s
         return out
 
-    def __enter__(self) -> "CpuTree":
+    def __enter__(self) -> CpuTree:
         self._t.start()
         return self
 

@@ -56,7 +56,7 @@ class DecommissionTimeoutError(AdminError):
 
     http_status = 504
 
-    def __init__(self, bookie_id: str, timeout_s: float, blocked: dict[int, str], report: "DecommissionReport") -> None:
+    def __init__(self, bookie_id: str, timeout_s: float, blocked: dict[int, str], report: DecommissionReport) -> None:
         self.bookie_id = bookie_id
         self.blocked = dict(blocked)
         self.report = report

@@ -151,7 +151,7 @@ class AdminHttpServer:
         self._runner: web.AppRunner | None = None
         self._reload_task: asyncio.Task | None = None
 
-    async def start(self) -> "AdminHttpServer":
+    async def start(self) -> AdminHttpServer:
         """Bind and serve.
 
         Raises:
@@ -223,7 +223,7 @@ class PrometheusHttpServer:
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
 
-    async def start(self) -> "PrometheusHttpServer":
+    async def start(self) -> PrometheusHttpServer:
         """Bind and serve.
 
         Raises:

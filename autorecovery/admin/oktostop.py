@@ -191,7 +191,7 @@ async def prestop(ctx: ops.AdminContext, bookie: str, *, for_s: int, wait_s: flo
             left = deadline - time.monotonic()
             try:
                 await asyncio.wait_for(changed.wait(), timeout=min(left, RECHECK_S * (0.75 + random.random() / 2)))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     finally:
         watcher.remove_listener(on_change)

@@ -186,7 +186,7 @@ async def bookie_addresses(bookie_ids: Iterable[str], timeout_s: float = 2.0) ->
     async def one(b: str) -> tuple[str, int, str]:
         try:
             return await asyncio.wait_for(_in_daemon_thread(_resolve_address, b), timeout_s)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a slow resolver must not hang the shell
+        except (TimeoutError, Exception):  # noqa: BLE001 - a slow resolver must not hang the shell
             host, _sep, port = b.rpartition(":")
             if not port.isdigit():
                 return UNKNOWN, 0, UNKNOWN
@@ -229,7 +229,7 @@ async def bookie_info(ctx: AdminContext, timeout_s: float | None = None) -> Book
         try:
             r = await asyncio.wait_for(bookies.get_bookie_info(b, 3), t)
             return b, r, ""
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return b, None, f"no answer within {t:g}s"
         except Exception as exc:  # noqa: BLE001 - reported per bookie
             return b, None, str(exc)

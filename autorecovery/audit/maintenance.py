@@ -71,7 +71,7 @@ class Window:
         return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, where: str) -> "Window":
+    def from_json(cls, data: bytes, where: str) -> Window:
         """Parse a window record.
 
         Raises:

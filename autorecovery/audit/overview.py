@@ -168,7 +168,7 @@ def when(ms: int | None, now_ms: int) -> str:
     """``2026-12-02 04:20:01Z (5 m ago)``; ``never`` for None."""
     if ms is None:
         return "never"
-    t = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    t = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     return f"{t} ({duration(max(0.0, (now_ms - ms) / 1000))} ago)"
 
 

@@ -94,7 +94,7 @@ class IdDigest:
         self.total = (self.total - mix_id(ledger_id)) & _MASK64
 
     @classmethod
-    def of(cls, ids: Iterable[int]) -> "IdDigest":
+    def of(cls, ids: Iterable[int]) -> IdDigest:
         d = cls()
         for lid in ids:
             d.add(lid)

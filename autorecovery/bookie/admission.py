@@ -119,7 +119,7 @@ class Admission:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         self.adds += count
         self.add_bytes += nbytes
@@ -173,7 +173,7 @@ class Admission:
             self._slot_freed.clear()
             try:
                 await asyncio.wait_for(self._slot_freed.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         self.receiving += 1
         return True

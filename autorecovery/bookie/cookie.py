@@ -62,7 +62,7 @@ class Cookie:
     index_dirs: str | None = None
 
     @classmethod
-    def for_bookie(cls, bookie_id: str, data_dir: Path, instance_id: str | None) -> "Cookie":
+    def for_bookie(cls, bookie_id: str, data_dir: Path, instance_id: str | None) -> Cookie:
         """The cookie a bookie ``bookie_id`` (``host:port``) with data directory ``data_dir`` should
         have in cluster ``instance_id`` (upstream ``Cookie.generateCookie``)."""
         d = str(Path(data_dir).resolve())
@@ -79,7 +79,7 @@ class Cookie:
         return f"{COOKIE_LAYOUT_VERSION}\n{textformat.print_message(msg)}"
 
     @classmethod
-    def parse(cls, text: str, source: str) -> "Cookie":
+    def parse(cls, text: str, source: str) -> Cookie:
         """Parse a cookie in upstream's layout 3 or 4+ text form (4 and 5 differ only by ``indexDirs``).
 
         Raises:
@@ -111,7 +111,7 @@ class Cookie:
             index_dirs=msg.indexDirs if msg.HasField("indexDirs") else None,
         )
 
-    def mismatch(self, other: "Cookie") -> str | None:
+    def mismatch(self, other: Cookie) -> str | None:
         """Why ``other`` does not match this cookie (upstream ``Cookie.verify``), or None if it does."""
         if other.layout_version < 3 and other.layout_version != self.layout_version:
             return f"cookie is of too old layout version {other.layout_version}"

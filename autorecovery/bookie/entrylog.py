@@ -72,7 +72,7 @@ class EntryLogs:
         self.syncs = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def open(self) -> "EntryLogs":
+    def open(self) -> EntryLogs:
         """Create the directory and open the newest log for appending (a new one when there is none).
 
         Raises:

@@ -230,13 +230,13 @@ class GroupCommit:
         return BookieStatusError("EIO", f"bookie {self.name}: storage write failed: "
                                         f"{failure or 'an earlier group failed'}")
 
-    def _fail_group(self, prep: "_Prepared", failure: str) -> list[Any]:
+    def _fail_group(self, prep: _Prepared, failure: str) -> list[Any]:
         with self._stage:
             self._poisoned = prep.epoch
         err = self._failed_batch(prep.batch, failure)
         return [err] * len(prep.batch)
 
-    def _commit(self, preps: list["_Prepared"]) -> str | None:
+    def _commit(self, preps: list[_Prepared]) -> str | None:
         """Write the index changes of ``preps`` (in order), sync the entry log, commit; None on success,
         else what failed (everything is rolled back)."""
         conn = self._wconn
@@ -266,7 +266,7 @@ class GroupCommit:
             return str(exc)
         return None
 
-    def _prepare(self, batch: list[_Op]) -> "_Prepared":
+    def _prepare(self, batch: list[_Op]) -> _Prepared:
         """Check each operation of the group against the ledger state (the cache, which runs ahead of
         what is committed), append the bodies, and collect the index changes for the committer."""
         prep = _Prepared(batch, [None] * len(batch), self._epoch)
@@ -294,7 +294,7 @@ class GroupCommit:
             self._cache.popitem(last=False)
         return st
 
-    def _apply_add(self, prep: "_Prepared", op: _Op) -> BookieStatusError | None:
+    def _apply_add(self, prep: _Prepared, op: _Op) -> BookieStatusError | None:
         if op.stream is not None and op.stream.failed:
             return SKIPPED
         eids, bodies, lac = op.eids, op.bodies, op.lac
@@ -327,7 +327,7 @@ class GroupCommit:
             op.stream.failed = True
         return BookieStatusError(status, detail)
 
-    def _apply_fence(self, prep: "_Prepared", op: _Op) -> BookieStatusError | None:
+    def _apply_fence(self, prep: _Prepared, op: _Op) -> BookieStatusError | None:
         st = self._ledger(op.ledger_id)
         if st is None:
             prep.statements.append(("INSERT INTO ledgers(ledger_id, master_key, fenced, lac) VALUES (?, ?, 1, -1)",

@@ -195,7 +195,7 @@ class BookieServer:
         #: completed disk checks (tests wait on it)
         self.disk_checks = 0
 
-    async def start(self) -> "BookieServer":
+    async def start(self) -> BookieServer:
         cfg = self.config
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)

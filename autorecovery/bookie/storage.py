@@ -157,7 +157,7 @@ class BookieStorage(GroupCommit, StoreReads):
         conn.execute("PRAGMA busy_timeout=30000")
         return conn
 
-    def open(self) -> "BookieStorage":
+    def open(self) -> BookieStorage:
         """Create or open the database and start the writer thread and the reader pool (blocking:
         call with ``asyncio.to_thread``).
 

@@ -120,7 +120,7 @@ class HealWatch:
                 try:
                     async with http.get(f"http://127.0.0.1:{port}{PROGRESS_PATH}") as r:
                         return i, (await r.json()) if r.status == 200 else None
-                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+                except (TimeoutError, aiohttp.ClientError, ValueError):
                     return i, None  # a daemon that does not answer keeps its last counters
 
             got = await asyncio.gather(*(one(i, p) for i, p in self.ports.items()))

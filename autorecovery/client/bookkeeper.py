@@ -65,7 +65,7 @@ class BookKeeper:
     async def connect(cls, zk_hosts: str, ledgers_root: str = "/ledgers", *, policy=None,
                       placement_properties: dict[str, str] | None = None,
                       session_timeout_ms: int = 10000, security: ZkSecurity | None = None,
-                      tls: BookieTls | None = None, connect_timeout_s: float = 30.0) -> "BookKeeper":
+                      tls: BookieTls | None = None, connect_timeout_s: float = 30.0) -> BookKeeper:
         """Open a ZooKeeper session (within ``connect_timeout_s`` seconds) and start watching bookies.
 
         Args:
@@ -102,7 +102,7 @@ class BookKeeper:
         await bk.start()
         return bk
 
-    async def start(self) -> "BookKeeper":
+    async def start(self) -> BookKeeper:
         self.watcher = BookieWatcher(self.zk, self.paths)
         self.watcher.add_listener(lambda w, r: self.policy.on_cluster_changed(set(w), set(r)))
         await self.watcher.start()

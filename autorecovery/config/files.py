@@ -110,7 +110,7 @@ class FileStamp:
     missing: bool = False
 
     @staticmethod
-    def of(path: str) -> "FileStamp":
+    def of(path: str) -> FileStamp:
         """The stamp of ``path`` now (``missing=True`` when it cannot be stat'ed). Never raises."""
         try:
             st = os.stat(path)

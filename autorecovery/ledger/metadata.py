@@ -153,7 +153,7 @@ class LedgerMetadata:
                 idx = i
         return idx
 
-    def with_segment_replaced(self, first_entry_id: int, replacements: dict[str, str]) -> "LedgerMetadata":
+    def with_segment_replaced(self, first_entry_id: int, replacements: dict[str, str]) -> LedgerMetadata:
         """Return a copy where, in the segment keyed by ``first_entry_id``, each old bookie is
         replaced by its new one (upstream LedgerFragmentReplicator's ensemble update).
 
@@ -167,7 +167,7 @@ class LedgerMetadata:
                 return replace(self, segments=tuple(segs))
         raise KeyError(f"no segment starts at entry {first_entry_id}")
 
-    def with_new_segment(self, first_entry_id: int, ensemble: tuple[str, ...]) -> "LedgerMetadata":
+    def with_new_segment(self, first_entry_id: int, ensemble: tuple[str, ...]) -> LedgerMetadata:
         """Return a copy with a new last segment starting at ``first_entry_id`` (ensemble change).
 
         A last segment that starts at the same entry id is replaced instead (it holds no entries yet).

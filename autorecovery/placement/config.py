@@ -16,7 +16,8 @@ Units: keys ending in ``Seconds``/``Secs`` are seconds, ``MSec`` milliseconds, a
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from autorecovery.config.keys import KEY_BY_NAME, LIBRARY_KEY_BY_NAME, Section, typed_value
 from autorecovery.errors import ConfigError
@@ -176,7 +177,7 @@ class PlacementConfig(Section):
     STRICT = True  # from_properties refuses a key that is not a placement key (a typo would be ignored)
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any] | None = None) -> "PlacementConfig":
+    def from_properties(cls, props: Mapping[str, Any] | None = None) -> PlacementConfig:
         """As :meth:`Section.from_properties`, also accepting the library-only keys (``_LIBRARY_FIELDS``).
 
         Raises:

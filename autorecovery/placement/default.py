@@ -12,7 +12,7 @@ exclude set is never mutated.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 
 from .policy import Adherence, PlacementPolicy, PlacementResult

@@ -17,7 +17,7 @@ time and every later placement call sees it (tests and embedding programs use it
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["FeatureSwitches"]
 
@@ -60,7 +60,7 @@ class FeatureSwitches:
 
     @classmethod
     def from_config(cls, disable_durability_name: str, disable_durability: bool,
-                    disallow_name: str | None, disallowed_regions: Iterable[str] | None) -> "FeatureSwitches":
+                    disallow_name: str | None, disallowed_regions: Iterable[str] | None) -> FeatureSwitches:
         """Switches preset from static config (``reppDisableDurability``, ``reppDisallowedRegions``).
 
         The disallowed regions are set under ``disallow_name`` when that upstream key is configured, else

@@ -13,7 +13,8 @@ import enum
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from autorecovery.errors import ConfigError, NotEnoughBookiesError
 

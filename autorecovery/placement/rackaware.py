@@ -31,7 +31,7 @@ Differences from upstream (ours):
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from autorecovery.errors import NotEnoughBookiesError
 

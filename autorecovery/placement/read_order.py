@@ -7,7 +7,8 @@ tries first, from the policy's membership, slow-bookie memory, pending requests 
 from __future__ import annotations
 
 import random
-from typing import Callable, Container, Protocol, Sequence
+from typing import Protocol
+from collections.abc import Callable, Container, Sequence
 
 from .config import PlacementConfig
 from .policy import BookiesHealthInfo

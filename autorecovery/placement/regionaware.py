@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from autorecovery.errors import ConfigError, NotEnoughBookiesError
 

@@ -49,7 +49,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 
 from .policy import Adherence
 from .schedule import ensemble_write_sets

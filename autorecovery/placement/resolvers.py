@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
 
 from autorecovery.errors import ConfigError, MalformedMetadataError
 

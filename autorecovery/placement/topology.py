@@ -13,7 +13,7 @@ caller records it in ``rejected``).
 from __future__ import annotations
 
 import random
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 __all__ = [
     "ROOT",
@@ -120,7 +120,7 @@ class NetworkTopology:
             self._depth = None
         return True
 
-    def copy(self) -> "NetworkTopology":
+    def copy(self) -> NetworkTopology:
         t = NetworkTopology()
         t._racks = {r: list(b) for r, b in self._racks.items()}
         t._rack_of = dict(self._rack_of)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable, ClassVar, Hashable, Iterable, Mapping, Sequence
+from typing import ClassVar
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from autorecovery.errors import ConfigError, NotEnoughBookiesError
 

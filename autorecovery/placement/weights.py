@@ -21,7 +21,8 @@ import bisect
 import math
 import random
 from itertools import accumulate
-from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
+from typing import TypeVar
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 __all__ = ["WeightedRandomSelection", "effective_weights", "median"]
 

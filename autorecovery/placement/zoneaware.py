@@ -25,7 +25,7 @@ exists (else upstream's outcome: NotEnoughBookiesError in strict mode, FAIL adhe
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from autorecovery.errors import ConfigError, NotEnoughBookiesError
 

@@ -80,7 +80,7 @@ class Report:
 
 
 def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float | None, daemons: int | None = None,
-              measured: "MeasuredRate | None" = None) -> Throttles:
+              measured: MeasuredRate | None = None) -> Throttles:
     """The heal-time inputs: the snapshot's worker keys, its live bookies and the copy rate.
     ``assumed_rate``: one daemon's copy rate given by the user (bytes/s; ``bench/heal.py`` measures
     one); None → ``measured`` (from the snapshot's heal history, :mod:`reports.healrate`) when there is

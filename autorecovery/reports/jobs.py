@@ -41,7 +41,7 @@ class Prepared:
         self.adherence: dict[tuple, int] = {}
 
 
-def _memo_of(pdf: "pd.DataFrame | Prepared") -> dict[tuple, int]:
+def _memo_of(pdf: pd.DataFrame | Prepared) -> dict[tuple, int]:
     return pdf.adherence if isinstance(pdf, Prepared) else {}
 
 
@@ -65,7 +65,7 @@ def _adhering(policy, token: str, memo: dict[tuple, int], ensemble: tuple[str, .
     return v
 
 
-def _views(pdf: "pd.DataFrame | Prepared") -> Iterator[tuple[model.LedgerView, Any]]:
+def _views(pdf: pd.DataFrame | Prepared) -> Iterator[tuple[model.LedgerView, Any]]:
     if isinstance(pdf, Prepared):
         yield from pdf.views
         return
@@ -131,7 +131,7 @@ def capacity_partition(recent_since_ms: int):
         codes: dict[str, int] = {}
         acc = BookieBytes()
 
-        def step(pdf: "pd.DataFrame | Prepared") -> None:
+        def step(pdf: pd.DataFrame | Prepared) -> None:
             cols: tuple[list, ...] = ([], [], [], [], [], [], [])  # per segment: ledger, E, WQ, first, last, bpe, new
             mem: tuple[list, ...] = ([], [], [])  # per member: code, segment row, index
             distinct: list[int] = []
@@ -337,7 +337,7 @@ def risk_partition(location: Mapping[str, Mapping[str, str]], kinds: tuple[str, 
     def make() -> Fold:
         fold = RiskFold(tags, kinds, gone, bookie_sets)
 
-        def step(pdf: "pd.DataFrame | Prepared") -> None:
+        def step(pdf: pd.DataFrame | Prepared) -> None:
             fold.step(pdf.views if isinstance(pdf, Prepared) else list(_views(pdf)), gone)
 
         return step, fold.finish
@@ -395,7 +395,7 @@ def decommission_partition(bookie: str, placement: Mapping[str, str], locations:
             v[0] += nbytes
             v[1] += n
 
-        def step(pdf: "pd.DataFrame | Prepared") -> None:
+        def step(pdf: pd.DataFrame | Prepared) -> None:
             for lv, _row in _views(pdf):
                 for si, idx, stored, sources, sole in whatif.decommission_shares(lv, bookie):
                     ens = list(lv.segments[si].ensemble)

@@ -366,7 +366,7 @@ class SourceReads:
     sole_bytes: float = 0.0
 
     @classmethod
-    def from_bookies(cls, shares: Mapping[str, float], sole: Mapping[str, float]) -> "SourceReads":
+    def from_bookies(cls, shares: Mapping[str, float], sole: Mapping[str, float]) -> SourceReads:
         """From per-bookie sums: ``shares[b]`` = bytes of the entries it can serve, each entry's bytes
         split over its readable copies (any split: only their sum and the bookies count), ``sole[b]`` =
         bytes only ``b`` can serve. Bookies with no positive share are not sources."""
@@ -375,7 +375,7 @@ class SourceReads:
         return cls(float(sum(live.values())), len(live), top[1], float(top[0]))
 
     @classmethod
-    def sole_only(cls, per_bookie: Mapping[str, float]) -> "SourceReads":
+    def sole_only(cls, per_bookie: Mapping[str, float]) -> SourceReads:
         """Every byte readable from one bookie only (``per_bookie[b]`` bytes from ``b``: a plan that names
         each read's source)."""
         return cls.from_bookies(per_bookie, per_bookie)

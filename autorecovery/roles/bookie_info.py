@@ -137,7 +137,7 @@ class BookieInfoReader:
         self._gauged: set[str] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    async def start(self) -> "BookieInfoReader":
+    async def start(self) -> BookieInfoReader:
         """Start the poll loop (a first full scan runs at once). Idempotent."""
         if self._task is not None:
             return self
@@ -222,7 +222,7 @@ class BookieInfoReader:
     async def _one(self, bookie_id: str) -> tuple[str, DiskInfo | None, str]:
         try:
             r = await asyncio.wait_for(self.bookies.get_bookie_info(bookie_id, REQUESTED_ALL), self.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return bookie_id, None, f"no answer within {self.timeout_s:g}s"
         except AutoRecoveryError as exc:
             return bookie_id, None, str(exc)
@@ -313,6 +313,6 @@ class BookieInfoReader:
         for name in GAUGES:
             self.registry.remove(f"{GAUGE_SCOPE}_{name}", {"bookie_id": bookie_id})
 
-    async def wait_for(self, predicate: Callable[["BookieInfoReader"], bool], timeout_s: float) -> bool:
+    async def wait_for(self, predicate: Callable[[BookieInfoReader], bool], timeout_s: float) -> bool:
         """Wait until ``predicate(self)`` holds (checked after every publish) or ``timeout_s`` passes."""
         return await wait_condition(self.changed, lambda: predicate(self), timeout_s)

@@ -113,7 +113,7 @@ class NodeGauges:
     def set_elected(self, elected: bool) -> None:
         self.g[ELECTED].set(1 if elected else 0)
 
-    async def start(self) -> "NodeGauges":
+    async def start(self) -> NodeGauges:
         """Read the disable znode once (raises ZooKeeper errors) and keep watching it."""
         self._session_q = self.zk.session_events()
         await self._read()

@@ -248,7 +248,7 @@ class LocalBookieWatch:
         """True while the watch runs (False once it found the bookie's address is not local, or stopped)."""
         return self._task is not None and not self._task.done()
 
-    async def start(self) -> "LocalBookieWatch":
+    async def start(self) -> LocalBookieWatch:
         """Start watching (idempotent). When ``bookie_id``'s host is not an address of this host the watch
         stops at once, logging why (INFO), and ``off_reason`` says it."""
         if self._task is None or self._task.done():
@@ -291,7 +291,7 @@ class LocalBookieWatch:
             return await asyncio.wait_for(asyncio.open_connection(self.address, self.port), CONNECT_TIMEOUT_S)
         except ConnectionRefusedError:
             return "refused"
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             return "no answer"
 
     async def _run(self) -> None:

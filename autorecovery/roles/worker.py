@@ -187,7 +187,7 @@ class ReplicationWorker:
         self._stopped: asyncio.Future | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
-    async def start(self) -> "ReplicationWorker":
+    async def start(self) -> ReplicationWorker:
         """Create the under-replication layout if needed, take a first look at the backlog, start the
         slots. Idempotent."""
         if self._started:

@@ -257,7 +257,7 @@ class GrpcWrites:
         return resp.entries_written, resp.bytes_written
 
     async def open_add_stream(self, bookie_id: str, ledger_id: int, master_key: bytes, *,
-                              recovery: bool = False) -> "AddStream | None":
+                              recovery: bool = False) -> AddStream | None:
         """A long-lived :class:`AddStream` to one bookie for one ledger, or None when the bookie does
         not report ``ADD_STREAM`` (use :meth:`add_entries` then).
 

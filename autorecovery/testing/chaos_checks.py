@@ -195,7 +195,7 @@ class Sampler:
         self._next_proc = 0.0
         self._task: asyncio.Task | None = None
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         """Start polling in a background task (of the running event loop); returns self."""
         self._task = asyncio.ensure_future(self._run())
         return self

@@ -49,7 +49,7 @@ class DaemonNetns:
     zk_proxies: list[TcpProxy] = field(default_factory=list)
 
     @classmethod
-    def plan(cls, k: int, tag: str | None = None) -> "DaemonNetns":
+    def plan(cls, k: int, tag: str | None = None) -> DaemonNetns:
         """Names and addresses for daemon namespace ``k`` (< 32), unique to this process (``tag``: pid
         based; addresses in the block after the bookie namespaces' of :class:`BookieNetns`)."""
         t = plan_tag(tag)
@@ -60,7 +60,7 @@ class DaemonNetns:
         """The link's end inside the namespace."""
         return f"{self.link}n"
 
-    def up(self, zk_servers: list[tuple[str, int]]) -> "DaemonNetns":
+    def up(self, zk_servers: list[tuple[str, int]]) -> DaemonNetns:
         """Create the namespace, its link, the routes to the root namespace's loopback addresses and the
         ZooKeeper proxies.
 

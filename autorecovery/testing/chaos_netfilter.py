@@ -85,7 +85,7 @@ class LinkFaults:
         self.table = table or table_name()
         self._slowed = False
 
-    def up(self) -> "LinkFaults":
+    def up(self) -> LinkFaults:
         """Create table ``inet <table>`` with ``output``, ``input`` and ``forward`` filter chains (policy
         accept; forwarded packets cross between two namespaces, e.g. the namespaced daemon and bookie).
 

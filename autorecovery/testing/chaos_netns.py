@@ -109,13 +109,13 @@ class BookieNetns:
     zk_proxies: list[TcpProxy] = field(default_factory=list)
 
     @classmethod
-    def plan(cls, k: int, tag: str | None = None) -> "BookieNetns":
+    def plan(cls, k: int, tag: str | None = None) -> BookieNetns:
         """Names and addresses for namespace ``k`` (< 64), unique to this process (``tag``: pid based)."""
         t = plan_tag(tag)
         return cls(f"{t}-ns{k}", f"{t}d{k}", f"{t}z{k}", plan_address(k, 1), plan_address(k, 2),
                    plan_address(k, 5), plan_address(k, 6))
 
-    def up(self, zk_servers: list[tuple[str, int]]) -> "BookieNetns":
+    def up(self, zk_servers: list[tuple[str, int]]) -> BookieNetns:
         """Create the namespace, both links and the ZooKeeper proxies.
 
         Raises:

@@ -354,7 +354,7 @@ class StockWriter:
         # BkTool continuous takes --conf among its own options (the tool puts it after the command)
         self.process = JavaProcess(cmd, "continuous writer", log.with_suffix(".out"), log.with_suffix(".err"), log)
 
-    def start(self) -> "StockWriter":
+    def start(self) -> StockWriter:
         self.stop_file.unlink(missing_ok=True)
         self.process.start()
         return self

@@ -33,7 +33,7 @@ class LoopbackLink:
         self.host, self.port = host, port
         self.table = table or f"{table_name()}lo"
 
-    def up(self) -> "LoopbackLink":
+    def up(self) -> LoopbackLink:
         """Create table ``inet <table>`` with an ``output`` filter chain (policy accept).
 
         Raises:

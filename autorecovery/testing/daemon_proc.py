@@ -35,7 +35,7 @@ class DaemonProcess:
         self.http_port = 0
         self._mark = 0  # where this run's lines start in the log
 
-    def start(self, timeout_s: float = 30.0) -> "DaemonProcess":
+    def start(self, timeout_s: float = 30.0) -> DaemonProcess:
         """:meth:`spawn` it, then :meth:`wait_ready`.
 
         Raises:
@@ -43,7 +43,7 @@ class DaemonProcess:
         """
         return self.spawn().wait_ready(timeout_s)
 
-    def spawn(self) -> "DaemonProcess":
+    def spawn(self) -> DaemonProcess:
         """Write its conf and start it in its own session (process group); does not wait."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.conf.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
@@ -54,7 +54,7 @@ class DaemonProcess:
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         return self
 
-    def wait_ready(self, timeout_s: float = 30.0) -> "DaemonProcess":
+    def wait_ready(self, timeout_s: float = 30.0) -> DaemonProcess:
         """Wait (with a deadline) for the ``AUTORECOVERY_READY`` line this run printed; keeps its HTTP port.
 
         Raises:

@@ -51,7 +51,7 @@ class RssSampler:
             self.samples += 1
             self._stop.wait(self.period_s)
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self._thread.start()
         return self
 

@@ -145,7 +145,7 @@ class LocalCluster:
                  "data_dir": str(m.data_dir)} for m in self.zk_ensemble.members]
 
     @classmethod
-    def load(cls, base_dir: Path | str) -> "LocalCluster":
+    def load(cls, base_dir: Path | str) -> LocalCluster:
         """Rebuild a handle on a cluster started by another process from its state file.
 
         Raises:
@@ -303,7 +303,7 @@ class LocalCluster:
         self.write_racks()
         return ids
 
-    def up(self) -> "LocalCluster":
+    def up(self) -> LocalCluster:
         """Start ZooKeeper, format, start every bookie, write racks."""
         self.base.mkdir(parents=True, exist_ok=True)
         self.start_zookeeper()

@@ -43,7 +43,7 @@ class TcpProxy:
         self.accepted = 0
         self._thread = threading.Thread(target=self._accept_loop, name="tcp-proxy", daemon=True)
 
-    def start(self) -> "TcpProxy":
+    def start(self) -> TcpProxy:
         self._thread.start()
         return self
 

@@ -196,7 +196,7 @@ class JavaCluster:
             self.kz.create(path, data, makepath=True)
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def up(self, timeout_s: float = 90.0) -> "JavaCluster":
+    def up(self, timeout_s: float = 90.0) -> JavaCluster:
         """Format ``<root>/ledgers`` with upstream's shell, start the bookies (in parallel) and publish racks.
 
         Raises:
@@ -213,7 +213,7 @@ class JavaCluster:
             self.down()
             raise
 
-    def _up(self, timeout_s: float) -> "JavaCluster":
+    def _up(self, timeout_s: float) -> JavaCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.kz = KazooClient(self.zk_hosts, timeout=10.0)
         self.kz.start(15)
@@ -267,7 +267,7 @@ class JavaCluster:
             self.kz = None
         _live.discard(self)
 
-    def __enter__(self) -> "JavaCluster":
+    def __enter__(self) -> JavaCluster:
         return self.up()
 
     def __exit__(self, *exc: object) -> None:

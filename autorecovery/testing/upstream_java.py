@@ -221,7 +221,7 @@ class JavaProcess:
         self.out_path, self.err_path, self.log_path = Path(out_path), Path(err_path), Path(log_path)
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "JavaProcess":
+    def start(self) -> JavaProcess:
         """Spawn the process (idempotent while it runs)."""
         if self.alive:
             return self
@@ -394,7 +394,7 @@ class JavaBookie(ProcessHandle):
         stat = self.kz.exists(self._reg_path(readonly))
         return stat.ephemeralOwner if stat is not None else None
 
-    def start(self, wait: bool = True, timeout_s: float = 60.0) -> "JavaBookie":
+    def start(self, wait: bool = True, timeout_s: float = 60.0) -> JavaBookie:
         """Write its conf and start it; with ``wait``, return once it is registered (see :meth:`wait_registered`)."""
         write_properties(self.conf_path, self.properties)
         if not self.process.alive:
@@ -422,7 +422,7 @@ class JavaBookie(ProcessHandle):
         wait_until(lambda: self._owner_of() is None and self._owner_of(True) is None, timeout_s,
                    f"bookie {self.bookie_id} unregistering")
 
-    def restart(self, timeout_s: float = 60.0) -> "JavaBookie":
+    def restart(self, timeout_s: float = 60.0) -> JavaBookie:
         """Stop it if it runs, then start it on the same data, address and conf; waits for registration."""
         self.stop()
         return self.start(True, timeout_s)

@@ -138,7 +138,7 @@ class ZooKeeperEnsemble:
         tail = (bad[0].data_dir / "zookeeper.log").read_text(errors="replace")[-1500:] if bad else ""
         raise RuntimeError(f"ZooKeeper members {[m.myid for m in bad]} not serving after {timeout_s}s: {tail}")
 
-    def start(self, timeout_s: float = 60.0) -> "ZooKeeperEnsemble":
+    def start(self, timeout_s: float = 60.0) -> ZooKeeperEnsemble:
         """Start every member and wait until the quorum serves."""
         for m in self.members:
             self.spawn(m.myid)

@@ -173,7 +173,7 @@ class ZooKeeperServer:
         )
         return cfg
 
-    def start(self, timeout_s: float = 30.0) -> "ZooKeeperServer":
+    def start(self, timeout_s: float = 30.0) -> ZooKeeperServer:
         """Start the server and wait until it answers and reports our data directory.
 
         Raises:

@@ -133,7 +133,7 @@ class BookieWatcher:
         """Writable ∪ read-only: the bookies that are not lost (upstream Auditor)."""
         return self.writable | self.readonly
 
-    async def start(self) -> "BookieWatcher":
+    async def start(self) -> BookieWatcher:
         await self.zk.ensure_path(self.paths.readonly)
         await self.refresh()
         q = self._session_queue = self.zk.session_events()
@@ -240,6 +240,6 @@ class BookieWatcher:
                 async with self.changed:
                     self.changed.notify_all()
 
-    async def wait_until(self, predicate: Callable[["BookieWatcher"], bool], timeout_s: float) -> bool:
+    async def wait_until(self, predicate: Callable[[BookieWatcher], bool], timeout_s: float) -> bool:
         """Wait until ``predicate(self)`` holds or ``timeout_s`` s pass; returns whether it holds."""
         return await wait_condition(self.changed, lambda: predicate(self), timeout_s)

@@ -137,7 +137,7 @@ class ZkClient:
         return list(CREATOR_ALL_ACL if self.security.enabled else OPEN_ACL_UNSAFE)
 
     @classmethod
-    def from_settings(cls, settings: Any, **kw: Any) -> "ZkClient":
+    def from_settings(cls, settings: Any, **kw: Any) -> ZkClient:
         """A client for ``settings`` (:class:`~autorecovery.config.load.Settings`): its ``zk`` section
         (connect string, session timeout, security); ``kw`` overrides
         (e.g. ``max_concurrent_ops``)."""
@@ -147,7 +147,7 @@ class ZkClient:
         return cls(zk.connect, **kw)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self, timeout_s: float = 30.0) -> "ZkClient":
+    async def start(self, timeout_s: float = 30.0) -> ZkClient:
         """Connect and wait for a session.
 
         Raises:

@@ -34,7 +34,7 @@ class Paths:
         if not self.root.startswith("/") or self.root.endswith("/") or "//" in self.root:
             raise ValueError(f"bad zkLedgersRootPath {self.root!r}: expected an absolute path like /ledgers")
 
-    def with_layout(self, layout: Layout) -> "Paths":
+    def with_layout(self, layout: Layout) -> Paths:
         """These paths laid out for ``layout`` (the parsed, validated ``LAYOUT`` znode)."""
         return replace(self, long_hierarchical=layout.long_paths)
 

@@ -95,14 +95,14 @@ async def probe_server(written: str, host: str, port: int, timeout_s: float = 3.
     loop = asyncio.get_running_loop()
     try:
         infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         return ServerProbe(written, RESOLVE, getattr(exc, "strerror", None) or "no answer from the resolver")
     family, _, _, _, addr = infos[0]
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(addr[0], port, family=family), timeout_s)
     except ConnectionRefusedError:
         return ServerProbe(written, REFUSED)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return ServerProbe(written, TIMED_OUT, f"no TCP answer within {timeout_s:g} s")
     except OSError as exc:
         return ServerProbe(written, UNREACHABLE, exc.strerror or str(exc))
@@ -110,13 +110,13 @@ async def probe_server(written: str, host: str, port: int, timeout_s: float = 3.
         if tls is not None:
             try:
                 await asyncio.wait_for(writer.start_tls(tls, server_hostname=host), timeout_s)
-            except (ssl.SSLError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ssl.SSLError, OSError) as exc:
                 return ServerProbe(written, TLS, str(exc) or type(exc).__name__)
         writer.write(_connect_request(int(timeout_s * 1000)))
         try:
             await writer.drain()
             head = await asyncio.wait_for(reader.readexactly(4), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return ServerProbe(written, TIMED_OUT,
                                f"the TCP connection was accepted but no ZooKeeper answer came within {timeout_s:g} s")
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -129,14 +129,14 @@ async def probe_server(written: str, host: str, port: int, timeout_s: float = 3.
                     writer.write(struct.pack(">iii", 8, 1, -11))  # and wait for the server to end it
                     await asyncio.wait_for(writer.drain(), timeout_s)
                     await asyncio.wait_for(_drain_to_eof(reader), timeout_s)
-            except (asyncio.IncompleteReadError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, asyncio.IncompleteReadError, OSError):
                 pass
         return ServerProbe(written, ANSWERED)
     finally:
         writer.close()
         try:
             await asyncio.wait_for(writer.wait_closed(), 1.0)
-        except (OSError, asyncio.TimeoutError, ssl.SSLError):
+        except (TimeoutError, OSError, ssl.SSLError):
             pass
 
 

@@ -198,7 +198,7 @@ class ClusterStreamSlots:
             return
         try:
             await asyncio.wait_for(changed.wait(), FALLBACK_WAIT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._forget(bookie)  # the watch may be lost (a session expiry): read again
 
     async def release(self, taken: Collection[str]) -> None:

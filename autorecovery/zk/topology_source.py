@@ -119,7 +119,7 @@ class RackInfoWatcher:
         """A ZooKeeper watch callback (pass it as ``watch`` to :func:`build_placement`)."""
         self._changed.set()
 
-    async def start(self) -> "RackInfoWatcher":
+    async def start(self) -> RackInfoWatcher:
         if self.setup.source != "config" and self._task is None:
             self._changed.set()  # read once to arm the watch
             self._task = asyncio.ensure_future(self._loop())

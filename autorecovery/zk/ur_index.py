@@ -57,10 +57,10 @@ def ur_leaf_path(path: str) -> bool:
     return path.startswith("urL", path.rfind("/") + 1)
 
 
-_SHARED: "weakref.WeakKeyDictionary[ZkClient, dict[str, MarkedIndex]]" = weakref.WeakKeyDictionary()
+_SHARED: weakref.WeakKeyDictionary[ZkClient, dict[str, MarkedIndex]] = weakref.WeakKeyDictionary()
 
 
-def shared_index(zk: ZkClient, paths: Paths, walk: Callable[[], Awaitable[set[int]]]) -> "MarkedIndex":
+def shared_index(zk: ZkClient, paths: Paths, walk: Callable[[], Awaitable[set[int]]]) -> MarkedIndex:
     """The one index of ``zk``'s session for ``paths`` (a client keeps one callback per watched path, so
     the managers of one process that share a client, e.g. the auditor's and the worker's, share it)."""
     per = _SHARED.setdefault(zk, {})

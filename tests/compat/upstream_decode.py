@@ -78,7 +78,7 @@ class UpstreamFormats:
     classes: dict[str, type[Message]]
 
     @classmethod
-    def compile(cls, proto: Path, out_dir: Path) -> "UpstreamFormats":
+    def compile(cls, proto: Path, out_dir: Path) -> UpstreamFormats:
         """Compile ``proto`` with ``grpc_tools.protoc`` to a descriptor set in ``out_dir`` and load it.
 
         Raises:

@@ -55,7 +55,7 @@ async def next_event(q, wanted: SessionEvent, timeout_s: float) -> bool:
             ev = await asyncio.wait_for(q.get(), timeout_s)
             if ev == wanted:
                 return True
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
 
 

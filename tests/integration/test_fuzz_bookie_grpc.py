@@ -81,7 +81,7 @@ class _BookieThread:
     def run(self, coro, timeout: float = 60.0):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def start(self) -> "_BookieThread":
+    def start(self) -> _BookieThread:
         async def go():
             cluster = await format_test_cluster(self.zk_connect)
             srv = BookieServer(BookieConfig(zk=cluster, data_dir=self.data_dir, port=0, max_entry_size=MAX_ENTRY,

@@ -56,7 +56,7 @@ class Ca:
               client: bool = True, server: bool = True) -> Issued:
         """Write ``<name>.pem`` and ``<name>-key.pem`` signed by this CA; returns their paths."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
             [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
         sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
@@ -86,7 +86,7 @@ def make_ca(directory: Path, name: str = "test") -> Ca:
     """A self-signed CA written to ``<directory>/<name>-ca.pem``."""
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} test CA")])
     cert = (
         x509.CertificateBuilder()

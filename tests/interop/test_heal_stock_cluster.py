@@ -164,7 +164,7 @@ def test_rolling_migration_one_auditor_across_both_and_upstream_agrees_with_our_
         done = re.compile(r"Completed placementPolicyCheck.*numOfLedgersNotAdheringToPlacementPolicy (\d+)")
         log = later.process.log_path
         text = wait_until(lambda: (lambda t: t if done.search(t) else None)(
-            (log.read_text(errors="replace") if log.exists() else "")), 60,
+            log.read_text(errors="replace") if log.exists() else ""), 60,
             "upstream's placement policy check to complete")
         assert done.search(text).group(1) == "0", done.search(text).group(0)
         r = c.reader(ids, password=PW)
