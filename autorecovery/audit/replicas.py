@@ -102,7 +102,7 @@ def missing_entries(first: int, last: int, index: int, ensemble_size: int, write
     return out
 
 
-def classify(md: LedgerMetadata, answers: Mapping[str, Ranges | None | Exception]) -> ReplicasVerdict:
+def classify(md: LedgerMetadata, answers: Mapping[str, Ranges | Exception | None]) -> ReplicasVerdict:
     """Bucket of a ledger from each bookie's answer, in O(gaps) memory.
 
     Per segment, the gap boundaries of every ensemble index cut ``[first, last]`` into intervals on

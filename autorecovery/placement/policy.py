@@ -342,7 +342,7 @@ class PlacementPolicy(abc.ABC):
         """
         e = metadata if isinstance(metadata, int) else getattr(metadata, "ensemble_size", None)
         if e is None:
-            e = getattr(metadata, "ensembleSize")
+            e = metadata.ensembleSize
         e = int(e)
         if e <= 0:
             raise ValueError(f"ensemble size must be > 0, got {e}")

@@ -396,13 +396,13 @@ class TopologyAwarePolicy(PlacementPolicy):
             return RepairJob(result=PlacementResult(current, Adherence.FAIL))
         search = self._solver(current, write_quorum_size, ack_quorum_size, exclude)
 
-        def solve() -> RepairOutcome | None | SearchBudgetExceeded:
+        def solve() -> RepairOutcome | SearchBudgetExceeded | None:
             try:
                 return search()
             except SearchBudgetExceeded as exc:
                 return exc
 
-        def finish(out: RepairOutcome | None | SearchBudgetExceeded) -> PlacementResult:
+        def finish(out: RepairOutcome | SearchBudgetExceeded | None) -> PlacementResult:
             if isinstance(out, SearchBudgetExceeded):
                 return PlacementResult(current, Adherence.FAIL, exact=False)
             if out is None:
