@@ -163,7 +163,7 @@ def load_view(snapshot: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
         "managed_ledger"]).to_pandas()
     segs = pq.read_table(snapshot / "segments.parquet").to_pandas()
     segs["seg"] = [{"first_entry_id": f, "last_entry_id": la, "ensemble": e}
-                   for f, la, e in zip(segs["first_entry_id"], segs["last_entry_id"], segs["ensemble"])]
+                   for f, la, e in zip(segs["first_entry_id"], segs["last_entry_id"], segs["ensemble"], strict=True)]
     grouped = segs.sort_values(["ledger_id", "first_entry_id"]).groupby("ledger_id")["seg"].apply(list)
     del segs
     view = ledgers.merge(grouped.rename("segs"), left_on="ledger_id", right_index=True)
@@ -179,7 +179,7 @@ def load_view(snapshot: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
 def fused_parts(manifest: dict, bk: pd.DataFrame, what_if: dict[str, str]) -> dict:
     """The partition functions of the Spark run's fused pass, built as ``build.run`` builds them."""
     since = int(manifest["time_ms"]) - RECENT_DAYS * jobs.DAY_MS
-    locations = dict(zip(bk["bookie_id"], bk["location"]))
+    locations = dict(zip(bk["bookie_id"], bk["location"], strict=True))
     members = (list(bk.loc[bk["state"] == "writable", "bookie_id"]), list(bk.loc[bk["state"] == "readonly", "bookie_id"]))
     gone = frozenset(bk.loc[bk["state"] == "gone", "bookie_id"])
     current = dict(manifest.get("placement", {}))
@@ -370,7 +370,7 @@ def main() -> None:
             sizes.append(int(json.loads((s / "manifest.json").read_text())["counts"]["ledgers"]))
             print(f"snapshot {s}: {sizes[-1]:,} ledgers ({sum(f.stat().st_size for f in s.iterdir()) / 1e6:.0f} MB)")
         print(f"load average before: {os.getloadavg()[0]:.1f} (1 min) on {os.cpu_count()} cores", flush=True)
-        for i, (s, size) in enumerate(zip(snaps, sizes)):
+        for i, (s, size) in enumerate(zip(snaps, sizes, strict=True)):
             if a.only in ("both", "spark"):
                 runs["spark"].append(measure("spark", _spark_child, (s, what_if, a.master, base / f"out-{i}"),
                                              size, a.spark_cap_gb, None))

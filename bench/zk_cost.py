@@ -112,7 +112,7 @@ async def old_walk(zk: ZkClient) -> set[int]:
     level = [P.ur_ledgers]
     for _ in range(4):
         kids = await asyncio.gather(*(children(p) for p in level))
-        level = [f"{p}/{k}" for p, ks in zip(level, kids) for k in ks]
+        level = [f"{p}/{k}" for p, ks in zip(level, kids, strict=True) for k in ks]
     out: set[int] = set()
     for i in range(0, len(level), 512):
         for names in await asyncio.gather(*(children(p) for p in level[i:i + 512])):
@@ -222,7 +222,7 @@ async def child(connect: str, first: int, count: int, rate: float, k: int) -> No
     h0 = sum(c.ops for c in clients)
     sampler = Sampler(clients)
     t0 = time.time()
-    await asyncio.gather(*(daemon(um, c, first + i, rate, healed, races) for i, (um, c) in enumerate(zip(ums, clients))))
+    await asyncio.gather(*(daemon(um, c, first + i, rate, healed, races) for i, (um, c) in enumerate(zip(ums, clients, strict=True))))
     t1 = time.time()
     await sampler.stop()
     say({"healed": healed[0], "races": races[0], "ops": sum(c.ops for c in clients) - h0, "by_kind": by_kind,

@@ -197,7 +197,7 @@ async def bookie_addresses(bookie_ids: Iterable[str], timeout_s: float = 2.0) ->
             except ValueError:
                 return UNKNOWN, int(port), host  # a host name that did not resolve
 
-    return dict(zip(ids, await asyncio.gather(*(one(b) for b in ids))))
+    return dict(zip(ids, await asyncio.gather(*(one(b) for b in ids)), strict=True))
 
 
 

@@ -63,7 +63,7 @@ def rollup(ledgers: Iterable[LedgerState], *, max_ledger_ids: int = 20) -> dict[
     n = 0
     for led in sorted(ledgers, key=lambda x: x.ledger_id):
         n += 1
-        for level, name in zip(("tenants", "namespaces", "topics"), names_of(led.custom)):
+        for level, name in zip(("tenants", "namespaces", "topics"), names_of(led.custom), strict=False):
             counts = levels[level].setdefault(name, {s: 0 for s in STATUSES})
             for s in led.statuses:
                 if s in counts:

@@ -213,7 +213,7 @@ class GroupCommit:
     @staticmethod
     def _resolve(batch: list[_Op], results: list[Any]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
-        for op, res in zip(batch, results):
+        for op, res in zip(batch, results, strict=True):
             if op.loop is not None and op.future is not None:
                 by_loop.setdefault(op.loop, []).append((op.future, res))
         for loop, pairs in by_loop.items():
@@ -317,7 +317,7 @@ class GroupCommit:
         locs = self.logs.append_many(bodies)
         lid = op.ledger_id
         values = prep.index_values
-        for eid, body, (log_id, offset) in zip(eids, bodies, locs):
+        for eid, body, (log_id, offset) in zip(eids, bodies, locs, strict=True):
             values += (lid, eid, log_id, offset, len(body))
         return None
 

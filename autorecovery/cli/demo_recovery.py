@@ -215,7 +215,7 @@ def part_b(base: Path, table) -> None:
                 left = await non_adhering(bk, m, judge)
                 require(ok and left == 0, step, f"timed out after 120 s: {left} ledgers still on one rack")
                 after = await ensembles(bk, m)
-                swaps = sum(x != y for k in before for a, b in zip(before[k], after[k]) for x, y in zip(a, b))
+                swaps = sum(x != y for k in before for a, b in zip(before[k], after[k], strict=False) for x, y in zip(a, b, strict=False))
                 require(swaps >= on_one_rack, step, f"{swaps} swaps for {on_one_rack} ledgers on one rack")
                 table.add(step, f"{on_one_rack} -> {left} ledgers on one rack, {swaps} swaps", end=watch.finished_at)
                 step = table.begin("shut down rack B")

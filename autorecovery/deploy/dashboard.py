@@ -172,7 +172,7 @@ def _panel(spec: PanelSpec, panel_id: int):
     p = (stat.Panel() if spec.kind == "stat" else timeseries.Panel())
     p = p.id(panel_id).title(spec.title).description(spec.description).unit(spec.unit)
     p = p.datasource(DATASOURCE).height(7).span(8)
-    for ref, t in zip("ABCDEFGH", spec.targets):
+    for ref, t in zip("ABCDEFGH", spec.targets, strict=False):
         p = p.with_target(Dataquery().ref_id(ref).expr(scoped(t.expr)).legend_format(t.legend).datasource(DATASOURCE))
     return p
 

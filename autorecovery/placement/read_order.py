@@ -96,7 +96,7 @@ def reorder_with_region(policy: ReadOrderPolicy, ensemble: Sequence[str], health
             if len(at) > 1:
                 vals = [classes[i] for i in at]
                 policy.rng.shuffle(vals)
-                for i, v in zip(at, vals):
+                for i, v in zip(at, vals, strict=True):
                     classes[i] = v
     flat = [(_LOCAL if c == _LOCAL_FAIL else _REMOTE if c == _REMOTE_FAIL else c, idx) for c, _p, idx in classes]
     first_remote = next((i for i, (c, _) in enumerate(flat) if c == _REMOTE), -1)

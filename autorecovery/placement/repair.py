@@ -171,7 +171,7 @@ class _Search:
         self._offsets: dict[int, int] = {}
         # verdict of each write set with its current members (None when it has a forced position)
         self.orig: list[Adherence | None] = []
-        for ws, m in zip(self.sets, self.set_masks):
+        for ws, m in zip(self.sets, self.set_masks, strict=True):
             if m & self.forced_mask:
                 self.orig.append(None)
             else:
@@ -351,7 +351,7 @@ class _Search:
                 if self._csp(all_positions, lowest, prune_own=False) is None:
                     return None
             for target in targets:
-                must = [m for m, v in zip(self.set_masks, self.orig) if v is not None and v < target]
+                must = [m for m, v in zip(self.set_masks, self.orig, strict=True) if v is not None and v < target]
                 for changed in self._subsets(k, must):
                     lab = self._csp(changed, target, prune_own=True)
                     if lab is not None:

@@ -263,7 +263,7 @@ class ScriptResolver:
                     now = self._clock()
                     self._failed.update((h, now) for h in batch)
                     continue
-                for h, tok in zip(batch, tokens):
+                for h, tok in zip(batch, tokens, strict=True):
                     loc = _norm_or_none(tok)
                     if loc is not None:
                         self._cache[h] = loc

@@ -96,7 +96,7 @@ class TopologyAwarePolicy(PlacementPolicy):
                 locs = []
             if len(locs) != len(need):
                 locs = [None] * len(need)
-            for b, loc in zip(need, locs):
+            for b, loc in zip(need, locs, strict=True):
                 try:
                     norm = normalize_location(loc) if loc else ""
                 except ValueError:

@@ -234,7 +234,7 @@ class IntervalSet:
         return len(self._lo)
 
     def intervals(self) -> list[tuple[int, int]]:
-        return list(zip(self._lo, self._hi))
+        return list(zip(self._lo, self._hi, strict=True))
 
     def __contains__(self, x: int) -> bool:
         i = bisect.bisect_right(self._lo, x) - 1
@@ -244,7 +244,7 @@ class IntervalSet:
         """The intervals of ``[first, last]`` not in the set."""
         out: list[tuple[int, int]] = []
         cursor = first
-        for a, b in zip(self._lo, self._hi):
+        for a, b in zip(self._lo, self._hi, strict=True):
             if b < cursor:
                 continue
             if a > last:

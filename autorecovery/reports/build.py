@@ -159,9 +159,9 @@ def capacity(t, manifest: dict, per: pd.DataFrame, max_multiple: float = 3.0) ->
     bk["total_bytes"] = bk["total_bytes"].where(bk["disk_known"] & (bk["total_bytes"] >= 0)).astype("float64")
     bk["growth_bytes_per_day"] = bk["recent_bytes"] / RECENT_DAYS
     bk["days_until_full"] = [model.days_until_full(f, g) if k else None
-                             for f, g, k in zip(bk["free_bytes"], bk["growth_bytes_per_day"], bk["disk_known"])]
+                             for f, g, k in zip(bk["free_bytes"], bk["growth_bytes_per_day"], bk["disk_known"], strict=True)]
     known = bk[bk["disk_known"]]
-    weights = effective_weights({b: float(f) for b, f in zip(known["bookie_id"], known["free_bytes"])}, max_multiple) \
+    weights = effective_weights({b: float(f) for b, f in zip(known["bookie_id"], known["free_bytes"], strict=True)}, max_multiple) \
         if len(known) else {}
     bk["disk_weight"] = [weights.get(b) for b in bk["bookie_id"]]
     rollups = {}
@@ -177,7 +177,7 @@ def capacity(t, manifest: dict, per: pd.DataFrame, max_multiple: float = 3.0) ->
         # days to full from the bookies whose disk is known only (their free space, their growth); a domain
         # with no known disk has no figure, never "full in 0 days"
         g["days_until_full"] = [model.days_until_full(f, gr) if f == f else None
-                                for f, gr in zip(g["free_bytes"], g["growth_known_bytes_per_day"])]
+                                for f, gr in zip(g["free_bytes"], g["growth_known_bytes_per_day"], strict=True)]
         rollups[kind] = g.drop(columns="growth_known_bytes_per_day")
     mean = bk["used_bytes"].mean() if len(bk) else 0.0
     soonest = bk.dropna(subset=["days_until_full"]).sort_values("days_until_full").head(5)
@@ -206,7 +206,7 @@ def placement_parts(t, manifest: dict, what_if: dict[str, str]) -> dict[str, Any
     """The executor functions of the placement report: verdicts now and under ``what_if``, and the BP-54
     repair plan under the what-if (or current) config."""
     bk = _bookies(t)
-    locations = dict(zip(bk["bookie_id"], bk["location"]))
+    locations = dict(zip(bk["bookie_id"], bk["location"], strict=True))
     members = (list(bk.loc[bk["state"] == "writable", "bookie_id"]), list(bk.loc[bk["state"] == "readonly", "bookie_id"]))
     current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
     target = {**current, **what_if}
@@ -233,9 +233,9 @@ def placement(manifest: dict, what_if: dict[str, str], thr: Throttles, sums: pd.
     # writable or read-only, the entries' other copies; a gone bookie serves nothing) to the new member
     # named by the plan: the heal-time model with every daemon and the plan's own targets
     rd = rollup.part(sums, "repair_read", ["bookie_id", "bytes", "heal_bytes"])
-    reads = model.SourceReads.from_bookies(dict(zip(rd["bookie_id"], rd["bytes"])),
-                                           dict(zip(rd["bookie_id"], rd["heal_bytes"].fillna(0.0))))
-    ht = model.heal_time(nbytes, reads, thr.heal_model(), dict(zip(by_target["target"], by_target["bytes"])))
+    reads = model.SourceReads.from_bookies(dict(zip(rd["bookie_id"], rd["bytes"], strict=True)),
+                                           dict(zip(rd["bookie_id"], rd["heal_bytes"].fillna(0.0), strict=True)))
+    ht = model.heal_time(nbytes, reads, thr.heal_model(), dict(zip(by_target["target"], by_target["bytes"], strict=True)))
     summary = {
         "policy": current.get("ensemblePlacementPolicy", ""),
         "what_if": what_if,
@@ -262,7 +262,7 @@ def _members(bk: pd.DataFrame) -> tuple[list[str], list[str]]:
 
 def _decommission_part(manifest: dict, bk: pd.DataFrame, bookie: str) -> Any:
     current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
-    return jobs.decommission_partition(bookie, current, dict(zip(bk["bookie_id"], bk["location"])), _members(bk))
+    return jobs.decommission_partition(bookie, current, dict(zip(bk["bookie_id"], bk["location"], strict=True)), _members(bk))
 
 
 def _added_placement(t, manifest: dict, bk: pd.DataFrame, what_if: dict[str, str], rack: str, n: int) -> dict[str, Any]:
@@ -273,7 +273,7 @@ def _added_placement(t, manifest: dict, bk: pd.DataFrame, what_if: dict[str, str
     same = bk[bk["rack"] == rack]
     loc = str(same["location"].iloc[0]) if len(same) else f"/{rack}"
     new = [f"added-{rack}-{i}:3181" for i in range(n)]
-    locations = {**dict(zip(bk["bookie_id"], bk["location"])), **{b: loc for b in new}}
+    locations = {**dict(zip(bk["bookie_id"], bk["location"], strict=True)), **{b: loc for b in new}}
     w, r = _members(bk)
     current = {k: str(v) for k, v in manifest.get("placement", {}).items()}
     plan = t["ledger_view"].mapInPandas(jobs.non_empty(jobs.repair_partition({**current, **what_if}, locations, (w + new, r))),
@@ -306,8 +306,8 @@ def _source_reads(per: pd.DataFrame) -> dict[tuple[str, str], model.SourceReads]
     holds a copy of, ``heal_bytes`` = the bytes only it holds a copy of."""
     out = {}
     for (kind, name), g in per.groupby(["kind", "name"]):
-        out[(kind, name)] = model.SourceReads.from_bookies(dict(zip(g["bookie_id"], g["bytes"])),
-                                                            dict(zip(g["bookie_id"], g["heal_bytes"].fillna(0.0))))
+        out[(kind, name)] = model.SourceReads.from_bookies(dict(zip(g["bookie_id"], g["bytes"], strict=True)),
+                                                            dict(zip(g["bookie_id"], g["heal_bytes"].fillna(0.0), strict=True)))
     return out
 
 
@@ -353,11 +353,11 @@ def risk(t, manifest: dict, thr: Throttles, agg: pd.DataFrame, src_sums: pd.Data
     # needs the bytes read per bookie, computed for racks, zones and regions (not for rack pairs)
     sources = _source_reads(src_sums) if src_sums is not None else {}
     heals = [model.heal_time(h, sources.get((k, n)), thr.heal_model(_domain_members(bk, k, n)))
-             for k, n, h in zip(wide["kind"], wide["name"], wide["heal_bytes"])]
+             for k, n, h in zip(wide["kind"], wide["name"], wide["heal_bytes"], strict=True)]
     wide["heal_time_s"] = [h.seconds for h in heals]
     wide["heal_limited_by"] = [h.limited_by for h in heals]
     wide["surviving_daemons"] = [thr.heal_model(_domain_members(bk, k, n)).daemons
-                                 for k, n in zip(wide["kind"], wide["name"])]
+                                 for k, n in zip(wide["kind"], wide["name"], strict=True)]
     wide = wide.sort_values(["ledgers_data_loss", "ledgers_below_ack_quorum", "heal_bytes"], ascending=False)
     by_ns = agg[(agg["namespace"] != "") & (agg["kind"] == "rack") & (agg["outcome"] >= model.BELOW_AQ)]
     by_ns = by_ns.assign(outcome_name=by_ns["outcome"].map(model.OUTCOME_NAMES)).drop(columns="outcome")
@@ -366,7 +366,7 @@ def risk(t, manifest: dict, thr: Throttles, agg: pd.DataFrame, src_sums: pd.Data
     size.update({("zone", k): v for k, v in bk.groupby("zone").size().items()})
     size.update({("region", k): v for k, v in bk.groupby("region").size().items()})
     everything = [f"{r.kind} {r.name}" for r in wide.itertuples() if size.get((r.kind, r.name)) == len(bk)]
-    partial = wide[[f"{k} {n}" not in everything for k, n in zip(wide["kind"], wide["name"])]]
+    partial = wide[[f"{k} {n}" not in everything for k, n in zip(wide["kind"], wide["name"], strict=True)]]
     worst = partial.iloc[0] if len(partial) else None
     summary = {
         "domains": int(len(wide)),

@@ -58,7 +58,7 @@ class BookieBytes:
         top = max(int(mem_code.max(initial=-1)), int(ledger_members.max(initial=-1))) + 1
         self._grow(top)
         count = np.zeros(len(mem_code), np.int64)
-        for E, WQ in set(zip(seg_E.tolist(), seg_WQ.tolist())):
+        for E, WQ in set(zip(seg_E.tolist(), seg_WQ.tolist(), strict=True)):
             rows = np.flatnonzero((seg_E == E) & (seg_WQ == WQ))
             per = entries_on_indexes(seg_first[rows], seg_last[rows], E, WQ)
             at = np.full(len(seg_E), -1, np.int64)

@@ -150,7 +150,7 @@ def table(df: pd.DataFrame | None, sort: Iterable[tuple[str, bool]] = (), rows: 
         df = df.sort_values([c for c, _ in sort], ascending=[a for _, a in sort], na_position="last", kind="stable")
     if cols is not None:
         df = df[[c for c in cols if c in df.columns]]
-    body = [[_cell(c, v) for c, v in zip(df.columns, r)] for r in df.head(rows).itertuples(index=False)]
+    body = [[_cell(c, v) for c, v in zip(df.columns, r, strict=True)] for r in df.head(rows).itertuples(index=False)]
     return {"columns": [c.replace("_", " ") for c in df.columns], "rows": body, "total": len(df),
             "shown": min(rows, len(df))}
 
@@ -198,7 +198,7 @@ def charts(tables: Mapping[str, Mapping[str, pd.DataFrame]], summary: Mapping[st
             heal = [None if t != t or t is None else float(t) for t in top["heal_time_s"]]
             out["risk"] = svg.bars(
                 "What losing each failure domain would cost, riskiest first",
-                [domain_label(k, n) for k, n in zip(top["kind"], top["name"])],
+                [domain_label(k, n) for k, n in zip(top["kind"], top["name"], strict=True)],
                 [svg.Panel("ledgers that lose data", "#c0392b",
                            [(float(v), f"{int(v):,}") for v in top["ledgers_data_loss"]]),
                  svg.Panel("ledgers below AQ", "#e67e22",
@@ -208,7 +208,7 @@ def charts(tables: Mapping[str, Mapping[str, pd.DataFrame]], summary: Mapping[st
     if cap is not None and len(cap):
         c = cap.sort_values("days_until_full", na_position="last", kind="stable").head(CHART_ROWS)
         cells = []
-        for d, free in zip(c["days_until_full"], c["free_bytes"]):
+        for d, free in zip(c["days_until_full"], c["free_bytes"], strict=True):
             known = d is not None and d == d
             cells.append((float(d) if known else None,
                           units.days(float(d)) if known else ("unknown disk" if free != free else "not growing")))
@@ -415,7 +415,7 @@ def _named(df: pd.DataFrame | None) -> pd.DataFrame | None:
     """``df`` with a ``failure_domain`` column in words (:func:`domain_label`) from ``kind`` and ``name``."""
     if df is None or "kind" not in df or "name" not in df:
         return df
-    return df.assign(failure_domain=[domain_label(k, n) for k, n in zip(df["kind"], df["name"])])
+    return df.assign(failure_domain=[domain_label(k, n) for k, n in zip(df["kind"], df["name"], strict=True)])
 
 
 def _domains(df: pd.DataFrame | None, summary: Mapping[str, Any]) -> pd.DataFrame | None:
@@ -423,7 +423,7 @@ def _domains(df: pd.DataFrame | None, summary: Mapping[str, Any]) -> pd.DataFram
     if df is None:
         return None
     every = set((summary.get("risk") or {}).get("domains_holding_every_bookie") or [])
-    return df.assign(holds_every_bookie=[f"{k} {n}" in every for k, n in zip(df["kind"], df["name"])])
+    return df.assign(holds_every_bookie=[f"{k} {n}" in every for k, n in zip(df["kind"], df["name"], strict=True)])
 
 
 def render(summary: dict[str, Any], tables: Mapping[str, Mapping[str, pd.DataFrame]],

@@ -142,7 +142,7 @@ def capacity_partition(recent_since_ms: int):
                 seen: set[int] = set()
                 for seg in lv.segments:
                     k = len(cols[0])
-                    for col, v in zip(cols, (i, lv.ensemble_size, lv.write_quorum, seg.first, seg.last, bpe, new)):
+                    for col, v in zip(cols, (i, lv.ensemble_size, lv.write_quorum, seg.first, seg.last, bpe, new), strict=True):
                         col.append(v)
                     for idx, b in enumerate(seg.ensemble):
                         c = code(b, len(codes))

@@ -57,7 +57,7 @@ def segments_of(first_ids: Sequence[int], ensembles: Sequence[Sequence[str]], la
     """Segments from the metadata's (first entry id, ensemble) list: each ends where the next starts; the last
     ends at ``last_entry_id``. ``first_ids`` must be ascending (as metadata stores them)."""
     out = []
-    for i, (first, ens) in enumerate(zip(first_ids, ensembles)):
+    for i, (first, ens) in enumerate(zip(first_ids, ensembles, strict=True)):
         last = first_ids[i + 1] - 1 if i + 1 < len(first_ids) else last_entry_id
         out.append(SegmentView(int(first), int(last), tuple(ens)))
     return tuple(out)

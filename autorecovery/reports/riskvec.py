@@ -274,7 +274,7 @@ def _shape(out: _Out, tables: Tables, E: int, WQ: int, AQ: int, pat: tuple[tuple
         src = np.zeros((n, m)) if sources else None
         sole = np.zeros((n, m)) if sources else None
         touched = np.zeros((n, m), bool) if sources else None
-        for (cnt, ws), pr in zip(groups, pre):
+        for (cnt, ws), pr in zip(groups, pre, strict=True):
             d = pr + sum(dead[:, p].astype(np.int64) for p in ws)
             hit = (d > 0) & (cnt > 0)
             if not hit.any():
@@ -382,7 +382,7 @@ def per_ledger(b: BatchLosses, tables: Tables, n: int) -> list[tuple[list, list,
     srcs: dict[tuple[int, int, int], dict[str, float]] = {}
     soles: dict[tuple[int, int, int], dict[str, float]] = {}
     for i, k, nm, bkc, x, y in zip(b.src_ledger.tolist(), b.src_kind.tolist(), b.src_name.tolist(),
-                                   b.src_bookie.tolist(), b.src_bytes.tolist(), b.src_sole.tolist()):
+                                   b.src_bookie.tolist(), b.src_bytes.tolist(), b.src_sole.tolist(), strict=True):
         srcs.setdefault((i, k, nm), {})[bk[bkc]] = x
         soles.setdefault((i, k, nm), {})
         if y:
@@ -391,7 +391,7 @@ def per_ledger(b: BatchLosses, tables: Tables, n: int) -> list[tuple[list, list,
     doms: list[list] = [[] for _ in range(n)]
     for i, k, n1, n2, o, lo, he in zip(b.dom_ledger.tolist(), b.dom_kind.tolist(), b.dom_name.tolist(),
                                        b.dom_name2.tolist(), b.dom_outcome.tolist(), b.dom_lost.tolist(),
-                                       b.dom_heal.tolist()):
+                                       b.dom_heal.tolist(), strict=True):
         if k == RACK_PAIR:
             key: tuple[str, ...] = (racks[n1], racks[n2])
             d: tuple[Any, Any, Any, dict[str, float] | None, dict[str, float] | None] = (o, lo, he, None, None)
@@ -402,10 +402,10 @@ def per_ledger(b: BatchLosses, tables: Tables, n: int) -> list[tuple[list, list,
     for i, ds in enumerate(doms):
         res[i][0].extend((kind, "|".join(key), d) for _o, key, kind, d in sorted(ds, key=lambda x: (x[0], x[1])))
     for i, bc, o, lo, he in zip(b.one_ledger.tolist(), b.one_bookie.tolist(), b.one_outcome.tolist(),
-                                b.one_lost.tolist(), b.one_heal.tolist()):
+                                b.one_lost.tolist(), b.one_heal.tolist(), strict=True):
         res[i][1].append((bk[bc], (o, lo, he, None, None)))
     for i, a, c, dl, lo, be in zip(b.two_ledger.tolist(), b.two_a.tolist(), b.two_b.tolist(), b.two_dl.tolist(),
-                                   b.two_lost.tolist(), b.two_below.tolist()):
+                                   b.two_lost.tolist(), b.two_below.tolist(), strict=True):
         res[i][2].append((bk[a], bk[c], (dl, lo, be)))
     for _d, singles, pairs in res:
         singles.sort(key=lambda x: x[0])

@@ -82,7 +82,7 @@ def decommission(df: pd.DataFrame, bookie: str, bk: pd.DataFrame, thr) -> dict[s
     ver = df[df["kind"] == "verdict"].groupby(["current", "what_if"])[["ledgers", "bytes"]].sum().reset_index()
     unpl = df[df["kind"] == "unplaceable"]
     rank = {"FAIL": 0, "MEETS_SOFT": 1, "MEETS_STRICT": 2}
-    worse = ver[[rank.get(a, 0) > rank.get(b, 0) for a, b in zip(ver["current"], ver["what_if"])]]
+    worse = ver[[rank.get(a, 0) > rank.get(b, 0) for a, b in zip(ver["current"], ver["what_if"], strict=True)]]
     nbytes = float(tg["bytes"].sum()) + float(unpl["bytes"].sum())
     ht = model.heal_time(float(tg["bytes"].sum()), model.SourceReads.from_bookies(src.to_dict(), sole.to_dict()),
                          thr.heal_model(), tg["bytes"].to_dict())
@@ -129,13 +129,13 @@ def after_bp54(cap_bk: pd.DataFrame, by_source: pd.DataFrame, by_target: pd.Data
     """``capacity_after_bp54`` of summary.json: used bytes per bookie once the BP-54 plan has run (each
     swap moves the replaced member's bytes from ``source`` to ``target``), its spread, and the bookies
     whose known free space would go negative."""
-    used = dict(zip(cap_bk["bookie_id"], cap_bk["used_bytes"]))
-    free = {b: f for b, f, k in zip(cap_bk["bookie_id"], cap_bk["free_bytes"], cap_bk["disk_known"]) if k}
-    for b, x in zip(by_source.get("source", []), by_source.get("bytes", [])):
+    used = dict(zip(cap_bk["bookie_id"], cap_bk["used_bytes"], strict=True))
+    free = {b: f for b, f, k in zip(cap_bk["bookie_id"], cap_bk["free_bytes"], cap_bk["disk_known"], strict=True) if k}
+    for b, x in zip(by_source.get("source", []), by_source.get("bytes", []), strict=True):
         used[b] = used.get(b, 0.0) - float(x)
         if b in free:
             free[b] += float(x)
-    for b, x in zip(by_target.get("target", []), by_target.get("bytes", [])):
+    for b, x in zip(by_target.get("target", []), by_target.get("bytes", []), strict=True):
         used[b] = used.get(b, 0.0) + float(x)
         if b in free:
             free[b] -= float(x)

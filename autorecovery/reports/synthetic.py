@@ -72,7 +72,7 @@ def generate(out: Path, *, ledgers: int, bookies: int, racks: int, zones: int = 
     bw = TableWriter(out / "bookies.parquet", BOOKIES)
     bw.add_table(pa.table({
         "bookie_id": names, "state": ["readonly" if i % 97 == 5 else "writable" for i in range(bookies)],
-        "location": [f"/{g}/{r}" for g, r in zip(region, rack)] if regions > 1 else [f"/{r}" for r in rack],
+        "location": [f"/{g}/{r}" for g, r in zip(region, rack, strict=True)] if regions > 1 else [f"/{r}" for r in rack],
         "rack": rack, "zone": [f"zone-{r % zones}" for r in rack_of], "region": region,
         "free_bytes": (total * (1 - used_frac)).astype(np.int64), "total_bytes": total.astype(np.int64)}))
     bw.close()

@@ -268,7 +268,7 @@ class PeriodicChecks:
         async def one(lid: int, md: LedgerMetadata) -> None:
             async with sem:
                 bookies = sorted({b for _, _, ens in segment_bounds(md) for b in ens})
-                answers = dict(zip(bookies, await asyncio.gather(*(ask(b, lid) for b in bookies))))
+                answers = dict(zip(bookies, await asyncio.gather(*(ask(b, lid) for b in bookies)), strict=True))
                 v = classify(md, answers)
                 buckets[v.bucket].append(lid)
                 if v.bucket != Bucket.OK:

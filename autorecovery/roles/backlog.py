@@ -231,8 +231,8 @@ class Backlog:
             except ServerTooOld:
                 self._multi_read = False
                 return False
-            mds = dict(zip(want_md, got[len(chunk):]))
-            for lid, res in zip(chunk, got[:len(chunk)]):
+            mds = dict(zip(want_md, got[len(chunk):], strict=True))
+            for lid, res in zip(chunk, got[:len(chunk)], strict=True):
                 if isinstance(res, NoNodeError):
                     continue
                 if isinstance(res, Exception):

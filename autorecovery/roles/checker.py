@@ -173,7 +173,7 @@ class LedgerChecker:
         entry, indexes = probe_entry(frag)
         bookies = [frag.ensemble[i] for i in indexes]
         statuses = await asyncio.gather(*(self._read_status(b, ledger_id, entry, digest) for b in bookies))
-        return probe_says_exists(statuses), frozenset(b for b, st in zip(bookies, statuses) if st == "EOK")
+        return probe_says_exists(statuses), frozenset(b for b, st in zip(bookies, statuses, strict=True) if st == "EOK")
 
     async def _check_fragment(self, ledger_id: int, frag: Fragment, digest: EntryDigest,
                               verify_all: frozenset[str] = frozenset(),

@@ -390,7 +390,7 @@ class StreamCopy:
             raise
         res.entries_written += pulled[0]
         res.bytes_written += pulled[1]
-        for t, r in zip(writers, results):
+        for t, r in zip(writers, results, strict=True):
             if isinstance(r, BaseException):
                 raise TargetWriteError(t, r)
             n, nbytes = r

@@ -105,7 +105,7 @@ class AddStream:
             raise self._error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "add stream is closed")
         loop = asyncio.get_running_loop()
         futs = list(futures) if futures is not None else [loop.create_future() for _ in entries]
-        for (eid, _body), fut in zip(entries, futs):
+        for (eid, _body), fut in zip(entries, futs, strict=True):
             self._pending.append((eid, fut))
         self._has_pending.set()
         self.last_used = loop.time()

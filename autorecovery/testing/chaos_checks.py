@@ -320,7 +320,7 @@ async def copies_missing(bk: BookKeeper) -> CopiesReport:
                 return
             rep.checked += 1
             bookies = sorted({b for _, _, ens in segment_bounds(md) for b in ens})
-            answers = dict(zip(bookies, await asyncio.gather(*(ask(b, lid) for b in bookies))))
+            answers = dict(zip(bookies, await asyncio.gather(*(ask(b, lid) for b in bookies)), strict=True))
             v = classify(md, answers)
             if v.bucket != Bucket.OK:
                 rep.not_ok[lid] = (f"{v.bucket.value}: {v.missing_total} entries missing on {', '.join(v.bookies_missing)} "

@@ -19,7 +19,7 @@ def ledger_view(snap: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     ledgers = pq.read_table(snap / "ledgers.parquet").to_pandas()
     segs = pq.read_table(snap / "segments.parquet").to_pandas()
     segs["seg"] = [{"first_entry_id": f, "last_entry_id": la, "ensemble": e}
-                   for f, la, e in zip(segs["first_entry_id"], segs["last_entry_id"], segs["ensemble"])]
+                   for f, la, e in zip(segs["first_entry_id"], segs["last_entry_id"], segs["ensemble"], strict=True)]
     grouped = segs.sort_values(["ledger_id", "first_entry_id"]).groupby("ledger_id")["seg"].apply(list)
     view = ledgers.merge(grouped.rename("segs"), left_on="ledger_id", right_index=True)
     return view, pq.read_table(snap / "bookies.parquet").to_pandas()

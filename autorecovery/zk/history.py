@@ -65,7 +65,7 @@ class HistoryStore:
         reads = await self._read_all([self.path_of(n) for n in names])
         out: list[E.Episode] = []
         errors: list[str] = []
-        for n, r in zip(names, reads):
+        for n, r in zip(names, reads, strict=True):
             if isinstance(r, NoNodeError):
                 continue  # dropped between the listing and the read
             if isinstance(r, Exception):

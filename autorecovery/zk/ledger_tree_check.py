@@ -106,7 +106,7 @@ class TreeChecks(PersistentWatch, PerLedgerWatches):
                     self.requests += 1
                     results = await self.zk.get_many(paths)
                 self.reads += len(chunk)
-                for lid, path, res in zip(chunk, paths, results):
+                for lid, path, res in zip(chunk, paths, results, strict=True):
                     if isinstance(res, tuple):
                         keep(lid, path, res[0])
                     elif not isinstance(res, NoNodeError):

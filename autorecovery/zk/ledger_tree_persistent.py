@@ -154,7 +154,7 @@ class PersistentWatch(TreeBase):
                 return
             self.reads += len(lids)
             tombs = self._tombs
-            for lid, path, res in zip(lids, paths, results):
+            for lid, path, res in zip(lids, paths, results, strict=True):
                 t = tombs.get(lid)
                 if t is not None and t >= gen:
                     continue  # read before its deletion was seen: it must not come back

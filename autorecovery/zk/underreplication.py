@@ -282,13 +282,13 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         level = [self.paths.ur_ledgers]
         for _ in range(4):
             kids = await self._list_children(level)
-            level = [f"{p}/{k}" for p, ks in zip(level, kids) for k in sorted(ks)]
+            level = [f"{p}/{k}" for p, ks in zip(level, kids, strict=True) for k in sorted(ks)]
         return level
 
     async def _leaves(self) -> list[tuple[str, list[str]]]:
         """(4th-level directory, its marker names sorted) for every directory of the tree."""
         dirs = await self._walk_leaf_dirs()
-        return list(zip(dirs, (sorted(ks) for ks in await self._list_children(dirs))))
+        return list(zip(dirs, (sorted(ks) for ks in await self._list_children(dirs)), strict=True))
 
     async def list_underreplicated(
         self, predicate: Callable[[list[str]], bool] | None = None
@@ -319,7 +319,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                 self._multi_read_lock = False
             else:
                 return [None if isinstance(a, Exception) else self.marker_from(lid, a[0], a[1])
-                        for lid, a in zip(ids, answers)]
+                        for lid, a in zip(ids, answers, strict=True)]
         return list(await asyncio.gather(*(self.get_marker(lid) for lid in ids)))
 
     async def list_marked_ids(self) -> set[int]:
@@ -384,7 +384,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
         for _ in range(4):
             nxt: list[str] = []
             kids = await asyncio.gather(*(self._cached_children(p) for p in level))
-            for p, ks in zip(level, kids):
+            for p, ks in zip(level, kids, strict=True):
                 nxt.extend(f"{p}/{k}" for k in ks)
             level = nxt
         leaves = await asyncio.gather(*(self._cached_children(p) for p in level))

@@ -104,7 +104,7 @@ class LockingMixin:
                     if isinstance(res, Exception) and not isinstance(res, NoNodeError):
                         raise res
                 n = len(ledger_ids)
-                for marker, md in zip(got[:n], got[n:]):
+                for marker, md in zip(got[:n], got[n:], strict=True):
                     out.append((None if isinstance(marker, Exception) else marker,
                                 None if isinstance(md, Exception) else md))
                 return out
@@ -196,7 +196,7 @@ class LockingMixin:
         elif len(todo) > 1:
             read: dict[int, tuple[bytes, object]] = {}
             mds: dict[int, tuple[bytes, object]] = {}
-            for lid, (marker, md) in zip(todo, await self._read_for_lock(todo)):
+            for lid, (marker, md) in zip(todo, await self._read_for_lock(todo), strict=True):
                 if marker is None:
                     self.lost_races += 1  # healed by another worker since the index showed it
                     continue

@@ -404,7 +404,7 @@ async def test_placement_check_counting_and_bp54_marking(zk):
 
     for repair in (False, True):
         policy = RackawarePolicy(PlacementConfig(min_num_racks_per_write_quorum=3),
-                                 StaticResolver(dict(zip(bookies, racks))))
+                                 StaticResolver(dict(zip(bookies, racks, strict=True))))
         reg = metrics.MetricsRegistry()
         st = settings(auditor_periodic_placement_policy_check_interval=1000,
                       repaired_placement_policy_not_adhering_bookie_enabled=repair)

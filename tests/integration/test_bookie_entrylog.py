@@ -192,7 +192,7 @@ def test_append_many_writes_a_run_in_few_calls_at_contiguous_offsets(tmp_path: P
         bodies = [body(7, e, bytes([e]) * (1000 + e)) for e in range(40)]
         locs = logs.append_many(bodies)
         assert calls == [16, 16, 8]  # not one system call (and one GIL round trip) per body
-        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, bodies)] == bodies
+        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, bodies, strict=True)] == bodies
         assert [off for _lid, off in locs] == [sum(len(b) for b in bodies[:i]) for i in range(40)]
         assert logs.appended == sum(len(b) for b in bodies)
     finally:
@@ -219,7 +219,7 @@ def test_append_many_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None
     try:
         bodies = [body(8, e, bytes([e]) * 500) for e in range(6)]
         locs = logs.append_many(bodies)
-        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, bodies)] == bodies
+        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, bodies, strict=True)] == bodies
     finally:
         logs.close()
 
@@ -248,7 +248,7 @@ def test_a_failed_append_does_not_shift_later_offsets(tmp_path: Path, monkeypatc
             logs.append_many([body(9, 1), body(9, 2)])
         later = [body(9, 3, b"after the failure"), body(9, 4)]
         locs = logs.append_many(later)
-        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, later)] == later
+        assert [logs.read(lid, off, len(b)) for (lid, off), b in zip(locs, later, strict=True)] == later
         assert logs.read(*first, len(body(9, 0))) == body(9, 0)
     finally:
         logs.close()
@@ -295,7 +295,7 @@ def test_read_many_reads_each_back_to_back_run_with_one_pread(tmp_path: Path, mo
     logs = EntryLogs(tmp_path).open()
     try:
         bodies = [bytes([i]) * (1000 + i) for i in range(10)]
-        locs = [(lid, off, len(b)) for (lid, off), b in zip(logs.append_many(bodies), bodies)]
+        locs = [(lid, off, len(b)) for (lid, off), b in zip(logs.append_many(bodies), bodies, strict=True)]
         locs += [(lid, off, ln) for lid, off, ln in locs[:2]]  # a run that starts over: a second pread
         locs.insert(5, locs[8])  # out of order: the run is cut before and after it
         want = [bytes(logs.read(*loc)) for loc in locs]

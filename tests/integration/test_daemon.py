@@ -239,9 +239,9 @@ def test_sigterm_while_copying(cluster, procs, tmp_path):
                 md = await metadata(cluster, lid)
                 old = before[lid]
                 assert md.ensemble_size == old.ensemble_size and len(md.segments) == len(old.segments)
-                for i, (seg, oseg) in enumerate(zip(md.segments, old.segments)):
+                for i, (seg, oseg) in enumerate(zip(md.segments, old.segments, strict=True)):
                     assert len(set(seg.ensemble)) == len(seg.ensemble), seg
-                    for idx, (b_new, b_old) in enumerate(zip(seg.ensemble, oseg.ensemble)):
+                    for idx, (b_new, b_old) in enumerate(zip(seg.ensemble, oseg.ensemble, strict=True)):
                         if b_new == b_old:
                             kept += b_old == victim
                             continue

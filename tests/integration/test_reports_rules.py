@@ -188,7 +188,7 @@ def test_bp54_copy_time_reads_from_readable_copies(spark, tmp_path):
     rep = summary["placement"]["repair"]
     swaps = pd.read_parquet(tmp_path / "out" / "placement_repair_swaps.parquet")
     # the plan swaps out every member that is not writable (read-only r1 and gone g1 take no writes)
-    got = sorted(zip(swaps["ledger_id"], swaps["source"], swaps["bytes"]))
+    got = sorted(zip(swaps["ledger_id"], swaps["source"], swaps["bytes"], strict=True))
     assert got == [(1, "r1:1", 400.0), (2, "g1:1", 600.0), (3, "g1:1", 800.0), (3, "r1:1", 800.0)]
     assert rep["ledgers_without_fix"] == 0 and rep["bytes_to_copy"] == pytest.approx(2600)
     # reads: ledger 1's 400 bytes from a1 or r1; ledger 2's 600 from a1 only (g1 is gone); ledger 3's

@@ -43,7 +43,7 @@ async def test_restart_walk_of_a_backlog_is_bounded_per_session_and_batched(zk_c
         assert built == [True] * 4
         for m in managers:
             assert m._index.marked == ids
-        for c, b in zip(fresh, before):
+        for c, b in zip(fresh, before, strict=True):
             # addWatch, 4 levels (root, 0000, 0000/0000 and the two third-level dirs in one batch), then
             # 1,500 leaf directories in two multiReads: 6 or 7 requests, not ~1,500
             assert c.ops - b <= 8, f"walk of {k} markers took {c.ops - b} requests"

@@ -67,7 +67,7 @@ async def test_bp54_repair_moves_one_member_to_the_other_rack(cluster_factory):
         assert await wait_for(lambda: (lh.ledger_id, "replicated") in w.history, 10), w.history
         md, _ = await env.bk.ledgers.read(lh.ledger_id)
         ens = md.segments[0].ensemble
-        assert new in ens and sum(1 for x, y in zip(ens, b) if x != y) == 1, (ens, b)
+        assert new in ens and sum(1 for x, y in zip(ens, b, strict=True) if x != y) == 1, (ens, b)
         assert w.policy.is_ensemble_adhering(list(ens), 3, 3) != Adherence.FAIL
         assert w.m.replicated.value == 1 and w.m.replicated_placement.value == 1
         assert w.m.no_more_bookie.value == 1  # no loop while it could not be fixed

@@ -40,7 +40,7 @@ _INT64 = [0, 1, 127, 128, 16384, 2**31, 2**63 - 1, -1, -2**63]
 @pytest.mark.parametrize("ledger_id", [0, 1, 300, 2**63 - 1])
 @pytest.mark.parametrize("lac", [-1, 0, 5, 2**40, -2**63])
 def test_a_read_batch_encoded_from_stored_bodies_is_protobufs(ledger_id, lac):
-    entries = [(eid, os.urandom(n)) for eid, n in zip(_INT64, [0, 1, 127, 128, 65536, 3, 300, 36, 1 << 20])]
+    entries = [(eid, os.urandom(n)) for eid, n in zip(_INT64, [0, 1, 127, 128, 65536, 3, 300, 36, 1 << 20], strict=True)]
     want = pb.ReadBatch(entries=[pb.ReadResponse(status=pb.EOK, ledger_id=ledger_id, entry_id=eid, body=body, lac=lac)
                                  for eid, body in entries]).SerializeToString()
     assert encode_read_batch(ledger_id, entries, lac) == want

@@ -70,7 +70,7 @@ def brute_min_swaps(policy, current: Sequence[str], wq: int, aq: int, exclude: I
             pool = sorted(elig - set(kept))
             for assign in itertools.permutations(pool, k):
                 trial = list(current)
-                for i, b in zip(changed, assign):
+                for i, b in zip(changed, assign, strict=True):
                     trial[i] = b
                 if policy.is_ensemble_adhering(trial, wq, aq) != Adherence.FAIL:
                     return k

@@ -380,7 +380,7 @@ def test_weighted_replace_other_racks_upstream_testWeightedPlacementAndReplaceBo
 def test_weighted_new_ensemble_upstream_testWeightedPlacementAndNewEnsembleWithEnoughBookiesInSameRack():
     ids = [bid(i) for i in range(1, 10)]
     racks = [DEFAULT_RR] + ["/default-region/r2"] * 4 + ["/default-region/r3"] * 4
-    m = dict(zip(ids, racks))
+    m = dict(zip(ids, racks, strict=True))
     p = make(RackawarePolicy, m, {"diskWeightBasedPlacementEnabled": True,
                                   "bookieMaxMultipleForWeightBasedPlacement": 4})
     heavy = {ids[4], ids[8]}
@@ -398,10 +398,10 @@ def test_weighted_new_ensemble_upstream_testWeightedPlacementAndNewEnsembleWithE
 def test_weighted_new_ensemble_not_enough_upstream_testWeightedPlacementAndNewEnsembleWithoutEnoughBookies():
     ids = [bid(i) for i in range(1, 6)]
     m = dict(zip(ids, [DEFAULT_RR, "/default-region/r2", "/default-region/r2", "/default-region/r3",
-                       "/default-region/r3"]))
+                       "/default-region/r3"], strict=True))
     p = make(RackawarePolicy, m, {"diskWeightBasedPlacementEnabled": True,
                                   "bookieMaxMultipleForWeightBasedPlacement": 4})
-    p.update_bookie_info({b: BookieInfo(w, w) for b, w in zip(ids, (100, 100, 1000, 100, 1000))})
+    p.update_bookie_info({b: BookieInfo(w, w) for b, w in zip(ids, (100, 100, 1000, 100, 1000), strict=True)})
     with pytest.raises(NotEnoughBookiesError):
         p.new_ensemble(3, 2, 2, set(ids[:4]))
     assert p.new_ensemble(1, 1, 1, set(ids[:4])).ensemble == [ids[4]]

@@ -10,6 +10,7 @@ With the old per-worker 30 s window the ETA went 86 -> 39 -> 413 -> 320 -> ... -
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -69,12 +70,12 @@ def test_eta_converges_monotonically_and_ends_at_zero(seed):
         snap = tracker.snapshot()
         etas.append(snap.eta_s)
         truth.append(max(0.0, end - offset))
-    known = [(e, tr) for e, tr in zip(etas, truth) if e is not None]
+    known = [(e, tr) for e, tr in zip(etas, truth, strict=True) if e is not None]
     # an ETA is known after the first completions, and from then on always (no "null" in the middle)
     first = next(i for i, e in enumerate(etas) if e is not None)
     assert first <= 8 and all(e is not None for e in etas[first:]), etas
     # non-increasing within a tolerance of about one ledger's share (the old window jumped 39 -> 413)
-    for (a, _), (b, _) in zip(known, known[1:]):
+    for (a, _), (b, _) in pairwise(known):
         assert b <= a + max(3.0, 0.25 * a), (a, b, known)
     assert max(e for e, _ in known) <= 1.3 * known[0][0]
     # it tracks the truth over the last half: within 60% or 3 s (work in flight on other workers is

@@ -225,7 +225,7 @@ def test_ledger_losses_equal_ledger_risk_and_bookie_sets_exactly(lv, damaged):
     domains, singles, pairs = whatif.ledger_losses(lv, tags, dmg)
     want = model.ledger_risk(lv, tags, damaged=dmg, existing=True)
     assert [(k, n) for k, n, _d in domains] == [(k, n) for k, n, _d in want]
-    for (kind, name, d), (_k, _n, w) in zip(domains, want):
+    for (kind, name, d), (_k, _n, w) in zip(domains, want, strict=True):
         assert d[:3] == (w.outcome, w.lost_bytes, w.heal_bytes), (kind, name)
         assert (d[3] or {}) == dict(w.sources), (kind, name)
         assert (d[4] or {}) == dict(w.sole), (kind, name)

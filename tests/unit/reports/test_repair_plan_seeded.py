@@ -19,7 +19,7 @@ def snapshot(tmp_path_factory):
     snap = tmp_path_factory.mktemp("snap")
     manifest = generate(snap, ledgers=1200, bookies=24, racks=4, violations=0.2)
     view, bk = ledger_view(snap)
-    locations = dict(zip(bk["bookie_id"], "/" + bk["rack"]))
+    locations = dict(zip(bk["bookie_id"], "/" + bk["rack"], strict=True))
     writable = list(bk["bookie_id"])
     return view, locations, (writable, []), {k: str(v) for k, v in manifest["placement"].items()}
 

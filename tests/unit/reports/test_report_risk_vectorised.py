@@ -21,7 +21,7 @@ def _tags(racks: list[int], zones: list[int]) -> dict[str, tuple[str, str, str]]
 
 def _same_shape(lv: model.LedgerView, perm: list[str], scale: int) -> model.LedgerView:
     """``lv`` with its bookies renamed by ``perm`` and its entries spread on other lengths: same shape."""
-    ren = dict(zip(POOL, perm))
+    ren = dict(zip(POOL, perm, strict=True))
     segs = tuple(model.SegmentView(s.first, s.last, tuple(ren[b] for b in s.ensemble)) for s in lv.segments)
     return model.LedgerView(lv.ledger_id + 1, lv.ensemble_size, lv.write_quorum, lv.ack_quorum, lv.last_entry_id,
                             lv.length * scale + 7, lv.closed, segs)

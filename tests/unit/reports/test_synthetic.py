@@ -38,7 +38,7 @@ def test_tables_have_the_snapshot_schema_and_the_manifest_counts_them(snap):
     assert t["bookies"].num_rows == 30 and t["markers"].num_rows == 0
     ml = t["ledgers"].column("managed_ledger").to_pylist()
     cm = t["ledgers"].column("custom_metadata").to_pylist()
-    assert all(c == [("pulsar/managed-ledger", topic.encode())] for c, topic in zip(cm, ml))
+    assert all(c == [("pulsar/managed-ledger", topic.encode())] for c, topic in zip(cm, ml, strict=True))
 
 
 def test_same_seed_same_snapshot_and_another_seed_another(tmp_path, snap):
@@ -52,8 +52,8 @@ def test_same_seed_same_snapshot_and_another_seed_another(tmp_path, snap):
 
 def test_ensembles_are_rack_aware_but_for_the_violations(snap):
     t = _read(snap)
-    rack = dict(zip(t["bookies"].column("bookie_id").to_pylist(), t["bookies"].column("rack").to_pylist()))
-    size = dict(zip(t["ledgers"].column("ledger_id").to_pylist(), t["ledgers"].column("ensemble_size").to_pylist()))
+    rack = dict(zip(t["bookies"].column("bookie_id").to_pylist(), t["bookies"].column("rack").to_pylist(), strict=True))
+    size = dict(zip(t["ledgers"].column("ledger_id").to_pylist(), t["ledgers"].column("ensemble_size").to_pylist(), strict=True))
     segs = t["segments"].to_pylist()
     single = 0
     copies: Counter[str] = Counter()
@@ -74,7 +74,7 @@ def test_ensembles_are_rack_aware_but_for_the_violations(snap):
 
 def test_segments_cover_each_ledger_once_from_entry_0_to_its_last(snap):
     t = _read(snap)
-    last = dict(zip(t["ledgers"].column("ledger_id").to_pylist(), t["ledgers"].column("last_entry_id").to_pylist()))
+    last = dict(zip(t["ledgers"].column("ledger_id").to_pylist(), t["ledgers"].column("last_entry_id").to_pylist(), strict=True))
     by_ledger: dict[int, list[tuple[int, int]]] = {}
     for s in t["segments"].to_pylist():
         by_ledger.setdefault(s["ledger_id"], []).append((s["first_entry_id"], s["last_entry_id"]))
@@ -91,7 +91,7 @@ def test_segments_cover_each_ledger_once_from_entry_0_to_its_last(snap):
 def test_shapes_and_open_ledgers_follow_their_distributions(snap):
     t = _read(snap).get("ledgers")
     e = Counter(t.column("ensemble_size").to_pylist())
-    for size, p in zip((3, 2, 5), SHAPE_P):
+    for size, p in zip((3, 2, 5), SHAPE_P, strict=True):
         assert abs(e[size] / 20_000 - p) < 0.015, (size, e)
     opened = [r for r in t.select(["state", "last_entry_id", "length"]).to_pylist() if r["state"] == "OPEN"]
     assert 0.006 < len(opened) / 20_000 < 0.014 and all(r["last_entry_id"] == -1 and r["length"] == 0 for r in opened)
@@ -100,7 +100,7 @@ def test_shapes_and_open_ledgers_follow_their_distributions(snap):
 def test_fewer_racks_than_the_ensemble_fills_with_distinct_bookies(tmp_path):
     generate(tmp_path / "s", ledgers=3_000, bookies=5, racks=2, seed=3)
     t = _read(tmp_path / "s")
-    rack = dict(zip(t["bookies"].column("bookie_id").to_pylist(), t["bookies"].column("rack").to_pylist()))
+    rack = dict(zip(t["bookies"].column("bookie_id").to_pylist(), t["bookies"].column("rack").to_pylist(), strict=True))
     fives = [s["ensemble"] for s in t["segments"].to_pylist() if len(s["ensemble"]) == 5]
     assert fives and all(sorted(f) == sorted(rack) for f in fives)   # all 5 bookies, each once
     # a violation of E3 fits only in rack-000 (3 bookies; rack-001 has 2): elsewhere it is spread
