@@ -101,10 +101,10 @@ def bench_sizes(sizes, min_time: float, n_items: int) -> dict:
             rng = random.Random(3)
             victims = [(ens, rng.choice(ens)) for ens in good]
             broken = broken_ensembles(policy, by_rack, e, wq, aq, n_items, 5, dead)
-            ne = rate(lambda _: policy.new_ensemble(e, wq, aq), range(n_items), min_time)
-            rb = rate(lambda it: policy.replace_bookie(e, wq, aq, it[0], it[1]), victims, min_time)
-            ours = rate(lambda ens: policy.replace_to_adhere(e, wq, aq, (), ens), broken, min_time)
-            greedy = rate(lambda ens: policy.upstream_replace_to_adhere(e, wq, aq, (), ens), broken, min_time)
+            ne = rate(lambda _: policy.new_ensemble(e, wq, aq), range(n_items), min_time)  # noqa: B023 - run before the loop rebinds it
+            rb = rate(lambda it: policy.replace_bookie(e, wq, aq, it[0], it[1]), victims, min_time)  # noqa: B023 - run before the loop rebinds it
+            ours = rate(lambda ens: policy.replace_to_adhere(e, wq, aq, (), ens), broken, min_time)  # noqa: B023 - run before the loop rebinds it
+            greedy = rate(lambda ens: policy.upstream_replace_to_adhere(e, wq, aq, (), ens), broken, min_time)  # noqa: B023 - run before the loop rebinds it
             results[(n, racks, e, wq)] = {"new": ne, "replace": rb, "repair": ours, "greedy": greedy}
             print(f"{n:>8} {racks:>5} {f'E{e}/WQ{wq}':>9} {ne:>15,.0f} {rb:>17,.0f} {ours:>14,.0f} "
                   f"{greedy:>16,.0f} {ours / greedy:>10.2f}x")

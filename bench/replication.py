@@ -222,7 +222,7 @@ async def load(cluster, mib: int, ledgers: int) -> tuple[list[int], int]:
 
             def entries():
                 for e in range(per):
-                    yield e, body_of(lid, e, (e + 1) * ENTRY, blob)
+                    yield e, body_of(lid, e, (e + 1) * ENTRY, blob)  # noqa: B023 - run before the loop rebinds it
 
             r = await asyncio.gather(client.add_entries(b0, lid, MK, entries(), recovery=False),
                                      client.add_entries(b1, lid, MK, entries(), recovery=False))

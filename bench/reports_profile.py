@@ -127,19 +127,19 @@ def parts_cpu(snapshot: Path, repeat: int) -> None:
 
     for _ in range(repeat):
         prepared: list = []
-        timed("ledger views", lambda: prepared.extend(jobs.Prepared(b) for b in batches))
+        timed("ledger views", lambda: prepared.extend(jobs.Prepared(b) for b in batches))  # noqa: B023 - run before the loop rebinds it
         for name, fn in fns.items():
             if hasattr(fn, "make"):
                 def fold(fn=fn) -> None:
                     step, finish = fn.make()
-                    for p in prepared:
+                    for p in prepared:  # noqa: B023 - run before the loop rebinds it
                         step(p)
                     list(finish())
                 timed(name, fold)
             else:
                 for p in prepared:
                     getattr(p, "adherence", {}).clear()  # alone: no answer shared with another part
-                timed(name, lambda fn=fn: [o for p in prepared for o in fn(iter([p]))])
+                timed(name, lambda fn=fn: [o for p in prepared for o in fn(iter([p]))])  # noqa: B023 - run before the loop rebinds it
         timed("fused pass (views, every part, typed rows)", lambda: list(jobs.fused_partition(fns)(iter(batches))))
     print(f"{n:,} ledgers; CPU seconds, best of {repeat}:")
     for name, secs in best.items():

@@ -326,7 +326,7 @@ class RackawarePolicy(TopologyAwarePolicy):
             pools.append((scope, False))
             chosen = None
             for racks, not_in_p in pools:
-                def accept(b: str, nip: bool = not_in_p) -> bool:
+                def accept(b: str, nip: bool = not_in_p, in_p: set = in_p) -> bool:
                     return ok(b) and (not nip or b not in in_p)
 
                 chosen = self._pick_from_racks(topo, racks, xx, accept)

@@ -173,7 +173,7 @@ def plan_fragment_copy(
             choice[r] = None
             prev = None
             continue
-        def key(j: int) -> tuple[int, int, int]:
+        def key(j: int, prev: int | None = prev) -> tuple[int, int, int]:
             return (assigned_count.get(j, 0) + load.get(ensemble[j], 0), 0 if j == prev else 1, j)
         best = min(cands, key=key)
         choice[r] = best

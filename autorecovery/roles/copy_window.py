@@ -48,7 +48,7 @@ class Window:
         i, n = 0, len(items)
         while i < n:
             first = len(items[i][1])
-            await self._wait(lambda: self._dead or not self._items or (
+            await self._wait(lambda first=first: self._dead or not self._items or (
                 len(self._items) < self.max_entries and self._bytes + first <= self.max_bytes))
             if self._dead:
                 return

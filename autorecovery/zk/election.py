@@ -129,7 +129,7 @@ class AuditorElector:
                 return
             gone = asyncio.Event()
             pred = f"{self.paths.auditor_election}/{votes[idx - 1]}"
-            stat = await self.zk.exists(pred, watch=lambda _e: gone.set())
+            stat = await self.zk.exists(pred, watch=lambda _e, gone=gone: gone.set())
             if stat is None:
                 continue
             await gone.wait()
@@ -173,7 +173,7 @@ class AuditorElector:
             ev = asyncio.Event()
             kinds: list = []
 
-            def cb(e) -> None:
+            def cb(e, kinds: list = kinds, ev: asyncio.Event = ev) -> None:
                 kinds.append(e.type)
                 ev.set()
 

@@ -184,7 +184,7 @@ class BookieRegistration:
             except NodeExistsError:
                 pass
             gone = asyncio.Event()
-            stat = await self._zk.exists(path, watch=lambda _event: gone.set())
+            stat = await self._zk.exists(path, watch=lambda _event, gone=gone: gone.set())
             if stat is None:
                 continue
             if stat.ephemeralOwner == self._session_id():

@@ -414,7 +414,7 @@ async def test_placement_check_counting_and_bp54_marking(zk):
             pass
         a = await start_auditor(zk, st, policy=policy, registry=reg)
         try:
-            assert await wait_for(lambda: "placement_check" in a.last_results, 5)
+            assert await wait_for(lambda: "placement_check" in a.last_results, 5)  # noqa: B023 - run before the loop rebinds it
             assert reg.get("auditor_NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY").value == 1
             assert reg.get("auditor_NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY").value == 0
             urm = UnderreplicationManager(zk, P)
@@ -450,7 +450,7 @@ async def test_failover_after_the_auditor_dies(chroot, zk):
         task = asyncio.ensure_future(elector_loop(c, P, f"node{i}:1", elected, lost))
         nodes.append((c, state, task))
         if i == 0:
-            assert await wait_for(lambda: state["auditor"] is not None, 10)
+            assert await wait_for(lambda: state["auditor"] is not None, 10)  # noqa: B023 - run before the loop rebinds it
     try:
         assert nodes[1][1]["auditor"] is None
         # the auditor's process dies (session closed)
@@ -496,7 +496,7 @@ async def test_session_expiry_stops_the_auditor_and_the_node_rejoins(chroot, zk)
         task = asyncio.ensure_future(elector_loop(c, P, f"node{i}:1", elected, lost))
         nodes.append((c, state, task))
         if i == 0:
-            assert await wait_for(lambda: state["auditor"] is not None, 10)
+            assert await wait_for(lambda: state["auditor"] is not None, 10)  # noqa: B023 - run before the loop rebinds it
     try:
         old = nodes[0][1]["auditor"]
         sid, passwd = nodes[0][0].client_id
@@ -728,7 +728,7 @@ async def test_unrecoverable_records_are_logged_once_by_the_auditor_bookies_firs
             for lid, waiting in ((7, [B[4]]), (8, [])):
                 doc = {"ledger": lid, "entries": [[0, 4]], "entry_count": 5, "bookies": [B[4]], "waiting_for": waiting}
                 await zk.create(f"{P.unrecoverable}/urL{lid:010d}", json.dumps(doc).encode(), makepath=True)
-                assert await wait_for(lambda: f"urL{lid:010d}" in a._unrecoverable_logged, 5)
+                assert await wait_for(lambda: f"urL{lid:010d}" in a._unrecoverable_logged, 5)  # noqa: B023 - run before the loop rebinds it
             await zk.set(f"{P.unrecoverable}/urL0000000007", b"{}")  # a rewrite is not a new record
             await zk.create(f"{P.unrecoverable}/urL0000000009", b"{}")
             assert await wait_for(lambda: "urL0000000009" in a._unrecoverable_logged, 5)

@@ -41,7 +41,7 @@ async def test_first_vote_wins_and_successor_takes_over(chroot):
     others = []
     for e in electors[1:]:  # vote one after the other so that the order is known
         others.append(asyncio.ensure_future(e.run_for_leadership()))
-        assert await wait_for(lambda: e.vote_path is not None, 5)
+        assert await wait_for(lambda: e.vote_path is not None, 5)  # noqa: B023 - run before the loop rebinds it
     assert await current_auditor(clients[1], P) == "10.0.0.0:3181"
     data, _ = await clients[1].get(P.auditor_election)
     assert decode_vote(data) == "10.0.0.0:3181"

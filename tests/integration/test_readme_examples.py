@@ -180,7 +180,7 @@ def test_readme_runs_top_to_bottom(tmp_path):
                                             env=base_env, stdout=fh, stderr=subprocess.STDOUT,
                                             start_new_session=True)
                 try:
-                    wait_until(lambda: "AUTORECOVERY_READY" in log.read_text() or proc.poll() is not None, 120,
+                    wait_until(lambda: "AUTORECOVERY_READY" in log.read_text() or proc.poll() is not None, 120,  # noqa: B023 - run before the loop rebinds it
                                0.1, f"README.md line {block.line} to print AUTORECOVERY_READY")
                     assert proc.poll() is None, f"README.md line {block.line} exited:\n{log.read_text()[-3000:]}"
                     proc.send_signal(signal.SIGTERM)

@@ -73,7 +73,7 @@ class Env:
             ens = lh.metadata.segments[-1].ensemble
             for i, bookie in enumerate(ens):
                 want = [e for e in range(n) if i in write_set(e, E, WQ)]
-                ok = await wait_for(lambda: _has(self, bookie, lh.ledger_id, want), 20, interval_s=0.02)
+                ok = await wait_for(lambda: _has(self, bookie, lh.ledger_id, want), 20, interval_s=0.02)  # noqa: B023 - run before the loop rebinds it
                 assert ok, f"{bookie} never stored entries of ledger {lh.ledger_id}"
         if close:
             await lh.close()

@@ -47,15 +47,15 @@ def test_rolling_restart_of_stock_bookies_copies_nothing(java_cluster):
             assert r.returncode == 0 and "Maintenance window on bookie" in r.stdout, r.stdout + r.stderr
             c.bookies[i].stop()
             c.bookies[i].wait_unregistered(30)
-            wait_until(lambda: any(x["target"] == b and x.get("down_since_ms") for x in maint(c)["windows"]), 30,
+            wait_until(lambda: any(x["target"] == b and x.get("down_since_ms") for x in maint(c)["windows"]), 30,  # noqa: B023 - run before the loop rebinds it
                        f"the auditor to see {b} down under its window")
             # a second stop now would leave a write set with no copy: the answer is no, naming ledgers
             other = c.bookie_ids[(i + 1) % 3]
             r = our_shell(c, "oktostop", "-bookieid", other)
             assert r.returncode == 3 and "NOT ok to stop" in r.stdout and str(ids[0]) in r.stdout, r.stdout
             c.bookies[i].start()
-            wait_until(lambda: not any(x["target"] == b for x in maint(c)["windows"])
-                       and any(e["target"] == b and e["end_reason"].startswith("auto-closed")
+            wait_until(lambda: not any(x["target"] == b for x in maint(c)["windows"])  # noqa: B023 - run before the loop rebinds it
+                       and any(e["target"] == b and e["end_reason"].startswith("auto-closed")  # noqa: B023 - run before the loop rebinds it
                                for e in maint(c)["ended"]), 60, f"the window on {b} to close by itself")
             assert bytes_copied(daemons) == copied0 and not markers(c), f"the planned restart of {b} cost copies"
         ur = c.shell("listunderreplicated")
