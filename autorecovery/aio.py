@@ -38,3 +38,20 @@ async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout_s: f
         if loop.time() >= deadline:
             return False
         await asyncio.sleep(interval_s)
+
+
+_BACKGROUND: set[asyncio.Future] = set()
+
+
+def background(aw: Awaitable[object]) -> asyncio.Future:
+    """Schedule ``aw`` (a coroutine or future) on the running loop from synchronous code (a ZooKeeper watch
+    callback) and keep a strong reference to it until it is done.
+
+    The event loop holds only weak references to tasks (asyncio's ``create_task`` documentation), so a
+    task nobody keeps may be garbage-collected before it finishes. Returns the future; an exception it
+    ends with is reported by asyncio as for any task whose result nobody retrieves.
+    """
+    fut = asyncio.ensure_future(aw)
+    _BACKGROUND.add(fut)
+    fut.add_done_callback(_BACKGROUND.discard)
+    return fut

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import structlog
 
 from autorecovery import metrics
+from autorecovery.aio import background
 from autorecovery.audit.decisions import Decision, LostBookieTracker
 from autorecovery.audit.index import BookieLedgerIndex
 from autorecovery.audit.maintenance import Holds, Window
@@ -318,14 +319,14 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
                 return
             if event.type in (EventType.CHANGED, EventType.CREATED):
                 self._events.put_nowait(("delay", None))
-            asyncio.ensure_future(self._rearm(self._watch_delay))
+            background(self._rearm(self._watch_delay))
 
         await self.zk.exists(self.paths.lost_bookie_recovery_delay, watch=cb)
 
     async def _watch_disable(self) -> None:
         def cb(_event) -> None:
             if not self._stopped:
-                asyncio.ensure_future(self._rearm(self._watch_disable))
+                background(self._rearm(self._watch_disable))
 
         stat = await self.zk.exists(self.paths.ur_disable, watch=cb)
         self._enabled = stat is None
@@ -337,7 +338,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         back or accept the loss. The bookies that would bring the ledger back come first in the line."""
         def cb(event) -> None:
             if not self._stopped:
-                asyncio.ensure_future(self._rearm(self._watch_unrecoverable))
+                background(self._rearm(self._watch_unrecoverable))
 
         try:
             names = await self.zk.get_children(self.paths.unrecoverable, watch=cb)

@@ -15,6 +15,7 @@ import dataclasses
 
 import structlog
 
+from autorecovery.aio import background
 from autorecovery.audit.decisions import Decision
 from autorecovery.audit.maintenance import Holds, auto_close_due, data_first, holds
 
@@ -31,7 +32,7 @@ class MaintenanceHolds:
         """Load the maintenance records (child watch re-armed on every change) and re-evaluate."""
         def cb(event) -> None:
             if not self._stopped:
-                asyncio.ensure_future(self._rearm(self._watch_maintenance))
+                background(self._rearm(self._watch_maintenance))
 
         self.windows = await self.maintenance.list(watch=cb)
         now = self.wall_ms()

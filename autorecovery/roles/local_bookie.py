@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from autorecovery.aio import background
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk.bridge import BadVersionError, NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
@@ -417,7 +418,7 @@ class LocalBookieWatch:
         def fired(_event: object) -> None:
             self._armed.discard(path)
             if self._connected:
-                asyncio.ensure_future(self._record_owners())
+                background(self._record_owners())
         return fired
 
     async def _remove(self) -> None:

@@ -47,6 +47,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from autorecovery import logs
+from autorecovery.aio import background
 from autorecovery.aio import wait_for  # noqa: F401  (re-exported: tests and tools import it from here)
 from autorecovery.config.load import ZkSecurity
 from autorecovery.errors import ZooKeeperError
@@ -539,4 +540,4 @@ class ZkClient:
 def _run_callback(cb: WatchCallback, event: WatchedEvent) -> None:
     res = cb(event)
     if asyncio.iscoroutine(res):
-        asyncio.ensure_future(res)
+        background(res)
