@@ -12,6 +12,8 @@ import time
 from typing import ClassVar
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
+import structlog
+
 from autorecovery.errors import ConfigError, NotEnoughBookiesError
 
 from .config import PlacementConfig
@@ -21,6 +23,8 @@ from .repair import DEFAULT_MAX_NODES, LabelGroups, RepairOutcome, SearchBudgetE
 from .resolvers import Resolver, ScriptResolver
 from .schedule import ensemble_write_sets
 from .topology import DEFAULT_REGION_AND_RACK, NetworkTopology, normalize_location
+
+log = structlog.get_logger("autorecovery.placement")
 
 __all__ = ["TopologyAwarePolicy", "UNKNOWN_REGION"]
 
@@ -92,7 +96,9 @@ class TopologyAwarePolicy(PlacementPolicy):
         if need:
             try:
                 locs = list(self.resolver.resolve(need))
-            except Exception:  # a failing resolver means "unknown", as upstream's decorator
+            except Exception as exc:  # noqa: BLE001 - a failing resolver means "unknown" (upstream's DNSResolverDecorator)
+                log.warning("could not resolve network locations; using the default rack for them",
+                            bookies=need, default_rack=self.default_rack, error=f"{type(exc).__name__}: {exc}")
                 locs = []
             if len(locs) != len(need):
                 locs = [None] * len(need)

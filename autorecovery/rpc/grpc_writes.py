@@ -187,7 +187,7 @@ class GrpcWrites:
                             return
             except (asyncio.CancelledError, GeneratorExit):
                 raise
-            except Exception as exc:  # the producer failed: keep it for the caller
+            except Exception as exc:  # noqa: BLE001 - the producer failed: kept and raised to the caller
                 producer_error.append(exc)
                 call.cancel()
                 return
