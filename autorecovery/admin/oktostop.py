@@ -91,7 +91,8 @@ async def _going(ctx: ops.AdminContext, windows: list[Window], known: set[str], 
             try:
                 if policy.location_of(b) in racks:
                     going.add(b)
-            except Exception:  # noqa: BLE001 - an unresolvable bookie sits in no window's rack
+            except Exception as exc:  # noqa: BLE001 - an unresolvable bookie sits in no window's rack
+                log.debug("bookie location not resolved", bookie_id=b, error=str(exc))
                 continue
     return going
 

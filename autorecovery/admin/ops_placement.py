@@ -31,7 +31,8 @@ def bookie_location(policy: Any, bookie_id: str) -> str | None:
         return None
     try:
         return fn(bookie_id)
-    except Exception:  # noqa: BLE001 - an unresolvable bookie has no rack to show
+    except Exception as exc:  # noqa: BLE001 - an unresolvable bookie has no rack to show
+        log.debug("bookie location not resolved", bookie_id=bookie_id, error=str(exc))
         return None
 
 

@@ -178,7 +178,8 @@ async def _read_lac(ctx: AdminContext, ledger_id: int, md: LedgerMetadata) -> in
     async def one(b: str) -> int:
         try:
             return await asyncio.wait_for(bookies.read_lac(b, ledger_id), 5.0)
-        except Exception:  # noqa: BLE001 - an unreachable bookie contributes nothing
+        except Exception as exc:  # noqa: BLE001 - an unreachable bookie contributes nothing
+            log.debug("LAC not read", bookie_id=b, ledger_id=ledger_id, error=str(exc))
             return -1
 
     return max([-1, *await asyncio.gather(*(one(b) for b in md.last_ensemble))])

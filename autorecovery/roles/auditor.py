@@ -276,8 +276,8 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             await self.bookie_watcher.stop()
         try:
             await self.urm.close()
-        except Exception:  # noqa: BLE001 - the session may be gone
-            pass
+        except Exception as exc:  # noqa: BLE001 - the session may be gone
+            log.debug("under-replication manager not closed cleanly", error=str(exc))
         log.info("auditor stopped", bookie_id=self.bookie_id)
 
     def _spawn(self, coro, name: str) -> None:

@@ -262,7 +262,7 @@ class PeriodicChecks:
                 if exc.status == "EUNSUPPORTED":  # a stock bookie on DbLedgerStorage: unknown, never "missing"
                     return ForeignBookie(bookie)
                 return None if exc.status == "ENOLEDGER" else exc
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - handed to the caller, which reports it per bookie
                 return exc
 
         async def one(lid: int, md: LedgerMetadata) -> None:

@@ -146,7 +146,8 @@ class MaintenanceHolds:
             return "/default-rack"
         try:
             return self.policy.location_of(bookie)
-        except Exception:  # noqa: BLE001 - an unresolvable bookie sits in the default rack
+        except Exception as exc:  # noqa: BLE001 - an unresolvable bookie sits in the default rack
+            log.debug("bookie location not resolved", bookie_id=bookie, error=str(exc))
             return "/default-rack"
 
     async def _publish_holds(self, h: Holds) -> None:

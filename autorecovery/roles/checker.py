@@ -114,7 +114,8 @@ class LedgerChecker:
         async def one(b: str) -> int:
             try:
                 return await self.bookies.read_lac(b, ledger_id)
-            except Exception:  # noqa: BLE001 - an unreachable bookie just does not vote
+            except Exception as exc:  # noqa: BLE001 - an unreachable bookie just does not vote
+                log.debug("LAC not read", bookie_id=b, ledger_id=ledger_id, error=str(exc))
                 return -1
 
         lacs = await asyncio.gather(*(one(b) for b in md.last_ensemble))

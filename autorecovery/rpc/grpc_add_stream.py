@@ -202,8 +202,8 @@ class AddStream:
                 if _cancelling():
                     raise
                 # the reader was cancelled (not us): it failed what was pending
-            except Exception:  # noqa: BLE001 - the reader's own failure, already in self._error
-                pass
+            except Exception as exc:  # noqa: BLE001 - the reader's own failure, already in self._error
+                log.debug("add stream reader failed", bookie_id=self.bookie_id, ledger_id=self.ledger_id, error=str(exc))
         except asyncio.CancelledError:
             self._reader.cancel()  # it fails what is pending ("closed")
             self._call.cancel()
@@ -215,8 +215,8 @@ class AddStream:
             if _cancelling():
                 self._call.cancel()
                 raise
-        except Exception:  # noqa: BLE001 - recorded by the reader (self._error), nothing to add
-            pass
+        except Exception as exc:  # noqa: BLE001 - recorded by the reader (self._error), nothing to add
+            log.debug("add stream reader failed", bookie_id=self.bookie_id, ledger_id=self.ledger_id, error=str(exc))
         self._call.cancel()
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from autorecovery.testing.upstream_java import (
     AUTORECOVERY_CLASS,
@@ -259,7 +260,7 @@ class JavaCluster:
         for p in [*self.writers, *self.autorecoveries, *self.bookies]:
             try:
                 p.kill()
-            except Exception:  # noqa: BLE001 - keep killing the others
+            except (OSError, subprocess.SubprocessError):  # gone already, or slow to reap: keep killing the others
                 pass
         if self.kz is not None:
             self.kz.stop()
@@ -423,7 +424,7 @@ class JavaCluster:
         for child in sorted((c for c in self.kz.get_children(path) if c.startswith("V_")), key=lambda c: c[2:]):
             try:
                 data, _ = self.kz.get(f"{path}/{child}")
-            except Exception:  # noqa: BLE001 - the vote vanished between the listing and the read
+            except NoNodeError:  # the vote vanished between the listing and the read
                 continue
             m = _VOTE_ID.search(data.decode(errors="replace"))
             if m:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from kazoo.exceptions import NoNodeError
+
 from autorecovery.ledger.formats import deserialize
 from autorecovery.ledger.ids import ledger_path
 from autorecovery.ledger.metadata import LedgerMetadata
@@ -31,7 +33,7 @@ def marked_ledgers(c: JavaCluster) -> set[int]:
     def walk(path: str) -> None:
         try:
             children = c.kz.get_children(path)
-        except Exception:  # noqa: BLE001 - a level removed meanwhile
+        except NoNodeError:  # a level removed meanwhile
             return
         for ch in children:
             if ch.startswith("urL"):

@@ -251,7 +251,8 @@ class ClusterStreamSlots:
                     if stat is not None and stat.ephemeralOwner == cid[0] and self.zk.session_generation == generation:
                         with contextlib.suppress(NoNodeError, BadVersionError):
                             await self.zk.delete(path, stat.version)
-                except Exception:  # noqa: BLE001 - still unreachable: try again later
+                except Exception as exc:  # noqa: BLE001 - still unreachable: try again later
+                    log.debug("stream slot not released yet", path=path, error=str(exc))
                     break
                 left.remove(path)
                 self._forget(path.rsplit("/", 2)[-2])

@@ -17,7 +17,7 @@ from autorecovery import metrics
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.roles.auditor import Auditor, AuditorSettings
 from autorecovery.testing.tcp_proxy import TcpProxy
-from autorecovery.zk.bridge import SessionEvent, ZkClient, wait_for
+from autorecovery.zk.bridge import NodeExistsError, SessionEvent, ZkClient, wait_for
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
@@ -42,7 +42,7 @@ class NoReads:
 async def register(zk: ZkClient, bookie: str) -> None:
     try:
         await zk.create(P.cookie(bookie), b"cookie", makepath=True)
-    except Exception:  # noqa: BLE001 - the cookie exists already
+    except NodeExistsError:  # the cookie exists already
         pass
     await zk.create(P.available_bookie(bookie), b"", ephemeral=True)
 
