@@ -377,6 +377,19 @@ class JavaCluster:
         return self._run_tool("ensembles", ["--all"] if ledger_ids is None else [str(i) for i in ledger_ids],
                               timeout_s, False)
 
+    def placement_check(self, ledger_ids: Iterable[int] | None = None, *, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Upstream's Auditor placement check run by upstream's client with this cluster's placement
+        policy and racks (``AuditorPlacementPolicyCheckTask``: every segment of every closed ledger through
+        ``BookKeeperAdmin.isEnsembleAdheringToPlacementPolicy``; open ledgers skipped, as upstream skips
+        them): ``{"ok", "closed", "open", "soft", "fail": [{"ledger", "first_entry", "ensemble"}],
+        "errors": [str]}``; ``ok`` when no segment FAILs and every ledger was read.
+
+        Raises:
+            UpstreamProcessError: the tool gave no result.
+        """
+        return self._run_tool("placement", ["--all"] if ledger_ids is None else [str(i) for i in ledger_ids],
+                              timeout_s, False)
+
     # -- AutoRecoveryMain ------------------------------------------------------------------------
     def start_autorecovery(self, node: int = 0, *, lost_bookie_recovery_delay: int = 0, wait: bool = True,
                            timeout_s: float = 60.0, **conf: object) -> JavaAutoRecovery:

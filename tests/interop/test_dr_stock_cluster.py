@@ -1,7 +1,8 @@
 """The disaster-recovery story of the BP-54 seed on a stock Apache BookKeeper 4.17 cluster (issue 24):
 real Java bookies in two racks, ledgers written by upstream's Java client, our daemons next to every
 bookie. Rack A dies: our workers heal best effort into rack B. Rack A returns: our Auditor's placement
-check marks the ledgers that no longer adhere and our workers (BP-54) move a member back to rack A.
+check marks the ledgers that no longer adhere and our workers (BP-54) move a member back to rack A;
+upstream's own placement check (its Auditor's, run by its client) judges both states.
 Rack B dies: upstream's own client reads every acknowledged entry back, digests checked.
 
 E3/WQ3/AQ2 (every member holds every entry, so one member per rack is enough; see
@@ -42,6 +43,11 @@ def test_rack_dies_heals_returns_spreads_other_rack_dies_nothing_lost(java_clust
             daemons.pop(i).kill()
         wait_until(lambda: all(e <= ids_b for e in ensembles()) and not markers(c), 120,
                    "every ensemble healed into rack B")
+        # upstream's own placement check (its Auditor's, run by its client with the same racks) sees
+        # every healed segment in one rack: FAIL (minNumRacksPerWriteQuorum 2)
+        pc = c.placement_check(ids)
+        assert pc["errors"] == [] and pc["closed"] == LEDGERS, pc
+        assert {f["ledger"] for f in pc["fail"]} == set(ids), pc
 
         # -- rack A returns: placement check + BP-54 spread every ensemble over both racks ------------
         for i in rack_a:
@@ -51,6 +57,8 @@ def test_rack_dies_heals_returns_spreads_other_rack_dies_nothing_lost(java_clust
         daemons.update(our_daemons(c, rack_a, **REPAIR))
         wait_until(lambda: all(e & ids_a and e & ids_b for e in ensembles()) and not markers(c), 180,
                    "every ensemble spread over both racks again")
+        pc = c.placement_check(ids)  # and upstream's check agrees: no segment fails any more
+        assert pc["ok"] and pc["fail"] == [] and pc["closed"] == LEDGERS, pc
 
         # -- rack B dies: every entry reads back from rack A with upstream's client -------------------
         for i in rack_b:

@@ -16,6 +16,7 @@ import org.apache.bookkeeper.client.BKException;
 import org.apache.bookkeeper.client.BookKeeper;
 import org.apache.bookkeeper.client.BookKeeper.DigestType;
 import org.apache.bookkeeper.client.BookKeeperAdmin;
+import org.apache.bookkeeper.client.EnsemblePlacementPolicy.PlacementPolicyAdherence;
 import org.apache.bookkeeper.client.LedgerEntry;
 import org.apache.bookkeeper.client.LedgerHandle;
 import org.apache.bookkeeper.client.api.LedgerMetadata;
@@ -32,6 +33,7 @@ import org.apache.bookkeeper.net.BookieId;
  *           [--open K] [--window ADDS] [--conf CLIENT_CONF]
  * read      --zk ... --root ... [--password PW] [--digest D] [--recover] (--all | LEDGER_ID...)
  * ensembles --zk ... --root ... (--all | LEDGER_ID...)
+ * placement --conf CLIENT_CONF (--all | LEDGER_ID...)   (upstream's Auditor placement check, each segment)
  * payload   --ledger L --entry E --entry-size BYTES   (the deterministic payload, base64; no cluster)
  * continuous --conf CLIENT_CONF --ack-log PATH --stop-file PATH ...   (see ContinuousWriter)
  * copyceiling --conf CLIENT_CONF --victim ID --bookies ID,... LEDGER_ID...   (see CopyCeiling)
@@ -84,7 +86,7 @@ public final class BkTool {
 
     static int run(String[] argv) throws Exception {
         if (argv.length == 0) {
-            throw new UsageError("usage: BkTool write|read|ensembles|payload [options] (see the class comment)");
+            throw new UsageError("usage: BkTool write|read|ensembles|placement|payload [options] (see the class comment)");
         }
         String command = argv[0];
         if ("continuous".equals(command)) {  // its own options: see ContinuousWriter
@@ -104,10 +106,12 @@ public final class BkTool {
                 return read(args);
             case "ensembles":
                 return ensembles(args);
+            case "placement":
+                return placement(args);
             case "payload":
                 return payload(args);
             default:
-                throw new UsageError("unknown command " + command + " (write, read, ensembles, payload)");
+                throw new UsageError("unknown command " + command + " (write, read, ensembles, placement, payload)");
         }
     }
 
@@ -360,6 +364,79 @@ public final class BkTool {
         out.put("command", "ensembles");
         out.put("ok", ok);
         out.put("ledgers", results);
+        print(out);
+        return ok ? 0 : 1;
+    }
+
+    // -- placement -------------------------------------------------------------------------------
+
+    /**
+     * Upstream's Auditor placement check ({@code AuditorPlacementPolicyCheckTask.doPlacementPolicyCheck}),
+     * run with this client's placement policy and racks: every segment of every closed ledger goes
+     * through {@code BookKeeperAdmin.isEnsembleAdheringToPlacementPolicy(ensemble, WQ, AQ)}; open
+     * ledgers are skipped as upstream skips them. Prints {@code {"command", "ok", "closed", "open",
+     * "soft", "fail": [{"ledger", "first_entry", "ensemble"}], "errors": [...]}}; ok (exit 0) when
+     * no segment FAILs and every ledger's metadata was read.
+     */
+    static int placement(Args args) throws Exception {
+        boolean all = args.flag("--all");
+        ClientConfiguration conf = clientConf(args);
+        BookKeeper bk = new BookKeeper(conf);
+        BookKeeperAdmin admin = new BookKeeperAdmin(bk, conf);
+        List<Long> ids = ledgerIds(args, all, bk, conf);
+        List<Object> fail = new ArrayList<>();
+        List<Object> errors = new ArrayList<>();
+        int closed = 0;
+        int open = 0;
+        int soft = 0;
+        for (long id : ids) {
+            LedgerMetadata md;
+            try {
+                md = bk.getLedgerManager().readLedgerMetadata(id).get(30, TimeUnit.SECONDS).getValue();
+            } catch (Exception e) {
+                Throwable c = e.getCause() != null ? e.getCause() : e;
+                if (c instanceof BKException.BKNoSuchLedgerExistsOnMetadataServerException) {
+                    continue;  // deleted since the listing
+                }
+                errors.add("ledger " + id + ": " + c);
+                continue;
+            }
+            if (!md.isClosed()) {
+                open++;
+                continue;
+            }
+            closed++;
+            boolean softly = false;
+            for (Map.Entry<Long, ? extends List<BookieId>> seg : md.getAllEnsembles().entrySet()) {
+                PlacementPolicyAdherence a = admin.isEnsembleAdheringToPlacementPolicy(
+                        seg.getValue(), md.getWriteQuorumSize(), md.getAckQuorumSize());
+                if (a == PlacementPolicyAdherence.FAIL) {
+                    Map<String, Object> r = new LinkedHashMap<>();
+                    r.put("ledger", id);
+                    r.put("first_entry", seg.getKey());
+                    List<String> ens = new ArrayList<>();
+                    for (BookieId b : seg.getValue()) {
+                        ens.add(b.toString());
+                    }
+                    r.put("ensemble", ens);
+                    fail.add(r);
+                } else if (a == PlacementPolicyAdherence.MEETS_SOFT) {
+                    softly = true;
+                }
+            }
+            if (softly) {
+                soft++;
+            }
+        }
+        boolean ok = fail.isEmpty() && errors.isEmpty();
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("command", "placement");
+        out.put("ok", ok);
+        out.put("closed", closed);
+        out.put("open", open);
+        out.put("soft", soft);
+        out.put("fail", fail);
+        out.put("errors", errors);
         print(out);
         return ok ? 0 : 1;
     }
