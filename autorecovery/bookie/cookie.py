@@ -214,7 +214,7 @@ async def check_and_stamp_cookie(zk: ZkClient, paths: Paths, bookie_id: str, dat
     """
     instance_id = await read_instance_id(zk, paths)
     expected = Cookie.for_bookie(bookie_id, data_dir, instance_id)
-    data_dir = Path(data_dir).resolve()
+    data_dir = await asyncio.to_thread(Path(data_dir).resolve)
     zpath = paths.cookie(bookie_id)
     fpath = dir_cookie_path(data_dir)
     try:

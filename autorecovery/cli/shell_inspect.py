@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -154,15 +156,13 @@ def ledgermetadata(conf, zk, ledgers_root, sets, ledgerid, dump_to, restore_from
         if dump_to:
             lid, data = await ops.ledger_metadata_bytes(ctx, ledgerid)
             try:
-                with open(dump_to, "wb") as fh:
-                    fh.write(data)
+                await asyncio.to_thread(Path(dump_to).write_bytes, data)
             except OSError as exc:
                 raise CommandFailed(f"cannot write {dump_to}: {exc.strerror}") from None
             return
         if restore_from:
             try:
-                with open(restore_from, "rb") as fh:
-                    data = fh.read()
+                data = await asyncio.to_thread(Path(restore_from).read_bytes)
             except OSError as exc:
                 raise CommandFailed(f"cannot read {restore_from}: {exc.strerror}") from None
             lid, updated = await ops.restore_ledger_metadata(ctx, ledgerid, data, restore_from, update=update)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from autorecovery.config.keys_model import Key
 from autorecovery.config.keys_table import KEY_BY_NAME
@@ -76,8 +76,8 @@ class Section:
     Field defaults must equal ``CONVERT(table default)`` (tests/unit/config/test_settings_tree.py).
     """
 
-    KEY_FIELDS: Mapping[str, str] = {}
-    CONVERT: Mapping[str, Callable[[Any], Any]] = {}
+    KEY_FIELDS: ClassVar[Mapping[str, str]] = {}
+    CONVERT: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
     STRICT = False
     SECTION = ""  # name used in messages (default: the class name)
 

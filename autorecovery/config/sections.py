@@ -12,7 +12,9 @@ once, so a default written here never overrides the table.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from autorecovery.audit.maintenance import guard_level
 from autorecovery.config.keys import Section
@@ -78,7 +80,7 @@ class AuditorSettings(Section):
     recovery_password: bytes = field(default=b"", repr=False)
 
     #: upstream (or our) key → field name
-    KEY_FIELDS = {
+    KEY_FIELDS: ClassVar[Mapping[str, str]] = {
         "auditorPeriodicCheckInterval": "auditor_periodic_check_interval",
         "auditorPeriodicBookieCheckInterval": "auditor_periodic_bookie_check_interval",
         "auditorPeriodicPlacementPolicyCheckInterval": "auditor_periodic_placement_policy_check_interval",
@@ -101,7 +103,8 @@ class AuditorSettings(Section):
     }
     #: older name of :attr:`KEY_FIELDS`
     KEYS = KEY_FIELDS
-    CONVERT = {"autorecoveryDownOutSubtreeLimit": guard_level, **_RECOVERY_CONVERT}
+    CONVERT: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"autorecoveryDownOutSubtreeLimit": guard_level,
+                                                              **_RECOVERY_CONVERT}
 
     @property
     def recovery(self) -> RecoveryCredentials:
@@ -169,7 +172,7 @@ class WorkerSettings(Section):
     recovery_digest_type: DigestType = DigestType.CRC32
     recovery_password: bytes = field(default=b"", repr=False)
 
-    KEY_FIELDS = {
+    KEY_FIELDS: ClassVar[Mapping[str, str]] = {
         "openLedgerRereplicationGracePeriod": "open_ledger_grace_ms",
         "lockReleaseOfFailedLedgerGracePeriod": "lock_release_grace_ms",
         "rwRereplicateBackoffMs": "backoff_ms",

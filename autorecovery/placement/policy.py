@@ -202,10 +202,10 @@ class PlacementPolicy(abc.ABC):
         self._version += 1
         return left - readonly
 
-    def _handle_left(self, left: set[str]) -> None:
+    def _handle_left(self, left: set[str]) -> None:  # noqa: B027 - an optional hook: by default nothing
         """Hook: bookies that left the writable set."""
 
-    def _handle_joined(self, joined: set[str]) -> None:
+    def _handle_joined(self, joined: set[str]) -> None:  # noqa: B027 - an optional hook: by default nothing
         """Hook: bookies that joined the writable set."""
 
     # -- weights --------------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ class PlacementPolicy(abc.ABC):
         seq.extend(i for i in range(len(ensemble)) if i not in present)
         return seq
 
-    def register_slow_bookie(self, bookie: str, entry_id: int) -> None:
+    def register_slow_bookie(self, bookie: str, entry_id: int) -> None:  # noqa: B027 - an optional hook: by default nothing
         """Note a bookie that caused a speculative read timeout (no-op unless the policy uses it)."""
 
     def _is_slow(self, bookie: str) -> bool:

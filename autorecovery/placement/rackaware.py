@@ -151,7 +151,7 @@ class RackawarePolicy(TopologyAwarePolicy):
                 if fixed is not None:
                     return PlacementResult(fixed.ensemble, fixed.adherence)
             raise NotEnoughBookiesError(
-                f"cannot place {e} bookies over >= {m} racks per write set (enforceMinNumRacksPerWriteQuorum)")
+                f"cannot place {e} bookies over >= {m} racks per write set (enforceMinNumRacksPerWriteQuorum)") from None
         if len(ens) != e:
             raise NotEnoughBookiesError(f"only {len(ens)} of {e} bookies available")
         adherence = self.is_ensemble_adhering(ens, wq, aq)

@@ -345,7 +345,7 @@ class Injector:
             await until(exited, 60, f"bookie {bid} refused with an empty ledger dir")
         except TimeoutError:
             await asyncio.to_thread(c.kill_bookie, b)
-            raise RuntimeError(f"bookie {bid} started with an empty ledger dir (its cookie should have refused it)")
+            raise RuntimeError(f"bookie {bid} started with an empty ledger dir (its cookie should have refused it)") from None
         with open(log, "rb") as fh:
             fh.seek(mark)
             said = fh.read().decode(errors="replace")

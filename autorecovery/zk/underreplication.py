@@ -140,7 +140,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                 raise CompatibilityError(
                     f"{self.paths.ur_layout}: layout type {m.type!r} version {m.version} is not supported"
                     ' (expected type: "BASIC" version: 1)'
-                )
+                ) from None
         await self.zk.ensure_path(self.paths.ur_ledgers)
         await self.zk.ensure_path(self.paths.ur_locks)
         if self._session_task is None:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -112,7 +113,7 @@ class RecordingLink:
 
 
 class OneBookie:
-    bookies = {0: type("Info", (), {"host": "10.1.0.2"})(), 1: type("Info", (), {"host": "10.1.0.10"})()}
+    bookies: ClassVar[dict] = {0: type("Info", (), {"host": "10.1.0.2"})(), 1: type("Info", (), {"host": "10.1.0.10"})()}
     bookie_session_timeout_ms = 4000
 
     def bookie_id(self, i: int) -> str:
