@@ -173,16 +173,11 @@ async def _unlock(ctx: AdminContext, ledger_id: int) -> None:
 
 
 async def _read_lac(ctx: AdminContext, ledger_id: int, md: LedgerMetadata) -> int:
-    bookies = ctx.get_bookies()
+    """The last ensemble's LAC (:func:`autorecovery.client.lac.read_last_add_confirmed`; raises
+    ``LacUnknownError`` rather than planning too short a copy when too few bookies answer)."""
+    from autorecovery.client.lac import read_last_add_confirmed
 
-    async def one(b: str) -> int:
-        try:
-            return await asyncio.wait_for(bookies.read_lac(b, ledger_id), 5.0)
-        except Exception as exc:  # noqa: BLE001 - an unreachable bookie contributes nothing
-            log.debug("LAC not read", bookie_id=b, ledger_id=ledger_id, error=str(exc))
-            return -1
-
-    return max([-1, *await asyncio.gather(*(one(b) for b in md.last_ensemble))])
+    return await read_last_add_confirmed(ctx.get_bookies(), ledger_id, md, 5.0)
 
 
 async def _fence_and_close(ctx: AdminContext, ledger_id: int) -> tuple[LedgerMetadata, int]:

@@ -7,15 +7,15 @@ placement policy, and the gRPC bookie client.
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 from autorecovery.client.batcher import AddBatcher
 from autorecovery.client.handle import LedgerHandle
+from autorecovery.client.lac import read_last_add_confirmed
 from autorecovery.client.reader import ReadHandle
 from autorecovery.client.recovery import recover_ledger
 from autorecovery.config.load import ZkSecurity
-from autorecovery.errors import BookieError, NoSuchLedgerError, NotEnoughBookiesError
+from autorecovery.errors import NoSuchLedgerError, NotEnoughBookiesError
 from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, RecoveryCredentials
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.rpc.transport import BookieClient
@@ -180,16 +180,12 @@ class BookKeeper:
         return ReadHandle(self, ledger_id, md, version, await self.read_lac(ledger_id, md))
 
     async def read_lac(self, ledger_id: int, md: LedgerMetadata) -> int:
-        """Highest LAC reported by the last ensemble's bookies (-1 when none answers)."""
+        """Highest LAC of the last ensemble (:func:`autorecovery.client.lac.read_last_add_confirmed`).
 
-        async def one(b: str) -> int:
-            try:
-                return await self.bookies.read_lac(b, ledger_id)
-            except BookieError:
-                return -1
-
-        lacs = await asyncio.gather(*(one(b) for b in md.last_ensemble))
-        return max([-1, *lacs])
+        Raises:
+            LacUnknownError: too few of its bookies answered to cover every write quorum.
+        """
+        return await read_last_add_confirmed(self.bookies, ledger_id, md)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Delete the ledger's metadata (bookies garbage-collect the data later).

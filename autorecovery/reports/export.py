@@ -176,18 +176,13 @@ async def read_lac(bookies, ledger_id: int, md, timeout_s: float) -> tuple[int |
     """
     from autorecovery.ledger.striping import write_set
 
+    from autorecovery.client.lac import LacUnknownError, read_last_add_confirmed
+
     ens = list(md.segments[-1].ensemble)
-
-    async def one(b: str) -> int | None:
-        try:
-            return int(await asyncio.wait_for(bookies.read_lac(b, ledger_id), timeout_s))
-        except Exception:  # noqa: BLE001 - an unanswering bookie leaves the LAC to the others
-            return None
-
-    answers = [a for a in await asyncio.gather(*(one(b) for b in ens)) if a is not None]
-    if not answers:
+    try:
+        lac = await read_last_add_confirmed(bookies, ledger_id, md, timeout_s)
+    except LacUnknownError:
         return None, None
-    lac = max(answers)
     if lac < 0:
         return -1, 0
     for j in write_set(lac, len(ens), md.write_quorum):

@@ -110,16 +110,14 @@ class LedgerChecker:
             return await go()
 
     async def read_lac(self, ledger_id: int, md: LedgerMetadata) -> int:
-        """Highest LAC any bookie of the last ensemble reports (-1 when none answers)."""
-        async def one(b: str) -> int:
-            try:
-                return await self.bookies.read_lac(b, ledger_id)
-            except Exception as exc:  # noqa: BLE001 - an unreachable bookie just does not vote
-                log.debug("LAC not read", bookie_id=b, ledger_id=ledger_id, error=str(exc))
-                return -1
+        """Highest LAC of the last ensemble (:func:`autorecovery.client.lac.read_last_add_confirmed`).
 
-        lacs = await asyncio.gather(*(one(b) for b in md.last_ensemble))
-        return max([-1, *lacs])
+        Raises:
+            LacUnknownError: too few of its bookies answered to cover every write quorum.
+        """
+        from autorecovery.client.lac import read_last_add_confirmed
+
+        return await read_last_add_confirmed(self.bookies, ledger_id, md)
 
     async def check(self, ledger_id: int, md: LedgerMetadata, lac: int | None = None,
                     verify_all: Collection[str] = (),
