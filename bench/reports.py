@@ -36,6 +36,7 @@ test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -134,10 +135,8 @@ def _pss(procs: list[psutil.Process]) -> int:
     """The summed PSS (bytes) of ``procs`` (those gone meanwhile count 0)."""
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error, AttributeError):
             total += p.memory_full_info().pss
-        except (psutil.Error, AttributeError):
-            pass
     return total
 
 
@@ -148,10 +147,8 @@ def kill_tree(proc: psutil.Process) -> None:
     except psutil.Error:
         kids = []
     for p in [*reversed(kids), proc]:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
 
 
 def load_view(snapshot: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
@@ -274,10 +271,8 @@ def measure(side: str, target, args: tuple, ledgers: int, cap_gb: float, timeout
         p.join(timeout)
         timed_out = p.is_alive()
         if timed_out:
-            try:
+            with contextlib.suppress(psutil.Error):
                 kill_tree(psutil.Process(p.pid))
-            except psutil.Error:
-                pass
             p.join()
     wall = time.perf_counter() - t
     try:

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import random
@@ -707,10 +708,8 @@ def report(sides: list[Side], variants: list[str], dd: float, tcp: float) -> Non
         for s in by[v]:
             if not s.ok:
                 continue
-            try:
+            with contextlib.suppress(TypeError, ZeroDivisionError):
                 vals.append(f(s))
-            except (TypeError, ZeroDivisionError):
-                pass
         return med(vals)
 
     def per_mib(cpu: float, s: Side) -> float:

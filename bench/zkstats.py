@@ -18,6 +18,7 @@ Not a test.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -45,10 +46,8 @@ def mntr(connect: str) -> dict[str, float]:
     out = {}
     for line in four_letter(connect, "mntr").splitlines():
         k, _, v = line.partition("\t")
-        try:
+        with contextlib.suppress(ValueError):
             out[k] = float(v)
-        except ValueError:
-            pass
     return out
 
 

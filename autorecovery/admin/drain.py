@@ -35,6 +35,7 @@ is dropped before its CAS; the metadata stays consistent).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -305,10 +306,8 @@ async def drain_bookie(
         raise
     finally:
         report.elapsed_s = loop.time() - started
-        try:
+        with contextlib.suppress(NoNodeError):
             await ctx.zk.delete(owner_path(ctx))
-        except NoNodeError:
-            pass
     return report
 
 

@@ -15,6 +15,7 @@ it, so the bookie's loss is deferred and never audited first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -190,10 +191,8 @@ async def prestop(ctx: ops.AdminContext, bookie: str, *, for_s: int, wait_s: flo
                 return {**v.to_dict(), "for_s": for_s, "window_would_open": False,
                         "summary": summary(v, for_s, False)}, None
             left = deadline - time.monotonic()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout=min(left, RECHECK_S * (0.75 + random.random() / 2)))
-            except TimeoutError:
-                pass
     finally:
         watcher.remove_listener(on_change)
 

@@ -28,6 +28,7 @@ admitted above (the next read of the stream, or the end of the call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 
@@ -117,10 +118,8 @@ class Admission:
                 self.rejected_adds += 1
                 return False
             self._changed.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining)
-            except TimeoutError:
-                pass
         self.adds += count
         self.add_bytes += nbytes
         return True
@@ -171,10 +170,8 @@ class Admission:
                 self.rejected_receives += 1
                 return False
             self._slot_freed.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), remaining)
-            except TimeoutError:
-                pass
         self.receiving += 1
         return True
 

@@ -12,6 +12,7 @@ ForceWriteThread split the same way). :class:`GroupCommit` is the half of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -166,10 +167,8 @@ class GroupCommit:
             err = BookieStatusError("EIO", f"bookie {self.name}: storage is closing")
             self._resolve(leftovers, [err] * len(leftovers))
         assert self._wconn is not None
-        try:
+        with contextlib.suppress(sqlite3.Error):
             self._wconn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.Error:
-            pass
         self._wconn.close()
 
     def _committer_main(self) -> None:
@@ -256,10 +255,8 @@ class GroupCommit:
                     self.logs.sync()  # the bodies are durable before the index rows that point at them
                     conn.execute("COMMIT")
                 except BaseException:
-                    try:
+                    with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
                     raise
             self.commits += 1
         except (sqlite3.Error, EntryLogError) as exc:

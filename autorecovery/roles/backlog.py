@@ -23,6 +23,7 @@ reference's "random task order" weakness).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Collection, Iterable, Iterator
 
@@ -441,10 +442,8 @@ class Backlog:
     async def clear_unrecoverable(self, lid: int) -> None:
         """Delete ``lid``'s side znode if this worker knows one."""
         if self.unrecoverable.pop(lid, None) is not None:
-            try:
+            with contextlib.suppress(NoNodeError):
                 await self.zk.delete(self.record_path(lid))
-            except NoNodeError:
-                pass
 
     def record_path(self, lid: int) -> str:
         return f"{self.paths.unrecoverable}/{ur_leaf_name(lid)}"

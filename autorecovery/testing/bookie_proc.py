@@ -9,6 +9,7 @@ assertions and post-mortems. ``format_test_cluster`` writes just enough metadata
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,10 +33,8 @@ async def format_test_cluster(zk_hosts: str, ledgers_root: str = "/ledgers", chr
     zk = await ZkClient(zk_hosts).start()
     try:
         await zk.ensure_path(chroot + ledgers_root)
-        try:
+        with contextlib.suppress(NodeExistsError):
             await zk.create(f"{chroot}{ledgers_root}/INSTANCEID", uuid.uuid4().hex.encode())
-        except NodeExistsError:
-            pass
     finally:
         await zk.stop()
     return zk_hosts + chroot

@@ -18,6 +18,7 @@ asking every bookie of every segment for its entries (``GET_LIST_OF_ENTRIES_OF_L
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -204,10 +205,8 @@ class Sampler:
         """Cancel the polling task and wait for it (idempotent)."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     async def sample_once(self) -> None:
         """One poll: the markers (a ZooKeeper error skips this poll's markers, the next poll retries) and,

@@ -26,6 +26,7 @@ daemon in its own namespace, see docs/chaos.md). Every command's failure raises
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import subprocess
@@ -199,7 +200,5 @@ class LinkFaults:
 
     def down(self) -> None:
         """Delete the table (errors ignored: idempotent; the qdiscs go with the links)."""
-        try:
+        with contextlib.suppress(NetfilterError):
             run(["nft", "delete", "table", "inet", self.table])
-        except NetfilterError:
-            pass

@@ -17,6 +17,7 @@ exact error, so a machine that forbids namespaces gets the fault kind skipped wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Iterable
@@ -75,10 +76,8 @@ def remove_netns(name: str, links: Iterable[str], proxies: Iterable[TcpProxy]) -
     for p in proxies:
         p.close()
     for cmd in (*(("link", "del", link) for link in links), ("netns", "del", name)):
-        try:
+        with contextlib.suppress(NetnsError):
             ip(*cmd)
-        except NetnsError:
-            pass
 
 
 def plan_tag(tag: str | None = None) -> str:

@@ -21,6 +21,8 @@ slow link (``tc`` on ``lo`` would slow every process) are refused with that reas
 
 from __future__ import annotations
 
+import contextlib
+
 from autorecovery.testing.chaos_netfilter import NetfilterError, probe_nft, run, table_name
 
 
@@ -66,10 +68,8 @@ class LoopbackLink:
 
     def down(self) -> None:
         """Delete the table (errors ignored: idempotent)."""
-        try:
+        with contextlib.suppress(NetfilterError):
             run(["nft", "delete", "table", "inet", self.table])
-        except NetfilterError:
-            pass
 
 
 class NoZkLink:

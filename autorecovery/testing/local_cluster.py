@@ -13,6 +13,7 @@ or a daemon back on the same data dir, address and configuration.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -56,10 +57,8 @@ def _alive(pid: int) -> bool:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def wait_for_line(path: Path, needle: str, timeout_s: float, pid: int | None = None) -> bool:

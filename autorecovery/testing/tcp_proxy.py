@@ -13,6 +13,7 @@ asyncio: the proxy keeps working while the test's event loop waits.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -125,11 +126,7 @@ class TcpProxy:
 
 
 def _close(s: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         s.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(OSError):
         s.close()
-    except OSError:
-        pass

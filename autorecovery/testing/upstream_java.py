@@ -12,6 +12,7 @@ and AutoRecoveryMain on top of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -250,10 +251,8 @@ class JavaProcess:
         """Send ``sig`` to the process (no-op when it has exited)."""
         if self.alive:
             assert self.proc is not None
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def kill(self, timeout_s: float = 10.0) -> None:
         """SIGKILL and reap (idempotent)."""

@@ -20,6 +20,7 @@ ephemeral znodes, watches and locks are gone; kazoo makes a new session by itsel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import threading
 from collections.abc import Callable
@@ -504,10 +505,8 @@ class ZkClient:
             try:
                 for p in parts:
                     cur += "/" + p
-                    try:
+                    with contextlib.suppress(NodeExistsError):
                         await self.create(cur)
-                    except NodeExistsError:
-                        pass
                 return
             except NoNodeError:
                 if attempt == attempts - 1:

@@ -14,6 +14,7 @@ and has no re-election retry inside a process. :func:`elector_loop` instead stop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -158,10 +159,8 @@ class AuditorElector:
             if stat.ephemeralOwner == cid[0] and decode_vote(data) == self.bookie_id:
                 mine.append(path)
         for extra in mine[1:]:
-            try:
+            with contextlib.suppress(NoNodeError):
                 await self.zk.delete(extra)
-            except NoNodeError:
-                pass
         if mine:
             log.info("adopted this session's earlier auditor vote", bookie_id=self.bookie_id, vote=mine[0],
                      deleted=len(mine) - 1)

@@ -14,6 +14,7 @@ A record that does not parse (hostile, truncated) is skipped with a one-line err
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,19 +109,15 @@ class HistoryStore:
 
     async def update(self, ep: E.Episode) -> None:
         """Rewrite an existing episode (``ep.name``); re-creates nothing if it was dropped meanwhile."""
-        try:
+        with contextlib.suppress(NoNodeError):
             await self.zk.set(self.path_of(ep.name), E.encode(ep))
-        except NoNodeError:
-            pass
 
     async def trim(self, open_names: list[str], keep: int = E.MAX_EPISODES) -> list[str]:
         """Delete the oldest episodes beyond ``keep`` (closed first); returns the names deleted."""
         gone = E.to_drop(await self.names(), open_names, keep)
         for n in gone:
-            try:
+            with contextlib.suppress(NoNodeError):
                 await self.zk.delete(self.path_of(n))
-            except NoNodeError:
-                pass
         return gone
 
     async def write_state(self, state: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ by count and :class:`~autorecovery.audit.index.IdDigest`, drift healed and repor
 :class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher`.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import structlog
@@ -94,10 +95,8 @@ class TreeChecks(PersistentWatch, PerLedgerWatches):
         lids = sorted(ids)
 
         def keep(lid: int, path: str, data: bytes) -> None:
-            try:
+            with contextlib.suppress(MalformedMetadataError):
                 out[lid] = self.index.record_from_znode(data, path)
-            except MalformedMetadataError:
-                pass
 
         if self.persistent:
             async def batch(chunk: list[int]) -> None:

@@ -8,6 +8,7 @@ its path; :meth:`LedgerStore.scan` skips it and counts it in ``malformed``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -83,10 +84,8 @@ async def init_cluster(zk: ZkClient, paths: Paths, manager_factory: str = HIERAR
             raise ZooKeeperError(f"formatting {paths.root} failed: {type(failed[0]).__name__} {failed[0]}")
     for p in (paths.available, paths.readonly):
         await zk.ensure_path(p)
-    try:
+    with contextlib.suppress(NodeExistsError):
         await zk.create(paths.instance_id, str(uuid.uuid4()).encode())
-    except NodeExistsError:
-        pass
     try:
         await zk.create(paths.layout, data)
     except NodeExistsError:
@@ -111,10 +110,8 @@ class LedgerStore:
         """Allocate a new ledger id (upstream ZkLedgerIdGenerator: the sequence number of an
         ephemeral-sequential ``idgen/ID-`` znode, deleted right after)."""
         created = await self.zk.create(f"{self.paths.idgen}/ID-", b"", ephemeral=True, sequence=True, makepath=True)
-        try:
+        with contextlib.suppress(NoNodeError):
             await self.zk.delete(created)
-        except NoNodeError:
-            pass
         ledger_id = int(created.rsplit("ID-", 1)[1])
         if ledger_id >= LONG_ID_THRESHOLD:  # pragma: no cover - needs 2^31 ids
             raise RuntimeError("ledger id space of idgen exhausted; long id generator not configured")

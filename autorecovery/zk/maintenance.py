@@ -9,6 +9,7 @@ starts or stops a window; the elected Auditor reads them through a child watch, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -99,10 +100,8 @@ class MaintenanceStore:
         except NoNodeError:
             return False
         log.info("maintenance window stopped", kind=kind, target=target, by=ended_by)
-        try:
+        with contextlib.suppress(MalformedMetadataError):
             await self.record_end(Window.from_json(data, path), f"stopped by {ended_by or '?'}")
-        except MalformedMetadataError:
-            pass
         return True
 
     async def close(self, w: Window, reason: str) -> bool:
@@ -176,10 +175,8 @@ class MaintenanceStore:
         gone = []
         for w in windows:
             if w.expired(at_ms):
-                try:
+                with contextlib.suppress(NoNodeError):
                     await self.zk.delete(f"{self.paths.maintenance}/{w.znode_name}")
-                except NoNodeError:
-                    pass
                 gone.append(w)
                 log.info("maintenance window expired", kind=w.kind, target=w.target, reason=w.reason)
                 await self.record_end(w, "expired")

@@ -22,6 +22,7 @@ what to check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import struct
@@ -134,10 +135,8 @@ async def probe_server(written: str, host: str, port: int, timeout_s: float = 3.
         return ServerProbe(written, ANSWERED)
     finally:
         writer.close()
-        try:
+        with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
             await asyncio.wait_for(writer.wait_closed(), 1.0)
-        except (TimeoutError, OSError, ssl.SSLError):
-            pass
 
 
 async def probe(hosts: str, timeout_s: float = 3.0, tls: ssl.SSLContext | None = None) -> list[ServerProbe]:

@@ -166,10 +166,8 @@ class BookieRegistration:
         self._in_sync = False
         await self._zk.ensure_path(self._paths.readonly)
         await self._create_ephemeral(target)
-        try:
+        with contextlib.suppress(NoNodeError):
             await self._zk.delete(other)
-        except NoNodeError:
-            pass
         self._in_sync = True
 
     async def _create_ephemeral(self, path: str) -> None:

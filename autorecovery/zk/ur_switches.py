@@ -8,6 +8,7 @@ seconds; the znode wins over config) and the binary protobuf ctime znodes of the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import structlog
 
@@ -107,10 +108,8 @@ class SwitchesMixin:
 
     async def init_lost_bookie_recovery_delay(self, seconds: int) -> None:
         """Create the znode with ``seconds`` only if absent (config seeds it; the znode wins)."""
-        try:
+        with contextlib.suppress(NodeExistsError):
             await self.zk.create(self.paths.lost_bookie_recovery_delay, str(int(seconds)).encode(), makepath=True)
-        except NodeExistsError:
-            pass
 
     async def trigger_audit(self) -> None:
         """Force an audit now by re-writing the current delay (upstream BookKeeperAdmin.triggerAudit).
