@@ -217,10 +217,8 @@ class GroupCommit:
                 by_loop.setdefault(op.loop, []).append((op.future, res))
         for loop, pairs in by_loop.items():
             if not loop.is_closed():
-                try:
+                with contextlib.suppress(RuntimeError):  # loop closed in between
                     loop.call_soon_threadsafe(_settle_all, pairs)
-                except RuntimeError:  # loop closed in between
-                    pass
 
     def _failed_batch(self, batch: list[_Op], failure: str | None) -> BookieStatusError:
         for op in batch:

@@ -111,10 +111,8 @@ class AddStream:
         self.last_used = loop.time()
         # a list of AddRequest: the stub encodes it as an AddBatch (rpc.wire)
         msg = [_add_request(self.ledger_id, eid, self.master_key, body, self.flags) for eid, body in entries]
-        try:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):  # the call ended: the reader fails what is pending with the call's outcome
             await self._call.write(msg)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            pass  # the call ended: the reader fails what is pending with the call's outcome
         if self._reader.done():  # it ended before these were queued: nobody else will resolve them
             self._fail(self._error or BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "add stream ended"))
         return futs

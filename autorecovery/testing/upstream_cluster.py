@@ -20,6 +20,7 @@ Every wait polls a condition with a deadline. :meth:`JavaCluster.down` kills eve
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import re
 import subprocess
@@ -258,10 +259,8 @@ class JavaCluster:
     def down(self) -> None:
         """Kill (SIGKILL) every process this cluster started and close its ZooKeeper client. Idempotent."""
         for p in [*self.writers, *self.autorecoveries, *self.bookies]:
-            try:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):  # gone already, or slow to reap: keep killing the others
                 p.kill()
-            except (OSError, subprocess.SubprocessError):  # gone already, or slow to reap: keep killing the others
-                pass
         if self.kz is not None:
             self.kz.stop()
             self.kz.close()

@@ -100,10 +100,8 @@ class HistoryStore:
         try:
             path = await self.zk.create(base, data, sequence=True)
         except NoNodeError:
-            try:  # the parent holds the state document: never created empty
+            with contextlib.suppress(NodeExistsError):  # the parent holds the state document: never created empty
                 await self.zk.create(self.paths.history, b"{}", makepath=True)
-            except NodeExistsError:
-                pass
             path = await self.zk.create(base, data, sequence=True)
         return path.rsplit("/", 1)[1]
 

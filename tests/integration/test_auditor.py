@@ -7,6 +7,7 @@ Fake bookies are ephemeral ``available/<id>`` znodes (plus cookies); "killing" o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 
@@ -55,19 +56,15 @@ class FakeBookies:
         self.zk = zk
 
     async def add(self, bookie: str, readonly: bool = False) -> None:
-        try:
+        with contextlib.suppress(NodeExistsError):  # a bookie coming back keeps its cookie
             await self.zk.create(P.cookie(bookie), b"cookie", makepath=True)
-        except NodeExistsError:  # a bookie coming back keeps its cookie
-            pass
         await self.zk.create(P.readonly_bookie(bookie) if readonly else P.available_bookie(bookie), info(bookie),
                              ephemeral=True)
 
     async def kill(self, bookie: str) -> None:
         for p in (P.available_bookie(bookie), P.readonly_bookie(bookie)):
-            try:
+            with contextlib.suppress(NoNodeError):  # registered under the other path
                 await self.zk.delete(p)
-            except NoNodeError:  # registered under the other path
-                pass
 
     async def to_readonly(self, bookie: str) -> None:
         await self.zk.create(P.readonly_bookie(bookie), info(bookie), ephemeral=True)
@@ -408,10 +405,8 @@ async def test_placement_check_counting_and_bp54_marking(zk):
         reg = metrics.MetricsRegistry()
         st = settings(auditor_periodic_placement_policy_check_interval=1000,
                       repaired_placement_policy_not_adhering_bookie_enabled=repair)
-        try:
+        with contextlib.suppress(NoNodeError):
             await zk.delete(P.placement_policy_check_ctime)  # ctime -1: run at once
-        except NoNodeError:
-            pass
         a = await start_auditor(zk, st, policy=policy, registry=reg)
         try:
             assert await wait_for(lambda: "placement_check" in a.last_results, 5)  # noqa: B023 - run before the loop rebinds it

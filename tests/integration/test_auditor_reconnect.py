@@ -11,6 +11,8 @@ consistency check (count + digest of ledger ids vs the tree) must see and heal d
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from autorecovery import metrics
@@ -40,10 +42,8 @@ class NoReads:
 
 
 async def register(zk: ZkClient, bookie: str) -> None:
-    try:
+    with contextlib.suppress(NodeExistsError):  # the cookie exists already
         await zk.create(P.cookie(bookie), b"cookie", makepath=True)
-    except NodeExistsError:  # the cookie exists already
-        pass
     await zk.create(P.available_bookie(bookie), b"", ephemeral=True)
 
 

@@ -5,6 +5,7 @@ namespace's loopback services and is cut or slowed per peer; each heals to a cle
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -73,10 +74,8 @@ def udp(ns: BookieNetns, msgs: list[bytes], wait_s: float = 0.5) -> int:
     """Send ``msgs`` to the helper; how many echoes came back within ``wait_s`` after the last."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for m in msgs:
-            try:
+            with contextlib.suppress(PermissionError):  # a local sender sees the output hook's drop as EPERM (TCP retransmits)
                 s.sendto(m, (ns.data_ns, 9000))
-            except PermissionError:  # a local sender sees the output hook's drop as EPERM (TCP retransmits)
-                pass
             time.sleep(0.001)  # pacing datagrams, not a synchronisation
         s.settimeout(wait_s)
         got = 0
