@@ -177,9 +177,9 @@ class OpStats:
         with self._lock:
             for success in (False, True):
                 s = self._series[success]
-                lab = self.labels + (("success", "true" if success else "false"),)
+                lab = (*self.labels, ("success", "true" if success else "false"))
                 for q in QUANTILES:
-                    out.append((self.name, tuple(sorted(lab + (("quantile", repr(q)),))), s.quantile(q)))
+                    out.append((self.name, tuple(sorted((*lab, ("quantile", repr(q))))), s.quantile(q)))
                 out.append((self.name + "_count", tuple(sorted(lab)), float(s.count)))
                 out.append((self.name + "_sum", tuple(sorted(lab)), s.sum))
         return out

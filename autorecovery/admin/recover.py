@@ -315,9 +315,8 @@ async def recover_bookies(
         """None = locked by a worker (retry later)."""
         md, _version = await ctx.ledgers.read(lid)
         out = LedgerOutcome(lid, "planned" if dry_run else "recovered")
-        if md.state != LedgerState.CLOSED:
-            if skip_open_ledgers:
-                return LedgerOutcome(lid, "skipped", "open ledger (--skip-open-ledgers)")
+        if md.state != LedgerState.CLOSED and skip_open_ledgers:
+            return LedgerOutcome(lid, "skipped", "open ledger (--skip-open-ledgers)")
         locked = False
         if not dry_run:
             holder = await _lock(ctx, lid)

@@ -173,7 +173,7 @@ class RecordLedgerIndex:
                      md.last_entry_id, md.length, [(s.first_entry_id, [self._number(b) for b in s.ensemble]) for s in md.segments])
 
     def _decode(self, rec: bytes) -> LedgerMetadata:
-        version, state, digest_type, e, wq, aq, last, length, nseg = _HEAD.unpack_from(rec, 0)
+        _version, state, digest_type, e, wq, aq, last, length, nseg = _HEAD.unpack_from(rec, 0)
         ss = _seg_struct(e)
         names = self._names
         segs = []

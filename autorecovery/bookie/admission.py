@@ -90,9 +90,7 @@ class Admission:
         # a group larger than the limit is admitted alone (else it could never be)
         if lim.max_adds and self.adds + count > lim.max_adds and self.adds > 0:
             return False
-        if lim.max_add_bytes and self.add_bytes + nbytes > lim.max_add_bytes and self.adds > 0:
-            return False
-        return True
+        return not (lim.max_add_bytes and self.add_bytes + nbytes > lim.max_add_bytes and self.adds > 0)
 
     def try_add(self, nbytes: int, count: int = 1) -> bool:
         """Admit ``count`` adds of ``nbytes`` in all if they fit now (True), else count a rejection (False)."""

@@ -33,10 +33,7 @@ def _regions(value: Any) -> tuple[str, ...] | None:
     """``reppRegionsToWrite``: regions separated by ``;`` (upstream format), e.g. ``region1;region2``."""
     if value is None:
         return None
-    if isinstance(value, (list, tuple)):
-        parts = [str(v).strip() for v in value]
-    else:
-        parts = [p.strip() for p in str(value).split(";")]
+    parts = [str(v).strip() for v in value] if isinstance(value, (list, tuple)) else [p.strip() for p in str(value).split(";")]
     parts = [p for p in parts if p]
     return tuple(parts) or None
 

@@ -74,10 +74,7 @@ def reorder_with_region(policy: ReadOrderPolicy, ensemble: Sequence[str], health
     for pos, idx in enumerate(ws):
         b = ensemble[idx]
         if b not in known:
-            if b in readonly:
-                cls = _SLOW if policy._is_slow(b) else _READ_ONLY
-            else:
-                cls = _UNAVAIL
+            cls = (_SLOW if policy._is_slow(b) else _READ_ONLY) if b in readonly else _UNAVAIL
         elif health.failure_history(b) < 0:
             if policy._is_slow(b):
                 cls = _SLOW

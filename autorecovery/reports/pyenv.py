@@ -76,7 +76,7 @@ def distributions(root: str = "autorecovery", extras: Iterable[str] = ("reports"
         dist = metadata.distribution(name)
         for req in dist.requires or []:
             r = Requirement(req)
-            env_extras = [""] + list(ex)
+            env_extras = ["", *list(ex)]
             if r.marker is not None and not any(r.marker.evaluate({"extra": e}) for e in env_extras):
                 continue
             key = re.sub(r"[-_.]+", "-", r.name).lower()

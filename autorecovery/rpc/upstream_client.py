@@ -270,7 +270,7 @@ class UpstreamBookieClient:
             if len(body) < 32:
                 raise BookieError(bookie_id, "EIO", f"ledger {ledger_id} entry {entry_id}: body of {len(body)} "
                                   "bytes is shorter than the 32-byte entry header")
-            hl, he, hlac = struct.unpack_from(">qqq", body)
+            _hl, he, hlac = struct.unpack_from(">qqq", body)
             if entry_id < 0:
                 eid = he
             lac = max(lac, hlac)

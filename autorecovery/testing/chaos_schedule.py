@@ -89,15 +89,15 @@ LIGHT_KINDS = ("zk_conn_cut", "one_way_loss", "asymmetric_partition", "partition
 #: kinds cheap enough for CI (seconds each)
 CHEAP_KINDS = ("bookie_kill9", "bookie_sigstop", "bookie_restart", "bookie_torn_tail", "daemon_kill9",
                "auditor_kill9", "daemon_sigstop", "zk_conn_cut", "zk_leader_kill9", "zk_follower_kill9",
-               "partition_bookie_from_workers", "partition_daemon_from_zk") + NETFILTER_KINDS + DAEMON_NETNS_KINDS
+               "partition_bookie_from_workers", "partition_daemon_from_zk", *NETFILTER_KINDS, *DAEMON_NETNS_KINDS)
 
 #: every kind this runner injects on our bookies (a full campaign's default)
-ALL_KINDS = CHEAP_KINDS + ("zk_quorum_loss", "zk_rolling_restart", "disk_full_during_copy")
+ALL_KINDS = (*CHEAP_KINDS, "zk_quorum_loss", "zk_rolling_restart", "disk_full_during_copy")
 
 #: the stock cluster's kinds (``bench/chaos.py --cluster stock``): every kind that applies to Java bookies
 #: (the namespaced ones are refused at run time with the reason) and the Java-only kinds
-STOCK_KINDS = tuple(k for k in CHEAP_KINDS if k not in STOCK_NOT_APPLICABLE) + (
-    "zk_quorum_loss", "zk_rolling_restart", "bookie_sigstop_short", "bookie_rolling_restart") + STOCK_ONLY_KINDS
+STOCK_KINDS = (*(k for k in CHEAP_KINDS if k not in STOCK_NOT_APPLICABLE),
+               "zk_quorum_loss", "zk_rolling_restart", "bookie_sigstop_short", "bookie_rolling_restart", *STOCK_ONLY_KINDS)
 
 #: kinds asked for by issue 26 that this runner does not inject, each with the reason printed (none left)
 NOT_AVAILABLE: dict[str, str] = {}

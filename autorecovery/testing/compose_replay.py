@@ -206,7 +206,7 @@ class ComposeReplay:
             if n in stack:
                 raise ValueError(f"depends_on cycle through {n}")
             for d in self.services[n].depends_on:
-                visit(d, stack + (n,))
+                visit(d, (*stack, n))
             out.append(n)
 
         for n in self.services:

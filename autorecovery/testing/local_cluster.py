@@ -357,7 +357,7 @@ class LocalCluster:
 
     # -- autorecovery daemons ------------------------------------------------------------------
     def daemon_args(self, i: int, conf: Path) -> list[str]:
-        return [sys.executable, "-m", "autorecovery", "run", "-c", str(conf)] + list(self.extra_daemon_args)
+        return [sys.executable, "-m", "autorecovery", "run", "-c", str(conf), *list(self.extra_daemon_args)]
 
     def daemon_conf(self, i: int) -> Path:
         """Path of daemon ``i``'s generated bk_server.conf."""

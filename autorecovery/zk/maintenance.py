@@ -125,7 +125,7 @@ class MaintenanceStore:
                     items = json.loads(data) if data else []
                 except ValueError:
                     items = []
-                items = (items if isinstance(items, list) else [])[-(ENDED_KEPT - 1):] + [entry]
+                items = [*(items if isinstance(items, list) else [])[-(ENDED_KEPT - 1):], entry]
                 await self.zk.set(self.ended_path, json.dumps(items, sort_keys=True).encode(), stat.version)
                 return
             except NoNodeError:

@@ -121,7 +121,7 @@ async def auditor_index_is_not(host: int, auditor_index) -> bool:
 
 
 async def locks_held(cluster) -> bool:
-    markers, locks = await queue_state(cluster)
+    _markers, locks = await queue_state(cluster)
     return locks > 0
 
 

@@ -83,7 +83,7 @@ async def ensembles(env, ledgers) -> dict[int, tuple[str, ...]]:
 
 
 async def test_drill_with_a_maintenance_window_on_rack_a(cluster_factory):
-    cluster, env, rack_a, rack_b, ledgers, auditor, workers, reg, close = await setup(
+    _cluster, env, rack_a, rack_b, ledgers, auditor, workers, reg, close = await setup(
         cluster_factory, lost_bookie_recovery_delay=0)
     try:
         store = MaintenanceStore(env.zk, env.paths)
@@ -122,7 +122,7 @@ async def test_drill_with_a_maintenance_window_on_rack_a(cluster_factory):
 
 
 async def test_drill_with_the_rack_loss_guard(cluster_factory):
-    cluster, env, rack_a, rack_b, ledgers, auditor, workers, reg, close = await setup(
+    _cluster, env, rack_a, rack_b, ledgers, _auditor, workers, reg, close = await setup(
         cluster_factory, lost_bookie_recovery_delay=1, autorecovery_down_out_subtree_limit="rack")
     try:
         before = await ensembles(env, ledgers)

@@ -89,7 +89,7 @@ def test_bench_stopped_by_sigterm_leaves_no_process_behind(script, tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=90)
         assert proc.returncode != 0  # stopped, not finished
-        gone, alive = psutil.wait_procs(descendants, timeout=30)
+        _gone, alive = psutil.wait_procs(descendants, timeout=30)
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert alive == [], f"bench/{script} left {[(p.pid, p.name()) for p in alive]} running after SIGTERM"
     finally:

@@ -37,7 +37,7 @@ async def make_ledgers(cluster) -> dict[str, int]:
                              ("invoices", {"pulsar/managed-ledger": b"acme/billing/persistent/invoices"}),
                              ("plain", None)):
             lh = await bk.create_ledger(3, 2, 2, custom_metadata=custom)
-            for e in range(5):
+            for _e in range(5):
                 await lh.add_entry(b"x" * 100)
             await lh.close()
             out[name] = lh.ledger_id

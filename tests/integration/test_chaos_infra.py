@@ -97,13 +97,13 @@ def test_bookie_namespace_data_link_cut_and_healed_keeps_the_zookeeper_link():
 
         code = (f"import socket;s=socket.socket();s.bind(('{ns.data_ns}',3181));s.listen();print('up',flush=True);"
                 "c,_=s.accept();c.sendall(c.recv(4));c2,_=s.accept();c2.sendall(c2.recv(4))")
-        proc = subprocess.Popen(ns.exec_prefix() + [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([*ns.exec_prefix(), sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
         assert roundtrip(f"{ns.data_ns}:3181")
         ns.cut()
         with pytest.raises(OSError):
             socket.create_connection((ns.data_ns, 3181), timeout=1).close()
-        zk_side = subprocess.run(ns.exec_prefix() + [sys.executable, "-c", (
+        zk_side = subprocess.run([*ns.exec_prefix(), sys.executable, "-c", (
             f"import socket;h,p='{ns.zk_connect}'.rsplit(':',1);s=socket.create_connection((h,int(p)),2);"
             "s.sendall(b'ping');print(s.recv(4).decode())")], capture_output=True, text=True, timeout=20)
         assert zk_side.stdout.strip() == "ping", zk_side.stderr  # ZooKeeper's link still works

@@ -59,7 +59,7 @@ def link():
     proc = None
     try:
         lf.up()
-        proc = subprocess.Popen(ns.exec_prefix() + [sys.executable, "-c", HELPER, ns.data_ns], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([*ns.exec_prefix(), sys.executable, "-c", HELPER, ns.data_ns], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
         yield ns, lf
     finally:
@@ -151,7 +151,7 @@ def test_slow_link_narrows_a_transfer_and_heals(link):
 
 
 def test_a_refused_command_names_itself_and_its_error(link):
-    ns, lf = link
+    ns, _lf = link
     bad = LinkFaults("no-such-link0", "no-such-link0n", ns.name, table=f"t{ns.data_link}")
     with pytest.raises(NetfilterError, match="tc qdisc replace dev no-such-link0 .*exit"):
         bad.slow()
@@ -196,7 +196,7 @@ def test_a_daemon_namespace_reaches_loopback_bookies_and_is_cut_per_peer():
             "except OSError as e: print('cut', type(e).__name__)")
 
     def fetch(host: str, port: int) -> str:
-        return subprocess.run(d.exec_prefix() + [sys.executable, "-c", code, host, str(port)], capture_output=True,
+        return subprocess.run([*d.exec_prefix(), sys.executable, "-c", code, host, str(port)], capture_output=True,
                               text=True, timeout=60).stdout.strip()
 
     zh, zp = d.zk_connect.rsplit(":", 1)

@@ -166,7 +166,7 @@ def test_live_drain_under_reads_never_below_wq_and_leaves_nothing_on_the_bookie(
             await client.close()
             await bk.close()
 
-    report, checked, reads, payloads, open_id = arun(scenario())
+    report, checked, reads, _payloads, open_id = arun(scenario())
     assert report.done and report.segments_moved >= len(on_victim) + 1 and report.bytes_copied > 0
     assert reads > 0  # the ledgers were read while the drain ran
     assert checked and all(fewest >= 2 for _lid, fewest in checked), checked

@@ -95,7 +95,7 @@ async def test_session_expiry_stops_roles_and_rejoins(chroot):
     await asyncio.to_thread(expire_session, chroot, clients[0])
     # node1 takes over within one session timeout (+ slack for the server's session tick)
     assert await wait_for(lambda: (1, "elected") in [(e[0], e[1]) for e in events], SESSION_MS / 1000 + 3)
-    took = [e[2] for e in events if e[:2] == (1, "elected")][0] - t0
+    took = next(e[2] for e in events if e[:2] == (1, "elected")) - t0
     assert took < SESSION_MS / 1000 + 3
     # node0 stopped its role cleanly and came back as a candidate with a new session
     assert await wait_for(lambda: (0, "lost") in [(e[0], e[1]) for e in events], SESSION_MS / 1000 + 3)

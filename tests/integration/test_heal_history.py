@@ -74,7 +74,7 @@ def test_killed_bookie_heal_is_one_episode_shown_from_a_non_auditor(env):
     # the same episode over HTTP from daemon 1, which is not the auditor
     code, body = http1.get("/api/v1/autorecovery/history")
     assert code == 200, body
-    assert [e for e in json.loads(body)["episodes"] if e["name"] == ep["name"]][0]["ledgers_healed"] == n
+    assert next(e for e in json.loads(body)["episodes"] if e["name"] == ep["name"])["ledgers_healed"] == n
     code, body = http1.get("/api/v1/autorecovery/overview")
     assert code == 200, body
     doc = json.loads(body)

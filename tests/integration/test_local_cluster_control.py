@@ -155,7 +155,7 @@ def test_node_bookie_and_daemon_control_keep_data_dir_address_and_conf(tmp_path)
         down = cli("local-cluster", "down", "--dir", str(d), cwd=tmp_path)
     assert down.returncode == 0
     pids = [p["pid"] for p in list(final["bookies"].values()) + list(final["daemons"].values())]
-    assert not any(_alive(p) for p in pids + [final["zk_pid"]])
+    assert not any(_alive(p) for p in [*pids, final["zk_pid"]])
 
 
 def _records(path: Path) -> int:

@@ -48,7 +48,7 @@ def test_shell_start_list_stop_and_bad_input(env):
 
 
 def test_http_maintenance_behind_the_switch(env):
-    c, http = env
+    _c, http = env
     code, body = http.put("/api/v1/autorecovery/maintenance",
                           {"action": "start", "rack": "/rack1", "ttl": "30m", "reason": "switch swap"})
     assert code == 200 and json.loads(body)["target"] == "/rack1", body

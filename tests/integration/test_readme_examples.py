@@ -173,7 +173,7 @@ def test_readme_runs_top_to_bottom(tmp_path):
             if block.lang not in SHELL or block.marker.startswith("not-run"):
                 continue
             if block.marker == "daemon":
-                cmd = [ln for ln in block.text.splitlines() if ln.strip()][0]
+                cmd = next(ln for ln in block.text.splitlines() if ln.strip())
                 log = tmp_path / f"daemon-{block.line}.log"
                 with open(log, "w") as fh:
                     proc = subprocess.Popen(["bash", "-c", f". {shlex.quote(str(state))}\nexec {cmd}"], cwd=work,

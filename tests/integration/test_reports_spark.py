@@ -126,7 +126,7 @@ def test_risk_matches_brute_force(local_report):
 def test_capacity_matches_brute_force(local_report):
     base, summary = local_report
     want: dict[str, float] = {}
-    for lid, (E, WQ, _AQ, last, length, segs, _s) in LEDGER_SPECS.items():
+    for (E, WQ, _AQ, last, length, segs, _s) in LEDGER_SPECS.values():
         bpe = length / (last + 1) if last >= 0 else 0
         for i, (first, ens) in enumerate(segs):
             seg_last = segs[i + 1][0] - 1 if i + 1 < len(segs) else last

@@ -136,7 +136,7 @@ def test_ledgermetadata_upstream_format_and_spellings(cluster):
 
 
 def test_ledgermetadata_dump_and_restore(cluster, tmp_path):
-    lid, ens = next(iter(arun(write_ledgers(cluster, 1, 3, 3, 2, 2)).items()))
+    lid, _ens = next(iter(arun(write_ledgers(cluster, 1, 3, 3, 2, 2)).items()))
     dump = tmp_path / "md.bin"
     original = arun(_znode(cluster, lid))
     before = ok(shell(cluster, "ledgermetadata", "-ledgerid", str(lid)))

@@ -242,7 +242,7 @@ async def test_https_admin_answers_with_the_test_ca_and_mutations_need_the_token
 
 
 async def test_https_admin_with_client_certificates(cluster, tmp_path, pki):
-    d, token = await _https_daemon(cluster, tmp_path, pki, httpServerClientCaPath=pki["ca"].path)
+    d, _token = await _https_daemon(cluster, tmp_path, pki, httpServerClientCaPath=pki["ca"].path)
     port = d.http_port
     ca = pki["ca"].path
     try:

@@ -56,7 +56,7 @@ async def test_writer_that_changed_its_ensemble_is_not_fenced(cluster_factory):
         lh = await env.write(b, 3, 3, 2, 10, close=False)
         new = await env.start_bookie(3)
         await env.stop_bookie(b[0])
-        for e in range(10, 20):  # the writer notices and changes its ensemble
+        for _e in range(10, 20):  # the writer notices and changes its ensemble
             await lh.add_entry(b"x" * 100)
         assert len(lh.metadata.segments) == 2 and new in lh.metadata.segments[1].ensemble
         await env.um.mark_underreplicated(lh.ledger_id, [b[0]])

@@ -43,11 +43,10 @@ async def test_applied_heals_nothing_when_the_apply_is_refused():
 def test_stopped_holds_a_process_group_stopped_and_continues_it():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        with pytest.raises(KeyError):
-            with stopped(proc.pid):
-                _, status = os.waitpid(proc.pid, os.WUNTRACED)  # returns once the child is stopped
-                assert os.WIFSTOPPED(status)
-                raise KeyError("fault ends")
+        with pytest.raises(KeyError), stopped(proc.pid):
+            _, status = os.waitpid(proc.pid, os.WUNTRACED)  # returns once the child is stopped
+            assert os.WIFSTOPPED(status)
+            raise KeyError("fault ends")
         _, status = os.waitpid(proc.pid, os.WCONTINUED)
         assert os.WIFCONTINUED(status)
     finally:
@@ -67,11 +66,10 @@ def test_proxies_faulted_cuts_for_the_block_and_restores_after_a_raise():
     target.settimeout(5)
     proxy = TcpProxy(target.getsockname()).start()
     try:
-        with pytest.raises(ValueError):
-            with proxies_faulted([proxy], TcpProxy.cut):
-                with _connect(proxy) as c:
-                    assert c.recv(1) == b""  # a cut proxy closes a new connection at once
-                raise ValueError("fault ends")
+        with pytest.raises(ValueError), proxies_faulted([proxy], TcpProxy.cut):
+            with _connect(proxy) as c:
+                assert c.recv(1) == b""  # a cut proxy closes a new connection at once
+            raise ValueError("fault ends")
         with _connect(proxy) as c:
             c.sendall(b"x")
             conn, _ = target.accept()

@@ -11,7 +11,8 @@ PKG = Path(__file__).resolve().parents[2] / "autorecovery"
 PURE_PACKAGES = ("ledger", "audit", "plan", "placement")
 PURE_MODULES = ("errors.py", "zk/paths.py", "config/keys.py", "config/sections.py", "rpc/convert.py", "reports/model.py", "reports/whatif.py",
                 "reports/riskvec.py", "reports/capacityvec.py", "admin/params.py")
-PURE_PREFIXES = tuple(f"autorecovery.{p}" for p in PURE_PACKAGES) + (
+PURE_PREFIXES = (
+    *(f"autorecovery.{p}" for p in PURE_PACKAGES),
     "autorecovery.errors", "autorecovery.zk.paths", "autorecovery.config.keys", "autorecovery.config.sections",
     "autorecovery.rpc.convert",
     "autorecovery.proto", "autorecovery.reports.model", "autorecovery.reports.whatif", "autorecovery.admin.params",

@@ -47,7 +47,7 @@ def same_answers(a: CompactLedgerIndex, b: RecordLedgerIndex, bookies: list[str]
         assert a.version(lid) == b.version(lid)
     assert a.total_length(probe) == b.total_length(probe)
     assert a.bookies() == b.bookies()
-    for bk in bookies + ["never:1"]:
+    for bk in [*bookies, "never:1"]:
         assert a.ledgers_of(bk) == b.ledgers_of(bk)
         assert a.in_some_ensemble(bk) == b.in_some_ensemble(bk)
     lost = rng.sample(bookies, 3)

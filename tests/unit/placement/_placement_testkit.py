@@ -81,10 +81,7 @@ def any_adhering(policy, e: int, wq: int, aq: int, exclude: Iterable[str] = ()) 
     """Brute force: does any ensemble of E distinct eligible bookies adhere?"""
     excl = set(exclude)
     elig = sorted(b for b in policy.known_bookies if b not in excl and policy._eligible(b))
-    for combo in itertools.permutations(elig, e):
-        if policy.is_ensemble_adhering(list(combo), wq, aq) != Adherence.FAIL:
-            return True
-    return False
+    return any(policy.is_ensemble_adhering(list(combo), wq, aq) != Adherence.FAIL for combo in itertools.permutations(elig, e))
 
 
 def seeded(seed: int) -> random.Random:

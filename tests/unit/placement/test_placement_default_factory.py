@@ -43,7 +43,7 @@ def test_default_new_ensemble_random_distinct_and_excluded():
 
 
 def test_default_never_uses_read_only_bookies():
-    p, ids = default_policy(readonly=(bid(1), bid(2)))
+    p, _ids = default_policy(readonly=(bid(1), bid(2)))
     for _ in range(30):
         assert not {bid(1), bid(2)} & set(p.new_ensemble(4, 2, 2).ensemble)
     with pytest.raises(NotEnoughBookiesError):

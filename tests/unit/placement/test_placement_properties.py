@@ -74,7 +74,7 @@ def scenarios(draw, max_n: int = 8, max_e: int = 5, brute_budget: bool = False,
     policy = cls(PlacementConfig.from_properties(props), StaticResolver(mapping), None, random.Random(seed))
     policy.on_cluster_changed(set(bookies), set())
     dead = policy.on_cluster_changed(set(bookies) - left - readonly, readonly)
-    ens_pool = bookies + ["10.9.9.9:3181"]
+    ens_pool = [*bookies, "10.9.9.9:3181"]
     if draw(st.booleans()):
         current = draw(st.lists(st.sampled_from(ens_pool), min_size=e, max_size=e, unique=True))
     else:  # clustered: neighbours by location, i.e. a typically broken but often fixable ensemble
@@ -94,7 +94,7 @@ def _banned(policy, exclude, readonly, dead):
 @settings(max_examples=70, **COMMON)
 @given(scenarios())
 def test_new_ensemble_adheres_whenever_feasible(sc):
-    policy, e, wq, aq, exclude, readonly, dead, _ = sc
+    policy, e, wq, aq, exclude, _readonly, _dead, _ = sc
     try:
         r = policy.new_ensemble(e, wq, aq, exclude)
     except NotEnoughBookiesError:
@@ -136,7 +136,7 @@ def test_no_excluded_read_only_or_dead_bookie_is_ever_chosen(sc):
 @settings(max_examples=200, **COMMON)
 @given(scenarios(brute_budget=True))
 def test_replace_to_adhere_equals_brute_force_minimum(sc):
-    policy, e, wq, aq, exclude, readonly, dead, current = sc
+    policy, e, wq, aq, exclude, _readonly, _dead, current = sc
     r = policy.replace_to_adhere(e, wq, aq, exclude, current)
     assert r.exact
     expected = brute_min_swaps(policy, current, wq, aq, exclude)
@@ -152,7 +152,7 @@ def test_replace_to_adhere_equals_brute_force_minimum(sc):
 @settings(max_examples=80, **COMMON)
 @given(scenarios(max_n=12, kinds=("rack",)))
 def test_repair_never_uses_more_swaps_than_upstream_greedy(sc):
-    policy, e, wq, aq, exclude, readonly, dead, current = sc
+    policy, e, wq, aq, exclude, _readonly, _dead, current = sc
     ours = policy.replace_to_adhere(e, wq, aq, exclude, current)
     greedy = policy.upstream_replace_to_adhere(e, wq, aq, exclude, current)
     if greedy.adherence != Adherence.FAIL:

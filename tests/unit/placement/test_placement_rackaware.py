@@ -324,7 +324,7 @@ def test_new_ensemble_excludes_default_rack_upstream_testNewEnsembleExcludesDefa
 
 
 def test_local_rack_is_first_pick():
-    m, by_rack = _racks(4, 5)
+    m, _by_rack = _racks(4, 5)
     p = make(RackawarePolicy, m, local="/default-region/r2")
     for _ in range(10):
         assert m[p.new_ensemble(3, 2, 2).ensemble[0]] == "/default-region/r2"

@@ -49,7 +49,7 @@ def test_bp54_example_1_is_fixed_with_exactly_one_swap(seed):
 def test_bp54_example_2_is_fixed_with_exactly_one_swap(seed):
     """Seed: racks r1={b1,b2,b3}, r2={b4,b5,b6}, E=4 WQ=2, [b1,b2,b4,b3]: replace only b1 by an r2 bookie
     (base 0 of upstream's greedy would change 3)."""
-    p, m = bp54_example2(seed)
+    p, _m = bp54_example2(seed)
     cur = [bk(1), bk(2), bk(4), bk(3)]
     r = p.replace_to_adhere(4, 2, 2, set(), cur)
     assert r.swaps == 1 and r.replaced == (0,)

@@ -59,7 +59,7 @@ def recording(seed: int = 9):
 def test_eta_converges_monotonically_and_ends_at_zero(seed):
     c = Clock()
     t0 = c.t
-    sizes, finish, steps = recording(seed)
+    _sizes, finish, steps = recording(seed)
     tracker = ProgressTracker(c)
     etas: list[float | None] = []
     truth: list[float] = []
@@ -92,7 +92,7 @@ def test_rate_is_the_cluster_rate_not_this_workers():
     """The observing node copies a third of the bytes; the rate it reports is the cluster's."""
     c = Clock()
     t0 = c.t
-    sizes, finish, steps = recording(seed=3)
+    _sizes, _finish, steps = recording(seed=3)
     tracker = ProgressTracker(c)
     rates = []
     for offset, left in steps:

@@ -17,7 +17,7 @@ def brute_loss(lv: model.LedgerView, dead: set[str]) -> tuple[int, float, float]
     outcome, lost, heal = model.NONE, 0.0, 0.0
     bpe = lv.bytes_per_entry
     for seg in lv.segments:
-        for e, idxs in brute_stored(seg.first, seg.last, lv.ensemble_size, lv.write_quorum).items():
+        for idxs in brute_stored(seg.first, seg.last, lv.ensemble_size, lv.write_quorum).values():
             gone = [i for i in idxs if seg.ensemble[i] in dead]
             if not gone:
                 continue
@@ -58,7 +58,7 @@ def test_domain_loss_matches_brute_force(lv, dead):
 def test_bytes_per_bookie_matches_brute_force(lv):
     want: dict[str, float] = {}
     for seg in lv.segments:
-        for e, idxs in brute_stored(seg.first, seg.last, lv.ensemble_size, lv.write_quorum).items():
+        for idxs in brute_stored(seg.first, seg.last, lv.ensemble_size, lv.write_quorum).values():
             for i in idxs:
                 want[seg.ensemble[i]] = want.get(seg.ensemble[i], 0.0) + lv.bytes_per_entry
     got = model.bytes_per_bookie(lv)

@@ -109,7 +109,7 @@ def test_heal_time_is_the_bound_a_schedule_reaches(case):
     targets = [f"t{i}" for i in range(ntgt)]
     chunks = []
     for s, nbytes in sources.items():  # 1-byte chunks spread round-robin over the targets
-        for i in range(int(nbytes)):
+        for _i in range(int(nbytes)):
             chunks.append((s, targets[(len(chunks)) % ntgt], 1.0))
     total = float(sum(sources.values()))
     m = model.HealModel(daemons, drate, srate, csrc, ctgt, ntgt)
