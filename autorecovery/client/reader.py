@@ -136,6 +136,5 @@ class ReadHandle:
 
         missing = [e for e in range(first, last + 1) if e not in got]
         self.fallback_reads += len(missing)
-        for e, entry in zip(missing, await asyncio.gather(*(one(e) for e in missing)), strict=True):
-            got[e] = entry
+        got.update(zip(missing, await asyncio.gather(*(one(e) for e in missing)), strict=True))
         return [got[e] for e in range(first, last + 1)]

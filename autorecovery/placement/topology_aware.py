@@ -80,10 +80,10 @@ class TopologyAwarePolicy(PlacementPolicy):
 
     def _check_resolver(self) -> None:
         """Rack/region-aware: an unconfigured script resolver is fatal under enforcement (upstream)."""
-        if isinstance(self.resolver, ScriptResolver) and not self.resolver.configured:
-            if self.config.enforce_min_num_racks_per_write_quorum:
-                raise ConfigError("config key networkTopologyScriptFileName: ScriptBasedMapping has no script "
-                                  "and enforceMinNumRacksPerWriteQuorum is on")
+        if (isinstance(self.resolver, ScriptResolver) and not self.resolver.configured
+                and self.config.enforce_min_num_racks_per_write_quorum):
+            raise ConfigError("config key networkTopologyScriptFileName: ScriptBasedMapping has no script "
+                              "and enforceMinNumRacksPerWriteQuorum is on")
 
     # -- locations ------------------------------------------------------------------------------------
     @property

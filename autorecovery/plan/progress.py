@@ -400,9 +400,7 @@ class ProgressTracker:
         self._observe()
         remaining = self._remaining()
         blocked = {lid: r for lid, r in self._blocked.items() if lid in remaining}
-        for lid, r in (extra_blocked or {}).items():
-            if lid in remaining:
-                blocked[lid] = r
+        blocked.update({lid: r for lid, r in (extra_blocked or {}).items() if lid in remaining})
         free = [lid for lid in remaining if lid not in blocked]
         free_bytes = sum(remaining[lid] for lid in free)
         worker_rem = sum(max(0, p - c) for p, c in self._active.values())

@@ -531,7 +531,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             for lid, bs in marks.items():
                 for b in bs:
                     per_bookie.setdefault(b, []).append(lid)
-            for b, lids in per_bookie.items():
+            for lids in per_bookie.values():
                 self._m["NUM_UNDER_REPLICATED_LEDGERS"].record(len(lids))
                 self._m["UNDER_REPLICATED_LEDGERS_TOTAL_SIZE"].record(self.index.total_length(lids))
             if lost:

@@ -85,9 +85,9 @@ def call(port: int, method: str, path: str, *, token: str | bytes | None = None,
 def served_subject(port: int, ca: str) -> str:
     """The CN of the certificate the HTTPS server presents on a new handshake."""
     ctx = ssl.create_default_context(cafile=ca)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            cert = tls.getpeercert() or {}
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        cert = tls.getpeercert() or {}
     return dict(x[0] for x in cert.get("subject", ()))["commonName"]
 
 

@@ -122,7 +122,7 @@ def exported(text: str) -> set[str]:
     names = set()
     for line in text.splitlines():
         if line and not line.startswith("#"):
-            names.add(re.split(r"[{ ]", line, 1)[0])
+            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
     return names
 
 

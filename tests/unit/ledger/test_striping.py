@@ -113,7 +113,7 @@ def ledgers(draw):
     WQ = draw(st.integers(1, E))
     pool = [f"b{k}:1" for k in range(E + 3)]
     starts = sorted(draw(st.lists(st.integers(0, 30), min_size=0, max_size=3)))
-    firsts = [0] + starts  # repeated firsts give empty segments
+    firsts = [0, *starts]  # repeated firsts give empty segments
     segs = [(f, draw(st.permutations(pool))[:E]) for f in firsts]
     state = draw(st.sampled_from(list(LedgerState)))
     last = draw(st.integers(firsts[-1] - 1, firsts[-1] + 20)) if state == LedgerState.CLOSED else -1
