@@ -119,7 +119,7 @@ class AckLog:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         new = not self.path.exists() or self.path.stat().st_size == 0
-        self._f: IO[str] = open(self.path, "a", encoding="ascii")
+        self._f: IO[str] = open(self.path, "a", encoding="ascii")  # noqa: SIM115 - held while the process/object lives, closed when it stops
         if new:
             self._f.write(ACK_LOG_HEADER + "\n")
             self._f.flush()

@@ -55,7 +55,7 @@ class BookieProcess:
         self.stdout_lines: list[str] = []
         self._ready = threading.Event()
         self._eof = threading.Event()
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - held while the process/object lives, closed when it stops
         self.proc = subprocess.Popen(
             self.args,
             stdout=subprocess.PIPE,

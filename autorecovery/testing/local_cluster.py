@@ -268,7 +268,7 @@ class LocalCluster:
         b = self.bookies[i]
         Path(b.data_dir).mkdir(parents=True, exist_ok=True)
         args = self.bookie_args(i) + list(extra_args or [])
-        logf = open(b.log, "ab")
+        logf = open(b.log, "ab")  # noqa: SIM115 - held while the process/object lives, closed when it stops
         start_mark = logf.tell()
         proc = subprocess.Popen(args, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)
         logf.close()
@@ -384,7 +384,7 @@ class LocalCluster:
             }
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         log = self.base / f"autorecovery-{i}.log"
-        logf = open(log, "ab")
+        logf = open(log, "ab")  # noqa: SIM115 - held while the process/object lives, closed when it stops
         start_mark = logf.tell()
         args = self.daemon_args(i, conf)
         proc = subprocess.Popen(args, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, start_new_session=True)

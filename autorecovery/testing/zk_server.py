@@ -189,7 +189,7 @@ class ZooKeeperServer:
         if self.tls is not None and self.secure_port == 0:
             self.secure_port = free_port(self.host)
         cfg = self._write_config()
-        log = open(self.data_dir / "zookeeper.log", "ab")
+        log = open(self.data_dir / "zookeeper.log", "ab")  # noqa: SIM115 - held while the process/object lives, closed when it stops
         self.proc = subprocess.Popen(
             [
                 java,

@@ -457,7 +457,7 @@ async def test_failover_after_the_auditor_dies(chroot, zk):
         urm = UnderreplicationManager(zk, P)
         assert await wait_for(lambda: marker(urm, 1), 5)
     finally:
-        for c, state, task in nodes:
+        for c, _state, task in nodes:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await c.stop()
@@ -523,7 +523,7 @@ async def test_session_expiry_stops_the_auditor_and_the_node_rejoins(chroot, zk)
         urm = UnderreplicationManager(zk, P)
         assert await wait_for(lambda: marker(urm, 1), 5)
     finally:
-        for c, state, task in nodes:
+        for c, _state, task in nodes:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await c.stop()

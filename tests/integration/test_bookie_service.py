@@ -285,7 +285,7 @@ async def test_registration_waits_for_a_live_holder_of_its_znode(cluster, zk) ->
         other = await ZkClient(cluster).start()
         await other.create(path, b"", ephemeral=True)
         reg2 = BookieRegistration(me, Paths(), "10.9.9.9:3181", b"", stale_wait_s=0.3)
-        with pytest.raises(ZooKeeperError, match="another bookie running with id 10.9.9.9:3181"):
+        with pytest.raises(ZooKeeperError, match=r"another bookie running with id 10.9.9.9:3181"):
             await reg2.start()
     finally:
         await other.stop()
@@ -361,7 +361,7 @@ async def test_non_utf8_cookie_znode_instanceid_and_file_are_cookie_errors(start
     with pytest.raises(CookieError, match=f"/ledgers/cookies/{bid}.*not UTF-8"):
         await start_bookie("n1", port=port)
     await zk.set("/ledgers/INSTANCEID", b"\xff\xfe")
-    with pytest.raises(CookieError, match="INSTANCEID.*not UTF-8"):
+    with pytest.raises(CookieError, match=r"INSTANCEID.*not UTF-8"):
         await start_bookie("n2")
     d = tmp_path / "bad"
     (d / "current").mkdir(parents=True)

@@ -153,7 +153,7 @@ def test_slow_link_narrows_a_transfer_and_heals(link):
 def test_a_refused_command_names_itself_and_its_error(link):
     ns, _lf = link
     bad = LinkFaults("no-such-link0", "no-such-link0n", ns.name, table=f"t{ns.data_link}")
-    with pytest.raises(NetfilterError, match="tc qdisc replace dev no-such-link0 .*exit"):
+    with pytest.raises(NetfilterError, match=r"tc qdisc replace dev no-such-link0 .*exit"):
         bad.slow()
 
 

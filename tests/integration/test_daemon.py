@@ -52,7 +52,7 @@ class Proc:
 
     def __init__(self, base: Path, name: str, args: list[str], env: dict | None = None) -> None:
         self.out = base / f"{name}.out"
-        self.f = open(self.out, "wb")
+        self.f = open(self.out, "wb")  # noqa: SIM115 - held while the process/object lives, closed when it stops
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("BK_")}
         full_env.update(env or {})
         self.p = subprocess.Popen([sys.executable, "-m", "autorecovery", "run", *args], stdout=self.f,

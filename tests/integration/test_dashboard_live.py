@@ -74,7 +74,7 @@ def start_prometheus(tmp_path: Path, ports: list[int]) -> tuple[subprocess.Popen
     group["targets"] = [f"127.0.0.1:{p}" for p in ports]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(conf))
     port = free_port()
-    log = open(tmp_path / "prometheus.log", "wb")
+    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - held while the process/object lives, closed when it stops
     prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

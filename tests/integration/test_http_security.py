@@ -18,6 +18,7 @@ import base64
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -144,8 +145,8 @@ def test_token_and_certificate_rotate_under_the_live_daemon(zk, tmp_path):
     ca = make_ca(tmp_path / "pki", "ours")
     one, two = ca.issue("http-one"), ca.issue("http-two")
     cert, key = tmp_path / "http.pem", tmp_path / "http-key.pem"
-    cert.write_text(open(one.cert).read())
-    key.write_text(open(one.key).read())
+    cert.write_text(Path(one.cert).read_text())
+    key.write_text(Path(one.key).read_text())
     token_file = tmp_path / "admin.token"
     token_file.write_text("first-Token\n")
     d = daemon(tmp_path, connect, httpAdminMutationsEnabled="true", httpAdminTokenFile=str(token_file),
@@ -168,8 +169,8 @@ def test_token_and_certificate_rotate_under_the_live_daemon(zk, tmp_path):
              15, "the WARNING naming httpAdminTokenFile")
         assert call(port, "PUT", path, token="second-Token", ca=trust)[0] == 200
         # rotate the certificate and key: new handshakes get the new certificate
-        _replace(cert, open(two.cert).read())
-        _replace(key, open(two.key).read())
+        _replace(cert, Path(two.cert).read_text())
+        _replace(key, Path(two.key).read_text())
         wait(lambda: served_subject(port, trust) == "http-two", 15, "the new certificate served")
         assert call(port, "GET", "/heartbeat", ca=trust)[0] == 200
         # a certificate file that is not PEM keeps the current one, with a WARNING

@@ -158,7 +158,7 @@ def test_prometheus_scrapes_live_daemons_and_the_backlog_returns_to_zero(cluster
                                                      "labels": {"cluster": "local"}}]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(conf))
     port = free_port()
-    log = open(tmp_path / "prometheus.log", "wb")
+    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - held while the process/object lives, closed when it stops
     prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

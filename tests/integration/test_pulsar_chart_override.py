@@ -114,7 +114,7 @@ def test_the_charts_command_starts_an_elected_daemon(cluster_factory, tmp_path):
     workdir = chart_workdir(tmp_path)
     port = free_port()
     env = chart_env(cluster.zk_connect, "/ledgers", port, tmp_path)
-    log = open(tmp_path / "daemon.log", "wb")
+    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115 - held while the process/object lives, closed when it stops
     proc = subprocess.Popen(["sh", "-c", CHART_ARGS], cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:

@@ -97,13 +97,13 @@ def test_standalone_cluster_with_a_shipped_venv_gives_the_local_report(packed, t
     try:
         procs.append(subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                        "--port", str(port), "--webui-port", str(ui)], env=env,
-                                      stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT,
+                                      stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115 - the child's log for its lifetime
                                       start_new_session=True))
         procs.append(subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
                                        f"spark://127.0.0.1:{port}", "--host", "127.0.0.1", "--cores", "2",
                                        "--memory", "1g", "--webui-port", str(free_port()),
                                        "--work-dir", str(tmp_path / "work")], env=env,
-                                      stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,
+                                      stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115 - the child's log for its lifetime
                                       start_new_session=True))
         wait_workers(ui, 1, procs)
         out = tmp_path / "cluster"

@@ -135,7 +135,7 @@ def test_settings_refuse_jks_and_unreadable_pem(tmp_path, pki):
     base = {"zkServers": "zk1:2181", "tlsProviderFactoryClass": TLS_CONTEXT_FACTORY}
     with pytest.raises(ConfigError, match="tlsTrustStoreType=JKS is not supported"):
         load_settings(None, env={}, overrides={**base, "tlsTrustStoreType": "JKS", "tlsTrustStore": "/x.jks"})
-    with pytest.raises(ConfigError, match="tlsKeyStore: .*holds no PEM private key"):
+    with pytest.raises(ConfigError, match=r"tlsKeyStore: .*holds no PEM private key"):
         load_settings(None, env={}, overrides={**base, "tlsClientAuthentication": "true",
                                                "tlsCertificatePath": pki["client"].cert,
                                                "tlsKeyStore": pki["client"].cert})
@@ -143,9 +143,9 @@ def test_settings_refuse_jks_and_unreadable_pem(tmp_path, pki):
         load_settings(None, env={}, overrides={**base, "tlsClientAuthentication": "true",
                                                "tlsKeyStore": pki["client"].key})
     (tmp_path / "ks.jks").write_bytes(b"\xfe\xed\xfe\xed binary")
-    with pytest.raises(ConfigError, match="tlsTrustStore: .* is not a PEM file"):
+    with pytest.raises(ConfigError, match=r"tlsTrustStore: .* is not a PEM file"):
         load_settings(None, env={}, overrides={**base, "tlsTrustStore": str(tmp_path / "ks.jks")})
-    with pytest.raises(ConfigError, match="clientAuthProviderFactoryClass=.*authentication plugin"):
+    with pytest.raises(ConfigError, match=r"clientAuthProviderFactoryClass=.*authentication plugin"):
         load_settings(None, env={}, overrides={
             **base, "clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory"})
 

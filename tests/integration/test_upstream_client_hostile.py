@@ -305,7 +305,7 @@ async def test_v2_range_reads_are_matched_by_entry_bounded_and_fall_back_to_v3_o
         assert [getattr(r, "entry_id", None) for r in got] == [0, 1, 2, 3, 4, 5]
         assert isinstance(got[3], BookieError) and got[3].status == "ENOENTRY"
         assert got[5].body == packed(5, 5) and got[5].lac == 4  # the LAC its header carries
-        with pytest.raises(BookieError, match="not an add answer .*nor a read answer") as ei:
+        with pytest.raises(BookieError, match=r"not an add answer .*nor a read answer") as ei:
             [r async for r in client.read_entries(bookie, 5, 8, 10)]
         assert ei.value.status == "EIO" and bookie in str(ei.value)
         assert len([r async for r in client.read_entries(bookie, 5, 0, 1)]) == 2  # connects again, still v2

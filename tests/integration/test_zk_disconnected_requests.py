@@ -77,7 +77,7 @@ async def test_many_requests_while_disconnected_wait_and_then_succeed(zk_server)
 async def test_a_request_outliving_the_session_timeout_fails_naming_its_path(zk_server):
     async with _cut_client(zk_server, session_timeout_ms=4000) as (zk, _):
         t0 = time.monotonic()
-        with pytest.raises(ZooKeeperError, match="/somewhere/else.*ConnectionLoss"):
+        with pytest.raises(ZooKeeperError, match=r"/somewhere/else.*ConnectionLoss"):
             await asyncio.wait_for(zk.get("/somewhere/else"), 30)
         assert time.monotonic() - t0 < 10
 

@@ -247,11 +247,11 @@ def test_missing_client_certificate_is_refused_when_the_server_needs_one(tls_zk,
 def test_jks_key_store_is_refused_naming_the_key(pki, tmp_path):
     jks = tmp_path / "client.jks"
     jks.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02")  # JKS magic
-    with pytest.raises(ConfigError, match="zookeeper.ssl.keyStore.location") as err:
+    with pytest.raises(ConfigError, match=r"zookeeper.ssl.keyStore.location") as err:
         load_settings(None, env={}, overrides={"zkServers": "zk1:2281", **_tls_keys(pki),
                                                "zookeeper.ssl.keyStore.location": str(jks)})
     assert "PEM" in str(err.value)
-    with pytest.raises(ConfigError, match="zookeeper.ssl.trustStore.type"):
+    with pytest.raises(ConfigError, match=r"zookeeper.ssl.trustStore.type"):
         load_settings(None, env={}, overrides={"zkServers": "zk1:2281", **_tls_keys(pki),
                                                "zookeeper.ssl.trustStore.type": "JKS"})
 

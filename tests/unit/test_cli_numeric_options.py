@@ -89,5 +89,5 @@ def test_delay_and_ledger_id_rules():
             params.recovery_delay(bad)
     assert check_ledger_id(" 12 ") == 12 and check_ledger_id(2**63 - 1) == 2**63 - 1
     for bad in ("x1", "-1", str(2**63), "9" * 5000):
-        with pytest.raises(BadRequestError, match="^bad ledger id "):
+        with pytest.raises(BadRequestError, match=r"^bad ledger id "):
             check_ledger_id(bad)

@@ -21,5 +21,5 @@ def _v3(member: bytes) -> bytes:
 
 def test_non_utf8_ensemble_member_is_malformed_metadata_naming_the_znode():
     assert F.deserialize(_v3(b"bookie"), "/ledgers/00/0000/L0000").segments[0].ensemble == ("bookie:3181",)
-    with pytest.raises(MalformedMetadataError, match="/ledgers/00/0000/L0000.*not UTF-8"):
+    with pytest.raises(MalformedMetadataError, match=r"/ledgers/00/0000/L0000.*not UTF-8"):
         F.deserialize(_v3(b"\xff\xfeAAAA"), "/ledgers/00/0000/L0000")

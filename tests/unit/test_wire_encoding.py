@@ -75,7 +75,7 @@ def test_a_read_batch_with_unknown_fields_decodes_them_away():
 @pytest.mark.parametrize("cut", [1, 2, 5, 40])
 def test_a_truncated_read_batch_is_a_decode_error_naming_the_offset(cut):
     data = pb.ReadBatch(entries=[pb.ReadResponse(entry_id=3, body=b"b" * 30, lac=2)]).SerializeToString()
-    with pytest.raises(DecodeError, match="malformed ReadBatch of .* bytes near offset"):
+    with pytest.raises(DecodeError, match=r"malformed ReadBatch of .* bytes near offset"):
         decode_read_batch(data[:-cut] if cut < len(data) else data[:1])
 
 
