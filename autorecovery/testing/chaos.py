@@ -31,7 +31,8 @@ from autorecovery.testing.chaos_faults import Injector, until
 from autorecovery.testing.chaos_trend import FDS_FLAT_PER_H, MIN_SPAN_S, RSS_FLAT_MIB_PER_H, WARMUP_S
 from autorecovery.testing.chaos_schedule import CHEAP_KINDS, LIGHT_KINDS, Fault, schedule, usable_kinds
 from autorecovery.testing.chaos_cluster import ChaosCluster
-from autorecovery.testing.chaos_stock import (StockChaosCluster, StockWriter, read_stock_acks, upstream_under_replicated,
+from autorecovery.testing.chaos_stock import (StockChaosCluster, StockWriter, read_stock_acks, upstream_placement_violations,
+                                              upstream_under_replicated,
                                               verify_stock_acks)
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
@@ -151,6 +152,8 @@ class Report:
     longest_episodes: list[str] = field(default_factory=list)
     #: stock cluster: what upstream's shell ``listunderreplicated`` reported when not empty (must be none)
     upstream_under_replicated: list[str] = field(default_factory=list)
+    #: stock cluster: segments of closed ledgers that upstream's placement check FAILs (must be none)
+    upstream_placement_violations: list[str] = field(default_factory=list)
     #: stock cluster: ack-log lines whose hash is not the payload's (must be none)
     ack_hash_errors: list[str] = field(default_factory=list)
     #: stock cluster: the Java writer's summary (acked, adds failed, ledgers created...)
@@ -196,6 +199,8 @@ class Report:
         if self.cluster == "stock":
             lines += [f"  upstream listunderrep. {len(self.upstream_under_replicated)} (must be 0) "
                       f"{'; '.join(self.upstream_under_replicated)[:400]}",
+                      f"  upstream placement    {len(self.upstream_placement_violations)} failing segments (must be 0) "
+                      f"{'; '.join(self.upstream_placement_violations)[:400]}",
                       f"  ack-log hash errors   {len(self.ack_hash_errors)} (must be 0)",
                       f"  Java writer           {json.dumps(self.writer, sort_keys=True)[:400]}"]
         verdicts = [p["verdict"] for p in self.procs.values()]
@@ -220,7 +225,8 @@ class Report:
 
 
 MUST_BE_ZERO = ("fault_errors", "settle_timeouts", "entries_lost", "digest_errors", "markers_left", "locks_left", "copies_missing",
-                "daemons_dead", "error_lines", "over_bound", "upstream_under_replicated", "ack_hash_errors")
+                "daemons_dead", "error_lines", "over_bound", "upstream_under_replicated", "upstream_placement_violations",
+                "ack_hash_errors")
 
 
 def print_schedule(plan: list[Fault], skipped: dict[str, str]) -> list[str]:
@@ -399,8 +405,10 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
             rep.entries_acked, rep.entries_read_back = sacks.count, sv.read_back
             rep.entries_lost, rep.lost_sample, rep.digest_errors = sv.lost, sv.lost_sample, sv.bad_entries
             rep.upstream_under_replicated = await asyncio.to_thread(upstream_under_replicated, stock.java)
+            rep.upstream_placement_violations = await asyncio.to_thread(upstream_placement_violations, stock.java)
             echo(f"upstream's reader: {sv.read_back} of {sacks.count} acknowledged entries read back; "
-                 f"listunderreplicated: {rep.upstream_under_replicated or 'empty'}")
+                 f"listunderreplicated: {rep.upstream_under_replicated or 'empty'}; placement check: "
+                 f"{len(rep.upstream_placement_violations)} failing segments")
         else:
             records = read_ack_log(ack_path)
             v = await verify_acks(bk, records)

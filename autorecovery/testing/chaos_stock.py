@@ -16,7 +16,8 @@ size-limited tmpfs (:mod:`chaos_disk`), for the ``ledger_dir_full`` and ``journa
 writers, E3/WQ2/AQ2 and E5/WQ3/AQ2, CRC32C and MAC, Pulsar's custom metadata and roll-over, every
 acknowledged entry in an ack log. :func:`verify_stock_acks` has upstream's client read every acknowledged
 entry back (recovery open, digests and payloads checked); :func:`upstream_under_replicated` asks
-upstream's shell ``listunderreplicated``.
+upstream's shell ``listunderreplicated``, and :func:`upstream_placement_violations` runs upstream's
+Auditor placement check over every closed ledger.
 """
 
 from __future__ import annotations
@@ -461,3 +462,12 @@ def upstream_under_replicated(java: JavaCluster) -> list[str]:
         return []
     lines = [ln for ln in r.stdout.splitlines() if "INFO" in ln or "ledger" in ln.lower()]
     return [f"listunderreplicated exit {r.returncode}: " + " | ".join(lines[-5:])[:600] or r.stderr[-300:]]
+
+
+def upstream_placement_violations(java: JavaCluster) -> list[str]:
+    """Upstream's placement check over every ledger (:meth:`JavaCluster.placement_check`): [] when no
+    closed ledger has a segment that FAILs the rack-aware policy, else one line per failing segment
+    (``ledger L segment F ensemble [...]``) or per ledger it could not read."""
+    r = java.placement_check()
+    out = [f"ledger {f['ledger']} segment {f['first_entry']} ensemble {f['ensemble']}" for f in r.get("fail", [])]
+    return out + [str(e) for e in r.get("errors", [])]
