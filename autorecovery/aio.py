@@ -55,3 +55,25 @@ def background(aw: Awaitable[object]) -> asyncio.Future:
     _BACKGROUND.add(fut)
     fut.add_done_callback(_BACKGROUND.discard)
     return fut
+
+
+async def wait_until(predicate: Callable[[], Awaitable[object] | object], timeout_s: float,
+                     what: str = "condition", interval_s: float = 0.05) -> object:
+    """Like :func:`wait_for`, but returns the predicate's truthy value and raises on the deadline.
+
+    The asynchronous twin of :func:`autorecovery.testing.waits.wait_until`.
+
+    Raises:
+        TimeoutError: ``timeout_s`` s passed (``timed out after {timeout_s}s waiting for {what}``).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        res = predicate()
+        if asyncio.iscoroutine(res):
+            res = await res
+        if res:
+            return res
+        if loop.time() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}")
+        await asyncio.sleep(interval_s)

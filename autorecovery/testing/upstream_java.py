@@ -16,10 +16,11 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from autorecovery.testing import waits
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -284,21 +285,16 @@ class JavaProcess:
 
 def wait_until(predicate, timeout_s: float, what: str, proc: JavaProcess | None = None,
                interval_s: float = 0.05) -> None:
-    """Poll ``predicate()`` until true, with a deadline (a condition, never a bare sleep).
+    """Poll ``predicate()`` until true, with a deadline (:func:`autorecovery.testing.waits.wait_until`).
 
     Raises:
         UpstreamProcessError: ``proc`` exited first, or ``timeout_s`` passed; with its log tail.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if predicate():
-            return
-        if proc is not None and not proc.alive:
-            raise UpstreamProcessError(f"{what}: the process exited first: {proc.describe_failure()}")
-        if time.monotonic() >= deadline:
-            detail = f": {proc.describe_failure()}" if proc is not None else ""
-            raise UpstreamProcessError(f"{what}: not within {timeout_s:g} s{detail}")
-        time.sleep(interval_s)  # polling a condition with a deadline
+    def exited() -> str | None:
+        return None if proc is None or proc.alive else f"the process exited first: {proc.describe_failure()}"
+
+    waits.wait_until(predicate, timeout_s, what, interval_s=interval_s, give_up=exited,
+                     detail=(proc.describe_failure if proc is not None else None), error=UpstreamProcessError)
 
 
 class ProcessHandle:

@@ -46,6 +46,7 @@ from autorecovery.cli.main import main as cli_main
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.placement import DefaultPolicy
 from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.testing.waits import wait_until
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
@@ -152,16 +153,6 @@ EXPECTED_KINDS = {
 }
 
 
-def wait_until(pred, timeout_s: float, what: str, interval_s: float = 0.05):
-    """Poll ``pred()`` until truthy (returned); AssertionError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)  # polling a condition with a deadline
 
 
 def shell(zk: str, *args: str):

@@ -11,13 +11,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from autorecovery.client.bookkeeper import BookKeeper
+from autorecovery.testing.waits import wait_until
 from autorecovery.workload import read_ack_log
 
 pytestmark = pytest.mark.integration
@@ -37,13 +37,6 @@ def _alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-def wait_until(pred, timeout_s: float, what: str) -> None:
-    """Poll ``pred()`` until true; AssertionError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)  # polling a condition with a deadline
 
 
 def _zk_children(zk: str, path: str) -> list[str]:

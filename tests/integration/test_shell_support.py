@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -17,6 +16,7 @@ from autorecovery.cli.main import main
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.testing.local_cluster import LocalCluster
+from autorecovery.testing import waits
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
@@ -47,14 +47,8 @@ def arun(coro):
 
 
 def wait_until(pred, timeout_s: float, interval_s: float = 0.05, what: str = "condition") -> None:
-    """Poll ``pred()`` until true; AssertionError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if pred():
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)  # polling a condition with a deadline
+    """:func:`autorecovery.testing.waits.wait_until` with this module's positional ``interval_s``."""
+    waits.wait_until(pred, timeout_s, what, interval_s=interval_s)
 
 
 def start_daemon(cluster: LocalCluster, i: int, **props: str) -> tuple[int, str]:

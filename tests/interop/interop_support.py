@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 from autorecovery.testing.daemon_proc import DaemonProcess
 from autorecovery.testing.upstream_cluster import JavaCluster
 from autorecovery.testing.upstream_state import healed as _healed
 from autorecovery.testing.upstream_state import ledger_metadata, marked_ledgers, start_our_daemons
+from autorecovery.testing.waits import wait_until  # noqa: F401  (re-exported to the interop tests)
 
 PW = "interop-pw"
 RACKAWARE = "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy"
@@ -31,15 +30,6 @@ FAST = {
 }
 
 
-def wait_until(pred: Callable[[], object], timeout_s: float, what: str, every_s: float = 0.1):
-    """Poll ``pred`` until it is truthy (returned), failing with ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(every_s)  # polling a condition with a deadline
 
 
 def our_daemons(c: JavaCluster, nodes, **props: object) -> dict[int, DaemonProcess]:
