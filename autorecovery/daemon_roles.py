@@ -17,6 +17,7 @@ import structlog
 
 from autorecovery.config.load import Settings
 from autorecovery.errors import ZooKeeperError, is_retriable
+from autorecovery.retry import Backoff
 from autorecovery.roles.role import Role
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import ZkClient
@@ -68,7 +69,8 @@ class Startable(Protocol):
 async def start_retrying(daemon: Startable, budget_s: float = START_RETRY_BUDGET_S) -> None:
     """``daemon.start()``, started again (after its full teardown) when ZooKeeper drops *during*
     start-up: a retriable ZooKeeper error after the first connect succeeded (ConnectionLoss, an expired
-    session), for up to ``budget_s`` seconds with backoff 0.5 -> 5 s, one WARNING per attempt.
+    session), for up to ``budget_s`` seconds with full-jitter backoff 0.5 -> 5 s (:mod:`autorecovery.retry`),
+    one WARNING per attempt.
     Upstream's AutoRecoveryMain exits; the chaos campaign (issue 26) saw a 1 s cut of a starting
     daemon's ZooKeeper link end the process. ZooKeeper unreachable from the start, a missing cluster,
     a bad setting or a port in use still fail at once (one line, as before).
@@ -77,8 +79,9 @@ async def start_retrying(daemon: Startable, budget_s: float = START_RETRY_BUDGET
         whatever ``start`` raises; the last error once the budget is spent.
     """
     loop = asyncio.get_running_loop()
-    deadline, pause, attempt = loop.time() + budget_s, 0.5, 1
+    deadline, backoff, attempt = loop.time() + budget_s, Backoff(0.5, 5.0), 1
     while True:
+        pause = backoff.next_delay()
         try:
             await daemon.start()
             return
@@ -90,4 +93,4 @@ async def start_retrying(daemon: Startable, budget_s: float = START_RETRY_BUDGET
                         attempt=attempt, retry_in_s=pause)
         daemon._forget_parts()
         await asyncio.sleep(pause)
-        pause, attempt = min(5.0, pause * 2), attempt + 1
+        attempt += 1

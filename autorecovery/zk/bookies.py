@@ -27,6 +27,7 @@ from collections.abc import Callable
 import structlog
 
 from autorecovery.aio import wait_condition
+from autorecovery.retry import Backoff
 from autorecovery.rpc.convert import advertised_protocols, speaks_a_known_protocol
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
@@ -188,9 +189,9 @@ class BookieWatcher:
                 self._retry_task = asyncio.ensure_future(self._retry())
 
     async def _retry(self) -> None:
-        delay = RETRY_BACKOFF_S[0]
+        backoff = Backoff(*RETRY_BACKOFF_S)
         while not self._stopped:
-            await asyncio.sleep(delay)  # back-off between retries, not synchronisation
+            await backoff.sleep()  # back-off between retries, not synchronisation
             await self.zk.connected.wait()
             try:
                 await self.refresh()
@@ -199,7 +200,6 @@ class BookieWatcher:
                 raise
             except Exception:  # noqa: BLE001 - counted, retried
                 self.refresh_failures += 1
-                delay = min(RETRY_BACKOFF_S[1], delay * 2)
 
     async def refresh(self) -> None:
         """Re-read both sets (re-arming the watches) and notify listeners if anything changed."""

@@ -44,6 +44,7 @@ import asyncio
 import structlog
 
 from autorecovery.errors import ZooKeeperError
+from autorecovery.retry import Backoff
 from autorecovery.zk.bridge import ConnectionLoss, ServerTooOld
 from autorecovery.zk.ledger_tree_base import MAX_BATCH, REARM_BACKOFF_S, WARN_EVERY_S, chunked
 from autorecovery.zk.ledger_tree_check import ConsistencyReport, TreeChecks
@@ -118,15 +119,14 @@ class LedgerTreeWatcher(TreeChecks):
     async def _rearm_loop(self) -> None:
         """Re-read every directory and ledger whose watch was lost, once connected; repeat with
         back-off while reads fail. Directories first: a re-listed directory also loads new ledgers."""
-        backoff = REARM_BACKOFF_S[0]
+        backoff = Backoff(*REARM_BACKOFF_S)
         while not self._stopped and (self._lost_dirs or self._lost_ledgers or self._watch_lost):
             await self.zk.connected.wait()
             if self.persistent:
                 if not await self._rearm_persistent():
-                    await asyncio.sleep(backoff)  # back-off between retries, not synchronisation
-                    backoff = min(REARM_BACKOFF_S[1], backoff * 2)
+                    await backoff.sleep()  # back-off between retries, not synchronisation
                 else:
-                    backoff = REARM_BACKOFF_S[0]
+                    backoff.reset()
                 continue
             dirs, self._lost_dirs = sorted(self._lost_dirs), set()
             lids, self._lost_ledgers = sorted(self._lost_ledgers), set()
@@ -138,7 +138,6 @@ class LedgerTreeWatcher(TreeChecks):
                 log.info("re-armed ledger tree watches after a connection loss", directories=len(dirs),
                          ledgers=len(lids), failed=failed)
             if failed:
-                await asyncio.sleep(backoff)  # back-off between retries, not synchronisation
-                backoff = min(REARM_BACKOFF_S[1], backoff * 2)
+                await backoff.sleep()  # back-off between retries, not synchronisation
             else:
-                backoff = REARM_BACKOFF_S[0]
+                backoff.reset()

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import structlog
 
 from autorecovery.errors import ZooKeeperError
+from autorecovery.retry import Backoff
 from autorecovery.zk.bridge import (
     BadVersionError,
     KazooException,
@@ -235,7 +236,7 @@ class BookieRegistration:
             self._zk.unsubscribe(events)
 
     async def _reregister(self) -> None:
-        delay = 0.1
+        backoff = Backoff(0.1, 2.0)
         while not self._stopped:
             try:
                 async with self._lock:
@@ -244,6 +245,6 @@ class BookieRegistration:
             except (ZooKeeperError, KazooException) as exc:
                 if not self._zk.connected.is_set():
                     return  # the next CONNECTED event retries
+                delay = backoff.next_delay()
                 log.warning("re-registration failed; retrying", bookie_id=self.bookie_id, error=str(exc), delay_s=delay)
                 await asyncio.sleep(delay)  # backoff between retries, not synchronisation
-                delay = min(delay * 2, 2.0)
