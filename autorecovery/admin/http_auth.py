@@ -42,6 +42,7 @@ from aiohttp import web
 from autorecovery import metrics
 from autorecovery.config.files import FileStamp, read_first_line
 from autorecovery.errors import ConfigError
+from autorecovery.rpc.tls_reload import CERT, KEY, TRUST, PemFile, PemFiles
 
 log = structlog.get_logger("autorecovery.http")
 audit_log = structlog.get_logger("autorecovery.audit")
@@ -331,6 +332,12 @@ class ReloadableTls:
     def __init__(self, cert_path: str, key_path: str, client_ca_path: str | None = None) -> None:
         self.cert_path, self.key_path, self.client_ca_path = cert_path, key_path, client_ca_path
         self.current = server_ssl_context(cert_path, key_path, client_ca_path)
+        # change detection and the whole-version check are the bookie TLS ends' (rpc.tls_reload); the
+        # caller (CredentialReloader) sets the pace, hence refresh(force=True) and any refresh_s > 0
+        files = [PemFile(k, p, kind) for k, p, kind in (("httpServerCertificatePath", cert_path, CERT),
+                                                         ("httpServerKeyPath", key_path, KEY),
+                                                         ("httpServerClientCaPath", client_ca_path, TRUST)) if p]
+        self.pems = PemFiles(files, 1.0, on_rejected=_warn_admin_tls)
         self.server_context = server_ssl_context(cert_path, key_path, client_ca_path)
         self.server_context.sni_callback = self._pick
 
@@ -349,13 +356,27 @@ class ReloadableTls:
             out["httpServerClientCaPath"] = self.client_ca_path
         return out
 
-    def reload(self) -> None:
-        """Build a context from the files now; the old one stays when they do not load.
+    def reload(self) -> bool:
+        """Build a context from the files when they changed and their new version is whole
+        (:meth:`autorecovery.rpc.tls_reload.PemFiles.refresh`); the old one stays otherwise, with one
+        WARNING per broken version naming the key.
 
-        Raises:
-            ConfigError: naming the key whose file does not load.
+        Returns:
+            True when the served context was replaced. Never raises for a bad file.
         """
-        self.current = server_ssl_context(self.cert_path, self.key_path, self.client_ca_path)
+        if not self.pems.refresh(force=True):
+            return False
+        try:
+            self.current = server_ssl_context(self.cert_path, self.key_path, self.client_ca_path)
+        except ConfigError as exc:  # the files changed again between the check and this read
+            _warn_admin_tls(None, str(exc))
+            return False
+        return True
+
+
+def _warn_admin_tls(f: PemFile | None, why: str) -> None:
+    log.warning("admin HTTPS certificate not reloaded; the previous one is still served",
+                key=f.name if f is not None else None, error=why)
 
 
 class CredentialReloader:
@@ -363,7 +384,9 @@ class CredentialReloader:
     mtime: :class:`~autorecovery.config.files.FileStamp`), every ``period_s`` seconds
     (``tlsCertFilesRefreshDurationSeconds``; 0 = never). A file that is missing, empty, unreadable or
     not a certificate keeps the old credential and logs one WARNING naming the key; the next change
-    is tried again.
+    is tried again. The HTTPS files go through :meth:`ReloadableTls.reload`, the change check of the
+    bookie TLS ends (:class:`~autorecovery.rpc.tls_reload.PemFiles`: a version is taken only whole,
+    certificate and key matching).
     """
 
     def __init__(self, creds: Credentials, *, admin_token_path: str | None = None,
@@ -376,28 +399,21 @@ class CredentialReloader:
         self.reloads = 0  # successful reloads (tests and logs)
 
     def _paths(self) -> list[str]:
-        return list(self.tokens.values()) + (list(self.tls.paths().values()) if self.tls else [])
+        return list(self.tokens.values())
 
     def check(self) -> bool:
         """Reload what changed since the last check; True when something was reloaded. A file that does
         not load keeps the old credential and logs one WARNING naming its key (never raises for it)."""
         changed = {p for p in self._paths() if FileStamp.of(p) != self._stamps.get(p)}
-        if not changed:
-            return False
         for p in changed:
             self._stamps[p] = FileStamp.of(p)
         done = False
         for key, path in self.tokens.items():
             if path in changed:
                 done |= self._reload_token(key, path)
-        if self.tls is not None and changed & set(self.tls.paths().values()):
-            try:
-                self.tls.reload()
-                log.info("admin HTTPS certificate reloaded", files=sorted(changed & set(self.tls.paths().values())))
-                done = True
-            except ConfigError as exc:
-                log.warning("admin HTTPS certificate not reloaded; the previous one is still served",
-                            error=str(exc))
+        if self.tls is not None and self.tls.reload():  # its own change check (rpc.tls_reload.PemFiles)
+            log.info("admin HTTPS certificate reloaded", files=sorted(self.tls.paths().values()))
+            done = True
         self.reloads += done
         return done
 

@@ -57,6 +57,9 @@ class PemFiles:
         files: the files (at most one of each kind is checked as a certificate/key pair).
         refresh_s: least time between two looks at the files, s; 0 or less = never re-read.
         clock: monotonic clock (s).
+        on_rejected: called with the offending file and why, once per version that is not whole
+            (default: the WARNING ``TLS files not reloaded`` of the module docstring). Lets another end
+            (the admin HTTPS port) keep its own words while sharing the check.
 
     Attributes:
         data: kind → the bytes of the current version (read at construction).
@@ -67,8 +70,10 @@ class PemFiles:
     """
 
     def __init__(self, files: Sequence[PemFile], refresh_s: float, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_rejected: Callable[[PemFile, str], None] | None = None) -> None:
         self.files = tuple(files)
+        self._on_rejected = on_rejected or _warn_rejected
         self.refresh_s = float(refresh_s)
         self._clock = clock
         self._lock = threading.Lock()
@@ -110,9 +115,7 @@ class PemFiles:
             if problem is not None:
                 if stamps != self._warned:
                     self._warned = stamps
-                    f, why = problem
-                    log.warning("TLS files not reloaded: keeping the previous certificates", key=f.name,
-                                path=f.path, error=why)
+                    self._on_rejected(*problem)
                 return False
             assert data is not None
             self._stamps, self.data, self._warned = stamps, data, None
@@ -143,6 +146,10 @@ class PemFiles:
                 return None, (key, f"bad value for {key.name}: {key.path} is not the private key of the "
                                    f"certificate in {cert.path} ({_reason(exc)})")
         return data, None
+
+
+def _warn_rejected(f: PemFile, why: str) -> None:
+    log.warning("TLS files not reloaded: keeping the previous certificates", key=f.name, path=f.path, error=why)
 
 
 def _reason(exc: BaseException) -> str:
