@@ -16,9 +16,11 @@ pytestmark = pytest.mark.integration
 
 WARNING = "admin HTTPS certificate not reloaded; the previous one is still served"
 
+
 def _replace(path, src: str) -> None:
     shutil.copyfile(src, f"{path}.new")
     os.replace(f"{path}.new", path)
+
 
 def test_only_whole_versions_are_taken_and_a_broken_one_warns_once(tmp_path) -> None:
     ca = make_ca(tmp_path / "ca")
