@@ -457,7 +457,11 @@ async def _lane(plan: list[Fault], cfg: CampaignConfig, inj: Injector, rep: Repo
             break
         try:
             if ready is not None:
-                await until(ready, 90, "every process up and every bookie registered")
+                try:
+                    await until(ready, 90, "every process up and every bookie registered")
+                except TimeoutError as exc:
+                    why = await inj.unhealthy()
+                    raise TimeoutError(f"{exc}: {why or 'all ready again at the deadline'}") from None
             began = time.monotonic()
             try:
                 what = await inj.apply(f)

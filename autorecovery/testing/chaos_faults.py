@@ -157,16 +157,26 @@ class Injector:
 
     async def healthy(self) -> bool:
         """Every bookie and daemon process alive and every bookie registered."""
+        return await self.unhealthy() is None
+
+    async def unhealthy(self) -> str | None:
+        """What keeps the cluster from :meth:`healthy`, the first thing found (a bookie not running or not
+        registered, daemons not running, ZooKeeper members neither leader nor follower), or None."""
         for i in self.cluster.bookies:
-            if not self.cluster.bookie_alive(i) or not await self.registered(self.cluster.bookie_id(i)):
-                return False
-        if not all(self.cluster.daemon_alive(i) for i in self.cluster.daemons):
-            return False
+            if not self.cluster.bookie_alive(i):
+                return f"bookie {self.cluster.bookie_id(i)} not running"
+            if not await self.registered(self.cluster.bookie_id(i)):
+                return f"bookie {self.cluster.bookie_id(i)} not registered"
+        down = [i for i in self.cluster.daemons if not self.cluster.daemon_alive(i)]
+        if down:
+            return f"daemons {down} not running"
         ens = self.cluster.zk_ensemble
         if ens is None:
-            return True
+            return None
         # four-letter words are blocking socket calls: off the event loop (the writer runs on it)
-        return await asyncio.to_thread(lambda: all(m.mode() in ("leader", "follower") for m in ens.members))
+        modes = await asyncio.to_thread(lambda: [(m.myid, m.mode()) for m in ens.members])
+        bad = [f"{myid} ({mode or 'not serving'})" for myid, mode in modes if mode not in ("leader", "follower")]
+        return f"ZooKeeper members {', '.join(bad)}" if bad else None
 
     def victim(self, target: int, *avoid: int | None) -> int:
         """The first node from ``target`` on (cyclic) that is neither in ``avoid`` nor the witness.
