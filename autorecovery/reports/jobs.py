@@ -56,12 +56,92 @@ def _token(placement: Mapping[str, str] | None, locations: Mapping[str, str], me
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+#: Policies whose ``is_ensemble_adhering`` is a function of the members' labels (``_label_of``: a rack,
+#: ``(region, rack)``, ``(zone, upgrade domain)``), WQ and AQ only: ``TopologyAwarePolicy`` computes it as
+#: ``_adherence_of_labels([_label_of(b) for b in ensemble], WQ, AQ)`` and these three add nothing that
+#: changes during a report's pass (the region-aware one syncs feature switches, fixed here).
+_LABELLED = frozenset({"RackawarePolicy", "RegionawarePolicy", "ZoneawarePolicy"})
+#: label tuples remembered per policy token at most; past it that token's answers are dropped
+_LABEL_MEMO_MAX = 500_000
+
+
+class _Labels:
+    """One policy token's memo for the life of the Python worker: the same token builds the same policy
+    over the same membership, so its answers carry over from batch to batch. ``codes``: bookie → label
+    (:func:`_label_code`); ``answers``: (labels, WQ, AQ) → adherence; ``pattern``: rack-aware (labels
+    renumbered, :func:`_rack_pattern`); ``labelled``: the policy is one of :data:`_LABELLED` (else the
+    per-batch ensemble memo alone)."""
+
+    __slots__ = ("codes", "answers", "pattern", "labelled")
+
+    def __init__(self, policy) -> None:
+        name = type(policy).__name__
+        self.labelled = name in _LABELLED and type(policy).__module__.startswith("autorecovery.placement.")
+        self.pattern = self.labelled and name == "RackawarePolicy"
+        self.codes: dict[str, Any] = {}
+        self.answers: dict[tuple, int] = {}
+
+
+_LABEL_MEMOS: dict[str, _Labels] = {}
+
+
+def _labelled(policy) -> bool:
+    return _Labels(policy).labelled
+
+
+def _label_code(policy, bookie: str, pattern: bool) -> Any:
+    """The label ``bookie`` contributes to ``policy``'s adherence; with ``pattern`` (rack-aware) an int: -1
+    no rack (unknown, read-only, departed), -2 the default rack, else the rack's own code (:func:`_rack_pattern`)."""
+    lab = policy._label_of(bookie)
+    if not pattern:
+        return lab
+    if lab is None:
+        return -1
+    if lab == policy.default_rack:
+        return -2
+    codes = policy.__dict__.setdefault("_report_rack_codes", {})
+    return codes.setdefault(lab, len(codes))
+
+
+def _rack_pattern(codes: list[int]) -> tuple[int, ...]:
+    """Rack codes renumbered by first appearance (-1 and -2 kept): the rack-aware verdict counts the
+    distinct racks of each write set and asks whether the default rack is among them
+    (``RackawarePolicy._judge_raw``), so two ensembles with one pattern have one verdict."""
+    seen: dict[int, int] = {}
+    return tuple([c if c < 0 else seen.setdefault(c, len(seen)) for c in codes])
+
+
 def _adhering(policy, token: str, memo: dict[tuple, int], ensemble: tuple[str, ...], wq: int, aq: int) -> int:
-    """``policy.is_ensemble_adhering`` (0 FAIL, 1 soft, 2 strict), once per (policy, ensemble, WQ, AQ)."""
+    """``policy.is_ensemble_adhering`` (0 FAIL, 1 soft, 2 strict), once per (policy, ensemble, WQ, AQ) in
+    ``memo`` (a batch's); for the topology-aware policies (:data:`_LABELLED`) also once per (policy, the
+    members' labels, WQ, AQ) for the life of the worker: ensembles whose members sit in the same racks
+    (rack-aware: in the same pattern of racks) get the answer of the first one asked — the same, as
+    ``TopologyAwarePolicy.is_ensemble_adhering`` is a function of the labels (tested against the policy)."""
     key = (token, ensemble, wq, aq)
     v = memo.get(key)
-    if v is None:
+    if v is not None:
+        return v
+    m = _LABEL_MEMOS.get(token)
+    if m is None:
+        m = _LABEL_MEMOS[token] = _Labels(policy)
+    if not m.labelled:
         v = memo[key] = int(policy.is_ensemble_adhering(list(ensemble), wq, aq))
+        return v
+    codes = m.codes
+    try:
+        lab = [codes[b] for b in ensemble]
+    except KeyError:
+        for b in ensemble:
+            if b not in codes:
+                codes[b] = _label_code(policy, b, m.pattern)
+        lab = [codes[b] for b in ensemble]
+    lkey = (_rack_pattern(lab) if m.pattern else tuple(lab), wq, aq)
+    v = m.answers.get(lkey)
+    if v is None:
+        if len(m.answers) >= _LABEL_MEMO_MAX:
+            m.answers.clear()
+        v = m.answers[lkey] = int(policy.is_ensemble_adhering(list(ensemble), wq, aq))
+    memo[key] = v
     return v
 
 
@@ -184,6 +264,24 @@ def _policy(placement: Mapping[str, str], locations: Mapping[str, str], members:
     return policy
 
 
+#: token → the policy it names, built once per Python worker (a policy over 1k bookies costs tens of ms to
+#: build, and the fused pass asked for three per Arrow batch); a few tokens at most
+_POLICIES: dict[str, Any] = {}
+
+
+def _policy_of(token: str, placement: Mapping[str, str], locations: Mapping[str, str],
+               members: tuple[list[str], list[str]]):
+    """:func:`_policy`, built once per ``token`` (:func:`_token` of the same arguments) and reused by the
+    following batches, as one batch reuses it for all its ledgers: adherence asks change nothing, and a
+    BP-54 repair seeds the policy's random picks itself before each segment (``repair_partition``)."""
+    pol = _POLICIES.get(token)
+    if pol is None:
+        if len(_POLICIES) >= 8:
+            _POLICIES.clear()
+        pol = _POLICIES[token] = _policy(placement, locations, members)
+    return pol
+
+
 VERDICT = {0: "FAIL", 1: "MEETS_SOFT", 2: "MEETS_STRICT"}
 
 
@@ -195,8 +293,8 @@ def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] |
     tokens = (_token(current, locations, members), _token(what_if, locations, members))
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        pol = _policy(current, locations, members)
-        alt = _policy(what_if, locations, members) if what_if else None
+        pol = _policy_of(tokens[0], current, locations, members)
+        alt = _policy_of(tokens[1], what_if, locations, members) if what_if else None
         names: dict[Any, tuple[str, str, str]] = {}
         for pdf in batches:
             memo = _memo_of(pdf)
@@ -264,7 +362,7 @@ def repair_partition(target: Mapping[str, str], locations: Mapping[str, str], me
                     v[1] += cnt * bpe
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        pol = _policy(target, locations, members)
+        pol = _policy_of(token, target, locations, members)
         for pdf in batches:
             memo = _memo_of(pdf)
             acc: dict[str, list[float]] = {}
