@@ -23,6 +23,7 @@ from google.protobuf import text_format
 from autorecovery import metrics
 from autorecovery.ledger import textformat
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
+from autorecovery.retry import Backoff
 from autorecovery.zk.bridge import EventType, NodeExistsError, NoNodeError, SessionEvent, ZkClient
 from autorecovery.zk.paths import Paths
 
@@ -219,6 +220,7 @@ async def elector_loop(
     Better than upstream (which shuts the process down on expiry): a clean stop and a rejoin.
     """
     q = zk.session_events()
+    backoff = Backoff(0.5, 0.5)  # jitter only: every daemon of a failing ZooKeeper rejoins within 0.5 s, not all at once
     try:
         while True:
             if not zk.connected.is_set():
@@ -265,7 +267,7 @@ async def elector_loop(
                     log.warning("stopping the roles after a session loss failed", bookie_id=bookie_id,
                                 error=str(exc))
             if reason == "error":
-                await asyncio.sleep(0.5)  # back off before retrying a failing ZooKeeper
+                await backoff.sleep()  # back off before retrying a failing ZooKeeper
     finally:
         zk.unsubscribe(q)
 

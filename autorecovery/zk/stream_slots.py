@@ -31,6 +31,7 @@ from collections.abc import Collection, Mapping
 import structlog
 
 from autorecovery.errors import ZooKeeperError
+from autorecovery.retry import Backoff
 from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, Op, ZkClient
 from autorecovery.zk.paths import Paths
 
@@ -240,8 +241,9 @@ class ClusterStreamSlots:
         chaos campaign's 340 s quorum loss left nine slots taken by nobody until their sessions ended,
         each one a stream fewer for its bookie cluster-wide). Ownership and version are checked, since a
         delete applied whose answer was lost may have let another worker take the slot since."""
+        backoff = Backoff(RELEASE_RETRY_S, RELEASE_RETRY_S)  # jitter only: the workers of one outage spread out
         while left and self.zk.session_generation == generation:
-            await asyncio.sleep(RELEASE_RETRY_S)
+            await backoff.sleep()
             for path in list(left):
                 try:
                     stat = await self.zk.exists(path)
