@@ -36,9 +36,11 @@ import structlog
 
 from autorecovery import metrics
 from autorecovery.admin import ops
-from autorecovery.admin.http import AdminHttpServer, HttpDeps, Jobs, PrometheusHttpServer
+from autorecovery.admin.http import AdminHttpServer, PrometheusHttpServer
+from autorecovery.admin.http_jobs import Jobs
+from autorecovery.admin.http_routes import HttpDeps
 from autorecovery.admin.http_auth import CredentialReloader, Credentials, ReloadableTls, refresh_period_s
-from autorecovery.config.load import Settings
+from autorecovery.config.settings import Settings
 from autorecovery.daemon_roles import START_RETRY_BUDGET_S as START_RETRY_BUDGET_S
 from autorecovery.daemon_roles import RoleFactory as RoleFactory
 from autorecovery.daemon_roles import default_auditor_factory as default_auditor_factory

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from autorecovery.config.load import Settings
+from autorecovery.config.settings import Settings
 from autorecovery.errors import ZooKeeperError, is_retriable
 from autorecovery.retry import Backoff
 from autorecovery.roles.role import Role

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autorecovery.admin import params
-from autorecovery.config.load import Settings
+from autorecovery.config.settings import Settings
 from autorecovery.errors import (
     AutoRecoveryError,
     BookieError,

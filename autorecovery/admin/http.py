@@ -68,31 +68,12 @@ import structlog
 from aiohttp import web
 
 from autorecovery import metrics
-from autorecovery.admin.http_auth import (
-    MUTATING_METHODS,
-    CredentialReloader,
-    Credentials,
-    ReloadableTls,
-    server_ssl_context,
-)
-from autorecovery.admin.http_jobs import Job, Jobs
-from autorecovery.admin.http_routes import (
-    API,
-    MAX_REQUEST_BYTES,
-    HttpDeps,
-    _timeout_s,
-    build_app,
-    readable_bytes,
-    text_response,
-)
+from autorecovery.admin.http_auth import CredentialReloader
+from autorecovery.admin.http_routes import HttpDeps, build_app, text_response
 
 log = structlog.get_logger("autorecovery.http")
 
-#: names that have always resolved from here (the application and the jobs now live in http_routes and
-#: http_jobs)
-__all__ = ["API", "MAX_REQUEST_BYTES", "MUTATING_METHODS", "AdminHttpServer", "CredentialReloader", "Credentials",
-           "HttpDeps", "Job", "Jobs", "PrometheusHttpServer", "ReloadableTls", "build_app", "readable_bytes",
-           "server_ssl_context", "_timeout_s"]
+__all__ = ["AdminHttpServer", "PrometheusHttpServer"]
 
 
 def _loopback(address: str) -> bool:

@@ -41,15 +41,10 @@ from autorecovery.admin.context import (  # noqa: F401 (re-exported)
     build_placement,
     check_bookie_id,
     check_cluster,
-    check_ledger_id,
     http_status,
     open_admin,
 )
 from autorecovery.admin.ops_autorecovery import (
-    FORCE_AUDIT_AGE_MS,
-    RecoveringLedger,
-    ToggleResult,
-    URLedgerInfo,
     autorecovery_enabled,
     force_audit_checks,
     get_lost_bookie_recovery_delay,
@@ -62,28 +57,18 @@ from autorecovery.admin.ops_autorecovery import (
     worker_progress,
 )
 from autorecovery.admin.ops_ledgers import (
-    PASSWORD_OMITTED,
-    UPSTREAM_DIGEST_NAMES,
     ledger_metadata,
     ledger_metadata_bytes,
     ledgers_containing,
     metadata_json,
     metadata_upstream_json,
     restore_ledger_metadata,
-    upstream_digest_name,
 )
-from autorecovery.admin.ops_placement import NonAdheringLedger, PlacementReport, bookie_location, placement_check
-from autorecovery.config.load import Settings
-from autorecovery.errors import (  # noqa: F401 (NoClusterError re-exported)
-    AutoRecoveryError,
-    ConfigError,
-    IllegalOpError,
-    NoClusterError,
-    NoSuchLedgerError,
-    UnavailableError,
-)
-from autorecovery.zk.topology_source import PlacementSetup, read_pulsar_racks  # noqa: F401
-from autorecovery.zk.underreplication import UNASSIGNED_CTIME
+from autorecovery.admin.ops_placement import bookie_location, placement_check
+from autorecovery.config.settings import Settings
+from autorecovery.errors import ConfigError, IllegalOpError  # noqa: F401 (NoClusterError re-exported)
+from autorecovery.zk.topology_source import PlacementSetup  # noqa: F401
+from autorecovery.zk.ur_formats import UNASSIGNED_CTIME
 
 log = structlog.get_logger("autorecovery.admin")
 
@@ -298,7 +283,6 @@ __all__ = [
     "AdminContext",
     "AdminError",
     "BadRequestError",
-    "NoClusterError",
     "open_admin",
     "http_status",
     "list_underreplicated",
@@ -323,20 +307,11 @@ __all__ = [
     "ledger_metadata_bytes",
     "restore_ledger_metadata",
     "ledgers_containing",
-    "upstream_digest_name",
     "build_placement",
     "UNASSIGNED_CTIME",
     "OpProgress",
-    "URLedgerInfo",
-    "ToggleResult",
-    "RecoveringLedger",
-    "FORCE_AUDIT_AGE_MS",
     "BookieRow",
     "BookieInfoReport",
     "UNKNOWN",
-    "PASSWORD_OMITTED",
-    "UPSTREAM_DIGEST_NAMES",
     "metadata_json",
-    "NonAdheringLedger",
-    "PlacementReport",
 ]

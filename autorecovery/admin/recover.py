@@ -61,7 +61,7 @@ def admin_replicator(ctx: AdminContext, rate_bytes_per_s: float, purpose: str) -
     (``digestType``/``passwd``) for ledgers whose metadata stores no password."""
     from autorecovery.plan.throttle import StreamCaps, TokenBucket
     from autorecovery.roles.copier import FragmentCopier
-    from autorecovery.roles.worker_settings import WorkerSettings
+    from autorecovery.config.sections import WorkerSettings
     from autorecovery.zk.stream_slots import ClusterStreamSlots
 
     ws = ctx.settings.worker if ctx.settings is not None else WorkerSettings()
@@ -184,7 +184,7 @@ async def _fence_and_close(ctx: AdminContext, ledger_id: int) -> tuple[LedgerMet
     """Recovery-open the ledger (fence its last ensemble, recover the tail, close it)."""
     from autorecovery.client.bookkeeper import BookKeeper
 
-    from autorecovery.roles.worker_settings import WorkerSettings
+    from autorecovery.config.sections import WorkerSettings
 
     ws = ctx.settings.worker if ctx.settings is not None else WorkerSettings()
     bk = BookKeeper(ctx.zk, ctx.paths, policy=await ctx.get_policy(), bookies=ctx.get_bookies(),

@@ -24,17 +24,8 @@ the last segment of a ledger that is not CLOSED always counts.
 from __future__ import annotations
 
 from autorecovery.audit.compact_index import CompactLedgerIndex
-from autorecovery.audit.record_index import (  # re-exported
-    IdDigest,
-    RecordLedgerIndex,
-    ReconcileReport,
-    bookie_holds_entries,
-    holds_entries,
-    mix_id,
-)
 
 #: The auditor's index (see the module docstring).
 BookieLedgerIndex = CompactLedgerIndex
 
-__all__ = ["BookieLedgerIndex", "CompactLedgerIndex", "IdDigest", "RecordLedgerIndex", "ReconcileReport",
-           "bookie_holds_entries", "holds_entries", "mix_id"]
+__all__ = ["BookieLedgerIndex", "CompactLedgerIndex"]

@@ -42,7 +42,7 @@ from google.protobuf.message import DecodeError
 
 from autorecovery.ledger import formats
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
-from autorecovery.ledger.striping import bookie_holds_entries, first_last_on_index, segment_holds_entries  # noqa: F401 (bookie_holds_entries re-exported)
+from autorecovery.ledger.striping import first_last_on_index, segment_holds_entries
 
 #: Whether ensemble index ``bookie_index`` of segment ``segment_index`` stores ≥1 entry (the last
 #: segment of a ledger that is not CLOSED always counts); the rule is

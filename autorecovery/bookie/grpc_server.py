@@ -8,7 +8,7 @@ from __future__ import annotations
 import grpc
 
 from autorecovery.bookie.limits import DEFAULT_MAX_CONNECTIONS, GRPC_HEADROOM, STREAM_LOOKAHEAD_BYTES
-from autorecovery.rpc.tls import ServerTls
+from autorecovery.config.tls import ServerTls
 
 def grpc_server_options(max_entry_size: int, max_concurrent_streams: int = 1000,
                         max_connections: int = DEFAULT_MAX_CONNECTIONS) -> list[tuple[str, int]]:

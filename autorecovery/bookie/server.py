@@ -24,14 +24,15 @@ from autorecovery.bookie.cookie import check_and_stamp_cookie
 from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe, DiskThresholds
 from autorecovery.bookie.peers import RegisteredPeers
-from autorecovery.bookie.service import (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM,
-                                         BookieService, add_service, build_grpc_server)
+from autorecovery.bookie.service import BookieService, add_service
+from autorecovery.bookie.grpc_server import build_grpc_server
+from autorecovery.bookie.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM
 from autorecovery.bookie.storage import BookieStorage
-from autorecovery.config.load import ZkSecurity
+from autorecovery.config.settings import ZkSecurity
 from autorecovery.errors import ZooKeeperError, is_retriable
 from autorecovery.rpc.bookie_client import GrpcBookieClient
 from autorecovery.rpc.convert import decode_service_properties, encode_service_info
-from autorecovery.rpc.tls import BookieTls, ServerTls
+from autorecovery.config.tls import BookieTls, ServerTls
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.registration import BookieRegistration

@@ -45,15 +45,7 @@ from autorecovery.bookie.add_handlers import AddHandlers
 from autorecovery.bookie.admission import Admission, AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe
 from autorecovery.bookie.gate import Gate
-from autorecovery.bookie.grpc_server import build_grpc_server as build_grpc_server
-from autorecovery.bookie.grpc_server import grpc_server_options as grpc_server_options
-from autorecovery.bookie.limits import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from autorecovery.bookie.limits import DEFAULT_MAX_ENTRY_SIZE, MAX_RANGE_ENTRIES
-from autorecovery.bookie.limits import GRPC_HEADROOM as GRPC_HEADROOM
-from autorecovery.bookie.limits import MAX_READ_BATCH_BYTES as MAX_READ_BATCH_BYTES
-from autorecovery.bookie.limits import PULL_REPORT_BYTES as PULL_REPORT_BYTES
-from autorecovery.bookie.limits import STREAM_LOOKAHEAD_BYTES as STREAM_LOOKAHEAD_BYTES
-from autorecovery.bookie.limits import STREAM_WINDOW_ENTRIES as STREAM_WINDOW_ENTRIES
 from autorecovery.bookie.pull_handler import PullHandler
 from autorecovery.bookie.read_handlers import ReadHandlers
 from autorecovery.bookie.storage import BookieStorage

@@ -56,10 +56,7 @@ from typing import Any
 
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR, EntryLogError, EntryLogs
 from autorecovery.bookie.group_commit import _STOP, GroupCommit, _Ledger, _Op
-from autorecovery.bookie.group_commit import _insert_index_rows as _insert_index_rows  # re-exported (tests)
-from autorecovery.bookie.status import SKIPPED as SKIPPED  # re-exported: the store's names resolve here
 from autorecovery.bookie.status import BookieStatusError, StreamState
-from autorecovery.bookie.store_reads import StoredEntry as StoredEntry  # re-exported
 from autorecovery.bookie.store_reads import StoreReads
 from autorecovery.ledger.digest import peek_ids
 

@@ -24,12 +24,13 @@ from autorecovery.malloc import tune_malloc
 from autorecovery.bookie.admission import AdmissionLimits
 from autorecovery.bookie.disk import DiskThresholds
 from autorecovery.bookie.server import BookieConfig, BookieServer
-from autorecovery.bookie.service import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ENTRY_SIZE
+from autorecovery.bookie.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ENTRY_SIZE
 from autorecovery.cli.params import INT64_MAX, FiniteFloatRange
-from autorecovery.config.keys import INT_MAX, YEAR_MS, YEAR_S
-from autorecovery.config.load import zk_security
+from autorecovery.config.keys_model import INT_MAX, YEAR_MS, YEAR_S
+from autorecovery.config.zk_auth import zk_security
 from autorecovery.errors import ConfigError
-from autorecovery.rpc.tls import ServerTls, server_credentials
+from autorecovery.rpc.tls import server_credentials
+from autorecovery.config.tls import ServerTls
 
 log = structlog.get_logger("autorecovery.cli.bookie")
 

@@ -23,7 +23,8 @@ from typing import Any
 import click
 
 from autorecovery.config import keys as K
-from autorecovery.config.load import Settings, load_settings
+from autorecovery.config.load import load_settings
+from autorecovery.config.settings import Settings
 from autorecovery.errors import ConfigError
 
 EXIT_CONFIG = 2

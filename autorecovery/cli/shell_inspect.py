@@ -14,12 +14,12 @@ from typing import Any
 import click
 
 from autorecovery.admin import ops
-from autorecovery.admin.http import readable_bytes
+from autorecovery.admin.http_routes import readable_bytes
 from autorecovery.cli import formatting as fmt
 from autorecovery.cli import params as P
 from autorecovery.cli.shell_group import command
 from autorecovery.cli.shell_run import EXIT_USAGE, CommandFailed, execute
-from autorecovery.config.keys import INT_MAX
+from autorecovery.config.keys_model import INT_MAX
 from autorecovery.errors import ConfigError
 
 

@@ -17,7 +17,7 @@ from autorecovery.cli import formatting as fmt
 from autorecovery.cli import params as P
 from autorecovery.cli.shell_group import command
 from autorecovery.cli.shell_run import EXIT_FAIL, CommandFailed, execute
-from autorecovery.config.keys import INT_MAX, INT_MIN
+from autorecovery.config.keys_model import INT_MAX, INT_MIN
 
 
 # -- progress rendering -------------------------------------------------------------------------------------
@@ -209,4 +209,3 @@ def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
     execute(conf, zk, ledgers_root, sets, body)
 
 
-from autorecovery.cli import shell_drain  # noqa: E402,F401  (drain: registers itself on the group)

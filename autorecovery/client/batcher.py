@@ -5,7 +5,7 @@ gRPC call per entry per replica. Adds that arrive while the previous ones are be
 leave together as one batch.
 
 * With a bookie that reports ``ADD_STREAM`` (issue 13) each (bookie, ledger) has one long-lived
-  :class:`~autorecovery.rpc.bookie_client.AddStream`: a batch is written to it as soon as the previous
+  :class:`~autorecovery.rpc.grpc_add_stream.AddStream`: a batch is written to it as soon as the previous
   one is handed to gRPC, without waiting for acknowledgements, and each add completes when the bookie
   acknowledges it durable. No call set-up per batch, several batches in flight. A stream with nothing
   sent for ``idle_close_s`` is closed (well before the bookie's own idle timeout, so that an idle close
@@ -24,7 +24,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from autorecovery.errors import BookieError
-from autorecovery.rpc.bookie_client import AddStream
+from autorecovery.rpc.grpc_add_stream import AddStream
 
 Key = tuple[str, int, bytes, bool]  # bookie id, ledger id, master key, recovery flag
 

@@ -14,12 +14,11 @@ from autorecovery.client.handle import LedgerHandle
 from autorecovery.client.lac import read_last_add_confirmed
 from autorecovery.client.reader import ReadHandle
 from autorecovery.client.recovery import recover_ledger
-from autorecovery.config.load import ZkSecurity
-from autorecovery.errors import NoSuchLedgerError, NotEnoughBookiesError
+from autorecovery.config.settings import ZkSecurity
 from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, RecoveryCredentials
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from autorecovery.rpc.transport import BookieClient
-from autorecovery.rpc.tls import BookieTls
+from autorecovery.config.tls import BookieTls
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import NodeExistsError, ZkClient
 from autorecovery.zk.ledgers import LedgerStore, now_ms, read_layout
@@ -196,4 +195,4 @@ class BookKeeper:
         await self.ledgers.delete(ledger_id)
 
 
-__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle", "NoSuchLedgerError", "NotEnoughBookiesError"]
+__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle"]

@@ -28,7 +28,8 @@ from autorecovery.errors import (
     WriteError,
 )
 from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, recovery_digest, recovery_master_key
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.ledger.striping import write_set
 
 
 log = structlog.get_logger("autorecovery.client")

@@ -25,7 +25,8 @@ from autorecovery.client.context import ClientContext
 from autorecovery.errors import BookieError, DigestMismatchError, ReadError
 from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, recovery_digest
 from autorecovery.ledger.digest import Entry
-from autorecovery.ledger.metadata import LedgerMetadata, write_set
+from autorecovery.ledger.metadata import LedgerMetadata
+from autorecovery.ledger.striping import write_set
 
 
 log = structlog.get_logger("autorecovery.client")

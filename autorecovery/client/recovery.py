@@ -25,7 +25,8 @@ from autorecovery.client.handle import LedgerHandle
 from autorecovery.errors import BookieError, DigestMismatchError, LedgerRecoveryError
 from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, recovery_digest, recovery_master_key
 from autorecovery.ledger.digest import Entry, peek_ids
-from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, write_set
+from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
+from autorecovery.ledger.striping import write_set
 
 
 log = structlog.get_logger("autorecovery.client")

@@ -42,38 +42,25 @@ from autorecovery.config.keys_aliases import (
     REGIONAWARE_CLASS,
     pulsar_policy,
 )
-from autorecovery.config.keys_model import (
-    INT_MAX,
-    INT_MIN,
-    OURS,
-    PORT_MAX,
-    UPSTREAM,
-    YEAR_MS,
-    YEAR_S,
-    Key,
-)
+from autorecovery.config.keys_model import INT_MAX, OURS, UPSTREAM, YEAR_S, Key
 from autorecovery.config.keys_no_effect import (
     IGNORED_UPSTREAM_KEYS,
     NO_EFFECT_GROUPS,
     NO_EFFECT_KEYS,
     REFUSED_WHEN_ASKED,
     UNIMPLEMENTED_SECURITY_KEYS,
-    UNIMPLEMENTED_SECURITY_REASON,
     asks_for_security,
     no_effect_reason,
 )
-from autorecovery.config.keys_sections import Section, typed_value, typed_values
-from autorecovery.config.keys_table import KEY_BY_NAME, KEYS, LIBRARY_KEY_BY_NAME, LIBRARY_PLACEMENT_KEYS
+from autorecovery.config.keys_table import KEYS, KEY_BY_NAME, LIBRARY_KEY_BY_NAME
 
 __all__ = [
-    "Key", "KEYS", "KEY_BY_NAME", "LIBRARY_PLACEMENT_KEYS", "LIBRARY_KEY_BY_NAME", "UPSTREAM", "OURS",
-    "INT_MAX", "INT_MIN", "YEAR_S", "YEAR_MS", "PORT_MAX",
+    "Key", "KEYS", "KEY_BY_NAME", "LIBRARY_KEY_BY_NAME", "UPSTREAM", "OURS",
+    "INT_MAX", "YEAR_S",
     "PULSAR_ALIASES", "OUR_ALIASES", "PULSAR_POLICY_SWITCHES", "PULSAR_PASSTHROUGH_PREFIX", "RACKAWARE_CLASS",
     "REGIONAWARE_CLASS", "DEFAULT_POLICY_CLASS", "pulsar_policy",
     "NO_EFFECT_GROUPS", "NO_EFFECT_KEYS", "IGNORED_UPSTREAM_KEYS", "UNIMPLEMENTED_SECURITY_KEYS",
-    "REFUSED_WHEN_ASKED", "UNIMPLEMENTED_SECURITY_REASON", "no_effect_reason", "asks_for_security",
-    "Section", "typed_value", "typed_values", "known", "classified", "suggest", "keys_in_group",
-]
+    "REFUSED_WHEN_ASKED", "no_effect_reason", "asks_for_security", "known", "classified", "suggest", "keys_in_group"]
 
 
 def known(name: str) -> bool:

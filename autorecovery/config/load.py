@@ -41,35 +41,12 @@ from types import MappingProxyType
 from typing import Any
 
 from autorecovery.config import keys as K
-from autorecovery.config.listeners import NULL_PROVIDER, PROMETHEUS_PROVIDER, build_http_settings, build_stats_settings
+from autorecovery.config.listeners import build_http_settings, build_stats_settings
 from autorecovery.config.sections import AuditorSettings, WorkerSettings
-from autorecovery.config.settings import (
-    BookieInfoSettings,
-    HttpSettings,
-    Settings,
-    StatsSettings,
-    ZkSasl,
-    ZkSecurity,
-    ZkSettings,
-    ZkTls,
-)
-from autorecovery.config.sources import (
-    ENV_KEYS_SWITCH,
-    ENV_PREFIX,
-    Layer,
-    env_layer,
-    env_properties,
-    normalise,
-    plain_env_properties,
-    read_properties_file,
-)
+from autorecovery.config.settings import BookieInfoSettings, Settings, ZkSettings
+from autorecovery.config.sources import Layer, env_layer, normalise, read_properties_file
 from autorecovery.config.tls_settings import build_bookie_tls, tls_off_warnings
-from autorecovery.config.uri import (
-    parse_metadata_service_uri,
-    parse_metadata_service_uri_manager,
-    strip_pulsar_store_prefix,
-    validate_root,
-)
+from autorecovery.config.uri import parse_metadata_service_uri_manager, strip_pulsar_store_prefix, validate_root
 from autorecovery.config.zk_auth import build_zk_security, zk_security
 from autorecovery.errors import CompatibilityError, ConfigError
 from autorecovery.ledger.ids import validate_bookie_id
@@ -78,11 +55,9 @@ from autorecovery.placement.config import PlacementConfig
 
 #: the names this module has always offered (the code now lives in the modules named above)
 __all__ = [
-    "load_settings", "Settings", "ZkSettings", "ZkSecurity", "ZkSasl", "ZkTls", "HttpSettings", "StatsSettings",
-    "BookieInfoSettings", "ENV_PREFIX", "SECRET_MASK", "PROMETHEUS_PROVIDER", "NULL_PROVIDER",
-    "read_properties_file", "env_properties", "plain_env_properties", "ENV_KEYS_SWITCH",
-    "parse_metadata_service_uri", "parse_metadata_service_uri_manager", "strip_pulsar_store_prefix", "zk_security",
-]
+    "load_settings", "Settings", "ZkSettings",
+    "BookieInfoSettings", "SECRET_MASK",
+    "read_properties_file", "parse_metadata_service_uri_manager", "strip_pulsar_store_prefix", "zk_security"]
 
 
 def _default_bookie_id(values: Mapping[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """TLS settings of the bookie gRPC protocol, and reading their PEM files (config layer, issue 15).
 
 The settings are built by :mod:`autorecovery.config.load` from upstream's keys; the gRPC credentials
-are built from them by :mod:`autorecovery.rpc.tls` (which re-exports these names).
+are built from them by :mod:`autorecovery.rpc.tls`.
 """
 
 from __future__ import annotations

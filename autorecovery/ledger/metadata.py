@@ -12,12 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
-# The striping rule lives in ledger/striping.py; these names are re-exported for existing importers.
-from autorecovery.ledger.striping import entries_on_index, first_last_on_index, write_set
-from autorecovery.ledger.striping import index_stores as bookie_index_stores
-
-__all__ = ["LedgerState", "DigestType", "Segment", "LedgerMetadata", "write_set", "bookie_index_stores",
-           "entries_on_index", "first_last_on_index"]
+__all__ = ["LedgerState", "DigestType", "Segment", "LedgerMetadata"]
 
 
 class LedgerState(enum.IntEnum):

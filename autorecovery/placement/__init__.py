@@ -41,7 +41,8 @@ from .topology import (
     NetworkTopology,
     normalize_location,
 )
-from .topology_aware import UNKNOWN_REGION, TopologyAwarePolicy
+from .topology_aware import TopologyAwarePolicy
+from autorecovery.placement.read_order import UNKNOWN_REGION
 from .weights import WeightedRandomSelection, effective_weights
 from .zoneaware import ZoneawarePolicy
 

@@ -57,7 +57,8 @@ from .coverage import CoverageTracker
 from .features import DEFAULT_DISALLOW_FEATURE, FeatureSwitches
 from .policy import Adherence, BookiesHealthInfo, PlacementResult
 from .topology import DEFAULT_RACK, DEFAULT_REGION_AND_RACK, NetworkTopology, location_parts
-from .topology_aware import UNKNOWN_REGION, TopologyAwarePolicy
+from .topology_aware import TopologyAwarePolicy
+from autorecovery.placement.read_order import UNKNOWN_REGION
 
 __all__ = ["RegionawarePolicy", "region_of_location"]
 

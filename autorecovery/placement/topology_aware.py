@@ -18,7 +18,7 @@ from autorecovery.errors import ConfigError, NotEnoughBookiesError
 
 from .config import PlacementConfig
 from .policy import Adherence, BookieInfo, BookiesHealthInfo, PlacementPolicy, PlacementResult, RepairJob
-from .read_order import UNKNOWN_REGION, reorder_with_region
+from .read_order import reorder_with_region
 from .repair import DEFAULT_MAX_NODES, LabelGroups, RepairOutcome, SearchBudgetExceeded, solve_min_swaps
 from .resolvers import Resolver, ScriptResolver
 from .schedule import ensemble_write_sets
@@ -26,7 +26,7 @@ from .topology import DEFAULT_REGION_AND_RACK, NetworkTopology, normalize_locati
 
 log = structlog.get_logger("autorecovery.placement")
 
-__all__ = ["TopologyAwarePolicy", "UNKNOWN_REGION"]
+__all__ = ["TopologyAwarePolicy"]
 
 Label = Hashable
 

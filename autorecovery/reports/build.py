@@ -17,7 +17,7 @@ import pandas as pd
 from autorecovery.placement.weights import effective_weights
 from autorecovery.reports import jobs, model, rollup, scenarios
 from autorecovery.reports.healrate import MeasuredRate, measured_rate
-from autorecovery.reports.spark_io import shuffle_partitions, storage_level
+from autorecovery.reports.spark_io import load, shuffle_partitions, spark_session, storage_level
 from autorecovery.reports.validate import BadInput, check_snapshot
 
 RECENT_DAYS = 30
@@ -85,7 +85,7 @@ def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float | None,
     ``assumed_rate``: one daemon's copy rate given by the user (bytes/s; ``bench/heal.py`` measures
     one); None → ``measured`` (from the snapshot's heal history, :mod:`reports.healrate`) when there is
     one, else :data:`DEFAULT_RATE`. Only a measured rate gives ``assumed`` False."""
-    from autorecovery.config.keys import KEY_BY_NAME
+    from autorecovery.config.keys_table import KEY_BY_NAME
 
     thr = manifest.get("throttles", {})
 
@@ -446,7 +446,7 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
     own = spark is None
     if own:
         step("starting Spark")
-    spark = spark or jobs.spark_session(master, conf=spark_conf, log_path=out / "spark.log")
+    spark = spark or spark_session(master, conf=spark_conf, log_path=out / "spark.log")
     if own and "spark.sql.shuffle.partitions" not in (spark_conf or {}):
         # the ledger view is one shuffle (segments grouped per ledger); each partition one fused task
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(manifest)))
@@ -458,7 +458,7 @@ def run(snapshot: Path, out: Path, which: str, *, master: str | None = None, wha
             (out / "spark_env.json").write_text(json.dumps({"master": spark.sparkContext.master,
                                                             "executors": executor_environment(spark)}, indent=2))
         step("reading the snapshot")
-        t = jobs.load(spark, snapshot)
+        t = load(spark, snapshot)
         from pyspark import StorageLevel
 
         level = getattr(StorageLevel, storage_level(manifest))

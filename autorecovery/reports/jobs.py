@@ -20,10 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autorecovery.ledger.pulsar_names import pulsar_names
 from autorecovery.ledger.striping import write_set
 from autorecovery.reports import model
-from autorecovery.reports.spark_io import load as load  # re-exported: build.py and bench use jobs.load
-from autorecovery.reports.spark_io import spark_session as spark_session  # re-exported
 
 DAY_MS = 86_400_000
 
@@ -304,7 +303,7 @@ def placement_partition(current: Mapping[str, str], what_if: Mapping[str, str] |
                 ml = row.managed_ledger
                 got = names.get(ml)
                 if got is None:
-                    got = names[ml] = model.pulsar_names({"pulsar/managed-ledger": ml or ""} if ml else None)
+                    got = names[ml] = pulsar_names({"pulsar/managed-ledger": ml or ""} if ml else None)
                 tenant, ns, _topic = got
                 out["ledger_id"].append(lv.ledger_id)
                 out["state"].append(row.state)

@@ -16,7 +16,6 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autorecovery.ledger.pulsar_names import pulsar_names  # noqa: F401  (re-exported: the reports' callers)
 from autorecovery.ledger.striping import count_on_index, count_with_residue, write_set
 
 #: Outcome of losing a failure domain, worst first. A ledger takes its worst segment's outcome.

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autorecovery.ledger.pulsar_names import pulsar_names
 from autorecovery.reports import model, riskvec
 from autorecovery.reports.riskvec import EXISTING, KIND_NAMES, RACK, RACK_PAIR
 
@@ -47,7 +48,7 @@ class RiskFold:
     def _namespace(self, ml: Any) -> int:
         c = self.ns_of.get(ml)
         if c is None:
-            ns = model.pulsar_names({"pulsar/managed-ledger": ml})[1] if ml else ""
+            ns = pulsar_names({"pulsar/managed-ledger": ml})[1] if ml else ""
             c = self.ns_of[ml] = self.ns.code(ns)
         return c
 

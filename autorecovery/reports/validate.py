@@ -144,7 +144,8 @@ def check_what_if(what_if: Mapping[str, str], current: Mapping[str, Any]) -> dic
     Raises:
         BadInput: naming the key (with a "did you mean") or the bad value.
     """
-    from autorecovery.config.keys import KEY_BY_NAME, suggest
+    from autorecovery.config.keys import suggest
+    from autorecovery.config.keys_table import KEY_BY_NAME
     from autorecovery.placement.config import PLACEMENT_KEYS
 
     for k, v in what_if.items():

@@ -44,12 +44,12 @@ from autorecovery.audit.decisions import Decision, LostBookieTracker
 from autorecovery.audit.index import BookieLedgerIndex
 from autorecovery.audit.maintenance import Holds, Window
 from autorecovery.audit.schedule import first_run_s
-from autorecovery.config.sections import AuditorSettings  # re-exported
+from autorecovery.config.sections import AuditorSettings
 from autorecovery.errors import is_retriable
-from autorecovery.roles.auditor_checks import CheckResult, ForeignBookie, PeriodicChecks  # noqa: F401 (re-exported)
+from autorecovery.roles.auditor_checks import CheckResult, PeriodicChecks
 from autorecovery.roles.auditor_history import HealRecorder
 from autorecovery.roles.auditor_holds import MaintenanceHolds
-from autorecovery.roles.auditor_metrics import SCOPE, AuditorMetrics  # noqa: F401 (SCOPE re-exported)
+from autorecovery.roles.auditor_metrics import AuditorMetrics
 from autorecovery.roles.checker import LedgerChecker
 from autorecovery.roles.cluster_gauges import ClusterGauges
 from autorecovery.zk.bookies import BookieWatcher

@@ -37,7 +37,8 @@ from autorecovery.plan.progress import estimate_copy_bytes, unrecoverable_reason
 from autorecovery.plan import entry_runs
 from autorecovery.plan.entry_runs import Gap
 from autorecovery.ledger.formats import deserialize as decode_metadata
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ServerTooOld, ZkClient
+from autorecovery.zk.bridge import NoNodeError, NodeExistsError, ZkClient
+from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.ledgers import LedgerStore, now_ms
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager

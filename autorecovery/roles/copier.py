@@ -72,18 +72,11 @@ from autorecovery.ledger.striping import write_set
 from autorecovery.plan import entry_runs
 from autorecovery.plan.adaptive_rate import AdaptiveRates
 from autorecovery.plan.entry_runs import Gap, merge_gaps, split_gaps
-from autorecovery.plan.pass_plan import DEFINITIVE  # noqa: F401 (re-exported: the one definition)
 from autorecovery.plan.targets import FragmentPlan
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
 from autorecovery.roles import holdings
-from autorecovery.roles.copy_result import (  # noqa: F401 (re-exported: the names callers use)
-    MAX_CORRUPT_LISTED,
-    CopyResult,
-    TargetWriteError,
-    _Aborted,
-)
-from autorecovery.roles.copy_stream import MAX_STREAM_IDS, StreamCopy, _entry_of  # noqa: F401 (re-exported)
-from autorecovery.roles.copy_window import Window as _Window  # noqa: F401 (re-exported)
+from autorecovery.roles.copy_result import CopyResult, TargetWriteError, _Aborted
+from autorecovery.roles.copy_stream import StreamCopy
 
 log = structlog.get_logger("autorecovery.copier")
 

@@ -33,7 +33,8 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 import structlog
 
 from autorecovery.errors import ZooKeeperError
-from autorecovery.zk.underreplication import UnderreplicatedLedger, UnderreplicationManager
+from autorecovery.zk.underreplication import UnderreplicationManager
+from autorecovery.zk.ur_formats import UnderreplicatedLedger
 
 log = structlog.get_logger("autorecovery.worker")
 

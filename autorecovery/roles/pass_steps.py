@@ -32,7 +32,8 @@ from autorecovery.audit.checker import BadFragment
 from autorecovery.errors import BookieError, DigestMismatchError, NotEnoughBookiesError
 from autorecovery.ledger.credentials import recovery_digest
 from autorecovery.ledger.digest import EntryDigest
-from autorecovery.ledger.metadata import LedgerMetadata, write_set
+from autorecovery.ledger.metadata import LedgerMetadata
+from autorecovery.ledger.striping import write_set
 from autorecovery.placement.policy import Adherence
 from autorecovery.placement.spread import SpreadReplacer
 from autorecovery.plan import entry_runs
@@ -41,7 +42,7 @@ from autorecovery.plan import pass_plan as pp
 from autorecovery.plan.entry_runs import Gap, Run
 from autorecovery.plan.targets import FragmentPlan, choose_replacements, plan_fragment_copy
 from autorecovery.roles import replicator as rp
-from autorecovery.roles.copier import CopyResult
+from autorecovery.roles.copy_result import CopyResult
 from autorecovery.roles.worker_metrics import WorkerMetrics
 
 log = structlog.get_logger("autorecovery.worker")

@@ -31,7 +31,8 @@ import structlog
 from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, RecoveryCredentials, recovery_digest, recovery_master_key
 from autorecovery.ledger.metadata import LedgerMetadata
 from autorecovery.plan.targets import FragmentPlan
-from autorecovery.roles.copier import CopyResult, FragmentCopier, TargetWriteError
+from autorecovery.roles.copier import FragmentCopier
+from autorecovery.roles.copy_result import CopyResult, TargetWriteError
 from autorecovery.zk.ledgers import LedgerStore
 
 log = structlog.get_logger("autorecovery.replicator")

@@ -69,7 +69,7 @@ import structlog
 
 from autorecovery import metrics as metrics_mod
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.config.keys import KEY_BY_NAME
+from autorecovery.config.keys_table import KEY_BY_NAME
 from autorecovery.errors import NoSuchLedgerError, is_retriable
 from autorecovery.plan import pass_end as pe
 from autorecovery.plan import pass_plan as pp
@@ -84,9 +84,8 @@ from autorecovery.roles.copier import FragmentCopier
 from autorecovery.roles.lock_steps import LockSteps
 from autorecovery.roles.pass_effects import PassEffects
 from autorecovery.roles.pass_steps import PassSteps
-from autorecovery.roles.worker_metrics import OUR_SCOPE, SCOPE, WorkerMetrics
-from autorecovery.roles.worker_metrics import WorkerMetrics as _Metrics  # noqa: F401 (the old name)
-from autorecovery.roles.worker_settings import CONFIG_KEYS, WorkerSettings  # re-exported
+from autorecovery.roles.worker_metrics import WorkerMetrics
+from autorecovery.config.sections import WorkerSettings
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
@@ -95,7 +94,7 @@ from autorecovery.zk.underreplication import UnderreplicationManager
 
 log = structlog.get_logger("autorecovery.worker")
 
-__all__ = ["ReplicationWorker", "WorkerSettings", "CONFIG_KEYS", "SCOPE", "OUR_SCOPE"]
+__all__ = ["ReplicationWorker"]
 
 
 class ReplicationWorker:

@@ -1,4 +1,4 @@
-"""ReplicationWorker settings (PURE): :class:`~autorecovery.config.sections.WorkerSettings`, re-exported.
+"""ReplicationWorker settings (PURE): the worker keys of :class:`~autorecovery.config.sections.WorkerSettings`.
 
 The dataclass lives in :mod:`autorecovery.config.sections` so that the loader builds ``Settings.worker``
 without importing the roles; every worker key (upstream's and our four) is in
@@ -7,11 +7,12 @@ without importing the roles; every worker key (upstream's and our four) is in
 
 from __future__ import annotations
 
-from autorecovery.config.keys import KEY_BY_NAME, OURS, Key
+from autorecovery.config.keys_model import OURS, Key
+from autorecovery.config.keys_table import KEY_BY_NAME
 from autorecovery.config.sections import WorkerSettings
 
 #: The worker keys that are ours (origin ``ours``), as they are in the key table.
 CONFIG_KEYS: tuple[Key, ...] = tuple(KEY_BY_NAME[name] for name in WorkerSettings.KEY_FIELDS
                                      if KEY_BY_NAME[name].origin == OURS)
 
-__all__ = ["CONFIG_KEYS", "WorkerSettings"]
+__all__ = ["CONFIG_KEYS"]

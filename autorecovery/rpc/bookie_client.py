@@ -39,20 +39,11 @@ import structlog
 from autorecovery.errors import BookieError
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
-from autorecovery.rpc.grpc_add_stream import AddStream, _add_request, _raise  # noqa: F401 (re-exported)
-from autorecovery.rpc.grpc_common import (  # noqa: F401 (re-exported: the names callers use)
-    DEFAULT_BATCH_BYTES,
-    DEFAULT_BATCH_ENTRIES,
-    FREE_DISK_SPACE,
-    GRPC_FRAMING_BYTES,
-    PULL_SOURCE_GRACE_S,
-    TOTAL_DISK_CAPACITY,
-    _rpc_error,
-    _status_error,
-)
+from autorecovery.rpc.grpc_common import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ENTRIES, GRPC_FRAMING_BYTES, _rpc_error
 from autorecovery.rpc.grpc_reads import GrpcReads
 from autorecovery.rpc.grpc_writes import GrpcWrites
-from autorecovery.rpc.tls import BookieTls, ChannelCredentialSource, tls_failure
+from autorecovery.rpc.tls import ChannelCredentialSource, tls_failure
+from autorecovery.config.tls import BookieTls
 from autorecovery.rpc.wire import bookie_stub
 
 log = structlog.get_logger(__name__)
@@ -108,7 +99,7 @@ class GrpcBookieClient(GrpcWrites, GrpcReads):
 
     def _stub(self, bookie_id: str) -> pb_grpc.BookieStub:
         if self._closed:
-            raise RuntimeError("BookieClient is closed")
+            raise RuntimeError("GrpcBookieClient is closed")
         ch = self._channels.get(bookie_id)
         if ch is None:
             if self._credentials is not None:

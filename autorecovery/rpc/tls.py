@@ -28,7 +28,7 @@ from autorecovery.errors import ConfigError
 from autorecovery.rpc.tls_reload import CERT, KEY, TRUST, PemFile, PemFiles
 
 # the settings and the PEM reader live in the config layer (config/tls.py): config.load builds them
-from autorecovery.config.tls import TLS_CONTEXT_FACTORY, BookieTls, ServerTls, read_pem  # noqa: F401
+from autorecovery.config.tls import BookieTls, ServerTls
 
 log = structlog.get_logger(__name__)
 

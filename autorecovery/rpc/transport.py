@@ -29,10 +29,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from autorecovery.errors import BookieError, BookieUnavailableError
-from autorecovery.rpc.bookie_client import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ENTRIES, AddStream, GrpcBookieClient
+from autorecovery.rpc.bookie_client import GrpcBookieClient
+from autorecovery.rpc.grpc_add_stream import AddStream
+from autorecovery.rpc.grpc_common import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ENTRIES
 from autorecovery.rpc.convert import ENDPOINT_PROTOCOL
 from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult
-from autorecovery.rpc.tls import BookieTls
+from autorecovery.config.tls import BookieTls
 from autorecovery.rpc.upstream_client import UpstreamBookieClient
 
 #: The two transports, by the name :func:`choose_transport` returns.

@@ -53,15 +53,7 @@ from autorecovery.rpc.availability import ranges_from_availability
 from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
 from autorecovery.rpc.upstream_v2 import ADDENTRY, MASTER_KEY_LENGTH, READENTRY, Sink, V2Connection
 from autorecovery.rpc.upstream_v2 import status_error as v2_status_error
-from autorecovery.rpc.upstream_connection import (  # noqa: F401 (re-exported: the names callers use)
-    FRAME,
-    FramedConnection,
-    _Connection,
-    _raise,
-    _status_error,
-    bookie_address,
-    status_name,
-)
+from autorecovery.rpc.upstream_connection import FramedConnection, _Connection, _raise, _status_error, bookie_address
 
 log = structlog.get_logger(__name__)
 

@@ -41,9 +41,7 @@ from autorecovery.testing.upstream_java import (
     JavaBookie,
     JavaProcess,
     ProcessHandle,
-    UpstreamNotInstalled,
     UpstreamProcessError,
-    expected_payload,
     java_cmd,
     tail,
     upstream_home,
@@ -52,8 +50,8 @@ from autorecovery.testing.upstream_java import (
 )
 from autorecovery.testing.zk_server import free_port
 
-__all__ = ["TOOL_CLASS", "JavaAutoRecovery", "JavaBookie", "JavaCluster", "JavaWriter", "UpstreamNotInstalled",
-           "UpstreamProcessError", "expected_payload", "java_cmd", "upstream_home"]
+__all__ = ["TOOL_CLASS", "JavaAutoRecovery", "JavaBookie", "JavaCluster", "JavaWriter",
+           "UpstreamProcessError", "java_cmd", "upstream_home"]
 
 _VOTE_ID = re.compile(r'bookieId:\s*"([^"]+)"')
 

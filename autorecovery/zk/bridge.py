@@ -49,12 +49,11 @@ from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from autorecovery import logs
 from autorecovery.aio import background
-from autorecovery.aio import wait_for  # noqa: F401  (re-exported: tests and tools import it from here)
-from autorecovery.config.load import ZkSecurity
+from autorecovery.config.settings import ZkSecurity
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk import gate, kazoo_ext, kazoo_poll, wake
 from autorecovery.zk.client_security import kazoo_security_kwargs
-from autorecovery.zk.kazoo_ext import ServerTooOld  # re-exported
+from autorecovery.zk.kazoo_ext import ServerTooOld
 
 _log = logs.get_logger("autorecovery.zk")
 
@@ -87,7 +86,7 @@ class ZkClient:
         session_timeout_ms: requested session timeout in ms (upstream ``zkTimeout``, default 10000).
         max_concurrent_ops: bound on outstanding operations (semaphore); :attr:`outstanding` and
             :attr:`peak_outstanding` count them (requests handed to kazoo and not yet answered).
-        security: identity and ACL (:class:`~autorecovery.config.load.ZkSecurity`; default: no
+        security: identity and ACL (:class:`~autorecovery.config.settings.ZkSecurity`; default: no
             authentication, OPEN_ACL_UNSAFE). With ``security.digest`` the session authenticates with
             the ``digest`` scheme on every (re)connect; with ``security.enabled`` every znode this client
             creates — ``ensure_path`` parents, ``makepath`` intermediates and transaction creates

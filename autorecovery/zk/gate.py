@@ -16,7 +16,7 @@ from collections.abc import Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError, BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError
 
-from autorecovery.config.load import ZkSecurity
+from autorecovery.config.settings import ZkSecurity
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk import probe as zk_probe
 from autorecovery.zk.client_security import zk_ssl_context

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autorecovery.audit import episodes as E
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ServerTooOld, ZkClient
+from autorecovery.zk.bridge import NoNodeError, NodeExistsError, ZkClient
+from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.paths import Paths
 
 PREFIX = "e-"

@@ -33,7 +33,7 @@ their watch and, once the connection is back, re-reads exactly those (re-arming 
 directory re-listed shows ledgers created or deleted meanwhile, a ledger re-read shows a close or an
 ensemble change. A read that fails is logged (rate-limited) and retried with back-off instead of
 dying silently. :meth:`LedgerTreeWatcher.check_consistency` compares the count and an
-:class:`~autorecovery.audit.index.IdDigest` of the ledger ids in the tree with the index's on a short
+:class:`~autorecovery.audit.record_index.IdDigest` of the ledger ids in the tree with the index's on a short
 schedule and heals what differs, so drift is never silent (``autorecovery_auditor_index_drift_ledgers``).
 """
 
@@ -45,13 +45,14 @@ import structlog
 
 from autorecovery.errors import ZooKeeperError
 from autorecovery.retry import Backoff
-from autorecovery.zk.bridge import ConnectionLoss, ServerTooOld
-from autorecovery.zk.ledger_tree_base import MAX_BATCH, REARM_BACKOFF_S, WARN_EVERY_S, chunked
-from autorecovery.zk.ledger_tree_check import ConsistencyReport, TreeChecks
+from autorecovery.zk.bridge import ConnectionLoss
+from autorecovery.zk.kazoo_ext import ServerTooOld
+from autorecovery.zk.ledger_tree_base import REARM_BACKOFF_S, chunked
+from autorecovery.zk.ledger_tree_check import TreeChecks
 
 log = structlog.get_logger("autorecovery.auditor")
 
-__all__ = ["LedgerTreeWatcher", "ConsistencyReport", "MAX_BATCH", "REARM_BACKOFF_S", "WARN_EVERY_S"]
+__all__ = ["LedgerTreeWatcher", "REARM_BACKOFF_S"]
 
 
 class LedgerTreeWatcher(TreeChecks):

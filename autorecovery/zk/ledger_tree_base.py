@@ -1,6 +1,6 @@
 """State and plumbing shared by the two ways of following the ledger tree (EDGE): :class:`TreeBase`
 (tasks, session events, lost watches, read-failure warnings, listing the tree into an
-:class:`~autorecovery.audit.index.IdDigest`, applying a ledger znode to the index) and the helpers
+:class:`~autorecovery.audit.record_index.IdDigest`, applying a ledger znode to the index) and the helpers
 :func:`chunked` and :func:`leaf_path`. The watcher is :mod:`autorecovery.zk.ledger_tree`.
 """
 
@@ -9,7 +9,8 @@ import time
 
 import structlog
 
-from autorecovery.audit.index import BookieLedgerIndex, IdDigest
+from autorecovery.audit.index import BookieLedgerIndex
+from autorecovery.audit.record_index import IdDigest
 from autorecovery.errors import MalformedMetadataError
 from autorecovery.ledger.ids import is_ledger_leaf_name, is_ledger_level_name, ledger_id_from_path
 from autorecovery.zk.bridge import NoNodeError, SessionEvent, ZkClient

@@ -1,5 +1,5 @@
 """Checking the ledger index against ZooKeeper (EDGE): the cheap consistency check (a listing compared
-by count and :class:`~autorecovery.audit.index.IdDigest`, drift healed and reported), the full scan
+by count and :class:`~autorecovery.audit.record_index.IdDigest`, drift healed and reported), the full scan
 (upstream's rescan) and the reconcile that fixes the index from it, in either following mode. Part of
 :class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher`.
 """
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from autorecovery.audit.index import IdDigest, ReconcileReport
+from autorecovery.audit.record_index import IdDigest, ReconcileReport
 from autorecovery.errors import MalformedMetadataError
 from autorecovery.zk.bridge import NoNodeError
 from autorecovery.zk.ledger_tree_base import chunked

@@ -9,7 +9,8 @@ import asyncio
 import structlog
 
 from autorecovery.errors import ZooKeeperError
-from autorecovery.zk.bridge import ConnectionLoss, EventType, NoNodeError, ServerTooOld
+from autorecovery.zk.bridge import ConnectionLoss, EventType, NoNodeError
+from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.ledger_tree_base import TreeBase, chunked, leaf_path
 
 log = structlog.get_logger("autorecovery.auditor")

@@ -47,22 +47,13 @@ from google.protobuf import text_format
 
 from autorecovery.errors import CompatibilityError, ZooKeeperError
 from autorecovery.ledger import textformat
-from autorecovery.ledger.ids import ledger_id_from_ur_leaf, ur_leaf_name
+from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 from autorecovery.zk import ur_formats
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ServerTooOld, SessionEvent, ZkClient
+from autorecovery.zk.bridge import NoNodeError, NodeExistsError, SessionEvent, ZkClient
+from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.paths import UR_LAYOUT_TEXT, Paths
-from autorecovery.zk.ur_formats import (
-    CTIME_KINDS,
-    MULTI_BATCH_OPS,
-    MULTI_IN_FLIGHT,
-    UNASSIGNED_CTIME,
-    UnderreplicatedLedger,
-    decode_ctime,
-    decode_marker,
-    encode_ctime,
-    encode_marker,
-)
+from autorecovery.zk.ur_formats import MULTI_BATCH_OPS, MULTI_IN_FLIGHT, UNASSIGNED_CTIME, UnderreplicatedLedger, decode_marker
 from autorecovery.zk.ur_index import MarkedIndex, shared_index
 from autorecovery.zk.ur_locks import LockingMixin
 from autorecovery.zk.ur_marking import MarkingMixin
@@ -478,11 +469,6 @@ __all__ = [
     "MULTI_BATCH_OPS",
     "MULTI_IN_FLIGHT",
     "UnderreplicatedLedger",
-    "encode_marker",
     "decode_marker",
-    "encode_ctime",
-    "decode_ctime",
     "UNASSIGNED_CTIME",
-    "CTIME_KINDS",
-    "ur_leaf_name",
 ]

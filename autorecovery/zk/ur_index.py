@@ -44,7 +44,8 @@ import structlog
 
 from autorecovery.errors import ZooKeeperError
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf
-from autorecovery.zk.bridge import ServerTooOld, ZkClient
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.ur_formats import REBUILD_JITTER_S
 

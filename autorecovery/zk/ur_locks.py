@@ -20,8 +20,8 @@ import structlog
 
 from autorecovery.errors import ZooKeeperError
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
-from autorecovery.zk.bridge import (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, Op, ServerTooOld,
-                                    ZkClient)
+from autorecovery.zk.bridge import BadVersionError, NoNodeError, NodeExistsError, NotEmptyError, Op, ZkClient
+from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.ur_formats import NO_MARKER, first_failure, text_bytes
 from autorecovery.zk.ur_index import MarkedIndex
