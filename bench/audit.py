@@ -57,7 +57,8 @@ from autorecovery.rpc.convert import encode_service_info
 from autorecovery import metrics
 from autorecovery.ledger import formats
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
-from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.roles.auditor import Auditor
+from autorecovery.config.sections import AuditorSettings
 from autorecovery.testing.zk_server import ZooKeeperServer
 from autorecovery.zk.bridge import NoNodeError, Op, ZkClient
 from autorecovery.zk.ledgers import init_cluster

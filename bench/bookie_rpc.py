@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import limits
 from autorecovery.bookie.disk import DiskProbe
-from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
+from autorecovery.bookie.service import BookieService, add_service
+from autorecovery.bookie.grpc_server import build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.ledger.digest import pack_entry
 from autorecovery.rpc.transport import BookieClient

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil
 
 from autorecovery.bookie.admission import AdmissionLimits, memory_bound
-from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM
+from autorecovery.bookie.limits import DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM
 from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
 from autorecovery.testing.flood import RssSampler, flood
 from autorecovery.testing.zk_server import ZooKeeperServer

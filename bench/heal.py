@@ -73,7 +73,7 @@ from profiles import start_profiles, stop_profiles
 from autorecovery.cli.demo_checks import daemons_ready, writable_bookies
 from autorecovery.cli.demo_recovery import kill_host, start_daemons
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.ledger.metadata import bookie_index_stores
+from autorecovery.ledger.striping import index_stores as bookie_index_stores
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.workload import write_ledgers
 from autorecovery.zk.underreplication import UnderreplicationManager

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
 
-from autorecovery.bookie.service import FEATURES, MAX_READ_BATCH_BYTES, PULL_REPORT_BYTES
+from autorecovery.bookie.service import FEATURES
+from autorecovery.bookie.limits import MAX_READ_BATCH_BYTES, PULL_REPORT_BYTES
 from autorecovery.ledger.digest import pack_entry
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pbg

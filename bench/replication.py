@@ -244,9 +244,11 @@ async def run_worker(cluster, ledger_ids: list[int], pull: bool = True, cold: bo
     ``cpu`` (CPU seconds, user + system, of the worker's process, the source bookie ``bookie1`` and the
     target ``bookie2`` over the window) and ``calls`` (their read-like and write-like system calls). ``profile``: py-spy profiles of both bookies in that directory."""
     from autorecovery.placement import PlacementConfig, RackawarePolicy
-    from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
+    from autorecovery.roles.worker import ReplicationWorker
+    from autorecovery.config.sections import WorkerSettings
     from autorecovery.zk.bookies import BookieWatcher
-    from autorecovery.zk.bridge import ZkClient, wait_for
+    from autorecovery.zk.bridge import ZkClient
+    from autorecovery.aio import wait_for
     from autorecovery.zk.paths import Paths
     from autorecovery.zk.underreplication import UnderreplicationManager
 

@@ -45,14 +45,15 @@ import psutil
 
 def _child(snapshot: Path, out: Path, master: str, conf: dict[str, str], res: Path) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from autorecovery.reports import build, jobs
+    from autorecovery.reports import build
+    from autorecovery.reports.spark_io import shuffle_partitions, spark_session
 
     t = time.perf_counter()
     manifest = json.loads((snapshot / "manifest.json").read_text())
-    spark = jobs.spark_session(master, conf={"spark.ui.enabled": "true", "spark.ui.port": "0", **conf},
-                               log_path=out / "spark.log")
+    spark = spark_session(master, conf={"spark.ui.enabled": "true", "spark.ui.port": "0", **conf},
+                          log_path=out / "spark.log")
     if "spark.sql.shuffle.partitions" not in conf:
-        spark.conf.set("spark.sql.shuffle.partitions", str(build.shuffle_partitions(manifest)))
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(manifest)))
     try:
         summary = build.run(snapshot, out, "all", spark=spark, what_if={"minNumRacksPerWriteQuorum": "3"},
                             progress=lambda s: print(f"    spark +{time.perf_counter() - t:6.1f} s: {s}", flush=True))

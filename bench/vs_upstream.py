@@ -101,9 +101,9 @@ from autorecovery.cli.demo_checks import daemons_ready  # noqa: E402
 from autorecovery.ledger import formats  # noqa: E402
 from autorecovery.ledger.ids import ur_marker_path  # noqa: E402
 from autorecovery.ledger.striping import index_stores  # noqa: E402
-from autorecovery.testing.upstream_cluster import TOOL_CLASS, JavaAutoRecovery, JavaCluster  # noqa: E402
+from autorecovery.testing.upstream_cluster import JavaAutoRecovery, JavaCluster  # noqa: E402
 from autorecovery.testing.daemon_proc import DaemonProcess  # noqa: E402
-from autorecovery.testing.upstream_java import JavaProcess, java_cmd, tail, wait_until, write_properties  # noqa: E402
+from autorecovery.testing.upstream_java import TOOL_CLASS, JavaProcess, java_cmd, tail, wait_until, write_properties  # noqa: E402
 from autorecovery.testing.zk_server import ZooKeeperServer  # noqa: E402
 from autorecovery.zk.paths import Paths  # noqa: E402
 

@@ -26,11 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from autorecovery import metrics
 from autorecovery.placement import PlacementConfig, RackawarePolicy
 from autorecovery.placement.resolvers import StaticResolver
-from autorecovery.roles.auditor import Auditor, AuditorSettings
-from autorecovery.roles.worker import WorkerSettings
+from autorecovery.roles.auditor import Auditor
+from autorecovery.config.sections import AuditorSettings, WorkerSettings
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.maintenance import MaintenanceStore
 from test_worker_support import FAST, open_env, read_all_from
 

@@ -13,11 +13,12 @@ import asyncio
 import pytest
 
 from autorecovery.bookie.disk import DiskProbe
-from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
+from autorecovery.bookie.service import BookieService, add_service
+from autorecovery.bookie.grpc_server import build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.errors import BookieUnavailableError
 from autorecovery.ledger.digest import pack_entry
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,11 @@ import pytest
 from autorecovery import metrics
 from autorecovery.errors import NoSuchLedgerError, ZooKeeperError
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
-from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.roles.auditor import Auditor
+from autorecovery.config.sections import AuditorSettings
 from autorecovery.rpc.convert import encode_service_info
-from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient, wait_for
+from autorecovery.zk.bridge import NoNodeError, NodeExistsError, ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.election import AuditorElector, elector_loop
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths

@@ -9,7 +9,7 @@ import pytest
 
 from autorecovery import metrics
 from autorecovery.roles import auditor_holds
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.maintenance import MaintenanceStore
 from autorecovery.zk.underreplication import UnderreplicationManager

@@ -13,11 +13,13 @@ from autorecovery import metrics
 from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME
 from autorecovery.testing.bookie_tamper import flip_entry_bytes
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.roles.auditor import Auditor
+from autorecovery.config.sections import AuditorSettings
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.stock_bookie import StockBookie
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 

@@ -19,10 +19,12 @@ from autorecovery.admin import ops
 from autorecovery.admin.recover import recover_bookies
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.config.load import load_settings
-from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.roles.auditor import Auditor
+from autorecovery.config.sections import AuditorSettings
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager

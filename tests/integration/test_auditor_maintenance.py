@@ -10,8 +10,10 @@ import pytest
 from autorecovery import metrics
 from autorecovery.placement import PlacementConfig, RackawarePolicy
 from autorecovery.placement.resolvers import StaticResolver
-from autorecovery.roles.auditor import Auditor, AuditorSettings
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.roles.auditor import Auditor
+from autorecovery.config.sections import AuditorSettings
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.maintenance import MaintenanceStore
 from autorecovery.zk.paths import Paths

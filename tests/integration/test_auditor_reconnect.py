@@ -17,9 +17,11 @@ import pytest
 
 from autorecovery import metrics
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
-from autorecovery.roles.auditor import Auditor, AuditorSettings
+from autorecovery.roles.auditor import Auditor
+from autorecovery.config.sections import AuditorSettings
 from autorecovery.testing.tcp_proxy import TcpProxy
-from autorecovery.zk.bridge import NodeExistsError, SessionEvent, ZkClient, wait_for
+from autorecovery.zk.bridge import NodeExistsError, SessionEvent, ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager

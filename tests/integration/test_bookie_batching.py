@@ -17,7 +17,8 @@ import grpc
 import pytest
 
 from autorecovery.bookie.disk import DiskProbe
-from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
+from autorecovery.bookie.service import BookieService, add_service
+from autorecovery.bookie.grpc_server import build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.client.batcher import AddBatcher
 from autorecovery.errors import BookieError, LedgerFencedError
@@ -25,7 +26,7 @@ from autorecovery.ledger.digest import pack_entry
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.proto import bookie_pb2_grpc as pb_grpc
 from autorecovery.rpc.bookie_client import GrpcBookieClient
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 
 pytestmark = pytest.mark.integration
 

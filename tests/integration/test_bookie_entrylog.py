@@ -4,13 +4,16 @@ rule and the migration of a schema-1 store (bodies inside SQLite) — issue 13's
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR, EntryLogError, EntryLogs, log_name
-from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME, BookieStatusError, BookieStorage
+from autorecovery.bookie.group_commit import _insert_index_rows
+from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME, BookieStorage
+from autorecovery.bookie.status import BookieStatusError
 from autorecovery.ledger.digest import pack_entry
 
 
@@ -148,7 +151,7 @@ async def test_an_interrupted_migration_resumes_without_loss_or_doubles(tmp_path
     make_v1_store(tmp_path, bodies)
     monkeypatch.setattr(storage, "_MIGRATE_CHUNK", 10)
     calls = {"n": 0}
-    real_sync = storage.EntryLogs.sync
+    real_sync = EntryLogs.sync
 
     def crash_on_second_chunk(self) -> None:
         calls["n"] += 1
@@ -156,10 +159,10 @@ async def test_an_interrupted_migration_resumes_without_loss_or_doubles(tmp_path
             raise EntryLogError("injected crash during migration")
         real_sync(self)
 
-    monkeypatch.setattr(storage.EntryLogs, "sync", crash_on_second_chunk)
+    monkeypatch.setattr(EntryLogs, "sync", crash_on_second_chunk)
     with pytest.raises(BookieStatusError, match="injected crash"):
         await opened(tmp_path)
-    monkeypatch.setattr(storage.EntryLogs, "sync", real_sync)
+    monkeypatch.setattr(EntryLogs, "sync", real_sync)
     db = sqlite3.connect(tmp_path / CURRENT_DIR / DB_FILENAME)
     assert db.execute("SELECT COUNT(*) FROM entries_v1").fetchone() == (20,)  # first chunk moved
     assert db.execute("SELECT COUNT(*) FROM entries").fetchone() == (10,)
@@ -185,7 +188,7 @@ def test_append_many_writes_a_run_in_few_calls_at_contiguous_offsets(tmp_path: P
 
     calls: list[int] = []
     real = os.writev
-    monkeypatch.setattr(entrylog.os, "writev", lambda fd, bufs: calls.append(len(bufs)) or real(fd, bufs))
+    monkeypatch.setattr(os, "writev", lambda fd, bufs: calls.append(len(bufs)) or real(fd, bufs))
     monkeypatch.setattr(entrylog, "WRITEV_MAX_BUFFERS", 16)
     logs = open_logs(tmp_path)
     try:
@@ -202,7 +205,6 @@ def test_append_many_writes_a_run_in_few_calls_at_contiguous_offsets(tmp_path: P
 def test_append_many_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None:
     import os
 
-    from autorecovery.bookie import entrylog
 
     real = os.writev
     short = [True]
@@ -214,7 +216,7 @@ def test_append_many_finishes_a_short_write(tmp_path: Path, monkeypatch) -> None
             return os.write(fd, data[: len(data) // 2 + 3])
         return real(fd, bufs)
 
-    monkeypatch.setattr(entrylog.os, "writev", half_first)
+    monkeypatch.setattr(os, "writev", half_first)
     logs = open_logs(tmp_path)
     try:
         bodies = [body(8, e, bytes([e]) * 500) for e in range(6)]
@@ -228,7 +230,6 @@ def test_a_failed_append_does_not_shift_later_offsets(tmp_path: Path, monkeypatc
     import errno
     import os
 
-    from autorecovery.bookie import entrylog
 
     real = os.writev
     fail = [True]
@@ -240,7 +241,7 @@ def test_a_failed_append_does_not_shift_later_offsets(tmp_path: Path, monkeypatc
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd, bufs)
 
-    monkeypatch.setattr(entrylog.os, "writev", partial_then_enospc)
+    monkeypatch.setattr(os, "writev", partial_then_enospc)
     logs = open_logs(tmp_path)
     try:
         first = logs.append(body(9, 0))
@@ -257,11 +258,10 @@ def test_a_failed_append_does_not_shift_later_offsets(tmp_path: Path, monkeypatc
 async def test_a_stored_run_goes_out_in_one_writev(tmp_path: Path, monkeypatch) -> None:
     import os
 
-    from autorecovery.bookie import entrylog
 
     calls: list[int] = []
     real = os.writev
-    monkeypatch.setattr(entrylog.os, "writev", lambda fd, bufs: calls.append(len(bufs)) or real(fd, bufs))
+    monkeypatch.setattr(os, "writev", lambda fd, bufs: calls.append(len(bufs)) or real(fd, bufs))
     s = await opened(tmp_path)
     try:
         run = [(e, body(5, e)) for e in range(100)]
@@ -280,7 +280,7 @@ def test_index_rows_are_inserted_many_per_statement_and_the_last_copy_wins() -> 
     steps: list[str] = []
     conn.set_trace_callback(steps.append)
     rows = [(1, e, 0, e * 10, 10) for e in range(300)] + [(1, 7, 3, 999, 12)]  # entry 7 re-added
-    storage._insert_index_rows(conn, rows)
+    _insert_index_rows(conn, rows)
     # 301 rows = 2 x 128 + 1 x 32 + 1 x 8 + 5 x 1: nine statements, not one step per row
     assert len(steps) == 9
     assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 300
@@ -300,8 +300,8 @@ def test_read_many_reads_each_back_to_back_run_with_one_pread(tmp_path: Path, mo
         locs.insert(5, locs[8])  # out of order: the run is cut before and after it
         want = [bytes(logs.read(*loc)) for loc in locs]
         calls = []
-        real = entrylog.os.pread
-        monkeypatch.setattr(entrylog.os, "pread", lambda fd, n, off: calls.append((n, off)) or real(fd, n, off))
+        real = os.pread
+        monkeypatch.setattr(os, "pread", lambda fd, n, off: calls.append((n, off)) or real(fd, n, off))
         got = logs.read_many(locs)
         assert [bytes(g) for g in got] == want and all(isinstance(g, memoryview) for g in got)
         assert [n for n, _off in calls] == [sum(len(b) for b in bodies[a:b + 1]) for a, b in ((0, 4), (8, 8), (5, 9), (0, 1))]

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from autorecovery.bookie.admission import AdmissionLimits, memory_bound
-from autorecovery.bookie.service import DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM
+from autorecovery.bookie.limits import DEFAULT_MAX_ENTRY_SIZE, GRPC_HEADROOM
 from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
 from autorecovery.testing.flood import RssSampler, flood
 

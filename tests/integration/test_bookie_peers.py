@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from autorecovery.bookie.peers import RegisteredPeers
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.paths import Paths
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from autorecovery.ledger.digest import pack_entry
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.bookie_proc import BookieProcess, format_test_cluster
 from autorecovery.testing.zk_server import free_port
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,8 @@ import grpc
 import pytest
 
 from autorecovery.bookie.disk import DiskProbe
-from autorecovery.bookie.service import BookieService, add_service, build_grpc_server
+from autorecovery.bookie.service import BookieService, add_service
+from autorecovery.bookie.grpc_server import build_grpc_server
 from autorecovery.bookie.storage import BookieStorage
 from autorecovery.errors import BookieError, ZooKeeperError
 from autorecovery.proto import bookie_pb2 as pb

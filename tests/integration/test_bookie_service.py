@@ -20,7 +20,8 @@ from autorecovery.rpc.transport import BookieClient
 from autorecovery.rpc.convert import decode_service_info
 from autorecovery.testing.bookie_proc import format_test_cluster
 from autorecovery.testing.zk_server import free_port
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 
 pytestmark = pytest.mark.integration
 

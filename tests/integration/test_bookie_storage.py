@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autorecovery.bookie.storage import SKIPPED, BookieStatusError, BookieStorage
+from autorecovery.bookie.storage import BookieStorage
+from autorecovery.bookie.status import SKIPPED, BookieStatusError
 from autorecovery.ledger.digest import pack_entry
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 
 
 def body(lid: int, eid: int, lac: int = -1, payload: bytes = b"p") -> bytes:

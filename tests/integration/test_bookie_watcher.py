@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autorecovery.zk.bookies import BookieWatcher
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import init_cluster
 from autorecovery.zk.paths import Paths
 

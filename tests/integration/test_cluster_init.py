@@ -21,7 +21,8 @@ from autorecovery.testing.znodes import znode_tree as tree
 from autorecovery.config.load import load_settings
 from autorecovery.daemon import Daemon
 from autorecovery.testing.zk_server import free_port
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from autorecovery.zk.bridge import NoNodeError, wait_for
+from autorecovery.zk.bridge import NoNodeError
+from autorecovery.aio import wait_for
 
-from autorecovery.ledger.metadata import entries_on_index
+from autorecovery.ledger.striping import entries_on_index
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.election import sorted_votes
@@ -335,7 +336,8 @@ async def test_zookeeper_dropping_during_start_up_starts_again(cluster):
     from structlog.testing import capture_logs
 
     from autorecovery.config.load import load_settings
-    from autorecovery.daemon import Daemon, default_worker_factory
+    from autorecovery.daemon import Daemon
+    from autorecovery.daemon_roles import default_worker_factory
     from autorecovery.errors import ConfigError, ZooKeeperError
 
     settings = load_settings(None, env={}, overrides={

@@ -10,7 +10,8 @@ import pytest
 
 from autorecovery.config.load import load_settings
 from autorecovery.daemon import Daemon
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import init_cluster
 from autorecovery.zk.paths import Paths
 

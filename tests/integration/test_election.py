@@ -9,7 +9,8 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from autorecovery.zk.bridge import NoNodeError, ZkClient, wait_for
+from autorecovery.zk.bridge import NoNodeError, ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.election import (AuditorElector, current_auditor, decode_vote, elector_loop, encode_vote,
                                        sorted_votes)
 from autorecovery.zk.paths import Paths

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from autorecovery.admin.http import HttpDeps, build_app
+from autorecovery.admin.http_routes import HttpDeps, build_app
 from http_support import call, daemon, formatted_cluster
 
 pytestmark = pytest.mark.integration

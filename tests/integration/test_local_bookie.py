@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from autorecovery.roles.local_bookie import LocalBookieWatch, listening_inodes, parse_stat
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.paths import Paths
 
 pytestmark = pytest.mark.integration

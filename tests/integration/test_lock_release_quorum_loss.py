@@ -19,7 +19,8 @@ import pytest
 
 from autorecovery.roles.lock_steps import LockSteps
 from autorecovery.testing.zk_server import ZooKeeperServer
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 

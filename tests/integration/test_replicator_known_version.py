@@ -8,7 +8,7 @@ import pytest
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.plan.targets import FragmentPlan
 from autorecovery.roles import replicator as rp
-from autorecovery.roles.copier import CopyResult
+from autorecovery.roles.copy_result import CopyResult
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from autorecovery.reports.build import run
-from autorecovery.reports.jobs import spark_session
+from autorecovery.reports.spark_io import spark_session
 from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
 
 pytestmark = pytest.mark.integration

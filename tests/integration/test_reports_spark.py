@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from autorecovery.reports.build import run
-from autorecovery.reports.jobs import spark_session
+from autorecovery.reports.spark_io import spark_session
 from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
 
 pytestmark = pytest.mark.integration

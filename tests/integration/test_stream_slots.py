@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.stream_slots import ClusterStreamSlots
 

@@ -24,8 +24,8 @@ from autorecovery.daemon import Daemon
 from autorecovery.errors import BookieUnavailableError, ConfigError
 from autorecovery.ledger.digest import pack_entry
 from autorecovery.rpc.transport import BookieClient
-from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY, BookieTls, ServerTls
-from autorecovery.zk.bridge import wait_for
+from autorecovery.config.tls import TLS_CONTEXT_FACTORY, BookieTls, ServerTls
+from autorecovery.aio import wait_for
 from tls_certs import client_tls, init_test_cluster, make_ca, mtls_daemon, read_back, wait_healed, write_ledger
 
 pytestmark = pytest.mark.integration

@@ -26,12 +26,12 @@ from structlog.testing import capture_logs
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.errors import BookieUnavailableError
 from autorecovery.ledger.digest import pack_entry
-from autorecovery.rpc.tls import BookieTls, ServerTls
+from autorecovery.config.tls import BookieTls, ServerTls
 from autorecovery.rpc.tls_reload import CERT, KEY, TRUST, PemFile, PemFiles
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.testing.bookie_proc import BookieProcess
 from autorecovery.testing.zk_server import free_port
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 from tls_certs import (bookie_tls_flags, client_tls, init_test_cluster, make_ca, mtls_daemon, read_back,
                        wait_healed, write_ledger)
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.topology_source import RackInfoWatcher, build_placement
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,11 @@ from google.protobuf import text_format
 
 from autorecovery.errors import CompatibilityError, UnavailableError
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.paths import Paths
-from autorecovery.zk.underreplication import UnderreplicationManager, decode_ctime, encode_ctime
+from autorecovery.zk.underreplication import UnderreplicationManager
+from autorecovery.zk.ur_formats import decode_ctime, encode_ctime
 
 pytestmark = pytest.mark.integration
 

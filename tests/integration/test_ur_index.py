@@ -9,7 +9,8 @@ import time
 import pytest
 
 from autorecovery.roles.backlog import Backlog
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager

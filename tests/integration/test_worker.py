@@ -13,8 +13,8 @@ import pytest
 
 from autorecovery.ledger.metadata import LedgerState
 from autorecovery.plan import entry_runs
-from autorecovery.roles.worker import WorkerSettings
-from autorecovery.zk.bridge import wait_for
+from autorecovery.config.sections import WorkerSettings
+from autorecovery.aio import wait_for
 
 from test_worker_support import FAST, entries_on, open_env, read_all_from, wait_marker_gone
 

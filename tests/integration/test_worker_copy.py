@@ -9,9 +9,9 @@ import asyncio
 import pytest
 
 from autorecovery.ledger.digest import ledger_digest, master_key
-from autorecovery.roles.worker import WorkerSettings
+from autorecovery.config.sections import WorkerSettings
 from autorecovery.testing.bookie_tamper import flip_entry_bytes
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 
 from test_worker_support import FAST, entries_on, index_of, open_env, read_all_from, wait_marker_gone
 

@@ -117,7 +117,7 @@ async def test_ledger_claiming_more_than_was_written_is_surfaced_not_copied(clus
     from dataclasses import replace
 
     from autorecovery.plan import entry_runs
-    from autorecovery.zk.bridge import wait_for
+    from autorecovery.aio import wait_for
 
     from test_worker_support import open_env, wait_marker_gone
 

@@ -16,8 +16,8 @@ import asyncio
 import pytest
 
 from autorecovery.roles import pass_steps
-from autorecovery.roles.worker import WorkerSettings
-from autorecovery.zk.bridge import wait_for
+from autorecovery.config.sections import WorkerSettings
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore
 
 from test_worker_support import FAST, entries_on, open_env, read_all_from, wait_marker_gone

@@ -19,7 +19,7 @@ import pytest
 from autorecovery.bookie.storage import CURRENT_DIR, DB_FILENAME
 from autorecovery.ledger.striping import index_stores
 from autorecovery.roles.checker import LedgerChecker
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore
 
 from test_worker_support import entries_on, index_of, open_env, read_all_from, wait_marker_gone

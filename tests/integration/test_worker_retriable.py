@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from autorecovery.roles.worker import WorkerSettings
-from autorecovery.zk.bridge import wait_for
+from autorecovery.config.sections import WorkerSettings
+from autorecovery.aio import wait_for
 
 from test_worker_support import FAST, open_env, wait_marker_gone
 

@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 
 from autorecovery import metrics
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.ledger.metadata import write_set
+from autorecovery.ledger.striping import write_set
 from autorecovery.placement import DefaultPolicy, PlacementConfig, RackawarePolicy
 from autorecovery.placement.resolvers import StaticResolver
-from autorecovery.roles.worker import ReplicationWorker, WorkerSettings
+from autorecovery.roles.worker import ReplicationWorker
+from autorecovery.config.sections import WorkerSettings
 from autorecovery.rpc.transport import BookieClient
 from autorecovery.workload import payload
 from autorecovery.zk.bookies import BookieWatcher
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 

@@ -19,7 +19,8 @@ import pytest
 from autorecovery import aio
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.zk import wake
-from autorecovery.zk.bridge import ZkClient, ZooKeeperError
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.errors import ZooKeeperError
 
 pytestmark = pytest.mark.integration
 

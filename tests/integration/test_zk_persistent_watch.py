@@ -12,7 +12,9 @@ from autorecovery.errors import ZooKeeperError
 from autorecovery.ledger import formats
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 from autorecovery.zk import kazoo_ext
-from autorecovery.zk.bridge import NoNodeError, ServerTooOld, ZkClient, wait_for
+from autorecovery.zk.bridge import NoNodeError, ZkClient
+from autorecovery.aio import wait_for
+from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.ledger_tree import LedgerTreeWatcher
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths

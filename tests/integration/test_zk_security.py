@@ -23,10 +23,12 @@ from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.cli.main import main
-from autorecovery.config.load import load_settings, zk_security
+from autorecovery.config.load import load_settings
+from autorecovery.config.zk_auth import zk_security
 from autorecovery.daemon import Daemon
 from autorecovery.testing.zk_server import free_port
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.maintenance import MaintenanceStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager

@@ -25,12 +25,16 @@ from kazoo.security import ACL, Id, Permissions
 
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.cli.main import main
-from autorecovery.config.load import ZkSecurity, ZkTls, load_settings, zk_security
+from autorecovery.config.load import load_settings
+from autorecovery.config.settings import ZkSecurity, ZkTls
+from autorecovery.config.zk_auth import zk_security
 from autorecovery.daemon import Daemon
 from autorecovery.errors import ConfigError, ZooKeeperError
 from autorecovery.testing.bookie_proc import BookieProcess
 from autorecovery.testing.zk_server import ServerTls, ZooKeeperServer
-from autorecovery.zk.bridge import ZkClient, kazoo_security_kwargs, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
+from autorecovery.zk.client_security import kazoo_security_kwargs
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
 

@@ -27,9 +27,10 @@ from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.config.load import load_settings
 from autorecovery.daemon import Daemon
 from autorecovery.ledger.metadata import LedgerMetadata
-from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY, BookieTls
+from autorecovery.config.tls import TLS_CONTEXT_FACTORY, BookieTls
 from autorecovery.testing.bookie_proc import format_test_cluster
-from autorecovery.zk.bridge import ZkClient, wait_for
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.aio import wait_for
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths
 

@@ -256,7 +256,8 @@ async def test_our_auditor_checks_on_stock_bookies_never_false_mark(java_cluster
     on Java bookies: healthy Java-written ledgers are never marked. On DbLedgerStorage bookies, which never
     answer entry lists, the replicas check says it could not ask instead of counting copies as missing."""
     from autorecovery import metrics
-    from autorecovery.roles.auditor import Auditor, AuditorSettings
+    from autorecovery.roles.auditor import Auditor
+    from autorecovery.config.sections import AuditorSettings
     from autorecovery.rpc.transport import BookieClient
     from autorecovery.zk.bookies import registered_protocols
     from autorecovery.zk.bridge import ZkClient

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from autorecovery.testing.upstream_cluster import TOOL_CLASS, expected_payload, java_cmd
+from autorecovery.testing.upstream_java import TOOL_CLASS, expected_payload, java_cmd
 
 pytestmark = pytest.mark.integration
 

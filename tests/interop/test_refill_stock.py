@@ -21,7 +21,7 @@ from interop_support import PW, healed, metadata, no_errors, our_daemons, wait_u
 
 from autorecovery.ledger.digest import ledger_digest
 from autorecovery.ledger.striping import index_stores
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,8 @@ from autorecovery.ledger.digest import CRC32C
 from autorecovery.metrics import OpStats
 from autorecovery.plan.targets import FragmentPlan, StreamSpec
 from autorecovery.plan.throttle import StreamCaps, TokenBucket
-from autorecovery.roles.copier import FragmentCopier, TargetWriteError
+from autorecovery.roles.copier import FragmentCopier
+from autorecovery.roles.copy_result import TargetWriteError
 from autorecovery.rpc.results import ReadResult
 
 LEDGER, N, SIZE = 7, 40, 1000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from autorecovery.roles.copier import _Window
+from autorecovery.roles.copy_window import Window as _Window
 from autorecovery.roles.holdings import join_over_foreign_ids as _join_over_foreign_ids
 
 

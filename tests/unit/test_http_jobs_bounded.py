@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from autorecovery.admin.http import Jobs
+from autorecovery.admin.http_jobs import Jobs
 
 
 async def test_finished_jobs_are_bounded_and_expire_running_ones_kept():

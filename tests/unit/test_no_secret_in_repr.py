@@ -3,7 +3,7 @@ printed object, or a traceback's locals, leaks no secret)."""
 
 from __future__ import annotations
 
-from autorecovery.bookie.storage import _Ledger, _Op
+from autorecovery.bookie.group_commit import _Ledger, _Op
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, Segment
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from autorecovery.admin import ops
 from autorecovery.cli import formatting as fmt
-from autorecovery.cli.shell import jackson_pretty
+from autorecovery.cli.shell_inspect import jackson_pretty
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment
 
 

@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autorecovery.audit import checker, decisions, replicas, schedule
-from autorecovery.audit.index import BookieLedgerIndex, bookie_holds_entries, holds_entries
+from autorecovery.audit.index import BookieLedgerIndex
+from autorecovery.audit.record_index import holds_entries
+from autorecovery.ledger.striping import bookie_holds_entries
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 
 

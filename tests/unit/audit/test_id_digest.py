@@ -4,7 +4,8 @@ digests differ."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autorecovery.audit.index import BookieLedgerIndex, IdDigest
+from autorecovery.audit.index import BookieLedgerIndex
+from autorecovery.audit.record_index import IdDigest
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState, Segment
 
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 import pytest
 
-from autorecovery.audit.index import BookieLedgerIndex, IdDigest
+from autorecovery.audit.index import BookieLedgerIndex
+from autorecovery.audit.record_index import IdDigest
 from autorecovery.errors import MalformedMetadataError
 from autorecovery.ledger import formats
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState, Segment

@@ -12,9 +12,10 @@ def ml(name: str) -> dict[str, bytes]:
 
 
 def test_parser_is_the_reports_one():
-    from autorecovery.reports import model
+    from autorecovery.reports import jobs, riskpass
 
-    assert model.pulsar_names is pulsar_names
+    assert jobs.pulsar_names is pulsar_names
+    assert riskpass.pulsar_names is pulsar_names
     assert pulsar_names(ml("t/ns/persistent/a/b")) == ("t", "t/ns", "persistent://t/ns/a/b")
     assert pulsar_names({"pulsar/managed-ledger": b"t/\xff"}) == ("t", "t/\ufffd", "")
 

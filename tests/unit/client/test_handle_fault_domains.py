@@ -11,7 +11,7 @@ from autorecovery.client.handle import LedgerHandle
 from autorecovery.errors import WriteError
 from autorecovery.ledger.metadata import LedgerMetadata, Segment
 from autorecovery.placement import PlacementConfig, RackawarePolicy, StaticResolver
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 
 # a and b share a rack; c is in another: entry 0 goes to (a, b, c) with WQ=3, AQ=2
 RACKS = {"a:1": "/r1", "b:1": "/r1", "c:1": "/r2"}

@@ -7,7 +7,7 @@ import asyncio
 from autorecovery.client.handle import LedgerHandle
 from autorecovery.errors import BookieError
 from autorecovery.ledger.metadata import LedgerMetadata, Segment
-from autorecovery.zk.bridge import wait_for
+from autorecovery.aio import wait_for
 
 ENSEMBLE = ("a:1", "b:1", "c:1")
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.config.load import load_settings, plain_env_properties
+from autorecovery.config.load import load_settings
+from autorecovery.config.sources import plain_env_properties
 from autorecovery.errors import ConfigError
 
 # The data of the recovery ConfigMap that the Apache Pulsar Helm chart (charts/pulsar 4.7.0) renders with

@@ -25,9 +25,11 @@ from click.testing import CliRunner
 
 from autorecovery.cli.main import main
 from autorecovery.config import keys as K
-from autorecovery.config.load import PROMETHEUS_PROVIDER, Settings, load_settings
+from autorecovery.config.load import load_settings
+from autorecovery.config.listeners import PROMETHEUS_PROVIDER
+from autorecovery.config.settings import Settings
 from autorecovery.errors import ConfigError
-from autorecovery.rpc.tls import TLS_CONTEXT_FACTORY
+from autorecovery.config.tls import TLS_CONTEXT_FACTORY
 
 SRC = Path(__file__).resolve().parents[3] / "autorecovery"
 BASE = {"zkServers": "zk1:2181"}

@@ -6,11 +6,9 @@ import dataclasses
 
 import pytest
 
-from autorecovery.config.load import (
-    env_properties,
-    load_settings,
-    parse_metadata_service_uri,
-)
+from autorecovery.config.load import load_settings
+from autorecovery.config.sources import env_properties
+from autorecovery.config.uri import parse_metadata_service_uri
 from autorecovery.errors import ConfigError
 
 UPSTREAM_CONF = r"""
@@ -232,12 +230,12 @@ def test_loading_needs_no_role_module(tmp_path, monkeypatch):
     ("metadata-store:zk://h1:2181/pulsar/ledgers", "h1:2181", "/pulsar/ledgers", None),
 ])
 def test_metadata_service_uri_forms(uri, hosts, root, manager):
-    from autorecovery.config.load import parse_metadata_service_uri_manager
+    from autorecovery.config.uri import parse_metadata_service_uri_manager
     assert parse_metadata_service_uri_manager(uri) == (hosts, root, manager)
 
 
 def test_pulsar_non_zookeeper_metadata_store_is_refused():
-    from autorecovery.config.load import parse_metadata_service_uri_manager
+    from autorecovery.config.uri import parse_metadata_service_uri_manager
     with pytest.raises(ConfigError, match="only a ZooKeeper metadata store"):
         parse_metadata_service_uri_manager("metadata-store:etcd:h1:2379/ledgers")
 

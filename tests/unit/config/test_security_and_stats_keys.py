@@ -7,7 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from autorecovery.cli.main import main
-from autorecovery.config.load import PROMETHEUS_PROVIDER, load_settings, zk_security
+from autorecovery.config.load import load_settings
+from autorecovery.config.listeners import PROMETHEUS_PROVIDER
+from autorecovery.config.zk_auth import zk_security
 from autorecovery.errors import ConfigError
 
 BASE = {"zkServers": "zk1:2181"}

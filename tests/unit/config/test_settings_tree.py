@@ -17,7 +17,8 @@ import pytest
 
 from autorecovery.cli.config import validate_roles
 from autorecovery.config import keys as K
-from autorecovery.config.load import ZkSettings, load_settings
+from autorecovery.config.load import load_settings
+from autorecovery.config.settings import ZkSettings
 from autorecovery.config.sections import AuditorSettings, WorkerSettings
 from autorecovery.errors import ConfigError
 from autorecovery.placement.config import PlacementConfig

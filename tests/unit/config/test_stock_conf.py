@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from autorecovery.cli.main import main
 from autorecovery.config import keys as K
-from autorecovery.config.load import load_settings, read_properties_file
+from autorecovery.config.load import load_settings
+from autorecovery.config.sources import read_properties_file
 from autorecovery.errors import ConfigError
 
 STOCK = Path(__file__).resolve().parents[2] / "data" / "bk_server-4.17.2.conf"

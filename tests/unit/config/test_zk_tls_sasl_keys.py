@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from autorecovery.cli.main import main
-from autorecovery.config.load import ZkSasl, ZkSecurity, ZkTls, load_settings
+from autorecovery.config.load import load_settings
+from autorecovery.config.settings import ZkSasl, ZkSecurity, ZkTls
 from autorecovery.errors import ConfigError
-from autorecovery.zk.bridge import kazoo_security_kwargs
+from autorecovery.zk.client_security import kazoo_security_kwargs
 
 BASE = {"zkServers": "zk1:2281"}
 CERT = "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"

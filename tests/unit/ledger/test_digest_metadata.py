@@ -6,14 +6,8 @@ from hypothesis import strategies as st
 
 from autorecovery.errors import DigestMismatchError
 from autorecovery.ledger.digest import pack_entry, unpack_entry
-from autorecovery.ledger.metadata import (
-    LedgerMetadata,
-    Segment,
-    bookie_index_stores,
-    entries_on_index,
-    first_last_on_index,
-    write_set,
-)
+from autorecovery.ledger.metadata import LedgerMetadata, Segment
+from autorecovery.ledger.striping import entries_on_index, first_last_on_index, index_stores as bookie_index_stores, write_set
 
 
 def test_digest_round_trip_and_detects_corruption():

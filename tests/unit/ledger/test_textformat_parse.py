@@ -9,8 +9,8 @@ import warnings
 import pytest
 from google.protobuf import text_format
 
-from autorecovery.bookie.cookie import Cookie, CookieError
-from autorecovery.errors import MalformedMetadataError
+from autorecovery.bookie.cookie import Cookie
+from autorecovery.errors import CookieError, MalformedMetadataError
 from autorecovery.ledger import formats, textformat
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
 

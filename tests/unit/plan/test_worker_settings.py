@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.config.keys import KEY_BY_NAME
+from autorecovery.config.keys_table import KEY_BY_NAME
 from autorecovery.errors import ConfigError
-from autorecovery.roles.worker import CONFIG_KEYS, WorkerSettings
+from autorecovery.config.sections import WorkerSettings
+from autorecovery.roles.worker_settings import CONFIG_KEYS
 
 
 def test_defaults_are_upstreams():

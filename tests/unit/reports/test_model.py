@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autorecovery.ledger.pulsar_names import pulsar_names
 from autorecovery.reports import model
 
 
@@ -81,9 +82,9 @@ def test_hand_worked_e3_wq2_on_two_racks():
 
 
 def test_pulsar_names_and_helpers():
-    assert model.pulsar_names({"pulsar/managed-ledger": b"public/default/persistent/orders"}) == (
+    assert pulsar_names({"pulsar/managed-ledger": b"public/default/persistent/orders"}) == (
         "public", "public/default", "persistent://public/default/orders")
-    assert model.pulsar_names(None) == ("", "", "")
+    assert pulsar_names(None) == ("", "", "")
     assert model.days_until_full(100.0, 10.0) == 10.0 and model.days_until_full(5.0, 0.0) is None
     assert model.copy_time_s(1000.0, 2, 100.0) == 5.0 and model.copy_time_s(1.0, 1, -1) is None
     assert model.residue_counts(5, 4, 3) == [0, 0, 0]

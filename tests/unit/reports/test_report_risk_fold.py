@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from autorecovery.ledger.pulsar_names import pulsar_names
 from autorecovery.reports import jobs, model, riskpass, whatif
 from autorecovery.reports.synthetic import generate
 from autorecovery.testing.snapshot_views import ledger_view
@@ -30,7 +31,7 @@ def reference(frames, location, kinds, gone) -> dict[str, pd.DataFrame]:
 
     for pdf in frames:
         for lv, row in jobs._views(pdf):
-            ns = model.pulsar_names({"pulsar/managed-ledger": row.managed_ledger})[1] if row.managed_ledger else ""
+            ns = pulsar_names({"pulsar/managed-ledger": row.managed_ledger})[1] if row.managed_ledger else ""
             domains, singles, pairs = whatif.ledger_losses(lv, tags, jobs.damaged_of(row, gone))
             single = {}
             for kind, name, d in domains:

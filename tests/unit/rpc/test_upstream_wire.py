@@ -13,7 +13,7 @@ from autorecovery.proto import bookkeeper_protocol_pb2 as up
 from autorecovery.rpc.availability import HEADER_SIZE, ranges_from_availability
 from autorecovery.rpc.convert import speaks_a_known_protocol
 from autorecovery.rpc.transport import GRPC, UPSTREAM, choose_transport
-from autorecovery.rpc.upstream_client import bookie_address, status_name
+from autorecovery.rpc.upstream_connection import bookie_address, status_name
 
 
 def encode(groups: list[tuple[int, int, int, int]]) -> bytes:
