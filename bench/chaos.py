@@ -22,12 +22,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autorecovery.testing.chaos import CampaignConfig, run_campaign
 from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS, STOCK_KINDS, parse_kinds
+from cleanup import exit_on_signals
 
 
 def main(argv: list[str] | None = None) -> int:
+    exit_on_signals()  # a SIGTERM unwinds the campaign: its cluster (bookies, ZooKeeper, daemons) is stopped
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and of the payloads")
     ap.add_argument("--quick", action="store_true",

@@ -17,6 +17,7 @@ command; docs/chaos.md the manual. Units: seconds for every duration, bytes for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -282,8 +283,8 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
     proxies: dict[int, list[TcpProxy]] = {}
     try:
         base.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(cluster.start_zookeeper)
-        await asyncio.to_thread(cluster.format)
+        await _settled(cluster.start_zookeeper)
+        await _settled(cluster.format)
         if isinstance(cluster, StockChaosCluster) and cluster.disk_bookie is None:
             why = cluster.disk_refused or "no size-limited ledger and journal dirs (--disk-mb 0)"
             plan = _refuse(plan, rep, skipped, tuple(k for k in ("ledger_dir_full", "journal_dir_full") if k in kinds),
@@ -292,7 +293,7 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
         rep.zk_members = cluster.zk_connect.split(",")
         for why, ruled_out in await asyncio.to_thread(cluster.setup_namespaces, kinds, servers):
             plan = _refuse(plan, rep, skipped, ruled_out, why, echo)
-        await asyncio.to_thread(cluster.start_bookies)
+        await _settled(cluster.start_bookies)
         # on the stock cluster AutoRecoveryMain votes first: the first auditor_kill9 kills upstream's auditor,
         # the next one ours (the vote order then rotates)
         for i in sorted(range(cfg.bookies), key=lambda n: not (stock and n in cfg.java_nodes)):
@@ -300,7 +301,7 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
             dns = cluster.daemon_ns
             proxies[i] = dns[1].zk_proxies if dns and dns[0] == i else [TcpProxy(srv).start() for srv in servers]
             zk_servers = ",".join(p.address for p in proxies[i])
-            await asyncio.to_thread(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": zk_servers})
+            await _settled(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": zk_servers})
         if isinstance(cluster, StockChaosCluster):
             echo(f"stock cluster up: {cfg.bookies} Java bookies in {cfg.racks} racks, AutoRecoveryMain on nodes "
                  f"{list(cfg.java_nodes)}, our daemon on {cluster.our_daemons()}, zk {cluster.zk_connect}"
@@ -319,6 +320,21 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
             for p in ps:
                 p.close()
     return rep
+
+
+async def _settled(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread (a blocking start step); if the campaign is stopped meanwhile (a
+    SIGTERM, a cancel), wait for the step to end before going on, so that the teardown sees what it
+    started (a ZooKeeper whose start was under way when the bench was stopped was left running)."""
+    # an executor future, not a task: stopping the loop cancels every task, and a cancelled to_thread
+    # task stops waiting while its thread runs on
+    fut = asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args))
+    try:
+        return await asyncio.shield(fut)
+    except BaseException:
+        with contextlib.suppress(BaseException):  # the step's own failure is the one raised below
+            await fut
+        raise
 
 
 async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[int, list[TcpProxy]], plan: list[Fault],

@@ -66,6 +66,7 @@ def test_every_bench_script_has_a_smoke_run():
 STOPPABLE: dict[str, tuple[list[str], str]] = {
     "zk_cost.py": (["--quick"], "phase: restart with the backlog"),
     "audit.py": (["--quick", "--no-memory"], "set-up:"),
+    "chaos.py": (["--quick"], "cluster up:"),
 }
 
 
