@@ -73,7 +73,7 @@ from profiles import start_profiles, stop_profiles
 from autorecovery.cli.demo_checks import daemons_ready, writable_bookies
 from autorecovery.cli.demo_recovery import kill_host, start_daemons
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.ledger.striping import index_stores as bookie_index_stores
+from autorecovery.ledger.striping import index_stores
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.workload import write_ledgers
 from autorecovery.zk.underreplication import UnderreplicationManager
@@ -139,7 +139,7 @@ async def on_victim(bk: BookKeeper, ledger_ids, bookie: str, entry_size: int) ->
                 continue
             idx = seg.ensemble.index(bookie)
             n = sum(1 for e in range(seg.first_entry_id, md.segment_end(i) + 1)
-                    if bookie_index_stores(idx, e, len(seg.ensemble), md.write_quorum))
+                    if index_stores(idx, e, len(seg.ensemble), md.write_quorum))
             total += entry_size * n
             hit = hit or n > 0
         return lid, total, hit, bookie in {b for seg in md.segments for b in seg.ensemble}

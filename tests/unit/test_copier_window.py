@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from autorecovery.roles.copy_window import Window as _Window
+from autorecovery.roles.copy_window import Window
 from autorecovery.roles.holdings import join_over_foreign_ids as _join_over_foreign_ids
 
 
 async def test_get_batch_takes_what_is_queued_within_the_byte_limit_and_stops_at_the_end_marker() -> None:
-    w = _Window(max_entries=10, max_bytes=10_000)
+    w = Window(max_entries=10, max_bytes=10_000)
     for e in range(5):
         await w.put((e, b"x" * 300))
     await w.put(None)
@@ -20,7 +20,7 @@ async def test_get_batch_takes_what_is_queued_within_the_byte_limit_and_stops_at
 
 
 async def test_get_batch_returns_a_lone_entry_larger_than_the_limit_and_frees_the_window() -> None:
-    w = _Window(max_entries=2, max_bytes=1000)
+    w = Window(max_entries=2, max_bytes=1000)
     await w.put((0, b"y" * 5000))  # an empty window admits any entry
     blocked = asyncio.ensure_future(w.put((1, b"z" * 10)))
     await asyncio.sleep(0)
@@ -31,7 +31,7 @@ async def test_get_batch_returns_a_lone_entry_larger_than_the_limit_and_frees_th
 
 
 async def test_get_batch_waits_for_the_first_entry() -> None:
-    w = _Window(max_entries=4, max_bytes=1000)
+    w = Window(max_entries=4, max_bytes=1000)
     getter = asyncio.ensure_future(w.get_batch(1000))
     await asyncio.sleep(0)
     assert not getter.done()

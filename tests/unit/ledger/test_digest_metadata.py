@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from autorecovery.errors import DigestMismatchError
 from autorecovery.ledger.digest import pack_entry, unpack_entry
 from autorecovery.ledger.metadata import LedgerMetadata, Segment
-from autorecovery.ledger.striping import entries_on_index, first_last_on_index, index_stores as bookie_index_stores, write_set
+from autorecovery.ledger.striping import entries_on_index, first_last_on_index, index_stores, write_set
 
 
 def test_digest_round_trip_and_detects_corruption():
@@ -43,7 +43,7 @@ def test_index_predicates_agree_with_write_set(e_size, data):
     for idx in range(e_size):
         expected = [e for e in range(first, last + 1) if idx in write_set(e, e_size, wq)]
         assert list(entries_on_index(first, last, idx, e_size, wq)) == expected
-        assert all(bookie_index_stores(idx, e, e_size, wq) for e in expected)
+        assert all(index_stores(idx, e, e_size, wq) for e in expected)
         lo, hi = first_last_on_index(first, last, idx, e_size, wq)
         assert (lo, hi) == ((expected[0], expected[-1]) if expected else (-1, -1))
 
