@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -25,21 +24,12 @@ import pytest
 from http_support import PASSWORD, call, daemon, formatted_cluster, log_events, served_subject
 from tls_certs import make_ca
 
+from autorecovery.testing.waits import wait_until as wait
+
 pytestmark = pytest.mark.integration
 
 ADMIN, READ = "admin-Token-25", "read-Token-25"
 PW_B64 = base64.b64encode(PASSWORD).decode()
-
-
-def wait(pred, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
