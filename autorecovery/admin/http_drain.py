@@ -18,6 +18,7 @@ from autorecovery.admin import drain as dr
 from autorecovery.admin import ops
 from autorecovery.admin.http_input import json_object, query_bool
 from autorecovery.admin.http_jobs import Job, Jobs
+from autorecovery.plan.drain import ASSUMED_RATE_BYTES_PER_S
 
 API = "/api/v1"
 FIELDS = frozenset({"bookie", "rate"})
@@ -33,7 +34,7 @@ def add_routes(router: web.UrlDispatcher, ctx: ops.AdminContext, mutating, guard
                 raise ops.BadRequestError("dry_run needs ?bookie=host:port")
             plan = await dr.make_plan(ctx, bookie)
             return web.json_response(plan.as_dict(dr.rate_for(ctx, None) if dr.rate_for(ctx, None) > 0
-                                                  else dr.ASSUMED_RATE_BYTES_PER_S))
+                                                  else ASSUMED_RATE_BYTES_PER_S))
         doc = await dr.status(ctx)
         if doc is None:
             return web.Response(text="No drain was started", status=404)

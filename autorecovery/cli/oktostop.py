@@ -16,6 +16,7 @@ import sys
 import click
 
 from autorecovery.admin import oktostop as ots
+from autorecovery.admin.context import BadRequestError
 from autorecovery.cli import params as P
 from autorecovery.cli.shell_group import shell
 from autorecovery.cli.shell_run import EXIT_USAGE, execute, shell_location
@@ -26,7 +27,7 @@ EXIT_OK, EXIT_NOT_OK = 0, 3
 def _for(value):
     try:
         return ots.check_for(value, "--for")
-    except ots.ops.BadRequestError as exc:
+    except BadRequestError as exc:
         raise ValueError(str(exc)) from None
 
 

@@ -53,7 +53,7 @@ from autorecovery.zk import ur_formats
 from autorecovery.zk.bridge import NoNodeError, NodeExistsError, SessionEvent, ZkClient
 from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.paths import UR_LAYOUT_TEXT, Paths
-from autorecovery.zk.ur_formats import MULTI_BATCH_OPS, MULTI_IN_FLIGHT, UNASSIGNED_CTIME, UnderreplicatedLedger, decode_marker
+from autorecovery.zk.ur_formats import UNASSIGNED_CTIME, UnderreplicatedLedger, decode_marker
 from autorecovery.zk.ur_index import MarkedIndex, shared_index
 from autorecovery.zk.ur_locks import LockingMixin
 from autorecovery.zk.ur_marking import MarkingMixin
@@ -466,8 +466,6 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
 
 __all__ = [
     "UnderreplicationManager",
-    "MULTI_BATCH_OPS",
-    "MULTI_IN_FLIGHT",
     "UnderreplicatedLedger",
     "decode_marker",
     "UNASSIGNED_CTIME",

@@ -93,7 +93,7 @@ async def test_mark_many_batches_and_merges(zk, urm):
 
 
 async def test_mark_many_keeps_several_transactions_in_flight(zk, urm, monkeypatch):
-    from autorecovery.zk import underreplication
+    from autorecovery.zk.ur_formats import MULTI_BATCH_OPS, MULTI_IN_FLIGHT
 
     for lid in (7, 1234, 2400):  # existing markers in three different transactions: merged, not lost
         await urm.mark_underreplicated(lid, ["old:1"])
@@ -109,9 +109,9 @@ async def test_mark_many_keeps_several_transactions_in_flight(zk, urm, monkeypat
             in_flight[0] -= 1
 
     monkeypatch.setattr(zk, "multi", counting)
-    n = 6 * underreplication.MULTI_BATCH_OPS // 2  # six transactions' worth: more than may be in flight
+    n = 6 * MULTI_BATCH_OPS // 2  # six transactions' worth: more than may be in flight
     await urm.mark_many({i: ["b:1"] for i in range(n)})
-    assert peak[0] == underreplication.MULTI_IN_FLIGHT  # not one transaction at a time
+    assert peak[0] == MULTI_IN_FLIGHT  # not one transaction at a time
     assert await urm.list_marked_ids() == set(range(n))
     for lid in (7, 1234, 2400):
         assert (await urm.get_marker(lid)).replicas == ["old:1", "b:1"]

@@ -7,10 +7,11 @@ from google.protobuf.internal import encoder
 
 from autorecovery.errors import MalformedMetadataError
 from autorecovery.ledger import formats as F
+from autorecovery.proto import bookkeeper_formats_pb2 as pb
 
 
 def _v3(member: bytes) -> bytes:
-    m = F.pb.LedgerMetadataFormat()
+    m = pb.LedgerMetadataFormat()
     m.ensembleSize, m.quorumSize, m.ackQuorumSize, m.state, m.lastEntryId, m.length = 1, 1, 1, 1, 0, 0
     seg = m.segment.add()
     seg.firstEntryId = 0

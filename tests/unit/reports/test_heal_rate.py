@@ -8,6 +8,7 @@ import pytest
 
 from autorecovery.reports import build
 from autorecovery.reports.healrate import measured_rate
+from autorecovery.reports.validate import BadInput
 
 BOOKIES = pd.DataFrame({"bookie_id": ["a:1", "b:1", "c:1"], "state": ["writable", "readonly", "gone"]})
 
@@ -50,6 +51,6 @@ def test_history_file_read_or_named_when_bad(tmp_path):
     assert got is not None and got.bytes_per_s == pytest.approx(100.0)
     for bad, why in (("{", "not valid JSON"), ('{"episodes": 3}', "expected an object with an 'episodes' list")):
         (tmp_path / "history.json").write_text(bad)
-        with pytest.raises(build.BadInput, match=why) as exc:
+        with pytest.raises(BadInput, match=why) as exc:
             build.read_history(tmp_path)
         assert "history.json" in str(exc.value) and "\n" not in str(exc.value)
