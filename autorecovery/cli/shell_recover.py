@@ -209,3 +209,4 @@ def decommissionbookie(conf, zk, ledgers_root, sets, bookieid, timeout, poll):
     execute(conf, zk, ledgers_root, sets, body)
 
 
+from autorecovery.cli import shell_drain  # noqa: E402,F401  (drain: registers itself on the group)
