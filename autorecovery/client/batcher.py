@@ -81,7 +81,8 @@ class AddBatcher:
         return fut
 
     def _take(self, q: _Queue) -> list[tuple[int, bytes, asyncio.Future]]:
-        batch, size = [], 0
+        batch: list[tuple[int, bytes, asyncio.Future]] = []
+        size = 0
         while q.items and len(batch) < self.max_entries:
             item = q.items[0]
             if batch and size + len(item[1]) > self.max_bytes:

@@ -40,9 +40,9 @@ class _PendingAdd:
     entry_id: int
     body: bytes
     length: int
+    done: asyncio.Future  # resolved with the entry id once acknowledged (AQ), or failed
     acked: set[int] = dataclasses.field(default_factory=set)
     gave_up: set[int] = dataclasses.field(default_factory=set)
-    done: asyncio.Future | None = None
     failed: BaseException | None = None
 
 
@@ -261,6 +261,8 @@ class LedgerHandle:
                     f"ledger {self.ledger_id}: no bookie to replace {failed}: {exc}"
                 ) from exc
             new_bookie = result.bookie
+            if new_bookie is None:  # replace_bookie always names one; a policy that does not is a bug
+                raise NotEnoughBookiesError(f"ledger {self.ledger_id}: the placement policy named no bookie to replace {failed}")
             first = self.lac + 1
             new_ensemble = list(md.last_ensemble)
             new_ensemble[idx] = new_bookie

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import structlog
 
@@ -110,9 +112,10 @@ class ReadHandle:
             for bookie in [b for b in ws if b in live] + [b for b in ws if b not in live]:
                 async with sem:
                     try:
-                        async with contextlib.aclosing(self.bk.bookies.read_entries(
+                        # every transport's read_entries is an async generator (closed early here)
+                        async with contextlib.aclosing(cast("AsyncGenerator[Any, None]", self.bk.bookies.read_entries(
                                 bookie, self.ledger_id, start, hi, ensemble_size=md.ensemble_size,
-                                write_quorum=1, bookie_index=r)) as items:
+                                write_quorum=1, bookie_index=r))) as items:
                             async for item in items:
                                 if isinstance(item, BookieError):
                                     continue  # missing here: the per-entry path tries the other replicas

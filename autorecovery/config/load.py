@@ -228,9 +228,11 @@ def load_settings(
 
     # the role sections, from the values parsed above (never from the raw strings)
     sections: dict[str, Any] = {}
-    for attr, cls in (("auditor", AuditorSettings), ("worker", WorkerSettings), ("placement", PlacementConfig)):
+    roles: tuple[tuple[str, Any], ...] = (("auditor", AuditorSettings), ("worker", WorkerSettings),
+                                          ("placement", PlacementConfig))
+    for attr, section in roles:
         try:
-            sections[attr] = cls.from_values(values)
+            sections[attr] = section.from_values(values)
         except (ConfigError, ValueError) as exc:
             errors.append(str(exc))
 

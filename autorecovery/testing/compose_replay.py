@@ -117,8 +117,8 @@ class ComposeReplay:
                 text = re.sub(rf"(?<![\w/]){re.escape(dst)}(?=$|/|[\s\"',:])", local, text)
             return text
 
-        for local in paths.values():
-            p = Path(local)
+        for local_path in paths.values():
+            p = Path(local_path)
             if p.is_file():
                 p.write_text(localise(p.read_text()))
         command = spec.get("command")

@@ -449,7 +449,7 @@ class LocalCluster:
         for info in list(self.bookies.values()) + list(self.daemons.values()):
             out[info.name] = bool(info.pid) and _alive(info.pid)
         zk_pid = self.zk.proc.pid if self.zk and self.zk.proc else self._zk_pid
-        out["zookeeper"] = bool(zk_pid) and _alive(zk_pid)
+        out["zookeeper"] = bool(zk_pid) and _alive(zk_pid or 0)
         for m in self.zk_ensemble_state():
             pid = int(str(m.get("pid") or 0))
             out[f"zookeeper-{m['myid']}"] = bool(pid) and _alive(pid)

@@ -27,12 +27,13 @@ def ledger_metadata(c: JavaCluster, ledger_id: int) -> LedgerMetadata:
 
 def marked_ledgers(c: JavaCluster) -> set[int]:
     """Ledger ids with an under-replication marker (upstream's layout: ``.../urL<10 digits>``)."""
-    assert c.kz is not None
+    kz = c.kz
+    assert kz is not None
     found: set[int] = set()
 
     def walk(path: str) -> None:
         try:
-            children = c.kz.get_children(path)
+            children = kz.get_children(path)
         except NoNodeError:  # a level removed meanwhile
             return
         for ch in children:

@@ -131,7 +131,11 @@ class AuditorElector:
                 return
             gone = asyncio.Event()
             pred = f"{self.paths.auditor_election}/{votes[idx - 1]}"
-            stat = await self.zk.exists(pred, watch=lambda _e, gone=gone: gone.set())
+
+            def fired(_event: object, gone: asyncio.Event = gone) -> None:  # this round's own Event
+                gone.set()
+
+            stat = await self.zk.exists(pred, watch=fired)
             if stat is None:
                 continue
             await gone.wait()

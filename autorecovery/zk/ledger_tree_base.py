@@ -6,6 +6,7 @@
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -66,7 +67,7 @@ class TreeBase:
         self._suppressed = 0
         # persistent mode
         self._following = False  # persistent mode set up
-        self._tops: dict[str, object] = {}  # top-level ledger directory → its persistent recursive watch
+        self._tops: dict[str, Callable[[str, str], None]] = {}  # top-level ledger directory → its persistent recursive watch
         self._root_armed = False  # the one-shot child watch on the root (new top-level directories)
         self._watch_lost = False
         self._pending: set[int] = set()  # ledgers notified CREATED/CHANGED, not yet re-read
@@ -105,9 +106,9 @@ class TreeBase:
         self._stopped = True
         for t in list(self._tasks):
             t.cancel()
-        for t in (self._rearm_task, self._session_task):
-            if t is not None:
-                t.cancel()
+        for task in (self._rearm_task, self._session_task):
+            if task is not None:
+                task.cancel()
         if self._session_q is not None:
             self.zk.unsubscribe(self._session_q)
             self._session_q = None

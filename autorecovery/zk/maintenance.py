@@ -9,6 +9,7 @@ starts or stops a window; the elected Auditor reads them through a child watch, 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import json
 import time
@@ -170,7 +171,7 @@ class MaintenanceStore:
         await asyncio.gather(*(one(n) for n in names))
         return sorted(out, key=lambda w: (w.kind, w.target))
 
-    async def remove_expired(self, windows: list[Window], at_ms: int) -> list[Window]:
+    async def remove_expired(self, windows: builtins.list[Window], at_ms: int) -> builtins.list[Window]:
         """Delete the records expired at ``at_ms`` (the auditor enforces TTLs); returns them."""
         gone = []
         for w in windows:

@@ -100,7 +100,7 @@ async def probe_server(written: str, host: str, port: int, timeout_s: float = 3.
         return ServerProbe(written, RESOLVE, getattr(exc, "strerror", None) or "no answer from the resolver")
     family, _, _, _, addr = infos[0]
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(addr[0], port, family=family), timeout_s)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(str(addr[0]), port, family=family), timeout_s)
     except ConnectionRefusedError:
         return ServerProbe(written, REFUSED)
     except TimeoutError:

@@ -183,7 +183,11 @@ class BookieRegistration:
             except NodeExistsError:
                 pass
             gone = asyncio.Event()
-            stat = await self._zk.exists(path, watch=lambda _event, gone=gone: gone.set())
+
+            def fired(_event: object, gone: asyncio.Event = gone) -> None:  # this round's own Event
+                gone.set()
+
+            stat = await self._zk.exists(path, watch=fired)
             if stat is None:
                 continue
             if stat.ephemeralOwner == self._session_id():

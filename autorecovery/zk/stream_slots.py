@@ -273,7 +273,7 @@ class ClusterStreamSlots:
 
     async def holders(self, bookie: str) -> dict[str, str]:
         """Slot name → owner on ``bookie`` now (for the admin API and tests)."""
-        out = {}
+        out: dict[str, str] = {}
         try:
             names = await self.zk.get_children(self._dir(bookie))
         except NoNodeError:

@@ -449,7 +449,8 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
                 return lid
         return None
 
-    async def get_ledger_to_rereplicate(self, order: Callable[[list[int]], list[int]] | None = None) -> int:
+    async def get_ledger_to_rereplicate(
+            self, order: Callable[[Collection[int]], Iterable[int]] | None = None) -> int:
         """Block until a marked ledger is locked and return its id (upstream getLedgerToRereplicate).
 
         Waits while AutoRecovery is disabled, and otherwise on the watches of the marker hierarchy and of

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from google.protobuf import text_format
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from autorecovery.errors import CompatibilityError, UnavailableError
 from autorecovery.ledger import textformat
@@ -30,7 +30,7 @@ def first_failure(results: list) -> tuple[int, Exception] | None:
 
 
 #: Values of ``which`` for the ctime znodes, mapped to (Paths attribute, protobuf message, field).
-CTIME_KINDS = {
+CTIME_KINDS: dict[str, tuple[str, type[Message], str]] = {
     "checkallledgers": ("check_all_ledgers_ctime", pb.CheckAllLedgersFormat, "checkAllLedgersCTime"),
     "placementpolicycheck": ("placement_policy_check_ctime", pb.PlacementPolicyCheckFormat, "placementPolicyCheckCTime"),
     "replicascheck": ("replicas_check_ctime", pb.ReplicasCheckFormat, "replicasCheckCTime"),
