@@ -71,7 +71,7 @@ class _Labels:
     renumbered, :func:`_rack_pattern`); ``labelled``: the policy is one of :data:`_LABELLED` (else the
     per-batch ensemble memo alone)."""
 
-    __slots__ = ("codes", "answers", "pattern", "labelled")
+    __slots__ = ("codes", "answers", "pattern", "labelled", "racks")
 
     def __init__(self, policy) -> None:
         name = type(policy).__name__
@@ -79,6 +79,9 @@ class _Labels:
         self.pattern = self.labelled and name == "RackawarePolicy"
         self.codes: dict[str, Any] = {}
         self.answers: dict[tuple, int] = {}
+        # rack → its code, kept with ``codes`` (not on the policy object: a policy rebuilt for the same
+        # token would number its racks afresh while ``codes`` keeps the old numbers)
+        self.racks: dict[Any, int] = {}
 
 
 _LABEL_MEMOS: dict[str, _Labels] = {}
@@ -88,7 +91,7 @@ def _labelled(policy) -> bool:
     return _Labels(policy).labelled
 
 
-def _label_code(policy, bookie: str, pattern: bool) -> Any:
+def _label_code(policy, bookie: str, pattern: bool, racks: dict[Any, int]) -> Any:
     """The label ``bookie`` contributes to ``policy``'s adherence; with ``pattern`` (rack-aware) an int: -1
     no rack (unknown, read-only, departed), -2 the default rack, else the rack's own code (:func:`_rack_pattern`)."""
     lab = policy._label_of(bookie)
@@ -98,8 +101,7 @@ def _label_code(policy, bookie: str, pattern: bool) -> Any:
         return -1
     if lab == policy.default_rack:
         return -2
-    codes = policy.__dict__.setdefault("_report_rack_codes", {})
-    return codes.setdefault(lab, len(codes))
+    return racks.setdefault(lab, len(racks))
 
 
 def _rack_pattern(codes: list[int]) -> tuple[int, ...]:
@@ -132,7 +134,7 @@ def _adhering(policy, token: str, memo: dict[tuple, int], ensemble: tuple[str, .
     except KeyError:
         for b in ensemble:
             if b not in codes:
-                codes[b] = _label_code(policy, b, m.pattern)
+                codes[b] = _label_code(policy, b, m.pattern, m.racks)
         lab = [codes[b] for b in ensemble]
     lkey = (_rack_pattern(lab) if m.pattern else tuple(lab), wq, aq)
     v = m.answers.get(lkey)

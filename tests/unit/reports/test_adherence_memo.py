@@ -58,3 +58,25 @@ def test_memo_gives_the_policys_own_verdict_for_every_ensemble(name, conf):
 
 def test_rack_pattern_renumbers_racks_by_first_appearance():
     assert jobs._rack_pattern([5, 9, 5, -1, -2, 3]) == (0, 1, 0, -1, -2, 2)
+
+
+def test_a_policy_rebuilt_for_the_same_token_keeps_the_memos_rack_numbers():
+    """The worker's policy cache may rebuild a token's policy (``_POLICIES`` is bounded) while the token's
+    memo lives on: the rack codes belong to the memo, so a bookie met only by the new policy cannot take a
+    code an older bookie of another rack already has (it did when the codes lived on the policy object)."""
+    locations = _locations("rackaware")
+    members = (list(_BOOKIES), [])
+    placement = {"ensemblePlacementPolicy": "rackaware", "minNumRacksPerWriteQuorum": "2"}
+    token = jobs._token(placement, locations, members)
+    jobs._LABEL_MEMOS.pop(token, None)
+    first = jobs._policy(placement, locations, members)
+    a, b, c = _BOOKIES[0], _BOOKIES[1], _BOOKIES[2]  # rack0, rack1, rack2
+    assert jobs._adhering(first, token, {}, (a, b), 2, 2) == 2
+    again = jobs._policy(placement, locations, members)  # same token, a new object
+    want = int(again.is_ensemble_adhering([c, a], 2, 2))
+    assert want == 2
+    assert jobs._adhering(again, token, {}, (c, a), 2, 2) == want
+    # two bookies of rack0: one rack for the write quorum, FAIL (not the answer stored for (c, a))
+    same = (a, _BOOKIES[6])
+    assert int(again.is_ensemble_adhering(list(same), 2, 2)) == 0
+    assert jobs._adhering(again, token, {}, same, 2, 2) == 0
