@@ -22,11 +22,13 @@ async def wait_condition(cond: asyncio.Condition, predicate: Callable[[], bool],
         return predicate()
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout_s`` passes; returns its last value.
+#: what :func:`_poll` returns when the deadline passed first
+_TIMED_OUT = object()
 
-    Used where a condition cannot be watched (test helpers, readiness); never to synchronise on time.
-    """
+
+async def _poll(predicate: Callable[[], Awaitable[object] | object], timeout_s: float, interval_s: float) -> object:
+    """``predicate``'s first truthy value (awaited when it returns a coroutine), polled every
+    ``interval_s`` s, or :data:`_TIMED_OUT` once ``timeout_s`` s passed; what it raises propagates."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
@@ -34,10 +36,18 @@ async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout_s: f
         if asyncio.iscoroutine(res):
             res = await res
         if res:
-            return True
+            return res
         if loop.time() >= deadline:
-            return False
+            return _TIMED_OUT
         await asyncio.sleep(interval_s)
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout_s`` passes; returns whether it became true.
+
+    Used where a condition cannot be watched (test helpers, readiness); never to synchronise on time.
+    """
+    return await _poll(predicate, timeout_s, interval_s) is not _TIMED_OUT
 
 
 _BACKGROUND: set[asyncio.Future] = set()
@@ -66,14 +76,7 @@ async def wait_until(predicate: Callable[[], Awaitable[object] | object], timeou
     Raises:
         TimeoutError: ``timeout_s`` s passed (``timed out after {timeout_s}s waiting for {what}``).
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        res = predicate()
-        if asyncio.iscoroutine(res):
-            res = await res
-        if res:
-            return res
-        if loop.time() >= deadline:
-            raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}")
-        await asyncio.sleep(interval_s)
+    res = await _poll(predicate, timeout_s, interval_s)
+    if res is _TIMED_OUT:
+        raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}")
+    return res

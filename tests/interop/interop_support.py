@@ -3,8 +3,10 @@ of its metadata and marker tree through the fixture's kazoo client."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import urllib.request
 
 from autorecovery.testing.daemon_proc import DaemonProcess
 from autorecovery.testing.upstream_cluster import JavaCluster
@@ -58,3 +60,16 @@ def our_shell(c: JavaCluster, *args: str, timeout_s: float = 120.0) -> subproces
     return subprocess.run([sys.executable, "-m", "autorecovery", "shell", "--zk", props["zkServers"],
                            "--ledgers-root", props["zkLedgersRootPath"], *args],
                           capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+
+
+def metric_sum(daemons: dict[int, DaemonProcess], name: str) -> float:
+    """The sum over ``daemons`` of every sample of the Prometheus metric ``name`` (any labels) that each
+    daemon's ``/metrics`` shows now."""
+    total = 0.0
+    for d in daemons.values():
+        with urllib.request.urlopen(f"http://127.0.0.1:{d.http_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        for m in re.finditer(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+]+)$", text, re.M):
+            total += float(m.group(1))
+    return total
+

@@ -15,28 +15,16 @@ logs ERROR."""
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 
 import pytest
 
-from interop_support import PW, markers, metadata, no_errors, our_daemons, wait_until
+from interop_support import PW, markers, metadata, metric_sum, no_errors, our_daemons, wait_until
 
 pytestmark = pytest.mark.integration
 
 ZK_TIMEOUT_MS = 10_000
 DELAY_S = 60  # lostBookieRecoveryDelay: far longer than a Java bookie's restart here
-
-
-def metric_sum(daemons, name: str) -> float:
-    total = 0.0
-    for d in daemons.values():
-        with urllib.request.urlopen(f"http://127.0.0.1:{d.http_port}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        for m in re.finditer(rf"^{name}(?:\{{[^}}]*\}})? ([0-9.e+]+)$", text, re.M):
-            total += float(m.group(1))
-    return total
 
 
 def test_paused_killed_and_restarted_stock_bookies(java_cluster):

@@ -7,24 +7,16 @@ itself. Nothing is copied, nothing is marked, and upstream's own shell and clien
 from __future__ import annotations
 
 import json
-import re
-import urllib.request
 
 import pytest
 
-from interop_support import PW, markers, no_errors, our_daemons, our_shell, wait_until
+from interop_support import PW, markers, metric_sum, no_errors, our_daemons, our_shell, wait_until
 
 pytestmark = pytest.mark.integration
 
 
 def bytes_copied(daemons) -> float:
-    total = 0.0
-    for d in daemons.values():
-        with urllib.request.urlopen(f"http://127.0.0.1:{d.http_port}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        for m in re.finditer(r"^replication_worker_NUM_BYTES_WRITTEN_sum(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M):
-            total += float(m.group(1))
-    return total
+    return metric_sum(daemons, "replication_worker_NUM_BYTES_WRITTEN_sum")
 
 
 def maint(c) -> dict:
