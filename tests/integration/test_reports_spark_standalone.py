@@ -6,6 +6,7 @@ driver's ``sys.executable``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -94,16 +95,19 @@ def test_standalone_cluster_with_a_shipped_venv_gives_the_local_report(packed, t
     spark_class = str(Path(pyenv.spark_home()) / "bin" / "spark-class")
     port, ui = free_port(), free_port()
     procs: list[subprocess.Popen] = []
+    logs = contextlib.ExitStack()  # the children's log files, closed once they are stopped
     try:
         procs.append(subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                        "--port", str(port), "--webui-port", str(ui)], env=env,
-                                      stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115 - the child's log for its lifetime
+                                      stdout=logs.enter_context(open(tmp_path / "master.log", "w")),  # noqa: SIM115 - closed by logs
+                                      stderr=subprocess.STDOUT,
                                       start_new_session=True))
         procs.append(subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker",
                                        f"spark://127.0.0.1:{port}", "--host", "127.0.0.1", "--cores", "2",
                                        "--memory", "1g", "--webui-port", str(free_port()),
                                        "--work-dir", str(tmp_path / "work")], env=env,
-                                      stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115 - the child's log for its lifetime
+                                      stdout=logs.enter_context(open(tmp_path / "worker.log", "w")),  # noqa: SIM115 - closed by logs
+                                      stderr=subprocess.STDOUT,
                                       start_new_session=True))
         wait_workers(ui, 1, procs)
         out = tmp_path / "cluster"
@@ -113,6 +117,7 @@ def test_standalone_cluster_with_a_shipped_venv_gives_the_local_report(packed, t
         assert r.returncode == 0, r.stderr[-3000:] + (out / "spark.log").read_text()[-3000:]
     finally:
         stop(procs)
+        logs.close()
     assert all(p.returncode is not None for p in procs)
     # the executors ran the archive's interpreter, unpacked in their work directory, and imported the
     # package from it, not from this checkout nor through the driver's interpreter path
