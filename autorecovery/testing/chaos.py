@@ -32,7 +32,7 @@ from autorecovery.testing.chaos_faults import Injector, until
 from autorecovery.testing.chaos_trend import FDS_FLAT_PER_H, MIN_SPAN_S, RSS_FLAT_MIB_PER_H, WARMUP_S
 from autorecovery.testing.chaos_schedule import CHEAP_KINDS, LIGHT_KINDS, Fault, schedule, usable_kinds
 from autorecovery.testing.chaos_cluster import ChaosCluster
-from autorecovery.testing.chaos_stock import (StockChaosCluster, StockWriter, read_stock_acks, upstream_placement_violations,
+from autorecovery.testing.chaos_stock import (ZK_EXPIRED_EXIT, StockChaosCluster, StockWriter, read_stock_acks, upstream_placement_violations,
                                               upstream_under_replicated,
                                               verify_stock_acks)
 from autorecovery.testing.local_cluster import LocalCluster
@@ -157,6 +157,9 @@ class Report:
     upstream_placement_violations: list[str] = field(default_factory=list)
     #: stock cluster: ack-log lines whose hash is not the payload's (must be none)
     ack_hash_errors: list[str] = field(default_factory=list)
+    #: stock cluster: AutoRecoveryMain restarts by the campaign's supervisor after it exited on its own session
+    #: expiry (upstream's ExitCode.ZK_EXPIRED), one line each (reported; upstream's documented behaviour)
+    supervisor_restarts: list[str] = field(default_factory=list)
     #: stock cluster: the Java writer's summary (acked, adds failed, ledgers created...)
     writer: dict[str, object] = field(default_factory=dict)
 
@@ -203,6 +206,8 @@ class Report:
                       f"  upstream placement    {len(self.upstream_placement_violations)} failing segments (must be 0) "
                       f"{'; '.join(self.upstream_placement_violations)[:400]}",
                       f"  ack-log hash errors   {len(self.ack_hash_errors)} (must be 0)",
+                      f"  supervisor restarts   {len(self.supervisor_restarts)} (AutoRecoveryMain exited on its session "
+                      f"expiry, as upstream does)",
                       f"  Java writer           {json.dumps(self.writer, sort_keys=True)[:400]}"]
         verdicts = [p["verdict"] for p in self.procs.values()]
         lines.append(f"  RSS and fds trend     {verdicts.count('flat')} flat, {verdicts.count('growing')} growing, "
@@ -371,6 +376,7 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
         writer = asyncio.ensure_future(write_continuous(
             bk, acks, stop, rate=cfg.rate, ledgers=4, entries_per_ledger=500, size=cfg.entry_size, ensemble=3,
             write_quorum=3, ack_quorum=2, seed=cfg.seed, mixed=True))
+    supervisor = asyncio.ensure_future(_supervise(stock, rep, echo, time.monotonic())) if stock is not None else None
     try:
         t0 = time.monotonic()
         if cfg.lanes == 2:
@@ -435,6 +441,9 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
         rep.markers_left, rep.locks_left = await queue_state(zk, paths, urm)
     finally:
         stop.set()
+        if supervisor is not None:
+            supervisor.cancel()
+            await asyncio.gather(supervisor, return_exceptions=True)
         if not writer.done():
             writer.cancel()
         if java_writer is not None:
@@ -459,6 +468,26 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
     ours = stock.our_daemons() if stock is not None else sorted(cluster.daemons)
     errors = [ln for i in ours for ln in error_lines(Path(cluster.daemons[i].log))]
     rep.error_lines, rep.error_sample = len(errors), errors[:5]
+
+
+async def _supervise(stock: StockChaosCluster, rep: Report, echo, t0: float) -> None:
+    """Every second, start again each AutoRecoveryMain that shut itself down on its ZooKeeper session's
+    expiry (upstream's ``ExitCode.ZK_EXPIRED``: it leaves the restart to systemd or a pod's restart policy, as
+    an operator runs it), recording it in ``rep.supervisor_restarts``; a failed restart is a fault error.
+    Runs until cancelled."""
+    while True:
+        await asyncio.sleep(1.0)  # a poll period, not a synchronisation: nothing waits for this loop
+        try:
+            nodes = await asyncio.to_thread(stock.restart_expired_autorecoveries)
+        except RuntimeError as exc:
+            rep.fault_errors.append(f"supervisor: {str(exc)[-500:]}")
+            echo(f"supervisor FAILED: {str(exc)[-500:]}")
+            continue
+        for i in nodes:
+            line = (f"AutoRecoveryMain on node {i} exited on its ZooKeeper session's expiry (exit {ZK_EXPIRED_EXIT}, "
+                    f"upstream's ExitCode.ZK_EXPIRED), restarted by the supervisor")
+            rep.supervisor_restarts.append(f"{time.monotonic() - t0:.1f}s {line}")
+            echo(f"supervisor: {line}")
 
 
 async def _lane(plan: list[Fault], cfg: CampaignConfig, inj: Injector, rep: Report, echo, t0: float,

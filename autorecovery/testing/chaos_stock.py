@@ -26,6 +26,7 @@ import json
 import re
 import shutil
 import signal
+import threading
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ from autorecovery.testing.upstream_java import JavaProcess, UpstreamProcessError
 STOCK_ROOT = "/stock"
 #: the network kinds the stock cluster injects on loopback (bookie 0's data port)
 LOOPBACK_KINDS = ("partition_bookie_from_workers", "one_way_loss")
+#: upstream's ``ExitCode.ZK_EXPIRED``: AutoRecoveryMain shuts itself down with it when its ZooKeeper session
+#: expires (its session-state listener), leaving the restart to its supervisor (systemd, a pod's restart policy)
+ZK_EXPIRED_EXIT = 3
 #: the password of every ledger the stock writer creates
 STOCK_PASSWORD = "chaos-pw"
 #: upstream's client-side rack-aware placement (our daemons read the same racks from ``/stock/bookies``)
@@ -84,6 +88,8 @@ class StockChaosCluster(ChaosCluster):
         self.autorecoveries: dict[int, JavaAutoRecovery] = {}
         #: node → (metadataServiceUri, extra conf) of its AutoRecoveryMain, kept for restarts
         self._ar_conf: dict[int, dict[str, Any]] = {}
+        #: one start of an AutoRecoveryMain at a time (the fault lane and the supervisor both start them)
+        self._ar_lock = threading.RLock()
         #: tmpfs mount points made by :meth:`format` (unmounted by :meth:`down`)
         self.mounts: list[Path] = []
         #: the bookie whose ledger and journal dirs are tmpfs, or None
@@ -246,21 +252,41 @@ class StockChaosCluster(ChaosCluster):
                                 "lockReleaseOfFailedLedgerGracePeriod":
                                     properties.get("lockReleaseOfFailedLedgerGracePeriod", 2000),
                                 "auditorReplicasCheckInterval": properties.get("auditorReplicasCheckInterval", 0)}
-        old = self.autorecoveries.get(i)
-        if old is not None and old.alive:
-            old.kill()
-        if old is not None:
-            self.java.autorecoveries.remove(old)
-        try:
-            ar = self.java.start_autorecovery(i, lost_bookie_recovery_delay=0, timeout_s=timeout_s, **self._ar_conf[i])
-        except UpstreamProcessError as exc:
-            raise RuntimeError(f"AutoRecoveryMain on node {i} did not start: {exc}") from exc
-        self.autorecoveries[i] = ar
-        info = ProcInfo(name=f"autorecoverymain-{i}", pid=ar.process.pid or 0, host="127.0.0.1", port=0,
-                        data_dir=str(ar.conf_path), log=str(ar.process.log_path))
-        self.daemons[i] = info
-        self.save()
-        return info
+        with self._ar_lock:
+            old = self.autorecoveries.get(i)
+            if old is not None and old.alive:
+                old.kill()
+            if old is not None:
+                self.java.autorecoveries.remove(old)
+            try:
+                ar = self.java.start_autorecovery(i, lost_bookie_recovery_delay=0, timeout_s=timeout_s,
+                                                  **self._ar_conf[i])
+            except UpstreamProcessError as exc:
+                raise RuntimeError(f"AutoRecoveryMain on node {i} did not start: {exc}") from exc
+            self.autorecoveries[i] = ar
+            info = ProcInfo(name=f"autorecoverymain-{i}", pid=ar.process.pid or 0, host="127.0.0.1", port=0,
+                            data_dir=str(ar.conf_path), log=str(ar.process.log_path))
+            self.daemons[i] = info
+            self.save()
+            return info
+
+    def restart_expired_autorecoveries(self) -> list[int]:
+        """Start again, on its conf, every AutoRecoveryMain that exited with :data:`ZK_EXPIRED_EXIT` (it
+        shuts itself down when its ZooKeeper session expires: upstream's ``AutoRecoveryMain`` session-state
+        listener), as its supervisor would; nodes restarted. Any other exit is left for the campaign's
+        readiness check to report (a crash is a finding, not something to restart quietly).
+
+        Raises:
+            RuntimeError: a restart did not start (its log's tail).
+        """
+        restarted = []
+        with self._ar_lock:
+            for i, ar in list(self.autorecoveries.items()):
+                proc = ar.process.proc
+                if proc is not None and proc.poll() == ZK_EXPIRED_EXIT:
+                    self.start_daemon(i, None)
+                    restarted.append(i)
+        return restarted
 
     def stop_daemon(self, i: int, sig: int = signal.SIGTERM) -> None:
         ar = self.autorecoveries.get(i)
