@@ -32,7 +32,7 @@ from autorecovery.testing.chaos_faults import Injector, until
 from autorecovery.testing.chaos_trend import FDS_FLAT_PER_H, MIN_SPAN_S, RSS_FLAT_MIB_PER_H, WARMUP_S
 from autorecovery.testing.chaos_schedule import CHEAP_KINDS, LIGHT_KINDS, Fault, schedule, usable_kinds
 from autorecovery.testing.chaos_cluster import ChaosCluster
-from autorecovery.testing.chaos_stock import (ZK_EXPIRED_EXIT, StockChaosCluster, StockWriter, read_stock_acks, upstream_placement_violations,
+from autorecovery.testing.chaos_stock import (StockChaosCluster, StockWriter, read_stock_acks, upstream_placement_violations,
                                               upstream_under_replicated,
                                               verify_stock_acks)
 from autorecovery.testing.local_cluster import LocalCluster
@@ -63,6 +63,19 @@ DAEMON_PROPS = {
     # marks them for the workers; the settle phase waits for two of its runs after the faults
     "auditorReplicasCheckInterval": str(REPLICAS_CHECK_S),
     "auditorReplicasCheckMarkUnderReplicated": "true",
+}
+
+#: seconds between the auditor's placement policy checks on the stock cluster
+PLACEMENT_CHECK_S = 20
+
+#: the stock cluster's daemons, ours and AutoRecoveryMain alike, run the placement policy check and BP-54's
+#: repair (both off by default, upstream's and ours): under partitions and kills upstream's client places new
+#: ensembles best-effort (``enforceMinNumRacksPerWriteQuorum`` off), and a heal with no adhering bookie left
+#: takes the best there is, so only the repair brings such ensembles back to the policy that upstream's
+#: placement check judges at the end
+STOCK_PLACEMENT_PROPS = {
+    "auditorPeriodicPlacementPolicyCheckInterval": str(PLACEMENT_CHECK_S),
+    "repairedPlacementPolicyNotAdheringBookieEnabled": "true",
 }
 
 
@@ -306,7 +319,8 @@ async def run_campaign(cfg: CampaignConfig, *, echo=print) -> Report:
             dns = cluster.daemon_ns
             proxies[i] = dns[1].zk_proxies if dns and dns[0] == i else [TcpProxy(srv).start() for srv in servers]
             zk_servers = ",".join(p.address for p in proxies[i])
-            await _settled(cluster.start_daemon, i, {**DAEMON_PROPS, "zkServers": zk_servers})
+            await _settled(cluster.start_daemon, i, {**DAEMON_PROPS, **(STOCK_PLACEMENT_PROPS if stock else {}),
+                                                     "zkServers": zk_servers})
         if isinstance(cluster, StockChaosCluster):
             echo(f"stock cluster up: {cfg.bookies} Java bookies in {cfg.racks} racks, AutoRecoveryMain on nodes "
                  f"{list(cfg.java_nodes)}, our daemon on {cluster.our_daemons()}, zk {cluster.zk_connect}"
@@ -407,7 +421,11 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
             echo(f"faults over after {rep.fault_phase_s:.0f}s; writer stopped ({stats.acked} acknowledged); settling")
         t1 = time.monotonic()
         try:
-            await _two_replicas_checks(urm, int(time.time() * 1000), cfg.settle_s)
+            faults_over_ms = int(time.time() * 1000)
+            await _checks_after(urm, "replicascheck", faults_over_ms, 2, cfg.settle_s)
+            if stock is not None:  # a placement check started after the faults: its repairs are in the queue
+                await _checks_after(urm, "placementpolicycheck", faults_over_ms, 2,
+                                    max(1.0, cfg.settle_s - (time.monotonic() - t1)))
             await until(lambda: _queue_empty(zk, paths, urm), max(1.0, cfg.settle_s - (time.monotonic() - t1)),
                         "an empty under-replication queue", 0.5)
         except TimeoutError as exc:
@@ -472,7 +490,7 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
 
 async def _supervise(stock: StockChaosCluster, rep: Report, echo, t0: float) -> None:
     """Every second, start again each AutoRecoveryMain that shut itself down on its ZooKeeper session's
-    expiry (upstream's ``ExitCode.ZK_EXPIRED``: it leaves the restart to systemd or a pod's restart policy, as
+    expiry (upstream's session-state listener: it leaves the restart to systemd or a pod's restart policy, as
     an operator runs it), recording it in ``rep.supervisor_restarts``; a failed restart is a fault error.
     Runs until cancelled."""
     while True:
@@ -484,8 +502,8 @@ async def _supervise(stock: StockChaosCluster, rep: Report, echo, t0: float) -> 
             echo(f"supervisor FAILED: {str(exc)[-500:]}")
             continue
         for i in nodes:
-            line = (f"AutoRecoveryMain on node {i} exited on its ZooKeeper session's expiry (exit {ZK_EXPIRED_EXIT}, "
-                    f"upstream's ExitCode.ZK_EXPIRED), restarted by the supervisor")
+            line = (f"AutoRecoveryMain on node {i} shut itself down on its ZooKeeper session's expiry (as upstream's "
+                    f"does), restarted by the supervisor")
             rep.supervisor_restarts.append(f"{time.monotonic() - t0:.1f}s {line}")
             echo(f"supervisor: {line}")
 
@@ -534,19 +552,24 @@ def _refuse(plan: list[Fault], rep: Report, skipped: dict[str, str], kinds: tupl
     return [Fault(f.seq, "bookie_kill9", f.target, f.hold_s) if f.kind in kinds else f for f in plan]
 
 
-async def _two_replicas_checks(urm: UnderreplicationManager, since_ms: int, timeout_s: float) -> None:
-    """Wait until the auditor's replicas check completed twice after ``since_ms`` (wall ms): the second
-    run started after the first ended, so after the faults stopped."""
+async def _checks_after(urm: UnderreplicationManager, which: str, since_ms: int, runs: int, timeout_s: float) -> None:
+    """Wait until the auditor's ``which`` check (``replicascheck``, ``placementpolicycheck``: its ctime
+    znode) completed ``runs`` times after ``since_ms`` (wall ms): with 2 the second run started after the
+    first ended, so after the faults stopped.
+
+    Raises:
+        TimeoutError: not within ``timeout_s`` s (naming the check).
+    """
     seen: list[int] = []
 
     async def advanced() -> bool:
-        """Record a replicas-check ctime newer than the last one seen; True once two were seen."""
-        c = await urm.get_check_ctime("replicascheck")
+        """Record a ctime newer than the last one seen; True once ``runs`` were seen."""
+        c = await urm.get_check_ctime(which)
         if c > since_ms and (not seen or c > seen[-1]):
             seen.append(c)
-        return len(seen) >= 2
+        return len(seen) >= runs
 
-    await until(advanced, timeout_s, "two replicas checks after the faults", 0.5)
+    await until(advanced, timeout_s, f"{runs} {which} runs after the faults", 0.5)
 
 
 async def _queue_empty(zk: ZkClient, paths: Paths, urm: UnderreplicationManager) -> bool:

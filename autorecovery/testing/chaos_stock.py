@@ -46,9 +46,10 @@ from autorecovery.testing.upstream_java import JavaProcess, UpstreamProcessError
 STOCK_ROOT = "/stock"
 #: the network kinds the stock cluster injects on loopback (bookie 0's data port)
 LOOPBACK_KINDS = ("partition_bookie_from_workers", "one_way_loss")
-#: upstream's ``ExitCode.ZK_EXPIRED``: AutoRecoveryMain shuts itself down with it when its ZooKeeper session
-#: expires (its session-state listener), leaving the restart to its supervisor (systemd, a pod's restart policy)
-ZK_EXPIRED_EXIT = 3
+#: what AutoRecoveryMain logs when its ZooKeeper session expires: its session-state listener then shuts it down
+#: (``shutdown(ExitCode.ZK_EXPIRED)``; 4.17's component stack exits 0 all the same), leaving the restart to its
+#: supervisor (systemd, a pod's restart policy)
+ZK_EXPIRED_LINE = "Client connection to the Metadata server has expired, so shutting down AutoRecoveryMain"
 #: the password of every ledger the stock writer creates
 STOCK_PASSWORD = "chaos-pw"
 #: upstream's client-side rack-aware placement (our daemons read the same racks from ``/stock/bookies``)
@@ -90,6 +91,8 @@ class StockChaosCluster(ChaosCluster):
         self._ar_conf: dict[int, dict[str, Any]] = {}
         #: one start of an AutoRecoveryMain at a time (the fault lane and the supervisor both start them)
         self._ar_lock = threading.RLock()
+        #: node → size of its AutoRecoveryMain log when its current life started (the log is appended to)
+        self._ar_log_from: dict[int, int] = {}
         #: tmpfs mount points made by :meth:`format` (unmounted by :meth:`down`)
         self.mounts: list[Path] = []
         #: the bookie whose ledger and journal dirs are tmpfs, or None
@@ -251,13 +254,18 @@ class StockChaosCluster(ChaosCluster):
                                     properties.get("openLedgerRereplicationGracePeriod", 1000),
                                 "lockReleaseOfFailedLedgerGracePeriod":
                                     properties.get("lockReleaseOfFailedLedgerGracePeriod", 2000),
-                                "auditorReplicasCheckInterval": properties.get("auditorReplicasCheckInterval", 0)}
+                                "auditorReplicasCheckInterval": properties.get("auditorReplicasCheckInterval", 0),
+                                **{k: properties[k] for k in ("auditorPeriodicPlacementPolicyCheckInterval",
+                                                              "repairedPlacementPolicyNotAdheringBookieEnabled")
+                                   if k in properties}}
         with self._ar_lock:
             old = self.autorecoveries.get(i)
             if old is not None and old.alive:
                 old.kill()
             if old is not None:
                 self.java.autorecoveries.remove(old)
+            log = self.java.workdir / f"autorecovery-{len(self.java.autorecoveries)}.log"  # the one it will write
+            self._ar_log_from[i] = log.stat().st_size if log.exists() else 0
             try:
                 ar = self.java.start_autorecovery(i, lost_bookie_recovery_delay=0, timeout_s=timeout_s,
                                                   **self._ar_conf[i])
@@ -271,10 +279,11 @@ class StockChaosCluster(ChaosCluster):
             return info
 
     def restart_expired_autorecoveries(self) -> list[int]:
-        """Start again, on its conf, every AutoRecoveryMain that exited with :data:`ZK_EXPIRED_EXIT` (it
-        shuts itself down when its ZooKeeper session expires: upstream's ``AutoRecoveryMain`` session-state
-        listener), as its supervisor would; nodes restarted. Any other exit is left for the campaign's
-        readiness check to report (a crash is a finding, not something to restart quietly).
+        """Start again, on its conf, every AutoRecoveryMain that exited by itself (not by a signal) after
+        logging :data:`ZK_EXPIRED_LINE` in its current life (it shuts itself down when its ZooKeeper session
+        expires: upstream's ``AutoRecoveryMain`` session-state listener), as its supervisor would; nodes
+        restarted. Any other exit is left for the campaign's readiness check to report (a crash is a
+        finding, not something to restart quietly).
 
         Raises:
             RuntimeError: a restart did not start (its log's tail).
@@ -283,10 +292,21 @@ class StockChaosCluster(ChaosCluster):
         with self._ar_lock:
             for i, ar in list(self.autorecoveries.items()):
                 proc = ar.process.proc
-                if proc is not None and proc.poll() == ZK_EXPIRED_EXIT:
-                    self.start_daemon(i, None)
-                    restarted.append(i)
+                rc = proc.poll() if proc is not None else None
+                if rc is None or rc < 0 or not self._logged_expiry(i, ar.process.log_path):
+                    continue
+                self.start_daemon(i, None)
+                restarted.append(i)
         return restarted
+
+    def _logged_expiry(self, i: int, log: Path) -> bool:
+        """Whether node ``i``'s AutoRecoveryMain logged :data:`ZK_EXPIRED_LINE` since its current start."""
+        try:
+            with open(log, "rb") as f:
+                f.seek(self._ar_log_from.get(i, 0))
+                return ZK_EXPIRED_LINE.encode() in f.read()
+        except OSError:
+            return False
 
     def stop_daemon(self, i: int, sig: int = signal.SIGTERM) -> None:
         ar = self.autorecoveries.get(i)
