@@ -40,7 +40,7 @@ def test_autorecoverymain_exits_on_session_expiry_and_the_supervisor_restarts_it
             wait_until(lambda: not cluster.java.election_votes() or ar.node_id not in cluster.java.election_votes(),
                        30, "AutoRecoveryMain's vote gone with its expired session")
         wait_until(lambda: not ar.process.alive, 60, "AutoRecoveryMain exited by itself on its session's expiry")
-        assert ar.process.proc is not None and ar.process.proc.returncode >= 0  # not killed by a signal
+        assert ar.process.proc is not None and ar.process.proc.returncode >= 0  # not a signal (4.17.2: 0, not ZK_EXPIRED)
         assert cluster.restart_expired_autorecoveries() == [3]
         again = cluster.autorecoveries[3]
         assert again is not ar and cluster.daemon_alive(3)
