@@ -9,7 +9,7 @@ a set entry per bookie per ledger).
 Upstream ``BookieLedgerIndexer`` rebuilds ``bookie → ledgers`` from *every* ledger's metadata on every
 audit: O(ledgers) ZooKeeper reads per bookie loss (thousands of outstanding reads killed sessions,
 #2802). Better than upstream: this index is built once when the auditor is elected and then updated
-ledger by ledger from ZooKeeper watches (:class:`autorecovery.zk.ledger_tree.LedgerTreeWatcher`), so the
+ledger by ledger from ZooKeeper watches (:class:`autorecovery.zk.ledger_tree.tree_watcher.LedgerTreeWatcher`), so the
 ledgers of a lost bookie are known with **no metadata reads**; a slow full reconcile
 (:meth:`RecordLedgerIndex.reconcile`) checks it against ZooKeeper.
 

@@ -12,7 +12,7 @@ out what they say. The class is composed of parts, each its own module:
 
 Better than upstream:
 
-* **Incremental index.** :class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher` builds the bookie → ledgers index once (on
+* **Incremental index.** :class:`~autorecovery.zk.ledger_tree.tree_watcher.LedgerTreeWatcher` builds the bookie → ledgers index once (on
   election) and keeps it current from watches on the ledger tree (ZooKeeper 3.6+: one persistent
   recursive watch and batched multiRead reads; older servers: child watches on every hierarchy level
   and a data watch on every ledger znode). The index is compact (a packed record per ledger, bookie ids
@@ -54,7 +54,7 @@ from autorecovery.roles.checker import LedgerChecker
 from autorecovery.roles.cluster_gauges import ClusterGauges
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
-from autorecovery.zk.ledger_tree import LedgerTreeWatcher
+from autorecovery.zk.ledger_tree.tree_watcher import LedgerTreeWatcher
 from autorecovery.zk.maintenance import MaintenanceStore
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager

@@ -15,7 +15,7 @@ from autorecovery.zk import kazoo_ext
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.aio import wait_for
 from autorecovery.zk.kazoo_ext import ServerTooOld
-from autorecovery.zk.ledger_tree import LedgerTreeWatcher
+from autorecovery.zk.ledger_tree.tree_watcher import LedgerTreeWatcher
 from autorecovery.zk.ledgers import LedgerStore, init_cluster
 from autorecovery.zk.paths import Paths
 

@@ -1,7 +1,7 @@
 """Checking the ledger index against ZooKeeper (EDGE): the cheap consistency check (a listing compared
 by count and :class:`~autorecovery.audit.record_index.IdDigest`, drift healed and reported), the full scan
 (upstream's rescan) and the reconcile that fixes the index from it, in either following mode. Part of
-:class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher`.
+:class:`~autorecovery.zk.ledger_tree.tree_watcher.LedgerTreeWatcher`.
 """
 
 import contextlib
@@ -12,9 +12,9 @@ import structlog
 from autorecovery.audit.record_index import IdDigest, ReconcileReport
 from autorecovery.errors import MalformedMetadataError
 from autorecovery.zk.bridge import NoNodeError
-from autorecovery.zk.ledger_tree_base import chunked
-from autorecovery.zk.ledger_tree_persistent import PersistentWatch
-from autorecovery.zk.ledger_tree_watches import PerLedgerWatches
+from autorecovery.zk.ledger_tree.tree_state import chunked
+from autorecovery.zk.ledger_tree.persistent_watch import PersistentWatch
+from autorecovery.zk.ledger_tree.per_ledger_watches import PerLedgerWatches
 
 log = structlog.get_logger("autorecovery.auditor")
 

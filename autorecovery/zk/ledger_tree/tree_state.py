@@ -1,7 +1,7 @@
 """State and plumbing shared by the two ways of following the ledger tree (EDGE): :class:`TreeBase`
 (tasks, session events, lost watches, read-failure warnings, listing the tree into an
 :class:`~autorecovery.audit.record_index.IdDigest`, applying a ledger znode to the index) and the helpers
-:func:`chunked` and :func:`leaf_path`. The watcher is :mod:`autorecovery.zk.ledger_tree`.
+:func:`chunked` and :func:`leaf_path`. The watcher is :mod:`autorecovery.zk.ledger_tree.tree_watcher`.
 """
 
 import asyncio
@@ -31,7 +31,7 @@ MAX_BATCH = 1000
 
 class TreeBase:
     """The state and plumbing both ways of following the ledger tree share (see
-    :class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher`, which documents the arguments): the task set,
+    :class:`~autorecovery.zk.ledger_tree.tree_watcher.LedgerTreeWatcher`, which documents the arguments): the task set,
     the session follower, lost-watch bookkeeping, rate-limited read-failure warnings, the tree listing
     into an id digest, and applying one ledger znode to the index."""
 
@@ -161,7 +161,7 @@ class TreeBase:
             self._rearm_task = asyncio.ensure_future(self._rearm_loop())
 
     async def _rearm_loop(self) -> None:
-        """Re-arm what was lost, once connected (:class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher`
+        """Re-arm what was lost, once connected (:class:`~autorecovery.zk.ledger_tree.tree_watcher.LedgerTreeWatcher`
         defines it: it needs both following modes)."""
         raise NotImplementedError
 

@@ -1,7 +1,7 @@
 """Following the ledger tree with persistent recursive watches (EDGE; ZooKeeper 3.6+, the default): one
 watch per top-level ledger directory plus a one-shot child watch on the root, notifications queued for
 batched ``multiRead`` re-reads, tombstones so a read issued before a deletion never brings a ledger back,
-and the resync after a connection loss. Part of :class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher`.
+and the resync after a connection loss. Part of :class:`~autorecovery.zk.ledger_tree.tree_watcher.LedgerTreeWatcher`.
 """
 
 import asyncio
@@ -11,7 +11,7 @@ import structlog
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk.bridge import ConnectionLoss, EventType, NoNodeError
 from autorecovery.zk.kazoo_ext import ServerTooOld
-from autorecovery.zk.ledger_tree_base import TreeBase, chunked, leaf_path
+from autorecovery.zk.ledger_tree.tree_state import TreeBase, chunked, leaf_path
 
 log = structlog.get_logger("autorecovery.auditor")
 

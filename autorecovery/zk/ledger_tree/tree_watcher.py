@@ -47,8 +47,8 @@ from autorecovery.errors import ZooKeeperError
 from autorecovery.retry import Backoff
 from autorecovery.zk.bridge import ConnectionLoss
 from autorecovery.zk.kazoo_ext import ServerTooOld
-from autorecovery.zk.ledger_tree_base import REARM_BACKOFF_S, chunked
-from autorecovery.zk.ledger_tree_check import TreeChecks
+from autorecovery.zk.ledger_tree.tree_state import REARM_BACKOFF_S, chunked
+from autorecovery.zk.ledger_tree.tree_checks import TreeChecks
 
 log = structlog.get_logger("autorecovery.auditor")
 

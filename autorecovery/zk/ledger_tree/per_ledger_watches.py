@@ -2,7 +2,7 @@
 before 3.6): child watches on every hierarchy level notice created and deleted ledgers, a data watch on
 every ledger znode notices closes and ensemble changes; each is one-shot and re-armed by the read that
 follows it, and a watch lost with the connection is remembered and re-read once connected. Part of
-:class:`~autorecovery.zk.ledger_tree.LedgerTreeWatcher`.
+:class:`~autorecovery.zk.ledger_tree.tree_watcher.LedgerTreeWatcher`.
 """
 
 import asyncio
@@ -11,7 +11,7 @@ import structlog
 
 from autorecovery.ledger.ids import is_ledger_leaf_name
 from autorecovery.zk.bridge import EventType, NoNodeError
-from autorecovery.zk.ledger_tree_base import TreeBase, chunked
+from autorecovery.zk.ledger_tree.tree_state import TreeBase, chunked
 
 log = structlog.get_logger("autorecovery.auditor")
 
