@@ -3,12 +3,17 @@
 Upstream ``replication/Auditor`` + ``AuditorBookieCheckTask``, ``AuditorCheckAllLedgersTask``,
 ``AuditorPlacementPolicyCheckTask``, ``AuditorReplicasCheckTask``, ``BookieLedgerIndexer``. The decisions
 live in ``autorecovery.audit`` (pure); this module feeds them from ZooKeeper and the bookies and carries
-out what they say. The class is composed of parts, each its own module:
+out what they say. The Auditor holds its parts as attributes, each its own module and class; the
+state they share is one declared object, :class:`~autorecovery.roles.auditor_state.AuditorState`:
 
-* this module — lifecycle, watches, the bookie-change event loop and the lost-bookie audit;
-* :mod:`autorecovery.roles.auditor_checks` — the periodic checks and their schedule;
-* :mod:`autorecovery.roles.auditor_holds` — maintenance windows and the rack-loss guard;
-* :mod:`autorecovery.roles.auditor_metrics` — the metric handles.
+* this module — lifecycle, watches, the event loop and the lost-bookie audit, in the shape
+  read (registrations, the delay znode, the index) -> decide (:func:`autorecovery.audit.lost_bookies.decide`,
+  pure) -> act (timer, markers, metrics, logs);
+* :mod:`autorecovery.roles.auditor_checks` (``checks``) — the periodic checks and their schedule;
+* :mod:`autorecovery.roles.auditor_holds` (``holds``) — maintenance windows and the rack-loss guard;
+* :mod:`autorecovery.roles.auditor_history` (``history``) — heal episodes and the published state;
+* :mod:`autorecovery.roles.auditor_metrics` (``metrics``) — the metric handles;
+* :mod:`autorecovery.roles.auditor_state` — the shared state, the typed events and their queue.
 
 Better than upstream:
 
@@ -33,8 +38,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import structlog
 
@@ -42,16 +47,18 @@ from autorecovery import metrics
 from autorecovery.aio import background
 from autorecovery.audit.decisions import Decision, LostBookieTracker
 from autorecovery.audit.index import BookieLedgerIndex
-from autorecovery.audit.maintenance import Holds, Window
+from autorecovery.audit.lost_bookies import Inputs, LostEvent, LostState, decide, observe
+from autorecovery.audit.maintenance import Window
 from autorecovery.audit.schedule import first_run_s
 from autorecovery.config.sections import AuditorSettings
 from autorecovery.errors import is_retriable
-from autorecovery.roles.auditor_checks import CheckResult, PeriodicChecks
+from autorecovery.roles.auditor_checks import PeriodicChecks, marked_now
 from autorecovery.roles.auditor_history import HealRecorder
 from autorecovery.roles.auditor_holds import MaintenanceHolds
 from autorecovery.roles.auditor_metrics import AuditorMetrics
+from autorecovery.roles.auditor_state import AuditorEvent, AuditorState, AuditReport, CheckResult, rearm
 from autorecovery.roles.checker import LedgerChecker
-from autorecovery.roles.cluster_gauges import ClusterGauges
+from autorecovery.roles.cluster_gauges import UNRECOVERABLE, UR_BYTES, UR_LEDGERS, ClusterGauges
 from autorecovery.zk.bookies import BookieWatcher
 from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
 from autorecovery.zk.ledger_tree.tree_watcher import LedgerTreeWatcher
@@ -61,25 +68,12 @@ from autorecovery.zk.underreplication import UnderreplicationManager
 
 log = structlog.get_logger("autorecovery.auditor")
 
-
-@dataclass
-class AuditReport:
-    """One lost-bookie audit: which bookies, how many ledgers, and its cost.
-
-    ``find_ms`` is the index lookup (no ZooKeeper reads), ``write_ms`` the marker writes,
-    ``zk_ops`` the ZooKeeper operations the client issued during the audit.
-    """
-
-    trigger: str
-    lost: list[str]
-    ledgers: int
-    find_ms: float
-    write_ms: float
-    writes: int
-    zk_ops: int
+#: the lost-bookie reducer's event for each auditor event it handles (MAINTENANCE is the holds' first)
+_LOST_EVENT = {AuditorEvent.BOOKIES: LostEvent.BOOKIES, AuditorEvent.DELAY: LostEvent.DELAY,
+               AuditorEvent.FIRE: LostEvent.FIRE, AuditorEvent.RETRY_AUDIT: LostEvent.RETRY_AUDIT}
 
 
-class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
+class Auditor:
     """The single auditor of the cluster (run it only while elected).
 
     Args:
@@ -96,13 +90,15 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         update_policy: keep ``policy`` told about membership itself (standalone use). The daemon
             passes False: it owns the one membership → policy subscription (``roles/role.py``).
 
-    Properties for admin/progress: :attr:`index`, :attr:`pending_audit_at`, :attr:`last_audit`,
-    :attr:`last_results`, :attr:`running`.
+    Parts (attributes): :attr:`state` (shared), :attr:`checks`, :attr:`holds`, :attr:`history`,
+    :attr:`metrics`, :attr:`gauges`. Properties for admin/progress: :attr:`index`,
+    :attr:`pending_audit_at`, :attr:`last_audit`, :attr:`last_results`, :attr:`running`.
     """
 
-    def __init__(self, zk: ZkClient, paths: Paths, settings: AuditorSettings, policy, bookies, *, bookie_id: str,
-                 clock: Callable[[], float] | None = None, wall_ms: Callable[[], int] | None = None,
+    def __init__(self, zk: ZkClient, paths: Paths, settings: AuditorSettings, policy: Any, bookies: Any, *,
+                 bookie_id: str, clock: Callable[[], float] | None = None, wall_ms: Callable[[], int] | None = None,
                  registry: metrics.MetricsRegistry | None = None, update_policy: bool = True) -> None:
+        reg = registry or metrics.REGISTRY
         self.zk = zk
         self.paths = paths
         self.settings = settings
@@ -110,73 +106,91 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         self.update_policy = update_policy
         self.bookies = bookies
         self.bookie_id = bookie_id
-        self.clock = clock or time.monotonic
-        self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
+        self.clock: Callable[[], float] = clock or time.monotonic
+        self.wall_ms: Callable[[], int] = wall_ms or (lambda: int(time.time() * 1000))
+        self.state = AuditorState()
+        self._events = self.state.events
         self.urm = UnderreplicationManager(zk, paths, store_ctime=settings.store_system_time_as_ledger_underreplicated_mark_time,
                                            now_ms=self.wall_ms)
         self.index = BookieLedgerIndex()
         self.tree = LedgerTreeWatcher(zk, paths, self.index,
                                       concurrency=settings.auditor_max_number_of_concurrent_open_ledger_operations)
-        self.bookie_watcher: BookieWatcher | None = None
-        self.tracker: LostBookieTracker | None = None
-        self.checker = LedgerChecker(bookies, self._available, verification_percentage=settings.auditor_ledger_verification_percentage,
+        self.checker = LedgerChecker(bookies, self.state.available,
+                                     verification_percentage=settings.auditor_ledger_verification_percentage,
                                      in_flight=settings.in_flight_read_entry_num_in_ledger_checker,
-                                     foreign=self._foreign, credentials=settings.recovery)
+                                     foreign=self.state.foreign, credentials=settings.recovery)
         self.last_audit: AuditReport | None = None
-        self.last_results: dict[str, CheckResult] = {}
         self.audits = 0
-        self._events: asyncio.Queue = asyncio.Queue()
-        self._tasks: list[asyncio.Task] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._timer: asyncio.TimerHandle | None = None  # the delayed lost-bookie audit
         self._timer_token = 0
-        self._enabled = True
-        self._enabled_changed = asyncio.Event()
-        self._started = False
-        self._stopped = False
         self._unrecoverable_logged: set[str] = set()
         self.maintenance = MaintenanceStore(zk, paths)
-        self.windows: list[Window] = []
-        self.last_holds = Holds({}, {})
-        self._expiry_timer: asyncio.TimerHandle | None = None
-        self._autoclose_timer: asyncio.TimerHandle | None = None
-        self._pending_holds = Holds({}, {})
-        self._lost_since: dict[str, float] = {}
-        self._settle_timer: asyncio.TimerHandle | None = None
-        self._check_lock = asyncio.Lock()  # marking by different tasks does not interleave per ledger set
-        self._m = self._metrics(registry or metrics.REGISTRY)
+        self.metrics = AuditorMetrics(reg, lambda: len(self.index), lambda: self.tree.lost_watches)
+        self._m = self.metrics.m
         # cluster-wide gauges (under-replicated ledgers/bytes, unrecoverable, oldest marker age): only
         # the elected auditor exports them, refreshed on every marker change (roles/cluster_gauges.py)
-        self.gauges = ClusterGauges(self.urm, zk, paths, self.index.total_length, registry or metrics.REGISTRY,
-                                    self.wall_ms, quiet=self._check_lock,
+        self.gauges = ClusterGauges(self.urm, zk, paths, self.index.total_length, reg,
+                                    self.wall_ms, quiet=self.state.check_lock,
                                     top_namespaces=settings.auditor_topic_metrics_max_namespaces)
         # heal episodes and the state every node's `shell overview` reads (roles/auditor_history.py)
         self.history = HealRecorder(zk, paths, self.urm, self.index, bookie_id=bookie_id, wall_ms=self.wall_ms,
-                                    checks=lambda: self.last_results, figures=self._figures,
-                                    registry=registry or metrics.REGISTRY)
+                                    checks=lambda: self.state.last_results, figures=self._figures, registry=reg)
+        self.holds = MaintenanceHolds(self.state, settings=settings, index=self.index, urm=self.urm,
+                                      store=self.maintenance, policy=policy, metrics=self._m, bookie_id=bookie_id,
+                                      clock=self.clock, wall_ms=self.wall_ms)
+        self.checks = PeriodicChecks(self.state, zk=zk, paths=paths, settings=settings, index=self.index,
+                                     tree=self.tree, urm=self.urm, checker=self.checker, bookies=bookies,
+                                     policy=policy, history=self.history, metrics=self._m,
+                                     zk_ops=self.metrics.zk_ops, audit=self.audit_lost_bookies,
+                                     clock=self.clock, wall_ms=self.wall_ms)
 
     # -- properties -------------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._started and not self._stopped
+        return self.state.started and not self.state.stopped
+
+    @property
+    def tracker(self) -> LostBookieTracker | None:
+        """The ``lostBookieRecoveryDelay`` state (None before start)."""
+        return self.state.tracker
+
+    @property
+    def bookie_watcher(self) -> BookieWatcher | None:
+        return self.state.bookie_watcher
+
+    @property
+    def windows(self) -> list[Window]:
+        """The maintenance windows this auditor loaded."""
+        return self.state.windows
+
+    @property
+    def last_results(self) -> dict[str, CheckResult]:
+        """Check name -> its last run."""
+        return self.state.last_results
 
     @property
     def pending_audit_at(self) -> float | None:
         """Clock time (s) of the pending delayed lost-bookie audit, or None."""
-        return self.tracker.pending_at if self.tracker else None
+        t = self.state.tracker
+        return t.pending_at if t is not None else None
 
     def _figures(self) -> dict[str, int]:
         """The cluster gauges' under-replicated ledgers, bytes and unrecoverable ledgers (for the history state)."""
-        from autorecovery.roles.cluster_gauges import UNRECOVERABLE, UR_BYTES, UR_LEDGERS
-
         return {"ledgers": int(self.gauges.g[UR_LEDGERS].value), "bytes": int(self.gauges.g[UR_BYTES].value),
                 "unrecoverable": int(self.gauges.g[UNRECOVERABLE].value)}
 
     def _available(self) -> frozenset[str]:
-        return self.bookie_watcher.available if self.bookie_watcher else frozenset()
+        return self.state.available()
 
-    def _foreign(self) -> dict[str, tuple[str, ...]]:
-        """Available bookies without our gRPC endpoint (their copies are skipped by every check)."""
-        return self.bookie_watcher.foreign if self.bookie_watcher else {}
+    async def run_check(self, name: str) -> dict[str, Any]:
+        """Run one check now, outside its schedule (``bookie_check``, ``check_all_ledgers``,
+        ``placement_check``, ``replicas_check``, ``index_reconcile``, ``index_consistency``).
+
+        Raises:
+            KeyError: an unknown check name.
+        """
+        return await self.checks.run_check(name)
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -186,9 +200,10 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         Raises:
             CompatibilityError: bad under-replication LAYOUT. ZooKeeperError: ZooKeeper failures.
         """
-        if self._started:
+        st = self.state
+        if st.started:
             return
-        self._started = True
+        st.started = True
         s = self.settings
         await self.urm.init()
         await self.urm.init_lost_bookie_recovery_delay(s.lost_bookie_recovery_delay)
@@ -197,18 +212,18 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             cookies = await self.zk.get_children(self.paths.cookies)
         except NoNodeError:
             cookies = []
-        self.tracker = LostBookieTracker(cookies, delay)
+        st.lost = LostState(LostBookieTracker(cookies, delay))
         t0 = self.clock()
         n = await self.tree.build()
         self._m["BOOKIE_TO_LEDGERS_MAP_CREATION_TIME"].record((self.clock() - t0) * 1000)
         log.info("auditor index built", ledgers=n, bookies=len(self.index.bookies()), ms=round((self.clock() - t0) * 1000))
         await self._watch_disable()
-        self.bookie_watcher = BookieWatcher(self.zk, self.paths)
-        self.bookie_watcher.add_listener(self._on_bookies)
-        await self.bookie_watcher.start()
+        st.bookie_watcher = BookieWatcher(self.zk, self.paths)
+        st.bookie_watcher.add_listener(self._on_bookies)
+        await st.bookie_watcher.start()
         await self._watch_delay()
         await self._watch_unrecoverable()
-        await self._watch_maintenance()
+        await self.holds.watch()
         try:
             await self.history.start(self.index.bookies() - self._available())
         except Exception as exc:  # noqa: BLE001 - history never stops the auditor
@@ -222,29 +237,31 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         self._spawn(self._event_loop(), "events")
         self._spawn(self.gauges.run(), "cluster_gauges")
         self._spawn(self.history.run(), "heal_history")
+        c = self.checks
         now_s, now_ms = self.clock(), self.wall_ms()
-        self._spawn(self._periodic("bookie_check", s.auditor_periodic_bookie_check_interval,
-                                   first_run_s(s.auditor_periodic_bookie_check_interval, None, now_s, now_ms),
-                                   self._bookie_check, ctime=None), "bookie_check")
+        self._spawn(c.periodic("bookie_check", s.auditor_periodic_bookie_check_interval,
+                               first_run_s(s.auditor_periodic_bookie_check_interval, None, now_s, now_ms),
+                               c.bookie_check, ctime=None), "bookie_check")
         for name, interval, which, run in (
-            ("check_all_ledgers", s.auditor_periodic_check_interval, "checkallledgers", self._check_all_ledgers),
+            ("check_all_ledgers", s.auditor_periodic_check_interval, "checkallledgers", c.check_all_ledgers),
             ("placement_check", s.auditor_periodic_placement_policy_check_interval, "placementpolicycheck",
-             self._placement_check),
-            ("replicas_check", s.auditor_replicas_check_interval, "replicascheck", self._replicas_check),
+             c.placement_check),
+            ("replicas_check", s.auditor_replicas_check_interval, "replicascheck", c.replicas_check),
         ):
             if interval <= 0 or (name == "placement_check" and self.policy is None):
                 continue
             ctime = await self.urm.get_check_ctime(which)
             at = first_run_s(interval, ctime, now_s, now_ms)
-            log.info("scheduled periodic check", check=name, interval_s=interval, initial_delay_s=round(at - now_s, 3))
-            self._spawn(self._periodic(name, interval, at, run, ctime=which), name)
+            log.info("scheduled periodic check", check=name, interval_s=interval,
+                     initial_delay_s=None if at is None else round(at - now_s, 3))
+            self._spawn(c.periodic(name, interval, at, run, ctime=which), name)
         if s.auditor_ledger_index_check_interval > 0:
             iv = s.auditor_ledger_index_check_interval
-            self._spawn(self._periodic("index_consistency", iv, now_s + iv, self._index_consistency, ctime=None,
-                                       skip_rules=False), "index_consistency")
+            self._spawn(c.periodic("index_consistency", iv, now_s + iv, c.index_consistency, ctime=None,
+                                   skip_rules=False), "index_consistency")
         if s.auditor_ledger_index_reconcile_interval > 0:
             iv = s.auditor_ledger_index_reconcile_interval
-            self._spawn(self._periodic("index_reconcile", iv, now_s + iv, self._reconcile, ctime=None, skip_rules=False),
+            self._spawn(c.periodic("index_reconcile", iv, now_s + iv, c.reconcile, ctime=None, skip_rules=False),
                         "index_reconcile")
         log.info("auditor started", bookie_id=self.bookie_id)
 
@@ -252,17 +269,13 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         """Cancel every task and watch consumer; idempotent. Markers already written stay (each marker
         write is atomic, so nothing needs draining: ``drain_timeout_s`` is accepted for the
         :class:`~autorecovery.roles.role.Role` protocol)."""
-        if self._stopped:
+        st = self.state
+        if st.stopped:
             return
-        self._stopped = True
+        st.stopped = True
         if self._timer is not None:
             self._timer.cancel()
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-        if self._autoclose_timer is not None:
-            self._autoclose_timer.cancel()
-        if self._settle_timer is not None:
-            self._settle_timer.cancel()
+        self.holds.cancel_timers()
         for g in ("maint_windows", "maint_held", "guard_domains", "guard_held"):
             self._m[g].set(0)  # this node is not the auditor any more: its figures are not the cluster's
         self.tree.stop()
@@ -272,30 +285,31 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         self.gauges.reset()
         self.history.reset()
         await self.tree.settle()
-        if self.bookie_watcher is not None:
-            await self.bookie_watcher.stop()
+        if st.bookie_watcher is not None:
+            await st.bookie_watcher.stop()
         try:
             await self.urm.close()
         except Exception as exc:  # noqa: BLE001 - the session may be gone
             log.debug("under-replication manager not closed cleanly", error=str(exc))
         log.info("auditor stopped", bookie_id=self.bookie_id)
 
-    def _spawn(self, coro, name: str) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """Run ``coro`` as an auditor task owned by :meth:`stop` (cancelled and awaited there); a task
         that fails is logged once, when it fails."""
         t = asyncio.ensure_future(coro)
         t.add_done_callback(lambda task: self._task_done(task, name))
         self._tasks.append(t)
 
-    def _task_done(self, task: asyncio.Task, name: str) -> None:
+    def _task_done(self, task: asyncio.Task[Any], name: str) -> None:
         if task.cancelled():
             return
         exc = task.exception()  # retrieved here, so asyncio never reports it as "never retrieved"
-        if exc is not None and not self._stopped:
+        if exc is not None and not self.state.stopped:
             log.error("auditor task failed", task=name, error=repr(exc))
 
     # -- watches ----------------------------------------------------------------------------
     def _on_bookies(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
+        st = self.state
         if self.policy is not None and self.update_policy:
             try:
                 self.policy.on_cluster_changed(set(writable), set(readonly))
@@ -303,42 +317,38 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
                 log.warning("placement policy rejected the cluster change", error=str(exc))
         available = writable | readonly
         self.history.note_bookies(available, self.index.bookies())
-        now = self.clock()
-        for b in list(self._lost_since):
-            if b in available:
-                del self._lost_since[b]
-        for b in self.index.bookies() - available:
-            self._lost_since.setdefault(b, now)  # when this auditor first saw it gone (rack-loss guard)
-        self._events.put_nowait(("bookies", None))
-        if any(w.auto_close for w in self.windows):
-            self._events.put_nowait(("maintenance", None))  # note a planned stop, or auto-close its window
+        if st.lost is not None:  # when this auditor first saw each one gone (rack-loss guard)
+            st.lost = observe(st.lost, available, self.index.bookies(), self.clock())
+        st.events.put(AuditorEvent.BOOKIES)
+        if any(w.auto_close for w in st.windows):
+            st.events.put(AuditorEvent.MAINTENANCE)  # note a planned stop, or auto-close its window
 
     async def _watch_delay(self) -> None:
-        def cb(event) -> None:
-            if self._stopped:
+        def cb(event: Any) -> None:
+            if self.state.stopped:
                 return
             if event.type in (EventType.CHANGED, EventType.CREATED):
-                self._events.put_nowait(("delay", None))
-            background(self._rearm(self._watch_delay))
+                self.state.events.put(AuditorEvent.DELAY)
+            background(rearm(self._watch_delay))
 
         await self.zk.exists(self.paths.lost_bookie_recovery_delay, watch=cb)
 
     async def _watch_disable(self) -> None:
-        def cb(_event) -> None:
-            if not self._stopped:
-                background(self._rearm(self._watch_disable))
+        def cb(_event: Any) -> None:
+            if not self.state.stopped:
+                background(rearm(self._watch_disable))
 
         stat = await self.zk.exists(self.paths.ur_disable, watch=cb)
-        self._enabled = stat is None
-        self._enabled_changed.set()
+        self.state.enabled = stat is None
+        self.state.enabled_changed.set()
 
     async def _watch_unrecoverable(self) -> None:
         """Log every unrecoverable-ledger record (``underreplication/unrecoverable/urL<id>``, written by
         the worker that found it) once, at ERROR, from the auditor only: an operator must bring a bookie
         back or accept the loss. The bookies that would bring the ledger back come first in the line."""
-        def cb(event) -> None:
-            if not self._stopped:
-                background(self._rearm(self._watch_unrecoverable))
+        def cb(_event: Any) -> None:
+            if not self.state.stopped:
+                background(rearm(self._watch_unrecoverable))
 
         try:
             names = await self.zk.get_children(self.paths.unrecoverable, watch=cb)
@@ -362,35 +372,23 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
                       ledger_id=doc.get("ledger"), entry_count=doc.get("entry_count"), reason=doc.get("reason"),
                       side_znode=f"{self.paths.unrecoverable}/{name}")
 
-    async def _rearm(self, fn) -> None:
-        try:
-            await fn()
-        except Exception as exc:  # noqa: BLE001 - retried on the next reconnect by the elector
-            log.warning("could not re-arm a watch", error=str(exc))
-
-    async def _wait_enabled(self) -> None:
-        while not self._enabled:
-            self._enabled_changed.clear()
-            await self._enabled_changed.wait()
-
-    # -- lost bookies -----------------------------------------------------------------------
+    # -- lost bookies: read -> decide -> act ------------------------------------------------
     async def _decide_initial_membership(self) -> None:
         """Handle the membership events queued by the bookie watcher's first read before any periodic
         check starts. While AutoRecovery is disabled the events stay queued for the event loop (which
         waits for enable) and the periodic checks skip as disabled."""
-        if not self._enabled:
+        st = self.state
+        if not st.enabled:
             return
-        queued = []
-        while not self._events.empty():
-            queued.append(self._events.get_nowait())
-        other = [e for e in queued if e[0] != "bookies"]
-        for e in other:
-            self._events.put_nowait(e)
+        queued = st.events.drain()
+        other = [e for e in queued if e[0] is not AuditorEvent.BOOKIES]
+        for kind, token in other:
+            st.events.put(kind, token)
         if len(other) == len(queued):
             return
-        d = await self._decide("bookies", None)
+        d = await self._decide(AuditorEvent.BOOKIES, None)
         if d is not None:
-            await self._apply(d, "bookies")
+            await self._apply(d, AuditorEvent.BOOKIES)
 
     async def _event_loop(self) -> None:
         """Handle bookie changes, delay changes and the delayed audit one at a time.
@@ -401,8 +399,9 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         once with what to fix and counted in ``autorecovery_auditor_event_errors_total{retriable}``;
         the loop goes on with the next event instead of retrying it forever.
         """
+        events = self.state.events
         while True:
-            kind, token = await self._events.get()
+            kind, token = await events.get()
             try:
                 d = await self._decide(kind, token)
             except asyncio.CancelledError:
@@ -410,7 +409,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             except Exception as exc:  # noqa: BLE001 - a ZooKeeper hiccup must not end loss detection
                 if self._event_failed(kind, exc):
                     await asyncio.sleep(1.0)
-                    self._events.put_nowait((kind, token))
+                    events.put(kind, token)
                 continue
             if d is None:
                 continue
@@ -421,41 +420,63 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             except Exception as exc:  # noqa: BLE001
                 if self._event_failed(kind, exc):
                     await asyncio.sleep(1.0)
-                    self._events.put_nowait(("retry_audit", None))
+                    events.put(AuditorEvent.RETRY_AUDIT)
 
-    def _event_failed(self, kind: str, exc: Exception) -> bool:
+    def _event_failed(self, kind: AuditorEvent, exc: Exception) -> bool:
         """Count and log a failed event; returns whether to retry it."""
         retry = is_retriable(exc)
         self._m["event_errors"]["true" if retry else "false"].inc()
         if retry:
-            log.warning("handling an auditor event failed; retrying in 1 s", auditor_event=kind, error=repr(exc))
+            log.warning("handling an auditor event failed; retrying in 1 s", auditor_event=kind.value, error=repr(exc))
         else:
             log.error("handling an auditor event failed with an error retrying will not fix; not retried",
-                      auditor_event=kind, error=repr(exc), error_type=type(exc).__name__)
+                      auditor_event=kind.value, error=repr(exc), error_type=type(exc).__name__)
         return retry
 
-    async def _decide(self, kind: str, token) -> Decision | None:
-        assert self.tracker is not None
-        await self._wait_enabled()
+    async def _decide(self, kind: AuditorEvent, token: int | None) -> Decision | None:
+        """Read what the event needs, then let :func:`~autorecovery.audit.lost_bookies.decide` decide."""
+        st = self.state
+        assert st.lost is not None, "auditor event before start"
+        await st.wait_enabled()
         now = self.clock()
-        if kind == "bookies":
-            # coalesce a burst of membership changes into one decision on the latest view
-            while not self._events.empty() and self._events._queue[0][0] == "bookies":  # type: ignore[attr-defined]
-                self._events.get_nowait()
-            delay = await self.urm.get_lost_bookie_recovery_delay()
-            return self.tracker.on_bookies_changed(self._available(), delay, now, self.index.in_some_ensemble)
-        if kind == "delay":
-            delay = await self.urm.get_lost_bookie_recovery_delay()
-            return self.tracker.on_delay_changed(delay, now)
-        if kind == "fire":
-            return self.tracker.on_pending_fired(now) if token == self._timer_token else None
-        if kind == "maintenance":
+        if kind is AuditorEvent.MAINTENANCE:
             return await self._on_maintenance_change(now)
-        if kind == "retry_audit":
-            return Decision(audit_now=True)
-        return None
+        if kind is AuditorEvent.BOOKIES:
+            st.events.drop_leading(AuditorEvent.BOOKIES)  # coalesce a burst: one decision on the latest view
+        delay = (await self.urm.get_lost_bookie_recovery_delay()
+                 if kind in (AuditorEvent.BOOKIES, AuditorEvent.DELAY) else None)
+        step = decide(st.lost, Inputs(_LOST_EVENT[kind], now, available=self._available(),
+                                      indexed=frozenset(self.index.bookies()), delay_s=delay,
+                                      in_ensemble=self.index.in_some_ensemble,
+                                      timer_current=token == self._timer_token))
+        st.lost = step.state
+        return step.decision
 
-    async def _apply(self, d: Decision, trigger: str) -> None:
+    async def _on_maintenance_change(self, now: float) -> Decision | None:
+        """Windows changed or expired: a bookie no longer covered is lost anew (the normal
+        lostBookieRecoveryDelay applies from now); a lifted guard is audited at once."""
+        st = self.state
+        assert st.lost is not None
+        change = await self.holds.on_change()
+        decision = None
+        if change.released:
+            log.info("maintenance ended for lost bookies; lostBookieRecoveryDelay applies from now",
+                     bookies=sorted(change.released))
+            delay = await self.urm.get_lost_bookie_recovery_delay()
+            step = decide(st.lost, Inputs(LostEvent.RELEASED, now, available=self._available(),
+                                          indexed=frozenset(self.index.bookies()), delay_s=delay,
+                                          in_ensemble=self.index.in_some_ensemble, released=change.released))
+            st.lost = step.state
+            decision = step.decision
+        if change.unguarded:
+            log.warning("rack-loss guard lifted (override or config); auditing the held bookies now",
+                        bookies=sorted(change.unguarded))
+            decision = Decision(audit_now=True)
+        await self.holds.publish(change.holds)
+        return decision
+
+    async def _apply(self, d: Decision, trigger: AuditorEvent) -> None:
+        """Act on a decision: count, arm or disarm the delayed audit, audit."""
         if d.cancelled:
             self._m["NUM_DELAYED_BOOKIE_AUDITS_CANCELLED"].inc(d.cancelled)
         if d.delayed:
@@ -471,30 +492,23 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             token = self._timer_token
             delay = max(0.0, d.schedule_at - self.clock())
             log.info("delaying audit of lost bookies", lost=sorted(d.lost), delay_s=round(delay, 3))
-            self._timer = asyncio.get_running_loop().call_later(delay, self._events.put_nowait, ("fire", token))
+            self._timer = asyncio.get_running_loop().call_later(delay, self.state.events.put, AuditorEvent.FIRE, token)
         if d.audit_now:
-            if self._timer is not None and self.tracker is not None and not self.tracker.pending:
+            if self._timer is not None and not self.state.pending:
                 self._timer.cancel()
                 self._timer = None
-            await self.audit_lost_bookies(trigger)
-
-    async def _marked_now(self) -> set[int]:
-        """Ledger ids marked right now (the watched marker set: no read once built), {} on failure."""
-        try:
-            return set(await self.urm.watched_marked_ids())
-        except Exception as exc:  # noqa: BLE001 - history only: the episode then counts every mark
-            log.warning("could not list the marked ledgers for the heal history", error=repr(exc))
-            return set()
+            await self.audit_lost_bookies(trigger.value)
 
     async def _record_loss(self, lost: list[str], marks: dict[int, list[str]], before: set[int]) -> None:
         """Open a ``bookie-lost`` episode (``rack-lost`` when two or more lost bookies make up a whole
         failure domain) for the newly marked ledgers."""
         kind, subject = "bookie-lost", ",".join(lost)
+        where = self.holds.location_of
         if len(lost) >= 2:
-            racks = {self._location_of(b) for b in lost}
+            racks = {where(b) for b in lost}
             if len(racks) == 1:
                 rack = racks.pop()
-                members = {b for b in self._available() | self.index.bookies() if self._location_of(b) == rack}
+                members = {b for b in self._available() | self.index.bookies() if where(b) == rack}
                 if members and members <= set(lost) | (self.index.bookies() - self._available()):
                     kind, subject = "rack-lost", f"{rack} ({subject})"
         await self.history.record(kind, subject, marks, before)
@@ -506,6 +520,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         Upstream AuditorBookieCheckTask.auditBookies (which re-reads every ledger's metadata).
         """
         before: set[int] = set()
+        st = self.state
         with self._m["AUDIT_BOOKIES_TIME"].time():
             ops0 = self.zk.ops
             t0 = self.clock()
@@ -513,7 +528,7 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             # pending) and this view of the lost bookies: a loss seen meanwhile is the delay's to handle
             available = self._available()
             lost = sorted(self.index.bookies() - available)
-            marks = self._marks_after_holds(lost, available)
+            marks = self.holds.marks_after_holds(lost, available)
             t1 = self.clock()
             writes = 0
             history_ops = 0
@@ -521,10 +536,10 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
                 # the heal history's view of what was marked before (the watched marker set: read once,
                 # then served from watches), outside the audit's ZooKeeper-op count as its episode write is
                 o = self.zk.ops
-                before = await self._marked_now()
+                before = await marked_now(self.urm)
                 history_ops = self.zk.ops - o
-                await self._wait_enabled()
-                async with self._check_lock:
+                await st.wait_enabled()
+                async with st.check_lock:
                     writes = await self.urm.mark_many(marks)
             t2 = self.clock()
             per_bookie: dict[str, list[int]] = {}
@@ -537,9 +552,9 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
             if lost:
                 self._m["URL_PUBLISH_TIME_FOR_LOST_BOOKIE"].record((t2 - t0) * 1000)
             ops = self.zk.ops - ops0 - history_ops
-            self._zk_ops["bookie_check" if trigger == "bookie_check" else "lost_bookie"].inc(ops)
+            self.metrics.zk_ops["bookie_check" if trigger == "bookie_check" else "lost_bookie"].inc(ops)
             self.audits += 1
-            await self._publish_holds(self._pending_holds)
+            await self.holds.publish(st.pending_holds)
             rep = AuditReport(trigger, lost, len(marks), (t1 - t0) * 1000, (t2 - t1) * 1000, writes, ops)
             self.last_audit = rep
             if lost:
@@ -550,5 +565,4 @@ class Auditor(AuditorMetrics, MaintenanceHolds, PeriodicChecks):
         return rep
 
 
-
-__all__ = ["Auditor", "AuditorSettings", "AuditReport", "CheckResult", "LedgerTreeWatcher"]
+__all__ = ["Auditor"]

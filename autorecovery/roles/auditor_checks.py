@@ -5,24 +5,35 @@ Upstream source: ``AuditorBookieCheckTask``, ``AuditorCheckAllLedgersTask``,
 ``AuditorPlacementPolicyCheckTask``, ``AuditorReplicasCheckTask`` (skip while a delayed lost-bookie
 audit is pending, #3818; pause while AutoRecovery is disabled, #3358). The decisions are
 :mod:`autorecovery.audit` (pure). :class:`PeriodicChecks` is a part of
-:class:`~autorecovery.roles.auditor.Auditor` (a mixin: it uses the auditor's index, checker, markers,
-metrics and clocks) and is not used alone.
+:class:`~autorecovery.roles.auditor.Auditor`: it gets the shared
+:class:`~autorecovery.roles.auditor_state.AuditorState`, the index, checker, markers, metrics and clocks
+in its constructor, and the lost-bookie audit (the bookie check runs it) as a callable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
+from autorecovery.audit.index import BookieLedgerIndex
 from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should_check
 from autorecovery.audit.schedule import next_run_s
+from autorecovery.config.sections import AuditorSettings
 from autorecovery.errors import BookieError, NoSuchLedgerError
 from autorecovery.ledger.metadata import DigestType, LedgerMetadata, LedgerState
+from autorecovery.metrics import Counter
+from autorecovery.roles.auditor_history import HealRecorder
+from autorecovery.roles.auditor_state import AuditorState, AuditReport, CheckResult
+from autorecovery.roles.checker import LedgerChecker
+from autorecovery.zk.bridge import ZkClient
+from autorecovery.zk.ledger_tree.tree_watcher import LedgerTreeWatcher
 from autorecovery.zk.ledgers import LedgerStore
+from autorecovery.zk.paths import Paths
+from autorecovery.zk.underreplication import UnderreplicationManager
 
 log = structlog.get_logger("autorecovery.auditor")
 
@@ -32,20 +43,46 @@ class ForeignBookie(Exception):
     or it is a stock bookie whose storage does not list entries): unknown, never "missing"."""
 
 
-@dataclass
-class CheckResult:
-    """Outcome of the last run of one check (for progress/admin output)."""
+#: a check's run: ``() -> summary`` (``ok`` False marks a failed run; ``aborted`` keeps the ctime)
+CheckRun = Callable[[], Awaitable[dict[str, Any]]]
 
-    name: str
-    started_ms: int
-    duration_ms: float
-    ok: bool
-    skipped: str = ""
-    summary: dict[str, Any] = field(default_factory=dict)
+
+async def marked_now(urm: UnderreplicationManager) -> set[int]:
+    """Ledger ids marked right now (the watched marker set: no read once built), {} on failure."""
+    try:
+        return set(await urm.watched_marked_ids())
+    except Exception as exc:  # noqa: BLE001 - history only: the episode then counts every mark
+        log.warning("could not list the marked ledgers for the heal history", error=repr(exc))
+        return set()
 
 
 class PeriodicChecks:
-    """The periodic checks of the :class:`~autorecovery.roles.auditor.Auditor` (see the module docstring)."""
+    """The periodic checks of the :class:`~autorecovery.roles.auditor.Auditor` (see the module docstring).
+
+    Args:
+        state: the auditor's shared state (enable flag, pending delayed audit, results, marking lock).
+        zk, paths, settings: the auditor's session, the cluster's paths, :class:`AuditorSettings`.
+        index, tree: the bookie -> ledgers index and its ledger-tree watcher.
+        urm: the markers. checker: the ledger checker. bookies: ``get_list_of_entries`` (replicas check).
+        policy: placement policy (``is_ensemble_adhering``) or None. history: the heal recorder.
+        metrics: handles by name; zk_ops: ``audit_zk_ops_total`` by check.
+        audit: the lost-bookie audit (``trigger -> AuditReport``), run by the bookie check.
+        clock: monotonic s. wall_ms: ms since the epoch.
+    """
+
+    def __init__(self, state: AuditorState, *, zk: ZkClient, paths: Paths, settings: AuditorSettings,
+                 index: BookieLedgerIndex, tree: LedgerTreeWatcher, urm: UnderreplicationManager,
+                 checker: LedgerChecker, bookies: Any, policy: Any, history: HealRecorder,
+                 metrics: dict[str, Any], zk_ops: dict[str, Counter],
+                 audit: Callable[[str], Awaitable[AuditReport]], clock: Callable[[], float],
+                 wall_ms: Callable[[], int]) -> None:
+        self.state = state
+        self.zk, self.paths, self.settings = zk, paths, settings
+        self.index, self.tree, self.urm, self.checker = index, tree, urm, checker
+        self.bookies, self.policy, self.history = bookies, policy, history
+        self._m, self._zk_ops = metrics, zk_ops
+        self._audit = audit
+        self.clock, self.wall_ms = clock, wall_ms
 
     # -- periodic checks --------------------------------------------------------------------
     async def _sleep_until(self, at: float) -> None:
@@ -53,7 +90,7 @@ class PeriodicChecks:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    async def _periodic(self, name: str, interval_s: int, first_at: float | None, run, *, ctime: str | None,
+    async def periodic(self, name: str, interval_s: int, first_at: float | None, run: CheckRun, *, ctime: str | None,
                         skip_rules: bool = True) -> None:
         """Fixed-rate runner: runs never overlap; an over-long run makes the next start right after."""
         if first_at is None:
@@ -63,12 +100,12 @@ class PeriodicChecks:
             await self._sleep_until(at)
             scheduled = at
             started_ms, t0 = self.wall_ms(), self.clock()
-            if skip_rules and self.tracker is not None and self.tracker.pending:
+            if skip_rules and self.state.pending:
                 self._m["NUM_SKIPPING_CHECK_TASK_TIMES"].inc()
-                self.last_results[name] = CheckResult(name, started_ms, 0, True, skipped="delayed audit pending")
+                self.state.last_results[name] = CheckResult(name, started_ms, 0, True, skipped="delayed audit pending")
                 log.info("skipping periodic check: a delayed lost-bookie audit is pending", check=name)
-            elif skip_rules and not self._enabled:
-                self.last_results[name] = CheckResult(name, started_ms, 0, True, skipped="autorecovery disabled")
+            elif skip_rules and not self.state.enabled:
+                self.state.last_results[name] = CheckResult(name, started_ms, 0, True, skipped="autorecovery disabled")
                 log.info("skipping periodic check: AutoRecovery is disabled", check=name)
             else:
                 ops0 = self.zk.ops
@@ -86,7 +123,7 @@ class PeriodicChecks:
                     (log.warning if getattr(exc, "retriable", False) else log.error)(
                         "periodic check failed", check=name, error=repr(exc))
                 self._zk_ops[name].inc(self.zk.ops - ops0)
-                self.last_results[name] = CheckResult(name, started_ms, (self.clock() - t0) * 1000, ok, summary=summary)
+                self.state.last_results[name] = CheckResult(name, started_ms, (self.clock() - t0) * 1000, ok, summary=summary)
                 if ok and ctime is not None and not summary.get("aborted"):
                     try:
                         await self.urm.set_check_ctime(ctime, self.wall_ms())
@@ -97,16 +134,16 @@ class PeriodicChecks:
                 return
             at = next_run_s(scheduled, interval_s, self.clock())
 
-    async def _bookie_check(self) -> dict:
-        rep = await self.audit_lost_bookies("bookie_check")
+    async def bookie_check(self) -> dict[str, Any]:
+        rep = await self._audit("bookie_check")
         return {"lost": rep.lost, "ledgers": rep.ledgers}
 
-    async def _reconcile(self) -> dict:
+    async def reconcile(self) -> dict[str, Any]:
         rep = await self.tree.reconcile()
         self._m["index_mismatches"].inc(rep.mismatches)
         return {"added": len(rep.added), "removed": len(rep.removed), "changed": len(rep.changed)}
 
-    async def _index_consistency(self) -> dict:
+    async def index_consistency(self) -> dict[str, Any]:
         """Ours (issue 9): count + digest of the ledger ids in the tree against the index, on a short
         schedule; drift is healed, logged and exported (``autorecovery_auditor_index_drift_ledgers``)."""
         rep = await self.tree.check_consistency()
@@ -116,7 +153,7 @@ class PeriodicChecks:
             self._m["index_drift_found"].inc(rep.drift)
         return {"tree": rep.tree, "index": rep.index, "drift": rep.drift}
 
-    async def _check_all_ledgers(self) -> dict:
+    async def check_all_ledgers(self) -> dict[str, Any]:
         """Upstream AuditorCheckAllLedgersTask: read first/last (or a share) of every fragment."""
         op = self._m["CHECK_ALL_LEDGERS_TIME"]
         t0 = self.clock()
@@ -127,7 +164,7 @@ class PeriodicChecks:
 
         acquire_timeout_s = self.settings.auditor_acquire_concurrent_open_ledger_operations_time_out_msec / 1000
         timed_out = 0
-        before = await self._marked_now()
+        before = await marked_now(self.urm)
         marked_ids: list[int] = []
 
         async def one(lid: int, md: LedgerMetadata) -> None:
@@ -143,7 +180,7 @@ class PeriodicChecks:
                 timed_out += 1
                 return
             try:
-                if not self._enabled:
+                if not self.state.enabled:
                     return
                 try:
                     if md.digest_type == DigestType.HMAC:
@@ -160,7 +197,7 @@ class PeriodicChecks:
                 self._m["NUM_LEDGERS_CHECKED"].inc()
                 self._m["NUM_FRAGMENTS_PER_LEDGER"].record(len(md.segments))
                 self._m["NUM_BOOKIES_PER_LEDGER"].record(len(md.all_bookies()))
-                if bad and self._enabled and lid in self.index:
+                if bad and self.state.enabled and lid in self.index:
                     replicas = sorted({b for f in bad for b in f.bad_bookies})
                     await self.urm.mark_underreplicated(lid, replicas)
                     marked += 1
@@ -172,7 +209,7 @@ class PeriodicChecks:
         items = self.index.items()  # decoded a chunk at a time (compact index: issue 13)
         checked = 0
         while True:
-            if not self._enabled:
+            if not self.state.enabled:
                 aborted = True
                 log.info("aborting periodic check: AutoRecovery was disabled")
                 break
@@ -188,7 +225,7 @@ class PeriodicChecks:
         return {"ok": ok, "checked": checked, "marked": marked, "failed": failed, "timed_out": timed_out,
                 "aborted": aborted}
 
-    async def _placement_check(self) -> dict:
+    async def placement_check(self) -> dict[str, Any]:
         """Upstream AuditorPlacementPolicyCheckTask over CLOSED ledgers (BP-34), marking with BP-54."""
         t0 = self.clock()
         grace = self.settings.underreplicated_ledger_recovery_grace_period
@@ -222,9 +259,9 @@ class PeriodicChecks:
             elif worst == "MEETS_SOFT":
                 soft += 1
         marked = 0
-        if not_adhering and self.settings.repaired_placement_policy_not_adhering_bookie_enabled and self._enabled:
-            async with self._check_lock:
-                before = await self._marked_now()
+        if not_adhering and self.settings.repaired_placement_policy_not_adhering_bookie_enabled and self.state.enabled:
+            async with self.state.check_lock:
+                before = await marked_now(self.urm)
                 await self.urm.mark_many({lid: [] for lid in not_adhering})
             marked = len(not_adhering)
             await self.history.record("placement", "placement policy check", not_adhering, before)
@@ -235,7 +272,7 @@ class PeriodicChecks:
         return {"closed": closed, "not_adhering": len(not_adhering), "softly_adhering": soft,
                 "elapsed_grace": elapsed_grace, "marked": marked}
 
-    async def _replicas_check(self) -> dict:
+    async def replicas_check(self) -> dict[str, Any]:
         """Upstream AuditorReplicasCheckTask (GET_LIST_OF_ENTRIES_OF_LEDGER per bookie), over all ledgers
         (upstream's gauges cover only the last range), optionally marking (ours).
 
@@ -246,13 +283,13 @@ class PeriodicChecks:
         t0 = self.clock()
         marked_ids = await self.urm.list_marked_ids()
         sem = asyncio.Semaphore(100)
-        buckets = {b: [] for b in Bucket}
+        buckets: dict[Bucket, list[int]] = {b: [] for b in Bucket}
         to_mark: dict[int, list[str]] = {}
         counts = {"not_asked": 0, "unanswered": 0}
 
-        foreign = self._foreign()
+        foreign = self.state.foreign()
 
-        async def ask(bookie: str, lid: int):
+        async def ask(bookie: str, lid: int) -> Any:
             if bookie in foreign:  # never false-mark: its answer is unknown, not "holds nothing"
                 self.checker.skip_foreign(bookie, foreign[bookie], lid)
                 return ForeignBookie(bookie)
@@ -298,9 +335,9 @@ class PeriodicChecks:
         self._m["NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"].set(len(buckets[Bucket.LESS_THAN_AQ]))
         self._m["NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"].set(len(buckets[Bucket.LESS_THAN_WQ]))
         marked = 0
-        if to_mark and self.settings.auditor_replicas_check_mark_under_replicated and self._enabled:
-            async with self._check_lock:
-                before = await self._marked_now()
+        if to_mark and self.settings.auditor_replicas_check_mark_under_replicated and self.state.enabled:
+            async with self.state.check_lock:
+                before = await marked_now(self.urm)
                 await self.urm.mark_many(to_mark)
             marked = len(to_mark)
             await self.history.record("replicas", "replicas check", to_mark, before)
@@ -310,10 +347,10 @@ class PeriodicChecks:
                 "less_than_wq": sorted(buckets[Bucket.LESS_THAN_WQ]), "marked": marked, **counts}
 
     # -- manual triggers (admin/tests) ------------------------------------------------------
-    async def run_check(self, name: str) -> dict:
+    async def run_check(self, name: str) -> dict[str, Any]:
         """Run one check now, outside its schedule (``bookie_check``, ``check_all_ledgers``,
         ``placement_check``, ``replicas_check``, ``index_reconcile``, ``index_consistency``)."""
-        fn = {"bookie_check": self._bookie_check, "check_all_ledgers": self._check_all_ledgers,
-              "placement_check": self._placement_check, "replicas_check": self._replicas_check,
-              "index_reconcile": self._reconcile, "index_consistency": self._index_consistency}[name]
+        fn = {"bookie_check": self.bookie_check, "check_all_ledgers": self.check_all_ledgers,
+              "placement_check": self.placement_check, "replicas_check": self.replicas_check,
+              "index_reconcile": self.reconcile, "index_consistency": self.index_consistency}[name]
         return await fn()

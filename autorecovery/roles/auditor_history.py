@@ -40,6 +40,7 @@ import structlog
 from autorecovery import metrics
 from autorecovery.audit import episodes as E
 from autorecovery.audit.index import BookieLedgerIndex
+from autorecovery.audit.lost_bookies import lost_since_after
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.history import HistoryStore
@@ -169,13 +170,7 @@ class HealRecorder:
     # -- inputs -----------------------------------------------------------------------------------------
     def note_bookies(self, available: Iterable[str], known: Iterable[str]) -> None:
         """Membership changed: ``known`` − ``available`` are lost (since now unless known earlier)."""
-        avail = set(available)
-        now = self.wall_ms()
-        for b in list(self.lost_since):
-            if b in avail:
-                del self.lost_since[b]
-        for b in set(known) - avail:
-            self.lost_since.setdefault(b, now)
+        self.lost_since = lost_since_after(self.lost_since, known, available, self.wall_ms())
         self._kick.set()
 
     def claimed(self) -> set[int]:

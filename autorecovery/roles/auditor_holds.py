@@ -3,21 +3,28 @@
 Upstream has neither (ours; see docs on maintenance windows and ``autorecoveryDownOutSubtreeLimit``).
 The decisions are :mod:`autorecovery.audit.maintenance` (pure: :func:`~autorecovery.audit.maintenance.holds`,
 :func:`~autorecovery.audit.maintenance.data_first`); this part of the
-:class:`~autorecovery.roles.auditor.Auditor` (a mixin: it uses the auditor's index, tracker, clocks,
-metrics and event queue) watches the maintenance records, publishes ``maintenance-state`` and
-filters a lost-bookie audit's markers.
+:class:`~autorecovery.roles.auditor.Auditor` (it gets the shared
+:class:`~autorecovery.roles.auditor_state.AuditorState`, the index, the markers and the clocks) watches
+the maintenance records, publishes ``maintenance-state`` and filters a lost-bookie audit's markers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 
 from autorecovery.aio import background
-from autorecovery.audit.decisions import Decision
+from autorecovery.audit.index import BookieLedgerIndex
+from autorecovery.audit.lost_bookies import lost_since_after, observe
 from autorecovery.audit.maintenance import Holds, auto_close_due, data_first, holds
+from autorecovery.config.sections import AuditorSettings
+from autorecovery.roles.auditor_state import AuditorEvent, AuditorState, rearm
+from autorecovery.zk.maintenance import MaintenanceStore
+from autorecovery.zk.underreplication import UnderreplicationManager
 
 log = structlog.get_logger("autorecovery.auditor")
 
@@ -25,85 +32,125 @@ log = structlog.get_logger("autorecovery.auditor")
 AUTO_CLOSE_RECHECK_S = 15.0
 
 
+@dataclasses.dataclass(frozen=True)
+class MaintenanceChange:
+    """What a maintenance change means for the lost bookies (the Auditor acts on it).
+
+    Attributes:
+        released: lost bookies whose window ended (lostBookieRecoveryDelay applies from now).
+        unguarded: lost bookies the rack-loss guard held and no longer holds (audit now).
+        holds: what is held back now (publish it after acting).
+    """
+
+    released: frozenset[str]
+    unguarded: frozenset[str]
+    holds: Holds
+
+
 class MaintenanceHolds:
-    """Maintenance windows and the rack-loss guard of the :class:`~autorecovery.roles.auditor.Auditor`."""
+    """Maintenance windows and the rack-loss guard of the :class:`~autorecovery.roles.auditor.Auditor`.
 
-    async def _watch_maintenance(self) -> None:
+    Args:
+        state: the auditor's shared state (windows, holds, lost-bookie state, events).
+        settings: :class:`AuditorSettings` (``autorecoveryDownOutSubtreeLimit``).
+        index: the bookie -> ledgers index. urm: the markers. store: the maintenance records.
+        policy: placement policy (``location_of``) or None (every bookie in ``/default-rack``).
+        metrics: the auditor's metric handles by name. bookie_id: this auditor (``maintenance-state``).
+        clock: monotonic s. wall_ms: ms since the epoch.
+    """
+
+    def __init__(self, state: AuditorState, *, settings: AuditorSettings, index: BookieLedgerIndex,
+                 urm: UnderreplicationManager, store: MaintenanceStore, policy: Any, metrics: dict[str, Any],
+                 bookie_id: str, clock: Callable[[], float], wall_ms: Callable[[], int]) -> None:
+        self.state = state
+        self.settings = settings
+        self.index = index
+        self.urm = urm
+        self.maintenance = store
+        self.policy = policy
+        self._m = metrics
+        self.bookie_id = bookie_id
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.expiry_timer: asyncio.TimerHandle | None = None
+        self.autoclose_timer: asyncio.TimerHandle | None = None
+        self.settle_timer: asyncio.TimerHandle | None = None
+
+    def cancel_timers(self) -> None:
+        """Disarm the expiry, auto-close and settle timers (the auditor stops)."""
+        for t in (self.expiry_timer, self.autoclose_timer, self.settle_timer):
+            if t is not None:
+                t.cancel()
+
+    def _later(self, delay_s: float, kind: AuditorEvent) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(delay_s, self.state.events.put, kind)
+
+    async def watch(self) -> None:
         """Load the maintenance records (child watch re-armed on every change) and re-evaluate."""
-        def cb(event) -> None:
-            if not self._stopped:
-                background(self._rearm(self._watch_maintenance))
+        st = self.state
 
-        self.windows = await self.maintenance.list(watch=cb)
+        def cb(_event: object) -> None:
+            if not st.stopped:
+                background(rearm(self.watch))
+
+        st.windows = await self.maintenance.list(watch=cb)
         now = self.wall_ms()
         await self._ack_windows(now)
-        live = [w for w in self.windows if not w.expired(now)]
+        live = [w for w in st.windows if not w.expired(now)]
         self._m["maint_windows"].set(len([w for w in live if w.kind != "override"]))
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-            self._expiry_timer = None
-        if self.windows:
-            nxt = min(w.expires_ms for w in self.windows)
+        if self.expiry_timer is not None:
+            self.expiry_timer.cancel()
+            self.expiry_timer = None
+        if st.windows:
+            nxt = min(w.expires_ms for w in st.windows)
             delay_s = max(0.0, (nxt - now) / 1000.0)
-            self._expiry_timer = asyncio.get_running_loop().call_later(
-                delay_s, self._events.put_nowait, ("maintenance", None))
-        if self._started and not self._stopped:
-            self._events.put_nowait(("maintenance", None))
+            self.expiry_timer = self._later(delay_s, AuditorEvent.MAINTENANCE)
+        if st.started and not st.stopped:
+            st.events.put(AuditorEvent.MAINTENANCE)
 
-    async def _on_maintenance_change(self, now: float) -> Decision | None:
-        """Windows changed or expired: enforce expiry; a bookie no longer covered is lost anew (the
-        normal lostBookieRecoveryDelay applies from now); a lifted guard is audited at once."""
-        assert self.tracker is not None
-        expired = await self.maintenance.remove_expired(self.windows, self.wall_ms())
+    async def on_change(self) -> MaintenanceChange:
+        """Windows changed or expired: enforce expiry, note planned stops, auto-close windows, and say
+        which lost bookies are no longer covered (the normal lostBookieRecoveryDelay applies from now)
+        and which the guard let go (audit at once)."""
+        st = self.state
+        expired = await self.maintenance.remove_expired(st.windows, self.wall_ms())
         if expired:
-            self.windows = [w for w in self.windows if w not in expired]
-        available = self._available()
+            st.windows = [w for w in st.windows if w not in expired]
+        available = st.available()
         lost = self.index.bookies() - available
         await self._note_lost_under_windows(available)
         await self._auto_close(available)
-        h = holds(lost, available, self._location_of, self.windows, self.wall_ms(),
+        h = holds(lost, available, self.location_of, st.windows, self.wall_ms(),
                   self.settings.autorecovery_down_out_subtree_limit)
-        released = (set(self.last_holds.windows) - set(h.windows)) & lost
-        unguarded = (self.last_holds.held - set(self.last_holds.windows)) - h.held
-        decision = None
-        if released:
-            log.info("maintenance ended for lost bookies; lostBookieRecoveryDelay applies from now",
-                     bookies=sorted(released))
-            self.tracker.known |= released
-            delay = await self.urm.get_lost_bookie_recovery_delay()
-            decision = self.tracker.on_bookies_changed(available, delay, now, self.index.in_some_ensemble)
-        if unguarded & lost:
-            log.warning("rack-loss guard lifted (override or config); auditing the held bookies now",
-                        bookies=sorted(unguarded & lost))
-            decision = Decision(audit_now=True)
-        await self._publish_holds(h)
-        return decision
+        released = (set(st.last_holds.windows) - set(h.windows)) & lost
+        unguarded = (st.last_holds.held - set(st.last_holds.windows)) - h.held
+        return MaintenanceChange(frozenset(released), frozenset(unguarded & lost), h)
 
     async def _ack_windows(self, now_ms: int) -> None:
         """Stamp ``acked_ms`` on windows this auditor loaded for the first time: ``shell oktostop
         --open-window`` waits for it before the bookie stops, so the loss is never audited first."""
         out = []
-        for w in self.windows:
+        for w in self.state.windows:
             if w.acked_ms == 0 and not w.expired(now_ms):
                 w = dataclasses.replace(w, acked_ms=now_ms)
                 if not await self.maintenance.update(w):
                     continue
             out.append(w)
-        self.windows = out
+        self.state.windows = out
 
     async def _note_lost_under_windows(self, available: frozenset[str]) -> None:
         """Record in auto-closing bookie windows that the bookie was seen down (``lost_seen_ms``: not
         registered, whether or not it is in some ensemble), so a window opened on a running bookie only
         closes after it went down and came back; the record survives an auditor change."""
         out = []
-        for w in self.windows:
+        for w in self.state.windows:
             if w.kind == "bookie" and w.auto_close and w.lost_seen_ms == 0 and w.target not in available:
                 w = dataclasses.replace(w, lost_seen_ms=self.wall_ms())
                 if await self.maintenance.update(w):
                     log.info("bookie down under its maintenance window: its heal is deferred", bookie_id=w.target,
                              expires_ms=w.expires_ms, reason=w.reason)
             out.append(w)
-        self.windows = out
+        self.state.windows = out
 
     async def _named_by_markers(self, bookies: set[str]) -> set[str]:
         """Which of ``bookies`` an under-replication marker names (as a missing replica)."""
@@ -123,38 +170,40 @@ class MaintenanceHolds:
         """Close auto-closing bookie windows whose bookie is back with its ledgers whole
         (:func:`~autorecovery.audit.maintenance.auto_close_due`); while a marker still names a returned
         bookie, look again every :data:`AUTO_CLOSE_RECHECK_S`."""
-        waiting = {w.target for w in self.windows if w.kind == "bookie" and w.auto_close and w.lost_seen_ms
+        st = self.state
+        waiting = {w.target for w in st.windows if w.kind == "bookie" and w.auto_close and w.lost_seen_ms
                    and w.target in available}
         if not waiting:
             return
         named = await self._named_by_markers(waiting)
-        for w in auto_close_due(self.windows, available, named):
+        for w in auto_close_due(st.windows, available, named):
             reason = ("auto-closed: bookie registered again and no under-replication marker names it "
                       f"(down {max(0, self.wall_ms() - w.lost_seen_ms) // 1000} s)")
             if await self.maintenance.close(w, reason):
                 log.info("maintenance window closed by itself: the bookie is back with its ledgers whole",
                          bookie_id=w.target, reason=w.reason, end_reason=reason)
-            self.windows = [x for x in self.windows if x != w]
+            st.windows = [x for x in st.windows if x != w]
         if named:
-            if self._autoclose_timer is not None:
-                self._autoclose_timer.cancel()
-            self._autoclose_timer = asyncio.get_running_loop().call_later(
-                AUTO_CLOSE_RECHECK_S, self._events.put_nowait, ("maintenance", None))
+            if self.autoclose_timer is not None:
+                self.autoclose_timer.cancel()
+            self.autoclose_timer = self._later(AUTO_CLOSE_RECHECK_S, AuditorEvent.MAINTENANCE)
 
-    def _location_of(self, bookie: str) -> str:
+    def location_of(self, bookie: str) -> str:
+        """The bookie's failure domain per the placement policy (``/default-rack`` without one)."""
         if self.policy is None:
             return "/default-rack"
         try:
-            return self.policy.location_of(bookie)
+            return str(self.policy.location_of(bookie))
         except Exception as exc:  # noqa: BLE001 - an unresolvable bookie sits in the default rack
             log.debug("bookie location not resolved", bookie_id=bookie, error=str(exc))
             return "/default-rack"
 
-    async def _publish_holds(self, h: Holds) -> None:
+    async def publish(self, h: Holds) -> None:
         """Log, publish (``maintenance-state``) and export what is held back, when it changed. The gauges
         are set after the state is written, so a gauge never runs ahead of what ``shell maintenance
         status`` shows (a test that waited for the gauge read the state before its write)."""
-        if (dict(h.windows), dict(h.guarded)) != (dict(self.last_holds.windows), dict(self.last_holds.guarded)):
+        last = self.state.last_holds
+        if (dict(h.windows), dict(h.guarded)) != (dict(last.windows), dict(last.guarded)):
             await self._write_holds(h)
         self._m["maint_held"].set(len(h.windows))
         self._m["guard_domains"].set(len(h.guarded))
@@ -162,17 +211,18 @@ class MaintenanceHolds:
 
     async def _write_holds(self, h: Holds) -> None:
         """Log what changed in ``h`` and write it to the ``maintenance-state`` znode."""
+        last = self.state.last_holds
         for d, bs in sorted(h.guarded.items()):
-            if d not in self.last_holds.guarded:
+            if d not in last.guarded:
                 log.warning(f"rack {d} lost as a whole: waiting (autorecoveryDownOutSubtreeLimit="
                             f"{self.settings.autorecovery_down_out_subtree_limit}); copies start only for ledgers "
                             "that would fall below AQ, or after `shell maintenance override --rack`",
                             rack=d, bookies=sorted(bs))
         for b, w in sorted(h.windows.items()):
-            if b not in self.last_holds.windows:
+            if b not in last.windows:
                 log.info("lost bookie in a maintenance window: not audited", bookie_id=b, window=w.target,
                          reason=w.reason, expires_ms=w.expires_ms)
-        self.last_holds = h
+        self.state.last_holds = h
         state = {"windows": {b: {"kind": w.kind, "target": w.target, "reason": w.reason, "expires_ms": w.expires_ms}
                              for b, w in h.windows.items()},
                  "guard": {d: sorted(bs) for d, bs in h.guarded.items()},
@@ -183,25 +233,24 @@ class MaintenanceHolds:
         except Exception as exc:  # noqa: BLE001 - the next change writes it again
             log.warning("could not publish the maintenance state", error=str(exc))
 
-    def _marks_after_holds(self, lost: list[str], available: frozenset[str]) -> dict[int, list[str]]:
+    def marks_after_holds(self, lost: list[str], available: frozenset[str]) -> dict[int, list[str]]:
         """Ledgers to mark for ``lost``, minus what maintenance windows and the rack-loss guard hold
         back, plus (data first) every ledger the losses leave with a fragment below AQ."""
+        st = self.state
         now_s = self.clock()
-        for b in list(self._lost_since):
-            if b in available:
-                del self._lost_since[b]
-        for b in lost:
-            self._lost_since.setdefault(b, now_s)
-        settle = float(self.tracker.previous_delay) if self.tracker is not None else 0.0
-        h = holds(lost, available, self._location_of, self.windows, self.wall_ms(),
-                  self.settings.autorecovery_down_out_subtree_limit, lost_since_s=self._lost_since, now_s=now_s,
+        if st.lost is not None:
+            st.lost = observe(st.lost, available, lost, now_s)
+            since, settle = st.lost.lost_since, float(st.lost.tracker.previous_delay)
+        else:  # not started: nothing was seen lost before
+            since, settle = lost_since_after({}, lost, available, now_s), 0.0
+        h = holds(lost, available, self.location_of, st.windows, self.wall_ms(),
+                  self.settings.autorecovery_down_out_subtree_limit, lost_since_s=since, now_s=now_s,
                   settle_s=settle)
-        self._pending_holds = h
+        st.pending_holds = h
         if h.settle_at_s is not None:
-            if self._settle_timer is not None:
-                self._settle_timer.cancel()
-            self._settle_timer = asyncio.get_running_loop().call_later(
-                max(0.0, h.settle_at_s - now_s) + 0.01, self._events.put_nowait, ("retry_audit", None))
+            if self.settle_timer is not None:
+                self.settle_timer.cancel()
+            self.settle_timer = self._later(max(0.0, h.settle_at_s - now_s) + 0.01, AuditorEvent.RETRY_AUDIT)
             log.info("rack-loss guard: letting lost bookies settle before auditing them",
                      bookies=sorted(h.settling), settle_s=settle)
         all_marks = self.index.ledgers_to_mark(lost)

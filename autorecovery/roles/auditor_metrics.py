@@ -5,6 +5,7 @@ Upstream source: ``AuditorStats`` (op stats, counters and gauges of the auditor 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from autorecovery import metrics
@@ -13,10 +14,28 @@ SCOPE = "auditor"
 
 
 class AuditorMetrics:
-    """The metrics part of the :class:`~autorecovery.roles.auditor.Auditor` (a mixin: the index and tree
-    gauges read the auditor's state)."""
+    """The metric handles of the :class:`~autorecovery.roles.auditor.Auditor`.
 
-    def _metrics(self, reg: metrics.MetricsRegistry) -> dict[str, Any]:
+    Args:
+        reg: the registry. index_size: ``() -> ledgers in the index`` (a gauge function).
+        lost_watches: ``() -> watches the ledger tree lost`` (a gauge function).
+
+    Attributes:
+        m: handle by name (upstream's ``AuditorStats`` names, and ours).
+        zk_ops: ``autorecovery_audit_zk_ops_total`` by audit (``lost_bookie``, ``bookie_check``, each check).
+    """
+
+    def __init__(self, reg: metrics.MetricsRegistry, index_size: Callable[[], int],
+                 lost_watches: Callable[[], int]) -> None:
+        self.m = self._metrics(reg, index_size, lost_watches)
+        self.zk_ops: dict[str, metrics.Counter] = {
+            k: reg.counter("autorecovery", "audit_zk_ops_total", labels={"audit": k})
+            for k in ("lost_bookie", "bookie_check", "check_all_ledgers", "placement_check",
+                      "replicas_check", "index_reconcile", "index_consistency")}
+
+    @staticmethod
+    def _metrics(reg: metrics.MetricsRegistry, index_size: Callable[[], int],
+                 lost_watches: Callable[[], int]) -> dict[str, Any]:
         op = ("NUM_UNDER_REPLICATED_LEDGERS", "UNDER_REPLICATED_LEDGERS_TOTAL_SIZE", "URL_PUBLISH_TIME_FOR_LOST_BOOKIE",
               "BOOKIE_TO_LEDGERS_MAP_CREATION_TIME", "AUDIT_BOOKIES_TIME", "CHECK_ALL_LEDGERS_TIME",
               "PLACEMENT_POLICY_CHECK_TIME", "REPLICAS_CHECK_TIME", "NUM_FRAGMENTS_PER_LEDGER", "NUM_BOOKIES_PER_LEDGER")
@@ -35,13 +54,13 @@ class AuditorMetrics:
             m[n] = reg.gauge(SCOPE, n)
         m["election_attempts"] = reg.counter(SCOPE, "election_attempts")
         m["index_ledgers"] = reg.gauge("autorecovery", "auditor_index_ledgers")
-        m["index_ledgers"].set_function(lambda: len(self.index))
+        m["index_ledgers"].set_function(index_size)
         m["index_mismatches"] = reg.counter("autorecovery", "auditor_index_reconcile_mismatches_total")
         m["index_drift"] = reg.gauge("autorecovery", "auditor_index_drift_ledgers")
         m["index_checks"] = reg.counter("autorecovery", "auditor_index_checks_total")
         m["index_drift_found"] = reg.counter("autorecovery", "auditor_index_drift_found_total")
         m["index_lost_watches"] = reg.gauge("autorecovery", "auditor_index_lost_watches")
-        m["index_lost_watches"].set_function(lambda: self.tree.lost_watches)
+        m["index_lost_watches"].set_function(lost_watches)
         m["maint_windows"] = reg.gauge("autorecovery", "maintenance_windows")
         m["maint_held"] = reg.gauge("autorecovery", "maintenance_held_bookies")
         m["guard_domains"] = reg.gauge("autorecovery", "rack_loss_guard_domains")
@@ -50,7 +69,4 @@ class AuditorMetrics:
         m["event_errors"] = {r: reg.counter("autorecovery", "auditor_event_errors_total", labels={"retriable": r},
                                             doc="failed bookie-change/delay/audit events, by retriable")
                              for r in ("true", "false")}
-        self._zk_ops = {k: reg.counter("autorecovery", "audit_zk_ops_total", labels={"audit": k})
-                        for k in ("lost_bookie", "bookie_check", "check_all_ledgers", "placement_check",
-                                  "replicas_check", "index_reconcile", "index_consistency")}
         return m

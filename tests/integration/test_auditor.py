@@ -245,7 +245,7 @@ async def test_disable_then_enable(zk):
     urm = UnderreplicationManager(zk, P)
     try:
         await urm.disable()
-        assert await wait_for(lambda: not a._enabled, 5)
+        assert await wait_for(lambda: not a.state.enabled, 5)
         await fb.kill(B[1])
         await fb.kill(B[2])
         # nothing may be marked while disabled (deadline check, not synchronisation)

@@ -59,7 +59,7 @@ async def test_window_stays_while_a_marker_names_the_bookie(zk, monkeypatch):  #
         assert await wait_for(lambda: _seen_down(store, A[0]), 5)
         await urm.mark_underreplicated(1, [A[0]])  # e.g. a check found entries missing on it
         await fb.add(A[0])
-        assert await wait_for(lambda: a._autoclose_timer is not None, 5), "a re-check is scheduled"
+        assert await wait_for(lambda: a.holds.autoclose_timer is not None, 5), "a re-check is scheduled"
         assert await store.get("bookie", A[0]) is not None, "a marker names it: not whole yet"
         await zk.delete(P.ur_marker(1))  # healed
         assert await wait_for(lambda: _gone(store, A[0]), 10), "closed on the re-check once healed"
