@@ -1,8 +1,10 @@
 """Checking the ledger index against ZooKeeper (EDGE): the cheap consistency check (a listing compared
 by count and :class:`~autorecovery.audit.record_index.IdDigest`, drift healed and reported), the full scan
-(upstream's rescan) and the reconcile that fixes the index from it, in either following mode. Part of
+(upstream's rescan) and the reconcile that fixes the index from it, in either following mode. A part of
 :class:`~autorecovery.zk.ledger_tree.tree_watcher.LedgerTreeWatcher`.
 """
+
+from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
@@ -12,9 +14,9 @@ import structlog
 from autorecovery.audit.record_index import IdDigest, ReconcileReport
 from autorecovery.errors import MalformedMetadataError
 from autorecovery.zk.bridge import NoNodeError
-from autorecovery.zk.ledger_tree.tree_state import chunked
-from autorecovery.zk.ledger_tree.persistent_watch import PersistentWatch
 from autorecovery.zk.ledger_tree.per_ledger_watches import PerLedgerWatches
+from autorecovery.zk.ledger_tree.persistent_watch import PersistentWatch
+from autorecovery.zk.ledger_tree.tree_state import TreePlumbing, TreeState, chunked
 
 log = structlog.get_logger("autorecovery.auditor")
 
@@ -31,12 +33,25 @@ class ConsistencyReport:
     extra: tuple[int, ...] = ()
 
 
-class TreeChecks(PersistentWatch, PerLedgerWatches):
-    """Consistency check, full scan and reconcile over either mode."""
+class TreeChecks:
+    """Consistency check, full scan and reconcile over either mode.
+
+    Args:
+        state, plumbing: the shared :class:`TreeState` and the :class:`TreePlumbing` over it.
+        persistent, per_ledger: the two following modes (the one ``state.persistent`` names heals).
+    """
+
+    def __init__(self, state: TreeState, plumbing: TreePlumbing, persistent: PersistentWatch,
+                 per_ledger: PerLedgerWatches) -> None:
+        self.s = state
+        self.p = plumbing
+        self.pw = persistent
+        self.pl = per_ledger
 
     def _index_digest(self) -> IdDigest:
-        d = IdDigest(self.index.digest.count, self.index.digest.total)
-        for lid in self._malformed_ids:
+        s = self.s
+        d = IdDigest(s.index.digest.count, s.index.digest.total)
+        for lid in s.malformed_ids:
             d.add(lid)
         return d
 
@@ -49,34 +64,34 @@ class TreeChecks(PersistentWatch, PerLedgerWatches):
         Raises:
             ZooKeeperError: the tree could not be listed.
         """
-        await self.settle()
-        tree = await self._tree_ids(None)
+        s, p = self.s, self.p
+        await p.settle()
+        tree = await p.tree_ids(None)
         mine = self._index_digest()
         if (tree.count, tree.total) == (mine.count, mine.total):
             return ConsistencyReport(tree.count, mine.count, 0)
-        await self.settle()
+        await p.settle()
         ids: set[int] = set()
-        tree = await self._tree_ids(ids)
-        known = set(self.index.ledger_ids()) | self._malformed_ids
+        tree = await p.tree_ids(ids)
+        known = set(s.index.ledger_ids()) | s.malformed_ids
         missing = sorted(ids - known)
         extra = sorted(known - ids)
         if missing or extra:
             log.warning("ledger index drifted from ZooKeeper; healing", missing=len(missing), extra=len(extra),
                         missing_ids=missing[:20], extra_ids=extra[:20])
             for lid in extra:
-                self.index.remove(lid)
-                self._malformed_ids.discard(lid)
-                self._armed.discard(lid)
-            if self.persistent:
-                await self._arm_tops()  # a top-level directory whose watch went missing is watched again
-                await self._read_batches(missing)
+                s.index.remove(lid)
+                s.malformed_ids.discard(lid)
+                s.armed.discard(lid)
+            if s.persistent:
+                await self.pw.arm_tops()  # a top-level directory whose watch went missing is watched again
+                await self.pw.read_batches(missing)
             else:
-                await chunked(lambda lid: self._load(self.paths.ledger(lid)), missing)
+                await chunked(lambda lid: self.pl.load(s.paths.ledger(lid)), missing)
                 # directory watches may be what was lost: re-list every known directory once
-                for d in list(self._dirs):
-                    self._lost_dirs.add(d)
-                self._schedule_rearm()
-            self.changed.set()
+                s.lost_dirs.update(s.dirs)
+                p.schedule_rearm()
+            s.changed.set()
         return ConsistencyReport(tree.count, len(known), len(missing) + len(extra), tuple(missing), tuple(extra))
 
     # -- reconcile --------------------------------------------------------------------------
@@ -89,39 +104,40 @@ class TreeChecks(PersistentWatch, PerLedgerWatches):
         Raises:
             ZooKeeperError: the tree could not be listed.
         """
+        s = self.s
         out: dict[int, bytes] = {}
         ids: set[int] = set()
-        await self._tree_ids(ids)
+        await self.p.tree_ids(ids)
         lids = sorted(ids)
 
         def keep(lid: int, path: str, data: bytes) -> None:
             with contextlib.suppress(MalformedMetadataError):
-                out[lid] = self.index.record_from_znode(data, path)
+                out[lid] = s.index.record_from_znode(data, path)
 
-        if self.persistent:
+        if s.persistent:
             async def batch(chunk: list[int]) -> None:
-                paths = [self.paths.ledger(lid) for lid in chunk]
-                async with self._batch_sem:
-                    self.requests += 1
-                    results = await self.zk.get_many(paths)
-                self.reads += len(chunk)
+                paths = [s.paths.ledger(lid) for lid in chunk]
+                async with s.batch_sem:
+                    s.requests += 1
+                    results = await s.zk.get_many(paths)
+                s.reads += len(chunk)
                 for lid, path, res in zip(chunk, paths, results, strict=True):
                     if isinstance(res, tuple):
                         keep(lid, path, res[0])
                     elif not isinstance(res, NoNodeError):
                         raise res
 
-            b = self._batch
+            b = s.batch
             await chunked(batch, [lids[i:i + b] for i in range(0, len(lids), b)], size=64)
             return out
 
         async def read(lid: int) -> None:
-            path = self.paths.ledger(lid)
+            path = s.paths.ledger(lid)
             try:
-                async with self._sem:
-                    self.reads += 1
-                    self.requests += 1
-                    data, _ = await self.zk.get(path)
+                async with s.sem:
+                    s.reads += 1
+                    s.requests += 1
+                    data, _ = await s.zk.get(path)
             except NoNodeError:
                 return
             keep(lid, path, data)
@@ -131,19 +147,24 @@ class TreeChecks(PersistentWatch, PerLedgerWatches):
 
     async def reconcile(self) -> ReconcileReport:
         """Full rescan; fix the index where it differs and re-read (per-ledger mode: re-arm the watches
-        of) the differing ledgers, which may have changed again while the scan ran."""
-        await self.settle()
+        of) the differing ledgers, which may have changed again while the scan ran.
+
+        Raises:
+            ZooKeeperError: the tree could not be listed or read.
+        """
+        s, p = self.s, self.p
+        await p.settle()
         scan = await self.scan()
-        rep = self.index.reconcile(scan)
+        rep = s.index.reconcile(scan)
         del scan
-        if self.persistent:
-            await self._read_batches(rep.added + rep.changed)
+        if s.persistent:
+            await self.pw.read_batches(rep.added + rep.changed)
         else:
             for lid in rep.added + rep.changed:
-                self._spawn(self._load(self.paths.ledger(lid)))
+                p.spawn(self.pl.load(s.paths.ledger(lid)))
             # re-arm directory watches that may have been lost (e.g. on a reconnect)
-            self._spawn(self._walk_safe(self.paths.root, 0))
-        await self.settle()
+            p.spawn(self.pl.walk_safe(s.paths.root, 0))
+        await p.settle()
         if rep.mismatches:
             log.warning("ledger index differed from ZooKeeper", added=len(rep.added), removed=len(rep.removed),
                         changed=len(rep.changed))

@@ -43,19 +43,24 @@ import asyncio
 
 import structlog
 
+from autorecovery.audit.index import BookieLedgerIndex
+from autorecovery.audit.record_index import ReconcileReport
 from autorecovery.errors import ZooKeeperError
 from autorecovery.retry import Backoff
-from autorecovery.zk.bridge import ConnectionLoss
+from autorecovery.zk.bridge import ConnectionLoss, ZkClient
 from autorecovery.zk.kazoo_ext import ServerTooOld
-from autorecovery.zk.ledger_tree.tree_state import REARM_BACKOFF_S, chunked
-from autorecovery.zk.ledger_tree.tree_checks import TreeChecks
+from autorecovery.zk.ledger_tree.per_ledger_watches import PerLedgerWatches
+from autorecovery.zk.ledger_tree.persistent_watch import PersistentWatch
+from autorecovery.zk.ledger_tree.tree_checks import ConsistencyReport, TreeChecks
+from autorecovery.zk.ledger_tree.tree_state import REARM_BACKOFF_S, TreePlumbing, TreeState, chunked
+from autorecovery.zk.paths import Paths
 
 log = structlog.get_logger("autorecovery.auditor")
 
-__all__ = ["LedgerTreeWatcher", "REARM_BACKOFF_S"]
+__all__ = ["LedgerTreeWatcher"]
 
 
-class LedgerTreeWatcher(TreeChecks):
+class LedgerTreeWatcher:
     """Keeps a :class:`BookieLedgerIndex` equal to the ledger metadata in ZooKeeper.
 
     Persistent mode (ZooKeeper 3.6+): a persistent recursive watch per top-level ledger directory and
@@ -65,7 +70,15 @@ class LedgerTreeWatcher(TreeChecks):
     bounded by ``concurrency`` (``auditorMaxNumberOfConcurrentOpenLedgerOperations``): at most that
     many ledger reads in flight, as single reads or in batches.
 
+    Composed of parts that share one :class:`~autorecovery.zk.ledger_tree.tree_state.TreeState`: the
+    plumbing (:class:`~autorecovery.zk.ledger_tree.tree_state.TreePlumbing`), the two following modes
+    (:class:`~autorecovery.zk.ledger_tree.persistent_watch.PersistentWatch`,
+    :class:`~autorecovery.zk.ledger_tree.per_ledger_watches.PerLedgerWatches`) and the checks
+    (:class:`~autorecovery.zk.ledger_tree.tree_checks.TreeChecks`).
+
     Args:
+        zk, paths, index: the ZooKeeper client, the cluster's paths, the index to keep.
+        concurrency: most ledger reads in flight.
         persistent: None (default) probes the server and falls back to per-ledger watches when it is
             older than 3.6; True insists (:meth:`build` raises ``ServerTooOld``); False forces per-ledger
             watches. After :meth:`build` it says which mode runs.
@@ -74,7 +87,122 @@ class LedgerTreeWatcher(TreeChecks):
         malformed: ledgers whose metadata did not decode (skipped, logged).
         reads: metadata reads done (build + updates + reconciles), batched or not.
         requests: ZooKeeper requests those reads took (a batch is one).
+        rearmed, resyncs, read_failures, events: watches re-armed after a loss, full re-reads after a
+            connection loss (persistent mode), failed tree reads (each retried), ledger notifications
+            handled (persistent mode).
+        changed: an :class:`asyncio.Event` set after each applied update.
     """
+
+    def __init__(self, zk: ZkClient, paths: Paths, index: BookieLedgerIndex, *, concurrency: int = 500,
+                 persistent: bool | None = None) -> None:
+        self._state = s = TreeState(zk, paths, index, persistent, concurrency)
+        self._plumbing = p = TreePlumbing(s, self._rearm_loop)
+        self._persistent = PersistentWatch(s, p)
+        self._per_ledger = PerLedgerWatches(s, p)
+        self._checks = TreeChecks(s, p, self._persistent, self._per_ledger)
+
+    # -- the shared state, read through ---------------------------------------------------------
+    @property
+    def zk(self) -> ZkClient:
+        return self._state.zk
+
+    @property
+    def paths(self) -> Paths:
+        return self._state.paths
+
+    @property
+    def index(self) -> BookieLedgerIndex:
+        return self._state.index
+
+    @property
+    def persistent(self) -> bool | None:
+        return self._state.persistent
+
+    @persistent.setter
+    def persistent(self, value: bool | None) -> None:
+        self._state.persistent = value
+
+    @property
+    def malformed(self) -> int:
+        return self._state.malformed
+
+    @property
+    def reads(self) -> int:
+        return self._state.reads
+
+    @property
+    def requests(self) -> int:
+        return self._state.requests
+
+    @property
+    def rearmed(self) -> int:
+        return self._state.rearmed
+
+    @property
+    def resyncs(self) -> int:
+        return self._state.resyncs
+
+    @property
+    def read_failures(self) -> int:
+        return self._state.read_failures
+
+    @property
+    def events(self) -> int:
+        return self._state.events
+
+    @property
+    def changed(self) -> asyncio.Event:
+        return self._state.changed
+
+    @property
+    def watches_held(self) -> int:
+        """ZooKeeper watches this watcher holds: in persistent mode one per top-level ledger directory
+        (``00``, ``01``...) plus the root's child watch, else one per directory and ledger."""
+        return self._plumbing.watches_held()
+
+    @property
+    def lost_watches(self) -> int:
+        """Watches lost and not yet re-armed: the persistent watch (0 or 1) plus directories and
+        ledgers (per-ledger mode) or ledgers whose read failed (persistent mode)."""
+        return self._plumbing.lost_watches()
+
+    @property
+    def busy(self) -> bool:
+        """True while watch-triggered updates are in flight."""
+        return self._plumbing.busy()
+
+    async def settle(self) -> None:
+        """Wait until no watch-triggered update is in flight."""
+        await self._plumbing.settle()
+
+    def stop(self) -> None:
+        """Cancel every update and the re-arm loop, and stop following the session. Idempotent."""
+        self._plumbing.stop()
+
+    # -- checks -----------------------------------------------------------------------------
+    async def check_consistency(self) -> ConsistencyReport:
+        """See :meth:`~autorecovery.zk.ledger_tree.tree_checks.TreeChecks.check_consistency`.
+
+        Raises:
+            ZooKeeperError: the tree could not be listed.
+        """
+        return await self._checks.check_consistency()
+
+    async def scan(self) -> dict[int, bytes]:
+        """See :meth:`~autorecovery.zk.ledger_tree.tree_checks.TreeChecks.scan` (ledger id → record).
+
+        Raises:
+            ZooKeeperError: the tree could not be listed.
+        """
+        return await self._checks.scan()
+
+    async def reconcile(self) -> ReconcileReport:
+        """See :meth:`~autorecovery.zk.ledger_tree.tree_checks.TreeChecks.reconcile`.
+
+        Raises:
+            ZooKeeperError: the tree could not be listed or read.
+        """
+        return await self._checks.reconcile()
 
     # -- build ------------------------------------------------------------------------------
     async def build(self) -> int:
@@ -86,55 +214,57 @@ class LedgerTreeWatcher(TreeChecks):
             ZooKeeperError: a directory could not be listed (the build is incomplete).
             ServerTooOld: ``persistent=True`` and the server is older than 3.6.
         """
-        self._follow_session()
-        if self.persistent is not False:
+        s = self._state
+        self._plumbing.follow_session()
+        if s.persistent is not False:
             try:
-                await self._probe()
-                self.persistent = True
-                self._following = True
-                await self._arm_tops()
+                await self._persistent.probe()
+                s.persistent = True
+                s.following = True
+                await self._persistent.arm_tops()
             except ServerTooOld as exc:
-                if self.persistent:
+                if s.persistent:
                     raise
                 log.error("ZooKeeper is older than 3.6 (no persistent watches / multiRead): falling back to a "
                           "data watch per ledger and a read per ledger; upgrade ZooKeeper for a 1M-ledger "
                           "auditor", error=str(exc))
-                self.persistent = False
-        if self.persistent:
-            await self._full_read()
+                s.persistent = False
+        if s.persistent:
+            await self._persistent.full_read()
         else:
             # after a refused addWatch an older server also closes the connection: a walk that loses it
             # is redone once connected (it is idempotent)
             for attempt in range(1, 4):
                 try:
-                    await self._walk(self.paths.root, 0)
+                    await self._per_ledger.walk(s.paths.root, 0)
                     break
                 except ZooKeeperError as exc:
                     if not isinstance(exc.__cause__, ConnectionLoss) or attempt == 3:
                         raise
                     await asyncio.sleep(0)  # let the SUSPENDED state published with the loss land
-                    await asyncio.wait_for(self.zk.connected.wait(), self.zk.session_timeout_ms / 1000 * 3)
+                    await asyncio.wait_for(s.zk.connected.wait(), s.zk.session_timeout_ms / 1000 * 3)
         await self.settle()
-        return len(self.index)
+        return len(s.index)
 
     async def _rearm_loop(self) -> None:
         """Re-read every directory and ledger whose watch was lost, once connected; repeat with
         back-off while reads fail. Directories first: a re-listed directory also loads new ledgers."""
+        s = self._state
         backoff = Backoff(*REARM_BACKOFF_S)
-        while not self._stopped and (self._lost_dirs or self._lost_ledgers or self._watch_lost):
-            await self.zk.connected.wait()
-            if self.persistent:
-                if not await self._rearm_persistent():
+        while not s.stopped and (s.lost_dirs or s.lost_ledgers or s.watch_lost):
+            await s.zk.connected.wait()
+            if s.persistent:
+                if not await self._persistent.rearm():
                     await backoff.sleep()  # back-off between retries, not synchronisation
                 else:
                     backoff.reset()
                 continue
-            dirs, self._lost_dirs = sorted(self._lost_dirs), set()
-            lids, self._lost_ledgers = sorted(self._lost_ledgers), set()
-            await chunked(self._refresh_dir, dirs)
-            await chunked(lambda lid: self._load(self.paths.ledger(lid)), lids)
-            failed = len(self._lost_dirs) + len(self._lost_ledgers)
-            self.rearmed += len(dirs) + len(lids) - failed
+            dirs, s.lost_dirs = sorted(s.lost_dirs), set()
+            lids, s.lost_ledgers = sorted(s.lost_ledgers), set()
+            await chunked(self._per_ledger.refresh_dir, dirs)
+            await chunked(lambda lid: self._per_ledger.load(s.paths.ledger(lid)), lids)
+            failed = len(s.lost_dirs) + len(s.lost_ledgers)
+            s.rearmed += len(dirs) + len(lids) - failed
             if dirs or lids:
                 log.info("re-armed ledger tree watches after a connection loss", directories=len(dirs),
                          ledgers=len(lids), failed=failed)
