@@ -16,6 +16,7 @@ import contextlib
 import os
 import signal
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -123,6 +124,10 @@ class Injector:
         self._wiped_ms: int | None = None
         #: called with (start, end monotonic s, ``#seq kind``) after each fault (the bound's fault windows)
         self.on_fault: Callable[[float, float, str], None] = lambda start, end, label: None
+        #: daemon i → held while a fault cuts or blackholes its ZooKeeper proxies: with two lanes a network
+        #: fault's restore would otherwise end the other lane's blackhole early (an hour's auditor_kill9 on
+        #: the witness waited 63 s for a session expiry that a zk_conn_cut on the same daemon undid)
+        self.proxy_locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     # -- conditions ----------------------------------------------------------------------------
     async def registered(self, bookie_id: str) -> bool:
@@ -398,9 +403,10 @@ class Injector:
             # instead, ZooKeeper blackholed past the session timeout, which hands the auditor role on,
             # and the daemon elected next is the one killed (the fourth full run found the witness
             # daemon killed 19 times as the auditor)
-            with proxies_faulted(self.proxies[i], TcpProxy.blackhole):
-                await until(lambda: _differs(self.auditor_index(), i), 60 + self.daemon_session_s,
-                            "a new auditor after the witness's session expired")
+            async with self.proxy_locks[i]:
+                with proxies_faulted(self.proxies[i], TcpProxy.blackhole):
+                    await until(lambda: _differs(self.auditor_index(), i), 60 + self.daemon_session_s,
+                                "a new auditor after the witness's session expired")
             await until(elected, 30, "an elected auditor")
             moved = f"the auditor was the witness (daemon {i}): its session expired by a ZooKeeper blackhole; "
             i = seen[0]
@@ -421,8 +427,9 @@ class Injector:
         return f"daemon {f.target} stopped (SIGSTOP) {self.daemon_session_s + f.hold_s:.1f}s, resumed"
 
     async def _zk_conn_cut(self, f: Fault) -> str:
-        with proxies_faulted(self.proxies[f.target], TcpProxy.cut):
-            await asyncio.sleep(f.hold_s)  # the fault's duration (shorter than the session timeout)
+        async with self.proxy_locks[f.target]:
+            with proxies_faulted(self.proxies[f.target], TcpProxy.cut):
+                await asyncio.sleep(f.hold_s)  # the fault's duration (shorter than the session timeout)
         return f"daemon {f.target}'s ZooKeeper connections cut for {f.hold_s}s, restored"
 
     # -- partitions -------------------------------------------------------------------------------
@@ -438,8 +445,9 @@ class Injector:
 
     async def _partition_daemon_from_zk(self, f: Fault) -> str:
         hold = self.daemon_session_s + f.hold_s
-        with proxies_faulted(self.proxies[f.target], TcpProxy.blackhole):
-            await asyncio.sleep(hold)  # the fault's duration: past the session timeout
+        async with self.proxy_locks[f.target]:
+            with proxies_faulted(self.proxies[f.target], TcpProxy.blackhole):
+                await asyncio.sleep(hold)  # the fault's duration: past the session timeout
         return f"daemon {f.target} cut from ZooKeeper (proxies blackholed, bookies reachable) for {hold:.1f}s, healed"
 
     # -- per direction (nftables, tc tbf: chaos_netfilter.py) -----------------------------------------
