@@ -7,7 +7,6 @@ see ``bookie.service`` for the limits and statuses). :class:`AddHandlers` is a m
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
@@ -299,15 +298,19 @@ class AddHandlers:
         finally:
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(BaseException):
+                try:
                     await task
+                except BaseException as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="intake", error=repr(cleanup_exc))
             while inflight:  # never answer (or leave) before submitted writes settle
                 eids, fut, n = inflight.popleft()
-                with contextlib.suppress(BaseException):
+                try:
                     res = await fut
                     if res is None:
                         written += len(eids)
                         written_bytes += n
+                except BaseException as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="intake", error=repr(cleanup_exc))
                 self.admission.release_add(n, len(eids))
         if failure:
             eid, err = failure[0]

@@ -204,8 +204,10 @@ class PullHandler:
                 failure = (-1, BookieStatusError("EIO", f"bookie {self.bookie_id}: {exc}"))
         finally:
             while inflight:  # never answer (or leave) before submitted writes settle
-                with contextlib.suppress(Exception):
+                try:
                     await settle_head()
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="accept", error=repr(cleanup_exc))
         if failure is not None:
             eid, err = failure
             msg = report(done=True)

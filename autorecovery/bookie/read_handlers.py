@@ -177,8 +177,10 @@ class ReadHandlers:
         finally:
             if pending is not None:  # the reader went away: drop the read-ahead
                 pending.cancel()
-                with contextlib.suppress(BaseException):
+                try:
                     await pending
+                except BaseException as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="read", error=repr(cleanup_exc))
 
     async def ReadLac(self, request: pb.ReadLacRequest, context: grpc.aio.ServicerContext) -> pb.ReadLacResponse:
         """The ledger's LAC on this bookie: the largest piggy-backed LAC of its stored entries

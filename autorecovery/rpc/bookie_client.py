@@ -31,7 +31,6 @@ Error mapping (every error names the bookie):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import grpc
 import structlog
@@ -116,8 +115,10 @@ class GrpcBookieClient(GrpcWrites, GrpcReads):
         self._closed = True
         channels, self._channels = self._channels, {}
         for channel, _stub in channels.values():
-            with contextlib.suppress(Exception):
+            try:
                 await channel.close()
+            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                log.debug("best-effort step failed", step="close", error=repr(cleanup_exc))
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
@@ -127,8 +128,10 @@ class GrpcBookieClient(GrpcWrites, GrpcReads):
         self._generations.pop(bookie_id, None)
         ch = self._channels.pop(bookie_id, None)
         if ch is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await ch[0].close()
+            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                log.debug("best-effort step failed", step="forget", error=repr(cleanup_exc))
 
     async def _unary(self, bookie_id: str, method: str, request, what: str):
         for attempt in range(2):

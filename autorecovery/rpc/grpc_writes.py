@@ -83,12 +83,16 @@ class GrpcWrites:
             try:
                 return await self.add_entry_batches(bookie_id, ledger_id, master_key, gen, recovery=recovery)
             finally:
-                with contextlib.suppress(Exception):
+                try:
                     await gen.aclose()
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="singles", error=repr(cleanup_exc))
                 aclose = getattr(entries, "aclose", None)
                 if aclose is not None:
-                    with contextlib.suppress(Exception):
+                    try:
                         await aclose()
+                    except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                        log.debug("best-effort step failed", step="singles", error=repr(cleanup_exc))
         return await self.add_entry_batches(bookie_id, ledger_id, master_key, self._cut(entries),
                                             recovery=recovery)
 
@@ -194,8 +198,10 @@ class GrpcWrites:
             finally:
                 aclose = getattr(batches, "aclose", None)
                 if aclose is not None:
-                    with contextlib.suppress(Exception):
+                    try:
                         await aclose()
+                    except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                        log.debug("best-effort step failed", step="pump", error=repr(cleanup_exc))
             waiting_since[0] = loop.time()
             with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 await call.done_writing()

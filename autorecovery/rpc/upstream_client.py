@@ -648,8 +648,10 @@ class UpstreamBookieClient:
                 adds.drop(eid, handle)
             aclose = getattr(batches, "aclose", None)
             if aclose is not None:
-                with contextlib.suppress(Exception):
+                try:
                     await aclose()
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="send", error=repr(cleanup_exc))
         return state["entries"], state["bytes"]
 
 
@@ -740,8 +742,10 @@ class UpstreamBookieClient:
             conn.drop_sink(sink, ADDENTRY, ledger_id, [eid for eid, _n, _t in order])
             aclose = getattr(batches, "aclose", None)
             if aclose is not None:
-                with contextlib.suppress(Exception):
+                try:
                     await aclose()
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="put", error=repr(cleanup_exc))
         return state[0], state[1]
 
 

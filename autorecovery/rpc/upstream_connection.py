@@ -9,7 +9,6 @@ Upstream source: ``BookieProtoEncoding`` (a big-endian int32 length, then one ``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import struct
 from typing import NoReturn
 
@@ -138,14 +137,18 @@ class FramedConnection:
             if not fut.done():
                 fut.set_exception(self.error)
                 fut.exception()  # retrieved: a caller that gave up must not log "never retrieved"
-        with contextlib.suppress(Exception):
+        try:
             self.writer.close()
+        except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+            log.debug("best-effort step failed", step="fail", error=repr(cleanup_exc))
 
     async def close(self) -> None:
         self.fail(BookieUnavailableError(self.bookie_id, "UNAVAILABLE", "connection closed"))
         self.task.cancel()
-        with contextlib.suppress(BaseException):
+        try:
             await self.task
+        except BaseException as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+            log.debug("best-effort step failed", step="close", error=repr(cleanup_exc))
 
 
 class _Connection(FramedConnection):
