@@ -25,7 +25,6 @@ another reason still ends the process with exit code 1 so that a supervisor rest
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 import time
@@ -292,8 +291,10 @@ class Daemon:
         async with self._role_lock:
             old, self.worker = self.worker, None
             if old is not None:
-                with contextlib.suppress(Exception):
+                try:
                     await old.stop()
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.warning("the old worker did not stop cleanly", error=repr(cleanup_exc))
             if self._stopping:
                 return
             await self.zk.connected.wait()

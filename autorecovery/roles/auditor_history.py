@@ -150,8 +150,10 @@ class HealRecorder:
                 self.episodes[ep.name] = ep
                 log.info(f"heal episode continued by the new auditor: {E.log_line(ep)}", episode=ep.name,
                          kind=ep.kind, ledgers_left=ep.ledgers_left)
-                with contextlib.suppress(Exception):
+                try:
                     await self.store.update(ep)
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="start", error=repr(cleanup_exc))
         self.g["heal_episodes_open"].set(len(self.episodes))
         self._kick.set()
         if self.episodes:
@@ -266,10 +268,12 @@ class HealRecorder:
                     continue
                 if lid not in claimed:
                     continue
-                with contextlib.suppress(Exception):
+                try:
                     holder = await self.urm.lock_holder(lid)
                     if holder:
                         self._holders[lid] = holder
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="_follow_locks", error=repr(cleanup_exc))
 
     async def _unrecoverable_ids(self) -> set[int]:
         try:

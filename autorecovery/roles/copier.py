@@ -179,8 +179,10 @@ class FragmentCopier(StreamCopy):
             yield
         finally:
             if held:
-                with contextlib.suppress(Exception):
+                try:
                     await asyncio.shield(self.cluster_slots.release(held))
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="_slot", error=repr(cleanup_exc))
             self.caps.finish(source, targets)
             async with self.caps_changed:
                 self.caps_changed.notify_all()

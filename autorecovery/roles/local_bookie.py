@@ -387,8 +387,10 @@ class LocalBookieWatch:
     @staticmethod
     async def _close(writer: asyncio.StreamWriter) -> None:
         writer.close()
-        with contextlib.suppress(Exception):
+        try:
             await writer.wait_closed()
+        except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+            log.debug("best-effort step failed", step="_close", error=repr(cleanup_exc))
 
     @staticmethod
     async def _until_closed(reader: asyncio.StreamReader) -> None:

@@ -34,7 +34,6 @@ Every pass then ends with :meth:`PassEffects.finish`: the lock released unless k
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 import structlog
@@ -113,9 +112,11 @@ class PassEffects:
         elif kind == pe.DELETED:
             self.m.exception(end.error)
             log.info("ledger deleted; removing its marker", ledger_id=lid)
-            with contextlib.suppress(Exception):
+            try:
                 await self.locks.delete_marker(lid)
                 await self.backlog.clear_unrecoverable(lid)
+            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                log.debug("best-effort step failed", step="carry_out", error=repr(cleanup_exc))
             self.memory.replicated(lid)
         elif kind == pe.FAILED:
             self.m.exception(end.error)
@@ -125,8 +126,10 @@ class PassEffects:
         elif kind == pe.NOT_RETRIABLE:
             self.m.exception(end.error)
             marker = None
-            with contextlib.suppress(Exception):
+            try:
                 marker = await self.locks.marker(lid)
+            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                log.debug("best-effort step failed", step="carry_out", error=repr(cleanup_exc))
             self.backlog.record_not_retriable(
                 lid, (marker.version, marker.ctime) if marker else (self.locks.held_version(lid), -1), end.reason)
             log.error("replication pass failed with an error retrying will not fix; the ledger is skipped until "
@@ -195,8 +198,10 @@ class PassEffects:
             except asyncio.CancelledError:
                 raise
             except NoSuchLedgerError:
-                with contextlib.suppress(Exception):
+                try:
                     await self.locks.delete_marker(lid)
+                except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                    log.debug("best-effort step failed", step="after_grace", error=repr(cleanup_exc))
             except Exception as exc:  # noqa: BLE001 - logged and counted; the lock is released below
                 self.m.exception(exc)
                 log.warning("open-ledger recovery failed", ledger_id=lid, error=str(exc))

@@ -59,7 +59,6 @@ Where we beat upstream (each is described where it is implemented):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import random
 import time
@@ -224,8 +223,10 @@ class ReplicationWorker:
         self._stopped = asyncio.get_running_loop().create_future()
         try:
             self._stopping = True
-            with contextlib.suppress(Exception):  # the shared watcher outlives this worker
+            try:
                 self.watcher.remove_listener(self._on_membership)
+            except Exception as cleanup_exc:  # noqa: BLE001 - the shared watcher outlives this worker; logged
+                log.debug("best-effort step failed", step="stop", error=repr(cleanup_exc))
             self._wake.set()
             self._refresh_wanted.set()
             if self._refresh_task is not None:
@@ -248,8 +249,10 @@ class ReplicationWorker:
             await asyncio.gather(*self._slots, *deferred.values(), *slot_retries,
                                  *( [self._refresh_task] if self._refresh_task else []), return_exceptions=True)
             deferred.clear()
-            with contextlib.suppress(Exception):
+            try:
                 await self.um.close()
+            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                log.debug("best-effort step failed", step="stop", error=repr(cleanup_exc))
             log.info("replication worker stopped")
         finally:
             self._stopped.set_result(None)

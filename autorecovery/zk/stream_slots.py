@@ -142,10 +142,12 @@ class ClusterStreamSlots:
         """After a lost connection: delete those of ``paths`` this session created (best effort)."""
         cid = self.zk.client_id
         for path in paths:
-            with contextlib.suppress(Exception):
+            try:
                 stat = await self.zk.exists(path)
                 if stat is not None and cid is not None and stat.ephemeralOwner == cid[0]:
                     await self.zk.delete(path)
+            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                log.debug("best-effort step failed", step="_drop_own", error=repr(cleanup_exc))
 
     async def acquire(self, source: str, targets: Collection[str]) -> list[str]:
         """Take a source slot on ``source`` and a target slot on every target, all or none, in one

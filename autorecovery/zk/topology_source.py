@@ -41,8 +41,10 @@ async def read_pulsar_racks(zk: ZkClient, watch: Callable[[Any], Any] | None = N
         data, _ = await zk.get(PULSAR_RACKS_PATH, watch=watch)
     except NoNodeError:
         if watch is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await zk.exists(PULSAR_RACKS_PATH, watch=watch)
+            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
+                log.debug("best-effort step failed", step="read_pulsar_racks", error=repr(cleanup_exc))
         return None
     return data or None
 
