@@ -75,9 +75,10 @@ def add_routes(router: web.UrlDispatcher, ctx: ops.AdminContext, mutating, guard
     async def ok_put(request: web.Request) -> web.Response:
         body = await json_object(request, PRESTOP_FIELDS)
         bookie, reason = body.get("bookie"), body.get("reason", "planned restart (ok_to_stop hook)")
-        for name, v in (("bookie", bookie), ("reason", reason)):
-            if not isinstance(v, str) or not v:
-                raise ops.BadRequestError(f"field {name!r} must be a non-empty string")
+        if not isinstance(bookie, str) or not bookie:
+            raise ops.BadRequestError("field 'bookie' must be a non-empty string")
+        if not isinstance(reason, str) or not reason:
+            raise ops.BadRequestError("field 'reason' must be a non-empty string")
         if "for" not in body:
             raise ops.BadRequestError("field 'for' (the planned downtime, e.g. 600 or 10m) is required")
         for_s = oktostop.check_for(body["for"])

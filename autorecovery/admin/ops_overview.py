@@ -110,7 +110,8 @@ async def overview(ctx: AdminContext, now_ms: int | None = None) -> dict[str, An
     except Exception as exc:  # noqa: BLE001 - a bad window record: shown, the rest still answers
         errors.append(f"maintenance windows {ctx.paths.maintenance}: {exc}")
     guard_state = await maint.read_state()
-    guard = guard_state.get("guard") if isinstance(guard_state.get("guard"), dict) else {}
+    raw_guard = guard_state.get("guard")
+    guard: dict[object, object] = raw_guard if isinstance(raw_guard, dict) else {}
     marked = await ctx.urm.list_marked_ids()
     locked = [lid for lid in await _children_ids(ctx, ctx.paths.ur_locks) if lid in marked]
     holders: dict[int, str] = {}

@@ -344,6 +344,10 @@ async def recover_bookies(
                     continue
                 first = seg.first_entry_id
                 last = md.segment_end(i) if (last_override is None or i + 1 < len(md.segments)) else last_override
+                if replace is None:
+                    out.status = "failed"
+                    out.detail = f"entries {first}..{last}: no placement policy to choose replacement bookies"
+                    return out
                 try:
                     from autorecovery.plan.targets import choose_replacements, plan_fragment_copy
 
@@ -375,11 +379,12 @@ async def recover_bookies(
                                                registered=lambda: set(watcher.writable) | set(watcher.readonly),
                                                on_bytes=on_bytes)
                 publish("recovering")
-                if r.status in (rp.INCOMPLETE, rp.ABORTED):
-                    lost = r.copy.unrecoverable()
-                    why = r.copy.aborted or (
+                if r.status in (rp.INCOMPLETE, rp.ABORTED) and r.copy is not None:  # both carry the copy's result
+                    copy = r.copy
+                    lost = copy.unrecoverable()
+                    why = copy.aborted or (
                         f"{entry_runs.count(lost)} entries have no valid replica (first {entry_runs.spans(lost)[:5]})"
-                        if lost else f"{r.copy.unreadable_count()} entries could not be read now")
+                        if lost else f"{copy.unreadable_count()} entries could not be read now")
                     out.status = "skipped" if (skip_unrecoverable and lost) else "failed"
                     out.detail = f"entries {first}..{last}: {why}"
                     return out

@@ -45,6 +45,8 @@ def shell(ctx: click.Context, conf, zk, ledgers_root, sets, verbose) -> None:
 def help_cmd(ctx: click.Context, command_name: str | None) -> None:
     """Upstream ``bookkeeper shell help [COMMAND]``: the shell's usage, or one command's."""
     group_ctx = ctx.parent
+    if group_ctx is None:  # help runs under the shell group, which is always its parent
+        raise click.UsageError("help must run under the shell group")
     if not command_name:
         click.echo(group_ctx.get_help())
         return

@@ -232,9 +232,10 @@ def capacity_partition(recent_since_ms: int):
                         mem[2].append(idx)
                         seen.add(c)
                 distinct.extend(seen)
-            i64 = [np.asarray(c, np.int64) for c in cols[:5]]
-            acc.add(*i64, np.asarray(cols[5], np.float64), np.asarray(cols[6], bool),
-                    *(np.asarray(m, np.int64) for m in mem), np.asarray(distinct, np.int64))
+            seg_ledger, seg_e, seg_wq, seg_first, seg_last = (np.asarray(c, np.int64) for c in cols[:5])
+            mem_code, mem_seg, mem_idx = (np.asarray(m, np.int64) for m in mem)
+            acc.add(seg_ledger, seg_e, seg_wq, seg_first, seg_last, np.asarray(cols[5], np.float64),
+                    np.asarray(cols[6], bool), mem_code, mem_seg, mem_idx, np.asarray(distinct, np.int64))
 
         def finish() -> Iterator[pd.DataFrame]:
             names = list(codes)
