@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from autorecovery.admin import params
 from autorecovery.config.settings import Settings
 from autorecovery.errors import (
@@ -38,6 +40,8 @@ from autorecovery.zk.paths import Paths
 from autorecovery.zk.topology_source import PlacementSetup
 from autorecovery.zk.topology_source import build_placement as _build_placement
 from autorecovery.zk.underreplication import UnderreplicationManager
+
+log = structlog.get_logger("autorecovery.admin")
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -157,10 +161,12 @@ class AdminContext:
         """Stop what this context created itself (never the daemon's shared roles). Idempotent."""
         owned, self._owned = self._owned, []
         for stop in reversed(owned):
-            with contextlib.suppress(Exception):
+            try:
                 res = stop()
                 if asyncio.iscoroutine(res):
                     await res
+            except Exception as exc:  # noqa: BLE001 - the rest is still stopped; logged
+                log.warning("admin context: stopping a part failed", part=repr(stop), error=repr(exc))
 
 
 async def check_cluster(zk: ZkClient, paths: Paths, settings: Settings | None = None) -> Layout:
@@ -198,8 +204,10 @@ async def open_admin(settings: Settings, *, connect_timeout_s: float | None = No
     try:
         await zk.start(timeout_s=timeout)
     except ZooKeeperError:
-        with contextlib.suppress(Exception):
+        try:
             await zk.stop()
+        except Exception as exc:  # noqa: BLE001 - the start's failure is the one raised; logged
+            log.debug("ZooKeeper client stop after a failed start failed", error=repr(exc))
         raise
     ctx = None
     try:

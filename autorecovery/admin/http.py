@@ -59,7 +59,6 @@ its success bodies and use precise codes for errors (400 bad input, 403 mutation
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -164,7 +163,7 @@ class AdminHttpServer:
                                   f"{exc.strerror or exc}") from None
         try:
             self._runner, self.port = await _serve(app, self.address, self.requested_port, "HTTP", self.ssl_context)
-        except BaseException:
+        except BaseException:  # broad on purpose: closes the audit log, re-raised
             self._close_audit()
             raise
         if self.reloader is not None and self.reload_period_s > 0:
@@ -249,5 +248,7 @@ async def _serve(app: web.Application, address: str, port: int, what: str,
 
 async def _unserve(runner: web.AppRunner | None) -> None:
     if runner is not None:
-        with contextlib.suppress(Exception):
+        try:
             await runner.cleanup()
+        except Exception as exc:  # noqa: BLE001 - best-effort shutdown of the listener, logged
+            log.warning("HTTP listener cleanup failed", error=repr(exc))

@@ -88,7 +88,7 @@ class Jobs:
             except asyncio.CancelledError:
                 job.state = "cancelled"
                 raise
-            except Exception as exc:  # broad: reported in /progress
+            except Exception as exc:  # broad: reported in /progress and logged
                 # an exception without a message (kazoo's, asyncio's) is named by its type
                 why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 job.state, job.error = "failed", why

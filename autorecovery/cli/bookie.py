@@ -11,7 +11,6 @@ cookie mismatch such as a wiped data directory, port in use, ZooKeeper unreachab
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -52,8 +51,12 @@ async def run_bookie(config: BookieConfig) -> int:
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():  # signalled while starting: abandon the start (it cleans up after itself)
         starting.cancel()
-        with contextlib.suppress(BaseException):
+        try:
             await starting
+        except asyncio.CancelledError:
+            pass  # the start we cancelled
+        except Exception as err:  # noqa: BLE001 - stopping anyway: a start that failed meanwhile is logged
+            log.info("the abandoned start failed", bookie_id=server.bookie_id, error=repr(err))
         await server.stop()
         log.info("stopped while starting", bookie_id=server.bookie_id)
         return 0

@@ -121,7 +121,7 @@ def up(bookies: int, racks: int, base_dir: Path, ledgers_root: str, with_autorec
         if with_autorecovery:
             for i in sorted(c.bookies):
                 c.start_daemon(i)
-    except Exception as exc:
+    except Exception as exc:  # broad: torn down and re-raised as a one-line ClickException
         c.down()
         raise click.ClickException(f"cluster failed to start: {exc}") from exc
     for i in sorted(c.bookies):

@@ -120,7 +120,7 @@ def _build(master: str | None, app: str, conf: Mapping[str, str] | None, executo
         b = b.config(k, v)
     try:
         spark = b.getOrCreate()
-    except Exception as exc:  # broad: only the JVM-start failure below is retried
+    except Exception as exc:  # broad: re-raised unless the JVM-start failure retried below
         # the JVM is started by fork+exec; in a process where gRPC's poller threads run (the test suite;
         # an embedding program) the child can die before it reports its port ("JAVA_GATEWAY_EXITED",
         # seen once in CI with an epoll "Bad file descriptor" from gRPC). One more start, then give up.
