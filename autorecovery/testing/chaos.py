@@ -390,7 +390,7 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
         writer = asyncio.ensure_future(write_continuous(
             bk, acks, stop, rate=cfg.rate, ledgers=4, entries_per_ledger=500, size=cfg.entry_size, ensemble=3,
             write_quorum=3, ack_quorum=2, seed=cfg.seed, mixed=True))
-    supervisor = asyncio.ensure_future(_supervise(stock, rep, echo, time.monotonic())) if stock is not None else None
+    supervisor = asyncio.ensure_future(_supervise(stock, inj, rep, echo, time.monotonic())) if stock is not None else None
     try:
         t0 = time.monotonic()
         if cfg.lanes == 2:
@@ -488,20 +488,22 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
     rep.error_lines, rep.error_sample = len(errors), errors[:5]
 
 
-async def _supervise(stock: StockChaosCluster, rep: Report, echo, t0: float) -> None:
+async def _supervise(stock: StockChaosCluster, inj: Injector, rep: Report, echo, t0: float) -> None:
     """Every second, start again each AutoRecoveryMain that shut itself down on its ZooKeeper session's
     expiry (upstream's session-state listener: it leaves the restart to systemd or a pod's restart policy, as
     an operator runs it), recording it in ``rep.supervisor_restarts``; a failed restart is a fault error.
     Runs until cancelled."""
     while True:
         await asyncio.sleep(1.0)  # a poll period, not a synchronisation: nothing waits for this loop
-        try:
-            nodes = await asyncio.to_thread(stock.restart_expired_autorecoveries)
-        except RuntimeError as exc:
-            rep.fault_errors.append(f"supervisor: {str(exc)[-500:]}")
-            echo(f"supervisor FAILED: {str(exc)[-500:]}")
-            continue
-        for i in nodes:
+        for i in await asyncio.to_thread(stock.expired_autorecoveries):
+            try:
+                async with inj.proxy_locks[i]:  # not into the other lane's blackhole of its proxies
+                    if not await asyncio.to_thread(stock.restart_if_expired, i):
+                        continue  # the fault lane started it meanwhile
+            except RuntimeError as exc:
+                rep.fault_errors.append(f"supervisor: {str(exc)[-500:]}")
+                echo(f"supervisor FAILED: {str(exc)[-500:]}")
+                continue
             line = (f"AutoRecoveryMain on node {i} shut itself down on its ZooKeeper session's expiry (as upstream's "
                     f"does), restarted by the supervisor")
             rep.supervisor_restarts.append(f"{time.monotonic() - t0:.1f}s {line}")
@@ -579,14 +581,16 @@ async def _queue_empty(zk: ZkClient, paths: Paths, urm: UnderreplicationManager)
 async def _heal_all(cluster: LocalCluster, inj: Injector, rep: Report, when: str = "when the faults stopped") -> None:
     """Start whatever a failed fault left down, each recorded as a fault error naming ``when``; a start
     that fails is recorded too (the campaign goes on: the next fault finds it down and waits)."""
-    for kind, procs, alive, start in (("bookie", cluster.bookies, cluster.bookie_alive, cluster.start_bookie),
-                                      ("daemon", cluster.daemons, cluster.daemon_alive,
-                                       lambda i: cluster.start_daemon(i, None, 60.0))):
+    for kind, procs, alive in (("bookie", cluster.bookies, cluster.bookie_alive),
+                               ("daemon", cluster.daemons, cluster.daemon_alive)):
         for i in list(procs):
             if not alive(i):
                 rep.fault_errors.append(f"{kind} {i} was down {when}")
                 try:
-                    await asyncio.to_thread(start, i)
+                    if kind == "bookie":
+                        await asyncio.to_thread(cluster.start_bookie, i)
+                    else:
+                        await inj._restart_daemon(i)  # not while the other lane holds its proxies faulted
                 except Exception as exc:  # noqa: BLE001 - recorded; the report fails on it
                     rep.fault_errors.append(f"{kind} {i} did not start again {when}: {str(exc)[-300:]}")
     try:

@@ -375,7 +375,11 @@ class Injector:
                 f"); operator's fix (bookieformat -deleteCookie), started empty, registered{waited}")
 
     async def _restart_daemon(self, i: int) -> None:
-        await asyncio.to_thread(self.cluster.start_daemon, i, None, 60.0)
+        """Start daemon ``i`` again on its conf, never while the other lane holds its ZooKeeper proxies
+        faulted: AutoRecoveryMain exits at start-up when it cannot reach ZooKeeper (a restart during a
+        blackhole failed the stock hour's auditor_kill9), ours would only start late."""
+        async with self.proxy_locks[i]:
+            await asyncio.to_thread(self.cluster.start_daemon, i, None, 60.0)
 
     async def _daemon_kill9(self, f: Fault) -> str:
         aud = await self.auditor_index()

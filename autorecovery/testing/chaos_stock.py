@@ -262,8 +262,8 @@ class StockChaosCluster(ChaosCluster):
             old = self.autorecoveries.get(i)
             if old is not None and old.alive:
                 old.kill()
-            if old is not None:
-                self.java.autorecoveries.remove(old)
+            # a failed start leaves its exited process in the Java cluster's list, the previous one gone already
+            self.java.autorecoveries = [a for a in self.java.autorecoveries if a is not old and a.process.alive]
             log = self.java.workdir / f"autorecovery-{len(self.java.autorecoveries)}.log"  # the one it will write
             self._ar_log_from[i] = log.stat().st_size if log.exists() else 0
             try:
@@ -288,16 +288,32 @@ class StockChaosCluster(ChaosCluster):
         Raises:
             RuntimeError: a restart did not start (its log's tail).
         """
-        restarted = []
+        return [i for i in self.expired_autorecoveries() if self.restart_if_expired(i)]
+
+    def expired_autorecoveries(self) -> list[int]:
+        """Nodes whose AutoRecoveryMain exited by itself (not by a signal) after logging
+        :data:`ZK_EXPIRED_LINE` in its current life."""
         with self._ar_lock:
-            for i, ar in list(self.autorecoveries.items()):
-                proc = ar.process.proc
-                rc = proc.poll() if proc is not None else None
-                if rc is None or rc < 0 or not self._logged_expiry(i, ar.process.log_path):
-                    continue
-                self.start_daemon(i, None)
-                restarted.append(i)
-        return restarted
+            return [i for i, ar in self.autorecoveries.items() if self._expired(i, ar)]
+
+    def restart_if_expired(self, i: int) -> bool:
+        """Start node ``i``'s AutoRecoveryMain again if it is (still) :meth:`expired_autorecoveries`'s;
+        whether it was started.
+
+        Raises:
+            RuntimeError: it did not start (its log's tail).
+        """
+        with self._ar_lock:
+            ar = self.autorecoveries.get(i)
+            if ar is None or not self._expired(i, ar):
+                return False
+            self.start_daemon(i, None)
+            return True
+
+    def _expired(self, i: int, ar: JavaAutoRecovery) -> bool:
+        proc = ar.process.proc
+        rc = proc.poll() if proc is not None else None
+        return rc is not None and rc >= 0 and self._logged_expiry(i, ar.process.log_path)
 
     def _logged_expiry(self, i: int, log: Path) -> bool:
         """Whether node ``i``'s AutoRecoveryMain logged :data:`ZK_EXPIRED_LINE` since its current start."""

@@ -4,7 +4,8 @@ to systemd or a pod's restart policy. Without a supervisor a partition of its no
 down for the rest of a campaign, and every later fault timed out waiting for it (``daemons [5] not
 running``). Here, on a real stock cluster: the partition past ``zkTimeout`` makes it exit by itself, the
 supervisor step (:meth:`StockChaosCluster.restart_expired_autorecoveries`) starts it again and it votes in
-the Auditor election again; a SIGKILLed one (a fault of the campaign, or a crash) is not restarted by it."""
+the Auditor election again; a SIGKILLed one (a fault of the campaign, or a crash) is not restarted by it;
+a start that fails (ZooKeeper unreachable) does not keep the next one from working."""
 
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ def test_autorecoverymain_exits_on_session_expiry_and_the_supervisor_restarts_it
         cluster.stop_daemon(3, signal.SIGKILL)
         wait_until(lambda: not cluster.daemon_alive(3), 30, "AutoRecoveryMain killed")
         assert cluster.restart_expired_autorecoveries() == [] and not cluster.daemon_alive(3)
+        # a start while ZooKeeper is unreachable fails (AutoRecoveryMain exits at start-up: why the fault lane
+        # never restarts it into a blackhole); the next start still works (it raised ValueError, the previous
+        # process already gone from the Java cluster's list, so a failed restart left it down for good)
+        wait_until(lambda: again.node_id not in cluster.java.election_votes(), 30, "the killed one's vote gone")
+        with proxies_faulted([proxy], TcpProxy.blackhole), pytest.raises(RuntimeError, match="did not start"):
+            cluster.start_daemon(3, None, 60.0)
+        cluster.start_daemon(3, None, 60.0)
+        assert cluster.daemon_alive(3) and cluster.restart_expired_autorecoveries() == []
     finally:
         cluster.down()
         if proxy is not None:
