@@ -290,6 +290,15 @@ class PlacementPolicy(abc.ABC):
     def is_ensemble_adhering(self, ensemble: Sequence[str], write_quorum_size: int, ack_quorum_size: int) -> Adherence:
         """Adherence of an ensemble (upstream ``isEnsembleAdheringToPlacementPolicy``)."""
 
+    def placement_adherence(self, ensemble: Sequence[str], write_quorum_size: int, ack_quorum_size: int) -> Adherence:
+        """Adherence of where an ensemble's members *are*, whether each is writable now or not: what the
+        placement check (the Auditor's, the worker's BP-54 re-check) judges. Ours: upstream's check uses
+        ``isEnsembleAdheringToPlacementPolicy``, which gives a down or read-only member no fault domain, so
+        every outage FAILs ledgers naming the bookie and BP-54 re-marks them on each check although their
+        placement never changed (an outage is the lost-bookie audit's job). Default: :meth:`is_ensemble_adhering`;
+        the topology-aware policies count such a member in its last known or resolved location."""
+        return self.is_ensemble_adhering(ensemble, write_quorum_size, ack_quorum_size)
+
     def are_acked_bookies_adhering(self, acked: set[str], write_quorum_size: int, ack_quorum_size: int) -> bool:
         """Whether bookies that acknowledged a write span enough fault domains (default: always True)."""
         return True

@@ -79,6 +79,9 @@ class RackawarePolicy(TopologyAwarePolicy):
     def _label_of(self, bookie: str) -> str | None:
         return self.topology.rack_of(bookie)
 
+    def _label_of_location(self, location: str) -> str | None:
+        return location
+
     def _judge_raw(self, labels: tuple, write_quorum_size: int, ack_quorum_size: int) -> Adherence:
         racks = {r for r in labels if r is not None}
         if len(racks) < self.min_racks(write_quorum_size):

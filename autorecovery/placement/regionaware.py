@@ -142,6 +142,9 @@ class RegionawarePolicy(TopologyAwarePolicy):
             return None
         return (region_of_location(rack), rack)
 
+    def _label_of_location(self, location: str):
+        return (region_of_location(location), location)
+
     def _eligible(self, bookie: str) -> bool:
         rack = self.topology.rack_of(bookie)
         if rack is None or (self.enforce and rack == self.default_rack):

@@ -299,6 +299,24 @@ class TopologyAwarePolicy(PlacementPolicy):
     def is_ensemble_adhering(self, ensemble: Sequence[str], write_quorum_size: int, ack_quorum_size: int) -> Adherence:
         return self._adherence_of_labels([self._label_of(b) for b in ensemble], write_quorum_size, ack_quorum_size)
 
+    def placement_adherence(self, ensemble: Sequence[str], write_quorum_size: int, ack_quorum_size: int) -> Adherence:
+        """As :meth:`is_ensemble_adhering`, but a member the topology does not hold now (down, read-only, not
+        seen yet) counts with its last known or resolved location; one the resolver cannot place (the
+        default rack) still counts nothing (see :meth:`PlacementPolicy.placement_adherence`)."""
+        return self._adherence_of_labels([self._placed_label(b) for b in ensemble], write_quorum_size, ack_quorum_size)
+
+    def _placed_label(self, bookie: str) -> Label | None:
+        lab = self._label_of(bookie)
+        if lab is not None or bookie in self.topology:
+            return lab
+        loc = self.location_of(bookie)
+        return None if loc == self.default_rack else self._label_of_location(loc)
+
+    def _label_of_location(self, location: str) -> Label | None:
+        """The label a member in ``location`` contributes (None: the policy has no such mapping, so a
+        member outside the topology counts nothing, as upstream)."""
+        return None
+
     # -- exact repair (BP-54) -------------------------------------------------------------------------
     def _eligible(self, bookie: str) -> bool:
         """May ``bookie`` be kept in, or added to, an ensemble by a repair? (writable and known by default)"""

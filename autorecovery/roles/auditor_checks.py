@@ -64,7 +64,7 @@ class PeriodicChecks:
         zk, paths, settings: the auditor's session, the cluster's paths, :class:`AuditorSettings`.
         index, tree: the bookie -> ledgers index and its ledger-tree watcher.
         urm: the markers. checker: the ledger checker. bookies: ``get_list_of_entries`` (replicas check).
-        policy: placement policy (``is_ensemble_adhering``) or None. history: the heal recorder.
+        policy: placement policy (``placement_adherence``) or None. history: the heal recorder.
         metrics: handles by name; zk_ops: ``audit_zk_ops_total`` by check.
         audit: the lost-bookie audit (``trigger -> AuditReport``), run by the bookie check.
         clock: monotonic s. wall_ms: ms since the epoch.
@@ -247,7 +247,8 @@ class PeriodicChecks:
             closed += 1
             worst = "MEETS_STRICT"
             for seg in md.segments:
-                res = self.policy.is_ensemble_adhering(list(seg.ensemble), md.write_quorum, md.ack_quorum)
+                # where the members are, down or read-only ones included: an outage is the lost-bookie audit's
+                res = self.policy.placement_adherence(list(seg.ensemble), md.write_quorum, md.ack_quorum)
                 name = getattr(res, "name", str(res))
                 if name == "FAIL":
                     worst = "FAIL"

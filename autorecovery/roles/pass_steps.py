@@ -136,12 +136,13 @@ class PassSteps:
         return frozenset(replicas or ()) & frozenset(self.watcher.available)
 
     def placement_segments(self, md: LedgerMetadata) -> list[int]:
-        """First entry ids of the closed ledger's segments that FAIL the placement policy (BP-54 on)."""
+        """First entry ids of the closed ledger's segments that FAIL the placement policy (BP-54 on), judged
+        on where the members are (``placement_adherence``: a down or read-only member keeps its rack)."""
         if not self.settings.repair_placement or not md.is_closed:
             return []
         out = []
         for seg in md.segments:
-            if self.policy.is_ensemble_adhering(list(seg.ensemble), md.write_quorum, md.ack_quorum) == Adherence.FAIL:
+            if self.policy.placement_adherence(list(seg.ensemble), md.write_quorum, md.ack_quorum) == Adherence.FAIL:
                 out.append(seg.first_entry_id)
         return out
 
