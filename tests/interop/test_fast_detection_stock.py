@@ -68,7 +68,9 @@ def test_paused_killed_and_restarted_stock_bookies(java_cluster):
         wait_until(lambda: owner(1) is None, ZK_TIMEOUT_MS / 1000, "the killed bookie's registration deleted")
         seen_lost_s = time.monotonic() - t0
         assert seen_lost_s < 1.0, f"the killed bookie was seen lost after {seen_lost_s:.2f} s"
-        assert any("process is gone" in ln for ln in daemons[1].lines("warning"))
+        # the daemon logs the deletion after making it: wait for the line, not just the znode
+        wait_until(lambda: any("process is gone" in ln for ln in daemons[1].lines("warning")), 10,
+                   "the daemon's warning that the local bookie's process is gone")
         c.bookies[1].start()  # waits for its new registration
         wait_until(lambda: metric_sum(daemons, "auditor_NUM_DELAYED_BOOKIE_AUDITS_CANCELLED") >= cancelled0 + 1,
                    30, "the postponed audit of the restarted bookie cancelled")
