@@ -136,10 +136,9 @@ class LedgerChecker:
                 replicas check marked for entries missing inside a fragment, which the first-and-last
                 sample cannot see (issue 26: found by the chaos campaign's one-way loss).
             proven: ``(segment first entry id, bookie id)`` pairs whose share of that segment is known
-                good without a read: the worker's re-check passes the bookies its own copy just wrote
-                the whole segment to (every entry acknowledged by the target after its digest was
-                verified, then swapped in by a versioned CAS; issue 29: two reads less per small
-                ledger healed). Upstream re-reads them.
+                good without a read: the worker's re-check passes the members its own check read
+                without a failure moments before (issue 29). Never the members a copy just wrote to:
+                an acknowledgement is not a read (upstream re-reads them too).
             verified: when given, filled with ``(segment first entry id, bookie id)`` → its share's
                 ``(first, last)`` entry ids when every entry of the share was read, else None, for
                 every closed fragment's member whose reads all passed (what a re-check moments later

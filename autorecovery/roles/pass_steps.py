@@ -78,8 +78,6 @@ class PassSteps:
         known: ledger id → ``(metadata, znode version)`` last read or written by the ledger's pass
             (the CAS starts from it: no re-read before the write); dropped by :meth:`forget`.
         swapped: ledger id → ``old bookie → new bookie`` swapped by the pass (for its one INFO line).
-        proven: ledger id → ``(segment first entry id, new bookie)`` of the pass's own complete copies
-            (the re-check does not read them again, :meth:`LedgerChecker.check`).
         verified: ledger id → (when, ``(segment first entry id, bookie)`` whose reads all passed in the
             pass's check → the share's ``(first, last)`` when all of it was read): within
             :data:`RECHECK_TRUST_S` the re-check does not read them again, and the copy does not ask
@@ -96,7 +94,6 @@ class PassSteps:
         self.bad_targets: dict[str, float] = {}
         self.known: dict[int, tuple[LedgerMetadata, int]] = {}
         self.swapped: dict[int, dict[str, str]] = {}
-        self.proven: dict[int, set[tuple[int, str]]] = {}
         self.verified: dict[int, tuple[float, dict[tuple[int, str], tuple[int, int] | None]]] = {}
         #: ledger ids whose ``known`` metadata is what this pass's own CAS wrote (the re-check of a
         #: closed ledger starts from it instead of reading it again)
@@ -106,7 +103,6 @@ class PassSteps:
         """End of ``lid``'s pass: drop what the pass remembered; returns what it swapped."""
         self.known.pop(lid, None)
         self._written.discard(lid)
-        self.proven.pop(lid, None)
         self.verified.pop(lid, None)
         return self.swapped.pop(lid, {})
 
@@ -170,17 +166,31 @@ class PassSteps:
             md, version = await self.store.read(lid)
             self.known[lid] = (md, version)
         remaining = await self.checker.check(lid, md, verify_all=full, proven=self.trusted(lid))
+        self._exclude_unreadable_targets(lid, remaining)
         return pe.Recheck(False, bool(remaining), self.placement_segments(md) if not remaining else [])
+
+    def _exclude_unreadable_targets(self, lid: int, remaining: list) -> None:
+        """A member this pass just copied to that fails the re-check's reads acknowledged entries it
+        cannot serve: upstream 4.17's entry logger can do that after its ledger disk filled mid-flush
+        (it publishes stale entry locations; every read of them fails with EIO). It is excluded as a
+        target for :data:`BAD_TARGET_S`, so the retry copies elsewhere instead of onto it again."""
+        new = set(self.swapped.get(lid, {}).values())
+        for b in sorted(new & {b for f in remaining for b in f.bad_bookies}):
+            if b in self.watcher.available:
+                self.bad_targets[b] = self.clock() + BAD_TARGET_S
+                log.warning("a new member acknowledged its copy but its entries do not read back; excluding it "
+                            "as a target for 60 s", ledger_id=lid, bookie_id=b)
 
     def trusted(self, lid: int) -> set[tuple[int, str]]:
         """What the re-check of ``lid`` need not read again (differs from upstream, which re-reads every
-        member; issue 29): the new members of the pass's own complete copies, and the members whose
-        reads all passed in the pass's own check less than :data:`RECHECK_TRUST_S` ago. A member lost
-        since is still bad once unregistered (judged without a read); one that dies inside the window
-        with its session still alive is the auditor's, which marks all its ledgers when it goes."""
-        out = set(self.proven.get(lid, ()))
-        out.update(self._fresh(lid))
-        return out
+        member; issue 29): the members whose reads all passed in the pass's own check less than
+        :data:`RECHECK_TRUST_S` ago. A member lost since is still bad once unregistered (judged
+        without a read); one that dies inside the window with its session still alive is the
+        auditor's, which marks all its ledgers when it goes. The new members of the pass's own copies
+        are read back, as upstream does: a bookie's acknowledgement does not prove the entry reads
+        back (a stock bookie whose ledger disk filled mid-flush acknowledges entries it then serves
+        as EIO)."""
+        return set(self._fresh(lid))
 
     def _fresh(self, lid: int) -> dict[tuple[int, str], tuple[int, int] | None]:
         """The pass's own check's verified members of ``lid`` while younger than :data:`RECHECK_TRUST_S`."""
@@ -362,9 +372,6 @@ class PassSteps:
             if r.status == rp.SWAPPED:
                 self._written.add(lid)
                 self.swapped.setdefault(lid, {}).update(r.replaced or {})
-                # a SWAPPED copy is complete: every entry of the segment each new member stores was
-                # acknowledged by it after its digest was verified
-                self.proven.setdefault(lid, set()).update((seg_first, b) for b in (r.replaced or {}).values())
         if r.status == rp.TARGET_FAILED:
             self.m.exception(r.cause)
             self.bad_targets[r.bad_target] = self.clock() + BAD_TARGET_S
