@@ -36,6 +36,7 @@ Better than upstream:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Coroutine
@@ -60,7 +61,7 @@ from autorecovery.roles.auditor_state import AuditorEvent, AuditorState, AuditRe
 from autorecovery.roles.checker import LedgerChecker
 from autorecovery.roles.cluster_gauges import UNRECOVERABLE, UR_BYTES, UR_LEDGERS, ClusterGauges
 from autorecovery.zk.bookies import BookieWatcher
-from autorecovery.zk.bridge import EventType, NoNodeError, ZkClient
+from autorecovery.zk.bridge import BadVersionError, EventType, NoNodeError, ZkClient
 from autorecovery.zk.ledger_tree.tree_watcher import LedgerTreeWatcher
 from autorecovery.zk.maintenance import MaintenanceStore
 from autorecovery.zk.paths import Paths
@@ -345,7 +346,12 @@ class Auditor:
     async def _watch_unrecoverable(self) -> None:
         """Log every unrecoverable-ledger record (``underreplication/unrecoverable/urL<id>``, written by
         the worker that found it) once, at ERROR, from the auditor only: an operator must bring a bookie
-        back or accept the loss. The bookies that would bring the ledger back come first in the line."""
+        back or accept the loss. The bookies that would bring the ledger back come first in the line.
+
+        Once per record, not once per auditor: after its ERROR line the auditor stamps the record with
+        ``"reported"`` (wall ms; a versioned write, so a worker's rewrite meanwhile wins and is reported
+        in turn). A later auditor lists the records already reported in one INFO line. (The stock
+        hour's 66 auditor elections logged its 18 records 984 times.)"""
         def cb(_event: Any) -> None:
             if not self.state.stopped:
                 background(rearm(self._watch_unrecoverable))
@@ -357,20 +363,34 @@ class Auditor:
             names = []
         current = set(names)
         self._unrecoverable_logged &= current
+        earlier: list[Any] = []
         for name in sorted(current - self._unrecoverable_logged):
+            path = f"{self.paths.unrecoverable}/{name}"
             try:
-                data, _ = await self.zk.get(f"{self.paths.unrecoverable}/{name}")
+                data, stat = await self.zk.get(path)
                 doc = json.loads(data)
             except NoNodeError:
                 continue
             except ValueError:
-                doc = {}
+                doc, stat = {}, None
             self._unrecoverable_logged.add(name)
+            if not isinstance(doc, dict):
+                doc = {}
+            if doc.get("reported"):
+                earlier.append(doc.get("ledger", name))
+                continue
             waiting = doc.get("waiting_for") or []
             log.error(f"ledger {doc.get('ledger', name)} is unrecoverable until one of these bookies returns: "
                       f"{', '.join(waiting) if waiting else 'none known (restore from elsewhere or accept the loss)'}",
                       ledger_id=doc.get("ledger"), entry_count=doc.get("entry_count"), reason=doc.get("reason"),
-                      side_znode=f"{self.paths.unrecoverable}/{name}")
+                      side_znode=path)
+            if stat is not None:
+                stamped = json.dumps({**doc, "reported": int(self.wall_ms())}, sort_keys=True).encode()
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    await self.zk.set(path, stamped, version=stat.version)
+        if earlier:
+            log.info("unrecoverable ledgers already reported by an earlier auditor", count=len(earlier),
+                     ledger_ids=earlier[:100])
 
     # -- lost bookies: read -> decide -> act ------------------------------------------------
     async def _decide_initial_membership(self) -> None:

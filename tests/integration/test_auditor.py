@@ -738,6 +738,45 @@ async def test_unrecoverable_records_are_logged_once_by_the_auditor_bookies_firs
         await a.stop()
 
 
+async def test_unrecoverable_record_is_reported_once_across_auditor_elections(zk):
+    """The stock hour's 66 auditor elections logged its 18 unrecoverable records 984 times at ERROR.
+    The first auditor logs each record once and stamps it ``reported``; a second auditor (a new
+    election) logs no ERROR for them, only one INFO line listing them; a record a worker rewrote since
+    (the stamp gone) is logged again by the next auditor."""
+    import json
+
+    from structlog.testing import capture_logs
+
+    for lid in (7, 8):
+        doc = {"ledger": lid, "entries": [[0, 4]], "entry_count": 5, "bookies": [B[4]], "waiting_for": [B[4]]}
+        await zk.create(f"{P.unrecoverable}/urL{lid:010d}", json.dumps(doc).encode(), makepath=True)
+
+    async def stamped(lid: int) -> bool:
+        data, _ = await zk.get(f"{P.unrecoverable}/urL{lid:010d}")
+        return "reported" in json.loads(data)
+
+    with capture_logs() as first:
+        a = await start_auditor(zk, settings())
+        try:
+            assert await wait_for(lambda: stamped(7), 5) and await wait_for(lambda: stamped(8), 5)
+        finally:
+            await a.stop()
+    assert [e.get("ledger_id") for e in first if e["log_level"] == "error"] == [7, 8]
+    # a worker rewrites ledger 8's record (a new finding): no stamp
+    doc8 = {"ledger": 8, "entries": [[0, 9]], "entry_count": 10, "bookies": [B[4]], "waiting_for": [B[4]]}
+    await zk.set(f"{P.unrecoverable}/urL0000000008", json.dumps(doc8).encode())
+    with capture_logs() as second:
+        a = await start_auditor(zk, settings())
+        try:
+            assert await wait_for(lambda: len(a._unrecoverable_logged) == 2, 5)
+            assert await wait_for(lambda: stamped(8), 5)
+        finally:
+            await a.stop()
+    assert [e.get("ledger_id") for e in second if e["log_level"] == "error"] == [8]
+    info = [e for e in second if e["event"] == "unrecoverable ledgers already reported by an earlier auditor"]
+    assert len(info) == 1 and info[0]["ledger_ids"] == [7]
+
+
 async def test_non_retriable_audit_failure_is_surfaced_not_retried(zk):
     """Issue 9 (``retriable`` read nowhere): a garbage marker makes the lost-bookie audit fail with a
     CompatibilityError. It is counted as not retriable and not retried every second; the next bookie
