@@ -372,6 +372,7 @@ async def _campaign(cfg: CampaignConfig, cluster: ChaosCluster, proxies: dict[in
     inj.disk_full_bookie = disk_full_bookie
     inj.on_fault = sampler.timeline.fault
     inj.urm = urm
+    inj.bk = bk
     inj.netns = cluster.netns
     inj.link_faults = cluster.bookie_links
     inj.daemon_ns = cluster.daemon_ns

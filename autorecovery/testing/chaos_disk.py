@@ -2,7 +2,8 @@
 
 :func:`mount_tmpfs` mounts a ``tmpfs`` of ``size_mb`` MiB on the bookie's data dir before the bookie
 starts (``mount -t tmpfs -o size=<n>m tmpfs DIR``; needs root or CAP_SYS_ADMIN). :func:`fill` writes a
-filler file until the filesystem answers ENOSPC, so the bookie's next add fails for want of space;
+filler file until the filesystem is filled to a given fraction (past the bookie's ``diskUsageThreshold``:
+it turns read-only) or answers ENOSPC (the journal dir: the bookie's next journal write fails);
 :func:`free` deletes it. :func:`unmount` runs after the bookie is stopped.
 """
 
@@ -35,19 +36,27 @@ def unmount(directory: Path) -> None:
     subprocess.run(["umount", "-l", str(directory)], capture_output=True, timeout=30)
 
 
-def fill(directory: Path, chunk: int = 1 << 20) -> int:
-    """Write ``directory/chaos-filler.bin`` until ENOSPC (then bytes of 4 KiB, to the last block).
-    Returns the bytes written.
+def fill(directory: Path, chunk: int = 1 << 20, to_fraction: float = 1.0) -> int:
+    """Write ``directory/chaos-filler.bin`` until the file system's used fraction reaches ``to_fraction``
+    (1.0: until ENOSPC, then bytes of 4 KiB, to the last block). Returns the bytes written.
 
     Raises:
+        ValueError: ``to_fraction`` not in (0, 1].
         OSError: any error other than ENOSPC.
     """
+    if not 0.0 < to_fraction <= 1.0:
+        raise ValueError(f"to_fraction must be in (0, 1], got {to_fraction}")
+    st = os.statvfs(directory)
+    keep = 0 if to_fraction >= 1.0 else int(st.f_blocks * st.f_frsize * (1.0 - to_fraction))
     written = 0
     fd = os.open(directory / FILLER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         for size in (chunk, 4096):
             block = b"\0" * size
             while True:
+                free_b = os.statvfs(directory).f_bavail * st.f_frsize
+                if keep and free_b - size < keep:
+                    break
                 try:
                     written += os.write(fd, block)
                 except OSError as exc:

@@ -27,11 +27,14 @@ from autorecovery.testing.chaos_daemon_netns import DaemonNetns
 from autorecovery.testing.chaos_netfilter import LinkFaults
 from autorecovery.testing.chaos_netns import BookieNetns
 from autorecovery.testing.chaos_schedule import Fault
-from autorecovery.testing.chaos_stock import StockChaosCluster, registered_readonly, registered_writable, wipe
+from autorecovery.testing.chaos_stock import (LEDGER_FILL_FRACTION, StockChaosCluster, registered_readonly,
+                                             registered_writable, wipe)
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.testing.zk_ensemble import ZooKeeperEnsemble
+from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import is_retriable
+from autorecovery.roles.checker import LedgerChecker
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.election import current_auditor
 from autorecovery.zk.paths import Paths
@@ -121,7 +124,11 @@ class Injector:
         #: the runner's under-replication manager: a disk wipe waits on it for the previous wipe's ledgers
         #: to be healed (None: no wait)
         self.urm: UnderreplicationManager | None = None
-        self._wiped_ms: int | None = None
+        #: the runner's ledger client (its bookie client speaks both protocols): a disk wipe reads with it
+        #: whether the previous wipe's ledgers are healed (None: no wait)
+        self.bk: BookKeeper | None = None
+        #: the bookie id the last disk wipe emptied, or None
+        self._wiped: str | None = None
         #: called with (start, end monotonic s, ``#seq kind``) after each fault (the bound's fault windows)
         self.on_fault: Callable[[float, float, str], None] = lambda start, end, label: None
         #: daemon i → held while a fault cuts or blackholes its ZooKeeper proxies: with two lanes a network
@@ -274,7 +281,7 @@ class Injector:
         t = c.disk_bookie
         assert t is not None
         d = c.ledger_dir(t)
-        filled = await asyncio.to_thread(chaos_disk.fill, d)
+        filled = await asyncio.to_thread(chaos_disk.fill, d, to_fraction=LEDGER_FILL_FRACTION)
         victim = self.victim(f.target, t)
         try:
             await until(lambda: asyncio.to_thread(registered_readonly, c, t), 60,
@@ -309,38 +316,52 @@ class Injector:
         await self._start_bookie(t)
         return f"bookie {bid}'s journal dir filled ({filled} bytes) {f.hold_s + 2:.1f}s: it exited; freed, restarted"
 
-    async def _healed_since(self, since_ms: int, timeout_s: float = 180.0) -> None:
-        """Wait until the auditor's replicas check completed twice after ``since_ms`` (wall ms; the second
-        run started after the first ended) and the under-replication queue is empty: the copies a wiped
-        disk held are back. A second wipe before that could destroy the last copy of an entry written at
-        WQ2 — a data loss the faults made, not a bug — so each wipe waits for the one before.
+    async def _healed_since(self, wiped: str, timeout_s: float = 180.0) -> None:
+        """Wait until the under-replication queue is empty and every closed ledger whose metadata names
+        ``wiped`` (the bookie whose disk the previous wipe emptied) passes a read check of every member
+        (:class:`~autorecovery.roles.checker.LedgerChecker`: the first and last entry of each member's
+        share, upstream's check): the copies the wiped disk held are back. A second wipe before that
+        could destroy the last copy of an entry written at WQ2 — a data loss the faults made, not a bug
+        — so each wipe waits for the one before. (The replicas check cannot tell: a stock bookie on
+        DbLedgerStorage lists no entries.)
 
         Raises:
             TimeoutError: not within ``timeout_s``.
         """
-        urm = self.urm
-        assert urm is not None
-        seen: list[int] = []
+        urm, bk = self.urm, self.bk
+        assert urm is not None and bk is not None
+        live: list[frozenset[str]] = [frozenset()]
+        checker = LedgerChecker(bk.bookies, lambda: live[0])
 
         async def done() -> bool:
             try:
-                c = await urm.get_check_ctime("replicascheck")
-                if c > since_ms and (not seen or c > seen[-1]):
-                    seen.append(c)
-                return len(seen) >= 2 and not await urm.list_marked_ids()
+                if await urm.list_marked_ids():
+                    return False
+                ro = set(await self.zk.get_children(self.paths.readonly))
+                live[0] = frozenset((set(await self.zk.get_children(self.paths.available)) - {"readonly"}) | ro)
+                for lid in await bk.ledgers.list_ledger_ids():
+                    try:
+                        md, _ = await bk.ledgers.read(lid)
+                    except NoNodeError:
+                        continue
+                    if md.is_closed and any(wiped in seg.ensemble for seg in md.segments) and \
+                            await checker.check(lid, md):
+                        return False
+                return True
             except Exception as exc:  # broad: only what a later poll may answer
                 if is_retriable(exc):
                     return False
                 raise
 
-        await until(done, timeout_s, "the previous wiped disk's ledgers healed (two replicas checks, an empty queue)", 0.5)
+        await until(done, timeout_s, f"the ledgers of the previously wiped bookie {wiped} healed (an empty queue, "
+                    "every closed ledger naming it read back from each member)", 2.0)
 
     async def _bookie_empty_ledger_dir(self, f: Fault) -> str:
         c = self._stock(f.kind)
         waited = ""
-        if self._wiped_ms is not None and self.urm is not None:
+        if self._wiped is not None and self.urm is not None and self.bk is not None:
             t = time.monotonic()
-            await self._healed_since(self._wiped_ms)
+            await self._healed_since(self._wiped)
             waited = f" (after {time.monotonic() - t:.1f}s waiting for the previous wipe's ledgers healed)"
         b = self.victim(f.target)
         bid = await asyncio.to_thread(c.kill_bookie, b)
@@ -370,7 +391,7 @@ class Injector:
         await asyncio.to_thread(wipe, c.journal_dir(b))
         await asyncio.to_thread(c.operator_reformat, b)
         await self._start_bookie(b)
-        self._wiped_ms = int(time.time() * 1000)
+        self._wiped = bid
         return (f"bookie {bid} killed, its ledger dir emptied; started: refused ({'cookie mismatch' if cookie else 'exited'}"
                 f"); operator's fix (bookieformat -deleteCookie), started empty, registered{waited}")
 

@@ -61,6 +61,15 @@ STOCK_BOOKIE_CONF = {
     "diskCheckInterval": 1000,
     "isForceGCAllowWhenNoSpace": True,
 }
+#: bk_server.conf keys of the disk bookie, whose ledger and journal dirs are tmpfs of their own: upstream's
+#: default thresholds (the others share one real disk, so only a nearly full one may turn them read-only)
+DISK_BOOKIE_CONF = {"diskUsageThreshold": 0.95, "diskUsageWarnThreshold": 0.90}
+#: the ``ledger_dir_full`` fault fills the disk bookie's ledger dir to this fraction: past
+#: ``diskUsageThreshold`` (read-only within ``diskCheckInterval``) with more room left than the write cache
+#: it may still flush (16 MB of 512 MiB). Filled to the last byte, a stock 4.17 bookie's entry logger
+#: publishes stale locations after the short write and serves entries it acknowledged as EIO (found by
+#: the stock hour): a bookie bug no recovery tool can see before it reads them, not a disk that fills.
+LEDGER_FILL_FRACTION = 0.96
 
 
 class StockChaosCluster(ChaosCluster):
@@ -125,6 +134,7 @@ class StockChaosCluster(ChaosCluster):
                 self.mounts.append(jc.workdir / f"bookie-{d}" / sub)
             if self.disk_refused is None:
                 self.disk_bookie = d
+                jc.bookie_conf_of[d] = dict(DISK_BOOKIE_CONF)
         self.java = jc
         jc.up()
         for i in range(self.num_bookies):

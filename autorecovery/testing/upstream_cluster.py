@@ -133,6 +133,9 @@ class JavaCluster:
         self.ledgers_root = f"{root}/ledgers"
         self.metadata_uri = f"zk+hierarchical://{zk_connect_string}{self.ledgers_root}"
         self.ledger_storage, self.bookie_conf = ledger_storage, dict(bookie_conf or {})
+        #: bookie index → bk_server.conf keys over :attr:`bookie_conf` for that bookie only (set before
+        #: :meth:`up`; e.g. the chaos campaign's disk bookie, on its own small tmpfs)
+        self.bookie_conf_of: dict[int, dict[str, object]] = {}
         self.zk_timeout_ms, self.heap, self.jvm_opts = zk_timeout_ms, heap, list(jvm_opts)
         self.production_jvm = production_jvm
         octets = [int(x) for x in first_ip.split(".") if x.isdigit() and int(x) < 256]
@@ -236,7 +239,7 @@ class JavaCluster:
 
     def _new_bookie(self, i: int) -> JavaBookie:
         host = self.host_of(i)
-        conf = {**self.placement_properties(), **self.bookie_conf}
+        conf = {**self.placement_properties(), **self.bookie_conf, **self.bookie_conf_of.get(i, {})}
         assert self.kz is not None
         b = JavaBookie(self.workdir / f"bookie-{i}", host, free_port(host), self.metadata_uri, self.kz, conf=conf,
                        zk_timeout_ms=self.zk_timeout_ms, heap=self.heap, ledger_storage=self.ledger_storage,
