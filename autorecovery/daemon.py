@@ -297,6 +297,7 @@ class Daemon:
                     log.warning("the old worker did not stop cleanly", error=repr(cleanup_exc))
             if self._stopping:
                 return
+            assert self.zk is not None  # set by start(), before any session expiry can restart the worker
             await self.zk.connected.wait()
             self.worker = self.worker_factory(self.zk, self.paths, self.settings, self.policy, self.bookies,
                                               self.watcher)
@@ -317,7 +318,7 @@ class Daemon:
         """Resolve the racks of bookies the topology script has not answered for, off the event loop."""
         resolver = self.placement.resolver if self.placement is not None else None
         pending = getattr(resolver, "pending", None)
-        if pending is None or self.watcher is None:
+        if resolver is None or pending is None or self.watcher is None:
             return
         todo = pending(sorted(set(self.watcher.writable) | set(self.watcher.readonly)))
         if todo:

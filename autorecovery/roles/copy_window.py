@@ -48,8 +48,11 @@ class Window:
         i, n = 0, len(items)
         while i < n:
             first = len(items[i][1])
-            await self._wait(lambda first=first: self._dead or not self._items or (
-                len(self._items) < self.max_entries and self._bytes + first <= self.max_bytes))
+            def room(first: int = first) -> bool:
+                return self._dead or not self._items or (
+                    len(self._items) < self.max_entries and self._bytes + first <= self.max_bytes)
+
+            await self._wait(room)
             if self._dead:
                 return
             q, cap_n, cap_b = self._items, self.max_entries, self.max_bytes

@@ -373,6 +373,7 @@ class PassSteps:
                 self._written.add(lid)
                 self.swapped.setdefault(lid, {}).update(r.replaced or {})
         if r.status == rp.TARGET_FAILED:
+            assert r.bad_target is not None  # set with TARGET_FAILED (SegmentReplicator)
             self.m.exception(r.cause)
             self.bad_targets[r.bad_target] = self.clock() + BAD_TARGET_S
             p.retriable.append(f"target {r.bad_target} failed: {r.cause}")
@@ -382,6 +383,7 @@ class PassSteps:
             self.m.copies_cancelled.inc()
             p.retriable.append(r.detail)
         elif r.status == rp.INCOMPLETE:
+            assert r.copy is not None  # set with INCOMPLETE (SegmentReplicator)
             p.unreadable_counted.extend(r.copy.unreadable)  # the copier counted them per entry
             _classify_unreadable(r.copy.unreadable, p)
         elif r.status == rp.SEGMENT_CHANGED:

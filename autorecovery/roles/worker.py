@@ -370,6 +370,7 @@ class ReplicationWorker:
     # -- slots -----------------------------------------------------------------------------------
     async def _slot_loop(self, slot: int) -> None:
         me = asyncio.current_task()
+        assert me is not None  # a slot loop runs as a task (:meth:`start`)
         while not self._stopping:
             try:
                 wait = self.task_bucket.reserve(1)

@@ -61,6 +61,9 @@ class WorkerMetrics:
             g(OUR_SCOPE, "replication_rate_limit_reason", labels={"bookie": bookie_id, "reason": r},
               doc="why the adaptive throttle limits this bookie (1: the current reason)").set(1.0 if r == reason else 0.0)
 
-    def exception(self, exc: BaseException) -> None:
+    def exception(self, exc: BaseException | None) -> None:
+        """Count ``exc`` under its upstream name (or its class name); None counts nothing."""
+        if exc is None:
+            return
         name = getattr(exc, "upstream_name", None) or type(exc).__name__
         self.registry.counter(self.scope, f"exceptions_{name}").inc()
