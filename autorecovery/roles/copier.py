@@ -89,7 +89,7 @@ SLOTLESS_COPY_BYTES = 1024 * 1024
 _SLOTLESS: contextvars.ContextVar[bool] = contextvars.ContextVar("slotless_copy", default=False)
 
 
-class FragmentCopier(StreamCopy):
+class FragmentCopier:
     """Runs fragment plans against bookies.
 
     Args:
@@ -130,6 +130,8 @@ class FragmentCopier(StreamCopy):
         self.pulls = 0
         self.adaptive = adaptive if adaptive is not None and adaptive.settings.enabled else None
         self._bookie_buckets: dict[str, TokenBucket] = {}
+        #: runs each stream of a copy (composed: it uses this copier's parts)
+        self.streams = StreamCopy(self)
         self._decisions_seen: dict[str, int] = {}
         if self.adaptive is not None:
             # the upstream transport reports its requests' latency (BookieClient holds it as .upstream)
@@ -169,7 +171,7 @@ class FragmentCopier(StreamCopy):
 
     # -- stream slots ------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def _slot(self, source: str, targets: Collection[str]):
+    async def slot(self, source: str, targets: Collection[str]):
         async with self.caps_changed:
             await self.caps_changed.wait_for(lambda: self.caps.try_start(source, targets))
         held: list[str] = []
@@ -230,7 +232,7 @@ class FragmentCopier(StreamCopy):
             return res
         token = _SLOTLESS.set(estimated_bytes is not None and 0 <= estimated_bytes <= SLOTLESS_COPY_BYTES)
         try:  # the stream tasks copy the context (and the flag) when they are created
-            tasks = [asyncio.create_task(self._stream(ledger_id, master_key, ensemble, write_quorum, spec, res,
+            tasks = [asyncio.create_task(self.streams.run(ledger_id, master_key, ensemble, write_quorum, spec, res,
                                                       registered, skip_sources, should_abort, on_bytes, digest,
                                                       held))
                      for spec in plan.streams]
@@ -277,7 +279,7 @@ class FragmentCopier(StreamCopy):
                 if b not in reg:
                     pending = [x.because(b, "NOT_REGISTERED", keep=True) for x in pending]
                     continue
-                stores, absent = await self._held(b, ledger_id, cache, (j, e_size, wq))
+                stores, absent = await self.held(b, ledger_id, cache, (j, e_size, wq))
                 present, missing = split_gaps(pending, stores, b, absent)
                 nxt.extend(missing)
                 for x in present:
@@ -296,7 +298,7 @@ class FragmentCopier(StreamCopy):
         res.unreadable[:] = keep
 
     # -- what a bookie holds -----------------------------------------------------------------------
-    async def _held(self, bookie: str, ledger_id: int, cache: dict,
+    async def held(self, bookie: str, ledger_id: int, cache: dict,
                     striping: tuple[int, int, int]) -> tuple[list[tuple[int, int]] | None, str]:
         """:func:`autorecovery.roles.holdings.held` through this copier's bookie client."""
         return await holdings.held(self.bookies, bookie, ledger_id, cache, striping)

@@ -1,9 +1,9 @@
 """One copy stream of a fragment copy: a source's entries to the stream's targets (EDGE).
 
 Upstream source: ``LedgerFragmentReplicator`` (read each entry, re-pack, ``RECOVERY_ADD`` to the targets).
-The stream is a part of :class:`~autorecovery.roles.copier.FragmentCopier` (a mixin: it uses the
-copier's bookie client, windows, byte bucket, metrics and stream caps); see that module for what a
-copy does as a whole. :meth:`StreamCopy._stream` runs one
+The stream is a part of :class:`~autorecovery.roles.copier.FragmentCopier`, composed: it holds the
+copier whose bookie client, windows, byte bucket, metrics, stream slots and pull option it uses; see
+that module for what a copy does as a whole. :meth:`StreamCopy.run` runs one
 :class:`~autorecovery.plan.targets.StreamSpec`: a bookie-to-bookie pull when the target offers it,
 then ranged ``ReadEntries`` streams from the source (and alternates for what it cannot serve) feeding
 one ``AddEntries`` writer per target through bounded windows, every digest verified first.
@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import structlog
 
@@ -24,9 +28,31 @@ from autorecovery.ledger.striping import index_stores, write_set
 from autorecovery.plan.entry_runs import Gap, IntervalSet, merge_gaps, split_gaps
 from autorecovery.plan.pass_plan import DEFINITIVE
 from autorecovery.plan.targets import StreamSpec
+from autorecovery.plan.throttle import TokenBucket
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.roles.copy_result import MAX_CORRUPT_LISTED, CopyResult, TargetWriteError, _Aborted
 from autorecovery.roles.copy_window import Window as _Window
+
+
+class CopierParts(Protocol):
+    """What a stream uses of its :class:`~autorecovery.roles.copier.FragmentCopier` (declared here, so
+    this module need not import the copier that composes it)."""
+
+    bookies: Any  #: the bookie client (``read_entry_batches``, ``open_add_stream``, ``pull_entries``...)
+    bucket: TokenBucket  #: ``replicationRateByBytes``, shared by the worker
+    m: Any  #: the worker's metric handles, or None
+    pull: bool  #: a single target that offers ``PULL_ENTRIES`` may copy from the source itself
+    pulls: int  #: PullEntries calls completed
+    sleep: Callable[[float], Awaitable[None]]
+    window_entries: int
+    window_bytes: int
+
+    def adaptive_wait(self, bookies: Iterable[str], nbytes: int) -> float: ...
+
+    def slot(self, source: str, targets: Collection[str]) -> AbstractAsyncContextManager[None]: ...
+
+    async def held(self, bookie: str, ledger_id: int, cache: dict,
+                   striping: tuple[int, int, int]) -> tuple[list[tuple[int, int]] | None, str]: ...
 
 log = structlog.get_logger("autorecovery.copier")
 
@@ -34,24 +60,30 @@ log = structlog.get_logger("autorecovery.copier")
 MAX_STREAM_IDS = 500_000
 
 class StreamCopy:
-    """One stream of a :class:`~autorecovery.roles.copier.FragmentCopier` copy (see the module docstring)."""
+    """The streams of a :class:`~autorecovery.roles.copier.FragmentCopier`'s copies (see the module
+    docstring); ``copier`` is the copier whose parts they use."""
+
+    def __init__(self, copier: CopierParts) -> None:
+        self.copier = copier
 
     # -- one stream ----------------------------------------------------------------------------------
-    async def _stream(self, ledger_id, master_key, ensemble, wq, spec: StreamSpec, res: CopyResult,
-                      registered, skip_sources, should_abort, on_bytes, digest: EntryDigest,
-                      held_cache: dict) -> None:
+    async def run(self, ledger_id, master_key, ensemble, wq, spec: StreamSpec, res: CopyResult,
+                  registered, skip_sources, should_abort, on_bytes, digest: EntryDigest,
+                  held_cache: dict) -> None:
+        """Copy ``spec``'s entries from its source to its targets, recording what happened in ``res``."""
+        c = self.copier
         e_size = len(ensemble)
         run0 = spec.run().clip(spec.first, spec.last)
         # entries of the stream still to copy, as runs with each tried bookie's reason: O(reason changes)
         gaps: list[Gap] = [Gap(run0)] if run0 is not None else []
-        queues: dict[str, _Window] = {t: _Window(self.window_entries, self.window_bytes) for t in spec.targets}
+        queues: dict[str, _Window] = {t: _Window(c.window_entries, c.window_bytes) for t in spec.targets}
         failed: dict[str, BaseException] = {}
         sent: dict[str, int] = {t: 0 for t in spec.targets}
         queued: dict[str, int] = {t: 0 for t in spec.targets}  # bytes handed to each target's window
 
         async def drain(q: _Window):
             # everything queued meanwhile leaves in one message (batched framing, issue 13)
-            limit = self.bookies.batch_bytes
+            limit = c.bookies.batch_bytes
             while (batch := await q.get_batch(limit)) is not None:
                 yield batch
 
@@ -60,24 +92,24 @@ class StreamCopy:
             # not what was queued: the dashboard's heal throughput must not include failed copies
             t0 = time.monotonic()
             try:
-                n, nbytes = await self.bookies.add_entry_batches(target, ledger_id, master_key,
+                n, nbytes = await c.bookies.add_entry_batches(target, ledger_id, master_key,
                                                                  drain(queues[target]), recovery=True)
             except BaseException as exc:
-                if self.m is not None:
+                if c.m is not None:
                     done_n, done_b = getattr(exc, "entries_written", 0), getattr(exc, "bytes_written", 0)
-                    self.m.bytes_written.record_many(done_n, done_b)
-                    self.m.bytes_written.record_many(sent[target] - done_n, queued[target] - done_b, success=False)
+                    c.m.bytes_written.record_many(done_n, done_b)
+                    c.m.bytes_written.record_many(sent[target] - done_n, queued[target] - done_b, success=False)
                 raise
-            if self.m is not None:
-                self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
-                self.m.bytes_written.record_many(n, nbytes)
+            if c.m is not None:
+                c.m.write_latency.record((time.monotonic() - t0) * 1000.0)
+                c.m.bytes_written.record_many(n, nbytes)
             return n, nbytes
 
         def on_writer_done(target: str, task: asyncio.Task) -> None:
             if task.cancelled():
                 failed.setdefault(target, asyncio.CancelledError())
-            elif task.exception() is not None:
-                failed.setdefault(target, task.exception())
+            elif (exc := task.exception()) is not None:
+                failed.setdefault(target, exc)
             if target in failed:  # unblock a reader waiting on this full window
                 queues[target].discard()
 
@@ -88,22 +120,22 @@ class StreamCopy:
             for t in spec.targets:
                 if t not in writers:
                     writers[t] = task = asyncio.create_task(write(t))
-                    task.add_done_callback(lambda tk, t=t: on_writer_done(t, tk))
+                    task.add_done_callback(functools.partial(on_writer_done, t))
 
         async def emit(items: list[tuple[int, bytes]], nbytes: int, source: str) -> None:
             """Hand verified ``(entry id, body)`` pairs (``nbytes`` of bodies) to every target's window:
             one bucket reservation and one window hand-over per batch read, not per entry (issue 39)."""
             start_writers()
             n_t = len(spec.targets)
-            if not self.bucket.unlimited and len(items) > 1:
+            if not c.bucket.unlimited and len(items) > 1:
                 # a rate limit paces entry by entry (and an abort is seen between them), as upstream's
                 for item in items:
                     check_abort()
                     await emit([item], len(item[1]), source)
                 return
-            wait = max(self.bucket.reserve(nbytes * n_t), self.adaptive_wait((source, *spec.targets), nbytes))
+            wait = max(c.bucket.reserve(nbytes * n_t), c.adaptive_wait((source, *spec.targets), nbytes))
             if wait > 0:
-                await self.sleep(wait)
+                await c.sleep(wait)
             for t in spec.targets:
                 if failed:
                     raise TargetWriteError(next(iter(failed)), next(iter(failed.values())))
@@ -118,8 +150,8 @@ class StreamCopy:
             except DigestMismatchError as exc:
                 if len(res.corrupt) < MAX_CORRUPT_LISTED:
                     res.corrupt.append((eid, source))
-                if self.m is not None:
-                    self.m.corrupt_source_entries.inc()
+                if c.m is not None:
+                    c.m.corrupt_source_entries.inc()
                 log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid, bookie_id=source, error=str(exc))
                 return False
             return True
@@ -127,10 +159,10 @@ class StreamCopy:
         def count_read(n: int, nbytes: int, read_s: float) -> None:
             res.entries_read += n
             res.bytes_read += nbytes
-            if self.m is not None:
-                self.m.entries_read.inc(n)
-                self.m.bytes_read.record_many(n, nbytes)
-                self.m.read_latency.record_many(n, read_s * 1000.0)
+            if c.m is not None:
+                c.m.entries_read.inc(n)
+                c.m.bytes_read.record_many(n, nbytes)
+                c.m.read_latency.record_many(n, read_s * 1000.0)
 
         def check_abort() -> None:
             why = should_abort()
@@ -144,7 +176,7 @@ class StreamCopy:
             run = g.run
             covers = run.covers
             out: list[Gap] = []
-            state = {"cursor": run.first, "reason": "", "seen": run.first - 1}
+            state: dict[str, Any] = {"cursor": run.first, "reason": "", "seen": run.first - 1}
 
             def close(upto: int, reason: str) -> None:
                 piece = run.clip(state["cursor"], upto)
@@ -165,7 +197,7 @@ class StreamCopy:
                     t_prev = time.monotonic()
                     # aclosing: leaving the loop early (abort, a dead target) closes the stream
                     # here, not in a finaliser task that may outlive the copy (issue 9)
-                    async with contextlib.aclosing(self.bookies.read_entry_batches(
+                    async with contextlib.aclosing(c.bookies.read_entry_batches(
                         source, ledger_id, a, b, ensemble_size=e_size, write_quorum=length, bookie_index=index,
                     )) as stream:
                         async for batch in stream:
@@ -218,7 +250,7 @@ class StreamCopy:
         async def can_pull(source: str) -> bool:
             """Whether the single target can copy from ``source`` itself (PullEntries)."""
             target = spec.targets[0]
-            if not self.pull or len(spec.targets) != 1 or not self.bucket.unlimited or target in writers:
+            if not c.pull or len(spec.targets) != 1 or not c.bucket.unlimited or target in writers:
                 return False
             if digest.digest_type == DigestType.HMAC:
                 # the target would have to verify each entry's HMAC, which needs the ledger's password;
@@ -226,10 +258,10 @@ class StreamCopy:
                 # HMAC ledger is always copied through this process, which verifies it
                 return False
             try:
-                if not await self.bookies.pulls(target, source):
+                if not await c.bookies.pulls(target, source):
                     return False
                 if digest.digest_type != DigestType.CRC32C and not (
-                        await self.bookies.features(target) & pb.PULL_DIGEST_TYPES):
+                        await c.bookies.features(target) & pb.PULL_DIGEST_TYPES):
                     return False  # an older bookie would check every pulled entry as CRC32C
             except BookieError:
                 return False  # the target is unreachable: the local path reports it as a target failure
@@ -251,7 +283,7 @@ class StreamCopy:
                 for a in range(run.first, run.last + 1, MAX_STREAM_IDS):
                     b = min(run.last, a + MAX_STREAM_IDS - 1)
                     t_prev = time.monotonic()
-                    async with contextlib.aclosing(self.bookies.pull_entries(
+                    async with contextlib.aclosing(c.bookies.pull_entries(
                         target, source, ledger_id, master_key, a, b, ensemble_size=e_size,
                         write_quorum=spec.arc_len, bookie_index=spec.arc_end, digest_type=int(digest.digest_type),
                     )) as reports:
@@ -262,8 +294,8 @@ class StreamCopy:
                                 if why == "DIGEST":
                                     if len(res.corrupt) < MAX_CORRUPT_LISTED:
                                         res.corrupt.append((eid, source))
-                                    if self.m is not None:
-                                        self.m.corrupt_source_entries.inc()
+                                    if c.m is not None:
+                                        c.m.corrupt_source_entries.inc()
                                     log.error("corrupt replica not copied", ledger_id=ledger_id, entry_id=eid,
                                               bookie_id=source, target=target)
                             n = len(rep.stored)
@@ -274,13 +306,13 @@ class StreamCopy:
                                 pulled[1] += rep.bytes_stored
                                 res.entries_read += n
                                 res.bytes_read += rep.bytes_stored
-                                if self.m is not None:
+                                if c.m is not None:
                                     per_entry_ms = (now - t_prev) * 1000.0 / n
-                                    self.m.entries_read.inc(n)
-                                    self.m.entries_written.inc(n)
-                                    self.m.read_latency.record_many(n, per_entry_ms * n)
-                                    self.m.bytes_read.record_many(n, rep.bytes_stored)
-                                    self.m.bytes_written.record_many(n, rep.bytes_stored)
+                                    c.m.entries_read.inc(n)
+                                    c.m.entries_written.inc(n)
+                                    c.m.read_latency.record_many(n, per_entry_ms * n)
+                                    c.m.bytes_read.record_many(n, rep.bytes_stored)
+                                    c.m.bytes_written.record_many(n, rep.bytes_stored)
                                 on_bytes(rep.bytes_stored)
                             t_prev = now
                             if rep.source_status:
@@ -292,9 +324,9 @@ class StreamCopy:
                         break
             except BookieError as exc:
                 raise TargetWriteError(target, exc) from exc
-            if self.m is not None:
-                self.m.write_latency.record((time.monotonic() - t0) * 1000.0)
-            self.pulls += 1
+            if c.m is not None:
+                c.m.write_latency.record((time.monotonic() - t0) * 1000.0)
+            c.pulls += 1
             out: list[Gap] = []
             for a, b in stored.complement(run.first, run.last):
                 piece = run.clip(a, b)
@@ -318,12 +350,12 @@ class StreamCopy:
                 if source not in reg:
                     gaps = [g.because(source, "NOT_REGISTERED") for g in gaps]
                     continue
-                held, absent = await self._held(source, ledger_id, held_cache, (ensemble.index(source), e_size, wq))
+                held, absent = await c.held(source, ledger_id, held_cache, (ensemble.index(source), e_size, wq))
                 present, nxt = split_gaps(gaps, held, source, absent)
                 pulling = not touched and await can_pull(source)
                 touched = True
                 if present:
-                    async with self._slot(source, spec.targets):
+                    async with c.slot(source, spec.targets):
                         for i, g in enumerate(present):
                             got, status = await (pull_gap(source, g) if pulling else
                                                  read_gap(source, g, spec.arc_end, spec.arc_len))
@@ -360,7 +392,7 @@ class StreamCopy:
                         else:
                             todo.append(x)
                     if todo:
-                        held, absent = await self._held(b, ledger_id, held_cache, (ensemble.index(b), e_size, wq))
+                        held, absent = await c.held(b, ledger_id, held_cache, (ensemble.index(b), e_size, wq))
                         present, missing = split_gaps(todo, held, b, absent)
                         nxt.extend(missing)
                         for i, x in enumerate(present):
@@ -377,8 +409,8 @@ class StreamCopy:
                         if b not in why:
                             why[b] = "NOT_REGISTERED" if b not in reg else "UNTRIED"
                     res.unreadable.append(Gap(x.run, why))
-                    if self.m is not None:
-                        self.m.unable_to_read.inc(x.count())
+                    if c.m is not None:
+                        c.m.unable_to_read.inc(x.count())
             for t in writers:
                 if t not in failed:
                     await queues[t].put(None)
@@ -390,17 +422,17 @@ class StreamCopy:
             raise
         res.entries_written += pulled[0]
         res.bytes_written += pulled[1]
-        for t, r in zip(writers, results, strict=True):
-            if isinstance(r, BaseException):
-                raise TargetWriteError(t, r)
-            n, nbytes = r
+        for t, outcome in zip(writers, results, strict=True):
+            if isinstance(outcome, BaseException):
+                raise TargetWriteError(t, outcome)
+            acked, acked_bytes = outcome
             expected = sent[t]
-            if n != expected:
-                raise TargetWriteError(t, BookieError(t, "EIO", f"wrote {n} of {expected} entries"))
-            res.entries_written += n
-            res.bytes_written += nbytes
-            if self.m is not None:
-                self.m.entries_written.inc(n)
+            if acked != expected:
+                raise TargetWriteError(t, BookieError(t, "EIO", f"wrote {acked} of {expected} entries"))
+            res.entries_written += acked
+            res.bytes_written += acked_bytes
+            if c.m is not None:
+                c.m.entries_written.inc(acked)
 
 
 def _entry_of(err: BookieError) -> int | None:
