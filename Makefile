@@ -113,7 +113,7 @@ demo: venv zookeeper upstream
 test: venv zookeeper chromium upstream chaos-deps helm
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
-# ruff (pyflakes rules), mypy on the PURE packages, and the import-linter layers contract (.importlinter:
+# ruff, mypy over the whole package (pyproject.toml [tool.mypy]), and the import-linter layers contract (.importlinter:
 # pure < edge < roles < admin < cli)
 lint: venv
 	$(BIN)/ruff check autorecovery tests bench

@@ -73,10 +73,17 @@ class BookieError(AutoRecoveryError):
     Attributes:
         bookie_id: the bookie (``host:port``) that failed.
         status: the bookie protocol status name (``EIO``, ``EFENCED``, ``UNAVAILABLE``, ...).
+        entry_id / failed_entry_id / entries_written / bytes_written: set only by the calls that
+            document them (a read's ``ENOENTRY`` item, a refused pull, a stream of adds); declared here,
+            never defaulted, so ``getattr(err, name, default)`` still tells an unset one.
     """
 
     retriable = True
     upstream_name = "BKBookieException"
+    entry_id: int | None
+    failed_entry_id: int
+    entries_written: int
+    bytes_written: int
 
     def __init__(self, bookie_id: str, status: str, message: str = "") -> None:
         self.bookie_id = bookie_id

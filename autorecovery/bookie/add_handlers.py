@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import grpc
 import structlog
@@ -151,7 +151,7 @@ class AddHandlers:
         entries of every batch are applied in order with exactly the same checks, window, admission,
         idle timeout and answer as on an AddEntries stream; only the framing differs."""
 
-        async def entries() -> AsyncIterator[pb.AddRequest]:
+        async def entries() -> AsyncGenerator[pb.AddRequest, None]:
             async for batch in request_iterator:
                 for req in batch.entries:
                     yield req

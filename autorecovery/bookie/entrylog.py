@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from autorecovery.errors import AutoRecoveryError
@@ -131,7 +132,7 @@ class EntryLogs:
         """
         return self.append_many([body])[0]
 
-    def append_many(self, bodies: list[bytes]) -> list[tuple[int, int]]:
+    def append_many(self, bodies: Sequence[bytes]) -> list[tuple[int, int]]:
         """Append ``bodies`` back to back with as few ``writev`` calls as possible (at most
         :data:`WRITEV_MAX_BUFFERS` bodies or about :data:`WRITEV_MAX_BYTES` each); returns one
         ``(log id, offset)`` per body. Not durable until :meth:`sync`. Writer thread only.
@@ -166,7 +167,7 @@ class EntryLogs:
             i = j
         return out
 
-    def _write_all(self, chunk: list[bytes], size: int) -> None:
+    def _write_all(self, chunk: Sequence[bytes], size: int) -> None:
         try:
             done = os.writev(self._fd, chunk) if len(chunk) > 1 else os.write(self._fd, chunk[0])
             while done < size:  # short writes are rare but legal: write what is left

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 import structlog
@@ -100,7 +100,7 @@ class ReadHandlers:
         return None
 
     async def _read_chunks(self, request: pb.ReadRangeRequest
-                           ) -> AsyncIterator[tuple[list[StoredEntry], int] | pb.ReadResponse]:
+                           ) -> AsyncGenerator[tuple[list[StoredEntry], int] | pb.ReadResponse, None]:
         """Validate and admit a range read, then yield its storage chunks, ``(items, lac)`` (shared by
         ReadEntries and ReadEntryBatches); a refusal or failure is a last ``ReadResponse`` with its
         status."""
@@ -148,7 +148,7 @@ class ReadHandlers:
                         yield [_answer(lid, it, lac) for it in batch]
 
     async def _read_range(self, lid: int, first: int, last: int, E: int, WQ: int, idx: int
-                          ) -> AsyncIterator[tuple[list[StoredEntry], int] | pb.ReadResponse]:
+                          ) -> AsyncGenerator[tuple[list[StoredEntry], int] | pb.ReadResponse, None]:
         """The chunks of a validated, admitted range read, ``(items, lac)`` per storage chunk (at most
         256 entries / 4 MiB); a storage failure is a last ``ReadResponse`` with its status.
 

@@ -5,10 +5,13 @@ One ``grpc.aio`` channel per bookie id (``host:port``, dialled directly), create
 reused; explicit max send/receive message sizes; a deadline on every unary call; streaming calls are
 guarded by an idle timeout instead (a long copy is fine as long as it keeps moving).
 
-The client is four modules: this one (:class:`GrpcBookieClient`: channels, stubs, unary calls, TLS
-renewal, features), :mod:`~autorecovery.rpc.grpc_writes` (adds), :mod:`~autorecovery.rpc.grpc_reads`
-(reads, listings, PullEntries), :mod:`~autorecovery.rpc.grpc_add_stream` (:class:`AddStream`), with
-limits and the error mapping in :mod:`~autorecovery.rpc.grpc_common`.
+The client is composed of parts: this module (:class:`GrpcBookieClient`, which holds them and offers
+their operations), :mod:`~autorecovery.rpc.grpc_common` (:class:`~autorecovery.rpc.grpc_common.GrpcSettings`
+and the one shared, declared connection state :class:`~autorecovery.rpc.grpc_common.GrpcChannels`:
+channels, stubs, unary calls, TLS renewal, features, limits and the error mapping),
+:mod:`~autorecovery.rpc.grpc_writes` (adds), :mod:`~autorecovery.rpc.grpc_reads` (reads, listings,
+PullEntries) and :mod:`~autorecovery.rpc.grpc_add_stream` (:class:`AddStream`); each part's constructor
+takes the settings and the connection state it uses.
 
 Error mapping (every error names the bookie):
 
@@ -30,26 +33,30 @@ Error mapping (every error names the bookie):
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Coroutine, Iterable, Iterator, Sequence
+from typing import Any
 
-import grpc
-import structlog
-
+from autorecovery.config.tls import BookieTls
 from autorecovery.errors import BookieError
-from autorecovery.proto import bookie_pb2 as pb
-from autorecovery.proto import bookie_pb2_grpc as pb_grpc
-from autorecovery.rpc.grpc_common import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ENTRIES, GRPC_FRAMING_BYTES, _rpc_error
+from autorecovery.rpc.grpc_add_stream import AddStream
+from autorecovery.rpc.grpc_common import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_BATCH_ENTRIES,
+    GRPC_FRAMING_BYTES,
+    GrpcChannels,
+    GrpcSettings,
+)
 from autorecovery.rpc.grpc_reads import GrpcReads
 from autorecovery.rpc.grpc_writes import GrpcWrites
-from autorecovery.rpc.tls import ChannelCredentialSource, tls_failure
-from autorecovery.config.tls import BookieTls
-from autorecovery.rpc.wire import bookie_stub
-
-log = structlog.get_logger(__name__)
+from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult
 
 
-class GrpcBookieClient(GrpcWrites, GrpcReads):
+class GrpcBookieClient:
     """Talks to bookies over gRPC. Use from one event loop; ``await close()`` when done.
+
+    Its operations are those of its parts (:class:`~autorecovery.rpc.grpc_reads.GrpcReads`,
+    :class:`~autorecovery.rpc.grpc_writes.GrpcWrites`), which document them; each method here hands on
+    the part's coroutine or iterator itself (no extra await per call or entry).
 
     Args:
         timeout_s: deadline of each unary call, and the idle timeout of streaming calls, in seconds.
@@ -71,128 +78,130 @@ class GrpcBookieClient(GrpcWrites, GrpcReads):
     def __init__(self, *, timeout_s: float = 10.0, max_message_bytes: int = 8 * 1024 * 1024,
                  tls: BookieTls | None = None, batching: bool = True,
                  batch_bytes: int = DEFAULT_BATCH_BYTES, batch_entries: int = DEFAULT_BATCH_ENTRIES) -> None:
-        self.timeout_s = timeout_s
-        self.max_message_bytes = max_message_bytes
-        self.batching = batching
-        # a batch (plus its framing) must fit in one message whatever the caller asks for
-        self.batch_bytes = max(1, min(batch_bytes, max_message_bytes - GRPC_FRAMING_BYTES))
-        self.batch_entries = max(1, batch_entries)
-        self._features: dict[str, int] = {}
-        self.tls = tls if tls is not None and tls.enabled else None
-        self._credentials = ChannelCredentialSource(self.tls) if self.tls is not None else None
-        self._channels: dict[str, tuple[grpc.aio.Channel, pb_grpc.BookieStub]] = {}
-        self._generations: dict[str, int] = {}  # bookie id → generation of its channel's TLS credentials
-        self._closing: set[asyncio.Task] = set()
-        self._closed = False
+        self.settings = GrpcSettings(
+            timeout_s=timeout_s,
+            max_message_bytes=max_message_bytes,
+            batching=batching,
+            # a batch (plus its framing) must fit in one message whatever the caller asks for
+            batch_bytes=max(1, min(batch_bytes, max_message_bytes - GRPC_FRAMING_BYTES)),
+            batch_entries=max(1, batch_entries),
+            tls=tls if tls is not None and tls.enabled else None,
+        )
+        #: the connection state the parts share (channels, stubs, features)
+        self.channels = GrpcChannels(self.settings)
+        self._reads = GrpcReads(self.settings, self.channels)
+        self._writes = GrpcWrites(self.settings, self.channels)
 
-    def _options(self) -> list[tuple[str, int]]:
-        return [
-            ("grpc.max_send_message_length", self.max_message_bytes),
-            ("grpc.max_receive_message_length", self.max_message_bytes),
-            # a restarted bookie must be found again quickly (gRPC's default backoff grows to 120 s)
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-            ("grpc.enable_retries", 0),
-        ]
+    # -- settings (read-only) -------------------------------------------------------------------
+    @property
+    def timeout_s(self) -> float:
+        """Deadline of each unary call and idle timeout of streaming calls, s."""
+        return self.settings.timeout_s
 
-    def _stub(self, bookie_id: str) -> pb_grpc.BookieStub:
-        if self._closed:
-            raise RuntimeError("GrpcBookieClient is closed")
-        ch = self._channels.get(bookie_id)
-        if ch is None:
-            if self._credentials is not None:
-                creds, self._generations[bookie_id] = self._credentials.current()
-                channel = grpc.aio.secure_channel(bookie_id, creds, options=self._options())
-            else:
-                channel = grpc.aio.insecure_channel(bookie_id, options=self._options())
-            ch = (channel, bookie_stub(channel))
-            self._channels[bookie_id] = ch
-        return ch[1]
+    @property
+    def max_message_bytes(self) -> int:
+        """Max gRPC message size sent and received, bytes."""
+        return self.settings.max_message_bytes
 
+    @property
+    def batching(self) -> bool:
+        """Whether the batched framing is used with bookies that offer it."""
+        return self.settings.batching
+
+    @property
+    def batch_bytes(self) -> int:
+        """Most body bytes per batch message (clamped to fit a message)."""
+        return self.settings.batch_bytes
+
+    @property
+    def batch_entries(self) -> int:
+        """Most entries per batch message."""
+        return self.settings.batch_entries
+
+    @property
+    def tls(self) -> BookieTls | None:
+        """TLS to the bookies, None for plaintext."""
+        return self.settings.tls
+
+    # -- channels and capabilities --------------------------------------------------------------
     async def close(self) -> None:
         """Close every channel. Idempotent."""
-        self._closed = True
-        channels, self._channels = self._channels, {}
-        for channel, _stub in channels.values():
-            try:
-                await channel.close()
-            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
-                log.debug("best-effort step failed", step="close", error=repr(cleanup_exc))
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self.channels.close()
 
     async def forget(self, bookie_id: str) -> None:
         """Close the channel to one bookie (e.g. after it was decommissioned)."""
-        self._features.pop(bookie_id, None)
-        self._generations.pop(bookie_id, None)
-        ch = self._channels.pop(bookie_id, None)
-        if ch is not None:
-            try:
-                await ch[0].close()
-            except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
-                log.debug("best-effort step failed", step="forget", error=repr(cleanup_exc))
+        await self.channels.forget(bookie_id)
 
-    async def _unary(self, bookie_id: str, method: str, request, what: str):
-        for attempt in range(2):
-            stub = self._stub(bookie_id)
-            try:
-                return await getattr(stub, method)(request, timeout=self.timeout_s)
-            except grpc.aio.AioRpcError as exc:
-                if attempt == 0 and self._renew_after_rotation(bookie_id, exc):
-                    continue  # once, on a channel with the rotated credentials
-                raise self._failed(bookie_id, exc, what) from None
-        raise AssertionError("unreachable")
+    def features(self, bookie_id: str) -> Coroutine[Any, Any, int]:
+        """See :meth:`~autorecovery.rpc.grpc_common.GrpcChannels.features`."""
+        return self.channels.features(bookie_id)
 
-    def _renew_after_rotation(self, bookie_id: str, exc: grpc.aio.AioRpcError) -> bool:
-        """After a failed TLS handshake, look at the TLS files now; when the channel to ``bookie_id`` was
-        opened with credentials older than theirs, drop it (closed in the background) so the next call
-        opens one with the new ones. Returns whether it was dropped."""
-        source = self._credentials
-        if (source is None or not source.files.reloads or exc.code() != grpc.StatusCode.UNAVAILABLE
-                or tls_failure(exc.details() or "") is None or bookie_id not in self._channels):
-            return False
-        _creds, generation = source.current(force=True)
-        if self._generations.get(bookie_id) == generation:
-            return False
-        self._generations.pop(bookie_id, None)
-        channel, _stub = self._channels.pop(bookie_id)
-        task = asyncio.get_running_loop().create_task(channel.close(grace=self.timeout_s))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-        log.info("TLS files changed since the channel was opened: new channel", bookie_id=bookie_id,
-                 generation=generation)
-        return True
+    # -- reads (see GrpcReads) ------------------------------------------------------------------
+    def read_entry(self, bookie_id: str, ledger_id: int, entry_id: int, *, fence: bool = False,
+                   master_key: bytes = b"") -> Coroutine[Any, Any, ReadResult]:
+        """See :meth:`~autorecovery.rpc.grpc_reads.GrpcReads.read_entry`."""
+        return self._reads.read_entry(bookie_id, ledger_id, entry_id, fence=fence, master_key=master_key)
 
-    def _failed(self, bookie_id: str, exc: grpc.aio.AioRpcError, what: str) -> BookieError:
-        """Map a gRPC failure; a bookie that went away may come back as another version, so what it
-        reported about its features is forgotten; a failed handshake after a rotation of our TLS files
-        replaces the channel (see :meth:`_renew_after_rotation`)."""
-        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED):
-            self._features.pop(bookie_id, None)
-        self._renew_after_rotation(bookie_id, exc)
-        return _rpc_error(bookie_id, exc, what, self.tls is not None)
+    def read_entries(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
+                     write_quorum: int = 0, bookie_index: int = 0) -> AsyncIterator[ReadResult | BookieError]:
+        """See :meth:`~autorecovery.rpc.grpc_reads.GrpcReads.read_entries`."""
+        return self._reads.read_entries(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
+                                        write_quorum=write_quorum, bookie_index=bookie_index)
 
-    # -- capabilities ---------------------------------------------------------------------------
-    async def features(self, bookie_id: str) -> int:
-        """The ``BookieFeature`` bits the bookie reports (GetBookieInfo ``features``; 0 for a bookie
-        that predates the field), asked once and remembered until the bookie fails a call as
-        unavailable or unimplemented, or :meth:`forget`. A non-EOK answer (a busy bookie's
-        ``ETOOMANYREQUESTS``) counts as 0 for this call only and is not remembered.
+    def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *, ensemble_size: int = 0,
+                           write_quorum: int = 0, bookie_index: int = 0,
+                           views: bool = False) -> AsyncGenerator[list[ReadResult | BookieError], None]:
+        """See :meth:`~autorecovery.rpc.grpc_reads.GrpcReads.read_entry_batches`."""
+        return self._reads.read_entry_batches(bookie_id, ledger_id, first, last, ensemble_size=ensemble_size,
+                                              write_quorum=write_quorum, bookie_index=bookie_index, views=views)
 
-        Raises:
-            BookieUnavailableError: the bookie cannot be reached (nothing is remembered).
-        """
-        f = self._features.get(bookie_id)
-        if f is None:
-            resp = await self._unary(bookie_id, "GetBookieInfo", pb.GetBookieInfoRequest(requested=0),
-                                     "get bookie features")
-            if resp.status != pb.EOK:
-                return 0  # this call only (a busy bookie answers ETOOMANYREQUESTS): asked again next time
-            f = int(resp.features)
-            self._features[bookie_id] = f
-        return f
+    def pulls(self, bookie_id: str) -> Coroutine[Any, Any, bool]:
+        """See :meth:`~autorecovery.rpc.grpc_reads.GrpcReads.pulls`."""
+        return self._reads.pulls(bookie_id)
 
-    async def _batched(self, bookie_id: str) -> bool:
-        return self.batching and bool(await self.features(bookie_id) & pb.BATCHED_ENTRIES)
+    def pull_entries(self, target: str, source: str, ledger_id: int, master_key: bytes, first: int, last: int, *,
+                     ensemble_size: int = 0, write_quorum: int = 0, bookie_index: int = 0,
+                     digest_type: int = 0) -> AsyncGenerator[PullReport, None]:
+        """See :meth:`~autorecovery.rpc.grpc_reads.GrpcReads.pull_entries`."""
+        return self._reads.pull_entries(target, source, ledger_id, master_key, first, last,
+                                        ensemble_size=ensemble_size, write_quorum=write_quorum,
+                                        bookie_index=bookie_index, digest_type=digest_type)
 
+    def read_lac(self, bookie_id: str, ledger_id: int) -> Coroutine[Any, Any, int]:
+        """See :meth:`~autorecovery.rpc.grpc_reads.GrpcReads.read_lac`."""
+        return self._reads.read_lac(bookie_id, ledger_id)
+
+    def get_bookie_info(self, bookie_id: str, requested: int = 3) -> Coroutine[Any, Any, BookieInfo]:
+        """See :meth:`~autorecovery.rpc.grpc_reads.GrpcReads.get_bookie_info`."""
+        return self._reads.get_bookie_info(bookie_id, requested)
+
+    def get_list_of_entries(self, bookie_id: str, ledger_id: int) -> Coroutine[Any, Any, list[tuple[int, int]]]:
+        """See :meth:`~autorecovery.rpc.grpc_reads.GrpcReads.get_list_of_entries`."""
+        return self._reads.get_list_of_entries(bookie_id, ledger_id)
+
+    # -- writes (see GrpcWrites) ----------------------------------------------------------------
+    def add_entry(self, bookie_id: str, ledger_id: int, entry_id: int, master_key: bytes, body: bytes, *,
+                  recovery: bool = False) -> Coroutine[Any, Any, None]:
+        """See :meth:`~autorecovery.rpc.grpc_writes.GrpcWrites.add_entry`."""
+        return self._writes.add_entry(bookie_id, ledger_id, entry_id, master_key, body, recovery=recovery)
+
+    def add_entries(self, bookie_id: str, ledger_id: int, master_key: bytes,
+                    entries: AsyncIterable[tuple[int, bytes]] | Iterable[tuple[int, bytes]], *,
+                    recovery: bool = True) -> Coroutine[Any, Any, tuple[int, int]]:
+        """See :meth:`~autorecovery.rpc.grpc_writes.GrpcWrites.add_entries`."""
+        return self._writes.add_entries(bookie_id, ledger_id, master_key, entries, recovery=recovery)
+
+    def add_entry_batches(self, bookie_id: str, ledger_id: int, master_key: bytes,
+                          batches: AsyncIterable[Sequence[tuple[int, bytes]]] | Iterable[Sequence[tuple[int, bytes]]],
+                          *, recovery: bool = True) -> Coroutine[Any, Any, tuple[int, int]]:
+        """See :meth:`~autorecovery.rpc.grpc_writes.GrpcWrites.add_entry_batches`."""
+        return self._writes.add_entry_batches(bookie_id, ledger_id, master_key, batches, recovery=recovery)
+
+    def open_add_stream(self, bookie_id: str, ledger_id: int, master_key: bytes, *,
+                        recovery: bool = False) -> Coroutine[Any, Any, AddStream | None]:
+        """See :meth:`~autorecovery.rpc.grpc_writes.GrpcWrites.open_add_stream`."""
+        return self._writes.open_add_stream(bookie_id, ledger_id, master_key, recovery=recovery)
+
+    def cut(self, entries: Iterable[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
+        """See :meth:`~autorecovery.rpc.grpc_writes.GrpcWrites.cut`."""
+        return self._writes.cut(entries)

@@ -41,7 +41,7 @@ def status_name(code: int) -> str:
         return f"E{code}"
 
 
-def status_code(name: str) -> int:
+def status_code(name: str) -> pb.StatusCode:
     """``StatusCode`` number for a status name (``"ENOENTRY"`` → 403).
 
     Raises:

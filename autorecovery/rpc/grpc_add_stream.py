@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import NoReturn
 
 import grpc
 import structlog
@@ -18,24 +18,9 @@ import structlog
 from autorecovery.errors import BookieError, BookieUnavailableError
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.rpc.grpc_common import (
+    GrpcChannels,
     _status_error,
 )
-
-if TYPE_CHECKING:
-    import grpc
-
-    from autorecovery.proto import bookie_pb2_grpc as pb_grpc
-
-
-class GrpcBookieClient(Protocol):
-    """What an :class:`AddStream` uses of its client (:class:`autorecovery.rpc.bookie_client.GrpcBookieClient`):
-    the per-call timeout (s), the stub of a bookie and the mapping of a failed call to a BookieError."""
-
-    timeout_s: float
-
-    def _stub(self, bookie_id: str) -> pb_grpc.BookieStub: ...
-
-    def _failed(self, bookie_id: str, exc: grpc.aio.AioRpcError, what: str) -> BookieError: ...
 
 log = structlog.get_logger("autorecovery.rpc.bookie_client")
 
@@ -61,14 +46,15 @@ class AddStream:
     Use :meth:`GrpcBookieClient.open_add_stream`; :meth:`send` and :meth:`close` from one event loop.
     """
 
-    def __init__(self, client: GrpcBookieClient, bookie_id: str, ledger_id: int, master_key: bytes,
+    def __init__(self, channels: GrpcChannels, bookie_id: str, ledger_id: int, master_key: bytes,
                  recovery: bool) -> None:
-        self.client = client
+        self._channels = channels
+        self._timeout_s = channels.settings.timeout_s
         self.bookie_id = bookie_id
         self.ledger_id = ledger_id
         self.master_key = master_key
         self.flags = pb.RECOVERY_ADD if recovery else pb.ADD_NONE
-        self._call = client._stub(bookie_id).AddStream()
+        self._call = channels.stub(bookie_id).AddStream()
         self._pending: deque[tuple[int, asyncio.Future]] = deque()
         self._acked = 0
         self._error: BookieError | None = None
@@ -137,10 +123,10 @@ class AddStream:
                     read = asyncio.ensure_future(self._call.read())
                 if self._pending:
                     try:
-                        ack = await asyncio.wait_for(asyncio.shield(read), self.client.timeout_s)
+                        ack = await asyncio.wait_for(asyncio.shield(read), self._timeout_s)
                     except TimeoutError:
                         self._fail(BookieUnavailableError(
-                            self.bookie_id, "UNAVAILABLE", f"{what}: no acknowledgement for {self.client.timeout_s}s"))
+                            self.bookie_id, "UNAVAILABLE", f"{what}: no acknowledgement for {self._timeout_s}s"))
                         self._call.cancel()
                         return
                 else:
@@ -170,7 +156,7 @@ class AddStream:
                     self._fail(err)
                     return
         except grpc.aio.AioRpcError as exc:
-            self._fail(self.client._failed(self.bookie_id, exc, what))
+            self._fail(self._channels.failed(self.bookie_id, exc, what))
         except asyncio.CancelledError:
             self._fail(BookieUnavailableError(self.bookie_id, "UNAVAILABLE", f"{what}: closed"))
             raise
@@ -193,7 +179,7 @@ class AddStream:
             with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 await self._call.done_writing()
             try:
-                await asyncio.wait_for(asyncio.shield(self._reader), timeout_s or self.client.timeout_s)
+                await asyncio.wait_for(asyncio.shield(self._reader), timeout_s or self._timeout_s)
             except TimeoutError:
                 pass  # pending entries still unacknowledged: they fail below
             except asyncio.CancelledError:

@@ -3,8 +3,9 @@ bookie-to-bookie PullEntries.
 
 Upstream source: the v3 protocol's READ_ENTRY / READ_LAC / GET_BOOKIE_INFO / GET_LIST_OF_ENTRIES_OF_LEDGER
 (ours streams ranges with server-side filtering and offers ``PullEntries``). A part of
-:class:`~autorecovery.rpc.bookie_client.GrpcBookieClient` (a mixin: it uses the client's stubs,
-timeouts and error mapping); see that module for the error mapping.
+:class:`~autorecovery.rpc.bookie_client.GrpcBookieClient`, held by it: it is given the client's settings
+and its connection state (:class:`~autorecovery.rpc.grpc_common.GrpcChannels`: stubs, unary calls,
+features, error mapping); see :mod:`autorecovery.rpc.bookie_client` for the error mapping.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from autorecovery.rpc.convert import ranges_from_proto
 from autorecovery.rpc.grpc_add_stream import _raise
 from autorecovery.rpc.grpc_common import (
     PULL_SOURCE_GRACE_S,
+    GrpcChannels,
+    GrpcSettings,
     _status_error,
 )
 from autorecovery.rpc.results import BookieInfo, PullReport, ReadResult, flatten
@@ -33,7 +36,16 @@ _EOK, _ENOENTRY = pb.EOK, pb.ENOENTRY
 log = structlog.get_logger("autorecovery.rpc.bookie_client")
 
 class GrpcReads:
-    """Reads of :class:`~autorecovery.rpc.bookie_client.GrpcBookieClient` (see the module docstring)."""
+    """Reads of :class:`~autorecovery.rpc.bookie_client.GrpcBookieClient` (see the module docstring).
+
+    Args:
+        settings: the client's settings (timeouts, batching, ``batch_bytes``).
+        channels: the client's connection state, shared with its other parts.
+    """
+
+    def __init__(self, settings: GrpcSettings, channels: GrpcChannels) -> None:
+        self._settings = settings
+        self._channels = channels
 
     # -- reads ---------------------------------------------------------------------------------
     async def read_entry(
@@ -55,7 +67,7 @@ class GrpcReads:
             flags=pb.FENCE_LEDGER if fence else pb.READ_NONE,
             master_key=master_key,
         )
-        resp = await self._unary(bookie_id, "ReadEntry", req, f"read ledger {ledger_id} entry {entry_id}")
+        resp = await self._channels.unary(bookie_id, "ReadEntry", req, f"read ledger {ledger_id} entry {entry_id}")
         if resp.status != pb.EOK:
             raise _status_error(bookie_id, resp.status, resp.message)
         return ReadResult(resp.entry_id, resp.body, resp.lac)
@@ -97,7 +109,7 @@ class GrpcReads:
         write_quorum: int = 0,
         bookie_index: int = 0,
         views: bool = False,
-    ) -> AsyncIterator[list[ReadResult | BookieError]]:
+    ) -> AsyncGenerator[list[ReadResult | BookieError], None]:
         """:meth:`read_entries`, a list per message received (up to ``batch_bytes`` of bodies with the
         batched framing, one entry with the old one): for callers that handle entries a group at a time
         (a bookie's PullEntries). Same items, order, errors and cancellation.
@@ -114,11 +126,13 @@ class GrpcReads:
             ensemble_size=ensemble_size,
             write_quorum=write_quorum,
             bookie_index=bookie_index,
-            max_batch_bytes=self.batch_bytes,
+            max_batch_bytes=self._settings.batch_bytes,
         )
         what = f"read ledger {ledger_id} entries {first}..{last}"
-        batched = await self._batched(bookie_id)
-        stub = self._stub(bookie_id)
+        channels = self._channels
+        timeout_s = self._settings.timeout_s
+        batched = await channels.offers(bookie_id, pb.BATCHED_ENTRIES)
+        stub = channels.stub(bookie_id)
         raw = batched and views
         call = (stub.ReadEntryBatchesRaw(req) if raw else stub.ReadEntryBatches(req)) if batched else stub.ReadEntries(req)
         started = False  # something came back: a fallback would repeat it
@@ -126,21 +140,21 @@ class GrpcReads:
             while True:
                 try:
                     # asyncio.timeout, not wait_for: no task per message on the hot path
-                    async with asyncio.timeout(self.timeout_s):
+                    async with asyncio.timeout(timeout_s):
                         msg = await call.read()
                 except TimeoutError:
                     raise BookieUnavailableError(
-                        bookie_id, "UNAVAILABLE", f"{what}: no response for {self.timeout_s}s"
+                        bookie_id, "UNAVAILABLE", f"{what}: no response for {timeout_s}s"
                     ) from None
                 except grpc.aio.AioRpcError as exc:
                     if batched and not started and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                         # the bookie was replaced by one without the feature since we asked: start over
-                        self._features[bookie_id] = 0
+                        channels.known_features[bookie_id] = 0
                         call.cancel()
                         batched, raw, started = False, False, False
                         call = stub.ReadEntries(req)
                         continue
-                    raise self._failed(bookie_id, exc, what) from None
+                    raise channels.failed(bookie_id, exc, what) from None
                 if msg is grpc.aio.EOF:
                     return
                 started = True
@@ -197,7 +211,7 @@ class GrpcReads:
         Raises:
             BookieUnavailableError: the bookie cannot be reached.
         """
-        return self.batching and bool(await self.features(bookie_id) & pb.PULL_ENTRIES)
+        return await self._channels.offers(bookie_id, pb.PULL_ENTRIES)
 
     async def pull_entries(
         self,
@@ -235,8 +249,8 @@ class GrpcReads:
                              first_entry_id=first, last_entry_id=last, ensemble_size=ensemble_size,
                              write_quorum=write_quorum, bookie_index=bookie_index, digest_type=digest_type)
         what = f"pull ledger {ledger_id} entries {first}..{last} from {source}"
-        call = self._stub(target).PullEntries(req)
-        wait_s = self.timeout_s + PULL_SOURCE_GRACE_S
+        call = self._channels.stub(target).PullEntries(req)
+        wait_s = self._settings.timeout_s + PULL_SOURCE_GRACE_S
         try:
             while True:
                 try:
@@ -244,7 +258,7 @@ class GrpcReads:
                 except TimeoutError:
                     raise BookieUnavailableError(target, "UNAVAILABLE", f"{what}: no progress for {wait_s:g}s") from None
                 except grpc.aio.AioRpcError as exc:
-                    raise self._failed(target, exc, what) from None
+                    raise self._channels.failed(target, exc, what) from None
                 if msg is grpc.aio.EOF:
                     raise BookieUnavailableError(target, "UNAVAILABLE", f"{what}: the stream ended without a last report")
                 report = PullReport(tuple(msg.stored_entry_ids), msg.bytes_stored,
@@ -268,7 +282,7 @@ class GrpcReads:
         Raises:
             BookieError: ``ENOLEDGER``, ``EIO``; BookieUnavailableError.
         """
-        resp = await self._unary(
+        resp = await self._channels.unary(
             bookie_id, "ReadLac", pb.ReadLacRequest(ledger_id=ledger_id), f"read LAC of ledger {ledger_id}"
         )
         if resp.status != pb.EOK:
@@ -282,7 +296,7 @@ class GrpcReads:
         Raises:
             BookieError: ``EIO``; BookieUnavailableError.
         """
-        resp = await self._unary(
+        resp = await self._channels.unary(
             bookie_id, "GetBookieInfo", pb.GetBookieInfoRequest(requested=requested), "get bookie info"
         )
         if resp.status != pb.EOK:
@@ -296,7 +310,7 @@ class GrpcReads:
         Raises:
             BookieError: ``ENOLEDGER``, ``EIO``; BookieUnavailableError.
         """
-        resp = await self._unary(
+        resp = await self._channels.unary(
             bookie_id,
             "GetListOfEntriesOfLedger",
             pb.GetListOfEntriesOfLedgerRequest(ledger_id=ledger_id),

@@ -3,15 +3,16 @@ and add streams.
 
 Upstream source: the v3 protocol's ADD_ENTRY (with ``RECOVERY_ADD``); the client-streamed
 ``AddEntries`` call, the BATCHED_ENTRIES framing and ``AddStream`` are ours (issue 13). A part of
-:class:`~autorecovery.rpc.bookie_client.GrpcBookieClient` (a mixin: it uses the client's stubs,
-timeouts, features and error mapping).
+:class:`~autorecovery.rpc.bookie_client.GrpcBookieClient`, held by it: it is given the client's settings
+and its connection state (:class:`~autorecovery.rpc.grpc_common.GrpcChannels`: stubs, unary calls,
+features, error mapping).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator, Sequence
 
 import grpc
 import structlog
@@ -20,13 +21,24 @@ from autorecovery.errors import BookieUnavailableError
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.rpc.grpc_add_stream import AddStream, _add_request
 from autorecovery.rpc.grpc_common import (
+    GrpcChannels,
+    GrpcSettings,
     _status_error,
 )
 
 log = structlog.get_logger("autorecovery.rpc.bookie_client")
 
 class GrpcWrites:
-    """Writes of :class:`~autorecovery.rpc.bookie_client.GrpcBookieClient` (see the module docstring)."""
+    """Writes of :class:`~autorecovery.rpc.bookie_client.GrpcBookieClient` (see the module docstring).
+
+    Args:
+        settings: the client's settings (timeouts, batching, ``batch_bytes`` / ``batch_entries``).
+        channels: the client's connection state, shared with its other parts.
+    """
+
+    def __init__(self, settings: GrpcSettings, channels: GrpcChannels) -> None:
+        self._settings = settings
+        self._channels = channels
 
     # -- writes --------------------------------------------------------------------------------
     async def add_entry(
@@ -54,7 +66,7 @@ class GrpcWrites:
             body=body,
             flags=pb.RECOVERY_ADD if recovery else pb.ADD_NONE,
         )
-        resp = await self._unary(bookie_id, "AddEntry", req, f"add ledger {ledger_id} entry {entry_id}")
+        resp = await self._channels.unary(bookie_id, "AddEntry", req, f"add ledger {ledger_id} entry {entry_id}")
         if resp.status != pb.EOK:
             raise _status_error(bookie_id, resp.status, resp.message)
 
@@ -75,7 +87,7 @@ class GrpcWrites:
         :meth:`add_entry_batches` to send what has queued up together).
         """
         if isinstance(entries, AsyncIterable):
-            async def singles() -> AsyncIterator[list[tuple[int, bytes]]]:
+            async def singles() -> AsyncGenerator[list[tuple[int, bytes]], None]:
                 async for item in entries:
                     yield [item]
 
@@ -93,16 +105,17 @@ class GrpcWrites:
                         await aclose()
                     except Exception as cleanup_exc:  # noqa: BLE001 - best-effort cleanup; logged
                         log.debug("best-effort step failed", step="singles", error=repr(cleanup_exc))
-        return await self.add_entry_batches(bookie_id, ledger_id, master_key, self._cut(entries),
+        return await self.add_entry_batches(bookie_id, ledger_id, master_key, self.cut(entries),
                                             recovery=recovery)
 
-    def _cut(self, entries: Iterable[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
+    def cut(self, entries: Iterable[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
         """Consecutive runs of ``entries`` within ``batch_bytes`` / ``batch_entries`` (one entry at least)."""
+        max_bytes, max_entries = self._settings.batch_bytes, self._settings.batch_entries
         batch: list[tuple[int, bytes]] = []
         size = 0
         for item in entries:
             n = len(item[1])
-            if batch and (size + n > self.batch_bytes or len(batch) >= self.batch_entries):
+            if batch and (size + n > max_bytes or len(batch) >= max_entries):
                 yield batch
                 batch, size = [], 0
             batch.append(item)
@@ -140,8 +153,9 @@ class GrpcWrites:
             Exception: whatever iterating ``batches`` raised, unchanged (the call is cancelled; entries
                 sent before may or may not be stored).
         """
-        batched = await self._batched(bookie_id)
-        stub = self._stub(bookie_id)
+        batched = await self._channels.offers(bookie_id, pb.BATCHED_ENTRIES)
+        stub = self._channels.stub(bookie_id)
+        timeout_s = self._settings.timeout_s
         flags = pb.RECOVERY_ADD if recovery else pb.ADD_NONE
         loop = asyncio.get_running_loop()
         # monotonic time since which we have been waiting on gRPC, or None while producing entries
@@ -172,7 +186,7 @@ class GrpcWrites:
                     if not await write(request(eid, body)):
                         return False
                 return True
-            for part in (self._cut(batch) if len(batch) > 1 else (batch,)):
+            for part in (self.cut(batch) if len(batch) > 1 else (batch,)):
                 # a list: encoded as an AddBatch by rpc.wire (building the message would deep-copy it)
                 if not await write([request(eid, body) for eid, body in part]):
                     return False
@@ -211,9 +225,9 @@ class GrpcWrites:
         async def watchdog() -> None:
             nonlocal timed_out
             while True:
-                await asyncio.sleep(max(self.timeout_s / 4, 0.01))  # the idle check's period
+                await asyncio.sleep(max(timeout_s / 4, 0.01))  # the idle check's period
                 since = waiting_since[0]
-                if since is not None and loop.time() - since > self.timeout_s:
+                if since is not None and loop.time() - since > timeout_s:
                     timed_out = True
                     call.cancel()
                     return
@@ -240,10 +254,10 @@ class GrpcWrites:
                 raise producer_error[0] from None
             if timed_out:
                 raise self._stream_timeout(bookie_id, what) from None
-            err = self._failed(bookie_id, exc, what)
-            err.failed_entry_id = -1  # type: ignore[attr-defined]
-            err.entries_written = -1  # type: ignore[attr-defined]
-            err.bytes_written = -1  # type: ignore[attr-defined]
+            err = self._channels.failed(bookie_id, exc, what)
+            err.failed_entry_id = -1
+            err.entries_written = -1
+            err.bytes_written = -1
             raise err from None
         finally:
             for t in (feeder, dog):
@@ -256,9 +270,9 @@ class GrpcWrites:
                 f"ledger {ledger_id} entry {resp.failed_entry_id} after {resp.entries_written} entries written: "
                 f"{resp.message}",
             )
-            err.failed_entry_id = resp.failed_entry_id  # type: ignore[attr-defined]
-            err.entries_written = resp.entries_written  # type: ignore[attr-defined]
-            err.bytes_written = resp.bytes_written  # type: ignore[attr-defined]
+            err.failed_entry_id = resp.failed_entry_id
+            err.entries_written = resp.entries_written
+            err.bytes_written = resp.bytes_written
             raise err
         return resp.entries_written, resp.bytes_written
 
@@ -270,11 +284,11 @@ class GrpcWrites:
         Raises:
             BookieUnavailableError: the bookie cannot be reached.
         """
-        if not (self.batching and await self.features(bookie_id) & pb.ADD_STREAM):
+        if not await self._channels.offers(bookie_id, pb.ADD_STREAM):
             return None
-        return AddStream(self, bookie_id, ledger_id, master_key, recovery)
+        return AddStream(self._channels, bookie_id, ledger_id, master_key, recovery)
 
     def _stream_timeout(self, bookie_id: str, what: str) -> BookieUnavailableError:
-        err = BookieUnavailableError(bookie_id, "UNAVAILABLE", f"{what}: no progress for {self.timeout_s}s")
-        err.failed_entry_id = -1  # type: ignore[attr-defined]
+        err = BookieUnavailableError(bookie_id, "UNAVAILABLE", f"{what}: no progress for {self._settings.timeout_s}s")
+        err.failed_entry_id = -1
         return err

@@ -7,7 +7,7 @@ Shared by the gRPC transport (:mod:`autorecovery.rpc.bookie_client`) and upstrea
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +57,7 @@ class BookieInfo:
     free_disk_space: int
 
 
-async def flatten(batches: AsyncIterator[list[Any]]) -> AsyncIterator[Any]:
+async def flatten(batches: AsyncGenerator[list[Any], None]) -> AsyncGenerator[Any, None]:
     """The items of ``batches`` one by one (a range read's entries from its batches), closing
     ``batches`` when the caller stops early."""
     async with contextlib.aclosing(batches):

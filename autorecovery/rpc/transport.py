@@ -52,7 +52,10 @@ class BookieTransport(Protocol):
     features answers as a bookie that lacks it does (``features`` 0, ``pulls`` False,
     ``open_add_stream`` None)."""
 
-    timeout_s: float
+    @property
+    def timeout_s(self) -> float:
+        """Deadline of each request, s."""
+        ...
 
     async def features(self, bookie_id: str) -> int: ...
 

@@ -158,12 +158,12 @@ class UpstreamBookieClient:
                 await old.close()
             return conn
 
-    def _encode(self, txn: int, op: int, field: str, msg: Any) -> bytes:
+    def _encode(self, txn: int, op: up.OperationType, field: str, msg: Any) -> bytes:
         req = up.Request(header=up.BKPacketHeader(version=_V3, operation=op, txnId=txn))
         getattr(req, field).CopyFrom(msg)
         return req.SerializeToString()
 
-    async def _exchange(self, conn: _Connection, op: int, field: str, msg: Any, what: str) -> up.Response:
+    async def _exchange(self, conn: _Connection, op: up.OperationType, field: str, msg: Any, what: str) -> up.Response:
         txn = next(self._txn)
         fut = conn.send(txn, self._encode(txn, op, field, msg))
         return await self._answer(conn, txn, fut, what)
@@ -199,7 +199,7 @@ class UpstreamBookieClient:
                 conn.fail(BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}"))
         return fut.result()
 
-    async def _request(self, bookie_id: str, op: int, field: str, msg: Any, what: str) -> up.Response:
+    async def _request(self, bookie_id: str, op: up.OperationType, field: str, msg: Any, what: str) -> up.Response:
         return await self._exchange(await self._connection(bookie_id), op, field, msg, what)
 
     async def close(self) -> None:
@@ -304,7 +304,7 @@ class UpstreamBookieClient:
 
     async def read_entry_batches(self, bookie_id: str, ledger_id: int, first: int, last: int, *,
                                  ensemble_size: int = 0, write_quorum: int = 0, bookie_index: int = 0,
-                                 views: bool = False) -> AsyncIterator[list[ReadResult | BookieError]]:
+                                 views: bool = False) -> AsyncGenerator[list[ReadResult | BookieError], None]:
         """:meth:`read_entries`, a list per group of answers that arrived together (``views`` is accepted
         for the gRPC client's signature: bodies here are always ``bytes``). The reads go in upstream's v2
         encoding when the bookie takes it (:meth:`_v2_read_batches`), else in v3."""
@@ -349,7 +349,7 @@ class UpstreamBookieClient:
                         out.append(self._read_result(bookie_id, ledger_id, eid, r))
                     elif status == up.ENOENTRY:
                         missing = BookieError(bookie_id, "ENOENTRY", f"ledger {ledger_id} entry {eid}")
-                        missing.entry_id = eid  # type: ignore[attr-defined]
+                        missing.entry_id = eid
                         out.append(missing)
                     else:
                         if out:
@@ -380,8 +380,9 @@ class UpstreamBookieClient:
             raise BookieUnavailableError(conn.bookie_id, "UNAVAILABLE",
                                          f"{what}: no answer in {self.timeout_s:g}s") from None
         except (ConnectionError, OSError) as exc:
-            if sink.error is not None or conn.error is not None:  # what closed it (a malformed answer...)
-                raise (sink.error or conn.error) from None
+            failure = sink.error or conn.error
+            if failure is not None:  # what closed it (a malformed answer...)
+                raise failure from None
             err = BookieUnavailableError(conn.bookie_id, "UNAVAILABLE", f"connection lost: {exc}")
             conn.fail(err)
             raise err from None
@@ -431,7 +432,7 @@ class UpstreamBookieClient:
                     elif code == 2:  # ENOENTRY
                         groups.add(arrival - sent, 0)
                         missing = BookieError(bookie_id, "ENOENTRY", f"ledger {ledger_id} entry {eid}")
-                        missing.entry_id = eid  # type: ignore[attr-defined]
+                        missing.entry_id = eid
                         out.append(missing)
                     else:
                         if out:
@@ -603,9 +604,9 @@ class UpstreamBookieClient:
         state = {"entries": 0, "bytes": 0, "inflight_bytes": 0}
 
         def failed(err: BookieError, eid: int) -> BookieError:
-            err.failed_entry_id = eid  # type: ignore[attr-defined]
-            err.entries_written = state["entries"]  # type: ignore[attr-defined]
-            err.bytes_written = state["bytes"]  # type: ignore[attr-defined]
+            err.failed_entry_id = eid
+            err.entries_written = state["entries"]
+            err.bytes_written = state["bytes"]
             return err
 
         async def settle_head() -> None:
@@ -672,9 +673,9 @@ class UpstreamBookieClient:
         what = f"add ledger {ledger_id}"
 
         def failed(err: BookieError, eid: int) -> BookieError:
-            err.failed_entry_id = eid  # type: ignore[attr-defined]
-            err.entries_written = state[0]  # type: ignore[attr-defined]
-            err.bytes_written = state[1]  # type: ignore[attr-defined]
+            err.failed_entry_id = eid
+            err.entries_written = state[0]
+            err.bytes_written = state[1]
             return err
 
         def settle() -> None:

@@ -166,7 +166,7 @@ class V2Connection(FramedConnection):
         cur = self.pending.get(key)
         if cur is None:
             self.pending[key] = waiter
-        elif type(cur) is deque:
+        elif isinstance(cur, deque):
             cur.append(waiter)
         else:
             self.pending[key] = deque((cur, waiter))
@@ -175,7 +175,7 @@ class V2Connection(FramedConnection):
         cur = self.pending.get(key)
         if cur is None:
             return
-        if type(cur) is deque:
+        if isinstance(cur, deque):
             with contextlib.suppress(ValueError):
                 cur.remove(waiter)
             if not cur:
@@ -270,12 +270,12 @@ class V2Connection(FramedConnection):
             w = pending.pop(key, None)
             if w is None:
                 continue  # nobody asked (or gave up): dropped
-            if type(w) is deque:
+            if isinstance(w, deque):
                 first = w.popleft()
                 if w:
                     pending[key] = w
                 w = first
-            if type(w) is Sink:
+            if isinstance(w, Sink):
                 w.deliver(entry_id, code, body, arrival)
             elif not w.done():
                 w.set_result(code)
@@ -291,7 +291,7 @@ class V2Connection(FramedConnection):
         pending, self.pending = self.pending, {}
         futs: list[asyncio.Future] = []
         for cur in pending.values():
-            for w in (cur if type(cur) is deque else (cur,)):
+            for w in (cur if isinstance(cur, deque) else (cur,)):
                 if isinstance(w, Sink):
                     w.fail(self.error or BookieError(self.bookie_id, "UNAVAILABLE", "connection closed"))
                 else:

@@ -196,19 +196,26 @@ def _skip(data: bytes, i: int, key: int) -> int:
     raise ValueError(f"field {key >> 3} has wire type {wt}, not one protobuf writes")
 
 
-def bookie_stub(channel: grpc.aio.Channel) -> pb_grpc.BookieStub:
+class BookieStub(pb_grpc.BookieStub):
+    """The generated stub and one more method: ``ReadEntryBatchesRaw``, the ``ReadEntryBatches`` call
+    whose answers are the messages' bytes (see :func:`bookie_stub`)."""
+
+    ReadEntryBatchesRaw: grpc.aio.UnaryStreamMultiCallable
+
+
+def bookie_stub(channel: grpc.aio.Channel) -> BookieStub:
     """The generated ``BookieStub`` with the two batch-sending methods (``AddEntryBatches``, ``AddStream``)
     encoding their requests with :func:`encode_batch`: requests may be ``AddBatch`` messages or lists of
     ``AddRequest``; and ``ReadEntryBatchesRaw``, ``ReadEntryBatches`` whose answers are the messages'
     bytes (for :func:`decode_read_batch`)."""
-    stub = pb_grpc.BookieStub(channel)
+    stub = BookieStub(channel)
     stub.AddEntryBatches = channel.stream_unary(  # type: ignore[method-assign]
         f"/{_SERVICE}/AddEntryBatches", request_serializer=encode_batch,
         response_deserializer=pb.AddEntriesResponse.FromString)
     stub.AddStream = channel.stream_stream(  # type: ignore[method-assign]
         f"/{_SERVICE}/AddStream", request_serializer=encode_batch, response_deserializer=pb.AddAck.FromString)
     # ReadEntryBatches answered as the messages' bytes, for decode_read_batch (a bookie's PullEntries)
-    stub.ReadEntryBatchesRaw = channel.unary_stream(  # type: ignore[attr-defined]
+    stub.ReadEntryBatchesRaw = channel.unary_stream(
         f"/{_SERVICE}/ReadEntryBatches", request_serializer=pb.ReadRangeRequest.SerializeToString,
         response_deserializer=None)
     return stub
