@@ -68,7 +68,7 @@ from autorecovery.admin.ops_placement import bookie_location, placement_check
 from autorecovery.config.settings import Settings
 from autorecovery.errors import ConfigError, IllegalOpError  # noqa: F401 (NoClusterError re-exported)
 from autorecovery.zk.topology_source import PlacementSetup  # noqa: F401
-from autorecovery.zk.ur_formats import UNASSIGNED_CTIME
+from autorecovery.zk.ur.formats import UNASSIGNED_CTIME
 
 log = structlog.get_logger("autorecovery.admin")
 

@@ -34,7 +34,7 @@ import structlog
 
 from autorecovery.errors import ZooKeeperError
 from autorecovery.zk.underreplication import UnderreplicationManager
-from autorecovery.zk.ur_formats import UnderreplicatedLedger
+from autorecovery.zk.ur.formats import UnderreplicatedLedger
 
 log = structlog.get_logger("autorecovery.worker")
 

@@ -25,7 +25,7 @@ Better than upstream:
   instead of a random walk only;
 * :meth:`get_ledger_to_rereplicate` waits on watches, never polls; the ``disable`` answer is kept
   under its exists-watch (no read per lock);
-* fewer round trips per healed ledger (issue 29): see :mod:`autorecovery.zk.ur_locks`.
+* fewer round trips per healed ledger (issue 29): see :mod:`autorecovery.zk.ur.locks`.
 
 The manager is composed of parts, each one idea: :mod:`.ur_formats` (codecs), :mod:`.ur_marking` (the
 Auditor's marker writes), :mod:`.ur_locks` (the worker's locks and marker deletes),
@@ -49,15 +49,15 @@ from autorecovery.errors import CompatibilityError, ZooKeeperError
 from autorecovery.ledger import textformat
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.proto import bookkeeper_formats_pb2 as pb
-from autorecovery.zk import ur_formats
+from autorecovery.zk.ur import formats as ur_formats
 from autorecovery.zk.bridge import NoNodeError, NodeExistsError, SessionEvent, ZkClient
 from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.paths import UR_LAYOUT_TEXT, Paths
-from autorecovery.zk.ur_formats import UNASSIGNED_CTIME, UnderreplicatedLedger, decode_marker
-from autorecovery.zk.ur_index import MarkedIndex, shared_index
-from autorecovery.zk.ur_locks import LockingMixin
-from autorecovery.zk.ur_marking import MarkingMixin
-from autorecovery.zk.ur_switches import SwitchesMixin
+from autorecovery.zk.ur.formats import UNASSIGNED_CTIME, UnderreplicatedLedger, decode_marker
+from autorecovery.zk.ur.index import MarkedIndex, shared_index
+from autorecovery.zk.ur.locks import LockingMixin
+from autorecovery.zk.ur.marking import MarkingMixin
+from autorecovery.zk.ur.switches import SwitchesMixin
 
 log = structlog.get_logger("autorecovery.underreplication")
 
@@ -174,7 +174,7 @@ class UnderreplicationManager(MarkingMixin, LockingMixin, SwitchesMixin):
     async def watched_marked_ids(self) -> list[int]:
         """Every marked ledger id, watched: the next marker created or deleted sets :attr:`changes` and
         every :meth:`subscribe` event. Served from the persistent-watch index
-        (:mod:`autorecovery.zk.ur_index`: no read once built); before ZooKeeper 3.6, read through the
+        (:mod:`autorecovery.zk.ur.index`: no read once built); before ZooKeeper 3.6, read through the
         child-watch cache (only levels that changed since the last call are read again). Marker *data*
         changes (a merge into an existing marker) are not watched."""
         if await self._index.ensure():

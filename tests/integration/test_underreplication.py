@@ -13,7 +13,7 @@ from autorecovery.zk.bridge import ZkClient
 from autorecovery.aio import wait_for
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager
-from autorecovery.zk.ur_formats import decode_ctime, encode_ctime
+from autorecovery.zk.ur.formats import decode_ctime, encode_ctime
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +93,7 @@ async def test_mark_many_batches_and_merges(zk, urm):
 
 
 async def test_mark_many_keeps_several_transactions_in_flight(zk, urm, monkeypatch):
-    from autorecovery.zk.ur_formats import MULTI_BATCH_OPS, MULTI_IN_FLIGHT
+    from autorecovery.zk.ur.formats import MULTI_BATCH_OPS, MULTI_IN_FLIGHT
 
     for lid in (7, 1234, 2400):  # existing markers in three different transactions: merged, not lost
         await urm.mark_underreplicated(lid, ["old:1"])

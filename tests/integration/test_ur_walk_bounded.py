@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from autorecovery.zk import ur_formats
+from autorecovery.zk.ur import formats as ur_formats
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.paths import Paths
 from autorecovery.zk.underreplication import UnderreplicationManager

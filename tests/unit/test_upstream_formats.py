@@ -125,7 +125,7 @@ def test_marker_fast_path_reads_what_the_text_format_parser_reads(text):
 
     from autorecovery.errors import CompatibilityError
     from autorecovery.proto import bookkeeper_formats_pb2 as fpb
-    from autorecovery.zk.ur_formats import decode_marker
+    from autorecovery.zk.ur.formats import decode_marker
 
     want = fpb.UnderreplicatedLedgerFormat()
     try:

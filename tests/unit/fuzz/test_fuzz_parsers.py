@@ -40,7 +40,7 @@ from autorecovery.rpc.convert import (
 )
 from autorecovery.zk.election import decode_vote, encode_vote, vote_seq
 from autorecovery.zk.topology_source import _one_level_racks
-from autorecovery.zk.ur_formats import CTIME_KINDS, decode_ctime, decode_marker, encode_ctime, encode_marker
+from autorecovery.zk.ur.formats import CTIME_KINDS, decode_ctime, decode_marker, encode_ctime, encode_marker
 
 N = int(os.environ.get("FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=N, deadline=None, database=None,

@@ -23,8 +23,8 @@ from autorecovery.proto import bookkeeper_formats_pb2 as pb
 from autorecovery.zk.bridge import BadVersionError, NoNodeError, NodeExistsError, NotEmptyError, Op, ZkClient
 from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.paths import Paths
-from autorecovery.zk.ur_formats import NO_MARKER, first_failure, text_bytes
-from autorecovery.zk.ur_index import MarkedIndex
+from autorecovery.zk.ur.formats import NO_MARKER, first_failure, text_bytes
+from autorecovery.zk.ur.index import MarkedIndex
 
 log = structlog.get_logger("autorecovery.underreplication")
 

@@ -15,7 +15,7 @@ import structlog
 from autorecovery.errors import UnavailableError
 from autorecovery.zk.bridge import NodeExistsError, NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
-from autorecovery.zk.ur_formats import CTIME_KINDS, decode_ctime, encode_ctime
+from autorecovery.zk.ur.formats import CTIME_KINDS, decode_ctime, encode_ctime
 
 log = structlog.get_logger("autorecovery.underreplication")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from autorecovery.zk import ur_formats
+from autorecovery.zk.ur import formats as ur_formats
 from autorecovery.zk.bridge import BadVersionError, NodeExistsError, NoNodeError, Op, ZkClient
 from autorecovery.zk.paths import Paths
-from autorecovery.zk.ur_formats import decode_marker, encode_marker
+from autorecovery.zk.ur.formats import decode_marker, encode_marker
 
 
 class MarkingMixin:
@@ -73,11 +73,12 @@ class MarkingMixin:
         """Mark many ledgers at once; returns the number of znode writes (creates and sets).
 
         Markers that do not exist yet are created in ZooKeeper ``multi`` transactions of up to
-        :data:`~autorecovery.zk.ur_formats.MULTI_BATCH_OPS` operations (each creates the ledger's leaf hex level and the marker).
+        :data:`~autorecovery.zk.ur.formats.MULTI_BATCH_OPS` operations (each creates the ledger's leaf hex
+        level and the marker).
         A transaction that fails on one op (an existing level or marker) is retried without it; a
         batch with many existing markers falls back to per-ledger merges (:meth:`mark_underreplicated`
-        semantics), ``concurrency`` at a time. Up to :data:`~autorecovery.zk.ur_formats.MULTI_IN_FLIGHT` transactions are in flight at
-        once. Better than upstream: one request per ~500 markers, not one per marker.
+        semantics), ``concurrency`` at a time. Up to :data:`~autorecovery.zk.ur.formats.MULTI_IN_FLIGHT`
+        transactions are in flight at once. Better than upstream: one request per ~500 markers, not one per marker.
         """
         if not marks:
             return 0

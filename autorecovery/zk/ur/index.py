@@ -14,7 +14,7 @@ session event (on a connection loss the server drops persistent watches, and cha
 were not notified), each rebuild after the first a random fraction of a second later, so that the
 daemons of a cluster, which all see a ZooKeeper restart at once, do not all walk at once. The walk
 lists the tree in ``multiRead`` batches with a small window of requests in flight
-(:data:`~autorecovery.zk.ur_formats.WALK_IN_FLIGHT`): a session's walk of K markers is about
+(:data:`~autorecovery.zk.ur.formats.WALK_IN_FLIGHT`): a session's walk of K markers is about
 3 + K / 1,000 requests, at most two outstanding. Notifications that arrive during that walk are replayed on top of it in server
 order: each says what is true of its znode from then on, so the result is exact whatever the walk read
 before or after them.
@@ -47,7 +47,7 @@ from autorecovery.ledger.ids import ledger_id_from_ur_leaf
 from autorecovery.zk.bridge import ZkClient
 from autorecovery.zk.kazoo_ext import ServerTooOld
 from autorecovery.zk.paths import Paths
-from autorecovery.zk.ur_formats import REBUILD_JITTER_S
+from autorecovery.zk.ur.formats import REBUILD_JITTER_S
 
 log = structlog.get_logger("autorecovery.underreplication")
 
@@ -90,7 +90,7 @@ class MarkedIndex:
         supported: False once the server refused ``addWatch`` (before 3.6).
         syncs: rebuilds so far (tests).
         rebuild_jitter_s: a rebuild after the first waits a random 0..this many seconds before it walks
-            (default :data:`~autorecovery.zk.ur_formats.REBUILD_JITTER_S`; 0 = at once).
+            (default :data:`~autorecovery.zk.ur.formats.REBUILD_JITTER_S`; 0 = at once).
     """
 
     def __init__(self, zk: ZkClient, paths: Paths, walk: Callable[[], Awaitable[set[int]]]) -> None:
