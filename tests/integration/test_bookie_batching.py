@@ -144,7 +144,7 @@ async def test_client_cuts_batches_within_its_limits(serve) -> None:
     b = (await serve()).bookie_id
     c = GrpcBookieClient(timeout_s=5.0, batch_bytes=2500, batch_entries=4)
     try:
-        cut = list(c._cut([(e, entry(1, e)) for e in range(11)]))
+        cut = list(c.cut([(e, entry(1, e)) for e in range(11)]))
         assert [[e for e, _ in part] for part in cut] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10]]
         assert await c.add_entries(b, 1, MK, [(e, entry(1, e)) for e in range(11)], recovery=False) == (
             11, sum(len(entry(1, e)) for e in range(11)))
@@ -187,15 +187,15 @@ async def test_a_bookie_replaced_by_an_older_release_is_renegotiated(serve, clie
     old = await serve(OldBookieService)
     b = old.bookie_id
     await client.add_entries(b, 4, MK, [(e, entry(4, e)) for e in range(5)], recovery=False)
-    client.grpc._features[b] = pb.BATCHED_ENTRIES  # what a newer bookie at this address had reported
+    client.grpc.channels.known_features[b] = pb.BATCHED_ENTRIES  # what a newer bookie at this address had reported
     # a range read falls back before anything was returned: nothing repeated, nothing lost
     assert [r.entry_id async for r in client.read_entries(b, 4, 0, 4)] == list(range(5))
-    client.grpc._features[b] = pb.BATCHED_ENTRIES
+    client.grpc.channels.known_features[b] = pb.BATCHED_ENTRIES
     # an add cannot be replayed (its entries were consumed): it fails once, naming the bookie ...
     with pytest.raises(BookieError) as ei:
         await client.add_entries(b, 4, MK, [(5, entry(4, 5))], recovery=False)
     assert ei.value.status == "EIO" and b in str(ei.value)
-    assert b not in client.grpc._features  # ... and the next call asks the bookie again
+    assert b not in client.grpc.channels.known_features  # ... and the next call asks the bookie again
     assert await client.add_entries(b, 4, MK, [(5, entry(4, 5))], recovery=False) == (1, len(entry(4, 5)))
     assert await client.features(b) == 0
 
