@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autorecovery.config.keys_model import INT_MAX, INT_MIN, YEAR_S
-from autorecovery.config.keys_table import KEY_BY_NAME
+from autorecovery.config.keys.model import INT_MAX, INT_MIN, YEAR_S
+from autorecovery.config.keys.table import KEY_BY_NAME
 from autorecovery.ledger.ids import MAX_LEDGER_ID
 
 _MAX_DIGITS = 30

@@ -25,7 +25,7 @@ from autorecovery.bookie.disk import DiskThresholds
 from autorecovery.bookie.server import BookieConfig, BookieServer
 from autorecovery.bookie.limits import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_ENTRY_SIZE
 from autorecovery.cli.params import INT64_MAX, FiniteFloatRange
-from autorecovery.config.keys_model import INT_MAX, YEAR_MS, YEAR_S
+from autorecovery.config.keys.model import INT_MAX, YEAR_MS, YEAR_S
 from autorecovery.config.zk_auth import zk_security
 from autorecovery.errors import ConfigError
 from autorecovery.rpc.tls import server_credentials

@@ -23,7 +23,7 @@ from autorecovery import logs
 from autorecovery.cli.params import FiniteFloatRange
 from autorecovery.cli.shell_group import command
 from autorecovery.cli.shell_run import EXIT_FAIL, EXIT_USAGE, shell_settings
-from autorecovery.config.keys_model import YEAR_S
+from autorecovery.config.keys.model import YEAR_S
 from autorecovery.errors import CompatibilityError, ConfigError, ZooKeeperError
 from autorecovery.ledger.layout import HIERARCHICAL
 from autorecovery.zk.bridge import ZkClient

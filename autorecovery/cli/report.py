@@ -13,7 +13,7 @@ import click
 from autorecovery.cli.config import EXIT_CONFIG, location_options, parse_sets, settings_from_cli
 from autorecovery.cli.progress import Progress
 from autorecovery.cli.params import INT64_MAX, INT64_MIN, FiniteFloatRange
-from autorecovery.config.keys_model import INT_MAX
+from autorecovery.config.keys.model import INT_MAX
 from autorecovery.errors import AutoRecoveryError, ConfigError
 
 #: exit code of a report or export that started and failed (bad input exits EXIT_CONFIG, 2)

@@ -15,7 +15,7 @@ from autorecovery.cli import formatting as fmt
 from autorecovery.cli import params as P
 from autorecovery.cli.shell_group import command
 from autorecovery.cli.shell_run import CommandFailed, execute
-from autorecovery.config.keys_model import INT_MAX, INT_MIN
+from autorecovery.config.keys.model import INT_MAX, INT_MIN
 
 
 @command("drain", help="Move every closed ledger segment off a running bookie (BP-56), copying before the "

@@ -19,7 +19,7 @@ from autorecovery.cli import formatting as fmt
 from autorecovery.cli import params as P
 from autorecovery.cli.shell_group import command
 from autorecovery.cli.shell_run import EXIT_USAGE, CommandFailed, execute
-from autorecovery.config.keys_model import INT_MAX
+from autorecovery.config.keys.model import INT_MAX
 from autorecovery.errors import ConfigError
 
 

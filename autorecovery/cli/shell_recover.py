@@ -17,7 +17,7 @@ from autorecovery.cli import formatting as fmt
 from autorecovery.cli import params as P
 from autorecovery.cli.shell_group import command
 from autorecovery.cli.shell_run import EXIT_FAIL, CommandFailed, execute
-from autorecovery.config.keys_model import INT_MAX, INT_MIN
+from autorecovery.config.keys.model import INT_MAX, INT_MIN
 
 
 # -- progress rendering -------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import click
 from autorecovery import logs
 from autorecovery.cli.local_cluster import parse_defines
 from autorecovery.cli.params import INT64_MAX, INT64_MIN, FiniteFloatRange
-from autorecovery.config.keys_model import INT_MAX, YEAR_S
+from autorecovery.config.keys.model import INT_MAX, YEAR_S
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import ConfigError, ZooKeeperError
 from autorecovery.placement.config import PlacementConfig

@@ -5,7 +5,7 @@ can build ``Settings.auditor`` / ``Settings.worker`` without importing the roles
 must not import roles; every importer, the roles included, takes them from here).
 
 Every key is in :data:`autorecovery.config.keys.KEYS`; each section only maps keys to fields
-(:class:`~autorecovery.config.keys_sections.Section`). Field defaults equal the table's defaults
+(:class:`~autorecovery.config.keys.sections.Section`). Field defaults equal the table's defaults
 (tests/unit/config/test_settings_tree.py); the loader builds the sections from the values it parsed
 once, so a default written here never overrides the table.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from autorecovery.audit.maintenance import guard_level
-from autorecovery.config.keys_sections import Section
+from autorecovery.config.keys.sections import Section
 from autorecovery.errors import ConfigError
 from autorecovery.ledger.credentials import RecoveryCredentials, parse_digest_type
 from autorecovery.ledger.metadata import DigestType

@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 from collections.abc import Callable, Mapping
 
-from autorecovery.config.keys_sections import Section, typed_value
-from autorecovery.config.keys_table import KEY_BY_NAME, LIBRARY_KEY_BY_NAME
+from autorecovery.config.keys.sections import Section, typed_value
+from autorecovery.config.keys.table import KEY_BY_NAME, LIBRARY_KEY_BY_NAME
 from autorecovery.errors import ConfigError
 
 __all__ = ["PlacementConfig", "PLACEMENT_KEYS"]

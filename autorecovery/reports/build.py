@@ -85,7 +85,7 @@ def throttles(manifest: dict, bookies: pd.DataFrame, assumed_rate: float | None,
     ``assumed_rate``: one daemon's copy rate given by the user (bytes/s; ``bench/heal.py`` measures
     one); None → ``measured`` (from the snapshot's heal history, :mod:`reports.healrate`) when there is
     one, else :data:`DEFAULT_RATE`. Only a measured rate gives ``assumed`` False."""
-    from autorecovery.config.keys_table import KEY_BY_NAME
+    from autorecovery.config.keys.table import KEY_BY_NAME
 
     thr = manifest.get("throttles", {})
 

@@ -145,7 +145,7 @@ def check_what_if(what_if: Mapping[str, str], current: Mapping[str, Any]) -> dic
         BadInput: naming the key (with a "did you mean") or the bad value.
     """
     from autorecovery.config.keys import suggest
-    from autorecovery.config.keys_table import KEY_BY_NAME
+    from autorecovery.config.keys.table import KEY_BY_NAME
     from autorecovery.placement.config import PLACEMENT_KEYS
 
     for k, v in what_if.items():

@@ -68,7 +68,7 @@ import structlog
 
 from autorecovery import metrics as metrics_mod
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.config.keys_table import KEY_BY_NAME
+from autorecovery.config.keys.table import KEY_BY_NAME
 from autorecovery.errors import NoSuchLedgerError, is_retriable
 from autorecovery.plan import pass_end as pe
 from autorecovery.plan import pass_plan as pp

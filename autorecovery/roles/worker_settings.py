@@ -7,8 +7,8 @@ without importing the roles; every worker key (upstream's and our four) is in
 
 from __future__ import annotations
 
-from autorecovery.config.keys_model import OURS, Key
-from autorecovery.config.keys_table import KEY_BY_NAME
+from autorecovery.config.keys.model import OURS, Key
+from autorecovery.config.keys.table import KEY_BY_NAME
 from autorecovery.config.sections import WorkerSettings
 
 #: The worker keys that are ours (origin ``ours``), as they are in the key table.

@@ -14,7 +14,7 @@ from autorecovery.admin import params
 from autorecovery.admin.context import BadRequestError, check_ledger_id
 from autorecovery.admin.http_routes import _timeout_s
 from autorecovery.cli.main import main
-from autorecovery.config.keys_model import YEAR_S
+from autorecovery.config.keys.model import YEAR_S
 
 HUGE = "9" * 400
 NO_ZK = ["--zk", "127.0.0.1:1"]  # never reached: the option is refused first

@@ -8,8 +8,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "autorecovery"
 
-PURE_PACKAGES = ("ledger", "audit", "plan", "placement")
-PURE_MODULES = ("errors.py", "zk/paths.py", "config/keys.py", "config/sections.py", "rpc/convert.py", "reports/model.py", "reports/whatif.py",
+PURE_PACKAGES = ("ledger", "audit", "plan", "placement", "config/keys")
+PURE_MODULES = ("errors.py", "zk/paths.py", "config/sections.py", "rpc/convert.py", "reports/model.py", "reports/whatif.py",
                 "reports/riskvec.py", "reports/capacityvec.py", "admin/params.py")
 PURE_PREFIXES = (
     *(f"autorecovery.{p}" for p in PURE_PACKAGES),

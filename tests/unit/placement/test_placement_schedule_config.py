@@ -122,7 +122,7 @@ def test_placement_defaults_come_from_the_key_table():
     reppDnsResolverClass said ScriptBasedMapping where the table says unset, which the daemon resolves
     to Pulsar /bookies rack info or the default rack; resolver_from_config reads unset as upstream's
     ScriptBasedMapping)."""
-    from autorecovery.config.keys_table import KEY_BY_NAME
+    from autorecovery.config.keys.table import KEY_BY_NAME
     from autorecovery.placement.resolvers import ScriptResolver, resolver_from_config
 
     d = PlacementConfig()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.config.keys_table import KEY_BY_NAME
+from autorecovery.config.keys.table import KEY_BY_NAME
 from autorecovery.errors import ConfigError
 from autorecovery.config.sections import WorkerSettings
 from autorecovery.roles.worker_settings import CONFIG_KEYS

@@ -1,7 +1,7 @@
 """One configuration key (PURE): :class:`Key` (name, type, unit, default, bounds, choices, where it comes
 from), how it parses one raw string (:meth:`Key.parse`, raising a one-line
 :class:`~autorecovery.errors.ConfigError` naming the key and the value) and renders a value, and the
-numeric limits the table's bounds use. The table itself: :mod:`autorecovery.config.keys_table`; the
+numeric limits the table's bounds use. The table itself: :mod:`autorecovery.config.keys.table`; the
 public face: :mod:`autorecovery.config.keys`.
 """
 

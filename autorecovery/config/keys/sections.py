@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
-from autorecovery.config.keys_model import Key
-from autorecovery.config.keys_table import KEY_BY_NAME
+from autorecovery.config.keys.model import Key
+from autorecovery.config.keys.table import KEY_BY_NAME
 from autorecovery.errors import ConfigError
 
 

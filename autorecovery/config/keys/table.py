@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autorecovery.config.keys_model import INT_MAX, INT_MIN, OURS, PORT_MAX, YEAR_MS, YEAR_S, Key
+from autorecovery.config.keys.model import INT_MAX, INT_MIN, OURS, PORT_MAX, YEAR_MS, YEAR_S, Key
 
 
 def _k(name: str, type_: str, default: Any, unit: str, group: str, doc: str, **kw: Any) -> Key:

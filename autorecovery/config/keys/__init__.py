@@ -23,16 +23,16 @@ once (:meth:`Section.from_values`); :meth:`Section.from_properties` (tests, tool
 with the same :meth:`Key.parse` and fills the table's defaults, so there is one parser and one default
 per key.
 
-Since issue 30 the table lives in a few modules of one idea each (``keys_model``: a key;
-``keys_table``: the table; ``keys_aliases``: other names; ``keys_no_effect``: keys that do nothing;
-``keys_sections``: typed sections); every name resolves from here, which adds the look-ups over them.
+The table lives in the modules of this package, one idea each (:mod:`.model`: a key; :mod:`.table`:
+the table; :mod:`.aliases`: other names; :mod:`.no_effect`: keys that do nothing; :mod:`.sections`:
+typed sections); this package's interface (``__all__``) names them all and adds the look-ups over them.
 """
 
 from __future__ import annotations
 
 import difflib
 
-from autorecovery.config.keys_aliases import (
+from autorecovery.config.keys.aliases import (
     DEFAULT_POLICY_CLASS,
     OUR_ALIASES,
     PULSAR_ALIASES,
@@ -42,8 +42,8 @@ from autorecovery.config.keys_aliases import (
     REGIONAWARE_CLASS,
     pulsar_policy,
 )
-from autorecovery.config.keys_model import INT_MAX, OURS, UPSTREAM, YEAR_S, Key
-from autorecovery.config.keys_no_effect import (
+from autorecovery.config.keys.model import INT_MAX, OURS, UPSTREAM, YEAR_S, Key
+from autorecovery.config.keys.no_effect import (
     IGNORED_UPSTREAM_KEYS,
     NO_EFFECT_GROUPS,
     NO_EFFECT_KEYS,
@@ -52,7 +52,7 @@ from autorecovery.config.keys_no_effect import (
     asks_for_security,
     no_effect_reason,
 )
-from autorecovery.config.keys_table import KEYS, KEY_BY_NAME, LIBRARY_KEY_BY_NAME
+from autorecovery.config.keys.table import KEYS, KEY_BY_NAME, LIBRARY_KEY_BY_NAME
 
 __all__ = [
     "Key", "KEYS", "KEY_BY_NAME", "LIBRARY_KEY_BY_NAME", "UPSTREAM", "OURS",
