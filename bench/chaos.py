@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autorecovery.testing.chaos import CampaignConfig, run_campaign
-from autorecovery.testing.chaos_schedule import ALL_KINDS, KINDS, STOCK_KINDS, parse_kinds
+from autorecovery.testing.chaos.runner import CampaignConfig, run_campaign
+from autorecovery.testing.chaos.schedule import ALL_KINDS, KINDS, STOCK_KINDS, parse_kinds
 from cleanup import exit_on_signals
 
 

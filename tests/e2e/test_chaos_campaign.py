@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from autorecovery.testing.chaos import MUST_BE_ZERO, CampaignConfig, run_campaign
-from autorecovery.testing.chaos_netfilter import probe_nft
-from autorecovery.testing.chaos_schedule import CHEAP_KINDS, DAEMON_NETNS_KINDS, NETFILTER_KINDS, schedule, usable_kinds
+from autorecovery.testing.chaos.runner import MUST_BE_ZERO, CampaignConfig, run_campaign
+from autorecovery.testing.chaos.netfilter import probe_nft
+from autorecovery.testing.chaos.schedule import CHEAP_KINDS, DAEMON_NETNS_KINDS, NETFILTER_KINDS, schedule, usable_kinds
 
 pytestmark = pytest.mark.e2e
 

@@ -16,10 +16,10 @@ import json
 
 import pytest
 
-from autorecovery.testing.chaos import MUST_BE_ZERO, CampaignConfig, run_campaign
-from autorecovery.testing.chaos_cluster import BOOKIE_NETNS_KINDS
-from autorecovery.testing.chaos_schedule import DAEMON_NETNS_KINDS, STOCK_KINDS, STOCK_ONLY_KINDS, schedule
-from autorecovery.testing.chaos_stock import LOOPBACK_KINDS
+from autorecovery.testing.chaos.runner import MUST_BE_ZERO, CampaignConfig, run_campaign
+from autorecovery.testing.chaos.cluster import BOOKIE_NETNS_KINDS
+from autorecovery.testing.chaos.schedule import DAEMON_NETNS_KINDS, STOCK_KINDS, STOCK_ONLY_KINDS, schedule
+from autorecovery.testing.chaos.stock import LOOPBACK_KINDS
 
 pytestmark = pytest.mark.e2e
 

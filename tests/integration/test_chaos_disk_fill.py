@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from autorecovery.testing import chaos_disk
+from autorecovery.testing.chaos import disk as chaos_disk
 
 pytestmark = pytest.mark.integration
 

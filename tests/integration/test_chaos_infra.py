@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from autorecovery.testing.chaos_netns import BookieNetns, NetnsError
+from autorecovery.testing.chaos.netns import BookieNetns, NetnsError
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.testing.zk_ensemble import ZooKeeperEnsemble
 

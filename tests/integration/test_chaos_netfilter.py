@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from autorecovery.testing.chaos_netfilter import SLOW_RATE_KBIT, LinkFaults, NetfilterError, probe_nft
-from autorecovery.testing.chaos_daemon_netns import DaemonNetns
-from autorecovery.testing.chaos_netns import BookieNetns, NetnsError
+from autorecovery.testing.chaos.netfilter import SLOW_RATE_KBIT, LinkFaults, NetfilterError, probe_nft
+from autorecovery.testing.chaos.daemon_netns import DaemonNetns
+from autorecovery.testing.chaos.netns import BookieNetns, NetnsError
 
 pytestmark = pytest.mark.integration
 

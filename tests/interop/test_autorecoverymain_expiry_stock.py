@@ -13,8 +13,8 @@ import signal
 
 import pytest
 
-from autorecovery.testing.chaos_faults import proxies_faulted
-from autorecovery.testing.chaos_stock import StockChaosCluster
+from autorecovery.testing.chaos.faults import proxies_faulted
+from autorecovery.testing.chaos.stock import StockChaosCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.testing.waits import wait_until
 

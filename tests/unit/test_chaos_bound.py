@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import zlib
 
-from autorecovery.testing.chaos_checks import Timeline, bound_episodes
-from autorecovery.testing.chaos_schedule import STOCK_KINDS, STOCK_ONLY_KINDS, usable_kinds
-from autorecovery.testing.chaos_stock import read_stock_acks
+from autorecovery.testing.chaos.checks import Timeline, bound_episodes
+from autorecovery.testing.chaos.schedule import STOCK_KINDS, STOCK_ONLY_KINDS, usable_kinds
+from autorecovery.testing.chaos.stock import read_stock_acks
 from autorecovery.testing.upstream_java import expected_payload
 
 

@@ -1,4 +1,4 @@
-"""The chaos injector's apply-hold-heal helpers (:mod:`autorecovery.testing.chaos_faults`): each heals
+"""The chaos injector's apply-hold-heal helpers (:mod:`autorecovery.testing.chaos.faults`): each heals
 however the held block ends, on real processes and a real proxy."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import pytest
 
-from autorecovery.testing.chaos_faults import Injector, applied, proxies_faulted, stopped
-from autorecovery.testing.chaos_schedule import Fault
+from autorecovery.testing.chaos.faults import Injector, applied, proxies_faulted, stopped
+from autorecovery.testing.chaos.schedule import Fault
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.zk.paths import Paths
 
@@ -98,7 +98,7 @@ async def test_applied_runs_apply_and_heal_off_the_event_loop():
 
 
 class RecordingLink:
-    """A :class:`~autorecovery.testing.chaos_netfilter.LinkFaults` stand-in that records its commands."""
+    """A :class:`~autorecovery.testing.chaos.netfilter.LinkFaults` stand-in that records its commands."""
 
     def __init__(self, calls: list[tuple], link: str = "veth0") -> None:
         self.calls, self.link = calls, link

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from autorecovery.errors import ZooKeeperError
-from autorecovery.testing.chaos_faults import Injector
+from autorecovery.testing.chaos.faults import Injector
 from autorecovery.zk.paths import Paths
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from autorecovery.testing.chaos_faults import Injector
-from autorecovery.testing.chaos_schedule import Fault
+from autorecovery.testing.chaos.faults import Injector
+from autorecovery.testing.chaos.schedule import Fault
 from autorecovery.testing.tcp_proxy import TcpProxy
 from autorecovery.zk.paths import Paths
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.testing.chaos import Report
-from autorecovery.testing.chaos_checks import Timeline
-from autorecovery.testing.chaos_schedule import (
+from autorecovery.testing.chaos.runner import Report
+from autorecovery.testing.chaos.checks import Timeline
+from autorecovery.testing.chaos.schedule import (
     ALL_KINDS,
     CHEAP_KINDS,
     KINDS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.testing.chaos_trend import MIN_SPAN_S, WARMUP_S, Trends, slope_per_hour
+from autorecovery.testing.chaos.trend import MIN_SPAN_S, WARMUP_S, Trends, slope_per_hour
 
 MIB = 2**20
 

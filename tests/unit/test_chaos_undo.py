@@ -1,10 +1,10 @@
-"""The chaos helpers' undo on refusal (:func:`autorecovery.testing.chaos_undo.undone_on`)."""
+"""The chaos helpers' undo on refusal (:func:`autorecovery.testing.chaos.undo.undone_on`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from autorecovery.testing.chaos_undo import undone_on
+from autorecovery.testing.chaos.undo import undone_on
 
 
 class Refused(RuntimeError):

@@ -13,9 +13,9 @@ What loopback cannot offer: the bookie's ZooKeeper traffic is not told apart fro
 source address, ephemeral ports), so the one-way ZooKeeper partitions (``asymmetric_partition``) and a
 slow link (``tc`` on ``lo`` would slow every process) are refused with that reason.
 
-:class:`LoopbackPartition` offers what :class:`~autorecovery.testing.chaos_netns.BookieNetns` offers the
+:class:`LoopbackPartition` offers what :class:`~autorecovery.testing.chaos.netns.BookieNetns` offers the
 ``partition_bookie_from_workers`` injector (``cut``/``heal``, ``data_link``), :class:`LoopbackLink` what
-:class:`~autorecovery.testing.chaos_netfilter.LinkFaults` offers ``one_way_loss`` (``drop``,
+:class:`~autorecovery.testing.chaos.netfilter.LinkFaults` offers ``one_way_loss`` (``drop``,
 ``clear_drops``, ``link``).
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 
-from autorecovery.testing.chaos_netfilter import NetfilterError, probe_nft, run, table_name
+from autorecovery.testing.chaos.netfilter import NetfilterError, probe_nft, run, table_name
 
 
 class LoopbackLink:

@@ -6,7 +6,7 @@ ZooKeeper through its own :class:`TcpProxy`; bookie 0 in its own network namespa
 on its links, the last bookie on a size-limited tmpfs, when the machine allows), writes continuously
 with the project's ledger client (:func:`autorecovery.workload.write_continuous`, E3/WQ3/AQ2, every
 acknowledged entry in an ack log), injects the faults of
-:func:`autorecovery.testing.chaos_schedule.schedule` one after another (waiting before each until every
+:func:`autorecovery.testing.chaos.schedule.schedule` one after another (waiting before each until every
 process is up, every bookie registered and the ZooKeeper quorum serving; with ``lanes=2`` the network
 faults run in a second lane at the same time), then stops the faults and the writer and checks (see
 :class:`Report`). A kind the machine refuses is reported as skipped with the exact error and its
@@ -26,13 +26,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autorecovery.client.bookkeeper import BookKeeper
-from autorecovery.testing import chaos_disk
-from autorecovery.testing.chaos_checks import Sampler, bound_episodes, copies_missing, error_lines, queue_dump, queue_state
-from autorecovery.testing.chaos_faults import Injector, until
-from autorecovery.testing.chaos_trend import FDS_FLAT_PER_H, MIN_SPAN_S, RSS_FLAT_MIB_PER_H, WARMUP_S
-from autorecovery.testing.chaos_schedule import CHEAP_KINDS, LIGHT_KINDS, Fault, schedule, usable_kinds
-from autorecovery.testing.chaos_cluster import ChaosCluster
-from autorecovery.testing.chaos_stock import (StockChaosCluster, StockWriter, read_stock_acks, upstream_placement_violations,
+from autorecovery.testing.chaos import disk as chaos_disk
+from autorecovery.testing.chaos.checks import Sampler, bound_episodes, copies_missing, error_lines, queue_dump, queue_state
+from autorecovery.testing.chaos.faults import Injector, until
+from autorecovery.testing.chaos.trend import FDS_FLAT_PER_H, MIN_SPAN_S, RSS_FLAT_MIB_PER_H, WARMUP_S
+from autorecovery.testing.chaos.schedule import CHEAP_KINDS, LIGHT_KINDS, Fault, schedule, usable_kinds
+from autorecovery.testing.chaos.cluster import ChaosCluster
+from autorecovery.testing.chaos.stock import (StockChaosCluster, StockWriter, read_stock_acks, upstream_placement_violations,
                                               upstream_under_replicated,
                                               verify_stock_acks)
 from autorecovery.testing.local_cluster import LocalCluster
@@ -107,7 +107,7 @@ class CampaignConfig:
     #: concurrently with the process, ZooKeeper and disk faults
     lanes: int = 1
     #: "ours" (our reference bookies, our client writing) or "stock" (Java bookies, upstream's client
-    #: writing, AutoRecoveryMain on ``java_nodes``: :mod:`autorecovery.testing.chaos_stock`)
+    #: writing, AutoRecoveryMain on ``java_nodes``: :mod:`autorecovery.testing.chaos.stock`)
     cluster: str = "ours"
     #: stock cluster: nodes whose daemon is upstream's AutoRecoveryMain; racks of the bookies; writer threads
     java_nodes: tuple[int, ...] = (5,)

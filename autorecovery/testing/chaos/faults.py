@@ -1,7 +1,7 @@
 """Fault injectors of a chaos campaign over a :class:`LocalCluster` (EDGE: signals, files, ZooKeeper,
 ``ip``/``nft``/``tc``).
 
-Each injector applies one :class:`~autorecovery.testing.chaos_schedule.Fault` for real, holds it (at
+Each injector applies one :class:`~autorecovery.testing.chaos.schedule.Fault` for real, holds it (at
 least ``hold_s`` seconds; kinds that must outlast a session timeout add it), heals it, and returns a
 one-line account; a fault that cannot be applied or healed raises (the runner records it as a fault
 error: a finding). Holding a fault is the fault itself; every *synchronisation* (a session expired, a
@@ -22,12 +22,12 @@ from pathlib import Path
 
 from autorecovery.bookie.entrylog import ENTRYLOG_DIR
 from autorecovery.bookie.storage import CURRENT_DIR
-from autorecovery.testing import chaos_disk
-from autorecovery.testing.chaos_daemon_netns import DaemonNetns
-from autorecovery.testing.chaos_netfilter import LinkFaults
-from autorecovery.testing.chaos_netns import BookieNetns
-from autorecovery.testing.chaos_schedule import Fault
-from autorecovery.testing.chaos_stock import (LEDGER_FILL_FRACTION, StockChaosCluster, registered_readonly,
+from autorecovery.testing.chaos import disk as chaos_disk
+from autorecovery.testing.chaos.daemon_netns import DaemonNetns
+from autorecovery.testing.chaos.netfilter import LinkFaults
+from autorecovery.testing.chaos.netns import BookieNetns
+from autorecovery.testing.chaos.schedule import Fault
+from autorecovery.testing.chaos.stock import (LEDGER_FILL_FRACTION, StockChaosCluster, registered_readonly,
                                              registered_writable, wipe)
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.testing.tcp_proxy import TcpProxy
@@ -267,7 +267,7 @@ class Injector:
             await self._start_bookie(b)
         return f"rolling restart of {len(done)} bookies (SIGTERM, start, registered, next): {', '.join(done)}"
 
-    # -- stock bookies only (chaos_stock.py) ---------------------------------------------------------
+    # -- stock bookies only (testing/chaos/stock.py) ---------------------------------------------------------
     def _stock(self, kind: str, disk: bool = False) -> StockChaosCluster:
         c = self.cluster
         if not isinstance(c, StockChaosCluster):
@@ -475,7 +475,7 @@ class Injector:
                 await asyncio.sleep(hold)  # the fault's duration: past the session timeout
         return f"daemon {f.target} cut from ZooKeeper (proxies blackholed, bookies reachable) for {hold:.1f}s, healed"
 
-    # -- per direction (nftables, tc tbf: chaos_netfilter.py) -----------------------------------------
+    # -- per direction (nftables, tc tbf: testing/chaos/netfilter.py) -----------------------------------------
     def _links(self, kind: str) -> tuple[int, BookieNetns, LinkFaults, LinkFaults]:
         if self.netns is None or self.link_faults is None:
             raise RuntimeError(f"{kind} needs a bookie in a network namespace and nftables")
@@ -539,7 +539,7 @@ class Injector:
         return (f"bookie {self.cluster.bookie_id(i)}'s data link slowed (tbf {data.link}) while bookie {bid} was "
                 f"down {f.hold_s + 3:.1f}s (copies reading from the slow source), {bid} restarted, link restored")
 
-    # -- the daemon in its own namespace (chaos_daemon_netns.py) ---------------------------------------
+    # -- the daemon in its own namespace (testing/chaos/daemon_netns.py) ---------------------------------------
     def _dns(self, kind: str) -> tuple[int, DaemonNetns, LinkFaults]:
         if self.daemon_ns is None:
             raise RuntimeError(f"{kind} needs a daemon in a network namespace and nftables")

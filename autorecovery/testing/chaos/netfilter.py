@@ -31,7 +31,7 @@ import ipaddress
 import os
 import subprocess
 
-from autorecovery.testing.chaos_undo import undone_on
+from autorecovery.testing.chaos.undo import undone_on
 
 #: the slow link: rate (kbit/s each way), bucket (bytes), longest queueing (ms)
 SLOW_RATE_KBIT = 1000

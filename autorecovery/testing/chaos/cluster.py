@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autorecovery.testing.chaos_daemon_netns import DaemonNetns
-from autorecovery.testing.chaos_netfilter import LinkFaults, NetfilterError, probe_nft, table_name
-from autorecovery.testing.chaos_netns import BookieNetns, NetnsError
-from autorecovery.testing.chaos_schedule import DAEMON_NETNS_KINDS, NETFILTER_KINDS
+from autorecovery.testing.chaos.daemon_netns import DaemonNetns
+from autorecovery.testing.chaos.netfilter import LinkFaults, NetfilterError, probe_nft, table_name
+from autorecovery.testing.chaos.netns import BookieNetns, NetnsError
+from autorecovery.testing.chaos.schedule import DAEMON_NETNS_KINDS, NETFILTER_KINDS
 from autorecovery.testing.local_cluster import LocalCluster, ProcInfo
 
 #: the bookie that runs in its own network namespace (the disk-full one is the last)

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autorecovery.testing import chaos_disk
-from autorecovery.testing.chaos_cluster import BOOKIE_NETNS_KINDS, NETNS_BOOKIE, ChaosCluster
-from autorecovery.testing.chaos_netfilter import NetfilterError
-from autorecovery.testing.chaos_stock_net import LoopbackLink, LoopbackPartition, NoZkLink
-from autorecovery.testing.chaos_schedule import DAEMON_NETNS_KINDS
+from autorecovery.testing.chaos import disk as chaos_disk
+from autorecovery.testing.chaos.cluster import BOOKIE_NETNS_KINDS, NETNS_BOOKIE, ChaosCluster
+from autorecovery.testing.chaos.netfilter import NetfilterError
+from autorecovery.testing.chaos.stock_net import LoopbackLink, LoopbackPartition, NoZkLink
+from autorecovery.testing.chaos.schedule import DAEMON_NETNS_KINDS
 from autorecovery.testing.local_cluster import ProcInfo
 from autorecovery.testing.upstream_cluster import JavaAutoRecovery, JavaCluster
 from autorecovery.testing.upstream_java import JavaProcess, UpstreamProcessError, expected_payload, wait_until

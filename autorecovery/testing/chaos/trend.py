@@ -1,7 +1,7 @@
 """RSS and open-fd trends of a chaos campaign's processes over a soak (PURE: no I/O; issue 26).
 
 The campaign samples every bookie and daemon (``/proc`` via psutil, see
-:class:`autorecovery.testing.chaos_checks.Sampler`) every few seconds and feeds :meth:`Trends.add`.
+:class:`autorecovery.testing.chaos.checks.Sampler`) every few seconds and feeds :meth:`Trends.add`.
 A process killed and started again is a new *incarnation* (a new pid) of the same name: its memory
 starts from scratch, so a slope is only meaningful within one incarnation. Per name the report gives the
 start, peak and end values and the least-squares slope per hour of the **longest** incarnation, with

@@ -23,7 +23,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from autorecovery.testing.chaos_undo import undone_on
+from autorecovery.testing.chaos.undo import undone_on
 from autorecovery.testing.tcp_proxy import TcpProxy
 
 
@@ -88,7 +88,7 @@ def plan_tag(tag: str | None = None) -> str:
 def plan_address(block: int, offset: int) -> str:
     """``10.<net>.<hi>.<lo>``: ``offset`` past the first address of 8-address block ``block`` of this
     process's /16 (``net`` = 100 + pid % 100), the links' addresses (:class:`BookieNetns` uses blocks
-    0..63, :class:`~autorecovery.testing.chaos_daemon_netns.DaemonNetns` the ones after)."""
+    0..63, :class:`~autorecovery.testing.chaos.daemon_netns.DaemonNetns` the ones after)."""
     net = 100 + os.getpid() % 100
     base = 8 * block
     return f"10.{net}.{base // 256}.{base % 256 + offset}"

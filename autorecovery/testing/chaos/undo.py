@@ -1,6 +1,6 @@
 """Undo what a fault's set-up already did when the machine refuses a later step (EDGE helpers' shared
-shape: :mod:`~autorecovery.testing.chaos_netfilter`, :mod:`~autorecovery.testing.chaos_netns`,
-:mod:`~autorecovery.testing.chaos_daemon_netns`)."""
+shape: :mod:`~autorecovery.testing.chaos.netfilter`, :mod:`~autorecovery.testing.chaos.netns`,
+:mod:`~autorecovery.testing.chaos.daemon_netns`)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 bookie is a real packet-level partition on its own link, not a proxy (EDGE; root; issue 26).
 
 Layout for daemon namespace ``k`` (Debian's iproute2; sysctl; nftables and tc via
-:class:`~autorecovery.testing.chaos_netfilter.LinkFaults`):
+:class:`~autorecovery.testing.chaos.netfilter.LinkFaults`):
 
 - one veth link ``<tag>w<k>`` ↔ ``<tag>w<k>n``: root side ``10.<net>.<b>.9/30``, daemon side ``.10``;
 - the bookies and ZooKeeper bind loopback addresses of the root namespace (``127.0.0.1x``,
@@ -16,16 +16,16 @@ Layout for daemon namespace ``k`` (Debian's iproute2; sysctl; nftables and tc vi
 On this link, packets *to* the daemon leave the root namespace (nftables hook ``output``, ``oifname``)
 and packets *from* it arrive (hook ``input``, ``iifname``); a rule matching ZooKeeper's side is
 ``ip saddr/daddr <root address>`` and one matching a bookie is ``ip saddr/daddr <bookie address>``.
-Every command's failure raises :class:`~autorecovery.testing.chaos_netns.NetnsError` with its exact error.
+Every command's failure raises :class:`~autorecovery.testing.chaos.netns.NetnsError` with its exact error.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autorecovery.testing.chaos_netns import (BookieNetns, NetnsError, add_veth, ip, plan_address, plan_tag, remove_netns,
+from autorecovery.testing.chaos.netns import (BookieNetns, NetnsError, add_veth, ip, plan_address, plan_tag, remove_netns,
                                               run_in_netns)
-from autorecovery.testing.chaos_undo import undone_on
+from autorecovery.testing.chaos.undo import undone_on
 from autorecovery.testing.tcp_proxy import TcpProxy
 
 

@@ -6,7 +6,7 @@ During the run, :class:`Sampler` polls every ``interval_s``:
   counted; a ledger is *under-replicated* from the loss of a bookie (the last bookie lost before the
   ledger was first seen marked) until its marker is gone; the longest such span is reported;
 - every ``proc_interval_s`` (5 s), each bookie's and daemon's RSS and open file descriptors, from
-  ``/proc`` (psutil), into :class:`~autorecovery.testing.chaos_trend.Trends` (start, peak, end and
+  ``/proc`` (psutil), into :class:`~autorecovery.testing.chaos.trend.Trends` (start, peak, end and
   slope per hour of each process's longest incarnation).
 
 After the run (faults stopped, writer stopped), :func:`copies_missing` runs the auditor's own replicas
@@ -30,7 +30,7 @@ from autorecovery.audit.replicas import Bucket, classify, segment_bounds, should
 from autorecovery.client.bookkeeper import BookKeeper
 from autorecovery.errors import AutoRecoveryError, BookieError
 from autorecovery.ledger.ids import ur_leaf_name
-from autorecovery.testing.chaos_trend import Trends
+from autorecovery.testing.chaos.trend import Trends
 from autorecovery.testing.local_cluster import LocalCluster
 from autorecovery.zk.bridge import NoNodeError, ZkClient
 from autorecovery.zk.paths import Paths
