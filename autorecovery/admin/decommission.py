@@ -34,7 +34,7 @@ from typing import Any
 
 import structlog
 
-from autorecovery.admin.context import AdminContext, AdminError, BadRequestError, OpProgress, check_bookie_id
+from autorecovery.admin.op_context import AdminContext, AdminError, BadRequestError, OpProgress, check_bookie_id
 from autorecovery.admin.ops_autorecovery import trigger_audit, who_is_auditor
 from autorecovery.config.sections import WorkerSettings
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError, UnavailableError

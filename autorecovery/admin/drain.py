@@ -45,7 +45,7 @@ from typing import Any
 
 import structlog
 
-from autorecovery.admin.context import AdminContext, BadRequestError, OpProgress, all_bookies, check_bookie_id
+from autorecovery.admin.op_context import AdminContext, BadRequestError, OpProgress, all_bookies, check_bookie_id
 from autorecovery.admin.recover import admin_replicator
 from autorecovery.errors import AutoRecoveryError, IllegalOpError, NoSuchLedgerError
 from autorecovery.ledger.metadata import LedgerMetadata

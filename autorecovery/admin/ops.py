@@ -3,7 +3,7 @@
 The commands live in modules of one idea each: :mod:`~autorecovery.admin.ops_autorecovery` (AutoRecovery's
 state), :mod:`~autorecovery.admin.ops_ledgers` (ledger metadata), :mod:`~autorecovery.admin.ops_placement`
 (``placementcheck``) and this module (bookies and the cluster); every command resolves from here.
-The context they work on and the admin errors are in :mod:`autorecovery.admin.context`; ``recover``
+The context they work on and the admin errors are in :mod:`autorecovery.admin.op_context`; ``recover``
 and ``decommissionbookie`` are :mod:`autorecovery.admin.recover` / :mod:`autorecovery.admin.decommission`
 (callers import them directly: this module imports neither); the shell's text renderings are in
 :mod:`autorecovery.cli.formatting`.
@@ -30,9 +30,9 @@ from typing import Any
 
 import structlog
 
-# the context, the errors and the argument checks live in admin/context.py; re-exported here because
+# the context, the errors and the argument checks live in admin/op_context.py; re-exported here because
 # every command and its callers use them through ``ops``
-from autorecovery.admin.context import (  # noqa: F401 (re-exported)
+from autorecovery.admin.op_context import (  # noqa: F401 (re-exported)
     AdminContext,
     AdminError,
     BadRequestError,

@@ -1,7 +1,7 @@
 """Admin commands on AutoRecovery's state (upstream ``BookieShell`` / ``tools/cli/commands/autorecovery``
 and ``server/http/service``): the under-replicated ledgers, the auditor, the enable switch,
 ``lostBookieRecoveryDelay``, the ledgers being re-replicated, forced audit checks and the local worker's
-progress. Each takes an :class:`~autorecovery.admin.context.AdminContext` and returns plain data; every
+progress. Each takes an :class:`~autorecovery.admin.op_context.AdminContext` and returns plain data; every
 name resolves from :mod:`autorecovery.admin.ops`.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from autorecovery.admin import params
-from autorecovery.admin.context import (
+from autorecovery.admin.op_context import (
     AdminContext,
     BadRequestError,
     check_bookie_id,

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from autorecovery.admin.context import AdminContext, all_bookies
+from autorecovery.admin.op_context import AdminContext, all_bookies
 from autorecovery.admin.ops_autorecovery import who_is_auditor, worker_progress
 from autorecovery.audit import overview as O
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf

@@ -11,7 +11,7 @@ from typing import Any
 
 import structlog
 
-from autorecovery.admin.context import (
+from autorecovery.admin.op_context import (
     AdminContext,
 )
 from autorecovery.errors import (

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from autorecovery.admin.context import AdminContext
+from autorecovery.admin.op_context import AdminContext
 from autorecovery.audit.topics import LedgerState, rollup
 from autorecovery.errors import AutoRecoveryError, NoSuchLedgerError
 from autorecovery.ledger.ids import ledger_id_from_ur_leaf

@@ -32,7 +32,7 @@ from typing import Any
 
 import structlog
 
-from autorecovery.admin.context import (
+from autorecovery.admin.op_context import (
     AdminContext,
     BadRequestError,
     OpProgress,

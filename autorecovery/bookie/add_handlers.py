@@ -17,7 +17,7 @@ from autorecovery.bookie.admission import Admission
 from autorecovery.bookie.limits import STREAM_WINDOW_ENTRIES
 from autorecovery.bookie.status import SKIPPED, BookieStatusError
 from autorecovery.bookie.storage import BookieStorage
-from autorecovery.bookie.validate import add_fields_problem
+from autorecovery.bookie.request_fields import add_fields_problem
 from autorecovery.ledger.digest import METADATA_LENGTH, peek_ids
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.rpc.convert import status_code
@@ -42,7 +42,7 @@ class AddHandlers:
 
     def _check_add(self, req: pb.AddRequest, body: bytes | None = None) -> int:
         """Validation before the store sees an add (upstream: read-only first, then the frame; then the
-        fields, :func:`bookie.validate.add_fields_problem`). ``body``: ``req.body`` if already taken
+        fields, :func:`bookie.request_fields.add_fields_problem`). ``body``: ``req.body`` if already taken
         out (every access to a message's ``body`` copies it). Returns the entry's piggy-backed LAC.
 
         Raises:

@@ -18,7 +18,7 @@ def grpc_server_options(max_entry_size: int, max_concurrent_streams: int = 1000,
     wait in the client); ``max_connections`` the connections open at once (more are closed at accept);
     connections idle for 10 minutes are closed (clients reconnect on demand). Windows are fixed at
     :data:`STREAM_LOOKAHEAD_BYTES` per stream (no BDP probing): a stream's data beyond that waits in
-    its sender until the handler reads (see ``bookie.gate``).
+    its sender until the handler reads (see ``bookie.request_gate``).
     """
     return [
         ("grpc.max_receive_message_length", max_entry_size + GRPC_HEADROOM),

@@ -44,7 +44,7 @@ import structlog
 from autorecovery.bookie.add_handlers import AddHandlers
 from autorecovery.bookie.admission import Admission, AdmissionLimits
 from autorecovery.bookie.disk import DiskProbe
-from autorecovery.bookie.gate import Gate
+from autorecovery.bookie.request_gate import Gate
 from autorecovery.bookie.limits import DEFAULT_MAX_ENTRY_SIZE, MAX_RANGE_ENTRIES
 from autorecovery.bookie.pull_handler import PullHandler
 from autorecovery.bookie.read_handlers import ReadHandlers
@@ -146,6 +146,6 @@ class BookieService(AddHandlers, ReadHandlers, PullHandler, pb_grpc.BookieServic
 def add_service(server: grpc.aio.Server, service: BookieService) -> None:
     """Register ``service`` as the ``autorecovery.bookie.Bookie`` servicer of ``server``, its batch
     answers encoded by :func:`autorecovery.rpc.wire.encode_batch`, every method behind the receive
-    slots and request checks of :class:`autorecovery.bookie.gate.Gate`."""
+    slots and request checks of :class:`autorecovery.bookie.request_gate.Gate`."""
     gate = Gate(service.admission, service.bookie_id)
     add_bookie_servicer(service, server, wrap=gate.wrap)

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from autorecovery.admin.context import OpProgress
+from autorecovery.admin.op_context import OpProgress
 from autorecovery.admin.ops_ledgers import base64_text, upstream_digest_name
 from autorecovery.ledger.metadata import LedgerMetadata, LedgerState
 

@@ -16,7 +16,7 @@ import sys
 import click
 
 from autorecovery.admin import oktostop as ots
-from autorecovery.admin.context import BadRequestError
+from autorecovery.admin.op_context import BadRequestError
 from autorecovery.cli import params as P
 from autorecovery.cli.shell_group import shell
 from autorecovery.cli.shell_run import EXIT_USAGE, execute, shell_location

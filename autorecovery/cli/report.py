@@ -106,7 +106,7 @@ def report_command(which, snapshot, out, master, what_if, assumed_rate_mbps, spa
     Every input is checked before Spark starts; exit 2 (one line on stderr) for a bad one, 1 when the
     run fails (docs/reports.md, "Exit codes").
     """
-    from autorecovery.reports.validate import BadInput, check_master, check_snapshot, check_what_if
+    from autorecovery.reports.input_checks import BadInput, check_master, check_snapshot, check_what_if
 
     try:
         overrides = parse_sets(what_if)

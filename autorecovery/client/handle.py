@@ -19,7 +19,7 @@ import dataclasses
 
 import structlog
 
-from autorecovery.client.context import ClientContext
+from autorecovery.client.handle_context import ClientContext
 from autorecovery.errors import (
     BookieError,
     LedgerClosedError,

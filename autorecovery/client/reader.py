@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import structlog
 
-from autorecovery.client.context import ClientContext
+from autorecovery.client.handle_context import ClientContext
 from autorecovery.errors import BookieError, DigestMismatchError, ReadError
 from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, recovery_digest
 from autorecovery.ledger.digest import Entry

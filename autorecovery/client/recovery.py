@@ -20,7 +20,7 @@ import dataclasses
 
 import structlog
 
-from autorecovery.client.context import ClientContext
+from autorecovery.client.handle_context import ClientContext
 from autorecovery.client.handle import LedgerHandle
 from autorecovery.errors import BookieError, DigestMismatchError, LedgerRecoveryError
 from autorecovery.ledger.credentials import DEFAULT_CREDENTIALS, recovery_digest, recovery_master_key

@@ -18,7 +18,7 @@ from autorecovery.placement.weights import effective_weights
 from autorecovery.reports import jobs, model, rollup, scenarios
 from autorecovery.reports.healrate import MeasuredRate, measured_rate
 from autorecovery.reports.spark_io import load, shuffle_partitions, spark_session, storage_level
-from autorecovery.reports.validate import BadInput, check_snapshot
+from autorecovery.reports.input_checks import BadInput, check_snapshot
 
 RECENT_DAYS = 30
 #: one daemon's copy rate when neither ``--assumed-rate-mbps`` nor the snapshot's heal history gives

@@ -246,7 +246,7 @@ def add_bookie_servicer(servicer: pb_grpc.BookieServicer, server: grpc.aio.Serve
                         wrap: Callable[[str, Any], Any] | None = None) -> None:
     """Register ``servicer`` on ``server`` as the generated code does, with :func:`encode_batch` for the
     ``ReadEntryBatches`` answers; ``wrap(method name, handler) -> handler``, when given, replaces every
-    method's handler (the reference bookie's receive gate, ``bookie.gate``).
+    method's handler (the reference bookie's receive gate, ``bookie.request_gate``).
 
     Raises:
         KeyError: the generated code has no ``ReadEntryBatches`` (generated from another proto).

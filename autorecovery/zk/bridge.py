@@ -1,5 +1,5 @@
 """ZooKeeper operations as asyncio coroutines (EDGE); with :mod:`autorecovery.zk.kazoo_ext` and
-:mod:`autorecovery.zk.gate` (the connected gate and the error translation) the only modules that import
+:mod:`autorecovery.zk.session_gate` (the connected gate and the error translation) the only modules that import
 kazoo.
 
 kazoo runs its own threads. Every ``*_async`` result and every watch callback is handed to the event
@@ -51,7 +51,7 @@ from autorecovery import logs
 from autorecovery.aio import background
 from autorecovery.config.settings import ZkSecurity
 from autorecovery.errors import ZooKeeperError
-from autorecovery.zk import gate, kazoo_ext, kazoo_poll, wake
+from autorecovery.zk import session_gate, kazoo_ext, kazoo_poll, wake
 from autorecovery.zk.client_security import kazoo_security_kwargs
 from autorecovery.zk.kazoo_ext import ServerTooOld
 
@@ -164,7 +164,7 @@ class ZkClient:
         try:
             await asyncio.to_thread(self._kz.start, timeout_s)
         except Exception as exc:  # AuthFailedError, or kazoo's own timeout error whatever the cause
-            raise await gate.connect_failure(exc, self.hosts, self.security, timeout_s) from exc
+            raise await session_gate.connect_failure(exc, self.hosts, self.security, timeout_s) from exc
         if self.security.sasl is not None:
             # kazoo reports CONNECTED before the SASL exchange; a refused identity shows on the first
             # request (or its connection thread ends), so make one before the caller relies on the session
@@ -279,7 +279,7 @@ class ZkClient:
         loop = self._loop
         async with self._sem:
             # the connected gate (issue 26): no request reaches kazoo while disconnected
-            await gate.until_connected(self._kz, self.connected, lambda: self._stopping, loop,
+            await session_gate.until_connected(self._kz, self.connected, lambda: self._stopping, loop,
                                        self.session_timeout_ms / 1000.0, path)
             self.ops += 1
             self.outstanding += 1
@@ -295,7 +295,7 @@ class ZkClient:
         """Hand ``start``'s request to kazoo (from this loop, or the submit thread when kazoo's wake-up
         pair is backed up) and await its answer, translated."""
         fut: asyncio.Future = loop.create_future()
-        fut.add_done_callback(gate.consume)
+        fut.add_done_callback(session_gate.consume)
 
         def done(async_result) -> None:  # kazoo thread
             def settle() -> None:
@@ -304,7 +304,7 @@ class ZkClient:
                 try:
                     fut.set_result(async_result.get_nowait())
                 except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                    fut.set_exception(gate.fresh(exc))
+                    fut.set_exception(session_gate.fresh(exc))
 
             if not loop.is_closed():
                 loop.call_soon_threadsafe(settle)
@@ -319,13 +319,13 @@ class ZkClient:
                 self.offloaded += 1
                 await loop.run_in_executor(self._submitter, submit)
         except KazooException as exc:
-            raise gate.translate(exc, path) from exc
+            raise session_gate.translate(exc, path) from exc
         try:
             return await fut
-        except gate.PASSED_THROUGH:
+        except session_gate.PASSED_THROUGH:
             raise
         except KazooException as exc:
-            raise gate.translate(exc, path) from exc
+            raise session_gate.translate(exc, path) from exc
 
     # -- operations -------------------------------------------------------------------------
     async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, ZnodeStat]:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from autorecovery.admin import params
-from autorecovery.admin.context import BadRequestError, check_ledger_id
+from autorecovery.admin.op_context import BadRequestError, check_ledger_id
 from autorecovery.admin.http_routes import _timeout_s
 from autorecovery.cli.main import main
 from autorecovery.config.keys.model import YEAR_S

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autorecovery.admin.http_input import MAX_JSON_DEPTH, one_line, parse_json
-from autorecovery.admin.context import BadRequestError
+from autorecovery.admin.op_context import BadRequestError
 
 
 @pytest.mark.parametrize("raw, words", [

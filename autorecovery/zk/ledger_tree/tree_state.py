@@ -23,7 +23,7 @@ from autorecovery.audit.record_index import IdDigest
 from autorecovery.errors import MalformedMetadataError, ZooKeeperError
 from autorecovery.ledger.ids import is_ledger_leaf_name, is_ledger_level_name, ledger_id_from_path
 from autorecovery.zk.bridge import NoNodeError, SessionEvent, ZkClient
-from autorecovery.zk.gate import PASSED_THROUGH
+from autorecovery.zk.session_gate import PASSED_THROUGH
 from autorecovery.zk.ledgers import RESERVED
 from autorecovery.zk.paths import Paths
 

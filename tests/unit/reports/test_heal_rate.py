@@ -8,7 +8,7 @@ import pytest
 
 from autorecovery.reports import build
 from autorecovery.reports.healrate import measured_rate
-from autorecovery.reports.validate import BadInput
+from autorecovery.reports.input_checks import BadInput
 
 BOOKIES = pd.DataFrame({"bookie_id": ["a:1", "b:1", "c:1"], "state": ["writable", "readonly", "gone"]})
 

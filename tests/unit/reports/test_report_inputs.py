@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from autorecovery.reports.snapshot import BOOKIES, LEDGERS, MARKERS, SEGMENTS, TableWriter, write_manifest
-from autorecovery.reports.validate import BadInput, check_master, check_snapshot, check_what_if
+from autorecovery.reports.input_checks import BadInput, check_master, check_snapshot, check_what_if
 
 ROOT = Path(__file__).resolve().parents[3]
 #: the old failures took 19 to 71 s; the checks run before Spark, so a few seconds covers a loaded machine

@@ -15,7 +15,7 @@ bookie decides when a message is read:
   entries were admitted, refused, or are waiting for admission: at most one message per stream);
 * messages arrive as bytes and are parsed here: a message that does not parse, a "unary" call with no
   message, a small-request method's message over :data:`MAX_SMALL_REQUEST_BYTES`, an ``AddBatch`` of
-  more than :data:`MAX_BATCH_ENTRIES` entries, or a request that fails :mod:`bookie.validate` is
+  more than :data:`MAX_BATCH_ENTRIES` entries, or a request that fails :mod:`bookie.request_fields` is
   answered ``EBADREQ`` with a reason naming the method and the field, never a gRPC error.
 
 The refusal message of each method is built from its descriptor (:func:`refusal`), so a method added to
@@ -37,7 +37,7 @@ from google.protobuf.message import DecodeError, Message
 
 from autorecovery.bookie.admission import Admission
 from autorecovery.bookie.status import BookieStatusError
-from autorecovery.bookie.validate import problem
+from autorecovery.bookie.request_fields import problem
 from autorecovery.proto import bookie_pb2 as pb
 from autorecovery.rpc.convert import status_code
 

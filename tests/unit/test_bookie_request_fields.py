@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autorecovery.bookie.validate import MAX_MASTER_KEY_BYTES, add_problem, problem
+from autorecovery.bookie.request_fields import MAX_MASTER_KEY_BYTES, add_problem, problem
 from autorecovery.proto import bookie_pb2 as pb
 
 MK = b"k" * 20
@@ -56,7 +56,7 @@ def test_good_requests_pass_and_a_long_id_is_not_echoed_whole():
 def test_the_add_streams_field_check_gives_each_add_the_same_answer_as_the_message_check():
     """``add_fields_problem`` (the add streams' per-entry check, on fields taken out once) answers every
     add, good or bad, exactly as the field-by-field check of the message does."""
-    from autorecovery.bookie import validate
+    from autorecovery.bookie import request_fields as validate
 
     cases = [(1, 0, 0, MK), (1, 0, pb.RECOVERY_ADD, MK), (0, 2**63 - 1, 0, b"k"),
              (1, 0, 0, b"k" * MAX_MASTER_KEY_BYTES), (-1, 0, 0, MK), (1, -1, 0, MK), (1, 0, 2, MK),

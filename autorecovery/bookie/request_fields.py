@@ -2,7 +2,7 @@
 
 :func:`problem` says what is wrong with a request message, naming the field (None: nothing), for every
 request message of ``autorecovery.bookie.Bookie``; the service answers ``EBADREQ`` with it (see
-``bookie.gate``). :func:`add_problem` is the part of it for one ``AddRequest``, checked entry by entry
+``bookie.request_gate``). :func:`add_problem` is the part of it for one ``AddRequest``, checked entry by entry
 on the add streams (the entries before a refused one are still stored, as bookie.proto says).
 
 What is checked (beyond what the service checks itself with its configuration: entry size, range

@@ -1,4 +1,4 @@
-"""kazoo's errors as ZkClient raises them (:func:`autorecovery.zk.gate.translate`)."""
+"""kazoo's errors as ZkClient raises them (:func:`autorecovery.zk.session_gate.translate`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from autorecovery.errors import ZooKeeperError
-from autorecovery.zk.gate import PASSED_THROUGH, translate
+from autorecovery.zk.session_gate import PASSED_THROUGH, translate
 
 
 @pytest.mark.parametrize("kind", PASSED_THROUGH)
@@ -26,7 +26,7 @@ def test_the_passed_through_errors_are_the_ones_callers_catch():
 
 
 def test_a_shared_kazoo_failure_is_copied_per_request_so_tracebacks_do_not_pile_up():
-    from autorecovery.zk.gate import fresh
+    from autorecovery.zk.session_gate import fresh
 
     shared = ConnectionLoss("gone")
     for _ in range(50):  # what each request did with kazoo's one instance before the fix
@@ -48,7 +48,7 @@ def test_a_failure_nobody_waits_for_is_not_logged_as_never_retrieved():
     import asyncio
     import gc
 
-    from autorecovery.zk.gate import consume
+    from autorecovery.zk.session_gate import consume
 
     async def main() -> list[dict]:
         seen: list[dict] = []
